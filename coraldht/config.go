@@ -1,0 +1,290 @@
+package coraldht
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Services is the set of services a node runs, advertised in every RPC so
+// applications can ask Nodes for, say, HTTP proxies only.
+type Services uint32
+
+const (
+	// ServiceDNS marks a node that runs the Coral DNS server.
+	ServiceDNS Services = 1 << iota
+	// ServiceHTTP marks a node that runs the Coral HTTP proxy.
+	ServiceHTTP
+	// ServiceNonRecursive marks a proxy that is handed out only to clients on
+	// its own network (for example one behind a metered link).
+	ServiceNonRecursive
+)
+
+var serviceNames = []string{"dns", "http", "non-recursive"}
+
+// String lists the services as "dns|http"; "none" for the empty set.
+func (s Services) String() string {
+	if s == 0 {
+		return "none"
+	}
+	var parts []string
+	for i, name := range serviceNames {
+		if s&(1<<i) != 0 {
+			parts = append(parts, name)
+		}
+	}
+	if rest := s &^ (1<<len(serviceNames) - 1); rest != 0 {
+		parts = append(parts, fmt.Sprintf("0x%x", uint32(rest)))
+	}
+	return strings.Join(parts, "|")
+}
+
+// Has reports whether s includes every service in want.
+func (s Services) Has(want Services) bool { return s&want == want }
+
+// MaxLevels is the largest number of cluster levels (level 0 included) the
+// wire format carries.
+const MaxLevels = 8
+
+// Config holds a node's settings. Start from DefaultConfig; every field's
+// comment gives its default and why.
+type Config struct {
+	// Advertise is the UDP address other nodes use to reach this node; the
+	// node ID is SHA-1 of it. Zero means the transport's local address, which
+	// must then be a specific address (not 0.0.0.0 or ::).
+	Advertise netip.AddrPort
+
+	// Key is the network key shared by all nodes of one Coral network. Every
+	// datagram carries an HMAC-SHA256 tag made with it. Nil is allowed only on
+	// loopback: the node then uses a fixed development key that offers no
+	// protection. Load one with LoadKeyFile.
+	Key *Key
+
+	// Services this node runs; advertised to peers. Default: none.
+	Services Services
+
+	// Levels holds the RTT thresholds of cluster levels 1..n, slowest first;
+	// level 0, the global cluster, has no threshold. Default [60ms, 20ms], the
+	// deployed three-level hierarchy. Thresholds must decrease.
+	Levels []time.Duration
+
+	// B is the number of ID bits each lookup step corrects. Default 1: the
+	// smallest steps spread load on hot keys best (the paper's setting).
+	B int
+
+	// Alpha is the most RPCs a lookup keeps outstanding. Default 3: extra RPCs
+	// are sent only when a hop is slow or dead, to hide it.
+	Alpha int
+
+	// BucketSize is k, the contacts per routing-table bucket and the contacts
+	// a reply carries. Default 8, as in Kademlia deployments.
+	BucketSize int
+
+	// FullValues is l: a node holding this many values for a key, all
+	// expiring no sooner than half the new value's lifetime, is full. It is
+	// also the most values a node keeps per key. Default 4.
+	FullValues int
+
+	// Leak is β: a node that has seen more than this many requests for a key
+	// in the last minute is loaded; under load it still lets one request
+	// through every minute/β. Default 12 (one every 5 s).
+	Leak int
+
+	// Replicas is how many nodes a put stores its value on: the nearest
+	// acceptable nodes of the reverse-phase stack. It is also how many of
+	// the nodes nearest a key a lookup must hear from before it concludes.
+	// Default 3: with one copy (the published algorithm) a tenth of the
+	// nodes failing loses a tenth of the references, with two about 1 %,
+	// with three about 0.1 % (see eval/lookup).
+	Replicas int
+
+	// MaxValueSize bounds a value in bytes. Default 256: applications store
+	// addresses and flags; the wire format allows up to MaxValueSizeLimit.
+	MaxValueSize int
+
+	// MaxTTL bounds a value's lifetime. Default 24h: values are soft state and
+	// the longest the applications ask for is 2h.
+	MaxTTL time.Duration
+
+	// MaxValues bounds the values a node stores over all keys and levels, and
+	// MaxKeys the distinct keys. When a store would exceed either, the value
+	// expiring soonest in the whole store is evicted (for MaxKeys, its whole
+	// key) if it expires before the new one; otherwise the store is refused.
+	// Defaults 65536 and 16384: tens of megabytes at most.
+	MaxValues int
+	MaxKeys   int
+
+	// MaxTrackedKeys bounds the per-key request counters behind "loaded".
+	// Counters idle for a minute are dropped first. Default 65536.
+	MaxTrackedKeys int
+
+	// InitialRPCTimeout is the RPC timeout for a peer with no RTT samples
+	// when the node has none at all either. Default 1s, as TCP's initial RTO.
+	InitialRPCTimeout time.Duration
+
+	// MinRPCTimeout and MaxRPCTimeout clamp the adaptive per-peer timeout
+	// (smoothed RTT + 4×variance, RFC 6298). Defaults 50ms and 2s.
+	MinRPCTimeout time.Duration
+	MaxRPCTimeout time.Duration
+
+	// LookupTimeout bounds one level of a get, put or put+get even when the
+	// caller's context has no deadline; a lookup that reaches it ends with
+	// what it has found. Default 3s: on a worldwide network a level-0
+	// lookup takes about 0.6 s at the median and under 3 s even right after
+	// a tenth of the nodes died (eval/lookup).
+	LookupTimeout time.Duration
+
+	// MaxFailures is how many consecutive unanswered RPCs make a contact bad:
+	// it is no longer handed out and the first replacement takes its place.
+	// Default 2: one lost datagram does not condemn a node.
+	MaxFailures int
+
+	// QuestionableAfter is how long a contact may go unheard before it is
+	// pinged when a newcomer wants its bucket slot. Default 15m.
+	QuestionableAfter time.Duration
+
+	// RefreshInterval: a bucket no lookup has touched for this long is
+	// refreshed by a lookup of a random ID in its range. Default 15m.
+	RefreshInterval time.Duration
+
+	// NodesLiveWithin is how recently a contact must have been heard from to
+	// be returned by Nodes. Default 1m.
+	NodesLiveWithin time.Duration
+
+	// MaxClockSkew is how far a datagram's timestamp may be from this node's
+	// clock. Older or newer datagrams are dropped without reply. Default 30s.
+	MaxClockSkew time.Duration
+
+	// ReorderWindow is how far behind a sender's newest timestamp a datagram
+	// may arrive and still be accepted (once). Default 2s: reordering on real
+	// paths is far shorter, and a replay is refused either way.
+	ReorderWindow time.Duration
+
+	// PlainDHT turns the node into a conventional DHT for comparison
+	// experiments: lookups go straight to the closest known node and puts
+	// store there, ignoring full and loaded. Never use it in production.
+	PlainDHT bool
+
+	// Seed seeds the node's pseudo-random choices (request IDs, refresh
+	// targets, value subsets). Zero picks a random seed.
+	Seed uint64
+
+	// Logger receives debug and warning messages. Nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults described on each Config field.
+func DefaultConfig() Config {
+	return Config{
+		Levels:            []time.Duration{60 * time.Millisecond, 20 * time.Millisecond},
+		B:                 1,
+		Alpha:             3,
+		BucketSize:        8,
+		FullValues:        4,
+		Leak:              12,
+		Replicas:          3,
+		MaxValueSize:      256,
+		MaxTTL:            24 * time.Hour,
+		MaxValues:         65536,
+		MaxKeys:           16384,
+		MaxTrackedKeys:    65536,
+		InitialRPCTimeout: time.Second,
+		MinRPCTimeout:     50 * time.Millisecond,
+		MaxRPCTimeout:     2 * time.Second,
+		LookupTimeout:     3 * time.Second,
+		MaxFailures:       2,
+		QuestionableAfter: 15 * time.Minute,
+		RefreshInterval:   15 * time.Minute,
+		NodesLiveWithin:   time.Minute,
+		MaxClockSkew:      30 * time.Second,
+		ReorderWindow:     2 * time.Second,
+	}
+}
+
+// Validate reports the first field that is out of range, by name.
+func (c *Config) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("coraldht: config %s: %s", field, fmt.Sprintf(format, args...))
+	}
+	if len(c.Levels)+1 > MaxLevels {
+		return bad("Levels", "%d thresholds; at most %d", len(c.Levels), MaxLevels-1)
+	}
+	for i, th := range c.Levels {
+		if th <= 0 {
+			return bad("Levels", "threshold of level %d is %v; must be positive", i+1, th)
+		}
+		if i > 0 && th >= c.Levels[i-1] {
+			return bad("Levels", "threshold of level %d (%v) must be below level %d's (%v)", i+1, th, i, c.Levels[i-1])
+		}
+	}
+	switch {
+	case c.B < 1 || c.B > 16:
+		return bad("B", "%d; must be 1..16", c.B)
+	case c.Alpha < 1 || c.Alpha > 16:
+		return bad("Alpha", "%d; must be 1..16", c.Alpha)
+	case c.BucketSize < 1 || c.BucketSize > maxContactsPerReply-closingHints:
+		return bad("BucketSize", "%d; must be 1..%d (a reply carries one bucket and %d hints)", c.BucketSize, maxContactsPerReply-closingHints, closingHints)
+	case c.FullValues < 1 || c.FullValues > 64:
+		return bad("FullValues", "%d; must be 1..64", c.FullValues)
+	case c.Leak < 1:
+		return bad("Leak", "%d; must be at least 1", c.Leak)
+	case c.Replicas < 1 || c.Replicas > 8:
+		return bad("Replicas", "%d; must be 1..8", c.Replicas)
+	case c.MaxValueSize < 1 || c.MaxValueSize > MaxValueSizeLimit:
+		return bad("MaxValueSize", "%d; must be 1..%d", c.MaxValueSize, MaxValueSizeLimit)
+	case c.MaxTTL < time.Second || c.MaxTTL > maxWireTTL:
+		return bad("MaxTTL", "%v; must be 1s..%v", c.MaxTTL, maxWireTTL)
+	case c.MaxValues < 1:
+		return bad("MaxValues", "%d; must be positive", c.MaxValues)
+	case c.MaxKeys < 1:
+		return bad("MaxKeys", "%d; must be positive", c.MaxKeys)
+	case c.MaxTrackedKeys < 1:
+		return bad("MaxTrackedKeys", "%d; must be positive", c.MaxTrackedKeys)
+	case c.MinRPCTimeout <= 0:
+		return bad("MinRPCTimeout", "%v; must be positive", c.MinRPCTimeout)
+	case c.MaxRPCTimeout < c.MinRPCTimeout:
+		return bad("MaxRPCTimeout", "%v is below MinRPCTimeout %v", c.MaxRPCTimeout, c.MinRPCTimeout)
+	case c.InitialRPCTimeout < c.MinRPCTimeout || c.InitialRPCTimeout > c.MaxRPCTimeout:
+		return bad("InitialRPCTimeout", "%v; must lie within MinRPCTimeout..MaxRPCTimeout", c.InitialRPCTimeout)
+	case c.LookupTimeout < c.MaxRPCTimeout:
+		return bad("LookupTimeout", "%v is below MaxRPCTimeout %v", c.LookupTimeout, c.MaxRPCTimeout)
+	case c.MaxFailures < 1:
+		return bad("MaxFailures", "%d; must be at least 1", c.MaxFailures)
+	case c.QuestionableAfter <= 0:
+		return bad("QuestionableAfter", "%v; must be positive", c.QuestionableAfter)
+	case c.RefreshInterval <= 0:
+		return bad("RefreshInterval", "%v; must be positive", c.RefreshInterval)
+	case c.NodesLiveWithin <= 0:
+		return bad("NodesLiveWithin", "%v; must be positive", c.NodesLiveWithin)
+	case c.MaxClockSkew < time.Second:
+		return bad("MaxClockSkew", "%v; must be at least 1s", c.MaxClockSkew)
+	case c.ReorderWindow <= 0 || c.ReorderWindow > c.MaxClockSkew:
+		return bad("ReorderWindow", "%v; must be positive and at most MaxClockSkew", c.ReorderWindow)
+	}
+	if c.Advertise.IsValid() {
+		if err := checkContactAddr(c.Advertise); err != nil {
+			return bad("Advertise", "%v", err)
+		}
+	}
+	return nil
+}
+
+// checkContactAddr rejects addresses no peer could send to.
+func checkContactAddr(a netip.AddrPort) error {
+	ip := a.Addr()
+	switch {
+	case !a.IsValid():
+		return fmt.Errorf("invalid address")
+	case ip.IsUnspecified():
+		return fmt.Errorf("%v is unspecified; advertise a specific address", a)
+	case ip.IsMulticast():
+		return fmt.Errorf("%v is multicast", a)
+	case ip.Zone() != "":
+		return fmt.Errorf("%v has a zone; zones cannot be advertised", a)
+	case a.Port() == 0:
+		return fmt.Errorf("%v has port 0", a)
+	}
+	return nil
+}
