@@ -1,0 +1,576 @@
+package coraldht
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Value is a value read from the DSHT.
+type Value struct {
+	Data []byte
+	TTL  time.Duration // lifetime left at the node that returned it
+}
+
+func toValues(ws []wireValue) []Value {
+	if len(ws) == 0 {
+		return nil
+	}
+	out := make([]Value, len(ws))
+	for i, w := range ws {
+		out[i] = Value{Data: w.Data, TTL: time.Duration(w.TTL) * time.Millisecond}
+	}
+	return out
+}
+
+// GetResult is the outcome of Get.
+type GetResult struct {
+	Values []Value
+	Level  int     // level whose DSHT held the values; -1 when none did
+	From   Contact // node that returned them (possibly this one)
+	Hops   int     // remote nodes that answered, over all levels
+	RPCs   int     // requests sent
+}
+
+// Placement is one node a put stored its value on.
+type Placement struct {
+	Level int
+	Node  Contact
+}
+
+// PutResult is the outcome of Put.
+type PutResult struct {
+	// Stored lists the nodes holding the value, per level. It is empty when
+	// the first node contacted was already full and loaded for the key: the
+	// key is well represented there and the value was not needed.
+	Stored []Placement
+	// Saturated reports that the key is already well represented: the
+	// forward phase stopped at a node that was full and loaded (which also
+	// ends the descent to lower levels), or every node asked to store
+	// refused because it was full of longer-lived values. Stored may then be
+	// empty without an error.
+	Saturated bool
+	Hops      int
+	RPCs      int
+}
+
+// PutGetResult is the outcome of PutGet: the put's result plus the first
+// values found. Values is empty only if this call was the first to put a
+// value under the key, as far as the network could tell.
+type PutGetResult struct {
+	PutResult
+	Values []Value
+	Level  int     // level where the values were found; -1 when none
+	From   Contact // node that returned them
+}
+
+// opContext ties an operation to the node's lifetime.
+func (n *Node) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(n.ctx, func() { cancel(ErrClosed) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+func (n *Node) opError(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
+// resolveLevels checks the requested levels and orders them highest (fastest
+// cluster) first; none means every level.
+func (n *Node) resolveLevels(levels []int) ([]int, error) {
+	if len(levels) == 0 {
+		out := make([]int, len(n.levels))
+		for i := range out {
+			out[i] = len(n.levels) - 1 - i
+		}
+		return out, nil
+	}
+	out := slices.Clone(levels)
+	for _, l := range out {
+		if l < 0 || l >= len(n.levels) {
+			return nil, fmt.Errorf("%w: level %d; this node has levels 0..%d", ErrInvalid, l, len(n.levels)-1)
+		}
+	}
+	slices.Sort(out)
+	slices.Reverse(out)
+	return slices.Compact(out), nil
+}
+
+// continuation gives where the next (lower) level's lookup starts: at the
+// answered node nearest the key, with the answered nodes that also share our
+// cluster at that level as extra candidates.
+func (n *Node) continuation(r *lookupResult, next int) (ID, []Contact) {
+	start := n.self.ID
+	if r.nearest != nil {
+		start = r.nearest.ID
+	}
+	var seeds []Contact
+	for _, c := range r.answered {
+		if !c.isSelf && n.sharesCluster(c.clusters, next) {
+			seeds = append(seeds, c.Contact)
+		}
+	}
+	return start, seeds
+}
+
+// Get returns values stored under key. It searches the given levels, or all
+// of them, highest first, continuing each lower level from where the
+// previous one stopped, and returns at the first node holding values. With
+// no values anywhere it returns ErrNotFound; if no remote node answered at
+// all, ErrNoResponse.
+func (n *Node) Get(ctx context.Context, key ID, levels ...int) (GetResult, error) {
+	res := GetResult{Level: -1}
+	lvls, err := n.resolveLevels(levels)
+	if err != nil {
+		return res, err
+	}
+	if n.closed.Load() {
+		return res, ErrClosed
+	}
+	n.counters.gets.Add(1)
+	ctx, cancel := n.opContext(ctx)
+	defer cancel()
+	start, seeds := n.self.ID, []Contact(nil)
+	failures, timedOut := 0, false
+	for i, l := range lvls {
+		r := n.lookup(ctx, lookupParams{level: l, key: key, kind: lookupGet, start: start, seeds: seeds, closing: n.cfg.Replicas})
+		res.Hops += r.hops
+		res.RPCs += r.rpcs
+		failures += r.failures
+		timedOut = timedOut || r.timedOut
+		if r.err != nil {
+			return res, n.opError(ctx, r.err)
+		}
+		if len(r.values) > 0 {
+			res.Values, res.Level, res.From = toValues(r.values), l, r.valuesFrom
+			n.counters.getHits.Add(1)
+			return res, nil
+		}
+		if i+1 < len(lvls) {
+			start, seeds = n.continuation(r, lvls[i+1])
+		}
+	}
+	switch {
+	case res.Hops == 0 && failures > 0:
+		return res, ErrNoResponse
+	case timedOut:
+		return res, fmt.Errorf("%w: lookup exceeded LookupTimeout (%v) without finding values", ErrTimeout, n.cfg.LookupTimeout)
+	}
+	return res, ErrNotFound
+}
+
+func (n *Node) checkPut(value []byte, ttl time.Duration) error {
+	switch {
+	case len(value) == 0:
+		return fmt.Errorf("%w: empty value", ErrInvalid)
+	case len(value) > n.cfg.MaxValueSize:
+		return fmt.Errorf("%w: value of %d bytes exceeds MaxValueSize %d", ErrInvalid, len(value), n.cfg.MaxValueSize)
+	case ttl < time.Millisecond || ttl > n.cfg.MaxTTL:
+		return fmt.Errorf("%w: TTL %v outside 1ms..%v", ErrInvalid, ttl, n.cfg.MaxTTL)
+	}
+	return nil
+}
+
+// Put stores value under key for ttl with Coral's two-phase sloppy
+// insertion on the given levels (default all), highest first. See PutGet.
+func (n *Node) Put(ctx context.Context, key ID, value []byte, ttl time.Duration, levels ...int) (PutResult, error) {
+	r, err := n.putGet(ctx, key, value, ttl, levels, false)
+	return r.PutResult, err
+}
+
+// PutGet stores value under key like Put and also returns the first values
+// other nodes stored under key, found in either direction. It is the test-and-
+// set that lets a flash crowd of proxies agree on who fetches from the
+// origin: when many nodes PutGet a fresh key at once, the stores serialize
+// at the nodes nearest the key and exactly one caller sees no values.
+//
+// The forward phases run from the highest level down, each continuing where
+// the previous stopped, and stop descending at a node that is full and
+// loaded. The stores then run from the lowest level reached upward, so this
+// node's value becomes visible to others only at the point where its own
+// answer is decided; the first successful store is that point, and values
+// seen after it are not reported.
+func (n *Node) PutGet(ctx context.Context, key ID, value []byte, ttl time.Duration, levels ...int) (PutGetResult, error) {
+	return n.putGet(ctx, key, value, ttl, levels, true)
+}
+
+type levelStack struct {
+	level int
+	stack []*candidate // nearest the key first
+}
+
+func (n *Node) putGet(ctx context.Context, key ID, value []byte, ttl time.Duration, levels []int, wantValues bool) (PutGetResult, error) {
+	res := PutGetResult{Level: -1}
+	if err := n.checkPut(value, ttl); err != nil {
+		return res, err
+	}
+	lvls, err := n.resolveLevels(levels)
+	if err != nil {
+		return res, err
+	}
+	if n.closed.Load() {
+		return res, ErrClosed
+	}
+	if wantValues {
+		n.counters.putGets.Add(1)
+	} else {
+		n.counters.puts.Add(1)
+	}
+	ctx, cancel := n.opContext(ctx)
+	defer cancel()
+
+	// Forward phases, highest level first.
+	var stacks []levelStack
+	start, seeds := n.self.ID, []Contact(nil)
+	failures, candidates, fullSkipped := 0, 0, 0
+	for i, l := range lvls {
+		r := n.lookup(ctx, lookupParams{level: l, key: key, kind: lookupPut, ttl: ttl, wantValues: wantValues, start: start, seeds: seeds, closing: n.cfg.Replicas})
+		res.Hops += r.hops
+		res.RPCs += r.rpcs
+		failures += r.failures
+		if r.err != nil {
+			return res, n.opError(ctx, r.err)
+		}
+		if wantValues && res.Values == nil && len(r.values) > 0 {
+			res.Values, res.Level, res.From = toValues(r.values), l, r.valuesFrom
+		}
+		// The stack: contacted nodes that were not both full and loaded,
+		// less those already full — the forward phase told us they cannot
+		// accept, so a store would only be refused. (A node that fills up
+		// after its probe still refuses, and the walk moves down.)
+		ls := levelStack{level: l}
+		for _, c := range r.answered {
+			if n.cfg.PlainDHT || !c.status.full(n.cfg.FullValues, ttl) {
+				ls.stack = append(ls.stack, c)
+			} else {
+				fullSkipped++
+			}
+		}
+		slices.SortFunc(ls.stack, func(a, b *candidate) int { return CompareDistance(key, a.ID, b.ID) })
+		if n.cfg.PlainDHT && len(ls.stack) > 1 {
+			ls.stack = ls.stack[:1]
+		}
+		candidates += len(ls.stack)
+		stacks = append(stacks, ls)
+		if r.saturated {
+			res.Saturated = true
+			break
+		}
+		if i+1 < len(lvls) {
+			start, seeds = n.continuation(r, lvls[i+1])
+		}
+	}
+
+	if n.testHookAfterForward != nil {
+		n.testHookAfterForward(stacks)
+	}
+
+	// Reverse phases, lowest level first. The first successful store
+	// decides what PutGet reports.
+	quota := make([]int, len(stacks)) // replicas still wanted per level
+	next := make([]int, len(stacks))  // next stack entry to try per level
+	for i := range quota {
+		quota[i] = n.cfg.Replicas
+	}
+	decided := false
+	refusedFull, otherFailures := 0, 0
+	for i := len(stacks) - 1; i >= 0 && !decided; i-- {
+		ls := stacks[i]
+		for next[i] < len(ls.stack) && !decided {
+			c := ls.stack[next[i]]
+			next[i]++
+			out := n.storeAt(ctx, ls.level, key, value, ttl, c, wantValues && res.Values == nil)
+			if out.err != nil && ctx.Err() != nil {
+				return res, n.opError(ctx, out.err)
+			}
+			if wantValues && res.Values == nil && len(out.before) > 0 {
+				res.Values, res.Level, res.From = toValues(out.before), ls.level, c.Contact
+			}
+			switch {
+			case out.stored():
+				res.Stored = append(res.Stored, Placement{Level: ls.level, Node: c.Contact})
+				quota[i]--
+				decided = true
+			case out.err == nil && out.result == storeFull:
+				refusedFull++
+			default:
+				otherFailures++
+			}
+		}
+	}
+
+	// The remaining replicas and levels no longer affect the answer; store
+	// them concurrently, one goroutine per level walking down its stack.
+	if decided {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i, ls := range stacks {
+			if quota[i] <= 0 || next[i] >= len(ls.stack) {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for quota[i] > 0 && next[i] < len(ls.stack) && ctx.Err() == nil {
+					c := ls.stack[next[i]]
+					next[i]++
+					if n.storeAt(ctx, ls.level, key, value, ttl, c, false).stored() {
+						mu.Lock()
+						res.Stored = append(res.Stored, Placement{Level: ls.level, Node: c.Contact})
+						mu.Unlock()
+						quota[i]--
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	if ctx.Err() != nil {
+		return res, n.opError(ctx, ctx.Err())
+	}
+	slices.SortStableFunc(res.Stored, func(a, b Placement) int { return b.Level - a.Level })
+	if len(res.Stored) == 0 && candidates == 0 && fullSkipped > 0 {
+		res.Saturated = true
+	}
+	if len(res.Stored) == 0 && candidates > 0 {
+		switch {
+		case otherFailures == 0 && refusedFull+fullSkipped > 0:
+			res.Saturated = true
+		case res.Hops == 0 && failures > 0:
+			return res, ErrNoResponse
+		default:
+			return res, ErrNotStored
+		}
+	}
+	return res, nil
+}
+
+type storeOutcome struct {
+	result uint8
+	before []wireValue
+	err    error
+}
+
+func (o storeOutcome) stored() bool {
+	return o.err == nil && (o.result == storeStored || o.result == storeRefreshed)
+}
+
+// storeAt stores the value on one stack entry: locally for this node, by RPC
+// otherwise.
+func (n *Node) storeAt(ctx context.Context, lvl int, key ID, value []byte, ttl time.Duration, c *candidate, wantValues bool) storeOutcome {
+	if c.isSelf {
+		lk := levelKey{level: uint8(lvl), key: key}
+		now := time.Now()
+		n.load.request(lk, kindStore, true, now)
+		result, _, before := n.storeLocal(lk, value, ttl, now)
+		return storeOutcome{result: result, before: before}
+	}
+	req := &message{Type: msgStore, Level: uint8(lvl), Key: key, TTL: ttlMillis(ttl), Value: value}
+	if wantValues {
+		req.Flags = reqFlagWantValues
+	}
+	m, err := n.call(ctx, c.Contact, req)
+	if err != nil {
+		return storeOutcome{err: err}
+	}
+	if m.Status != statusOK {
+		return storeOutcome{err: fmt.Errorf("coraldht: store at %v refused with status %d", c.Contact, m.Status)}
+	}
+	return storeOutcome{result: m.Result, before: m.Values}
+}
+
+// Bootstrap joins the network through the nodes at addrs: it pings them,
+// looks up its own ID to meet its neighbours, then refreshes every bucket
+// farther away than its nearest neighbour. It fails with ErrNoResponse if
+// none of addrs answers.
+func (n *Node) Bootstrap(ctx context.Context, addrs ...netip.AddrPort) error {
+	if n.closed.Load() {
+		return ErrClosed
+	}
+	ctx, cancel := n.opContext(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	answered := 0
+	var lastErr error
+	for _, a := range addrs {
+		a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+		if a == n.self.Addr {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := n.Ping(ctx, a)
+			mu.Lock()
+			if err == nil {
+				answered++
+			} else {
+				lastErr = err
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return n.opError(ctx, err)
+	}
+	if answered == 0 && n.levels[0].rt.len() == 0 {
+		if lastErr != nil {
+			return fmt.Errorf("%w: bootstrap: %v", ErrNoResponse, lastErr)
+		}
+		return fmt.Errorf("%w: bootstrap: no other node to contact", ErrNoResponse)
+	}
+	r := n.findNode(ctx, 0, n.self.ID)
+	if r.err != nil {
+		return n.opError(ctx, r.err)
+	}
+	// Refresh the buckets beyond the nearest neighbour so the table holds
+	// contacts at every distance, as a Kademlia join does.
+	nearest := IDBits
+	if cs := n.levels[0].rt.closest(n.self.ID, 1, ID{}); len(cs) > 0 {
+		nearest = CommonPrefixLen(n.self.ID, cs[0].ID)
+	}
+	for i := 0; i < nearest && i < IDBits; i++ {
+		n.mu.Lock()
+		target := randomIDWithPrefix(n.self.ID, i, n.rng)
+		n.mu.Unlock()
+		if r := n.findNode(ctx, 0, target); r.err != nil {
+			return n.opError(ctx, r.err)
+		}
+	}
+	return nil
+}
+
+// NodeInfo describes a node known to this one.
+type NodeInfo struct {
+	Contact
+	RTT       time.Duration // smallest RTT measured by this node; 0 if never measured
+	LastHeard time.Time     // last authentic datagram from it
+	Self      bool          // this node itself
+}
+
+// Nodes returns up to count live members of this node's cluster at level
+// that run all of services, preferring nodes near target: those in target's
+// /24 (IPv6 /48) first, then by measured RTT from this node, unmeasured ones
+// last. Live means heard from within Config.NodesLiveWithin. This node
+// itself is included when it runs the services. A zero target means no
+// preference beyond RTT.
+func (n *Node) Nodes(level, count int, target netip.Addr, services Services) []NodeInfo {
+	if level < 0 || level >= len(n.levels) || count <= 0 {
+		return nil
+	}
+	now := time.Now()
+	var out []NodeInfo
+	if n.self.Services.Has(services) {
+		out = append(out, NodeInfo{Contact: n.self, LastHeard: now, Self: true})
+	}
+	for _, e := range n.levels[level].rt.all() {
+		if e.failures > 0 || now.Sub(e.lastHeard) > n.cfg.NodesLiveWithin || !e.Services.Has(services) {
+			continue
+		}
+		ni := NodeInfo{Contact: e.Contact, LastHeard: e.lastHeard}
+		if p, ok := n.peers.get(e.Addr); ok {
+			ni.RTT = p.Min
+		}
+		out = append(out, ni)
+	}
+	target = target.Unmap()
+	near := func(ni NodeInfo) bool {
+		if !target.IsValid() {
+			return false
+		}
+		a := ni.Addr.Addr()
+		bits := 24
+		if target.Is6() {
+			bits = 48
+		}
+		if a.BitLen() != target.BitLen() {
+			return false
+		}
+		pa, _ := a.Prefix(bits)
+		return pa.Contains(target)
+	}
+	slices.SortStableFunc(out, func(a, b NodeInfo) int {
+		if na, nb := near(a), near(b); na != nb {
+			if na {
+				return -1
+			}
+			return 1
+		}
+		ra, rb := a.RTT, b.RTT
+		if a.Self {
+			ra = 0
+		}
+		if b.Self {
+			rb = 0
+		}
+		switch {
+		case (ra == 0 && !a.Self) != (rb == 0 && !b.Self):
+			if ra == 0 && !a.Self {
+				return 1
+			}
+			return -1
+		case ra != rb:
+			return int(ra - rb)
+		}
+		return a.ID.Cmp(b.ID)
+	})
+	if len(out) > count {
+		out = out[:count]
+	}
+	return out
+}
+
+// LevelInfo describes one level of the hierarchy.
+type LevelInfo struct {
+	Level     int
+	Threshold time.Duration // RTT bound of the level's clusters; 0 at level 0 (unbounded)
+	Cluster   ClusterInfo   // this node's cluster at the level
+	Contacts  int           // routing-table size at the level
+}
+
+// Levels returns the levels of the hierarchy, level 0 first: their number
+// and RTT thresholds, with this node's cluster at each.
+func (n *Node) Levels() []LevelInfo {
+	infos := n.clusterInfos()
+	out := make([]LevelInfo, len(n.levels))
+	for i, lv := range n.levels {
+		out[i] = LevelInfo{Level: i, Threshold: lv.threshold, Cluster: infos[i], Contacts: lv.rt.len()}
+	}
+	return out
+}
+
+// RoutingTable lists the good contacts of the level's routing table, nearest
+// this node's ID first.
+func (n *Node) RoutingTable(level int) []NodeInfo {
+	if level < 0 || level >= len(n.levels) {
+		return nil
+	}
+	es := n.levels[level].rt.all()
+	out := make([]NodeInfo, 0, len(es))
+	for _, e := range es {
+		ni := NodeInfo{Contact: e.Contact, LastHeard: e.lastHeard}
+		if p, ok := n.peers.get(e.Addr); ok {
+			ni.RTT = p.Min
+		}
+		out = append(out, ni)
+	}
+	slices.SortFunc(out, func(a, b NodeInfo) int { return CompareDistance(n.self.ID, a.ID, b.ID) })
+	return out
+}
+
+// PeerRTT returns the RTT measurements this node holds for addr.
+func (n *Node) PeerRTT(addr netip.AddrPort) (PeerRTT, bool) { return n.peers.get(addr) }
+
+// KeyLoad returns the request counters this node keeps for key at level.
+func (n *Node) KeyLoad(level int, key ID) KeyLoad {
+	return n.load.snapshot(levelKey{level: uint8(level), key: key}, time.Now())
+}

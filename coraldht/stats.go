@@ -1,0 +1,200 @@
+package coraldht
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MessageCounts counts datagrams by message type.
+type MessageCounts struct {
+	Ping, FindNode, Get, PutProbe, Store uint64
+}
+
+func (mc *MessageCounts) set(t msgType, v uint64) {
+	switch t {
+	case msgPing:
+		mc.Ping = v
+	case msgFindNode:
+		mc.FindNode = v
+	case msgGet:
+		mc.Get = v
+	case msgPutProbe:
+		mc.PutProbe = v
+	case msgStore:
+		mc.Store = v
+	}
+}
+
+// Total is the sum over all types.
+func (mc MessageCounts) Total() uint64 {
+	return mc.Ping + mc.FindNode + mc.Get + mc.PutProbe + mc.Store
+}
+
+// DropCounts counts datagrams discarded without a reply, by reason.
+type DropCounts struct {
+	Oversize    uint64 // longer than MaxDatagram
+	BadAuth     uint64 // missing or wrong tag: wrong key, corruption, forgery, truncation
+	Malformed   uint64 // authentic but unparsable (a bug or a newer peer)
+	Stale       uint64 // timestamp outside the clock-skew window
+	Replay      uint64 // already accepted once, or too far behind its sender's newest
+	QueueFull   uint64 // (reserved for transports that report it)
+	Unsolicited uint64 // reply to no outstanding request (late or duplicate)
+	Self        uint64 // claims to come from this node
+	Misdirected uint64 // addressed to another node ID (e.g. replayed from elsewhere)
+}
+
+// Histogram is a cumulative-free bucketed distribution: Counts[i] counts
+// observations ≤ Bounds[i] and above the previous bound; the last count is
+// for observations above every bound.
+type Histogram struct {
+	Bounds []float64
+	Counts []uint64
+	Sum    float64
+	Count  uint64
+}
+
+func newHistogram(bounds []float64) *histogram {
+	return &histogram{h: Histogram{Bounds: bounds, Counts: make([]uint64, len(bounds)+1)}}
+}
+
+type histogram struct {
+	mu sync.Mutex
+	h  Histogram
+}
+
+func (h *histogram) observe(v float64) {
+	h.mu.Lock()
+	i := 0
+	for i < len(h.h.Bounds) && v > h.h.Bounds[i] {
+		i++
+	}
+	h.h.Counts[i]++
+	h.h.Sum += v
+	h.h.Count++
+	h.mu.Unlock()
+}
+
+func (h *histogram) snapshot() Histogram {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.h
+	out.Counts = append([]uint64(nil), h.h.Counts...)
+	return out
+}
+
+// Stats is a snapshot of a node's counters. It holds plain numbers so the
+// CoreDNS and Caddy integrations can export them in their own metrics
+// systems; coraldht itself depends on none.
+type Stats struct {
+	RequestsIn  MessageCounts // authentic requests received
+	RequestsOut MessageCounts // requests sent
+	RepliesIn   MessageCounts // replies matched to an outstanding request
+	RepliesOut  MessageCounts // replies sent
+	Refused     uint64        // requests answered with a non-OK status (not a member, bad level, invalid)
+	Drops       DropCounts
+	Timeouts    uint64 // RPCs that went unanswered
+
+	Gets, GetHits, Puts, PutGets uint64 // operations started by this node's applications
+
+	Lookups       uint64
+	LookupHops    Histogram // remote nodes that answered, per lookup level
+	LookupSeconds Histogram // duration of each lookup level
+
+	StoredKeys, StoredValues int
+	Store                    StoreCounters
+
+	RoutingTableSizes []int // contacts per level
+	Peers             int   // addresses with RTT measurements
+	TopKeys           []KeyLoad
+}
+
+// StoreCounters counts what happened to store attempts and stored values.
+type StoreCounters struct {
+	Stored           uint64 // new values accepted
+	Refreshed        uint64 // an existing value stored again
+	RefusedFull      uint64 // refused: full for the key
+	RefusedExhausted uint64 // refused: memory bound and nothing to evict
+	EvictedForNewer  uint64 // a key's soonest-expiring value made room for a longer-lived one
+	EvictedForSpace  uint64 // evicted by the memory bound
+	Expired          uint64
+}
+
+// nodeCounters are the live counters behind Stats.
+type nodeCounters struct {
+	reqIn, reqOut, repIn, repOut [msgTypeEnd]atomic.Uint64
+	refused                      atomic.Uint64
+	drops                        [dropReasonEnd]atomic.Uint64
+	timeouts                     atomic.Uint64
+	gets, getHits, puts, putGets atomic.Uint64
+	lookups                      atomic.Uint64
+	hops, seconds                *histogram
+}
+
+func newNodeCounters() *nodeCounters {
+	hopBounds := make([]float64, 21)
+	for i := range hopBounds {
+		hopBounds[i] = float64(i)
+	}
+	return &nodeCounters{
+		hops:    newHistogram(hopBounds),
+		seconds: newHistogram([]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}),
+	}
+}
+
+func (c *nodeCounters) observeLookup(hops int, d time.Duration) {
+	c.lookups.Add(1)
+	c.hops.observe(float64(hops))
+	c.seconds.observe(d.Seconds())
+}
+
+func loadCounts(a *[msgTypeEnd]atomic.Uint64) MessageCounts {
+	var mc MessageCounts
+	for t := msgType(1); t < msgTypeEnd; t++ {
+		mc.set(t, a[t].Load())
+	}
+	return mc
+}
+
+// Stats returns a snapshot of the node's counters, including the ten keys
+// with the most requests in the last minute.
+func (n *Node) Stats() Stats {
+	c := n.counters
+	s := Stats{
+		RequestsIn:    loadCounts(&c.reqIn),
+		RequestsOut:   loadCounts(&c.reqOut),
+		RepliesIn:     loadCounts(&c.repIn),
+		RepliesOut:    loadCounts(&c.repOut),
+		Refused:       c.refused.Load(),
+		Timeouts:      c.timeouts.Load(),
+		Gets:          c.gets.Load(),
+		GetHits:       c.getHits.Load(),
+		Puts:          c.puts.Load(),
+		PutGets:       c.putGets.Load(),
+		Lookups:       c.lookups.Load(),
+		LookupHops:    c.hops.snapshot(),
+		LookupSeconds: c.seconds.snapshot(),
+	}
+	s.Drops = DropCounts{
+		Oversize:    c.drops[dropOversize].Load(),
+		BadAuth:     c.drops[dropBadAuth].Load(),
+		Malformed:   c.drops[dropMalformed].Load(),
+		Stale:       c.drops[dropStale].Load(),
+		Replay:      c.drops[dropReplay].Load(),
+		QueueFull:   c.drops[dropQueueFull].Load(),
+		Unsolicited: c.drops[dropUnsolicited].Load(),
+		Self:        c.drops[dropSelf].Load(),
+		Misdirected: c.drops[dropMisdirected].Load(),
+	}
+	keys, values, sc := n.store.sizes()
+	s.StoredKeys, s.StoredValues = keys, values
+	s.Store = sc
+	for _, lv := range n.levels {
+		s.RoutingTableSizes = append(s.RoutingTableSizes, lv.rt.len())
+	}
+	n.peers.mu.Lock()
+	s.Peers = len(n.peers.peers)
+	n.peers.mu.Unlock()
+	s.TopKeys = n.load.top(10, time.Now())
+	return s
+}

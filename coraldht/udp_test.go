@@ -1,0 +1,114 @@
+package coraldht
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestUDPNetwork runs 32 nodes on real UDP sockets, one per loopback
+// address 127.0.0.10–41, and exercises put, get and the put+get race.
+func TestUDPNetwork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 32 real UDP nodes")
+	}
+	const n = 32
+	var nodes []*Node
+	for i := range n {
+		tr, err := ListenUDP(fmt.Sprintf("127.0.0.%d:0", 10+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Key = testKey
+		nd, err := NewNode(cfg, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes = append(nodes, nd)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, nd := range nodes[1:] {
+		wg.Go(func() {
+			if err := nd.Bootstrap(ctx, nodes[0].Addr()); err != nil {
+				t.Errorf("bootstrap %v: %v", nd.Addr(), err)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	for i := range 10 {
+		key := KeyFor(fmt.Sprint("udp", i))
+		val := []byte(nodes[i].Addr().String())
+		if _, err := nodes[i].Put(ctx, key, val, time.Minute); err != nil {
+			t.Fatalf("put: %v", err)
+		}
+		r, err := nodes[n-1-i].Get(ctx, key)
+		if err != nil || string(r.Values[0].Data) != string(val) {
+			t.Fatalf("get: %+v %v", r, err)
+		}
+	}
+	key := KeyFor("udp race")
+	empty := make(chan int, n)
+	for _, nd := range nodes {
+		wg.Go(func() {
+			r, err := nd.PutGet(ctx, key, []byte(nd.Addr().String()), 20*time.Second)
+			if err != nil {
+				t.Errorf("put+get %v: %v", nd.Addr(), err)
+				return
+			}
+			if len(r.Values) == 0 {
+				empty <- 1
+			}
+		})
+	}
+	wg.Wait()
+	close(empty)
+	if got := len(empty); got != 1 {
+		t.Fatalf("%d of %d nodes saw no values in a put+get race over UDP, want 1", got, n)
+	}
+	var table int
+	for _, nd := range nodes {
+		table += len(nd.RoutingTable(0))
+		if d := nd.Stats().Drops; d.BadAuth+d.Malformed+d.Replay+d.Stale != 0 {
+			t.Errorf("%v dropped honest traffic: %+v", nd.Addr(), d)
+		}
+	}
+	if avg := table / n; avg < 10 {
+		t.Fatalf("average routing table holds %d of %d nodes", avg, n-1)
+	}
+}
+
+// TestKeylessNodeOnlyOnLoopback binds real sockets.
+func TestKeylessNodeOnlyOnLoopback(t *testing.T) {
+	tr, err := ListenUDP("127.0.0.9:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd, err := NewNode(DefaultConfig(), tr)
+	if err != nil {
+		t.Fatalf("keyless node on loopback: %v", err)
+	}
+	nd.Close()
+
+	tr, err = ListenUDP("0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Advertise = netip.MustParseAddrPort("127.0.0.9:4000")
+	_, err = NewNode(cfg, tr)
+	if !errors.Is(err, ErrNoKey) {
+		t.Fatalf("keyless node on 0.0.0.0: %v, want ErrNoKey", err)
+	}
+	tr.Close()
+}
