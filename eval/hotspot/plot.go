@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+var (
+	coralColor = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
+	plainColor = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+	boundColor = color.RGBA{R: 0x55, G: 0x55, B: 0x55, A: 0xff}
+)
+
+// plotCurve draws Figure 8: put RPCs per minute per node, nodes sorted by
+// distance to the key; the plain DHT on the same axes when it ran. The y
+// axis is logarithmic (values + 1) so both fit.
+func plotCurve(path string, rep *report) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Put RPCs per minute per node for a hot key (n = %d, steady state, mean of the keys)", rep.Coral.N)
+	p.X.Label.Text = "nodes sorted by XOR distance of their ID to the key (closest first)"
+	p.Y.Label.Text = "put RPCs received per minute + 1"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	add := func(r *run, c color.Color, name string) error {
+		pts := make(plotter.XYs, len(r.Steady))
+		for i, v := range r.Steady {
+			pts[i] = plotter.XY{X: float64(i), Y: v + 1}
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		l.Color = c
+		l.Width = vg.Points(1.2)
+		p.Add(l)
+		p.Legend.Add(name, l)
+		return nil
+	}
+	if err := add(rep.Coral, coralColor, "Coral (b = 1, β = 12)"); err != nil {
+		return err
+	}
+	if rep.Plain != nil {
+		if err := add(rep.Plain, plainColor, "plain DHT (greedy, store at closest)"); err != nil {
+			return err
+		}
+	}
+	bound := plotter.NewFunction(func(float64) float64 { return float64(rep.Coral.Predict) + 1 })
+	bound.Color = boundColor
+	bound.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(bound)
+	p.Legend.Add(fmt.Sprintf("beta * ceil(log2 n) = %d", rep.Coral.Predict), bound)
+	p.Legend.Top = true
+	p.X.Min, p.X.Max = 0, float64(rep.Coral.N)
+	p.Y.Min = 1
+	hi := float64(rep.Coral.Predict) * 2
+	for _, r := range []*run{rep.Coral, rep.Plain} {
+		if r != nil {
+			hi = math.Max(hi, r.MaxSteady+1)
+		}
+	}
+	p.Y.Max = hi * 1.5
+	return p.Save(9*vg.Inch, 5*vg.Inch, path)
+}
+
+// plotSweep draws the closest node's load against network size.
+func plotSweep(path string, runs []*run) error {
+	p := plot.New()
+	p.Title.Text = "Load on the node closest to a hot key vs network size"
+	p.X.Label.Text = "nodes (log scale)"
+	p.Y.Label.Text = "put RPCs per minute at the closest node"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	var got, pred plotter.XYs
+	for _, r := range runs {
+		got = append(got, plotter.XY{X: float64(r.N), Y: r.ClosestSteady})
+		pred = append(pred, plotter.XY{X: float64(r.N), Y: float64(r.Predict)})
+	}
+	l, s, err := plotter.NewLinePoints(got)
+	if err != nil {
+		return err
+	}
+	l.Color, s.Color = coralColor, coralColor
+	s.Shape = draw.CircleGlyph{}
+	p.Add(l, s)
+	p.Legend.Add("closest node, mean of the hot keys", l, s)
+	var worst plotter.XYs
+	for _, r := range runs {
+		worst = append(worst, plotter.XY{X: float64(r.N), Y: r.ClosestWorst})
+	}
+	wl, ws, err := plotter.NewLinePoints(worst)
+	if err != nil {
+		return err
+	}
+	wl.Color, ws.Color = plainColor, plainColor
+	wl.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+	ws.Shape = draw.TriangleGlyph{}
+	p.Add(wl, ws)
+	p.Legend.Add("closest node, worst hot key", wl, ws)
+	b, err := plotter.NewLine(pred)
+	if err != nil {
+		return err
+	}
+	b.Color = boundColor
+	b.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(b)
+	p.Legend.Add("beta * ceil(log2 n)", b)
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Y.Min = 0
+	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
+}
