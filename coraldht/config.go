@@ -167,8 +167,8 @@ type Config struct {
 	// store there, ignoring full and loaded. Never use it in production.
 	PlainDHT bool
 
-	// Seed seeds the node's pseudo-random choices (request IDs, refresh
-	// targets, value subsets). Zero picks a random seed.
+	// Seed seeds the node's pseudo-random choices (request IDs, cluster IDs,
+	// refresh targets). Zero picks a random seed.
 	Seed uint64
 
 	// Logger receives debug and warning messages. Nil discards them.

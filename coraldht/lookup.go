@@ -356,7 +356,7 @@ func (n *Node) lookup(parent context.Context, p lookupParams) *lookupResult {
 	switch p.kind {
 	case lookupGet:
 		n.load.request(lk, kindGet, true, began)
-		if vs := n.store.get(lk, began, n.lockedRand()); len(vs) > 0 {
+		if vs := n.store.get(lk, began); len(vs) > 0 {
 			ls.res.values, ls.res.valuesFrom = vs, n.self
 			ls.done = true
 		}
@@ -364,7 +364,7 @@ func (n *Node) lookup(parent context.Context, p lookupParams) *lookupResult {
 		self.loaded = n.load.request(lk, kindPutProbe, true, began)
 		self.status = n.store.status(lk, began)
 		if p.wantValues {
-			if vs := n.store.get(lk, began, n.lockedRand()); len(vs) > 0 {
+			if vs := n.store.get(lk, began); len(vs) > 0 {
 				ls.res.values, ls.res.valuesFrom = vs, n.self
 			}
 		}

@@ -341,7 +341,7 @@ func (n *Node) handleRequest(m *message, from netip.AddrPort, now time.Time) {
 		r.Nodes = n.levels[m.Level].rt.closestAnswering(m.Target, n.cfg.BucketSize, m.Sender.ID)
 	case msgGet:
 		n.load.request(lk, kindGet, false, now)
-		r.Values = n.store.get(lk, now, n.lockedRand())
+		r.Values = n.store.get(lk, now)
 		if len(r.Values) == 0 {
 			r.Nodes = n.replyContacts(int(m.Level), m.Target, m.Key, m.Sender.ID)
 		}
@@ -356,7 +356,7 @@ func (n *Node) handleRequest(m *message, from netip.AddrPort, now time.Time) {
 		r.Count = uint8(min(st.count, 255))
 		r.MinRemaining = ttlMillis(st.minRemaining)
 		if m.Flags&reqFlagWantValues != 0 {
-			r.Values = n.store.get(lk, now, n.lockedRand())
+			r.Values = n.store.get(lk, now)
 		}
 		r.Nodes = n.replyContacts(int(m.Level), m.Target, m.Key, m.Sender.ID)
 	case msgStore:
@@ -419,15 +419,6 @@ func (n *Node) checkLevel(m *message) uint8 {
 		return statusNotMember
 	}
 	return statusOK
-}
-
-func (n *Node) lockedRand() *mrand.Rand {
-	// store.get shuffles under the store lock; hand it a private generator
-	// seeded from the node's so concurrent handlers never share one.
-	n.mu.Lock()
-	s := n.rng.Uint64()
-	n.mu.Unlock()
-	return mrand.New(mrand.NewPCG(s, s^0xda3e39cb94b95bdb))
 }
 
 // pendingCall is an outstanding request.

@@ -119,7 +119,15 @@ func (rt *routingTable) failed(id ID) {
 	e := b.entries[i]
 	e.failures++
 	e.pinging = false
-	if !e.bad(rt.maxFailures) || len(b.replacements) == 0 {
+	if e.bad(rt.maxFailures) {
+		b.replaceWithFreshest(i)
+	}
+}
+
+// replaceWithFreshest swaps entry i for the most recently heard
+// replacement, if there is one.
+func (b *bucket) replaceWithFreshest(i int) {
+	if len(b.replacements) == 0 {
 		return
 	}
 	repl := b.replacements[len(b.replacements)-1]
@@ -140,17 +148,12 @@ func (rt *routingTable) evict(id ID) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	b := rt.bucketFor(id)
-	if b == nil || len(b.replacements) == 0 {
+	if b == nil {
 		return
 	}
-	i := indexOf(b.entries, id)
-	if i < 0 || b.entries[i].failures == 0 {
-		return
+	if i := indexOf(b.entries, id); i >= 0 && b.entries[i].failures > 0 {
+		b.replaceWithFreshest(i)
 	}
-	repl := b.replacements[len(b.replacements)-1]
-	b.replacements = b.replacements[:len(b.replacements)-1]
-	b.entries = slices.Delete(b.entries, i, i+1)
-	b.insertByHeard(repl)
 }
 
 // remove drops id from the table (used when a node changes clusters).
@@ -162,12 +165,11 @@ func (rt *routingTable) remove(id ID) {
 		return
 	}
 	if i := indexOf(b.entries, id); i >= 0 {
-		b.entries = slices.Delete(b.entries, i, i+1)
-		rt.size--
-		if n := len(b.replacements); n > 0 {
-			b.insertByHeard(b.replacements[n-1])
-			b.replacements = b.replacements[:n-1]
-			rt.size++
+		if len(b.replacements) > 0 {
+			b.replaceWithFreshest(i)
+		} else {
+			b.entries = slices.Delete(b.entries, i, i+1)
+			rt.size--
 		}
 	}
 }

@@ -80,8 +80,9 @@ func (s *store) statusLocked(lk levelKey, now time.Time) keyStatus {
 	return ks
 }
 
-// get returns the live values under lk in random order.
-func (s *store) get(lk levelKey, now time.Time, rng *rand.Rand) []wireValue {
+// get returns the live values under lk in random order, so that readers
+// spread over the nodes the values point to.
+func (s *store) get(lk levelKey, now time.Time) []wireValue {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked(now)
@@ -93,7 +94,7 @@ func (s *store) get(lk levelKey, now time.Time, rng *rand.Rand) []wireValue {
 	for i, v := range e.values {
 		out[i] = wireValue{TTL: ttlMillis(v.expiry.Sub(now)), Data: v.data}
 	}
-	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
 }
 
