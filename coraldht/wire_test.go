@@ -464,14 +464,7 @@ func TestWireSizeDiscipline(t *testing.T) {
 		}
 		m := &message{Type: msgGet, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
 			Clusters: wireFullClusters(), Values: vs}
-		b := wireEncode(t, m)
-		if len(b) > limit {
-			t.Fatalf("%d bytes; limit %d", len(b), limit)
-		}
-		got, err := decodeMessage(b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, got := wireEncodeWithin(t, m, limit)
 		n := len(got.Values)
 		if n == 0 || n >= len(vs) || !reflect.DeepEqual(got.Values, vs[:n]) {
 			t.Fatalf("decoded %d values; want a proper non-empty prefix of the %d sent", n, len(vs))
@@ -552,14 +545,7 @@ func TestWireSizeDiscipline(t *testing.T) {
 			cs := wireV6Contacts(n)
 			m := &message{Type: msgFindNode, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
 				Clusters: wireFullClusters(), Nodes: cs}
-			b := wireEncode(t, m)
-			if len(b) > limit {
-				t.Fatalf("%d bytes; limit %d", len(b), limit)
-			}
-			got, err := decodeMessage(b)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, got := wireEncodeWithin(t, m, limit)
 			if !reflect.DeepEqual(got.Nodes, cs[:maxContactsPerReply]) {
 				t.Fatalf("decoded %d contacts; want the first %d", len(got.Nodes), maxContactsPerReply)
 			}
@@ -570,14 +556,7 @@ func TestWireSizeDiscipline(t *testing.T) {
 		vs := wireValues(100, 100, 100)
 		m := &message{Type: msgPutProbe, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
 			Clusters: wireFullClusters(), Count: 3, MinRemaining: 5, Values: vs, Nodes: cs}
-		b := wireEncode(t, m)
-		if len(b) > limit {
-			t.Fatalf("%d bytes; limit %d", len(b), limit)
-		}
-		got, err := decodeMessage(b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, got := wireEncodeWithin(t, m, limit)
 		if !reflect.DeepEqual(got.Nodes, cs) {
 			t.Fatalf("decoded %d contacts; want all %d", len(got.Nodes), len(cs))
 		}
@@ -594,14 +573,7 @@ func TestWireSizeDiscipline(t *testing.T) {
 		vs := wireValues(500, 500)
 		m := &message{Type: msgGet, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
 			Clusters: wireFullClusters(), Values: vs, Nodes: cs}
-		b := wireEncode(t, m)
-		if len(b) > limit {
-			t.Fatalf("%d bytes; limit %d", len(b), limit)
-		}
-		got, err := decodeMessage(b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, got := wireEncodeWithin(t, m, limit)
 		if !reflect.DeepEqual(got.Values, vs[:1]) {
 			t.Fatalf("decoded %d values; want 1", len(got.Values))
 		}
@@ -637,14 +609,7 @@ func TestWireSizeDiscipline(t *testing.T) {
 		vs := wireValues(512, 512, 512, 512)
 		m := &message{Type: msgStore, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
 			Clusters: wireFullClusters(), Values: vs}
-		b := wireEncode(t, m)
-		if len(b) > limit {
-			t.Fatalf("%d bytes; limit %d", len(b), limit)
-		}
-		got, err := decodeMessage(b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, got := wireEncodeWithin(t, m, limit)
 		k := len(got.Values)
 		if k == 0 || k >= len(vs) || !reflect.DeepEqual(got.Values, vs[:k]) || len(b)+valueEntry(vs[k]) <= limit {
 			t.Fatalf("decoded %d values in %d bytes; want as many as fit", k, len(b))
@@ -788,4 +753,19 @@ func TestWireMatchesProtocolDoc(t *testing.T) {
 			}
 		}
 	})
+}
+
+// wireEncodeWithin encodes m, checks the result fits in limit bytes, and
+// decodes it again.
+func wireEncodeWithin(t *testing.T, m *message, limit int) ([]byte, *message) {
+	t.Helper()
+	b := wireEncode(t, m)
+	if len(b) > limit {
+		t.Fatalf("%d bytes; limit %d", len(b), limit)
+	}
+	got, err := decodeMessage(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, got
 }
