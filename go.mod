@@ -4,7 +4,10 @@ go 1.26.0
 
 tool honnef.co/go/tools/cmd/staticcheck
 
-require gonum.org/v1/plot v0.16.0
+require (
+	golang.org/x/net v0.53.0
+	gonum.org/v1/plot v0.16.0
+)
 
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
@@ -20,7 +23,8 @@ require (
 	golang.org/x/image v0.25.0 // indirect
 	golang.org/x/mod v0.35.0 // indirect
 	golang.org/x/sync v0.20.0 // indirect
-	golang.org/x/text v0.23.0 // indirect
+	golang.org/x/sys v0.43.0 // indirect
+	golang.org/x/text v0.36.0 // indirect
 	golang.org/x/tools v0.44.1-0.20260420230617-19499e7caabc // indirect
 	honnef.co/go/tools v0.8.0 // indirect
 )

@@ -162,6 +162,49 @@ type Config struct {
 	// paths is far shorter, and a replay is refused either way.
 	ReorderWindow time.Duration
 
+	// ClusterInterval is how often the node reconsiders its cluster at each
+	// level above 0, from the RTTs, cluster sizes and ages its RPCs have
+	// gathered. Default 5m, the deployed setting: clusters follow changes in
+	// the network within minutes while the probing stays negligible.
+	ClusterInterval time.Duration
+
+	// JoinFraction: a cluster is acceptable to join when at least this share
+	// of the members sampled is under the level's threshold. LeaveFraction:
+	// the node leaves its cluster when at least this share of the members it
+	// has measured are over the threshold. Defaults 0.8 and 0.5, the paper's
+	// values; the gap between them keeps a node from flapping at the edge.
+	JoinFraction  float64
+	LeaveFraction float64
+
+	// ValidateMembers is how many members of a candidate cluster the node
+	// contacts before it joins, so one fast member cannot lure it into a
+	// cluster that is far away on the whole. Default 4.
+	ValidateMembers int
+
+	// Pins fixes the node's cluster at some levels, by name: level → name,
+	// with cluster ID ClusterIDFor(name). A pinned level never re-clusters:
+	// operators use it for policy (a site's nodes always together) and tests
+	// for determinism. Levels must be 1..len(Levels). Default none.
+	Pins map[int]string
+
+	// HintHops is how many router hops out the start-up traceroute looks
+	// (toward the bootstrap nodes) for routers whose /24 prefixes serve as
+	// locality hints; 0 disables the traceroute. It needs raw ICMP sockets
+	// and is skipped cleanly without them, and on simulated transports.
+	// Default 5.
+	HintHops int
+
+	// HintPrefixes are extra locality hints: prefixes (a /24 or /48 is
+	// typical) under which the node publishes its address and looks for
+	// others, for example the upstream network of a site. Default none.
+	HintPrefixes []netip.Prefix
+
+	// HintPrivate lets private, loopback, link-local and shared (CGNAT)
+	// addresses serve as hints. Off by default: such prefixes repeat across
+	// unrelated networks, so nodes far apart would take each other for
+	// neighbours. Tests and single-organisation deployments turn it on.
+	HintPrivate bool
+
 	// PlainDHT turns the node into a conventional DHT for comparison
 	// experiments: lookups go straight to the closest known node and puts
 	// store there, ignoring full and loaded. Never use it in production.
@@ -200,6 +243,11 @@ func DefaultConfig() Config {
 		NodesLiveWithin:   time.Minute,
 		MaxClockSkew:      30 * time.Second,
 		ReorderWindow:     2 * time.Second,
+		ClusterInterval:   5 * time.Minute,
+		JoinFraction:      0.8,
+		LeaveFraction:     0.5,
+		ValidateMembers:   4,
+		HintHops:          5,
 	}
 }
 
@@ -262,6 +310,29 @@ func (c *Config) Validate() error {
 		return bad("MaxClockSkew", "%v; must be at least 1s", c.MaxClockSkew)
 	case c.ReorderWindow <= 0 || c.ReorderWindow > c.MaxClockSkew:
 		return bad("ReorderWindow", "%v; must be positive and at most MaxClockSkew", c.ReorderWindow)
+	case c.ClusterInterval < time.Second:
+		return bad("ClusterInterval", "%v; must be at least 1s", c.ClusterInterval)
+	case !(c.JoinFraction > 0 && c.JoinFraction <= 1):
+		return bad("JoinFraction", "%v; must be in (0, 1]", c.JoinFraction)
+	case !(c.LeaveFraction > 0 && c.LeaveFraction <= 1):
+		return bad("LeaveFraction", "%v; must be in (0, 1]", c.LeaveFraction)
+	case c.ValidateMembers < 1 || c.ValidateMembers > 32:
+		return bad("ValidateMembers", "%d; must be 1..32", c.ValidateMembers)
+	case c.HintHops < 0 || c.HintHops > 16:
+		return bad("HintHops", "%d; must be 0..16", c.HintHops)
+	}
+	for lvl, name := range c.Pins {
+		if lvl < 1 || lvl > len(c.Levels) {
+			return bad("Pins", "level %d; this configuration has levels 1..%d to pin (level 0 is the global cluster)", lvl, len(c.Levels))
+		}
+		if strings.TrimSpace(name) == "" {
+			return bad("Pins", "level %d has an empty cluster name", lvl)
+		}
+	}
+	for _, p := range c.HintPrefixes {
+		if !p.IsValid() {
+			return bad("HintPrefixes", "invalid prefix")
+		}
 	}
 	if c.Advertise.IsValid() {
 		if err := checkContactAddr(c.Advertise); err != nil {

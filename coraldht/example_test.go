@@ -122,7 +122,7 @@ func ExampleNode_Nodes() {
 	defer closeAll(nodes)
 	// Up to three nodes running an HTTP proxy in this node's level-0
 	// cluster: this node first, then the others by measured RTT.
-	found := nodes[0].Nodes(0, 3, netip.Addr{}, coraldht.ServiceHTTP)
+	found := nodes[0].Nodes(context.Background(), 0, 3, netip.Addr{}, coraldht.ServiceHTTP)
 	fmt.Println(len(found), found[0].Addr, found[0].Self)
 	// Output: 3 10.0.0.1:4000 true
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	mrand "math/rand/v2"
 	"net/netip"
 	"slices"
@@ -43,6 +42,10 @@ type Node struct {
 	// and reverse phases of a put.
 	testHookAfterForward func([]levelStack)
 
+	joined     chan struct{} // closed when Bootstrap first succeeds
+	joinOnce   sync.Once
+	bootstraps []netip.AddrPort // guarded by mu; traceroute aims at them
+
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -54,8 +57,12 @@ type level struct {
 	index     int
 	threshold time.Duration // 0 at level 0: unbounded
 
-	mu      sync.Mutex
-	cluster ClusterInfo
+	pinned bool // fixed by Config.Pins: never re-clustered
+
+	mu         sync.Mutex
+	cluster    ClusterInfo // LogSize refreshed by updateSizes
+	changes    int         // cluster changes so far
+	lastChange time.Time
 
 	rt *routingTable
 }
@@ -117,17 +124,24 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		lv := &level{index: i, rt: newRoutingTable(n.self.ID, cfg.BucketSize, cfg.MaxFailures, cfg.QuestionableAfter, now)}
 		lv.cluster = ClusterInfo{Level: i, Created: now.Truncate(time.Second)}
 		if i > 0 {
-			// Until clustering places it, a node is a singleton at every
-			// level above 0, under a random cluster ID.
 			lv.threshold = cfg.Levels[i-1]
-			lv.cluster.ID = n.randomID()
+			if name, ok := cfg.Pins[i]; ok {
+				lv.pinned = true
+				lv.cluster.ID, lv.cluster.Created = ClusterIDFor(name), pinnedCreated
+			} else {
+				// Until clustering places it, a node is a singleton at
+				// every level above 0, under a random cluster ID.
+				lv.cluster.ID = n.randomID()
+			}
 		}
 		n.levels = append(n.levels, lv)
 	}
+	n.joined = make(chan struct{})
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.receiveLoop()
 	go n.maintenanceLoop()
+	go n.clusterLoop()
 	return n, nil
 }
 
@@ -188,9 +202,19 @@ func (n *Node) clusterInfos() []ClusterInfo {
 	out := make([]ClusterInfo, len(n.levels))
 	for i, lv := range n.levels {
 		out[i] = lv.info()
-		out[i].LogSize = logSizeEstimate(lv.rt.len()+1, n.cfg.BucketSize)
 	}
 	return out
+}
+
+// updateSizes refreshes the size estimate each level advertises. It runs
+// from maintenance rather than per datagram, since it scans the tables.
+func (n *Node) updateSizes() {
+	for _, lv := range n.levels {
+		est := logSizeEstimate(lv.rt, n.self.ID, n.cfg.BucketSize)
+		lv.mu.Lock()
+		lv.cluster.LogSize = est
+		lv.mu.Unlock()
+	}
 }
 
 // send fills in the header of m and transmits it to addr, addressed to the
@@ -267,7 +291,7 @@ func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 		return
 	}
 	n.learn(m.Sender, m.Clusters, now)
-	n.peers.heard(m.Sender.Addr, now)
+	n.peers.noteClusters(m.Sender, m.Clusters, now)
 	if m.Response {
 		n.handleResponse(m, from, now)
 	} else {
@@ -326,7 +350,14 @@ func (n *Node) checkQuestionable(lv *level, c Contact) {
 func (n *Node) handleRequest(m *message, from netip.AddrPort, now time.Time) {
 	n.counters.reqIn[m.Type].Add(1)
 	r := &message{Type: m.Type, Response: true, ReqID: m.ReqID}
-	if m.Type != msgPing {
+	switch m.Type {
+	case msgPing:
+	case msgMembers:
+		// Any node may sample a cluster it considers joining.
+		if int(m.Level) >= len(n.levels) {
+			r.Status = statusBadLevel
+		}
+	default:
 		r.Status = n.checkLevel(m)
 	}
 	if r.Status != statusOK {
@@ -337,7 +368,7 @@ func (n *Node) handleRequest(m *message, from netip.AddrPort, now time.Time) {
 	lk := levelKey{level: m.Level, key: m.Key}
 	switch m.Type {
 	case msgPing:
-	case msgFindNode:
+	case msgFindNode, msgMembers:
 		r.Nodes = n.levels[m.Level].rt.closestAnswering(m.Target, n.cfg.BucketSize, m.Sender.ID)
 	case msgGet:
 		n.load.request(lk, kindGet, false, now)
@@ -599,6 +630,7 @@ func (n *Node) maintenanceLoop() {
 		n.replay.prune(now.UnixNano())
 		n.peers.prune(now.Add(-time.Hour))
 		n.refreshBuckets(now)
+		n.updateSizes()
 	}
 }
 
@@ -619,17 +651,4 @@ func (n *Node) refreshBuckets(now time.Time) {
 			cancel()
 		}
 	}
-}
-
-// logSizeEstimate estimates log2 of the cluster size from the routing table:
-// a table with n contacts reflects about 2^(n/k) nodes when buckets fill from
-// the far end. Clustering refines it.
-func logSizeEstimate(tableSize, k int) float64 {
-	if tableSize <= 1 {
-		return 0
-	}
-	if tableSize <= k {
-		return math.Log2(float64(tableSize))
-	}
-	return math.Min(float64(tableSize)/float64(k)+math.Log2(float64(k))-1, 31)
 }

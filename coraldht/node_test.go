@@ -163,7 +163,9 @@ func TestPutThenGetAcrossNodes(t *testing.T) {
 			if err != nil {
 				t.Fatalf("get %d: %v", i, err)
 			}
-			if len(gr.Values) != 1 || !bytes.Equal(gr.Values[0].Data, val) || gr.Level != 0 {
+			// Clustering runs meanwhile, so the values may come from a
+			// cluster the two nodes share; any level is right.
+			if len(gr.Values) != 1 || !bytes.Equal(gr.Values[0].Data, val) || gr.Level < 0 {
 				t.Fatalf("get %d = %+v", i, gr)
 			}
 			if gr.Values[0].TTL <= 59*time.Minute || gr.Values[0].TTL > time.Hour {
@@ -538,7 +540,8 @@ func TestNodesAndLevels(t *testing.T) {
 		})
 		tn.meshAll()
 		nd := tn.nodes[0]
-		got := nd.Nodes(0, 10, netip.Addr{}, ServiceHTTP)
+		ctx := context.Background()
+		got := nd.Nodes(ctx, 0, 10, netip.Addr{}, ServiceHTTP)
 		if len(got) != 4 || !got[0].Self {
 			t.Fatalf("Nodes(HTTP) = %v, want this node first and 3 other HTTP nodes", got)
 		}
@@ -551,18 +554,45 @@ func TestNodesAndLevels(t *testing.T) {
 			}
 		}
 		// A node in the target's /24 comes first.
-		if got := nd.Nodes(0, 10, netip.MustParseAddr("10.0.0.5"), ServiceDNS); got[0].Addr.Addr() != netip.MustParseAddr("10.0.0.1") {
+		if got := nd.Nodes(ctx, 0, 10, netip.MustParseAddr("10.0.0.5"), ServiceDNS); got[0].Addr.Addr() != netip.MustParseAddr("10.0.0.1") {
 			// All test nodes share 10.0.0.0/24, so the order is by RTT with
 			// this node (10.0.0.1) first.
 			t.Fatalf("Nodes near 10.0.0.5 = %v", got)
 		}
-		if got := nd.Nodes(0, 2, netip.Addr{}, 0); len(got) != 2 {
+		if got := nd.Nodes(ctx, 0, 2, netip.Addr{}, 0); len(got) != 2 {
 			t.Fatalf("count not honoured: %d", len(got))
 		}
-		// Contacts silent for longer than NodesLiveWithin drop out.
+		// Contacts silent for longer than NodesLiveWithin are pinged
+		// first: those that answer are back, dead ones drop out.
 		time.Sleep(2 * time.Minute)
-		if got := nd.Nodes(0, 10, netip.Addr{}, ServiceDNS); len(got) != 1 {
-			t.Fatalf("after 2 silent minutes Nodes = %v, want only this node", got)
+		for _, x := range tn.nodes[4:] {
+			x.Close()
+		}
+		before := time.Now()
+		got = nd.Nodes(ctx, 0, 10, netip.Addr{}, ServiceDNS)
+		if len(got) != 4 {
+			t.Fatalf("after 2 silent minutes and 4 deaths Nodes = %v, want this node and the 3 live ones", got)
+		}
+		for _, g := range got[1:] {
+			if g.LastHeard.Before(before) {
+				t.Fatalf("%v returned without a fresh ping (last heard %v)", g.Addr, g.LastHeard)
+			}
+		}
+		dead := make(map[netip.AddrPort]bool)
+		for _, x := range tn.nodes[4:] {
+			dead[x.Addr()] = true
+		}
+		for _, g := range got {
+			if dead[g.Addr] {
+				t.Fatalf("dead node %v returned", g.Addr)
+			}
+		}
+		// A context that has ended means no pings: only live members.
+		time.Sleep(2 * time.Minute)
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if got := nd.Nodes(done, 0, 10, netip.Addr{}, ServiceDNS); len(got) != 1 {
+			t.Fatalf("with a cancelled context Nodes = %v, want only this node", got)
 		}
 		lv := nd.Levels()
 		if len(lv) != 3 || lv[0].Threshold != 0 || lv[1].Threshold != 60*time.Millisecond || lv[2].Threshold != 20*time.Millisecond {

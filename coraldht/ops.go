@@ -396,6 +396,9 @@ func (n *Node) Bootstrap(ctx context.Context, addrs ...netip.AddrPort) error {
 	}
 	ctx, cancel := n.opContext(ctx)
 	defer cancel()
+	n.mu.Lock()
+	n.bootstraps = append(n.bootstraps[:0], addrs...)
+	n.mu.Unlock()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	answered := 0
@@ -446,6 +449,9 @@ func (n *Node) Bootstrap(ctx context.Context, addrs ...netip.AddrPort) error {
 			return n.opError(ctx, r.err)
 		}
 	}
+	n.updateSizes()
+	// Clustering starts now: hints first, then a first round.
+	n.joinOnce.Do(func() { close(n.joined) })
 	return nil
 }
 
@@ -460,10 +466,12 @@ type NodeInfo struct {
 // Nodes returns up to count live members of this node's cluster at level
 // that run all of services, preferring nodes near target: those in target's
 // /24 (IPv6 /48) first, then by measured RTT from this node, unmeasured ones
-// last. Live means heard from within Config.NodesLiveWithin. This node
+// last. Live means heard from within Config.NodesLiveWithin; when fewer
+// than count members are live, members heard from longer ago are pinged
+// (concurrently, until ctx ends) and included if they answer. This node
 // itself is included when it runs the services. A zero target means no
 // preference beyond RTT.
-func (n *Node) Nodes(level, count int, target netip.Addr, services Services) []NodeInfo {
+func (n *Node) Nodes(ctx context.Context, level, count int, target netip.Addr, services Services) []NodeInfo {
 	if level < 0 || level >= len(n.levels) || count <= 0 {
 		return nil
 	}
@@ -472,15 +480,32 @@ func (n *Node) Nodes(level, count int, target netip.Addr, services Services) []N
 	if n.self.Services.Has(services) {
 		out = append(out, NodeInfo{Contact: n.self, LastHeard: now, Self: true})
 	}
+	var stale []Contact
 	for _, e := range n.levels[level].rt.all() {
-		if e.failures > 0 || now.Sub(e.lastHeard) > n.cfg.NodesLiveWithin || !e.Services.Has(services) {
+		if !e.Services.Has(services) {
 			continue
 		}
-		ni := NodeInfo{Contact: e.Contact, LastHeard: e.lastHeard}
-		if p, ok := n.peers.get(e.Addr); ok {
-			ni.RTT = p.Min
+		if e.failures > 0 || now.Sub(e.lastHeard) > n.cfg.NodesLiveWithin {
+			stale = append(stale, e.Contact)
+			continue
 		}
-		out = append(out, ni)
+		out = append(out, n.nodeInfo(e.Contact, e.lastHeard))
+	}
+	if missing := count - len(out); missing > 0 && len(stale) > 0 && !n.closed.Load() {
+		// Ping a few more than are missing, since some will be gone.
+		stale = stale[:min(len(stale), 2*missing)]
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, c := range stale {
+			wg.Go(func() {
+				if _, err := n.call(ctx, c, &message{Type: msgPing}); err == nil {
+					mu.Lock()
+					out = append(out, n.nodeInfo(c, time.Now()))
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
 	}
 	target = target.Unmap()
 	near := func(ni NodeInfo) bool {
@@ -529,12 +554,24 @@ func (n *Node) Nodes(level, count int, target netip.Addr, services Services) []N
 	return out
 }
 
+// nodeInfo describes contact c, last heard at heard.
+func (n *Node) nodeInfo(c Contact, heard time.Time) NodeInfo {
+	ni := NodeInfo{Contact: c, LastHeard: heard}
+	if p, ok := n.peers.get(c.Addr); ok {
+		ni.RTT = p.Min
+	}
+	return ni
+}
+
 // LevelInfo describes one level of the hierarchy.
 type LevelInfo struct {
-	Level     int
-	Threshold time.Duration // RTT bound of the level's clusters; 0 at level 0 (unbounded)
-	Cluster   ClusterInfo   // this node's cluster at the level
-	Contacts  int           // routing-table size at the level
+	Level      int
+	Threshold  time.Duration // RTT bound of the level's clusters; 0 at level 0 (unbounded)
+	Cluster    ClusterInfo   // this node's cluster at the level
+	Contacts   int           // routing-table size at the level
+	Pinned     bool          // the cluster is fixed by Config.Pins
+	Changes    int           // times this node changed cluster at the level
+	LastChange time.Time     // zero if never
 }
 
 // Levels returns the levels of the hierarchy, level 0 first: their number
@@ -543,7 +580,11 @@ func (n *Node) Levels() []LevelInfo {
 	infos := n.clusterInfos()
 	out := make([]LevelInfo, len(n.levels))
 	for i, lv := range n.levels {
-		out[i] = LevelInfo{Level: i, Threshold: lv.threshold, Cluster: infos[i], Contacts: lv.rt.len()}
+		lv.mu.Lock()
+		changes, last := lv.changes, lv.lastChange
+		lv.mu.Unlock()
+		out[i] = LevelInfo{Level: i, Threshold: lv.threshold, Cluster: infos[i], Contacts: lv.rt.len(),
+			Pinned: lv.pinned, Changes: changes, LastChange: last}
 	}
 	return out
 }
@@ -557,11 +598,7 @@ func (n *Node) RoutingTable(level int) []NodeInfo {
 	es := n.levels[level].rt.all()
 	out := make([]NodeInfo, 0, len(es))
 	for _, e := range es {
-		ni := NodeInfo{Contact: e.Contact, LastHeard: e.lastHeard}
-		if p, ok := n.peers.get(e.Addr); ok {
-			ni.RTT = p.Min
-		}
-		out = append(out, ni)
+		out = append(out, n.nodeInfo(e.Contact, e.lastHeard))
 	}
 	slices.SortFunc(out, func(a, b NodeInfo) int { return CompareDistance(n.self.ID, a.ID, b.ID) })
 	return out

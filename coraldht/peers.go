@@ -2,6 +2,7 @@ package coraldht
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 )
@@ -52,6 +53,10 @@ type peerInfo struct {
 	// failedAt is when an RPC to the peer last timed out with nothing heard
 	// from it since; zero otherwise.
 	failedAt time.Time
+	// contact and clusters are what the peer's last authentic datagram said
+	// about itself: clustering's evidence of which clusters exist nearby.
+	contact  Contact
+	clusters []ClusterInfo
 }
 
 // PeerRTT is a measured round-trip time to a peer.
@@ -89,13 +94,53 @@ func (p *peerTable) observe(addr netip.AddrPort, rtt time.Duration, now time.Tim
 	p.all.observe(rtt)
 }
 
-// heard records an authentic request from addr: it is alive.
-func (p *peerTable) heard(addr netip.AddrPort, now time.Time) {
+// noteClusters records an authentic datagram from c carrying its cluster
+// list. Unlike heard it creates an entry, since clustering wants to know of
+// every nearby cluster, including those of peers that only ever ask.
+func (p *peerTable) noteClusters(c Contact, clusters []ClusterInfo, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pi := p.peers[addr]; pi != nil {
-		pi.lastHeard, pi.failedAt = now, time.Time{}
+	pi := p.entryLocked(c.Addr)
+	pi.lastHeard, pi.failedAt = now, time.Time{}
+	pi.contact = c
+	pi.clusters = append(pi.clusters[:0], clusters...)
+}
+
+// peerView is one peer's clustering evidence.
+type peerView struct {
+	Contact
+	minRTT    time.Duration // 0 if never measured
+	lastHeard time.Time
+	clusters  []ClusterInfo
+}
+
+// clusterAt returns the peer's cluster at level lvl, as last advertised.
+func (v *peerView) clusterAt(lvl int) (ClusterInfo, bool) {
+	for _, c := range v.clusters {
+		if c.Level == lvl {
+			return c, true
+		}
 	}
+	return ClusterInfo{}, false
+}
+
+// evidence lists the peers heard from since the given time whose cluster
+// list is known.
+func (p *peerTable) evidence(since time.Time) []peerView {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []peerView
+	for _, pi := range p.peers {
+		if pi.clusters == nil || pi.lastHeard.Before(since) {
+			continue
+		}
+		v := peerView{Contact: pi.contact, lastHeard: pi.lastHeard, clusters: slices.Clone(pi.clusters)}
+		if pi.rtt.samples > 0 {
+			v.minRTT = pi.rtt.min
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // failed records an RPC to addr that went unanswered.

@@ -174,6 +174,17 @@ func (rt *routingTable) remove(id ID) {
 	}
 }
 
+// clear empties the table, as when the node moves to another cluster and
+// its old neighbours are no longer members.
+func (rt *routingTable) clear() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for i := range rt.buckets {
+		rt.buckets[i].entries, rt.buckets[i].replacements = nil, nil
+	}
+	rt.size = 0
+}
+
 // touch records that a lookup was aimed at target, so its bucket needs no
 // refresh for a while.
 func (rt *routingTable) touch(target ID, now time.Time) {

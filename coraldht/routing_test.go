@@ -223,7 +223,7 @@ func TestUnreachablePeers(t *testing.T) {
 	if p.unreachable(a, t0.Add(11*time.Minute), 10*time.Minute) {
 		t.Fatal("still unreachable after the window")
 	}
-	p.heard(a, t0.Add(2*time.Minute))
+	p.noteClusters(Contact{ID: NodeIDFor(a), Addr: a}, nil, t0.Add(2*time.Minute))
 	if p.unreachable(a, t0.Add(3*time.Minute), 10*time.Minute) {
 		t.Fatal("still unreachable after it was heard from")
 	}

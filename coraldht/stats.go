@@ -8,7 +8,7 @@ import (
 
 // MessageCounts counts datagrams by message type.
 type MessageCounts struct {
-	Ping, FindNode, Get, PutProbe, Store uint64
+	Ping, FindNode, Get, PutProbe, Store, Members uint64
 }
 
 func (mc *MessageCounts) set(t msgType, v uint64) {
@@ -23,12 +23,14 @@ func (mc *MessageCounts) set(t msgType, v uint64) {
 		mc.PutProbe = v
 	case msgStore:
 		mc.Store = v
+	case msgMembers:
+		mc.Members = v
 	}
 }
 
 // Total is the sum over all types.
 func (mc MessageCounts) Total() uint64 {
-	return mc.Ping + mc.FindNode + mc.Get + mc.PutProbe + mc.Store
+	return mc.Ping + mc.FindNode + mc.Get + mc.PutProbe + mc.Store + mc.Members
 }
 
 // DropCounts counts datagrams discarded without a reply, by reason.
@@ -104,6 +106,11 @@ type Stats struct {
 	StoredKeys, StoredValues int
 	Store                    StoreCounters
 
+	// Clustering: rounds run, candidate clusters validated, cluster changes
+	// over all levels (joins and splits), and of those the splits.
+	ClusterRounds, ClusterValidations, ClusterChanges, ClusterSplits uint64
+	HintLookups                                                      uint64 // hint prefixes published and read
+
 	RoutingTableSizes []int // contacts per level
 	Peers             int   // addresses with RTT measurements
 	TopKeys           []KeyLoad
@@ -129,6 +136,8 @@ type nodeCounters struct {
 	gets, getHits, puts, putGets atomic.Uint64
 	lookups                      atomic.Uint64
 	hops, seconds                *histogram
+
+	clusterRounds, clusterValidations, clusterChanges, clusterSplits, hintLookups atomic.Uint64
 }
 
 func newNodeCounters() *nodeCounters {
@@ -174,6 +183,12 @@ func (n *Node) Stats() Stats {
 		Lookups:       c.lookups.Load(),
 		LookupHops:    c.hops.snapshot(),
 		LookupSeconds: c.seconds.snapshot(),
+
+		ClusterRounds:      c.clusterRounds.Load(),
+		ClusterValidations: c.clusterValidations.Load(),
+		ClusterChanges:     c.clusterChanges.Load(),
+		ClusterSplits:      c.clusterSplits.Load(),
+		HintLookups:        c.hintLookups.Load(),
 	}
 	s.Drops = DropCounts{
 		Oversize:    c.drops[dropOversize].Load(),

@@ -35,10 +35,11 @@ const (
 	msgGet      msgType = 3 // values for a key, else contacts near a target
 	msgPutProbe msgType = 4 // forward phase of a put: load and fullness, contacts
 	msgStore    msgType = 5 // reverse phase of a put: store one value
-	msgTypeEnd  msgType = 6 // first unused number; a new type takes it and this moves up
+	msgMembers  msgType = 6 // members of the responder's cluster at a level, asked by any node
+	msgTypeEnd  msgType = 7 // first unused number; a new type takes it and this moves up
 )
 
-var msgTypeNames = [...]string{msgPing: "ping", msgFindNode: "find_node", msgGet: "get", msgPutProbe: "put_probe", msgStore: "store"}
+var msgTypeNames = [...]string{msgPing: "ping", msgFindNode: "find_node", msgGet: "get", msgPutProbe: "put_probe", msgStore: "store", msgMembers: "members"}
 
 func (t msgType) String() string {
 	if t >= 1 && t < msgTypeEnd {
@@ -374,7 +375,7 @@ func (r *reader) reqFlags() uint8 {
 func decodeRequestBody(r *reader, m *message) {
 	switch m.Type {
 	case msgPing:
-	case msgFindNode:
+	case msgFindNode, msgMembers:
 		m.Level = r.level()
 		m.Target = r.id("target")
 	case msgGet:
@@ -441,7 +442,7 @@ func (r *reader) contacts() []Contact {
 func decodeResponseBody(r *reader, m *message) {
 	switch m.Type {
 	case msgPing:
-	case msgFindNode:
+	case msgFindNode, msgMembers:
 		m.Status = r.status()
 		m.Nodes = r.contacts()
 	case msgGet:
@@ -595,7 +596,7 @@ func encodeMessage(dst []byte, m *message) ([]byte, error) {
 	if m.Response {
 		switch m.Type {
 		case msgPing:
-		case msgFindNode:
+		case msgFindNode, msgMembers:
 			w.u8(m.Status)
 			w.contacts(m.Nodes)
 		case msgGet:
@@ -628,7 +629,7 @@ func encodeMessage(dst []byte, m *message) ([]byte, error) {
 	} else {
 		switch m.Type {
 		case msgPing:
-		case msgFindNode:
+		case msgFindNode, msgMembers:
 			w.u8(m.Level)
 			w.id(m.Target)
 		case msgGet:

@@ -114,6 +114,10 @@ func wireSamples() []wireSample {
 			Sender: wireV4Sender, Clusters: wireClusters(0, 1), Status: statusOK, Nodes: wireContacts(8)}},
 		{"find_node/response/not-member", &message{Type: msgFindNode, Response: true, ReqID: 43, Timestamp: wireStamp,
 			Sender: wireV4Sender, Clusters: wireClusters(0), Status: statusNotMember}},
+		{"members/request", &message{Type: msgMembers, ReqID: 44, Timestamp: wireStamp,
+			Sender: wireV4Sender, Clusters: wireClusters(0, 1, 2), Level: 2, Target: wireTarget}},
+		{"members/response", &message{Type: msgMembers, Response: true, ReqID: 44, Timestamp: wireStamp,
+			Sender: wireV6Sender, Clusters: wireClusters(0, 1, 2), Status: statusOK, Nodes: wireContacts(8)}},
 		{"get/request", &message{Type: msgGet, ReqID: 7, Timestamp: wireStamp,
 			Sender: wireV4Sender, Clusters: wireClusters(0, 1, 2), Level: 1, Key: wireKey, Target: wireTarget}},
 		{"get/response/values", &message{Type: msgGet, Response: true, ReqID: 7, Timestamp: wireStamp,
@@ -316,7 +320,7 @@ func TestWireRejects(t *testing.T) {
 		{"version 0", patched(pingBytes, wireOffVersion, 0), "version", errVersion},
 		{"version 2", patched(pingBytes, wireOffVersion, 2), "version", errVersion},
 		{"type 0", patched(pingBytes, wireOffType, 0), "type", errUnknown},
-		{"type 6", patched(pingBytes, wireOffType, 6), "type", errUnknown},
+		{"type 7", patched(pingBytes, wireOffType, byte(msgTypeEnd)), "type", errUnknown},
 		{"type 255", patched(pingBytes, wireOffType, 255), "type", errUnknown},
 		{"flags bit 1", patched(pingBytes, wireOffFlags, 0x02), "flags", errBadField},
 		{"flags bit 7 with response", patched(pingBytes, wireOffFlags, 0x81), "flags", errBadField},
@@ -433,7 +437,7 @@ func TestWireEncodeRejects(t *testing.T) {
 		mod  func(m *message)
 	}{
 		{"type 0", func(m *message) { m.Type = 0 }},
-		{"type 6", func(m *message) { m.Type = msgTypeEnd }},
+		{"type 7", func(m *message) { m.Type = msgTypeEnd }},
 		{"nine clusters", func(m *message) { m.Clusters = append(wireFullClusters(), wireClusters(8)...) }},
 		{"sender port 0", func(m *message) { m.Sender.Addr = netip.MustParseAddrPort("192.0.2.1:0") }},
 		{"sender unspecified", func(m *message) { m.Sender.Addr = netip.MustParseAddrPort("[::]:4000") }},

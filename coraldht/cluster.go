@@ -1,0 +1,481 @@
+package coraldht
+
+import (
+	"context"
+	"crypto/sha1"
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// This file is the self-organizing cluster hierarchy: every ClusterInterval
+// a node weighs the clusters it has heard of at each level above 0 and
+// joins, stays, or splits away. The evidence is what every authentic
+// datagram carries anyway: the sender's cluster list (kept in the peer
+// table) and, for replies, the round-trip time (min-filtered per peer).
+
+// ClusterIDFor returns the ID of the statically named cluster: SHA-1 of the
+// name. Nodes pinned to the same name at a level share that cluster.
+func ClusterIDFor(name string) ID { return ID(sha1.Sum([]byte(name))) }
+
+// pinnedCreated is the creation time every node gives a pinned cluster, so
+// that all of them report the same age for it.
+var pinnedCreated = time.Unix(1_600_000_000, 0)
+
+const (
+	// minSizeMargin is the least difference in log2 size that makes a
+	// node prefer the larger of two acceptable clusters when δ is 0. Size
+	// estimates drawn from routing tables wander by a few tenths in log2;
+	// without a floor, two clusters of about the same size would trade
+	// members back and forth for the whole even hour.
+	minSizeMargin = 0.5
+
+	// maxCandidates is how many better clusters one round validates.
+	maxCandidates = 3
+
+	// probesPerRound bounds the pings a round sends to peers never measured.
+	probesPerRound = 8
+)
+
+// clusterDelta is δ, the square wave of the paper's merge rule: 0 in even
+// hours of a cluster's age, 2 in odd ones. During the even hours the larger
+// cluster wins and clusters merge; during the odd ones only a clearly larger
+// cluster wins, otherwise the lower ID, which ends any oscillation between
+// clusters of similar size.
+func clusterDelta(age time.Duration) float64 {
+	if age > 0 && int64(age/time.Hour)%2 == 1 {
+		return 2
+	}
+	return 0
+}
+
+// preferCluster reports whether a node should move from acceptable cluster
+// a to acceptable cluster b.
+func preferCluster(b, a ClusterInfo, now time.Time) bool {
+	if b.ID == a.ID {
+		return false
+	}
+	age := min(now.Sub(a.Created), now.Sub(b.Created))
+	diff := b.LogSize - a.LogSize
+	if math.Abs(diff) > max(clusterDelta(age), minSizeMargin) {
+		return diff > 0
+	}
+	return b.ID.Cmp(a.ID) < 0
+}
+
+// splitClusterID is the cluster that the members far from a cluster's
+// center move to when the cluster is no longer acceptable. It is derived
+// from the old ID so that every far member picks the same one, and the
+// split has a direction: near members keep the old cluster.
+func splitClusterID(old ID) ID {
+	return ID(sha1.Sum(append([]byte("coral split "), old[:]...)))
+}
+
+// clusterCenter is the target whose nearest member is a cluster's center.
+func clusterCenter(cid ID) ID { return ID(sha1.Sum(cid[:])) }
+
+// clusterSample is what the node knows of one cluster at one level.
+type clusterSample struct {
+	info    ClusterInfo // LogSize: the largest a member advertised; Created: the earliest
+	members []peerView
+}
+
+// rttCounts returns how many members have a measured RTT and how many of
+// those are under the threshold.
+func (s *clusterSample) rttCounts(threshold time.Duration) (measured, under int) {
+	for _, m := range s.members {
+		if m.minRTT > 0 {
+			measured++
+			if m.minRTT < threshold {
+				under++
+			}
+		}
+	}
+	return measured, under
+}
+
+// fastest returns the member with the smallest measured RTT.
+func (s *clusterSample) fastest() (peerView, bool) {
+	var best peerView
+	ok := false
+	for _, m := range s.members {
+		if m.minRTT > 0 && (!ok || m.minRTT < best.minRTT) {
+			best, ok = m, true
+		}
+	}
+	return best, ok
+}
+
+// groupClusters sorts the evidence by each peer's cluster at level lvl.
+func groupClusters(ev []peerView, lvl int, self ID) map[ID]*clusterSample {
+	out := make(map[ID]*clusterSample)
+	for _, v := range ev {
+		if v.ID == self {
+			continue
+		}
+		ci, ok := v.clusterAt(lvl)
+		if !ok {
+			continue
+		}
+		s := out[ci.ID]
+		if s == nil {
+			s = &clusterSample{info: ci}
+			out[ci.ID] = s
+		}
+		s.info.LogSize = max(s.info.LogSize, ci.LogSize)
+		if ci.Created.Before(s.info.Created) {
+			s.info.Created = ci.Created
+		}
+		s.members = append(s.members, v)
+	}
+	return out
+}
+
+// evidenceSince is the oldest evidence a round considers.
+func (n *Node) evidenceSince(now time.Time) time.Time {
+	return now.Add(-max(2*n.cfg.ClusterInterval, 10*time.Minute))
+}
+
+// clusterLoop runs the clustering rounds: the first soon after the node
+// joins (after publishing and reading its locality hints), then every
+// ClusterInterval with ±10 % jitter so that nodes do not move in lockstep.
+func (n *Node) clusterLoop() {
+	defer n.wg.Done()
+	if !n.clusterable() {
+		return
+	}
+	first := time.NewTimer(n.cfg.ClusterInterval)
+	select {
+	case <-n.ctx.Done():
+		first.Stop()
+		return
+	case <-n.joined:
+		first.Stop()
+	case <-first.C:
+	}
+	lastHints := time.Time{}
+	for {
+		if time.Since(lastHints) >= hintRefresh {
+			n.publishHints(n.ctx)
+			lastHints = time.Now()
+		}
+		n.clusterRound(n.ctx)
+		n.mu.Lock()
+		wait := time.Duration(float64(n.cfg.ClusterInterval) * (0.9 + 0.2*n.rng.Float64()))
+		n.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-n.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// clusterable reports whether any level may change cluster.
+func (n *Node) clusterable() bool {
+	for _, lv := range n.levels[1:] {
+		if !lv.pinned {
+			return true
+		}
+	}
+	return false
+}
+
+// clusterRound measures the peers it knows too little about, then
+// reconsiders each unpinned level, fastest level last so it sees the
+// evidence the slower levels' probes gathered.
+func (n *Node) clusterRound(ctx context.Context) {
+	n.counters.clusterRounds.Add(1)
+	n.probeUnmeasured(ctx)
+	for _, lv := range n.levels[1:] {
+		if ctx.Err() != nil {
+			return
+		}
+		if !lv.pinned {
+			n.reconsider(ctx, lv)
+		}
+	}
+}
+
+// probeUnmeasured pings members of this node's clusters, and other recent
+// peers, whose RTT it has never measured: peers that only ever sent it
+// requests. Their RTTs decide whether to stay, and which clusters nearby
+// are worth a closer look.
+func (n *Node) probeUnmeasured(ctx context.Context) {
+	now := time.Now()
+	var targets []Contact
+	seen := make(map[ID]bool)
+	add := func(c Contact) {
+		if !seen[c.ID] && c.ID != n.self.ID {
+			seen[c.ID] = true
+			targets = append(targets, c)
+		}
+	}
+	// Members never measured, or quiet since the last round: whether they
+	// are still members, and how far, decides whether to stay. A member
+	// that moved answers with its new cluster, which is also how news of a
+	// better cluster reaches nodes that have no traffic of their own.
+	for _, lv := range n.levels[1:] {
+		picked := 0
+		for _, e := range lv.rt.all() {
+			if picked >= n.cfg.ValidateMembers {
+				break
+			}
+			if p, ok := n.peers.get(e.Addr); !ok || p.Samples == 0 || now.Sub(e.lastHeard) >= n.cfg.ClusterInterval {
+				add(e.Contact)
+				picked++
+			}
+		}
+	}
+	ev := n.peers.evidence(n.evidenceSince(now))
+	n.mu.Lock()
+	n.rng.Shuffle(len(ev), func(i, j int) { ev[i], ev[j] = ev[j], ev[i] })
+	n.mu.Unlock()
+	picked := 0
+	for _, v := range ev {
+		if picked >= probesPerRound {
+			break
+		}
+		if v.minRTT == 0 && !seen[v.ID] {
+			add(v.Contact)
+			picked++
+		}
+	}
+	// Nearby peers gone quiet: without fresh word from them a node with no
+	// traffic of its own (alone in its cluster, say) would forget every
+	// cluster around it. Nearest first.
+	widest := n.levels[1].threshold
+	var quiet []peerView
+	for _, v := range n.peers.evidence(now.Add(-time.Hour)) {
+		if v.minRTT > 0 && v.minRTT < widest && now.Sub(v.lastHeard) >= n.cfg.ClusterInterval && !seen[v.ID] {
+			quiet = append(quiet, v)
+		}
+	}
+	slices.SortFunc(quiet, func(a, b peerView) int { return int(a.minRTT - b.minRTT) })
+	for _, v := range quiet[:min(len(quiet), probesPerRound)] {
+		add(v.Contact)
+	}
+	n.pingAll(ctx, targets)
+}
+
+// pingAll pings every contact concurrently and waits for all answers or
+// timeouts; the replies land in the peer table.
+func (n *Node) pingAll(ctx context.Context, cs []Contact) {
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(func() { _, _ = n.call(ctx, c, &message{Type: msgPing}) })
+	}
+	wg.Wait()
+}
+
+// reconsider is one clustering decision at one level: join a better
+// acceptable cluster if one validates; otherwise, if the current cluster has
+// stopped being acceptable, split away from it.
+func (n *Node) reconsider(ctx context.Context, lv *level) {
+	now := time.Now()
+	groups := groupClusters(n.peers.evidence(n.evidenceSince(now)), lv.index, n.self.ID)
+	cur := n.levels[lv.index].info()
+	cur.LogSize = logSizeEstimate(lv.rt, n.self.ID, n.cfg.BucketSize)
+	curGroup := groups[cur.ID]
+	stay := true
+	if curGroup != nil {
+		cur.LogSize = max(cur.LogSize, curGroup.info.LogSize)
+		measured, under := curGroup.rttCounts(lv.threshold)
+		if measured > 0 && float64(measured-under) >= n.cfg.LeaveFraction*float64(measured) {
+			stay = false
+		}
+	}
+	var cands []*clusterSample
+	for id, g := range groups {
+		if id == cur.ID {
+			continue
+		}
+		if f, ok := g.fastest(); !ok || f.minRTT >= lv.threshold {
+			continue
+		}
+		if !stay || preferCluster(g.info, cur, now) {
+			cands = append(cands, g)
+		}
+	}
+	slices.SortFunc(cands, func(a, b *clusterSample) int {
+		switch {
+		case preferCluster(a.info, b.info, now):
+			return -1
+		case preferCluster(b.info, a.info, now):
+			return 1
+		}
+		return a.info.ID.Cmp(b.info.ID)
+	})
+	for i, c := range cands {
+		if i == maxCandidates || ctx.Err() != nil {
+			break
+		}
+		if info, ok := n.validateCluster(ctx, lv, c); ok {
+			n.joinCluster(ctx, lv, info, "better")
+			return
+		}
+	}
+	if !stay {
+		n.splitAway(ctx, lv, cur)
+	}
+}
+
+// validateCluster contacts several members of candidate c: it asks the
+// fastest known member for others, pings those not yet measured, and
+// accepts the cluster when at least JoinFraction of the measured members
+// are under the level's threshold.
+func (n *Node) validateCluster(ctx context.Context, lv *level, c *clusterSample) (ClusterInfo, bool) {
+	n.counters.clusterValidations.Add(1)
+	f, _ := c.fastest()
+	n.mu.Lock()
+	target := randomIDWithPrefix(n.self.ID, 0, n.rng)
+	n.mu.Unlock()
+	reply, err := n.call(ctx, f.Contact, &message{Type: msgMembers, Level: uint8(lv.index), Target: target})
+	if err != nil || reply.Status != statusOK {
+		return ClusterInfo{}, false
+	}
+	known := make(map[ID]bool)
+	var toPing []Contact
+	for _, m := range c.members {
+		known[m.ID] = true
+		if m.minRTT == 0 {
+			toPing = append(toPing, m.Contact)
+		}
+	}
+	for _, nc := range reply.Nodes {
+		if !known[nc.ID] && nc.ID != n.self.ID {
+			known[nc.ID] = true
+			if p, ok := n.peers.get(nc.Addr); !ok || p.Samples == 0 {
+				toPing = append(toPing, nc)
+			}
+		}
+	}
+	if len(toPing) > n.cfg.ValidateMembers {
+		toPing = toPing[:n.cfg.ValidateMembers]
+	}
+	n.pingAll(ctx, toPing)
+
+	// Re-read the evidence: the pings refreshed both RTTs and which cluster
+	// each member is in now.
+	now := time.Now()
+	fresh := groupClusters(n.peers.evidence(n.evidenceSince(now)), lv.index, n.self.ID)[c.info.ID]
+	if fresh == nil {
+		return ClusterInfo{}, false
+	}
+	measured, under := fresh.rttCounts(lv.threshold)
+	need := min(n.cfg.ValidateMembers, len(fresh.members))
+	if measured == 0 || 2*measured < need || float64(under) < n.cfg.JoinFraction*float64(measured) {
+		return ClusterInfo{}, false
+	}
+	return fresh.info, true
+}
+
+// joinCluster moves this node into cluster info at the level. The routing
+// table starts over with the members the node knows of, and a lookup of its
+// own ID introduces it to its new neighbours. The old neighbours keep it in
+// their tables until it refuses them a request as a non-member; the refusal
+// tells them of the new cluster, which is how a better cluster spreads
+// through a worse one by avalanche.
+func (n *Node) joinCluster(ctx context.Context, lv *level, info ClusterInfo, why string) {
+	now := time.Now()
+	lv.mu.Lock()
+	old := lv.cluster
+	lv.cluster = ClusterInfo{Level: lv.index, ID: info.ID, Created: info.Created}
+	lv.changes++
+	lv.lastChange = now
+	lv.mu.Unlock()
+	n.counters.clusterChanges.Add(1)
+	n.log.Debug("cluster change", "level", lv.index, "from", old.ID.Short(), "to", info.ID.Short(), "why", why)
+	lv.rt.clear()
+	for _, v := range n.peers.evidence(n.evidenceSince(now)) {
+		if ci, ok := v.clusterAt(lv.index); ok && ci.ID == info.ID && v.ID != n.self.ID {
+			lv.rt.heard(v.Contact, v.lastHeard)
+		}
+	}
+	if lv.rt.len() > 0 {
+		n.findNode(ctx, lv.index, n.self.ID)
+	}
+}
+
+// splitAway handles a cluster that is no longer acceptable to this node.
+// The cluster's center is its member nearest clusterCenter(ID). Members
+// close to the center keep the cluster; the others all move to the same
+// derived cluster, which in turn splits around its own center if it is
+// still spread too wide. Nodes whose neighbours are all far end up alone.
+func (n *Node) splitAway(ctx context.Context, lv *level, cur ClusterInfo) {
+	target := clusterCenter(cur.ID)
+	center := n.self
+	if lv.rt.len() > 0 {
+		r := n.findNode(ctx, lv.index, target)
+		if r.err != nil {
+			return
+		}
+		if r.nearest != nil && CompareDistance(target, r.nearest.ID, center.ID) < 0 {
+			center = r.nearest.Contact
+		}
+	}
+	if center.ID == n.self.ID {
+		return
+	}
+	rtt := time.Duration(0)
+	if p, ok := n.peers.get(center.Addr); ok && p.Samples > 0 {
+		rtt = p.Min
+	} else if d, err := n.Ping(ctx, center.Addr); err == nil {
+		rtt = d
+	}
+	if rtt > 0 && rtt < lv.threshold {
+		return // near the center: this side keeps the cluster
+	}
+	n.counters.clusterSplits.Add(1)
+	now := time.Now()
+	far := ClusterInfo{Level: lv.index, ID: splitClusterID(cur.ID), Created: now.Truncate(time.Second)}
+	if g := groupClusters(n.peers.evidence(n.evidenceSince(now)), lv.index, n.self.ID)[far.ID]; g != nil {
+		far.Created = g.info.Created
+	}
+	n.joinCluster(ctx, lv, far, "split")
+}
+
+// logSizeEstimate estimates log2 of the size of the cluster a routing table
+// belongs to. A table holding fewer than k contacts is taken to hold the
+// whole cluster. Otherwise the k-th nearest contact's distance says how
+// densely the ID space is populated: with n nodes spread evenly, the k
+// nearest fill about k/n of it.
+func logSizeEstimate(rt *routingTable, self ID, k int) float64 {
+	size := rt.len()
+	lower := math.Log2(float64(size + 1))
+	if size < k {
+		return lower
+	}
+	cs := rt.closest(self, k, ID{})
+	if len(cs) < k {
+		return lower
+	}
+	var d ID
+	for i := range d {
+		d[i] = self[i] ^ cs[k-1].ID[i]
+	}
+	est := math.Log2(float64(k)) + float64(IDBits) - log2ID(d)
+	return math.Min(math.Max(est, lower), 31)
+}
+
+// log2ID returns log2 of d read as a 160-bit integer (0 for zero).
+func log2ID(d ID) float64 {
+	for i, b := range d {
+		if b == 0 {
+			continue
+		}
+		// Take the 8 bytes from the first non-zero one as a mantissa.
+		var m uint64
+		for j := range 8 {
+			m <<= 8
+			if i+j < IDLen {
+				m |= uint64(d[i+j])
+			}
+		}
+		return math.Log2(float64(m)) + float64(8*(IDLen-i-8))
+	}
+	return 0
+}

@@ -1,0 +1,636 @@
+package coraldht
+
+import (
+	"context"
+	"crypto/sha1"
+	"net/netip"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// groupNet is a test network whose one-way delays depend only on which
+// group each address is in: within a group near, across groups far.
+type groupNet struct {
+	t     *testing.T
+	net   *MemNetwork
+	mu    sync.Mutex // guards group: nodes may join while others talk
+	group map[netip.AddrPort]int
+	nodes []*Node
+}
+
+func (g *groupNet) groupOf(a netip.AddrPort) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.group[a]
+}
+
+func newGroupNet(t *testing.T, near, far time.Duration) *groupNet {
+	g := &groupNet{t: t, group: make(map[netip.AddrPort]int)}
+	g.net = NewMemNetwork(MemNetworkConfig{Latency: func(a, b netip.AddrPort) time.Duration {
+		if g.groupOf(a) == g.groupOf(b) {
+			return near / 2
+		}
+		return far / 2
+	}})
+	t.Cleanup(func() {
+		for _, n := range g.nodes {
+			n.Close()
+		}
+	})
+	return g
+}
+
+// clusterTestConfig: one level above 0 with a 20 ms threshold.
+func clusterTestConfig(c *Config) {
+	c.Levels = []time.Duration{20 * time.Millisecond}
+}
+
+// add starts a node at addr in group grp.
+func (g *groupNet) add(addr netip.AddrPort, grp int, tweak func(*Config)) *Node {
+	g.t.Helper()
+	g.mu.Lock()
+	g.group[addr] = grp
+	g.mu.Unlock()
+	tr, err := g.net.Listen(addr)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Key = testKey
+	cfg.Seed = uint64(len(g.nodes) + 1)
+	clusterTestConfig(&cfg)
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	n, err := NewNode(cfg, tr)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.nodes = append(g.nodes, n)
+	return n
+}
+
+func bootstrapAll(t *testing.T, via *Node, nodes ...*Node) {
+	t.Helper()
+	for _, n := range nodes {
+		if n == via {
+			continue
+		}
+		if err := n.Bootstrap(context.Background(), via.Addr()); err != nil {
+			t.Fatalf("bootstrap %v: %v", n.Addr(), err)
+		}
+	}
+}
+
+func clusterOf(n *Node, lvl int) ID { return n.Levels()[lvl].Cluster.ID }
+
+func pin(name string) func(*Config) {
+	return func(c *Config) { c.Pins = map[int]string{1: name} }
+}
+
+// force puts n into cluster info at level lvl, as if it had chosen it.
+func force(n *Node, lvl int, info ClusterInfo) {
+	n.joinCluster(context.Background(), n.levels[lvl], info, "test")
+}
+
+func TestPreferClusterDelta(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	low, high := ID{0x10}, ID{0x20}
+	info := func(id ID, logSize float64, age time.Duration) ClusterInfo {
+		return ClusterInfo{Level: 1, ID: id, LogSize: logSize, Created: now.Add(-age)}
+	}
+	cases := []struct {
+		name string
+		b, a ClusterInfo
+		want bool
+	}{
+		{"even hour: clearly larger wins", info(high, 4, 30*time.Minute), info(low, 3, 2*time.Hour), true},
+		{"even hour: the smaller does not", info(low, 3, 30*time.Minute), info(high, 4, 2*time.Hour), false},
+		{"odd hour: 1.5 larger is within δ=2, so the lower ID wins", info(low, 3, 90*time.Minute), info(high, 4.5, 3*time.Hour), true},
+		{"odd hour: ...and the larger higher ID does not", info(high, 4.5, 90*time.Minute), info(low, 3, 3*time.Hour), false},
+		{"odd hour: more than δ larger wins", info(high, 5.5, 90*time.Minute), info(low, 3, 3*time.Hour), true},
+		{"δ follows the younger cluster's age", info(low, 3, 30*time.Minute), info(high, 4.5, 3*time.Hour+30*time.Minute), false},
+		{"similar size within the margin: lower ID", info(low, 3, 10*time.Minute), info(high, 3.25, 10*time.Minute), true},
+		{"equal size: higher ID never preferred", info(high, 3, 10*time.Minute), info(low, 3, 10*time.Minute), false},
+		{"same cluster", info(low, 3, 0), info(low, 1, 0), false},
+	}
+	for _, c := range cases {
+		if got := preferCluster(c.b, c.a, now); got != c.want {
+			t.Errorf("%s: preferCluster = %v, want %v", c.name, got, c.want)
+		}
+	}
+	for h, want := range []float64{0, 2, 0, 2, 0} {
+		if got := clusterDelta(time.Duration(h)*time.Hour + time.Minute); got != want {
+			t.Errorf("δ in hour %d = %v, want %v", h, got, want)
+		}
+	}
+}
+
+// TestJoinNeedsEightyPercent: a dynamic node near 4 of 5 members of a
+// cluster joins it; near 3 of 5 it does not.
+func TestJoinNeedsEightyPercent(t *testing.T) {
+	for _, nearCount := range []int{4, 3} {
+		t.Run(map[int]string{4: "4 of 5 near", 3: "3 of 5 near"}[nearCount], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newGroupNet(t, 4*time.Millisecond, 60*time.Millisecond)
+				joiner := g.add(memAddr(100), 0, nil)
+				var members []*Node
+				for i := range 5 {
+					grp := 0
+					if i >= nearCount {
+						grp = 1
+					}
+					members = append(members, g.add(memAddr(i+1), grp, pin("blue")))
+				}
+				bootstrapAll(t, members[0], members...)
+				bootstrapAll(t, members[0], joiner)
+				time.Sleep(DefaultConfig().ClusterInterval)
+				joined := clusterOf(joiner, 1) == ClusterIDFor("blue")
+				if joined != (nearCount == 4) {
+					t.Fatalf("near %d of 5: joined = %v", nearCount, joined)
+				}
+				if st := joiner.Stats(); st.ClusterValidations == 0 {
+					t.Fatalf("no candidate was validated: %+v", st)
+				}
+			})
+		})
+	}
+}
+
+// TestLeaveAtFiftyPercent is the hysteresis: a member for whom 2 of 5 other
+// members are far stays, although it would not join such a cluster; with 3
+// of 5 far it leaves. The far members include the cluster's center, so the
+// leaver is on the far side of the split.
+func TestLeaveAtFiftyPercent(t *testing.T) {
+	for _, farCount := range []int{2, 3} {
+		t.Run(map[int]string{2: "2 of 5 far stays", 3: "3 of 5 far leaves"}[farCount], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newGroupNet(t, 4*time.Millisecond, 60*time.Millisecond)
+				blue := ClusterIDFor("blue")
+				addrs := []netip.AddrPort{memAddr(1), memAddr(2), memAddr(3), memAddr(4), memAddr(5)}
+				// The center is the member nearest SHA-1(cluster ID); make
+				// it one of the far ones.
+				center := 0
+				for i, a := range addrs {
+					if CompareDistance(clusterCenter(blue), NodeIDFor(a), NodeIDFor(addrs[center])) < 0 {
+						center = i
+					}
+				}
+				addrs[0], addrs[center] = addrs[center], addrs[0]
+				var members []*Node
+				for i, a := range addrs {
+					grp := 0
+					if i < farCount {
+						grp = 1
+					}
+					members = append(members, g.add(a, grp, pin("blue")))
+				}
+				// The subject's ID must not be nearer the center than the
+				// far member chosen as center.
+				subjectAddr := memAddr(100)
+				for CompareDistance(clusterCenter(blue), NodeIDFor(subjectAddr), NodeIDFor(addrs[0])) < 0 {
+					subjectAddr = memAddr(int(subjectAddr.Addr().As4()[3]) + 1)
+				}
+				subject := g.add(subjectAddr, 0, nil)
+				bootstrapAll(t, members[0], members...)
+				bootstrapAll(t, members[0], subject)
+				force(subject, 1, ClusterInfo{Level: 1, ID: blue, Created: pinnedCreated})
+				changes := subject.Levels()[1].Changes
+				time.Sleep(DefaultConfig().ClusterInterval * 11 / 10)
+				stayed := clusterOf(subject, 1) == blue
+				if stayed != (farCount == 2) {
+					t.Fatalf("%d of 5 far: stayed = %v (cluster %v)", farCount, stayed, clusterOf(subject, 1).Short())
+				}
+				if !stayed {
+					if got := clusterOf(subject, 1); got != splitClusterID(blue) {
+						t.Fatalf("left to %v, want the split cluster %v", got.Short(), splitClusterID(blue).Short())
+					}
+					if subject.Levels()[1].Changes != changes+1 || subject.Stats().ClusterSplits != 1 {
+						t.Fatalf("changes %d → %d, splits %d", changes, subject.Levels()[1].Changes, subject.Stats().ClusterSplits)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestSplitAroundCenter: a cluster spanning two far groups splits in one
+// round, the center's group keeping the cluster ID and the other moving
+// together to the derived one; then nothing changes.
+func TestSplitAroundCenter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGroupNet(t, 3*time.Millisecond, 80*time.Millisecond)
+		for i := range 8 {
+			g.add(memAddr(i+1), i/4, nil)
+		}
+		bootstrapAll(t, g.nodes[0], g.nodes...)
+		wide := ClusterInfo{Level: 1, ID: ID{0x42}, Created: time.Now().Truncate(time.Second)}
+		for _, n := range g.nodes {
+			force(n, 1, wide)
+		}
+		for _, n := range g.nodes {
+			for _, m := range g.nodes {
+				if n != m {
+					if _, err := n.Ping(context.Background(), m.Addr()); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		center := g.nodes[0]
+		for _, n := range g.nodes {
+			if CompareDistance(clusterCenter(wide.ID), n.ID(), center.ID()) < 0 {
+				center = n
+			}
+		}
+		time.Sleep(DefaultConfig().ClusterInterval * 12 / 10)
+		for _, n := range g.nodes {
+			want := splitClusterID(wide.ID)
+			if g.groupOf(n.Addr()) == g.groupOf(center.Addr()) {
+				want = wide.ID
+			}
+			if got := clusterOf(n, 1); got != want {
+				t.Fatalf("node %v (group %d; center in %d) is in %v, want %v", n.Addr(), g.groupOf(n.Addr()), g.groupOf(center.Addr()), got.Short(), want.Short())
+			}
+		}
+		before := totalChanges(g.nodes)
+		time.Sleep(2 * time.Hour)
+		if after := totalChanges(g.nodes); after != before {
+			t.Fatalf("%d more cluster changes after the split settled", after-before)
+		}
+	})
+}
+
+func totalChanges(nodes []*Node) int {
+	sum := 0
+	for _, n := range nodes {
+		for _, lv := range n.Levels() {
+			sum += lv.Changes
+		}
+	}
+	return sum
+}
+
+// TestDeltaSettlesSimilarClusters: two clusters of all-near nodes meet.
+// In an odd hour of their age, δ = 2 and the lower ID wins although the
+// other cluster is somewhat larger; in an even hour the larger wins. Either
+// way all nodes end in one cluster and stay there.
+func TestDeltaSettlesSimilarClusters(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		age       time.Duration
+		wantLower bool
+	}{{"odd hour: lower ID", 90 * time.Minute, true}, {"even hour: larger", 20 * time.Minute, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newGroupNet(t, 3*time.Millisecond, 3*time.Millisecond)
+				for i := range 14 {
+					g.add(memAddr(i+1), 0, nil)
+				}
+				bootstrapAll(t, g.nodes[0], g.nodes...)
+				created := time.Now().Add(-c.age).Truncate(time.Second)
+				lower := ClusterInfo{Level: 1, ID: ID{0x01}, Created: created}  // 5 members
+				larger := ClusterInfo{Level: 1, ID: ID{0x02}, Created: created} // 9 members
+				for i, n := range g.nodes {
+					if i < 5 {
+						force(n, 1, lower)
+					} else {
+						force(n, 1, larger)
+					}
+				}
+				for _, n := range g.nodes {
+					n.findNode(context.Background(), 1, n.ID())
+					n.updateSizes()
+				}
+				want := larger.ID
+				if c.wantLower {
+					want = lower.ID
+				}
+				time.Sleep(3 * DefaultConfig().ClusterInterval)
+				for _, n := range g.nodes {
+					if got := clusterOf(n, 1); got != want {
+						for _, x := range g.nodes {
+							st := x.Stats()
+							t.Logf("%v: %+v rounds %d validations %d changes %d", x.Addr(), x.Levels()[1], st.ClusterRounds, st.ClusterValidations, st.ClusterChanges)
+						}
+						t.Fatalf("node %v in %v, want %v", n.Addr(), got.Short(), want.Short())
+					}
+				}
+				before := totalChanges(g.nodes)
+				time.Sleep(4 * time.Hour)
+				if after := totalChanges(g.nodes); after != before {
+					t.Fatalf("%d more cluster changes in 4 hours after merging", after-before)
+				}
+			})
+		})
+	}
+}
+
+// TestMergeByAvalanche: a small cluster whose members only one of them has
+// ever met the larger cluster's members. That one switches first; the
+// others learn of the larger cluster from it and follow, with no traffic
+// but the clustering rounds' own.
+func TestMergeByAvalanche(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGroupNet(t, 3*time.Millisecond, 3*time.Millisecond)
+		var big, small []*Node
+		for i := range 8 {
+			big = append(big, g.add(memAddr(i+1), 0, nil))
+		}
+		for i := range 3 {
+			small = append(small, g.add(memAddr(50+i), 0, nil))
+		}
+		bootstrapAll(t, big[0], big...)
+		bootstrapAll(t, small[0], small...)
+		now := time.Now().Truncate(time.Second)
+		bigC := ClusterInfo{Level: 1, ID: ID{0xF0}, Created: now}
+		smallC := ClusterInfo{Level: 1, ID: ID{0x01}, Created: now}
+		for _, n := range big {
+			force(n, 1, bigC)
+		}
+		for _, n := range small {
+			force(n, 1, smallC)
+		}
+		for _, set := range [][]*Node{big, small} {
+			for _, n := range set {
+				n.findNode(context.Background(), 1, n.ID())
+				n.updateSizes()
+			}
+		}
+		// The bridge: one small-cluster node meets one big-cluster node.
+		if _, err := small[0].Ping(context.Background(), big[0].Addr()); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range small[1:] {
+			for _, b := range big {
+				if _, ok := n.PeerRTT(b.Addr()); ok {
+					t.Fatalf("%v already knows %v; the test needs it not to", n.Addr(), b.Addr())
+				}
+			}
+		}
+		for round := 1; round <= 4; round++ {
+			time.Sleep(DefaultConfig().ClusterInterval * 11 / 10)
+		}
+		for _, n := range append(small, big...) {
+			if got := clusterOf(n, 1); got != bigC.ID {
+				t.Fatalf("node %v in %v, want the larger cluster %v", n.Addr(), got.Short(), bigC.ID.Short())
+			}
+		}
+	})
+}
+
+// TestPinnedClusters: a pinned node never moves, even when a larger
+// acceptable cluster is next door, and nodes pinned to one name share a
+// cluster whose ID is SHA-1 of the name.
+func TestPinnedClusters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGroupNet(t, 3*time.Millisecond, 3*time.Millisecond)
+		for i := range 8 {
+			g.add(memAddr(i+1), 0, nil)
+		}
+		a := g.add(memAddr(20), 0, pin("fra1"))
+		b := g.add(memAddr(21), 0, pin("fra1"))
+		bootstrapAll(t, g.nodes[0], g.nodes...)
+		time.Sleep(4 * DefaultConfig().ClusterInterval)
+		for _, n := range []*Node{a, b} {
+			lv := n.Levels()[1]
+			if lv.Cluster.ID != ClusterIDFor("fra1") || !lv.Pinned || lv.Changes != 0 {
+				t.Fatalf("pinned node %v: %+v", n.Addr(), lv)
+			}
+		}
+		if ClusterIDFor("fra1") != ID(sha1Sum("fra1")) {
+			t.Fatal("ClusterIDFor is not SHA-1 of the name")
+		}
+		// The dynamic nodes formed one cluster of their own.
+		first := clusterOf(g.nodes[0], 1)
+		for _, n := range g.nodes[:8] {
+			if clusterOf(n, 1) != first {
+				t.Fatalf("dynamic nodes in several clusters: %v vs %v", clusterOf(n, 1).Short(), first.Short())
+			}
+		}
+		// a and b serve each other at level 1; the others are refused.
+		ctx := context.Background()
+		key := KeyFor("pinned")
+		if _, err := a.Put(ctx, key, []byte("v"), time.Hour, 1); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := b.Get(ctx, key, 1); err != nil || r.Level != 1 {
+			t.Fatalf("b get at level 1: %+v %v", r, err)
+		}
+		if _, err := g.nodes[0].Get(ctx, key, 1); err == nil {
+			t.Fatal("a node outside fra1 read fra1's level-1 value")
+		}
+	})
+}
+
+func TestConfigPinsAndHints(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		tweak func(*Config)
+	}{
+		{"pin level 0", func(c *Config) { c.Pins = map[int]string{0: "x"} }},
+		{"pin beyond levels", func(c *Config) { c.Pins = map[int]string{3: "x"} }},
+		{"pin empty name", func(c *Config) { c.Pins = map[int]string{1: " "} }},
+		{"interval", func(c *Config) { c.ClusterInterval = 0 }},
+		{"join fraction", func(c *Config) { c.JoinFraction = 1.5 }},
+		{"leave fraction", func(c *Config) { c.LeaveFraction = 0 }},
+		{"validate members", func(c *Config) { c.ValidateMembers = 0 }},
+		{"hint hops", func(c *Config) { c.HintHops = 17 }},
+		{"hint prefix", func(c *Config) { c.HintPrefixes = []netip.Prefix{{}} }},
+	} {
+		cfg := DefaultConfig()
+		c.tweak(&cfg)
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted it", c.name)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Pins = map[int]string{1: "eu", 2: "fra1"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sha1Sum(s string) [20]byte { return sha1.Sum([]byte(s)) }
+
+// TestHintFastJoin: a node that shares a /24 with a clustered site finds
+// it through the hint key of that prefix and is in the site's cluster
+// within one clustering period, although it bootstrapped through a node
+// far away.
+func TestHintFastJoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGroupNet(t, 2*time.Millisecond, 100*time.Millisecond)
+		hints := func(c *Config) { c.HintPrivate = true }
+		at := func(subnet, host byte) netip.AddrPort {
+			return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, subnet, host}), 4000)
+		}
+		var far, site []*Node
+		for i := range 20 {
+			far = append(far, g.add(at(2, byte(i+1)), 1, hints))
+		}
+		for i := range 3 {
+			site = append(site, g.add(at(1, byte(i+1)), 0, hints))
+		}
+		bootstrapAll(t, far[0], far...)
+		bootstrapAll(t, far[0], site...)
+		time.Sleep(2 * DefaultConfig().ClusterInterval)
+		siteCluster := clusterOf(site[0], 1)
+		for _, n := range site {
+			if clusterOf(n, 1) != siteCluster {
+				t.Fatalf("the site did not cluster: %v vs %v", clusterOf(n, 1).Short(), siteCluster.Short())
+			}
+		}
+		joiner := g.add(at(1, 9), 0, hints)
+		start := time.Now()
+		bootstrapAll(t, far[5], joiner)
+		time.Sleep(DefaultConfig().ClusterInterval * 9 / 10)
+		if got := clusterOf(joiner, 1); got != siteCluster {
+			t.Fatalf("after one period the joiner is in %v, want the site's %v", got.Short(), siteCluster.Short())
+		}
+		if lv := joiner.Levels()[1]; lv.LastChange.Sub(start) > 10*time.Second {
+			t.Fatalf("joined only %v after bootstrap; the first round should do it", lv.LastChange.Sub(start))
+		}
+		if joiner.Stats().HintLookups == 0 {
+			t.Fatal("no hint lookups")
+		}
+	})
+}
+
+func TestHintPrefixes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := NewMemNetwork(MemNetworkConfig{})
+		mk := func(addr string, tweak func(*Config)) *Node {
+			tr, err := net.Listen(netip.MustParseAddrPort(addr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := DefaultConfig()
+			cfg.Key = testKey
+			tweak(&cfg)
+			n, err := NewNode(cfg, tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { n.Close() })
+			return n
+		}
+		routers := []netip.Addr{netip.MustParseAddr("192.168.1.1"), netip.MustParseAddr("203.0.113.77"), netip.MustParseAddr("100.64.3.4"), netip.MustParseAddr("2001:db8:5:6::1")}
+		priv := mk("10.1.2.3:4000", func(c *Config) { c.HintPrefixes = []netip.Prefix{netip.MustParsePrefix("198.51.100.9/24")} })
+		got := priv.hintPrefixes(routers)
+		want := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8:5::/48"), netip.MustParsePrefix("198.51.100.0/24")}
+		if !slicesEqual(got, want) {
+			t.Fatalf("hint prefixes %v, want %v (private, CGNAT and own private address left out)", got, want)
+		}
+		allowed := mk("10.1.2.4:4000", func(c *Config) { c.HintPrivate = true })
+		got = allowed.hintPrefixes(routers[:1])
+		want = []netip.Prefix{netip.MustParsePrefix("10.1.2.0/24"), netip.MustParsePrefix("192.168.1.0/24")}
+		if !slicesEqual(got, want) {
+			t.Fatalf("with HintPrivate: %v, want %v", got, want)
+		}
+		if hintKey(netip.MustParsePrefix("10.1.2.99/24")) != hintKey(netip.MustParsePrefix("10.1.2.0/24")) {
+			t.Fatal("hint key depends on host bits")
+		}
+		// A simulated transport is never traced.
+		if _, ok := allowed.traceTarget(); ok {
+			t.Fatal("traceroute planned on an in-memory network")
+		}
+	})
+}
+
+func slicesEqual[T comparable](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestMembersRequest: any node may sample a cluster it is not in; get and
+// find_node stay members-only.
+func TestMembersRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGroupNet(t, 2*time.Millisecond, 2*time.Millisecond)
+		var members []*Node
+		for i := range 5 {
+			members = append(members, g.add(memAddr(i+1), 0, pin("blue")))
+		}
+		outsider := g.add(memAddr(50), 0, pin("red"))
+		bootstrapAll(t, members[0], append(members, outsider)...)
+		for _, n := range members {
+			n.findNode(context.Background(), 1, n.ID())
+		}
+		ctx := context.Background()
+		r, err := outsider.call(ctx, members[0].Contact(), &message{Type: msgMembers, Level: 1, Target: outsider.ID()})
+		if err != nil || r.Status != statusOK || len(r.Nodes) != 4 {
+			t.Fatalf("members reply %+v, %v; want the 4 other blue members", r, err)
+		}
+		for _, c := range r.Nodes {
+			if c.ID == outsider.ID() {
+				t.Fatal("the outsider is listed as a member")
+			}
+		}
+		r, err = outsider.call(ctx, members[0].Contact(), &message{Type: msgFindNode, Level: 1, Target: outsider.ID()})
+		if err != nil || r.Status != statusNotMember || len(r.Nodes) != 0 {
+			t.Fatalf("find_node from a non-member: %+v, %v", r, err)
+		}
+		r, err = outsider.call(ctx, members[0].Contact(), &message{Type: msgMembers, Level: 5, Target: outsider.ID()})
+		if err != nil || r.Status != statusBadLevel {
+			t.Fatalf("members at a missing level: %+v, %v", r, err)
+		}
+	})
+}
+
+// TestHierarchicalGetCrossesOnce: a get over all levels continues at level
+// 0 from where its level-1 lookup stopped, so its level-0 phase costs less
+// than a level-0 get alone: the whole walk crosses the ID space about once.
+func TestHierarchicalGetCrossesOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGroupNet(t, 3*time.Millisecond, 100*time.Millisecond)
+		var cluster, rest []*Node
+		for i := range 24 {
+			cluster = append(cluster, g.add(memAddr(i+1), 0, pin("c1")))
+		}
+		for i := range 40 {
+			rest = append(rest, g.add(memAddr(100+i), 1, pin("other")))
+		}
+		all := append(cluster, rest...)
+		bootstrapAll(t, all[0], all...)
+		for _, n := range all {
+			n.findNode(context.Background(), 1, n.ID())
+		}
+		ctx := context.Background()
+		var hier, flat, upper float64
+		const keys = 40
+		for i := range keys {
+			key := KeyFor(string(rune('a' + i)))
+			if _, err := rest[i%len(rest)].Put(ctx, key, []byte("v"), time.Hour, 0); err != nil {
+				t.Fatal(err)
+			}
+			getter := cluster[i%len(cluster)]
+			h, err := getter.Get(ctx, key)
+			if err != nil || h.Level != 0 {
+				t.Fatalf("hierarchical get: %+v %v", h, err)
+			}
+			f, err := getter.Get(ctx, key, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, _ := getter.Get(ctx, key, 1)
+			hier += float64(h.RPCs) / keys
+			flat += float64(f.RPCs) / keys
+			upper += float64(u.RPCs) / keys
+		}
+		t.Logf("mean RPCs: all levels %.2f, level 0 alone %.2f, level 1 alone %.2f", hier, flat, upper)
+		// The level-0 phase of the hierarchical get starts near the key,
+		// so it needs at least one RPC less than a level-0 get from scratch.
+		if hier-upper > flat-1 {
+			t.Fatalf("mean RPCs: all levels %.2f, level 0 alone %.2f, level 1 alone %.2f: the level-0 phase did not continue where level 1 stopped", hier, flat, upper)
+		}
+	})
+}

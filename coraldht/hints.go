@@ -1,0 +1,128 @@
+package coraldht
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Locality hints: nodes publish their address in the level-0 DSHT under
+// keys named after network prefixes they are in or near (their own /24 and
+// those of the routers a few hops out), and read the same keys to meet
+// nearby nodes at once, instead of waiting for chance RPCs to reveal them.
+
+const (
+	// hintTTL is how long a published hint lives; hintRefresh how often the
+	// node publishes again.
+	hintTTL     = time.Hour
+	hintRefresh = 30 * time.Minute
+
+	// hintPingsPerPrefix bounds the nodes pinged per hint prefix.
+	hintPingsPerPrefix = 8
+
+	// traceTimeout bounds the start-up traceroute.
+	traceTimeout = 2 * time.Second
+)
+
+// hintKey is the level-0 key under which nodes in or near prefix p publish
+// their addresses.
+func hintKey(p netip.Prefix) ID { return KeyFor("coral-hint " + p.Masked().String()) }
+
+// hintPrefix is the /24 (IPv4) or /48 (IPv6) around a.
+func hintPrefix(a netip.Addr) netip.Prefix {
+	a = a.Unmap()
+	bits := 24
+	if a.Is6() {
+		bits = 48
+	}
+	p, _ := a.Prefix(bits)
+	return p
+}
+
+// privateHint reports addresses whose prefixes mean nothing about location:
+// private, shared (RFC 6598 CGNAT), loopback, link-local and unspecified.
+func privateHint(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsPrivate() || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsUnspecified() ||
+		a.IsMulticast() || cgnat.Contains(a)
+}
+
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+// hintPrefixes lists the prefixes this node publishes itself under: its own
+// address's, the routers', and the configured ones.
+func (n *Node) hintPrefixes(routers []netip.Addr) []netip.Prefix {
+	var out []netip.Prefix
+	add := func(p netip.Prefix) {
+		if p.IsValid() && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	for _, a := range append([]netip.Addr{n.self.Addr.Addr()}, routers...) {
+		if n.cfg.HintPrivate || !privateHint(a) {
+			add(hintPrefix(a))
+		}
+	}
+	for _, p := range n.cfg.HintPrefixes {
+		add(p.Masked())
+	}
+	return out
+}
+
+// traceTarget picks where the traceroute aims: the first bootstrap node
+// off this host. Routers on the way to it are this node's upstream.
+func (n *Node) traceTarget() (netip.Addr, bool) {
+	if n.cfg.HintHops == 0 {
+		return netip.Addr{}, false
+	}
+	if _, real := n.tr.(*UDPTransport); !real {
+		return netip.Addr{}, false // a simulated network has no routers to trace
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, a := range n.bootstraps {
+		if !a.Addr().IsLoopback() {
+			return a.Addr(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// publishHints publishes this node under each hint prefix with one PutGet
+// per prefix and pings the nodes found there, so that the next clustering
+// round has their RTTs and clusters as evidence.
+func (n *Node) publishHints(ctx context.Context) {
+	var routers []netip.Addr
+	if dst, ok := n.traceTarget(); ok {
+		var err error
+		routers, err = traceRouters(ctx, dst, n.cfg.HintHops, traceTimeout)
+		if err != nil {
+			n.log.Debug("traceroute skipped", "err", err)
+		}
+	}
+	self, _ := n.self.Addr.MarshalBinary()
+	var wg sync.WaitGroup
+	for _, p := range n.hintPrefixes(routers) {
+		wg.Go(func() {
+			n.counters.hintLookups.Add(1)
+			r, err := n.PutGet(ctx, hintKey(p), self, hintTTL, 0)
+			if err != nil {
+				n.log.Debug("hint", "prefix", p, "err", err)
+			}
+			var found []Contact
+			for _, v := range r.Values {
+				var a netip.AddrPort
+				if a.UnmarshalBinary(v.Data) != nil || checkContactAddr(a) != nil || a == n.self.Addr {
+					continue
+				}
+				if len(found) < hintPingsPerPrefix {
+					found = append(found, Contact{ID: NodeIDFor(a), Addr: a})
+				}
+			}
+			n.pingAll(ctx, found)
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,201 @@
+// Command clusters measures Coral's self-organizing cluster hierarchy (the
+// paper's Figure 7, NSDI'04 §4.3 and §6): nodes placed on the WonderProxy
+// sites start as singletons at every level, cluster themselves in virtual
+// time, and the result is judged against the RTT matrix and against an
+// offline greedy clustering of the same matrix.
+//
+//	go run ./eval/clusters [-n 738] [-periods 6] [-stable 4h] [-out docs/eval]
+//
+// It prints a table per level, writes clusters.json and the maps
+// clusters-level1.png and clusters-level2.png to -out.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/eval/internal/sim"
+	"github.com/coralcdn/coral/internal/topology"
+	"github.com/coralcdn/coral/internal/vtime"
+)
+
+// params is one experiment's settings.
+type params struct {
+	N        int
+	PerSite  int
+	Seed     uint64
+	Periods  int           // clustering periods in which the criteria must hold
+	Stable   time.Duration // observation after the periods: cluster changes per node
+	Interval time.Duration // Config.ClusterInterval
+	Out      string
+	Plot     bool
+}
+
+// periodRow is the quality at the end of one clustering period.
+type periodRow struct {
+	Period  int       `json:"period"`
+	Minutes float64   `json:"virtual_minutes"`
+	Quality []Quality `json:"quality"`
+	Pass    []bool    `json:"criteria_met"` // per level above 0
+}
+
+type stability struct {
+	Hours          float64   `json:"hours"`
+	ChangesPerNode []int     `json:"max_changes_per_node"` // per level above 0: most changes by any one node
+	PerNodeHour    []float64 `json:"changes_per_node_hour"`
+	NodesOver2     []int     `json:"nodes_changing_more_than_twice"`
+}
+
+type report struct {
+	Topology   string      `json:"topology"`
+	N          int         `json:"n"`
+	PerSite    int         `json:"per_site"`
+	IntervalNs int64       `json:"cluster_interval_ns"`
+	Periods    []periodRow `json:"periods"`
+	Converged  []float64   `json:"converged_minutes"` // per level above 0; -1 if never
+	Greedy     []Quality   `json:"greedy"`
+	Final      []Quality   `json:"final"`
+	Stability  stability   `json:"stability"`
+	WallSec    float64     `json:"wall_seconds"`
+	PeakRSS    uint64      `json:"peak_rss_bytes"`
+}
+
+func main() {
+	p := params{Plot: true}
+	flag.IntVar(&p.N, "n", 738, "nodes (246 WonderProxy sites × 3)")
+	flag.IntVar(&p.PerSite, "persite", 3, "nodes per site")
+	flag.Uint64Var(&p.Seed, "seed", 1, "random seed")
+	flag.IntVar(&p.Periods, "periods", 6, "clustering periods in which the quality criteria must be met")
+	flag.DurationVar(&p.Stable, "stable", 4*time.Hour, "virtual time to watch for cluster changes afterwards")
+	flag.DurationVar(&p.Interval, "interval", coraldht.DefaultConfig().ClusterInterval, "clustering period")
+	flag.StringVar(&p.Out, "out", "docs/eval", "directory for clusters.json and the maps")
+	flag.Parse()
+	vtime.Main(func() error {
+		_, err := experiment(p, os.Stdout)
+		return err
+	})
+}
+
+// criteria are the acceptance tests of one level's quality against the
+// greedy baseline: (a) ≥ 95 % of clusters satisfy the 80 % rule, (b) ≥ 90 %
+// of the nodes with a neighbour under the threshold are not alone, (c) mean
+// size at least half the greedy one.
+func criteria(q, greedy Quality) bool {
+	return q.PairRuleOK >= 0.95 && q.NonSingletonOfThose >= 0.90 && q.MeanSize >= greedy.MeanSize/2
+}
+
+func experiment(p params, w *os.File) (*report, error) {
+	start := sim.WallNow()
+	m := topology.Load(p.Seed)
+	s, err := sim.Start(sim.Options{N: p.N, PerSite: p.PerSite, Seed: p.Seed, Matrix: m, Tweak: func(i int, c *coraldht.Config) {
+		c.ClusterInterval = p.Interval
+		// Each simulated site owns a 10.a.b.0/24: a meaningful hint here.
+		c.HintPrivate = true
+	}})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	levels := s.Nodes[0].Levels()[1:]
+	rep := &report{Topology: m.Source, N: p.N, PerSite: p.PerSite, IntervalNs: int64(p.Interval)}
+	for _, lv := range levels {
+		rep.Greedy = append(rep.Greedy, measure(m, s.Placed, lv.Level, lv.Threshold, greedyClusters(m, s.Placed, lv.Threshold)))
+		rep.Converged = append(rep.Converged, -1)
+	}
+	snapshot := func() []Quality {
+		var qs []Quality
+		for _, lv := range levels {
+			qs = append(qs, measure(m, s.Placed, lv.Level, lv.Threshold, labelsAt(s, lv.Level)))
+		}
+		return qs
+	}
+	fmt.Fprintf(w, "%d nodes on %s, %d per site, cluster interval %v\n\n", p.N, m.Source, p.PerSite, p.Interval)
+	fmt.Fprintf(w, "%-7s %-6s %9s %9s %9s %10s %9s %9s  %s\n", "period", "level", "clusters", "single", "mean", "greedy/2", "pairs80", "notalone", "criteria")
+	began := time.Now()
+	for period := 1; period <= p.Periods; period++ {
+		time.Sleep(p.Interval)
+		row := periodRow{Period: period, Minutes: time.Since(began).Minutes(), Quality: snapshot()}
+		for i, q := range row.Quality {
+			ok := criteria(q, rep.Greedy[i])
+			row.Pass = append(row.Pass, ok)
+			if ok && rep.Converged[i] < 0 {
+				rep.Converged[i] = row.Minutes
+			}
+			fmt.Fprintf(w, "%-7d %-6d %9d %9d %9.2f %10.2f %8.1f%% %8.1f%%  %v\n", period, q.Level, q.Clusters, q.Singletons,
+				q.MeanSize, rep.Greedy[i].MeanSize/2, 100*q.PairRuleOK, 100*q.NonSingletonOfThose, ok)
+		}
+		rep.Periods = append(rep.Periods, row)
+	}
+	final := rep.Periods[len(rep.Periods)-1].Quality
+	if p.Plot {
+		for i, lv := range levels {
+			path := filepath.Join(p.Out, fmt.Sprintf("clusters-level%d.png", lv.Level))
+			if err := plotClusterMap(path, m, s.Placed, labelsAt(s, lv.Level), lv.Level, lv.Threshold); err != nil {
+				return nil, err
+			}
+			_ = i
+		}
+	}
+	fmt.Fprintln(w)
+	printQuality(w, final, rep.Greedy)
+
+	// Stability: changes per node over the following hours.
+	before := changesAt(s)
+	time.Sleep(p.Stable)
+	after := changesAt(s)
+	st := stability{Hours: p.Stable.Hours()}
+	for li := range levels {
+		most, over, total := 0, 0, 0
+		for i := range s.Nodes {
+			d := after[i][li] - before[i][li]
+			most = max(most, d)
+			total += d
+			if d > 2 {
+				over++
+			}
+		}
+		st.ChangesPerNode = append(st.ChangesPerNode, most)
+		st.NodesOver2 = append(st.NodesOver2, over)
+		st.PerNodeHour = append(st.PerNodeHour, float64(total)/float64(len(s.Nodes))/p.Stable.Hours())
+	}
+	rep.Stability = st
+	rep.Final = snapshot()
+	fmt.Fprintf(w, "\nAfter %v more: ", p.Stable)
+	for li, lv := range levels {
+		fmt.Fprintf(w, "level %d: %.3f changes/node/hour, most by one node %d, nodes with > 2: %d; ", lv.Level,
+			st.PerNodeHour[li], st.ChangesPerNode[li], st.NodesOver2[li])
+	}
+	fmt.Fprintln(w)
+	for li, lv := range levels {
+		fmt.Fprintf(w, "level %d converged (all criteria) after %.0f virtual minutes (-1: not within %d periods); final %d clusters, mean %.2f\n",
+			lv.Level, rep.Converged[li], p.Periods, rep.Final[li].Clusters, rep.Final[li].MeanSize)
+	}
+	rep.WallSec = sim.WallNow().Sub(start).Seconds()
+	rep.PeakRSS = sim.PeakRSS()
+	fmt.Fprintf(w, "wall %.0f s, peak RSS %d MiB\n", rep.WallSec, rep.PeakRSS>>20)
+	return rep, sim.WriteJSON(filepath.Join(p.Out, "clusters.json"), rep)
+}
+
+// labelsAt returns every node's cluster ID at level lvl, as hex.
+func labelsAt(s *sim.Sim, lvl int) []string {
+	out := make([]string, len(s.Nodes))
+	for i, n := range s.Nodes {
+		out[i] = n.Levels()[lvl].Cluster.ID.String()
+	}
+	return out
+}
+
+// changesAt returns every node's cluster-change count per level above 0.
+func changesAt(s *sim.Sim) [][]int {
+	out := make([][]int, len(s.Nodes))
+	for i, n := range s.Nodes {
+		for _, lv := range n.Levels()[1:] {
+			out[i] = append(out[i], lv.Changes)
+		}
+	}
+	return out
+}
