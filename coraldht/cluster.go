@@ -3,6 +3,7 @@ package coraldht
 import (
 	"context"
 	"crypto/sha1"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -36,7 +37,22 @@ const (
 
 	// probesPerRound bounds the pings a round sends to peers never measured.
 	probesPerRound = 8
+
+	// rejoinHoldoff is how long a node stays away from a cluster it left.
+	// Acceptability is judged from samples: a node that left a wide cluster
+	// because half the members it measured were far could otherwise find a
+	// lucky sample of near members a few rounds later, rejoin, and leave
+	// again. And a node on the border of two acceptable clusters, one larger
+	// and one with the lower ID, would follow δ's square wave back and forth
+	// every hour. Three hours allows at most two changes in four.
+	rejoinHoldoff = 3 * time.Hour
 )
+
+// leftCluster records why and when a node left a cluster.
+type leftCluster struct {
+	at           time.Time
+	unacceptable bool // left by the 50 % rule, not for a better cluster
+}
 
 // clusterDelta is δ, the square wave of the paper's merge rule: 0 in even
 // hours of a cluster's age, 2 in odd ones. During the even hours the larger
@@ -132,46 +148,49 @@ func groupClusters(ev []peerView, lvl int, self ID) map[ID]*clusterSample {
 	return out
 }
 
-// evidenceSince is the oldest evidence a round considers.
+// evidenceSince is the oldest evidence a round considers: an hour, as long
+// as the peer table keeps a silent peer. RTTs are minima and change little;
+// which cluster a peer is in is refreshed by every datagram from it.
 func (n *Node) evidenceSince(now time.Time) time.Time {
-	return now.Add(-max(2*n.cfg.ClusterInterval, 10*time.Minute))
+	return now.Add(-max(time.Hour, 2*n.cfg.ClusterInterval))
 }
 
-// clusterLoop runs the clustering rounds: the first soon after the node
+// clusterLoop runs the clustering rounds: the first as soon as the node
 // joins (after publishing and reading its locality hints), then every
 // ClusterInterval with ±10 % jitter so that nodes do not move in lockstep.
+// A node that has not joined yet still runs rounds on what it hears.
 func (n *Node) clusterLoop() {
 	defer n.wg.Done()
 	if !n.clusterable() {
 		return
 	}
-	first := time.NewTimer(n.cfg.ClusterInterval)
-	select {
-	case <-n.ctx.Done():
-		first.Stop()
-		return
-	case <-n.joined:
-		first.Stop()
-	case <-first.C:
-	}
-	lastHints := time.Time{}
+	joined := n.joined
+	hintsDue := time.Time{} // zero: not joined yet
+	t := time.NewTimer(n.nextRound())
+	defer t.Stop()
 	for {
-		if time.Since(lastHints) >= hintRefresh {
-			n.publishHints(n.ctx)
-			lastHints = time.Now()
-		}
-		n.clusterRound(n.ctx)
-		n.mu.Lock()
-		wait := time.Duration(float64(n.cfg.ClusterInterval) * (0.9 + 0.2*n.rng.Float64()))
-		n.mu.Unlock()
-		t := time.NewTimer(wait)
 		select {
 		case <-n.ctx.Done():
-			t.Stop()
 			return
+		case <-joined:
+			joined = nil
+			hintsDue = time.Now()
 		case <-t.C:
 		}
+		if !hintsDue.IsZero() && !time.Now().Before(hintsDue) {
+			n.publishHints(n.ctx)
+			hintsDue = time.Now().Add(hintRefresh)
+		}
+		n.clusterRound(n.ctx)
+		t.Reset(n.nextRound())
 	}
+}
+
+// nextRound is the jittered wait until the next clustering round.
+func (n *Node) nextRound() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return time.Duration(float64(n.cfg.ClusterInterval) * (0.9 + 0.2*n.rng.Float64()))
 }
 
 // clusterable reports whether any level may change cluster.
@@ -288,10 +307,21 @@ func (n *Node) reconsider(ctx context.Context, lv *level) {
 			stay = false
 		}
 	}
+	lv.mu.Lock()
+	for id, l := range lv.left {
+		if now.Sub(l.at) >= rejoinHoldoff {
+			delete(lv.left, id)
+		}
+	}
+	left := maps.Clone(lv.left)
+	lv.mu.Unlock()
 	var cands []*clusterSample
 	for id, g := range groups {
 		if id == cur.ID {
 			continue
+		}
+		if l, ok := left[id]; ok && (l.unacceptable || g.info.LogSize-cur.LogSize <= 2) {
+			continue // left recently; only a far larger cluster draws it back
 		}
 		if f, ok := g.fastest(); !ok || f.minRTT >= lv.threshold {
 			continue
@@ -314,7 +344,7 @@ func (n *Node) reconsider(ctx context.Context, lv *level) {
 			break
 		}
 		if info, ok := n.validateCluster(ctx, lv, c); ok {
-			n.joinCluster(ctx, lv, info, "better")
+			n.joinCluster(ctx, lv, info, !stay)
 			return
 		}
 	}
@@ -379,16 +409,20 @@ func (n *Node) validateCluster(ctx context.Context, lv *level, c *clusterSample)
 // their tables until it refuses them a request as a non-member; the refusal
 // tells them of the new cluster, which is how a better cluster spreads
 // through a worse one by avalanche.
-func (n *Node) joinCluster(ctx context.Context, lv *level, info ClusterInfo, why string) {
+func (n *Node) joinCluster(ctx context.Context, lv *level, info ClusterInfo, unacceptable bool) {
 	now := time.Now()
 	lv.mu.Lock()
 	old := lv.cluster
 	lv.cluster = ClusterInfo{Level: lv.index, ID: info.ID, Created: info.Created}
 	lv.changes++
 	lv.lastChange = now
+	if lv.left == nil {
+		lv.left = make(map[ID]leftCluster)
+	}
+	lv.left[old.ID] = leftCluster{at: now, unacceptable: unacceptable}
 	lv.mu.Unlock()
 	n.counters.clusterChanges.Add(1)
-	n.log.Debug("cluster change", "level", lv.index, "from", old.ID.Short(), "to", info.ID.Short(), "why", why)
+	n.log.Debug("cluster change", "level", lv.index, "from", old.ID.Short(), "to", info.ID.Short(), "unacceptable", unacceptable)
 	lv.rt.clear()
 	for _, v := range n.peers.evidence(n.evidenceSince(now)) {
 		if ci, ok := v.clusterAt(lv.index); ok && ci.ID == info.ID && v.ID != n.self.ID {
@@ -435,7 +469,7 @@ func (n *Node) splitAway(ctx context.Context, lv *level, cur ClusterInfo) {
 	if g := groupClusters(n.peers.evidence(n.evidenceSince(now)), lv.index, n.self.ID)[far.ID]; g != nil {
 		far.Created = g.info.Created
 	}
-	n.joinCluster(ctx, lv, far, "split")
+	n.joinCluster(ctx, lv, far, true)
 }
 
 // logSizeEstimate estimates log2 of the size of the cluster a routing table

@@ -92,7 +92,7 @@ func pin(name string) func(*Config) {
 
 // force puts n into cluster info at level lvl, as if it had chosen it.
 func force(n *Node, lvl int, info ClusterInfo) {
-	n.joinCluster(context.Background(), n.levels[lvl], info, "test")
+	n.joinCluster(context.Background(), n.levels[lvl], info, false)
 }
 
 func TestPreferClusterDelta(t *testing.T) {

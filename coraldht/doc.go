@@ -71,6 +71,18 @@
 // becomes visible to others only at the store that decides its put+get
 // answer.
 //
+// Clustering: every ClusterInterval a node reconsiders its cluster at each
+// level above 0 from the cluster lists and RTTs its RPCs gathered. It joins
+// a cluster when at least 80 % of the members it sampled are under the
+// level's threshold and leaves when at least 50 % of the members it measured
+// are over; between acceptable clusters it prefers the larger when their
+// log2 sizes differ by more than δ (0 in even hours of their age, 2 in odd
+// ones), else the lower ID. A cluster that is no longer acceptable splits
+// around its center, the member nearest SHA-1(cluster ID). At start a node
+// publishes itself under locality hints (its /24 and those of nearby
+// routers) to meet its neighbours at once. Operators may pin a level's
+// cluster by name (Config.Pins).
+//
 // Network key: all nodes of one Coral network share a secret; every datagram
 // carries a truncated HMAC-SHA256 tag made with it, a timestamp and a sender
 // identity. Datagrams that fail authentication, are stale or replayed are

@@ -63,6 +63,7 @@ type level struct {
 	cluster    ClusterInfo // LogSize refreshed by updateSizes
 	changes    int         // cluster changes so far
 	lastChange time.Time
+	left       map[ID]leftCluster // clusters left recently
 
 	rt *routingTable
 }

@@ -13,8 +13,11 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
@@ -31,6 +34,7 @@ type params struct {
 	Periods  int           // clustering periods in which the criteria must hold
 	Stable   time.Duration // observation after the periods: cluster changes per node
 	Interval time.Duration // Config.ClusterInterval
+	Joiners  int           // nodes held back, then joined at sites with other nodes
 	Out      string
 	Plot     bool
 }
@@ -50,18 +54,28 @@ type stability struct {
 	NodesOver2     []int     `json:"nodes_changing_more_than_twice"`
 }
 
+// joinerResult is the late joiners' outcome one period after joining.
+type joinerResult struct {
+	Joiners      int     `json:"joiners"`
+	InSiteL2     int     `json:"in_site_mates_level2_cluster"`
+	MedianJoinS  float64 `json:"median_seconds_to_join"`
+	MaxJoinS     float64 `json:"max_seconds_to_join"`
+	PeriodSecond float64 `json:"period_seconds"`
+}
+
 type report struct {
-	Topology   string      `json:"topology"`
-	N          int         `json:"n"`
-	PerSite    int         `json:"per_site"`
-	IntervalNs int64       `json:"cluster_interval_ns"`
-	Periods    []periodRow `json:"periods"`
-	Converged  []float64   `json:"converged_minutes"` // per level above 0; -1 if never
-	Greedy     []Quality   `json:"greedy"`
-	Final      []Quality   `json:"final"`
-	Stability  stability   `json:"stability"`
-	WallSec    float64     `json:"wall_seconds"`
-	PeakRSS    uint64      `json:"peak_rss_bytes"`
+	Topology   string       `json:"topology"`
+	N          int          `json:"n"`
+	PerSite    int          `json:"per_site"`
+	IntervalNs int64        `json:"cluster_interval_ns"`
+	Periods    []periodRow  `json:"periods"`
+	Converged  []float64    `json:"converged_minutes"` // per level above 0; -1 if never
+	Greedy     []Quality    `json:"greedy"`
+	Final      []Quality    `json:"final"`
+	Stability  stability    `json:"stability"`
+	Joiners    joinerResult `json:"late_joiners"`
+	WallSec    float64      `json:"wall_seconds"`
+	PeakRSS    uint64       `json:"peak_rss_bytes"`
 }
 
 func main() {
@@ -72,6 +86,7 @@ func main() {
 	flag.IntVar(&p.Periods, "periods", 6, "clustering periods in which the quality criteria must be met")
 	flag.DurationVar(&p.Stable, "stable", 4*time.Hour, "virtual time to watch for cluster changes afterwards")
 	flag.DurationVar(&p.Interval, "interval", coraldht.DefaultConfig().ClusterInterval, "clustering period")
+	flag.IntVar(&p.Joiners, "joiners", 24, "nodes held back and joined at the end, each at a site with other nodes")
 	flag.StringVar(&p.Out, "out", "docs/eval", "directory for clusters.json and the maps")
 	flag.Parse()
 	vtime.Main(func() error {
@@ -88,10 +103,15 @@ func criteria(q, greedy Quality) bool {
 	return q.PairRuleOK >= 0.95 && q.NonSingletonOfThose >= 0.90 && q.MeanSize >= greedy.MeanSize/2
 }
 
-func experiment(p params, w *os.File) (*report, error) {
+func experiment(p params, w io.Writer) (*report, error) {
 	start := sim.WallNow()
 	m := topology.Load(p.Seed)
-	s, err := sim.Start(sim.Options{N: p.N, PerSite: p.PerSite, Seed: p.Seed, Matrix: m, Tweak: func(i int, c *coraldht.Config) {
+	// The last node placed at each of the first Joiners sites is held
+	// back: it joins at the end, next to nodes already clustered.
+	late := func(i int) bool {
+		return p.PerSite > 1 && i/p.PerSite < p.Joiners && i%p.PerSite == p.PerSite-1 && i < p.N
+	}
+	s, err := sim.Start(sim.Options{N: p.N, PerSite: p.PerSite, Seed: p.Seed, Matrix: m, Late: late, Tweak: func(i int, c *coraldht.Config) {
 		c.ClusterInterval = p.Interval
 		// Each simulated site owns a 10.a.b.0/24: a meaningful hint here.
 		c.HintPrivate = true
@@ -100,20 +120,27 @@ func experiment(p params, w *os.File) (*report, error) {
 		return nil, err
 	}
 	defer s.Close()
+	var present []int // nodes that joined at the start
+	for i := range s.Nodes {
+		if !late(i) {
+			present = append(present, i)
+		}
+	}
+	placedPresent := pick(s.Placed, present)
 	levels := s.Nodes[0].Levels()[1:]
-	rep := &report{Topology: m.Source, N: p.N, PerSite: p.PerSite, IntervalNs: int64(p.Interval)}
+	rep := &report{Topology: m.Source, N: len(present), PerSite: p.PerSite, IntervalNs: int64(p.Interval)}
 	for _, lv := range levels {
-		rep.Greedy = append(rep.Greedy, measure(m, s.Placed, lv.Level, lv.Threshold, greedyClusters(m, s.Placed, lv.Threshold)))
+		rep.Greedy = append(rep.Greedy, measure(m, placedPresent, lv.Level, lv.Threshold, greedyClusters(m, placedPresent, lv.Threshold)))
 		rep.Converged = append(rep.Converged, -1)
 	}
 	snapshot := func() []Quality {
 		var qs []Quality
 		for _, lv := range levels {
-			qs = append(qs, measure(m, s.Placed, lv.Level, lv.Threshold, labelsAt(s, lv.Level)))
+			qs = append(qs, measure(m, placedPresent, lv.Level, lv.Threshold, pick(labelsAt(s, lv.Level), present)))
 		}
 		return qs
 	}
-	fmt.Fprintf(w, "%d nodes on %s, %d per site, cluster interval %v\n\n", p.N, m.Source, p.PerSite, p.Interval)
+	fmt.Fprintf(w, "%d nodes on %s, %d per site (%d more join at the end), cluster interval %v\n\n", len(present), m.Source, p.PerSite, p.N-len(present), p.Interval)
 	fmt.Fprintf(w, "%-7s %-6s %9s %9s %9s %10s %9s %9s  %s\n", "period", "level", "clusters", "single", "mean", "greedy/2", "pairs80", "notalone", "criteria")
 	began := time.Now()
 	for period := 1; period <= p.Periods; period++ {
@@ -134,7 +161,7 @@ func experiment(p params, w *os.File) (*report, error) {
 	if p.Plot {
 		for i, lv := range levels {
 			path := filepath.Join(p.Out, fmt.Sprintf("clusters-level%d.png", lv.Level))
-			if err := plotClusterMap(path, m, s.Placed, labelsAt(s, lv.Level), lv.Level, lv.Threshold); err != nil {
+			if err := plotClusterMap(path, m, placedPresent, pick(labelsAt(s, lv.Level), present), lv.Level, lv.Threshold); err != nil {
 				return nil, err
 			}
 			_ = i
@@ -150,7 +177,7 @@ func experiment(p params, w *os.File) (*report, error) {
 	st := stability{Hours: p.Stable.Hours()}
 	for li := range levels {
 		most, over, total := 0, 0, 0
-		for i := range s.Nodes {
+		for _, i := range present {
 			d := after[i][li] - before[i][li]
 			most = max(most, d)
 			total += d
@@ -160,7 +187,7 @@ func experiment(p params, w *os.File) (*report, error) {
 		}
 		st.ChangesPerNode = append(st.ChangesPerNode, most)
 		st.NodesOver2 = append(st.NodesOver2, over)
-		st.PerNodeHour = append(st.PerNodeHour, float64(total)/float64(len(s.Nodes))/p.Stable.Hours())
+		st.PerNodeHour = append(st.PerNodeHour, float64(total)/float64(len(present))/p.Stable.Hours())
 	}
 	rep.Stability = st
 	rep.Final = snapshot()
@@ -174,6 +201,8 @@ func experiment(p params, w *os.File) (*report, error) {
 		fmt.Fprintf(w, "level %d converged (all criteria) after %.0f virtual minutes (-1: not within %d periods); final %d clusters, mean %.2f\n",
 			lv.Level, rep.Converged[li], p.Periods, rep.Final[li].Clusters, rep.Final[li].MeanSize)
 	}
+	rep.Joiners = joinLate(s, late, p, w)
+
 	rep.WallSec = sim.WallNow().Sub(start).Seconds()
 	rep.PeakRSS = sim.PeakRSS()
 	fmt.Fprintf(w, "wall %.0f s, peak RSS %d MiB\n", rep.WallSec, rep.PeakRSS>>20)
@@ -196,6 +225,65 @@ func changesAt(s *sim.Sim) [][]int {
 		for _, lv := range n.Levels()[1:] {
 			out[i] = append(out[i], lv.Changes)
 		}
+	}
+	return out
+}
+
+// joinLate bootstraps the held-back nodes, each through a random node at
+// another site, waits one clustering period and checks that each is in the
+// level-2 (fastest level's) cluster of its site-mates.
+func joinLate(s *sim.Sim, late func(int) bool, p params, w io.Writer) joinerResult {
+	res := joinerResult{PeriodSecond: p.Interval.Seconds()}
+	top := len(s.Nodes[0].Levels()) - 1
+	var joiners []int
+	for i := range s.Nodes {
+		if late(i) {
+			joiners = append(joiners, i)
+		}
+	}
+	if len(joiners) == 0 || top < 1 {
+		return res
+	}
+	rng := rand.New(rand.NewPCG(p.Seed, 99))
+	joinedAt := make(map[int]time.Time)
+	for _, i := range joiners {
+		via := rng.IntN(len(s.Nodes))
+		for late(via) || s.Placed[via].Site == s.Placed[i].Site {
+			via = rng.IntN(len(s.Nodes))
+		}
+		joinedAt[i] = time.Now()
+		if err := s.Join(i, via); err != nil {
+			fmt.Fprintf(w, "joiner %d: %v\n", i, err)
+		}
+	}
+	time.Sleep(p.Interval)
+	var waits []float64
+	for _, i := range joiners {
+		res.Joiners++
+		mine := s.Nodes[i].Levels()[top]
+		for j := range s.Nodes {
+			if j != i && s.Placed[j].Site == s.Placed[i].Site && s.Nodes[j].Levels()[top].Cluster.ID == mine.Cluster.ID {
+				res.InSiteL2++
+				waits = append(waits, mine.LastChange.Sub(joinedAt[i]).Seconds())
+				break
+			}
+		}
+	}
+	slices.Sort(waits)
+	if len(waits) > 0 {
+		res.MedianJoinS = waits[len(waits)/2]
+		res.MaxJoinS = waits[len(waits)-1]
+	}
+	fmt.Fprintf(w, "late joiners: %d of %d in their site-mates' level-%d cluster one period (%v) after joining; median %.1f s, max %.1f s after bootstrap\n",
+		res.InSiteL2, res.Joiners, top, p.Interval, res.MedianJoinS, res.MaxJoinS)
+	return res
+}
+
+// pick returns xs[i] for each i in idx.
+func pick[T any](xs []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for k, i := range idx {
+		out[k] = xs[i]
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,9 @@ type Options struct {
 	Tweak func(i int, c *coraldht.Config)
 	// JoinParallel is how many nodes join at once. Default 32.
 	JoinParallel int
+	// Late marks nodes that Start creates but does not bootstrap; the
+	// experiment joins them later with Sim.Join.
+	Late func(i int) bool
 }
 
 // Sim is a running simulated network.
@@ -85,10 +89,17 @@ func Start(o Options) (*Sim, error) {
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 77))
 	order := rng.Perm(o.N)
+	if o.Late != nil {
+		order = slices.DeleteFunc(order, o.Late)
+	}
+	if len(order) == 0 {
+		s.Close()
+		return nil, fmt.Errorf("sim: every node is late")
+	}
 	joined := []int{order[0]}
 	ctx := context.Background()
-	for start := 1; start < o.N; start += o.JoinParallel {
-		end := min(start+o.JoinParallel, o.N)
+	for start := 1; start < len(order); start += o.JoinParallel {
+		end := min(start+o.JoinParallel, len(order))
 		var wg sync.WaitGroup
 		errs := make([]error, end-start)
 		for j := start; j < end; j++ {
@@ -106,6 +117,11 @@ func Start(o Options) (*Sim, error) {
 		joined = append(joined, order[start:end]...)
 	}
 	return s, nil
+}
+
+// Join bootstraps node i through node via.
+func (s *Sim) Join(i, via int) error {
+	return s.Nodes[i].Bootstrap(context.Background(), s.Nodes[via].Addr())
 }
 
 // Close stops every node.
