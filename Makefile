@@ -44,6 +44,8 @@ fuzz:
 eval:
 	$(GO) run ./eval/hotspot -sweep "128 256 512 1024 2048"
 	$(GO) run ./eval/lookup
+	$(GO) run ./eval/clusters
+	$(GO) run ./eval/getlatency
 
 clean:
 	rm -rf bin

@@ -326,6 +326,12 @@ func (n *Node) reconsider(ctx context.Context, lv *level) {
 		if f, ok := g.fastest(); !ok || f.minRTT >= lv.threshold {
 			continue
 		}
+		// What the node already knows may rule a cluster out without any
+		// probing: choose among the clusters that look acceptable, and
+		// validate only those.
+		if measured, under := g.rttCounts(lv.threshold); measured >= 2 && float64(under) < n.joinFraction(g, lv.threshold)*float64(measured) {
+			continue
+		}
 		if !stay || preferCluster(g.info, cur, now) {
 			cands = append(cands, g)
 		}
@@ -397,10 +403,31 @@ func (n *Node) validateCluster(ctx context.Context, lv *level, c *clusterSample)
 	}
 	measured, under := fresh.rttCounts(lv.threshold)
 	need := min(n.cfg.ValidateMembers, len(fresh.members))
-	if measured == 0 || 2*measured < need || float64(under) < n.cfg.JoinFraction*float64(measured) {
+	if measured == 0 || 2*measured < need {
+		return ClusterInfo{}, false
+	}
+	if float64(under) < n.joinFraction(fresh, lv.threshold)*float64(measured) {
 		return ClusterInfo{}, false
 	}
 	return fresh.info, true
+}
+
+// joinFraction is the share of sampled members that must be under the
+// threshold for this node to join cluster s: JoinFraction, except when a
+// member is on this node's own /24 (/48) and under half the threshold away.
+// That member sees the network much as this node does, and it has found
+// the cluster good enough to stay in. Holding the newcomer to the stricter
+// joining rule would split a site between clusters whenever the site sits
+// between the 50 % and 80 % marks of a wide cluster, so it is held to the
+// staying rule instead.
+func (n *Node) joinFraction(s *clusterSample, threshold time.Duration) float64 {
+	site := hintPrefix(n.self.Addr.Addr())
+	for _, m := range s.members {
+		if m.minRTT > 0 && m.minRTT < threshold/2 && site.Contains(m.Addr.Addr().Unmap()) {
+			return 1 - n.cfg.LeaveFraction
+		}
+	}
+	return n.cfg.JoinFraction
 }
 
 // joinCluster moves this node into cluster info at the level. The routing

@@ -60,7 +60,13 @@ func (n *Node) hintPrefixes(routers []netip.Addr) []netip.Prefix {
 			out = append(out, p)
 		}
 	}
-	for _, a := range append([]netip.Addr{n.self.Addr.Addr()}, routers...) {
+	// Own subnets: the advertised address and, behind a NAT or port
+	// forward, the address the socket is bound to.
+	own := []netip.Addr{n.self.Addr.Addr(), n.tr.LocalAddr().Addr()}
+	for _, a := range append(own, routers...) {
+		if !a.IsValid() || a.IsUnspecified() {
+			continue
+		}
 		if n.cfg.HintPrivate || !privateHint(a) {
 			add(hintPrefix(a))
 		}

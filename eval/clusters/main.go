@@ -172,7 +172,7 @@ func experiment(p params, w io.Writer) (*report, error) {
 
 	// Stability: changes per node over the following hours.
 	before := changesAt(s)
-	time.Sleep(p.Stable)
+	history := watch(s, present, levels, p.Stable)
 	after := changesAt(s)
 	st := stability{Hours: p.Stable.Hours()}
 	for li := range levels {
@@ -190,6 +190,13 @@ func experiment(p params, w io.Writer) (*report, error) {
 		st.PerNodeHour = append(st.PerNodeHour, float64(total)/float64(len(present))/p.Stable.Hours())
 	}
 	rep.Stability = st
+	for li, lv := range levels {
+		for _, i := range present {
+			if after[i][li]-before[i][li] > 2 {
+				fmt.Fprintf(w, "node %v (site %s) level %d: %s\n", s.Nodes[i].Addr(), m.Sites[s.Placed[i].Site].Name, lv.Level, history[i][li])
+			}
+		}
+	}
 	rep.Final = snapshot()
 	fmt.Fprintf(w, "\nAfter %v more: ", p.Stable)
 	for li, lv := range levels {
@@ -261,12 +268,23 @@ func joinLate(s *sim.Sim, late func(int) bool, p params, w io.Writer) joinerResu
 	for _, i := range joiners {
 		res.Joiners++
 		mine := s.Nodes[i].Levels()[top]
+		found := false
+		var mates []string
 		for j := range s.Nodes {
-			if j != i && s.Placed[j].Site == s.Placed[i].Site && s.Nodes[j].Levels()[top].Cluster.ID == mine.Cluster.ID {
-				res.InSiteL2++
-				waits = append(waits, mine.LastChange.Sub(joinedAt[i]).Seconds())
-				break
+			if j != i && s.Placed[j].Site == s.Placed[i].Site {
+				id := s.Nodes[j].Levels()[top].Cluster.ID
+				mates = append(mates, id.Short())
+				if id == mine.Cluster.ID && !found {
+					found = true
+					res.InSiteL2++
+					waits = append(waits, mine.LastChange.Sub(joinedAt[i]).Seconds())
+				}
 			}
+		}
+		if !found {
+			st := s.Nodes[i].Stats()
+			fmt.Fprintf(w, "joiner %v is in %v (changes %d, validations %d, hint lookups %d); its site-mates are in %v\n",
+				s.Nodes[i].Addr(), mine.Cluster.ID.Short(), mine.Changes, st.ClusterValidations, st.HintLookups, mates)
 		}
 	}
 	slices.Sort(waits)
@@ -284,6 +302,37 @@ func pick[T any](xs []T, idx []int) []T {
 	out := make([]T, len(idx))
 	for k, i := range idx {
 		out[k] = xs[i]
+	}
+	return out
+}
+
+// watch lets d pass in one-minute steps and returns, per node and level
+// above 0, the clusters the node went through with their sizes at the time.
+func watch(s *sim.Sim, present []int, levels []coraldht.LevelInfo, d time.Duration) [][]string {
+	out := make([][]string, len(s.Nodes))
+	last := make([][]string, len(s.Nodes))
+	for _, i := range present {
+		out[i] = make([]string, len(levels))
+		last[i] = make([]string, len(levels))
+	}
+	began := time.Now()
+	for step := time.Duration(0); step <= d; step += time.Minute {
+		if step > 0 {
+			time.Sleep(time.Minute)
+		}
+		for li, lv := range levels {
+			labels := labelsAt(s, lv.Level)
+			size := make(map[string]int)
+			for _, i := range present {
+				size[labels[i]]++
+			}
+			for _, i := range present {
+				if labels[i] != last[i][li] {
+					last[i][li] = labels[i]
+					out[i][li] += fmt.Sprintf(" %.0fm→%s(%d)", time.Since(began).Minutes(), labels[i][:6], size[labels[i]])
+				}
+			}
+		}
 	}
 	return out
 }
