@@ -44,7 +44,8 @@ const (
 	// lucky sample of near members a few rounds later, rejoin, and leave
 	// again. And a node on the border of two acceptable clusters, one larger
 	// and one with the lower ID, would follow δ's square wave back and forth
-	// every hour. Three hours allows at most two changes in four.
+	// every hour; it may return during the holdoff only if the cluster it
+	// left now wins in both phases of δ.
 	rejoinHoldoff = 3 * time.Hour
 )
 
@@ -69,15 +70,25 @@ func clusterDelta(age time.Duration) float64 {
 // preferCluster reports whether a node should move from acceptable cluster
 // a to acceptable cluster b.
 func preferCluster(b, a ClusterInfo, now time.Time) bool {
+	return preferClusterAt(b, a, clusterDelta(min(now.Sub(a.Created), now.Sub(b.Created))))
+}
+
+// preferClusterAt is preferCluster with δ given.
+func preferClusterAt(b, a ClusterInfo, delta float64) bool {
 	if b.ID == a.ID {
 		return false
 	}
-	age := min(now.Sub(a.Created), now.Sub(b.Created))
 	diff := b.LogSize - a.LogSize
-	if math.Abs(diff) > max(clusterDelta(age), minSizeMargin) {
+	if math.Abs(diff) > max(delta, minSizeMargin) {
 		return diff > 0
 	}
 	return b.ID.Cmp(a.ID) < 0
+}
+
+// preferredAlways reports whether b beats a whatever δ's phase: the test a
+// node applies before returning to a cluster it left for a better one.
+func preferredAlways(b, a ClusterInfo) bool {
+	return preferClusterAt(b, a, 0) && preferClusterAt(b, a, 2)
 }
 
 // splitClusterID is the cluster that the members far from a cluster's
@@ -208,6 +219,9 @@ func (n *Node) clusterable() bool {
 // evidence the slower levels' probes gathered.
 func (n *Node) clusterRound(ctx context.Context) {
 	n.counters.clusterRounds.Add(1)
+	// Peers compare clusters by the sizes members advertise: keep ours
+	// current at the pace of the rounds, not only of maintenance.
+	n.updateSizes()
 	n.probeUnmeasured(ctx)
 	for _, lv := range n.levels[1:] {
 		if ctx.Err() != nil {
@@ -320,8 +334,11 @@ func (n *Node) reconsider(ctx context.Context, lv *level) {
 		if id == cur.ID {
 			continue
 		}
-		if l, ok := left[id]; ok && (l.unacceptable || g.info.LogSize-cur.LogSize <= 2) {
-			continue // left recently; only a far larger cluster draws it back
+		if l, ok := left[id]; ok && (l.unacceptable || !preferredAlways(g.info, cur)) {
+			// Left recently. Back only to a cluster it left for a better
+			// one, and only if that one now wins in either phase of δ:
+			// not merely because the phase turned.
+			continue
 		}
 		if f, ok := g.fastest(); !ok || f.minRTT >= lv.threshold {
 			continue
@@ -459,6 +476,7 @@ func (n *Node) joinCluster(ctx context.Context, lv *level, info ClusterInfo, una
 	if lv.rt.len() > 0 {
 		n.findNode(ctx, lv.index, n.self.ID)
 	}
+	n.updateSizes()
 }
 
 // splitAway handles a cluster that is no longer acceptable to this node.

@@ -97,6 +97,8 @@ func pin(name string) func(*Config) {
 }
 
 // force puts n into cluster info at level lvl, as if it had chosen it.
+// Tests force before Bootstrap, so that the first clustering round (which
+// runs as the node joins) starts from the forced state.
 func force(n *Node, lvl int, info ClusterInfo) {
 	n.joinCluster(context.Background(), n.levels[lvl], info, false)
 }
@@ -257,11 +259,11 @@ func TestSplitAroundCenter(t *testing.T) {
 		for i := range 8 {
 			g.add(memAddr(i+1), i/4, nil)
 		}
-		bootstrapAll(t, g.nodes[0], g.nodes...)
 		wide := ClusterInfo{Level: 1, ID: ID{0x42}, Created: time.Now().Truncate(time.Second)}
 		for _, n := range g.nodes {
 			force(n, 1, wide)
 		}
+		bootstrapAll(t, g.nodes[0], g.nodes...)
 		for _, n := range g.nodes {
 			for _, m := range g.nodes {
 				if n != m {
@@ -321,7 +323,6 @@ func TestDeltaSettlesSimilarClusters(t *testing.T) {
 				for i := range 14 {
 					g.add(memAddr(i+1), 0, nil)
 				}
-				bootstrapAll(t, g.nodes[0], g.nodes...)
 				created := time.Now().Add(-c.age).Truncate(time.Second)
 				lower := ClusterInfo{Level: 1, ID: ID{0x01}, Created: created}  // 5 members
 				larger := ClusterInfo{Level: 1, ID: ID{0x02}, Created: created} // 9 members
@@ -332,10 +333,10 @@ func TestDeltaSettlesSimilarClusters(t *testing.T) {
 						force(n, 1, larger)
 					}
 				}
-				for _, n := range g.nodes {
-					n.findNode(context.Background(), 1, n.ID())
-					n.updateSizes()
-				}
+				// Each cluster forms on its own, then the two meet.
+				bootstrapAll(t, g.nodes[0], g.nodes[:5]...)
+				bootstrapAll(t, g.nodes[5], g.nodes[5:]...)
+				bootstrapAll(t, g.nodes[0], g.nodes[5])
 				want := larger.ID
 				if c.wantLower {
 					want = lower.ID
@@ -374,8 +375,6 @@ func TestMergeByAvalanche(t *testing.T) {
 		for i := range 3 {
 			small = append(small, g.add(memAddr(50+i), 0, nil))
 		}
-		bootstrapAll(t, big[0], big...)
-		bootstrapAll(t, small[0], small...)
 		now := time.Now().Truncate(time.Second)
 		bigC := ClusterInfo{Level: 1, ID: ID{0xF0}, Created: now}
 		smallC := ClusterInfo{Level: 1, ID: ID{0x01}, Created: now}
@@ -385,12 +384,8 @@ func TestMergeByAvalanche(t *testing.T) {
 		for _, n := range small {
 			force(n, 1, smallC)
 		}
-		for _, set := range [][]*Node{big, small} {
-			for _, n := range set {
-				n.findNode(context.Background(), 1, n.ID())
-				n.updateSizes()
-			}
-		}
+		bootstrapAll(t, big[0], big...)
+		bootstrapAll(t, small[0], small...)
 		// The bridge: one small-cluster node meets one big-cluster node.
 		if _, err := small[0].Ping(context.Background(), big[0].Addr()); err != nil {
 			t.Fatal(err)

@@ -319,10 +319,13 @@ func (n *Node) sharesCluster(clusters []ClusterInfo, lvl int) bool {
 }
 
 // learn feeds an authentic sender into the routing table of every level at
-// which it shares our cluster.
+// which it shares our cluster, and drops it from the tables of levels where
+// it no longer does: a member that moved has said so, and the move itself
+// is now clustering evidence.
 func (n *Node) learn(c Contact, clusters []ClusterInfo, now time.Time) {
 	for _, lv := range n.levels {
 		if !n.sharesCluster(clusters, lv.index) {
+			lv.rt.remove(c.ID)
 			continue
 		}
 		if stale := lv.rt.heard(c, now); stale != nil {

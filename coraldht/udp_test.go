@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"net/netip"
 	"sync"
 	"testing"
@@ -111,4 +113,88 @@ func TestKeylessNodeOnlyOnLoopback(t *testing.T) {
 		t.Fatalf("keyless node on 0.0.0.0: %v, want ErrNoKey", err)
 	}
 	tr.Close()
+}
+
+// TestUDPClusters: nodes on real loopback sockets, some pinned to named
+// clusters at level 1, the rest left to cluster themselves. The dynamic
+// ones end in one cluster at every level (loopback RTTs are far under
+// every threshold); level-1 values stay inside each pinned cluster.
+func TestUDPClusters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real UDP nodes")
+	}
+	var nodes []*Node
+	for i := range 10 {
+		tr, err := ListenUDP(fmt.Sprintf("127.0.0.%d:0", 50+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Key = testKey
+		cfg.ClusterInterval = time.Second
+		cfg.HintPrivate = true // loopback /24: all are neighbours
+		if os.Getenv("CORAL_DEBUG") != "" {
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+		switch {
+		case i < 3:
+			cfg.Pins = map[int]string{1: "east"}
+		case i < 6:
+			cfg.Pins = map[int]string{1: "west"}
+		}
+		nd, err := NewNode(cfg, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes = append(nodes, nd)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, nd := range nodes[1:] {
+		if err := nd.Bootstrap(ctx, nodes[0].Addr()); err != nil {
+			t.Fatalf("bootstrap %v: %v", nd.Addr(), err)
+		}
+	}
+	dynamic := nodes[6:]
+	settled := func() bool {
+		for _, lvl := range []int{1, 2} {
+			for _, nd := range dynamic {
+				if clusterOf(nd, lvl) != clusterOf(dynamic[0], lvl) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	// Real sockets, real time: poll until the rounds (one a second) have
+	// merged the dynamic nodes, or the context ends.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !settled() {
+		select {
+		case <-ctx.Done():
+			for _, nd := range dynamic {
+				t.Logf("%v: level 1 %v, level 2 %v", nd.Addr(), clusterOf(nd, 1).Short(), clusterOf(nd, 2).Short())
+			}
+			t.Fatal("dynamic nodes did not form one cluster within a minute")
+		case <-tick.C:
+		}
+	}
+	for i, nd := range nodes[:6] {
+		want := ClusterIDFor(map[bool]string{true: "east", false: "west"}[i < 3])
+		if got := nd.Levels()[1]; got.Cluster.ID != want || !got.Pinned || got.Changes != 0 {
+			t.Fatalf("pinned node %v: %+v", nd.Addr(), got)
+		}
+	}
+	key := KeyFor("udp level 1")
+	if _, err := nodes[0].Put(ctx, key, []byte("east"), time.Minute, 1); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := nodes[2].Get(ctx, key, 1); err != nil || string(r.Values[0].Data) != "east" {
+		t.Fatalf("east member's level-1 get: %+v %v", r, err)
+	}
+	if _, err := nodes[4].Get(ctx, key, 1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("west member read east's level-1 value: %v", err)
+	}
 }
