@@ -36,7 +36,7 @@ unit:
 
 # Run every native fuzz target for FUZZTIME each.
 fuzz:
-	for target in FuzzDecodeMessage FuzzParseKeyText FuzzHandleDatagram; do \
+	for target in FuzzDecodeMessage FuzzParseKeyText FuzzHandleDatagram FuzzParseTimeExceeded; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coraldht || exit 1; \
 	done
 

@@ -17,7 +17,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	for _, s := range wireSamples() {
 		out = append(out, wireEncode(t, s.m))
 	}
-	for _, typ := range []msgType{msgFindNode, msgGet, msgPutProbe, msgStore} {
+	for _, typ := range []msgType{msgFindNode, msgGet, msgPutProbe, msgStore, msgMembers} {
 		m := &message{Type: typ, ReqID: 77, Timestamp: wireStamp, Sender: wireV4Sender,
 			Clusters: wireClusters(0), Level: 0, Flags: reqFlagWantValues, Key: wireKey, Target: wireTarget,
 			TTL: 60000, Value: []byte("198.51.100.7:8080")}
