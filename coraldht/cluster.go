@@ -353,7 +353,18 @@ func (n *Node) reconsider(ctx context.Context, lv *level) {
 			cands = append(cands, g)
 		}
 	}
+	// Best first, except that clusters of a node on this node's own site
+	// come before all others: the hint that introduced them says this node
+	// belongs with them, and a newcomer (whose fresh singleton makes δ 0)
+	// would otherwise take any larger cluster that happens to validate and
+	// leave its site split.
 	slices.SortFunc(cands, func(a, b *clusterSample) int {
+		if sa, sb := n.hasSiteMate(a, lv.threshold), n.hasSiteMate(b, lv.threshold); sa != sb {
+			if sa {
+				return -1
+			}
+			return 1
+		}
 		switch {
 		case preferCluster(a.info, b.info, now):
 			return -1
@@ -382,6 +393,17 @@ func (n *Node) reconsider(ctx context.Context, lv *level) {
 // are under the level's threshold.
 func (n *Node) validateCluster(ctx context.Context, lv *level, c *clusterSample) (ClusterInfo, bool) {
 	n.counters.clusterValidations.Add(1)
+	lv.mu.Lock()
+	newcomer := lv.changes == 0 && !lv.pinned
+	lv.mu.Unlock()
+	if newcomer && n.hasSiteMate(c, lv.threshold) {
+		// A node still in the singleton it started in takes the word of a
+		// node on its own site: that node stays in the cluster by the same
+		// rule this one will apply from its next round on, from nearly the
+		// same place. This is the hint-based join: a new node is in its
+		// site's cluster in its first round.
+		return c.info, true
+	}
 	f, _ := c.fastest()
 	n.mu.Lock()
 	target := randomIDWithPrefix(n.self.ID, 0, n.rng)
@@ -438,13 +460,22 @@ func (n *Node) validateCluster(ctx context.Context, lv *level, c *clusterSample)
 // between the 50 % and 80 % marks of a wide cluster, so it is held to the
 // staying rule instead.
 func (n *Node) joinFraction(s *clusterSample, threshold time.Duration) float64 {
+	if n.hasSiteMate(s, threshold) {
+		return 1 - n.cfg.LeaveFraction
+	}
+	return n.cfg.JoinFraction
+}
+
+// hasSiteMate reports whether cluster s has a member on this node's own /24
+// (/48) under half the threshold away.
+func (n *Node) hasSiteMate(s *clusterSample, threshold time.Duration) bool {
 	site := hintPrefix(n.self.Addr.Addr())
 	for _, m := range s.members {
 		if m.minRTT > 0 && m.minRTT < threshold/2 && site.Contains(m.Addr.Addr().Unmap()) {
-			return 1 - n.cfg.LeaveFraction
+			return true
 		}
 	}
-	return n.cfg.JoinFraction
+	return false
 }
 
 // joinCluster moves this node into cluster info at the level. The routing

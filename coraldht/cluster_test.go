@@ -138,8 +138,8 @@ func TestPreferClusterDelta(t *testing.T) {
 
 // TestJoinNeedsEightyPercent: a dynamic node near 4 of 5 members of a
 // cluster joins it; near 3 of 5 it does not, unless one of the near members
-// is on its own /24: that member's view of the network is its own, and the
-// member stays by the 50 % rule, so the newcomer is held to that rule too.
+// is on its own /24: that member vouches for the cluster, which it stays in
+// from nearly the same place.
 func TestJoinNeedsEightyPercent(t *testing.T) {
 	for _, c := range []struct {
 		name      string

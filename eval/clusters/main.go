@@ -283,8 +283,28 @@ func joinLate(s *sim.Sim, late func(int) bool, p params, w io.Writer) joinerResu
 		}
 		if !found {
 			st := s.Nodes[i].Stats()
-			fmt.Fprintf(w, "joiner %v is in %v (changes %d, validations %d, hint lookups %d); its site-mates are in %v\n",
+			fmt.Fprintf(w, "joiner %v is in %v (changes %d, validations %d, hint lookups %d); its site-mates are in %v",
 				s.Nodes[i].Addr(), mine.Cluster.ID.Short(), mine.Changes, st.ClusterValidations, st.HintLookups, mates)
+			// How good the site-mates' cluster is for the joiner, by the
+			// matrix: the share of its members under the threshold.
+			for j := range s.Nodes {
+				if j == i || s.Placed[j].Site != s.Placed[i].Site {
+					continue
+				}
+				cid := s.Nodes[j].Levels()[top].Cluster.ID
+				under, total := 0, 0
+				for k := range s.Nodes {
+					if k != i && s.Nodes[k].Levels()[top].Cluster.ID == cid {
+						total++
+						if s.Matrix.NodeRTT(s.Placed[i], s.Placed[k]) < mine.Threshold {
+							under++
+						}
+					}
+				}
+				fmt.Fprintf(w, "; %d of the %d members of %v are under %v from it", under, total, cid.Short(), mine.Threshold)
+				break
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	slices.Sort(waits)
