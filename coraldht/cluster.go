@@ -382,7 +382,13 @@ func (n *Node) reconsider(ctx context.Context, lv *level) {
 			return
 		}
 	}
-	if !stay {
+	lv.mu.Lock()
+	sinceSplit := now.Sub(lv.lastSplit)
+	lv.mu.Unlock()
+	// Right after a split the far side is still sorting itself out: some
+	// of its members are about to join better clusters. Splitting it again
+	// at once made cascades of moves; give it two periods.
+	if !stay && sinceSplit >= 2*n.cfg.ClusterInterval {
 		n.splitAway(ctx, lv, cur)
 	}
 }
@@ -546,6 +552,9 @@ func (n *Node) splitAway(ctx context.Context, lv *level, cur ClusterInfo) {
 		far.Created = g.info.Created
 	}
 	n.joinCluster(ctx, lv, far, true)
+	lv.mu.Lock()
+	lv.lastSplit = time.Now()
+	lv.mu.Unlock()
 }
 
 // logSizeEstimate estimates log2 of the size of the cluster a routing table

@@ -64,6 +64,7 @@ type level struct {
 	changes    int         // cluster changes so far
 	lastChange time.Time
 	left       map[ID]leftCluster // clusters left recently
+	lastSplit  time.Time          // when the node last split away
 
 	rt *routingTable
 }
