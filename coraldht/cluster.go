@@ -282,7 +282,7 @@ func (n *Node) probeUnmeasured(ctx context.Context) {
 	// cluster around it. Nearest first.
 	widest := n.levels[1].threshold
 	var quiet []peerView
-	for _, v := range n.peers.evidence(now.Add(-time.Hour)) {
+	for _, v := range ev {
 		if v.minRTT > 0 && v.minRTT < widest && now.Sub(v.lastHeard) >= n.cfg.ClusterInterval && !seen[v.ID] {
 			quiet = append(quiet, v)
 		}
@@ -310,8 +310,7 @@ func (n *Node) pingAll(ctx context.Context, cs []Contact) {
 func (n *Node) reconsider(ctx context.Context, lv *level) {
 	now := time.Now()
 	groups := groupClusters(n.peers.evidence(n.evidenceSince(now)), lv.index, n.self.ID)
-	cur := n.levels[lv.index].info()
-	cur.LogSize = logSizeEstimate(lv.rt, n.self.ID, n.cfg.BucketSize)
+	cur := lv.info() // LogSize as of this round's updateSizes
 	curGroup := groups[cur.ID]
 	stay := true
 	if curGroup != nil {

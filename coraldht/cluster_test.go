@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -547,13 +548,13 @@ func TestHintPrefixes(t *testing.T) {
 		priv := mk("10.1.2.3:4000", func(c *Config) { c.HintPrefixes = []netip.Prefix{netip.MustParsePrefix("198.51.100.9/24")} })
 		got := priv.hintPrefixes(routers)
 		want := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8:5::/48"), netip.MustParsePrefix("198.51.100.0/24")}
-		if !slicesEqual(got, want) {
+		if !slices.Equal(got, want) {
 			t.Fatalf("hint prefixes %v, want %v (private, CGNAT and own private address left out)", got, want)
 		}
 		allowed := mk("10.1.2.4:4000", func(c *Config) { c.HintPrivate = true })
 		got = allowed.hintPrefixes(routers[:1])
 		want = []netip.Prefix{netip.MustParsePrefix("10.1.2.0/24"), netip.MustParsePrefix("192.168.1.0/24")}
-		if !slicesEqual(got, want) {
+		if !slices.Equal(got, want) {
 			t.Fatalf("with HintPrivate: %v, want %v", got, want)
 		}
 		if hintKey(netip.MustParsePrefix("10.1.2.99/24")) != hintKey(netip.MustParsePrefix("10.1.2.0/24")) {
@@ -564,18 +565,6 @@ func TestHintPrefixes(t *testing.T) {
 			t.Fatal("traceroute planned on an in-memory network")
 		}
 	})
-}
-
-func slicesEqual[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestMembersRequest: any node may sample a cluster it is not in; get and

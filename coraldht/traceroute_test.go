@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -229,7 +230,7 @@ func TestTraceState(t *testing.T) {
 	step(trTE4(t, trID, 2), "10.0.2.1", true)
 
 	want := []netip.Addr{a("10.0.1.1"), a("10.0.2.1"), a("10.0.3.1")}
-	if got := s.routers(); !equalAddrs(got, want) {
+	if got := s.routers(); !slices.Equal(got, want) {
 		t.Fatalf("routers = %v, want %v", got, want)
 	}
 
@@ -241,7 +242,7 @@ func TestTraceState(t *testing.T) {
 	step(trError(t, ipv4.ICMPTypeDestinationUnreachable, 13, trQuote4(trEcho(t, false, false, trID, 2), 0)), "198.51.100.7", false)
 	step(trTE4(t, trID, 1), "10.0.1.1", true)
 	want = []netip.Addr{a("10.0.1.1")}
-	if got := s.routers(); !equalAddrs(got, want) {
+	if got := s.routers(); !slices.Equal(got, want) {
 		t.Fatalf("routers = %v, want %v", got, want)
 	}
 
@@ -251,18 +252,6 @@ func TestTraceState(t *testing.T) {
 	if got := s.routers(); len(got) != 0 {
 		t.Fatalf("routers = %v, want none", got)
 	}
-}
-
-func equalAddrs(a, b []netip.Addr) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestTraceRoutersNoRouters(t *testing.T) {

@@ -19,21 +19,7 @@ func TestUDPNetwork(t *testing.T) {
 		t.Skip("starts 32 real UDP nodes")
 	}
 	const n = 32
-	var nodes []*Node
-	for i := range n {
-		tr, err := ListenUDP(fmt.Sprintf("127.0.0.%d:0", 10+i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := DefaultConfig()
-		cfg.Key = testKey
-		nd, err := NewNode(cfg, tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nd.Close() })
-		nodes = append(nodes, nd)
-	}
+	nodes := startUDPNodes(t, n, 10, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -123,14 +109,7 @@ func TestUDPClusters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real UDP nodes")
 	}
-	var nodes []*Node
-	for i := range 10 {
-		tr, err := ListenUDP(fmt.Sprintf("127.0.0.%d:0", 50+i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := DefaultConfig()
-		cfg.Key = testKey
+	nodes := startUDPNodes(t, 10, 50, func(i int, cfg *Config) {
 		cfg.ClusterInterval = time.Second
 		cfg.HintPrivate = true // loopback /24: all are neighbours
 		if os.Getenv("CORAL_DEBUG") != "" {
@@ -142,13 +121,7 @@ func TestUDPClusters(t *testing.T) {
 		case i < 6:
 			cfg.Pins = map[int]string{1: "west"}
 		}
-		nd, err := NewNode(cfg, tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nd.Close() })
-		nodes = append(nodes, nd)
-	}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, nd := range nodes[1:] {
@@ -197,4 +170,30 @@ func TestUDPClusters(t *testing.T) {
 	if _, err := nodes[4].Get(ctx, key, 1); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("west member read east's level-1 value: %v", err)
 	}
+}
+
+// startUDPNodes starts n nodes on real UDP sockets at 127.0.0.first,
+// 127.0.0.first+1, …, closed when the test ends. tweak, if not nil,
+// adjusts node i's configuration.
+func startUDPNodes(t *testing.T, n, first int, tweak func(i int, cfg *Config)) []*Node {
+	t.Helper()
+	var nodes []*Node
+	for i := range n {
+		tr, err := ListenUDP(fmt.Sprintf("127.0.0.%d:0", first+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Key = testKey
+		if tweak != nil {
+			tweak(i, &cfg)
+		}
+		nd, err := NewNode(cfg, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes = append(nodes, nd)
+	}
+	return nodes
 }

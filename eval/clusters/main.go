@@ -159,12 +159,11 @@ func experiment(p params, w io.Writer) (*report, error) {
 	}
 	final := rep.Periods[len(rep.Periods)-1].Quality
 	if p.Plot {
-		for i, lv := range levels {
+		for _, lv := range levels {
 			path := filepath.Join(p.Out, fmt.Sprintf("clusters-level%d.png", lv.Level))
 			if err := plotClusterMap(path, m, placedPresent, pick(labelsAt(s, lv.Level), present), lv.Level, lv.Threshold); err != nil {
 				return nil, err
 			}
-			_ = i
 		}
 	}
 	fmt.Fprintln(w)
