@@ -1,0 +1,262 @@
+package coral
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// The name scheme. With coral zone Z and n+1 levels (0..n):
+//
+//	Z                         coral zone apex (SOA, NS)
+//	ns-<ip>.Z                 a name server host; A/AAAA synthesized from the label
+//	L0.Z, L1.L0.Z, …          level zones: L<k>…L0.Z is the apex of level k's zone
+//	http.L<k>…L0.Z            empty non-terminal (NODATA)
+//	<origin>.http.L<k>…L0.Z   a Coralized host: A/AAAA of nearby proxies
+//	A                         alias zone apex: SOA, NS and DNAME to http.L<n>…L0.Z
+//	<origin>.A                DNAME, synthesized CNAME, and the target's answer
+//
+// Everything else inside the zones is NXDOMAIN.
+
+// nameKind says where in the scheme a query name falls.
+type nameKind int
+
+const (
+	kindNX         nameKind = iota // in a zone, outside the scheme
+	kindCoralApex                  // Z
+	kindNSHost                     // ns-<ip>.Z
+	kindLevelApex                  // L<k>…L0.Z
+	kindServiceENT                 // http.L<k>…L0.Z
+	kindProxy                      // <origin>.http.L<k>…L0.Z
+	kindAliasApex                  // A
+	kindAliasBelow                 // <origin>.A
+)
+
+var kindNames = [...]string{"nx", "coral-apex", "ns-host", "level-apex", "service-ent", "proxy", "alias-apex", "alias-below"}
+
+func (k nameKind) String() string { return kindNames[k] }
+
+// serviceLabel is the label under a level zone that Coralized hosts sit below.
+const serviceLabel = "http"
+
+// parsedName is a query name placed in the scheme.
+type parsedName struct {
+	kind   nameKind
+	level  int        // the level zone the name lies in (kindLevelApex, kindServiceENT, kindProxy, kindNX; -1 for the coral zone)
+	nsAddr netip.Addr // kindNSHost
+	// rel is the part of the name before the alias zone (kindAliasBelow) or
+	// before "http.L<k>…" (kindProxy), without the trailing dot.
+	rel string
+	// badOrigin marks a Coralized host whose origin part is not a usable
+	// host name: it carries one of our zones again (a loop through the proxy)
+	// or characters no host name has.
+	badOrigin bool
+}
+
+// scheme holds the zone names of one plugin instance, lower case and fully
+// qualified.
+type scheme struct {
+	coral     string   // Z
+	alias     string   // A, or "" without an alias zone
+	levelApex []string // levelApex[k] = L<k>…L0.Z
+	target    string   // DNAME target: http.L<n>…L0.Z
+	zoneLbls  [][]string
+}
+
+func newScheme(coral, alias string, levels int) (*scheme, error) {
+	coral = dns.CanonicalName(coral)
+	if alias != "" {
+		alias = dns.CanonicalName(alias)
+	}
+	if levels < 1 || levels > 8 {
+		return nil, fmt.Errorf("%d levels; must be 1..8", levels)
+	}
+	if _, ok := dns.IsDomainName(coral); !ok || coral == "." {
+		return nil, fmt.Errorf("coral zone %q is not a domain name", coral)
+	}
+	if alias != "" {
+		if _, ok := dns.IsDomainName(alias); !ok || alias == "." {
+			return nil, fmt.Errorf("alias zone %q is not a domain name", alias)
+		}
+		if dns.IsSubDomain(coral, alias) || dns.IsSubDomain(alias, coral) {
+			return nil, fmt.Errorf("alias zone %s and coral zone %s must not contain each other", alias, coral)
+		}
+	}
+	s := &scheme{coral: coral, alias: alias}
+	apex := coral
+	for k := range levels {
+		apex = "l" + strconv.Itoa(k) + "." + apex
+		s.levelApex = append(s.levelApex, apex)
+	}
+	s.target = serviceLabel + "." + apex
+	if len(s.target)+1 > 255 {
+		return nil, fmt.Errorf("coral zone %s is too long for %d levels", coral, levels)
+	}
+	s.zoneLbls = append(s.zoneLbls, dns.SplitDomainName(coral))
+	if alias != "" {
+		s.zoneLbls = append(s.zoneLbls, dns.SplitDomainName(alias))
+	}
+	return s, nil
+}
+
+// zoneApex returns the apex of level k's zone; k = -1 is the coral zone.
+func (s *scheme) zoneApex(k int) string {
+	if k < 0 {
+		return s.coral
+	}
+	return s.levelApex[k]
+}
+
+// parse places name (lower case, fully qualified) in the scheme. ok is false
+// when name is in neither zone.
+func (s *scheme) parse(name string) (p parsedName, ok bool) {
+	if s.alias != "" && dns.IsSubDomain(s.alias, name) {
+		if name == s.alias {
+			return parsedName{kind: kindAliasApex}, true
+		}
+		rel := strings.TrimSuffix(name[:len(name)-len(s.alias)], ".")
+		return parsedName{kind: kindAliasBelow, rel: rel, badOrigin: !s.goodOrigin(rel)}, true
+	}
+	if !dns.IsSubDomain(s.coral, name) {
+		return parsedName{}, false
+	}
+	if name == s.coral {
+		return parsedName{kind: kindCoralApex}, true
+	}
+	rel := strings.TrimSuffix(name[:len(name)-len(s.coral)], ".")
+	labels := dns.SplitDomainName(rel + ".")
+	// Walk up from the zone: L0, L1, … then "http", then the origin.
+	i := len(labels) - 1
+	if labels[i] != "l0" {
+		if len(labels) == 1 {
+			if a, ok := parseNSLabel(labels[0]); ok {
+				return parsedName{kind: kindNSHost, nsAddr: a}, true
+			}
+		}
+		return parsedName{kind: kindNX, level: -1}, true
+	}
+	level := 0
+	for i--; i >= 0; i-- {
+		l := labels[i]
+		if next := "l" + strconv.Itoa(level+1); l == next && level+1 < len(s.levelApex) {
+			level++
+			continue
+		}
+		if l != serviceLabel {
+			return parsedName{kind: kindNX, level: level}, true
+		}
+		if i == 0 {
+			return parsedName{kind: kindServiceENT, level: level}, true
+		}
+		origin := strings.Join(labels[:i], ".")
+		return parsedName{kind: kindProxy, level: level, rel: origin, badOrigin: !s.goodOrigin(origin)}, true
+	}
+	return parsedName{kind: kindLevelApex, level: level}, true
+}
+
+// goodOrigin reports whether rel (labels without the trailing dot) can name
+// an origin web server: letters, digits, hyphens and underscores only, and
+// none of our zones inside it — a Coralized name of a Coralized name would
+// send the proxy to itself.
+func (s *scheme) goodOrigin(rel string) bool {
+	if rel == "" {
+		return false
+	}
+	labels := strings.Split(rel, ".")
+	for _, l := range labels {
+		if l == "" {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	for _, zl := range s.zoneLbls {
+		for i := 0; i+len(zl) <= len(labels); i++ {
+			match := true
+			for j, l := range zl {
+				if labels[i+j] != l {
+					match = false
+					break
+				}
+			}
+			if match {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// nsLabel names the name server host at addr: ns-192-0-2-1 for IPv4 and
+// ns-<32 hex digits> for IPv6. The name is derived from the address alone,
+// so every server can answer for every other server's host name and the
+// name stays the same for as long as the address does.
+func nsLabel(a netip.Addr) string {
+	a = a.Unmap()
+	if a.Is4() {
+		b := a.As4()
+		return fmt.Sprintf("ns-%d-%d-%d-%d", b[0], b[1], b[2], b[3])
+	}
+	b := a.As16()
+	return "ns-" + hex.EncodeToString(b[:])
+}
+
+// parseNSLabel is nsLabel's inverse; it accepts only the canonical spelling,
+// so each address has exactly one name.
+func parseNSLabel(l string) (netip.Addr, bool) {
+	rest, ok := strings.CutPrefix(l, "ns-")
+	if !ok {
+		return netip.Addr{}, false
+	}
+	var a netip.Addr
+	if len(rest) == 32 {
+		var b [16]byte
+		if _, err := hex.Decode(b[:], []byte(rest)); err != nil {
+			return netip.Addr{}, false
+		}
+		a = netip.AddrFrom16(b)
+		if a.Is4In6() {
+			return netip.Addr{}, false
+		}
+	} else {
+		parts := strings.Split(rest, "-")
+		if len(parts) != 4 {
+			return netip.Addr{}, false
+		}
+		var b [4]byte
+		for i, p := range parts {
+			v, err := strconv.ParseUint(p, 10, 8)
+			if err != nil {
+				return netip.Addr{}, false
+			}
+			b[i] = byte(v)
+		}
+		a = netip.AddrFrom4(b)
+	}
+	if nsLabel(a) != l {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+// nsHost is the fully qualified name server host name for addr.
+func (s *scheme) nsHost(a netip.Addr) string { return nsLabel(a) + "." + s.coral }
+
+// aliasTarget is the DNAME substitution of rel: rel.http.L<n>…L0.Z. ok is
+// false when the result would exceed 255 octets (the caller answers
+// YXDOMAIN, RFC 6672 §2.2).
+func (s *scheme) aliasTarget(rel string) (string, bool) {
+	t := rel + "." + s.target
+	if _, ok := dns.IsDomainName(t); !ok || len(t)+1 > 255 {
+		return "", false
+	}
+	return t, true
+}

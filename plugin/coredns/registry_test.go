@@ -1,0 +1,113 @@
+package coral
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/coralcdn/coral/coraldht"
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+)
+
+func parseTest(t *testing.T, input string) *config {
+	t.Helper()
+	cfg, err := parse(caddy.NewTestController("dns", input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestRegistryAcrossReloads: instances with the same node settings share
+// the node; changed settings replace it on the same socket; the last
+// release closes it.
+func TestRegistryAcrossReloads(t *testing.T) {
+	a := parseTest(t, "coral nyucd.test {\nlisten 127.0.3.1:4100\n}")
+	b := parseTest(t, "coral nyucd.test {\nlisten 127.0.3.1:4100\nanswers 3\n}") // same node settings
+	c := parseTest(t, "coral nyucd.test {\nlisten 127.0.3.1:4100\nlevels 50ms\n}")
+
+	e1, err := acquireNode(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e1.rtts.entries[netip.MustParsePrefix("192.0.2.0/24")] = rttEntry{rtt: time.Millisecond, ok: true, measured: time.Now()}
+	e2, err := acquireNode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e1 != e2 || e1.refs != 2 {
+		t.Fatalf("same settings: entries %p %p refs %d; want one shared entry", e1, e2, e1.refs)
+	}
+	releaseNode(e1)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := e1.node.Ping(ctx, netip.MustParseAddrPort("127.0.3.1:4101")); errors.Is(err, coraldht.ErrClosed) {
+		t.Fatal("node closed while still referenced")
+	}
+	e3, err := acquireNode(c) // a reload that changes the levels
+	if err != nil {
+		t.Fatalf("changed settings on the same address: %v", err)
+	}
+	if e3 == e1 || len(e3.node.Levels()) != 2 {
+		t.Fatalf("changed settings kept the old node")
+	}
+	if e3.rtts != e1.rtts {
+		t.Errorf("RTT cache lost across the restart")
+	}
+	if _, err := e1.node.Ping(context.Background(), netip.MustParseAddrPort("127.0.3.1:4101")); !errors.Is(err, coraldht.ErrClosed) {
+		t.Errorf("replaced node still open: %v", err)
+	}
+	releaseNode(e1) // the old instance stopping: a no-op
+	releaseNode(e3)
+	registry.Lock()
+	_, still := registry.nodes["127.0.3.1:4100"]
+	registry.Unlock()
+	if still {
+		t.Error("entry kept after its last release")
+	}
+}
+
+// TestStartStop runs the plugin on a real loopback node: it becomes ready
+// after joining (a node without bootstrap is the network) and the first
+// sweep, answers with its own address as name server, and stops cleanly.
+func TestStartStop(t *testing.T) {
+	cfg := parseTest(t, "coral nyucd.test {\nlisten 127.0.3.2:4100\nalias nyud.test\ncheck_interval 200ms\nlive_within 1s\n}")
+	cr := newCoral(cfg)
+	if err := cr.start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !cr.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("not ready within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("l0.nyucd.test.", dns.TypeNS)
+	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "127.0.0.1"})
+	if _, err := cr.ServeDNS(context.Background(), rec, m); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Msg.Ns) != 1 || rec.Msg.Ns[0].(*dns.NS).Ns != "ns-127-0-3-2.nyucd.test." {
+		t.Errorf("referral %v", rec.Msg)
+	}
+	// No proxy anywhere: NODATA with the short TTL, not an error.
+	m.SetQuestion("a.nyud.test.", dns.TypeA)
+	rec = dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "127.0.0.1"})
+	cr.ServeDNS(context.Background(), rec, m)
+	if rec.Msg.Rcode != dns.RcodeSuccess || len(rec.Msg.Answer) != 2 || len(rec.Msg.Ns) != 1 || rec.Msg.Ns[0].Header().Ttl != uint32(defaultRetryTTL.Seconds()) {
+		t.Errorf("no proxies: %v", rec.Msg)
+	}
+	if err := cr.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cr.stop(); err != nil {
+		t.Errorf("second stop: %v", err)
+	}
+}

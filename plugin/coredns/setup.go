@@ -1,0 +1,497 @@
+package coral
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/coralcdn/coral/coraldht"
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/miekg/dns"
+)
+
+var log = clog.NewWithPlugin("coral")
+
+func init() { plugin.Register("coral", setup) }
+
+// config is everything parse reads from a coral block.
+type config struct {
+	zone, alias string
+
+	listen    string
+	advertise netip.AddrPort
+	bootstrap []netip.AddrPort
+	keyFile   string
+	levels    []time.Duration
+	pins      map[int]string
+	overrides []override
+
+	probe         string // tcp, icmp, none
+	probeCache    time.Duration
+	liveWithin    time.Duration
+	checkInterval time.Duration
+	syncWait      time.Duration
+
+	set settings
+}
+
+// Defaults. The TTLs are the paper's: 30 s answers at levels 0 and 1 and
+// 60 s at level 2 (a client that was placed well keeps its proxies longer),
+// and an hour for name servers so that a resolver stays locked on to nearby
+// servers once it has found them.
+const (
+	defaultNSTTL         = time.Hour
+	defaultNegTTL        = 30 * time.Second
+	defaultRetryTTL      = 10 * time.Second
+	defaultAnswers       = 2
+	defaultNameservers   = 3
+	defaultProbeCache    = 10 * time.Minute
+	defaultLiveWithin    = 15 * time.Second
+	defaultCheckInterval = 5 * time.Second
+	defaultSyncWait      = 250 * time.Millisecond
+)
+
+func defaultAnswerTTLs(levels int) []uint32 {
+	out := make([]uint32, levels)
+	for i := range out {
+		out[i] = 30
+		if i >= 2 {
+			out[i] = 60
+		}
+	}
+	return out
+}
+
+func setup(c *caddy.Controller) error {
+	cfg, err := parse(c)
+	if err != nil {
+		return plugin.Error("coral", err)
+	}
+	if err := checkBlockZones(c, cfg); err != nil {
+		return plugin.Error("coral", err)
+	}
+	if port := dnsserver.GetConfig(c).Port; port != "53" {
+		log.Warningf("this server block listens on port %s; resolvers reach the name servers coral hands out on port 53", port)
+	}
+	cr := newCoral(cfg)
+	c.OnStartup(cr.start)
+	c.OnShutdown(cr.stop)
+	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+		cr.Next = next
+		return cr
+	})
+	return nil
+}
+
+// checkBlockZones makes sure the server block routes the coral and alias
+// zones here; otherwise their queries would never reach the plugin.
+func checkBlockZones(c *caddy.Controller, cfg *config) error {
+	if len(c.ServerBlockKeys) == 0 {
+		return nil
+	}
+	for _, z := range []string{cfg.zone, cfg.alias} {
+		if z == "" {
+			continue
+		}
+		found := false
+		for _, k := range c.ServerBlockKeys {
+			for _, bz := range plugin.Host(k).NormalizeExact() {
+				if dns.IsSubDomain(bz, z) {
+					found = true
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("zone %s is not among this server block's zones %v: add it to the block's keys", z, c.ServerBlockKeys)
+		}
+	}
+	return nil
+}
+
+// parse reads one coral block:
+//
+//	coral ZONE {
+//	    listen ADDR:PORT
+//	    ...
+//	}
+func parse(c *caddy.Controller) (*config, error) {
+	var cfg *config
+	for c.Next() {
+		if cfg != nil {
+			return nil, c.Err("coral may appear only once per server block")
+		}
+		cfg = &config{
+			levels:        []time.Duration{60 * time.Millisecond, 20 * time.Millisecond},
+			pins:          map[int]string{},
+			probe:         "tcp",
+			probeCache:    defaultProbeCache,
+			liveWithin:    defaultLiveWithin,
+			checkInterval: defaultCheckInterval,
+			syncWait:      defaultSyncWait,
+			set: settings{
+				nsTTL:       uint32(defaultNSTTL.Seconds()),
+				negTTL:      uint32(defaultNegTTL.Seconds()),
+				retryTTL:    uint32(defaultRetryTTL.Seconds()),
+				answers:     defaultAnswers,
+				nameservers: defaultNameservers,
+			},
+		}
+		args := c.RemainingArgs()
+		if len(args) != 1 {
+			return nil, c.Errf("coral takes exactly one argument, the coral zone (got %d)", len(args))
+		}
+		cfg.zone = plugin.Host(args[0]).NormalizeExact()[0]
+		var answerTTLs []time.Duration
+		for c.NextBlock() {
+			prop := c.Val()
+			args := c.RemainingArgs()
+			need := func(n int) error {
+				if len(args) != n {
+					return c.Errf("%s takes %d argument(s), got %d", prop, n, len(args))
+				}
+				return nil
+			}
+			var err error
+			switch prop {
+			case "alias":
+				if err = need(1); err == nil {
+					cfg.alias = plugin.Host(args[0]).NormalizeExact()[0]
+				}
+			case "listen":
+				if err = need(1); err == nil {
+					if _, perr := netip.ParseAddrPort(args[0]); perr != nil {
+						err = c.Errf("listen %q: want IP:PORT (%v)", args[0], perr)
+					}
+					cfg.listen = args[0]
+				}
+			case "advertise":
+				if err = need(1); err == nil {
+					cfg.advertise, err = parseAddrPort(c, prop, args[0])
+				}
+			case "bootstrap":
+				if len(args) == 0 {
+					return nil, c.Errf("bootstrap needs at least one IP:PORT")
+				}
+				for _, a := range args {
+					ap, err := parseAddrPort(c, prop, a)
+					if err != nil {
+						return nil, err
+					}
+					cfg.bootstrap = append(cfg.bootstrap, ap)
+				}
+			case "key_file":
+				if err = need(1); err == nil {
+					cfg.keyFile = args[0]
+				}
+			case "levels":
+				if len(args) == 0 || len(args) > coraldht.MaxLevels-1 {
+					return nil, c.Errf("levels takes 1..%d RTT thresholds (levels 1..n), got %d", coraldht.MaxLevels-1, len(args))
+				}
+				cfg.levels = cfg.levels[:0]
+				for i, a := range args {
+					d, err := parseDuration(c, prop, a)
+					if err != nil {
+						return nil, err
+					}
+					if i > 0 && d >= cfg.levels[i-1] {
+						return nil, c.Errf("levels must decrease: level %d's threshold %v is not below level %d's %v", i+1, d, i, cfg.levels[i-1])
+					}
+					cfg.levels = append(cfg.levels, d)
+				}
+			case "cluster":
+				if err = need(2); err == nil {
+					lvl, perr := strconv.Atoi(args[0])
+					if perr != nil || lvl < 1 {
+						return nil, c.Errf("cluster %q: the level must be a number 1..n (level 0 is the global cluster)", args[0])
+					}
+					if _, dup := cfg.pins[lvl]; dup {
+						return nil, c.Errf("cluster for level %d given twice", lvl)
+					}
+					cfg.pins[lvl] = args[1]
+				}
+			case "classify":
+				if err = need(2); err == nil {
+					pfx, perr := netip.ParsePrefix(args[0])
+					if perr != nil {
+						if a, aerr := netip.ParseAddr(args[0]); aerr == nil {
+							pfx, perr = a.Prefix(a.BitLen())
+						}
+					}
+					if perr != nil {
+						return nil, c.Errf("classify %q: not a prefix or address", args[0])
+					}
+					lvl, lerr := strconv.Atoi(args[1])
+					if lerr != nil || lvl < 0 {
+						return nil, c.Errf("classify %s %q: the level must be a number 0..n", args[0], args[1])
+					}
+					cfg.overrides = append(cfg.overrides, override{prefix: pfx.Masked(), level: lvl})
+				}
+			case "probe":
+				if err = need(1); err == nil {
+					switch args[0] {
+					case "tcp", "icmp", "none":
+						cfg.probe = args[0]
+					default:
+						err = c.Errf("probe %q: want tcp, icmp or none", args[0])
+					}
+				}
+			case "probe_cache":
+				if err = need(1); err == nil {
+					cfg.probeCache, err = parseDuration(c, prop, args[0])
+				}
+			case "live_within":
+				if err = need(1); err == nil {
+					cfg.liveWithin, err = parseDuration(c, prop, args[0])
+				}
+			case "check_interval":
+				if err = need(1); err == nil {
+					cfg.checkInterval, err = parseDuration(c, prop, args[0])
+				}
+			case "sync_wait":
+				if err = need(1); err == nil {
+					cfg.syncWait, err = parseDuration(c, prop, args[0])
+				}
+			case "answers":
+				if err = need(1); err == nil {
+					cfg.set.answers, err = parseCount(c, prop, args[0], 16)
+				}
+			case "nameservers":
+				if err = need(1); err == nil {
+					cfg.set.nameservers, err = parseCount(c, prop, args[0], 13)
+				}
+			case "answer_ttl":
+				if len(args) == 0 {
+					return nil, c.Errf("answer_ttl takes one TTL for all levels or one per level")
+				}
+				answerTTLs = answerTTLs[:0]
+				for _, a := range args {
+					d, err := parseTTL(c, prop, a)
+					if err != nil {
+						return nil, err
+					}
+					answerTTLs = append(answerTTLs, d)
+				}
+			case "ns_ttl":
+				err = parseTTLInto(c, prop, args, &cfg.set.nsTTL)
+			case "negative_ttl":
+				err = parseTTLInto(c, prop, args, &cfg.set.negTTL)
+			case "retry_ttl":
+				err = parseTTLInto(c, prop, args, &cfg.set.retryTTL)
+			default:
+				return nil, c.Errf("unknown property %q", prop)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if err := cfg.finish(c, answerTTLs); err != nil {
+			return nil, err
+		}
+	}
+	if cfg == nil {
+		return nil, errors.New("no coral block")
+	}
+	return cfg, nil
+}
+
+// finish checks what can only be checked once the whole block is read.
+func (cfg *config) finish(c *caddy.Controller, answerTTLs []time.Duration) error {
+	n := len(cfg.levels) + 1
+	if cfg.listen == "" {
+		return c.Err("listen IP:PORT is required: the UDP address of this server's Coral DSHT node")
+	}
+	if _, err := newScheme(cfg.zone, cfg.alias, n); err != nil {
+		return c.Err(err.Error())
+	}
+	for lvl := range cfg.pins {
+		if lvl >= n {
+			return c.Errf("cluster level %d: this configuration has levels 1..%d", lvl, n-1)
+		}
+	}
+	for _, o := range cfg.overrides {
+		if o.level >= n {
+			return c.Errf("classify %s %d: this configuration has levels 0..%d", o.prefix, o.level, n-1)
+		}
+	}
+	// Longest prefix first, so a specific line beats a general one.
+	sortOverrides(cfg.overrides)
+	switch len(answerTTLs) {
+	case 0:
+		cfg.set.answerTTL = defaultAnswerTTLs(n)
+	case 1:
+		cfg.set.answerTTL = make([]uint32, n)
+		for i := range cfg.set.answerTTL {
+			cfg.set.answerTTL[i] = uint32(answerTTLs[0].Seconds())
+		}
+	case n:
+		for _, d := range answerTTLs {
+			cfg.set.answerTTL = append(cfg.set.answerTTL, uint32(d.Seconds()))
+		}
+	default:
+		return c.Errf("answer_ttl: %d TTLs for %d levels; give one, or one per level", len(answerTTLs), n)
+	}
+	if cfg.liveWithin < time.Second {
+		return c.Errf("live_within %v: must be at least 1s", cfg.liveWithin)
+	}
+	if cfg.checkInterval < 100*time.Millisecond || cfg.checkInterval > cfg.liveWithin/2 {
+		return c.Errf("check_interval %v: must be at least 100ms and at most half of live_within (%v), so a live proxy is checked before it counts as stale", cfg.checkInterval, cfg.liveWithin)
+	}
+	if cfg.keyFile == "" {
+		ap, _ := netip.ParseAddrPort(cfg.listen)
+		if !ap.Addr().IsLoopback() {
+			return c.Err("key_file is required unless the node listens on loopback: the network key authenticates every DSHT datagram (" + coraldht.KeyHelp + ")")
+		}
+	}
+	return nil
+}
+
+func sortOverrides(os []override) {
+	for i := 1; i < len(os); i++ {
+		for j := i; j > 0 && os[j].prefix.Bits() > os[j-1].prefix.Bits(); j-- {
+			os[j], os[j-1] = os[j-1], os[j]
+		}
+	}
+}
+
+func parseAddrPort(c *caddy.Controller, prop, s string) (netip.AddrPort, error) {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
+		return netip.AddrPort{}, c.Errf("%s %q: want a specific IP:PORT", prop, s)
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+}
+
+func parseDuration(c *caddy.Controller, prop, s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, c.Errf("%s %q: want a positive duration such as 20ms or 1h", prop, s)
+	}
+	return d, nil
+}
+
+func parseTTL(c *caddy.Controller, prop, s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		// A bare number is seconds, as in zone files.
+		n, nerr := strconv.ParseUint(s, 10, 32)
+		if nerr != nil {
+			return 0, c.Errf("%s %q: want a duration such as 30s or a number of seconds", prop, s)
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 || d.Seconds() > math.MaxInt32 || d%time.Second != 0 {
+		return 0, c.Errf("%s %q: want whole seconds between 0 and 2^31-1", prop, s)
+	}
+	return d, nil
+}
+
+func parseTTLInto(c *caddy.Controller, prop string, args []string, into *uint32) error {
+	if len(args) != 1 {
+		return c.Errf("%s takes 1 argument, got %d", prop, len(args))
+	}
+	d, err := parseTTL(c, prop, args[0])
+	if err != nil {
+		return err
+	}
+	*into = uint32(d.Seconds())
+	return nil
+}
+
+func parseCount(c *caddy.Controller, prop, s string, most int) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > most {
+		return 0, c.Errf("%s %q: want a number 1..%d", prop, s, most)
+	}
+	return n, nil
+}
+
+// newCoral builds the handler; start brings up the node and the background
+// work.
+func newCoral(cfg *config) *Coral {
+	sch, err := newScheme(cfg.zone, cfg.alias, len(cfg.levels)+1)
+	if err != nil {
+		panic(err) // parse checked it
+	}
+	var secret [16]byte
+	_, _ = rand.Read(secret[:])
+	return &Coral{scheme: sch, set: cfg.set, cfg: cfg, cookies: newServerCookies(secret)}
+}
+
+// start runs at server start-up: it takes the DSHT node from the registry
+// (creating it on first use, keeping it across reloads) and starts the
+// liveness sweep.
+func (c *Coral) start() error {
+	cfg := c.cfg
+	entry, err := acquireNode(cfg)
+	if err != nil {
+		return plugin.Error("coral", err)
+	}
+	registerDHTCollector()
+	c.entry = entry
+	c.self = entry.node.Addr().Addr().Unmap()
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	var probe probeFunc
+	switch cfg.probe {
+	case "tcp":
+		probe = tcpProbe
+	case "icmp":
+		p, err := newICMPProber()
+		if err != nil {
+			log.Warningf("probe icmp: %v; measuring with TCP instead", err)
+			probe = tcpProbe
+		} else {
+			c.closers = append(c.closers, p.Close)
+			probe = p.probe
+		}
+	}
+	c.classifier = &classifier{
+		thresholds: cfg.levels,
+		overrides:  cfg.overrides,
+		cache:      entry.rtts,
+		probe:      probe,
+		wait:       cfg.levels[0],
+		fresh:      cfg.probeCache,
+		failedFor:  min(cfg.probeCache, time.Minute),
+		observe:    observeProbe,
+		now:        time.Now,
+		ctx:        ctx,
+	}
+	c.tracker = newTracker(entry.node, len(cfg.levels)+1, cfg.checkInterval, cfg.liveWithin, cfg.syncWait)
+	c.tracker.onSweep = func(set *liveSet) { recordLive(entry.listen, set, c.tracker) }
+	c.done = make(chan struct{})
+	go func() {
+		defer close(c.done)
+		c.tracker.run(ctx)
+	}()
+	return nil
+}
+
+// stop ends the background work and hands the node back to the registry,
+// which closes it when no configuration uses it any more.
+func (c *Coral) stop() error {
+	if c.cancel == nil {
+		return nil
+	}
+	c.cancel()
+	<-c.done
+	c.classifier.background.Wait()
+	for _, f := range c.closers {
+		_ = f()
+	}
+	releaseNode(c.entry)
+	c.cancel = nil
+	return nil
+}
+
+func (cfg *config) String() string {
+	return fmt.Sprintf("coral %s listen %s", cfg.zone, cfg.listen)
+}

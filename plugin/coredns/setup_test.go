@@ -1,0 +1,138 @@
+package coral
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+)
+
+func TestParse(t *testing.T) {
+	cfg, err := parse(caddy.NewTestController("dns", `coral nyucd.test {
+		alias nyud.test
+		listen 127.0.0.2:4000
+		bootstrap 127.0.0.3:4000 127.0.0.4:4000
+		levels 60ms 20ms
+		cluster 2 fra1
+		classify 10.0.0.0/8 2
+		classify 10.1.0.0/16 1
+		classify 192.0.2.1 0
+		answers 3
+		nameservers 4
+		answer_ttl 20s 40 90s
+		ns_ttl 2h
+		negative_ttl 60
+		retry_ttl 5s
+		probe none
+		probe_cache 1m
+		live_within 20s
+		check_interval 2s
+		sync_wait 100ms
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.zone != "nyucd.test." || cfg.alias != "nyud.test." || cfg.listen != "127.0.0.2:4000" {
+		t.Errorf("zones/listen: %q %q %q", cfg.zone, cfg.alias, cfg.listen)
+	}
+	if len(cfg.bootstrap) != 2 || cfg.bootstrap[1] != netip.MustParseAddrPort("127.0.0.4:4000") {
+		t.Errorf("bootstrap %v", cfg.bootstrap)
+	}
+	if cfg.pins[2] != "fra1" {
+		t.Errorf("pins %v", cfg.pins)
+	}
+	// Longest prefix first.
+	if len(cfg.overrides) != 3 || cfg.overrides[0].prefix.Bits() != 32 || cfg.overrides[1].level != 1 || cfg.overrides[2].level != 2 {
+		t.Errorf("overrides %v", cfg.overrides)
+	}
+	s := cfg.set
+	if s.answers != 3 || s.nameservers != 4 || s.nsTTL != 7200 || s.negTTL != 60 || s.retryTTL != 5 {
+		t.Errorf("settings %+v", s)
+	}
+	if got := s.answerTTL; len(got) != 3 || got[0] != 20 || got[1] != 40 || got[2] != 90 {
+		t.Errorf("answer TTLs %v", got)
+	}
+	if cfg.probe != "none" || cfg.probeCache != time.Minute || cfg.liveWithin != 20*time.Second || cfg.checkInterval != 2*time.Second || cfg.syncWait != 100*time.Millisecond {
+		t.Errorf("timing %+v", cfg)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	cfg, err := parse(caddy.NewTestController("dns", "coral nyucd.test {\nlisten 127.0.0.2:4000\n}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.set
+	if got := s.answerTTL; len(got) != 3 || got[0] != 30 || got[1] != 30 || got[2] != 60 {
+		t.Errorf("answer TTLs %v, want the paper's 30 30 60", got)
+	}
+	if s.nsTTL != 3600 || s.answers != defaultAnswers || s.nameservers != defaultNameservers {
+		t.Errorf("settings %+v", s)
+	}
+	if cfg.probe != "tcp" || cfg.liveWithin != 15*time.Second || len(cfg.levels) != 2 {
+		t.Errorf("config %+v", cfg)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	const listen = "listen 127.0.0.2:4000\n"
+	for _, tc := range []struct {
+		name, input, want string
+	}{
+		{"no zone", "coral {\n" + listen + "}", "exactly one argument"},
+		{"two zones", "coral a.test b.test {\n" + listen + "}", "exactly one argument"},
+		{"no listen", "coral nyucd.test", "listen IP:PORT is required"},
+		{"bad listen", "coral nyucd.test {\nlisten nowhere\n}", "want IP:PORT"},
+		{"unknown property", "coral nyucd.test {\n" + listen + "colour blue\n}", `unknown property "colour"`},
+		{"alias inside zone", "coral nyucd.test {\n" + listen + "alias x.nyucd.test\n}", "must not contain each other"},
+		{"alias args", "coral nyucd.test {\n" + listen + "alias\n}", "alias takes 1 argument"},
+		{"bootstrap empty", "coral nyucd.test {\n" + listen + "bootstrap\n}", "at least one"},
+		{"bootstrap unspecified", "coral nyucd.test {\n" + listen + "bootstrap 0.0.0.0:4000\n}", "specific IP:PORT"},
+		{"bootstrap no port", "coral nyucd.test {\n" + listen + "bootstrap 127.0.0.3\n}", "specific IP:PORT"},
+		{"levels increasing", "coral nyucd.test {\n" + listen + "levels 20ms 60ms\n}", "must decrease"},
+		{"levels bad", "coral nyucd.test {\n" + listen + "levels fast\n}", "positive duration"},
+		{"levels none", "coral nyucd.test {\n" + listen + "levels\n}", "levels takes"},
+		{"levels too many", "coral nyucd.test {\n" + listen + "levels 8ms 7ms 6ms 5ms 4ms 3ms 2ms 1ms\n}", "levels takes"},
+		{"cluster level 0", "coral nyucd.test {\n" + listen + "cluster 0 x\n}", "level must be a number 1..n"},
+		{"cluster level too high", "coral nyucd.test {\n" + listen + "cluster 3 x\n}", "levels 1..2"},
+		{"cluster twice", "coral nyucd.test {\n" + listen + "cluster 1 x\ncluster 1 y\n}", "given twice"},
+		{"classify bad prefix", "coral nyucd.test {\n" + listen + "classify 10.0.0.0/33 1\n}", "not a prefix"},
+		{"classify bad level", "coral nyucd.test {\n" + listen + "classify 10.0.0.0/8 3\n}", "levels 0..2"},
+		{"classify negative", "coral nyucd.test {\n" + listen + "classify 10.0.0.0/8 -1\n}", "0..n"},
+		{"probe unknown", "coral nyucd.test {\n" + listen + "probe smoke\n}", "want tcp, icmp or none"},
+		{"answers zero", "coral nyucd.test {\n" + listen + "answers 0\n}", "1..16"},
+		{"nameservers many", "coral nyucd.test {\n" + listen + "nameservers 14\n}", "1..13"},
+		{"answer_ttl count", "coral nyucd.test {\n" + listen + "answer_ttl 1s 2s\n}", "2 TTLs for 3 levels"},
+		{"ns_ttl fraction", "coral nyucd.test {\n" + listen + "ns_ttl 1.5s\n}", "whole seconds"},
+		{"negative_ttl bad", "coral nyucd.test {\n" + listen + "negative_ttl soon\n}", "number of seconds"},
+		{"check_interval too long", "coral nyucd.test {\n" + listen + "check_interval 10s\n}", "at most half of live_within"},
+		{"live_within short", "coral nyucd.test {\n" + listen + "live_within 500ms\n}", "at least 1s"},
+		{"no key off loopback", "coral nyucd.test {\nlisten 192.0.2.1:4000\n}", "key_file is required"},
+		{"twice", "coral nyucd.test {\n" + listen + "}\ncoral nyucd.test {\n" + listen + "}", "only once"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(caddy.NewTestController("dns", tc.input))
+			if err == nil {
+				t.Fatalf("no error, want one containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSetupChecksBlockZones(t *testing.T) {
+	c := caddy.NewTestController("dns", "coral nyucd.test {\nlisten 127.0.0.2:4000\nalias nyud.test\n}")
+	c.ServerBlockKeys = []string{"nyucd.test"}
+	if err := setup(c); err == nil || !strings.Contains(err.Error(), "nyud.test. is not among") {
+		t.Errorf("alias zone missing from the block: %v", err)
+	}
+	c = caddy.NewTestController("dns", "coral nyucd.test {\nlisten 127.0.0.2:4000\nalias nyud.test\n}")
+	c.ServerBlockKeys = []string{"nyucd.test:53", "dns://nyud.test"}
+	if err := checkBlockZones(c, &config{zone: "nyucd.test.", alias: "nyud.test."}); err != nil {
+		t.Errorf("both zones present: %v", err)
+	}
+}
