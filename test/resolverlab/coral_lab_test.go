@@ -1,0 +1,454 @@
+//go:build linux
+
+package resolverlab
+
+// The resolver lab for the coral CoreDNS plugin: the real bin/coredns (built
+// by builds/coredns) as three Coral name servers on loopback, real HTTP-proxy
+// DSHT nodes, a fake root, and each of the four Debian resolvers resolving
+// fresh Coralized names through the alias zone.
+//
+//	127.0.60.1        fake root: delegates nyucd.test and nyud.test to F only
+//	127.0.69.1        F, the far server: static clusters of its own, and
+//	                  `classify 127.0.0.0/8 0` makes every resolver level 0
+//	127.0.62.1, .2    N1, N2: the near level-2 cluster, measuring resolvers
+//	                  on their own /24 (loopback RTT: level 2)
+//	127.0.69.80       proxy in F's clusters (DSHT node with the HTTP service)
+//	127.0.62.80       proxy in the near cluster
+//	127.0.62.11–.14   the resolvers (minimisation on), .21–.24 (off)
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coralcdn/coral/coraldht"
+	"github.com/miekg/dns"
+)
+
+var (
+	labRoot     = netip.MustParseAddr("127.0.60.1")
+	labFar      = netip.MustParseAddr("127.0.69.1")
+	labNear     = []netip.Addr{netip.MustParseAddr("127.0.62.1"), netip.MustParseAddr("127.0.62.2")}
+	labFarHTTP  = netip.MustParseAddr("127.0.69.80")
+	labNearHTTP = netip.MustParseAddr("127.0.62.80")
+)
+
+const labDHTPort = 4000
+
+// corednsBinary finds bin/coredns; in CI its absence is a failure.
+func corednsBinary(t *testing.T) string {
+	t.Helper()
+	bin, err := filepath.Abs("../../bin/coredns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		msg := "bin/coredns missing: run `make coredns` first"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return bin
+}
+
+// corednsProc is one bin/coredns process and its log.
+type corednsProc struct {
+	name string
+	addr netip.Addr
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  strings.Builder
+	done chan struct{}
+}
+
+func (p *corednsProc) logText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// queriesFor returns the log lines of queries whose name contains label.
+func (p *corednsProc) queriesFor(label string) []string {
+	var out []string
+	for _, l := range strings.Split(p.logText(), "\n") {
+		ll := strings.ToLower(l)
+		if strings.Contains(ll, strings.ToLower(label)) && strings.Contains(l, `"`) && !strings.Contains(ll, "marker-") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func startCoreDNS(t *testing.T, bin, name string, addr netip.Addr, keyFile string, boot []netip.Addr, extra string) *corednsProc {
+	t.Helper()
+	var bs []string
+	for _, b := range boot {
+		if b != addr {
+			bs = append(bs, netip.AddrPortFrom(b, labDHTPort).String())
+		}
+	}
+	corefile := fmt.Sprintf(`nyucd.test nyud.test {
+    bind %[1]s
+    coral nyucd.test {
+        alias nyud.test
+        listen %[1]s:%[2]d
+        bootstrap %[3]s
+        key_file %[4]s
+        check_interval 1s
+        live_within 5s
+%[5]s
+    }
+    log
+    errors
+    ready %[1]s:8181
+}
+`, addr, labDHTPort, strings.Join(bs, " "), keyFile, extra)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "Corefile")
+	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := &corednsProc{name: name, addr: addr, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, "-conf", path)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = pw, pw
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+		<-p.done
+		if t.Failed() {
+			t.Logf("--- %s (%s) log, last 60 lines:\n%s", name, addr, tail(p.logText(), 60))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, within time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v: %v", what, within, err)
+}
+
+func ask(server netip.Addr, name string, qtype uint16) (*dns.Msg, error) {
+	c := &dns.Client{Timeout: 3 * time.Second}
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	m.SetEdns0(1232, false)
+	r, _, err := c.Exchange(m, netip.AddrPortFrom(server, 53).String())
+	return r, err
+}
+
+func addrsIn(m *dns.Msg) []netip.Addr {
+	var out []netip.Addr
+	for _, rr := range m.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			ad, _ := netip.AddrFromSlice(a.A)
+			out = append(out, ad.Unmap())
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// splitZones separates query log lines for names in the coral zone from
+// those in the alias zone.
+func splitZones(lines []string) (coral, alias []string) {
+	for _, l := range lines {
+		if strings.Contains(strings.ToLower(l), ".nyucd.test. ") {
+			coral = append(coral, l)
+		} else {
+			alias = append(alias, l)
+		}
+	}
+	return coral, alias
+}
+
+// syncLogs makes sure every server has logged what it answered so far: it
+// sends each a marker query after the resolver's answer arrived and waits
+// until the marker shows up in its log (CoreDNS logs a query right after
+// answering it).
+func (lab *coralLab) syncLogs(t *testing.T, label string) {
+	t.Helper()
+	marker := "marker-" + label + ".nyucd.test"
+	for _, p := range append([]*corednsProc{lab.far}, lab.near...) {
+		if _, err := ask(p.addr, marker, dns.TypeTXT); err != nil {
+			t.Fatalf("marker query to %s: %v", p.name, err)
+		}
+		waitFor(t, "marker in "+p.name+"'s log", 5*time.Second, func() error {
+			if !strings.Contains(p.logText(), marker) {
+				return fmt.Errorf("not yet")
+			}
+			return nil
+		})
+	}
+}
+
+// startProxyNode runs a DSHT node advertising the HTTP service, pinned to
+// the given clusters, standing in for a Caddy coral_proxy.
+func startProxyNode(t *testing.T, addr netip.Addr, key *coraldht.Key, cluster string, boot []netip.Addr) *coraldht.Node {
+	t.Helper()
+	cfg := coraldht.DefaultConfig()
+	cfg.Key = key
+	cfg.Services = coraldht.ServiceHTTP
+	cfg.Pins = map[int]string{1: cluster, 2: cluster}
+	cfg.HintHops = 0
+	tr, err := coraldht.ListenUDP(netip.AddrPortFrom(addr, labDHTPort).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := coraldht.NewNode(cfg, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	go func() {
+		var bs []netip.AddrPort
+		for _, b := range boot {
+			bs = append(bs, netip.AddrPortFrom(b, labDHTPort))
+		}
+		for range 60 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := n.Bootstrap(ctx, bs...)
+			cancel()
+			if err == nil || errors.Is(err, coraldht.ErrClosed) {
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+	return n
+}
+
+// coralLab is the running network.
+type coralLab struct {
+	far  *corednsProc
+	near []*corednsProc
+	root *Authority
+}
+
+func startCoralLab(t *testing.T) *coralLab {
+	t.Helper()
+	bin := corednsBinary(t)
+	dir := t.TempDir()
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	keyFile := filepath.Join(dir, "network.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(secret)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key, err := coraldht.LoadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append([]netip.Addr{labFar}, labNear...)
+	lab := &coralLab{}
+	lab.far = startCoreDNS(t, bin, "far", labFar, keyFile, all, "        cluster 1 far\n        cluster 2 far\n        classify 127.0.0.0/8 0")
+	for i, a := range labNear {
+		lab.near = append(lab.near, startCoreDNS(t, bin, fmt.Sprintf("near%d", i+1), a, keyFile, all, "        cluster 1 near\n        cluster 2 near"))
+	}
+	startProxyNode(t, labFarHTTP, key, "far", all)
+	startProxyNode(t, labNearHTTP, key, "near", all)
+
+	rootZone := RootZone([]netip.Addr{labRoot}) +
+		"nyucd.test. 172800 IN NS ns-127-0-69-1.nyucd.test.\n" +
+		"ns-127-0-69-1.nyucd.test. 172800 IN A 127.0.69.1\n" +
+		"nyud.test. 172800 IN NS ns-127-0-69-1.nyucd.test.\n"
+	lab.root, err = StartAuthority(labRoot, MustParseZone(".", rootZone))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lab.root.Close() })
+
+	// Ready: joined and swept; then each server hands out the proxies it
+	// should: F (everyone is level 0 to it) both, the near servers the near
+	// one (the test client on 127.0.0.1 is level 2 to them).
+	for _, p := range append([]*corednsProc{lab.far}, lab.near...) {
+		waitFor(t, p.name+" ready", 30*time.Second, func() error {
+			resp, err := http.Get("http://" + p.addr.String() + ":8181/ready")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("ready: %s", resp.Status)
+			}
+			return nil
+		})
+	}
+	want := map[netip.Addr]string{labFar: fmt.Sprint([]netip.Addr{labNearHTTP, labFarHTTP}),
+		labNear[0]: fmt.Sprint([]netip.Addr{labNearHTTP}), labNear[1]: fmt.Sprint([]netip.Addr{labNearHTTP})}
+	for server, w := range want {
+		waitFor(t, "proxies at "+server.String(), 30*time.Second, func() error {
+			r, err := ask(server, "probe.example.com.http.l2.l1.l0.nyucd.test", dns.TypeA)
+			if err != nil {
+				return err
+			}
+			if got := fmt.Sprint(addrsIn(r)); got != w {
+				return fmt.Errorf("answer %s, want %s", got, w)
+			}
+			return nil
+		})
+	}
+	return lab
+}
+
+// TestCoralLab resolves fresh Coralized names through every resolver, with
+// QNAME minimisation on and off.
+func TestCoralLab(t *testing.T) {
+	requireLab(t, Kinds...)
+	lab := startCoralLab(t)
+	for _, qmin := range []bool{true, false} {
+		for i, kind := range Kinds {
+			mode := "qmin"
+			base := 11
+			if !qmin {
+				mode, base = "noqmin", 21
+			}
+			t.Run(string(kind)+"/"+mode, func(t *testing.T) {
+				addr := netip.AddrFrom4([4]byte{127, 0, 62, byte(base + i)})
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				r, err := Start(ctx, kind, Options{Addr: addr, RootHints: []netip.Addr{labRoot}, QNameMinimisation: qmin, Dir: t.TempDir()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Stop()
+				defer func() {
+					if t.Failed() {
+						t.Logf("--- %s log:\n%s", kind, r.LogTail(80))
+					}
+				}()
+				lab.resolveFresh(t, kind, mode, addr, qmin, r)
+			})
+		}
+	}
+}
+
+func (lab *coralLab) resolveFresh(t *testing.T, kind Kind, mode string, addr netip.Addr, qmin bool, r *Resolver) {
+	allowed := []netip.Addr{labNearHTTP, labFarHTTP}
+	for n := 1; n <= 4; n++ {
+		label := fmt.Sprintf("w%d-%s-%s", n, kind, mode)
+		name := label + ".example.com.nyud.test."
+		resp, err := ask(addr, name, dns.TypeA)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got := addrsIn(resp)
+		if resp.Rcode != dns.RcodeSuccess || len(got) == 0 {
+			t.Fatalf("%s: %s with %v\n%v", name, dns.RcodeToString[resp.Rcode], got, resp)
+		}
+		for _, a := range got {
+			if !slices.Contains(allowed, a) {
+				t.Errorf("%s: %v is not a proxy", name, a)
+			}
+		}
+		lab.syncLogs(t, label)
+		farCoral, farAlias := splitZones(lab.far.queriesFor(label))
+		var nearCoral, nearAlias []string
+		for _, p := range lab.near {
+			c, a := splitZones(p.queriesFor(label))
+			nearCoral, nearAlias = append(nearCoral, c...), append(nearAlias, a...)
+		}
+		if os.Getenv("LAB_DUMP") != "" {
+			for _, p := range append([]*corednsProc{lab.far}, lab.near...) {
+				for _, l := range strings.Split(p.logText(), "\n") {
+					if strings.Contains(l, addr.String()+":") {
+						t.Logf("%s: %s", p.name, l)
+					}
+				}
+			}
+		}
+		t.Logf("%s → %v; queries in the coral zone: far %d, near %d; in the alias zone: far %d, near %d",
+			name, got, len(farCoral), len(nearCoral), len(farAlias), len(nearAlias))
+		if !qmin || n == 1 {
+			continue
+		}
+		// Locked: from the second name on, the near cluster answers the
+		// Coral zone's part, with the near cluster's proxy.
+		if len(farCoral) > 0 {
+			t.Errorf("%s: the far server was asked:\n%s", name, strings.Join(farCoral, "\n"))
+		}
+		if fmt.Sprint(got) != fmt.Sprint([]netip.Addr{labNearHTTP}) {
+			t.Errorf("%s: proxies %v, want the near cluster's %v", name, got, labNearHTTP)
+		}
+		// The alias zone: BIND, Knot and PowerDNS either synthesize the CNAME
+		// from the cached DNAME or keep the alias NS set our answers carry.
+		// Unbound does neither (it scrubs NS from answers' authority
+		// sections) and asks the servers the parent lists, here F, once per
+		// name.
+		if kind != Unbound && len(farAlias) > 0 {
+			t.Errorf("%s: the far server was asked in the alias zone:\n%s", name, strings.Join(farAlias, "\n"))
+		}
+		if kind == Unbound && len(farAlias) > 1 {
+			t.Errorf("%s: %d alias queries at the far server, want at most one", name, len(farAlias))
+		}
+	}
+	// A burst, as a browser makes it: twenty fresh names at once, each asked
+	// for A and AAAA together. Every A answer must carry proxies (there are
+	// no IPv6 proxies here, so AAAA is NODATA, never an error).
+	var wg sync.WaitGroup
+	for n := range 20 {
+		label := fmt.Sprintf("b%d-%s-%s", n, kind, mode)
+		for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA} {
+			wg.Go(func() {
+				resp, err := ask(addr, label+".example.com.nyud.test.", qt)
+				switch {
+				case err != nil:
+					t.Errorf("%s %s: %v", label, dns.TypeToString[qt], err)
+				case resp.Rcode != dns.RcodeSuccess:
+					t.Errorf("%s %s: %s", label, dns.TypeToString[qt], dns.RcodeToString[resp.Rcode])
+				case qt == dns.TypeA && len(addrsIn(resp)) == 0:
+					t.Errorf("%s A: an empty answer\n%v", label, resp)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if l := strings.ToLower(r.Log()); strings.Contains(l, "lame") {
+		t.Errorf("%s logged a lame delegation", kind)
+	}
+}
