@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coredns/coredns/plugin"
@@ -303,6 +304,17 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 // the proxies came from.
 func (c *Coral) pickProxies(ctx context.Context, lvl int, near netip.Addr, family int) (int, []coraldht.NodeInfo) {
 	o := pickOptions{count: c.set.answers, near: near, services: coraldht.ServiceHTTP, family: family}
+	if !c.tracker.ready() {
+		// Just started: the first sweep is under way. Waiting for it (a
+		// little) beats answering with nothing, which resolvers would cache.
+		t := time.NewTimer(c.tracker.syncWait)
+		select {
+		case <-c.tracker.swept:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
 	for l := lvl; l >= 0; l-- {
 		o.level = l
 		if nodes := c.tracker.pick(o); len(nodes) > 0 {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
@@ -492,4 +493,26 @@ func TestNameServersNearResolver(t *testing.T) {
 			t.Errorf("resolver %s: name servers %v, want %v", tc.resolver, got, tc.want)
 		}
 	}
+}
+
+// TestAnswerWaitsForFirstSweep: a query that arrives while the first sweep
+// is still running waits for it instead of answering with no proxies.
+func TestAnswerWaitsForFirstSweep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := testWorld()
+		c := testCoral(t, w)
+		c.tracker = newTracker(w, 3, time.Second, 15*time.Second, 250*time.Millisecond)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			c.tracker.sweep(context.Background())
+		}()
+		m := new(dns.Msg)
+		m.SetQuestion(full2, dns.TypeA)
+		rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "10.2.0.1"})
+		start := time.Now()
+		c.ServeDNS(context.Background(), rec, m)
+		if len(rec.Msg.Answer) != 2 || time.Since(start) != 100*time.Millisecond {
+			t.Errorf("after %v: %v", time.Since(start), rec.Msg)
+		}
+	})
 }

@@ -23,6 +23,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -115,6 +117,7 @@ func startCoreDNS(t *testing.T, bin, name string, addr netip.Addr, keyFile strin
     log
     errors
     ready %[1]s:8181
+    prometheus %[1]s:9153
 }
 `, addr, labDHTPort, strings.Join(bs, " "), keyFile, extra)
 	dir := t.TempDir()
@@ -451,4 +454,146 @@ func (lab *coralLab) resolveFresh(t *testing.T, kind Kind, mode string, addr net
 	if l := strings.ToLower(r.Log()); strings.Contains(l, "lame") {
 		t.Errorf("%s logged a lame delegation", kind)
 	}
+}
+
+// TestCoralServersDirect talks to a real bin/coredns running coral: TCP,
+// other classes, EDNS versions, garbage and oversized names, and the
+// metrics it exports.
+func TestCoralServersDirect(t *testing.T) {
+	requireLab(t)
+	startCoralLab(t)
+	far := netip.AddrPortFrom(labFar, 53).String()
+	const proxyName = "www.example.com.http.l2.l1.l0.nyucd.test."
+
+	// TCP.
+	c := &dns.Client{Net: "tcp", Timeout: 3 * time.Second}
+	m := new(dns.Msg)
+	m.SetQuestion(proxyName, dns.TypeA)
+	r, _, err := c.Exchange(m, far)
+	if err != nil || r.Rcode != dns.RcodeSuccess || len(addrsIn(r)) == 0 {
+		t.Errorf("TCP: %v %v", err, r)
+	}
+
+	udp := &dns.Client{Timeout: 3 * time.Second}
+	for _, tc := range []struct {
+		name  string
+		msg   func() *dns.Msg
+		rcode int
+	}{
+		{"class CHAOS", func() *dns.Msg {
+			m := new(dns.Msg)
+			m.SetQuestion(proxyName, dns.TypeTXT)
+			m.Question[0].Qclass = dns.ClassCHAOS
+			return m
+		}, dns.RcodeRefused},
+		{"EDNS version 1", func() *dns.Msg {
+			m := new(dns.Msg)
+			m.SetQuestion(proxyName, dns.TypeA)
+			m.SetEdns0(1232, false)
+			m.IsEdns0().SetVersion(1)
+			return m
+		}, dns.RcodeBadVers},
+		{"two OPT records", func() *dns.Msg {
+			m := new(dns.Msg)
+			m.SetQuestion(proxyName, dns.TypeA)
+			m.SetEdns0(1232, false)
+			m.Extra = append(m.Extra, m.Extra[0])
+			return m
+		}, dns.RcodeFormatError},
+		{"ANY", func() *dns.Msg {
+			m := new(dns.Msg)
+			m.SetQuestion("nyud.test.", dns.TypeANY)
+			return m
+		}, dns.RcodeSuccess},
+	} {
+		r, _, err := udp.Exchange(tc.msg(), far)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if r.Rcode != tc.rcode {
+			t.Errorf("%s: rcode %s, want %s", tc.name, dns.RcodeToString[r.Rcode], dns.RcodeToString[tc.rcode])
+		}
+	}
+
+	// Raw datagrams no parser accepts: garbage, a 320-octet name, two
+	// questions. Whatever the server says (or not), it must keep answering.
+	long := []byte{0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0}
+	for range 5 {
+		long = append(long, 63)
+		long = append(long, []byte(strings.Repeat("a", 63))...)
+	}
+	long = append(long, 0, 0, 1, 0, 1)
+	two, _ := (&dns.Msg{Question: []dns.Question{{Name: proxyName, Qtype: dns.TypeA, Qclass: dns.ClassINET}, {Name: proxyName, Qtype: dns.TypeAAAA, Qclass: dns.ClassINET}}}).Pack()
+	for _, pkt := range [][]byte{[]byte("\x00\x01garbage"), long, two, make([]byte, 4000)} {
+		conn, err := net.Dial("udp", far)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = conn.Write(pkt)
+		_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		buf := make([]byte, 4096)
+		if n, err := conn.Read(buf); err == nil {
+			var resp dns.Msg
+			if resp.Unpack(buf[:n]) == nil && resp.Rcode == dns.RcodeSuccess && len(resp.Answer) > 0 {
+				t.Errorf("a malformed datagram got an answer: %v", &resp)
+			}
+		}
+		conn.Close()
+	}
+	if r, err := ask(labFar, proxyName, dns.TypeA); err != nil || len(addrsIn(r)) == 0 {
+		t.Fatalf("server stopped answering after bad datagrams: %v %v", err, r)
+	}
+
+	// Metrics: a referral was counted, the sweep saw the near proxy at level
+	// 2, and the node reports having joined.
+	if _, err := ask(labNear[0], "l2.l1.l0.nyucd.test", dns.TypeA); err != nil {
+		t.Fatal(err)
+	}
+	// The sweep that made the plugin ready may have run before the proxy
+	// nodes joined; the gauge follows within a check_interval or two.
+	waitFor(t, "live proxy gauge", 10*time.Second, func() error {
+		if !strings.Contains(scrape(t, labNear[0]), `coredns_coral_live_proxies{level="2",node="127.0.62.1:4000"} 1`) {
+			return fmt.Errorf("no live level-2 proxy in the metrics yet")
+		}
+		return nil
+	})
+	body := scrape(t, labNear[0])
+	for _, want := range []string{
+		`coredns_coral_queries_total{kind="referral",level="2",server="dns://127.0.62.1:53"}`,
+		`coredns_coral_dht_joined{node="127.0.62.1:4000"} 1`,
+		`coredns_coral_probes_total{outcome="ok"}`,
+		`coredns_coral_dht_messages_total{direction="in",kind="request",node="127.0.62.1:4000",type="ping"}`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%s", grepLines(body, "coredns_coral_"))
+	}
+}
+
+func scrape(t *testing.T, a netip.Addr) string {
+	t.Helper()
+	resp, err := http.Get("http://" + a.String() + ":9153/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
