@@ -239,3 +239,33 @@ func tcpProbe(ctx context.Context, a netip.Addr) (time.Duration, error) {
 	}
 	return 0, err
 }
+
+// firstProbe runs probes concurrently and returns the first success: a
+// resolver behind a firewall that drops TCP to port 53 may still answer
+// ICMP echo, and the other way round. It fails only when all of them fail.
+func firstProbe(probes ...probeFunc) probeFunc {
+	return func(ctx context.Context, a netip.Addr) (time.Duration, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		type result struct {
+			rtt time.Duration
+			err error
+		}
+		results := make(chan result, len(probes))
+		for _, p := range probes {
+			go func() {
+				rtt, err := p(ctx, a)
+				results <- result{rtt, err}
+			}()
+		}
+		var errs []error
+		for range probes {
+			r := <-results
+			if r.err == nil {
+				return r.rtt, nil
+			}
+			errs = append(errs, r.err)
+		}
+		return 0, errors.Join(errs...)
+	}
+}

@@ -169,3 +169,37 @@ func TestTCPProbe(t *testing.T) {
 		t.Errorf("cancelled probe: %v", err)
 	}
 }
+
+func TestFirstProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := func(d time.Duration, fail bool) probeFunc {
+			return func(ctx context.Context, a netip.Addr) (time.Duration, error) {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				}
+				if fail {
+					return 0, errors.New("unreachable")
+				}
+				return d, nil
+			}
+		}
+		a := netip.MustParseAddr("192.0.2.1")
+		for _, tc := range []struct {
+			name    string
+			probes  []probeFunc
+			rtt     time.Duration
+			wantErr bool
+		}{
+			{"fastest success", []probeFunc{slow(30*time.Millisecond, false), slow(10*time.Millisecond, false)}, 10 * time.Millisecond, false},
+			{"a quick failure does not win", []probeFunc{slow(time.Millisecond, true), slow(20*time.Millisecond, false)}, 20 * time.Millisecond, false},
+			{"all fail", []probeFunc{slow(time.Millisecond, true), slow(2*time.Millisecond, true)}, 0, true},
+		} {
+			rtt, err := firstProbe(tc.probes...)(context.Background(), a)
+			if rtt != tc.rtt || (err != nil) != tc.wantErr {
+				t.Errorf("%s: %v %v", tc.name, rtt, err)
+			}
+		}
+	})
+}

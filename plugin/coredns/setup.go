@@ -34,7 +34,7 @@ type config struct {
 	pins      map[int]string
 	overrides []override
 
-	probe         string // tcp, icmp, none
+	probe         string // auto, tcp, icmp, none
 	probeCache    time.Duration
 	liveWithin    time.Duration
 	checkInterval time.Duration
@@ -131,7 +131,7 @@ func parse(c *caddy.Controller) (*config, error) {
 		cfg = &config{
 			levels:        []time.Duration{60 * time.Millisecond, 20 * time.Millisecond},
 			pins:          map[int]string{},
-			probe:         "tcp",
+			probe:         "auto",
 			probeCache:    defaultProbeCache,
 			liveWithin:    defaultLiveWithin,
 			checkInterval: defaultCheckInterval,
@@ -237,10 +237,10 @@ func parse(c *caddy.Controller) (*config, error) {
 			case "probe":
 				if err = need(1); err == nil {
 					switch args[0] {
-					case "tcp", "icmp", "none":
+					case "auto", "tcp", "icmp", "none":
 						cfg.probe = args[0]
 					default:
-						err = c.Errf("probe %q: want tcp, icmp or none", args[0])
+						err = c.Errf("probe %q: want auto, tcp, icmp or none", args[0])
 					}
 				}
 			case "probe_cache":
@@ -443,6 +443,14 @@ func (c *Coral) start() error {
 	switch cfg.probe {
 	case "tcp":
 		probe = tcpProbe
+	case "auto":
+		probe = tcpProbe
+		if p, err := newICMPProber(); err == nil {
+			c.closers = append(c.closers, p.Close)
+			probe = firstProbe(tcpProbe, p.probe)
+		} else {
+			log.Infof("probe auto: ICMP unavailable (%v); measuring with TCP only", err)
+		}
 	case "icmp":
 		p, err := newICMPProber()
 		if err != nil {

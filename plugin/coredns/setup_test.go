@@ -71,7 +71,7 @@ func TestParseDefaults(t *testing.T) {
 	if s.nsTTL != 3600 || s.answers != defaultAnswers || s.nameservers != defaultNameservers {
 		t.Errorf("settings %+v", s)
 	}
-	if cfg.probe != "tcp" || cfg.liveWithin != 15*time.Second || len(cfg.levels) != 2 {
+	if cfg.probe != "auto" || cfg.liveWithin != 15*time.Second || len(cfg.levels) != 2 {
 		t.Errorf("config %+v", cfg)
 	}
 }
@@ -101,7 +101,7 @@ func TestParseErrors(t *testing.T) {
 		{"classify bad prefix", "coral nyucd.test {\n" + listen + "classify 10.0.0.0/33 1\n}", "not a prefix"},
 		{"classify bad level", "coral nyucd.test {\n" + listen + "classify 10.0.0.0/8 3\n}", "levels 0..2"},
 		{"classify negative", "coral nyucd.test {\n" + listen + "classify 10.0.0.0/8 -1\n}", "0..n"},
-		{"probe unknown", "coral nyucd.test {\n" + listen + "probe smoke\n}", "want tcp, icmp or none"},
+		{"probe unknown", "coral nyucd.test {\n" + listen + "probe smoke\n}", "want auto, tcp, icmp or none"},
 		{"answers zero", "coral nyucd.test {\n" + listen + "answers 0\n}", "1..16"},
 		{"nameservers many", "coral nyucd.test {\n" + listen + "nameservers 14\n}", "1..13"},
 		{"answer_ttl count", "coral nyucd.test {\n" + listen + "answer_ttl 1s 2s\n}", "2 TTLs for 3 levels"},
