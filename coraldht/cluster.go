@@ -474,7 +474,7 @@ func (n *Node) joinFraction(s *clusterSample, threshold time.Duration) float64 {
 // hasSiteMate reports whether cluster s has a member on this node's own /24
 // (/48) under half the threshold away.
 func (n *Node) hasSiteMate(s *clusterSample, threshold time.Duration) bool {
-	site := hintPrefix(n.self.Addr.Addr())
+	site := SitePrefix(n.self.Addr.Addr())
 	for _, m := range s.members {
 		if m.minRTT > 0 && m.minRTT < threshold/2 && site.Contains(m.Addr.Addr().Unmap()) {
 			return true

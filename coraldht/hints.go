@@ -30,8 +30,10 @@ const (
 // their addresses.
 func hintKey(p netip.Prefix) ID { return KeyFor("coral-hint " + p.Masked().String()) }
 
-// hintPrefix is the /24 (IPv4) or /48 (IPv6) around a.
-func hintPrefix(a netip.Addr) netip.Prefix {
+// SitePrefix is the /24 (IPv4) or /48 (IPv6) around a: the granularity at
+// which Coral treats addresses as one site, for locality hints, for
+// preferring nearby nodes in Nodes, and for placing DNS resolvers.
+func SitePrefix(a netip.Addr) netip.Prefix {
 	a = a.Unmap()
 	bits := 24
 	if a.Is6() {
@@ -68,7 +70,7 @@ func (n *Node) hintPrefixes(routers []netip.Addr) []netip.Prefix {
 			continue
 		}
 		if n.cfg.HintPrivate || !privateHint(a) {
-			add(hintPrefix(a))
+			add(SitePrefix(a))
 		}
 	}
 	for _, p := range n.cfg.HintPrefixes {

@@ -508,20 +508,9 @@ func (n *Node) Nodes(ctx context.Context, level, count int, target netip.Addr, s
 		wg.Wait()
 	}
 	target = target.Unmap()
+	site := SitePrefix(target)
 	near := func(ni NodeInfo) bool {
-		if !target.IsValid() {
-			return false
-		}
-		a := ni.Addr.Addr()
-		bits := 24
-		if target.Is6() {
-			bits = 48
-		}
-		if a.BitLen() != target.BitLen() {
-			return false
-		}
-		pa, _ := a.Prefix(bits)
-		return pa.Contains(target)
+		return target.IsValid() && site.Contains(ni.Addr.Addr().Unmap())
 	}
 	slices.SortStableFunc(out, func(a, b NodeInfo) int {
 		if na, nb := near(a), near(b); na != nb {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht"
 )
 
 // A resolver's level is the highest level whose RTT threshold the
@@ -59,18 +61,6 @@ func (c *rttCache) len() int {
 	return len(c.entries)
 }
 
-// resolverPrefix is the granularity of classification: resolvers in one /24
-// (IPv6 /48) are assumed to be in one place.
-func resolverPrefix(a netip.Addr) netip.Prefix {
-	a = a.Unmap()
-	bits := 24
-	if a.Is6() {
-		bits = 48
-	}
-	p, _ := a.Prefix(bits)
-	return p
-}
-
 // classifier turns a resolver address into a level.
 type classifier struct {
 	thresholds []time.Duration // thresholds[i] bounds level i+1
@@ -117,7 +107,7 @@ func (c *classifier) classify(ctx context.Context, a netip.Addr) classification 
 	if c.probe == nil || !a.IsValid() {
 		return classification{source: "none"}
 	}
-	p := resolverPrefix(a)
+	p := coraldht.SitePrefix(a)
 	now := c.now()
 	c.cache.mu.RLock()
 	e, ok := c.cache.entries[p]

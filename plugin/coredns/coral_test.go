@@ -132,6 +132,25 @@ func nsRRs(zone string, addrs ...string) []dns.RR {
 	return out
 }
 
+// query asks c for name from a resolver at ip and returns the response with
+// the addresses of its A records (section: answer or additional).
+func query(c *Coral, ip, name string, qtype uint16, section func(*dns.Msg) []dns.RR) (*dns.Msg, []string) {
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: ip})
+	c.ServeDNS(context.Background(), rec, m)
+	var got []string
+	for _, rr := range section(rec.Msg) {
+		if a, ok := rr.(*dns.A); ok {
+			got = append(got, a.A.String())
+		}
+	}
+	return rec.Msg, got
+}
+
+func answers(m *dns.Msg) []dns.RR    { return m.Answer }
+func additional(m *dns.Msg) []dns.RR { return m.Extra }
+
 type coralCase struct {
 	name     string
 	resolver string
@@ -345,20 +364,6 @@ func TestReferralShape(t *testing.T) {
 func TestProxiesFallBackAndExpire(t *testing.T) {
 	w := testWorld()
 	c := testCoral(t, w)
-	ask := func(ip string) *dns.Msg {
-		m := new(dns.Msg)
-		m.SetQuestion(full2, dns.TypeA)
-		rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: ip})
-		c.ServeDNS(context.Background(), rec, m)
-		return rec.Msg
-	}
-	addrs := func(m *dns.Msg) []string {
-		var out []string
-		for _, rr := range m.Answer {
-			out = append(out, rr.(*dns.A).A.String())
-		}
-		return out
-	}
 	// Both level-2 proxies die; the next sweep drops them and a level-2
 	// resolver gets level-1 proxies with level 1's TTL.
 	w.mu.Lock()
@@ -366,8 +371,8 @@ func TestProxiesFallBackAndExpire(t *testing.T) {
 	w.dead[netip.MustParseAddrPort("127.0.2.81:4000")] = true
 	w.mu.Unlock()
 	c.tracker.sweep(context.Background())
-	m := ask("10.2.0.1")
-	if got := addrs(m); len(got) != 1 || got[0] != "127.0.1.80" || m.Answer[0].Header().Ttl != 30 {
+	m, got := query(c, "10.2.0.1", full2, dns.TypeA, answers)
+	if len(got) != 1 || got[0] != "127.0.1.80" || m.Answer[0].Header().Ttl != 30 {
 		t.Fatalf("after the level-2 proxies died: %v (ttl %d), want [127.0.1.80] with ttl 30", got, m.Answer[0].Header().Ttl)
 	}
 
@@ -376,7 +381,7 @@ func TestProxiesFallBackAndExpire(t *testing.T) {
 	c.tracker.now = func() time.Time { return time.Now().Add(20 * time.Second) }
 	c.tracker.syncWait = 50 * time.Millisecond
 	before := w.calls
-	m = ask("10.2.0.1")
+	m, _ = query(c, "10.2.0.1", full2, dns.TypeA, answers)
 	if w.calls == before {
 		t.Errorf("no synchronous Nodes call when nothing in the sweep was live")
 	}
@@ -400,14 +405,7 @@ func TestNonRecursiveProxiesOnlyLocally(t *testing.T) {
 		{"10.2.0.1", []string{"10.2.0.80", "127.0.2.81"}}, // same /24: the local proxy first
 		{"10.2.9.1", []string{"127.0.2.81"}},
 	} {
-		m := new(dns.Msg)
-		m.SetQuestion(full2, dns.TypeA)
-		rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: tc.resolver})
-		c.ServeDNS(context.Background(), rec, m)
-		var got []string
-		for _, rr := range rec.Msg.Answer {
-			got = append(got, rr.(*dns.A).A.String())
-		}
+		_, got := query(c, tc.resolver, full2, dns.TypeA, answers)
 		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
 			t.Errorf("resolver %s: %v, want %v", tc.resolver, got, tc.want)
 		}
@@ -480,15 +478,8 @@ func TestNameServersNearResolver(t *testing.T) {
 		{"10.0.0.1", []string{"10.0.0.53", "10.0.0.54"}},
 		{"10.0.9.1", []string{"127.0.0.2", "127.0.9.1", "10.0.0.53"}}, // nobody near: the sweep's order, three of them
 	} {
-		m := new(dns.Msg)
-		m.SetQuestion("l0.nyucd.test.", dns.TypeA)
-		rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: tc.resolver})
 		c.set.nameservers = 3
-		c.ServeDNS(context.Background(), rec, m)
-		var got []string
-		for _, rr := range rec.Msg.Extra {
-			got = append(got, rr.(*dns.A).A.String())
-		}
+		_, got := query(c, tc.resolver, "l0.nyucd.test.", dns.TypeA, additional)
 		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
 			t.Errorf("resolver %s: name servers %v, want %v", tc.resolver, got, tc.want)
 		}

@@ -183,7 +183,7 @@ func (t *tracker) pick(o pickOptions) []coraldht.NodeInfo {
 
 func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions) []coraldht.NodeInfo {
 	now := t.now()
-	nearP := resolverPrefix(o.near)
+	nearP := coraldht.SitePrefix(o.near)
 	usable := func(ni *coraldht.NodeInfo) bool {
 		a := ni.Addr.Addr().Unmap()
 		if o.family == 4 && !a.Is4() || o.family == 6 && !a.Is6() {
