@@ -57,6 +57,8 @@ eval:
 	$(GO) run ./eval/lookup
 	$(GO) run ./eval/clusters
 	$(GO) run ./eval/getlatency
+	bash builds/coredns/build.sh
+	$(GO) run ./eval/dnsperf
 
 # CoreDNS v1.15.0 with the coral plugin, reproducibly, into bin/coredns
 # (see builds/coredns/README.md). Both names are phony on purpose: the script

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
@@ -28,6 +30,9 @@ type Coral struct {
 	tracker    *tracker
 	cookies    *serverCookies
 	self       netip.Addr // this server's advertised address (SOA MNAME, its own NS glue)
+
+	hosts     sync.Map // netip.Addr → its ns-… host name, built once per server
+	hostCount atomic.Int32
 
 	cfg     *config
 	entry   *nodeEntry
@@ -133,21 +138,22 @@ type builder struct {
 	state  *request.Request
 	ctx    context.Context
 	client netip.Addr
-	cls    *classification
+	cls    classification
+	done   bool // cls is set
 }
 
 // level classifies the resolver once per query.
 func (b *builder) level() int {
-	if b.cls == nil {
-		cl := b.c.classifier.classify(b.ctx, b.client)
-		b.cls = &cl
-		classifyCount.WithLabelValues(cl.source).Inc()
+	if !b.done {
+		b.cls = b.c.classifier.classify(b.ctx, b.client)
+		b.done = true
+		classifyCount.WithLabelValues(b.cls.source).Inc()
 	}
 	return b.cls.level
 }
 
 func (b *builder) levelLabel() string {
-	if b.cls == nil {
+	if !b.done {
 		return "none"
 	}
 	return strconv.Itoa(b.cls.level)
@@ -345,7 +351,7 @@ func (b *builder) nsSet(owner string, level int, inAnswer bool) {
 	}
 	for _, ni := range servers {
 		a := ni.Addr.Addr().Unmap()
-		host := b.c.scheme.nsHost(a)
+		host := b.c.hostName(a)
 		ns := &dns.NS{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: b.c.set.nsTTL}, Ns: host}
 		if inAnswer {
 			b.m.Answer = append(b.m.Answer, ns)
@@ -354,6 +360,24 @@ func (b *builder) nsSet(owner string, level int, inAnswer bool) {
 		}
 		b.m.Extra = append(b.m.Extra, addrRR(host, a, b.c.set.nsTTL))
 	}
+}
+
+// maxHostNames bounds the remembered name server host names.
+const maxHostNames = 4096
+
+// hostName is scheme.nsHost, remembered: name servers recur in every answer.
+func (c *Coral) hostName(a netip.Addr) string {
+	if h, ok := c.hosts.Load(a); ok {
+		return h.(string)
+	}
+	h := c.scheme.nsHost(a)
+	if c.hostCount.Add(1) > maxHostNames {
+		// Members come and go over months; start afresh now and then.
+		c.hosts.Clear()
+		c.hostCount.Store(0)
+	}
+	c.hosts.Store(a, h)
+	return h
 }
 
 func containsSelf(nodes []coraldht.NodeInfo) bool {

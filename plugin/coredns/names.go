@@ -64,7 +64,10 @@ type scheme struct {
 	alias     string   // A, or "" without an alias zone
 	levelApex []string // levelApex[k] = L<k>…L0.Z
 	target    string   // DNAME target: http.L<n>…L0.Z
-	zoneLbls  [][]string
+	// levelLabel[k] is "l<k>"; zoneForms holds, per zone, "z", "z.", ".z"
+	// and ".z." (z without its trailing dot) for goodOrigin.
+	levelLabel []string
+	zoneForms  [][4]string
 }
 
 func newScheme(coral, alias string, levels int) (*scheme, error) {
@@ -96,9 +99,14 @@ func newScheme(coral, alias string, levels int) (*scheme, error) {
 	if len(s.target)+1 > 255 {
 		return nil, fmt.Errorf("coral zone %s is too long for %d levels", coral, levels)
 	}
-	s.zoneLbls = append(s.zoneLbls, dns.SplitDomainName(coral))
-	if alias != "" {
-		s.zoneLbls = append(s.zoneLbls, dns.SplitDomainName(alias))
+	for k := range levels {
+		s.levelLabel = append(s.levelLabel, "l"+strconv.Itoa(k))
+	}
+	for _, z := range []string{coral, alias} {
+		if z != "" {
+			z = strings.TrimSuffix(z, ".")
+			s.zoneForms = append(s.zoneForms, [4]string{z, z + ".", "." + z, "." + z + "."})
+		}
 	}
 	return s, nil
 }
@@ -112,50 +120,82 @@ func (s *scheme) zoneApex(k int) string {
 }
 
 // parse places name (lower case, fully qualified) in the scheme. ok is false
-// when name is in neither zone.
+// when name is in neither zone. It runs on every query, so it walks the
+// name in place instead of splitting it into labels.
 func (s *scheme) parse(name string) (p parsedName, ok bool) {
-	if s.alias != "" && dns.IsSubDomain(s.alias, name) {
-		if name == s.alias {
+	if s.alias != "" && underZone(name, s.alias) {
+		if len(name) == len(s.alias) {
 			return parsedName{kind: kindAliasApex}, true
 		}
-		rel := strings.TrimSuffix(name[:len(name)-len(s.alias)], ".")
+		rel := name[:len(name)-len(s.alias)-1]
 		return parsedName{kind: kindAliasBelow, rel: rel, badOrigin: !s.goodOrigin(rel)}, true
 	}
-	if !dns.IsSubDomain(s.coral, name) {
+	if !underZone(name, s.coral) {
 		return parsedName{}, false
 	}
-	if name == s.coral {
+	if len(name) == len(s.coral) {
 		return parsedName{kind: kindCoralApex}, true
 	}
-	rel := strings.TrimSuffix(name[:len(name)-len(s.coral)], ".")
-	labels := dns.SplitDomainName(rel + ".")
 	// Walk up from the zone: L0, L1, … then "http", then the origin.
-	i := len(labels) - 1
-	if labels[i] != "l0" {
-		if len(labels) == 1 {
-			if a, ok := parseNSLabel(labels[0]); ok {
+	rest, l := lastLabel(name[:len(name)-len(s.coral)-1])
+	if l != s.levelLabel[0] {
+		if rest == "" {
+			if a, ok := parseNSLabel(l); ok {
 				return parsedName{kind: kindNSHost, nsAddr: a}, true
 			}
 		}
 		return parsedName{kind: kindNX, level: -1}, true
 	}
 	level := 0
-	for i--; i >= 0; i-- {
-		l := labels[i]
-		if next := "l" + strconv.Itoa(level+1); l == next && level+1 < len(s.levelApex) {
+	for rest != "" {
+		rest, l = lastLabel(rest)
+		if level+1 < len(s.levelLabel) && l == s.levelLabel[level+1] {
 			level++
 			continue
 		}
 		if l != serviceLabel {
 			return parsedName{kind: kindNX, level: level}, true
 		}
-		if i == 0 {
+		if rest == "" {
 			return parsedName{kind: kindServiceENT, level: level}, true
 		}
-		origin := strings.Join(labels[:i], ".")
-		return parsedName{kind: kindProxy, level: level, rel: origin, badOrigin: !s.goodOrigin(origin)}, true
+		return parsedName{kind: kindProxy, level: level, rel: rest, badOrigin: !s.goodOrigin(rest)}, true
 	}
 	return parsedName{kind: kindLevelApex, level: level}, true
+}
+
+// underZone reports whether name is zone or a name below it (both lower
+// case and fully qualified).
+func underZone(name, zone string) bool {
+	if len(name) == len(zone) {
+		return name == zone
+	}
+	if len(name) < len(zone) || !strings.HasSuffix(name, zone) {
+		return false
+	}
+	i := len(name) - len(zone) - 1
+	return name[i] == '.' && !escaped(name, i)
+}
+
+// escaped reports whether the byte at i is escaped by an odd number of
+// backslashes before it.
+func escaped(s string, i int) bool {
+	n := 0
+	for j := i - 1; j >= 0 && s[j] == '\\'; j-- {
+		n++
+	}
+	return n%2 == 1
+}
+
+// lastLabel splits the last label off s (a name without its trailing dot),
+// honouring escaped dots.
+func lastLabel(s string) (rest, label string) {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '.' && !escaped(s, i) {
+			return s[:i], s[i+1:]
+		}
+	}
+	return "", s
 }
 
 // goodOrigin reports whether rel (labels without the trailing dot) can name
@@ -163,33 +203,20 @@ func (s *scheme) parse(name string) (p parsedName, ok bool) {
 // none of our zones inside it — a Coralized name of a Coralized name would
 // send the proxy to itself.
 func (s *scheme) goodOrigin(rel string) bool {
-	if rel == "" {
+	if rel == "" || rel[0] == '.' || rel[len(rel)-1] == '.' {
 		return false
 	}
-	labels := strings.Split(rel, ".")
-	for _, l := range labels {
-		if l == "" {
+	for i := 0; i < len(rel); i++ {
+		c := rel[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') || c == '.' && rel[i-1] == '.' {
 			return false
 		}
-		for i := 0; i < len(l); i++ {
-			c := l[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return false
-			}
-		}
 	}
-	for _, zl := range s.zoneLbls {
-		for i := 0; i+len(zl) <= len(labels); i++ {
-			match := true
-			for j, l := range zl {
-				if labels[i+j] != l {
-					match = false
-					break
-				}
-			}
-			if match {
-				return false
-			}
+	for _, z := range s.zoneForms {
+		// rel is the zone, starts with it, ends with it, or has it between
+		// two dots.
+		if rel == z[0] || strings.HasPrefix(rel, z[1]) || strings.HasSuffix(rel, z[2]) || strings.Contains(rel, z[3]) {
+			return false
 		}
 	}
 	return true
