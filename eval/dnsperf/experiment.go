@@ -1,0 +1,574 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/coralcdn/coral/eval/internal/sim"
+)
+
+func experiment(ctx context.Context, p params, command string) (rep *report, err error) {
+	wallStart := time.Now()
+	if p.Rounds < 1 || p.Duration < time.Second || p.LatDur < time.Second || p.Rate < 1 || p.Clients < 1 || p.Threads < 1 || p.Queue < 1 || p.LatQueue < 1 {
+		return nil, fmt.Errorf("need -rounds ≥ 1, -duration and -latduration ≥ 1s, -rate, -c, -T, -q, -latq ≥ 1")
+	}
+	if p.Idle <= 0 {
+		p.Idle = p.Duration
+	}
+	if _, err := os.Stat(p.CoreDNS); err != nil {
+		return nil, fmt.Errorf("%v: build it with `make coredns` (builds/coredns/build.sh)", err)
+	}
+	if p.CoreDNS, err = filepath.Abs(p.CoreDNS); err != nil {
+		return nil, err
+	}
+	if _, err := exec.LookPath(p.Dnsperf); err != nil {
+		return nil, fmt.Errorf("%v: install Debian's dnsperf (apt-get install dnsperf)", err)
+	}
+	rep = &report{
+		Command: command,
+		Tools: tools{
+			Throughput: "dnsperf, unthrottled (queries per second from its summary)",
+			Latency:    "dnsperf -Q <rate> -v (every response's latency, µs resolution, from its verbose output)",
+			Metrics:    "CoreDNS's prometheus plugin, scraped before and after every run",
+			CoreDNS:    firstLine(exec.Command(p.CoreDNS, "-version")),
+			Dnsperf:    dnsperfVersion(p.Dnsperf),
+		},
+		Host: host{CPUs: runtime.NumCPU(), Kernel: kernel(), LoadAvgBefore: loadAvg(), GoVersion: runtime.Version()},
+		Params: jsonPar{Server: fmt.Sprintf("%s:%d", p.Server, p.Port), Client: p.Client, Names: p.Names, Rounds: p.Rounds,
+			Duration: p.Duration.String(), Warmup: p.Warmup.String(), Idle: p.Idle.String(), Clients: p.Clients,
+			Threads: p.Threads, Queue: p.Queue, Rate: p.Rate, Rates: latencyRates(p), LatDur: p.LatDur.String(), LatQueue: p.LatQueue, Quiet: p.Quiet.String(),
+			Explicit: p.Explicit, Proxies: 3, NameSrvrs: 2},
+	}
+	fmt.Printf("coral vs file under dnsperf: one %s (%s), %s, %d CPUs, load average %s\n",
+		p.CoreDNS, rep.Tools.CoreDNS, rep.Tools.Dnsperf, rep.Host.CPUs, rep.Host.LoadAvgBefore)
+	fmt.Printf("Command: %s\n\n", command)
+
+	b, err := newBench(p)
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	rep.Corefile = b.corefile
+	if err := b.start(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Printf("CoreDNS (pid %d) serves %s and %s on %v; DSHT nodes on %v–%v:%d (3 HTTP proxies, 2 name servers) join the coral node at %v:%d\n",
+		b.cmd.Process.Pid, coralZone, staticZone, b.dnsAddr, addrPlus(b.server, 1), addrPlus(b.server, len(nodeServices)), dhtPort, b.server, dhtPort)
+	m0, err := b.scrape()
+	if err != nil {
+		return nil, err
+	}
+	settleStart := time.Now()
+	if err := b.settle(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Printf("Coral answers carry %d proxies and %d name servers with glue after %.1f s\n", coralAnswers, coralNameservers, time.Since(settleStart).Seconds())
+
+	// Shapes and sizes: equal, or the comparison is meaningless.
+	for i, t := range b.targets {
+		s, r, err := b.shape(t)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			if err := coralComplete(r); err != nil {
+				return nil, err
+			}
+			rep.Coral = s
+		} else {
+			rep.File = s
+		}
+	}
+	rep.ExpectedBytes = b.expected
+	fmt.Printf("Responses: coral %d bytes (%s); file %d bytes (%s); both built to be %d bytes uncompressed\n",
+		rep.Coral.Bytes, rep.Coral.Shape, rep.File.Bytes, rep.File.Shape, b.expected)
+	if rep.Coral.Bytes != rep.File.Bytes || rep.Coral.Bytes != b.expected || rep.Coral.Answer+rep.Coral.Authority+rep.Coral.Additional != rep.File.Answer+rep.File.Authority+rep.File.Additional {
+		return nil, fmt.Errorf("the responses differ in size or record count:\n%s\n%s", rep.Coral.Text, rep.File.Text)
+	}
+
+	mWarm, err := b.scrape()
+	if err != nil {
+		return nil, err
+	}
+	hp := &rep.HotPath
+	hp.WarmProbes = deltaBy(m0.by("coredns_coral_probes_total", "outcome"), mWarm.by("coredns_coral_probes_total", "outcome"))
+	hp.WarmSources = deltaBy(m0.by("coredns_coral_classifications_total", "source"), mWarm.by("coredns_coral_classifications_total", "source"))
+	fmt.Printf("Classification of %v/24 while settling: probes %s; sources %s\n", b.client, fmtMap(hp.WarmProbes), fmtMap(hp.WarmSources))
+	if hp.WarmProbes["ok"] < 1 {
+		return nil, fmt.Errorf("the client's /24 was not classified by a successful probe while settling (probes %s)", fmtMap(hp.WarmProbes))
+	}
+
+	if p.Warmup > 0 {
+		for _, t := range b.targets {
+			r, err := b.runPerf(ctx, "warmup", 0, t, p.Warmup, 0, false)
+			if err != nil {
+				return nil, err
+			}
+			rep.Warmup = append(rep.Warmup, r)
+		}
+		fmt.Printf("Warm-up: %v unthrottled per zone: coral %.0f qps, file %.0f qps (not counted)\n", p.Warmup, rep.Warmup[0].QPS, rep.Warmup[1].QPS)
+	}
+
+	// Idle: coral's background DSHT traffic with no load at all.
+	fmt.Printf("Idle window: %v\n", p.Idle)
+	mIdle0, err := b.scrape()
+	if err != nil {
+		return nil, err
+	}
+	idleStart := time.Now()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(p.Idle):
+	}
+	mIdle1, err := b.scrape()
+	if err != nil {
+		return nil, err
+	}
+	hp.IdleSeconds = time.Since(idleStart).Seconds()
+	out := []string{"direction", "out", "kind", "request"}
+	hp.IdleDHT = mIdle1.sum("coredns_coral_dht_messages_total", out...) - mIdle0.sum("coredns_coral_dht_messages_total", out...)
+
+	// The load: from here on no query may wait for a probe or the DSHT.
+	mLoad0 := mIdle1
+	loadStart := time.Now()
+	fmt.Printf("Throughput: %d rounds of %v per zone, dnsperf -c %d -T %d -q %d unthrottled\n", p.Rounds, p.Duration, p.Clients, p.Threads, p.Queue)
+	for round := 1; round <= p.Rounds; round++ {
+		order := []*target{b.targets[0], b.targets[1]}
+		if round%2 == 0 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, t := range order {
+			r, err := b.runPerf(ctx, "throughput", round, t, p.Duration, 0, false)
+			if err != nil {
+				return nil, err
+			}
+			fmt.Printf("  round %d %-5s %8.0f qps  (coredns %5.1f µs CPU/query, server mean %5.1f µs, other processes %.1f CPU-s)\n",
+				round, t.name, r.QPS, r.CPUPerQuery, r.ServerMeanUs, r.OtherCPU)
+			rep.Throughput = append(rep.Throughput, r)
+		}
+	}
+	rates := latencyRates(p)
+	fmt.Printf("Latency: dnsperf -Q <rate> -v -q %d, %v per zone, at %s qps\n", p.LatQueue, p.LatDur, fmtInts(rates))
+	for i, qps := range rates {
+		order := []*target{b.targets[0], b.targets[1]}
+		if i%2 == 1 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, t := range order {
+			r, err := b.runPerf(ctx, "latency", 0, t, p.LatDur, qps, true)
+			if err != nil {
+				return nil, err
+			}
+			rep.LatRuns = append(rep.LatRuns, r)
+			fmt.Printf("  %6d qps %-5s %8.0f achieved, %d responses timed, %d lost, p50 %.3f ms, p99 %.3f ms\n",
+				qps, t.name, r.QPS, len(r.latencies), r.Lost, sim.Percentile(r.latencies, 50), sim.Percentile(r.latencies, 99))
+		}
+	}
+	mLoad1, err := b.scrape()
+	if err != nil {
+		return nil, err
+	}
+	hp.Window = time.Since(loadStart).Seconds()
+
+	if p.Profile != "" {
+		for _, t := range b.targets {
+			path, err := b.profile(ctx, t)
+			if err != nil {
+				return nil, err
+			}
+			rep.Profiles = append(rep.Profiles, path)
+		}
+	}
+	rep.Commands = b.commands
+	rep.Host.LoadAvgAfter = loadAvg()
+
+	summarize(rep)
+	checkHotPath(rep, mLoad0, mLoad1)
+	printReport(os.Stdout, rep)
+
+	rep.Wall = time.Since(wallStart).Seconds()
+	fmt.Printf("\nWall time %.0f s\n", rep.Wall)
+	if err := sim.WriteJSON(filepath.Join(p.Out, "dnsperf.json"), rep); err != nil {
+		return nil, err
+	}
+	if err := plotCDF(filepath.Join(p.Out, "dnsperf.png"), rep); err != nil {
+		return nil, err
+	}
+	fmt.Printf("Wrote %s/dnsperf.json and dnsperf.png\n", p.Out)
+	if !hp.PassNoProbe || !hp.PassNoSync || !hp.PassAnswers {
+		return rep, fmt.Errorf("%w: %s", errHotPath, strings.Join(hp.Problems, "; "))
+	}
+	return rep, nil
+}
+
+// summarize fills in the throughput and latency results.
+func summarize(rep *report) {
+	s := &rep.Summary
+	var coralCPU, fileCPU, coralSrv, fileSrv []float64
+	byRound := map[int]map[string]*run{}
+	for _, r := range rep.Throughput {
+		if byRound[r.Round] == nil {
+			byRound[r.Round] = map[string]*run{}
+		}
+		byRound[r.Round][r.Target] = r
+		if r.Target == "coral" {
+			s.CoralQPS = append(s.CoralQPS, r.QPS)
+			coralCPU, coralSrv = append(coralCPU, r.CPUPerQuery), append(coralSrv, r.ServerMeanUs)
+		} else {
+			s.FileQPS = append(s.FileQPS, r.QPS)
+			fileCPU, fileSrv = append(fileCPU, r.CPUPerQuery), append(fileSrv, r.ServerMeanUs)
+		}
+	}
+	for round := 1; round <= len(byRound); round++ {
+		if c, f := byRound[round]["coral"], byRound[round]["file"]; c != nil && f != nil && f.QPS > 0 {
+			s.Ratios = append(s.Ratios, c.QPS/f.QPS)
+		}
+	}
+	s.MedianCoral, s.MedianFile, s.MedianRatio = median(s.CoralQPS), median(s.FileQPS), median(s.Ratios)
+	s.CoralCPUPerQ, s.FileCPUPerQ = median(coralCPU), median(fileCPU)
+	s.CoralServerUs, s.FileServerUs = median(coralSrv), median(fileSrv)
+	rep.PassRatio = s.MedianRatio >= targetRatio
+
+	rep.Latency.Rate = rep.Params.Rate
+	points := map[int]*latencyPoint{}
+	for _, r := range rep.LatRuns {
+		pt := points[r.Rate]
+		if pt == nil {
+			pt = &latencyPoint{Rate: r.Rate}
+			points[r.Rate] = pt
+		}
+		l := latencyOf(r)
+		if r.Target == "coral" {
+			pt.Coral = l
+		} else {
+			pt.File = l
+		}
+	}
+	for _, qps := range slices.Sorted(maps.Keys(points)) {
+		rep.Latency.Sweep = append(rep.Latency.Sweep, *points[qps])
+	}
+	if pt := points[rep.Params.Rate]; pt != nil {
+		rep.Latency.Coral, rep.Latency.File = pt.Coral, pt.File
+	}
+	c := rep.Latency.Coral
+	// The rate must have been reached (within 2 %) without loss for the p99
+	// to count.
+	rep.PassP99 = c != nil && rep.Latency.Rate >= targetRate && c.P99 < targetP99Ms &&
+		c.AchievedQPS >= 0.98*float64(rep.Latency.Rate) && c.LossRate < 0.001
+}
+
+// latencyOf summarizes a paced run's per-response latencies.
+func latencyOf(r *run) *latencyRun {
+	l := &latencyRun{AchievedQPS: r.QPS, Sent: r.Sent, Responses: len(r.latencies), Lost: r.Lost,
+		CPUPerQuery: r.CPUPerQuery, OtherCPU: r.OtherCPU, RcvbufDrops: r.RcvbufDrops, latencies: r.latencies}
+	if r.Sent > 0 {
+		l.LossRate = float64(r.Lost) / float64(r.Sent)
+	}
+	lat := r.latencies
+	l.P50, l.P90, l.P99, l.P999 = sim.Percentile(lat, 50), sim.Percentile(lat, 90), sim.Percentile(lat, 99), sim.Percentile(lat, 99.9)
+	if len(lat) > 0 {
+		l.Max = lat[len(lat)-1]
+		sum := 0.0
+		for _, v := range lat {
+			sum += v
+		}
+		l.Mean = sum / float64(len(lat))
+	}
+	for i := 0; i <= 100; i++ {
+		l.Percentiles = append(l.Percentiles, sim.Percentile(lat, float64(i)))
+	}
+	return l
+}
+
+// latencyRates is the sweep, lowest first, with the acceptance rate.
+func latencyRates(p params) []int {
+	rates := append(slices.Clone(p.Rates), p.Rate)
+	slices.Sort(rates)
+	return slices.Compact(rates)
+}
+
+func fmtInts(v []int) string {
+	var parts []string
+	for _, x := range v {
+		parts = append(parts, fmt.Sprint(x))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// checkHotPath compares the metrics from before the first load run to after
+// the last.
+func checkHotPath(rep *report, before, after metrics) {
+	hp := &rep.HotPath
+	hp.CoralQueries = after.sum("coredns_coral_queries_total") - before.sum("coredns_coral_queries_total")
+	hp.Classifications = deltaBy(before.by("coredns_coral_classifications_total", "source"), after.by("coredns_coral_classifications_total", "source"))
+	hp.Probes = deltaBy(before.by("coredns_coral_probes_total", "outcome"), after.by("coredns_coral_probes_total", "outcome"))
+	hp.SyncAnswers = after.sum("coredns_coral_sync_answers_total") - before.sum("coredns_coral_sync_answers_total")
+	hp.Lookups = after.sum("coredns_coral_dht_lookups_total") - before.sum("coredns_coral_dht_lookups_total")
+	out := []string{"direction", "out", "kind", "request"}
+	hp.DHTOutByType = deltaBy(before.by("coredns_coral_dht_messages_total", "type", out...), after.by("coredns_coral_dht_messages_total", "type", out...))
+	in := []string{"direction", "in", "kind", "request"}
+	hp.DHTInByType = deltaBy(before.by("coredns_coral_dht_messages_total", "type", in...), after.by("coredns_coral_dht_messages_total", "type", in...))
+
+	// Every response of every run must have been the sample's size and
+	// NOERROR: a proxy or name server dropping out of coral's answers would
+	// make them smaller, and the comparison meaningless.
+	hp.PassAnswers = true
+	for _, r := range slices.Concat(rep.Throughput, rep.LatRuns) {
+		if r.RespSize != rep.ExpectedBytes || r.Rcodes["NOERROR"] != r.Completed {
+			hp.PassAnswers = false
+			hp.Problems = append(hp.Problems, fmt.Sprintf("%s run of %s (round %d, rate %d): mean response %d bytes, want %d; response codes %v",
+				r.Phase, r.Target, r.Round, r.Rate, r.RespSize, rep.ExpectedBytes, r.Rcodes))
+		}
+	}
+	for _, r := range rep.Throughput {
+		if r.Target == "coral" {
+			hp.CoralLoadSeconds += r.Wall
+			hp.CoralLoadDHT += r.DHTOut
+		} else {
+			hp.FileLoadSeconds += r.Wall
+			hp.FileLoadDHT += r.DHTOut
+		}
+	}
+
+	probes := 0.0
+	for _, v := range hp.Probes {
+		probes += v
+	}
+	notCache := 0.0
+	for src, v := range hp.Classifications {
+		if src != "cache" {
+			notCache += v
+		}
+	}
+	if probes != 0 {
+		hp.Problems = append(hp.Problems, fmt.Sprintf("%.0f probes ran during the load (%s)", probes, fmtMap(hp.Probes)))
+	}
+	if notCache != 0 {
+		hp.Problems = append(hp.Problems, fmt.Sprintf("%.0f classifications did not come from the cache (%s)", notCache, fmtMap(hp.Classifications)))
+	}
+	if hp.Classifications["cache"] != hp.CoralQueries {
+		hp.Problems = append(hp.Problems, fmt.Sprintf("%.0f coral queries but %.0f classifications from the cache", hp.CoralQueries, hp.Classifications["cache"]))
+	}
+	hp.PassNoProbe = probes == 0 && notCache == 0 && hp.Classifications["cache"] == hp.CoralQueries
+	if hp.SyncAnswers != 0 {
+		hp.Problems = append(hp.Problems, fmt.Sprintf("%.0f answers waited on the DSHT synchronously", hp.SyncAnswers))
+	}
+	if hp.Lookups != 0 {
+		hp.Problems = append(hp.Problems, fmt.Sprintf("the coral node ran %.0f DSHT lookups", hp.Lookups))
+	}
+	hp.PassNoSync = hp.SyncAnswers == 0 && hp.Lookups == 0
+	// The sweep pings each quiet member at most once per check_interval; the
+	// load must not add to that. Allow for where the sweeps fall in the
+	// windows: one sweep's worth of pings (every member) per window.
+	base := max(rate(hp.IdleDHT, hp.IdleSeconds), rate(hp.FileLoadDHT, hp.FileLoadSeconds))
+	slack := float64(len(nodeServices) * rep.Params.Rounds)
+	hp.PassDHTRate = hp.CoralLoadDHT <= base*hp.CoralLoadSeconds+slack
+	if !hp.PassDHTRate {
+		hp.Problems = append(hp.Problems, fmt.Sprintf("the coral node sent %.0f DSHT requests in %.0f s of coral load, against %.2f/s otherwise",
+			hp.CoralLoadDHT, hp.CoralLoadSeconds, base))
+	}
+	rep.PassHotPath = hp.PassNoProbe && hp.PassNoSync && hp.PassDHTRate && hp.PassAnswers
+}
+
+func rate(n, s float64) float64 {
+	if s <= 0 {
+		return 0
+	}
+	return n / s
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func fmtMap(m map[string]float64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func passFail(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+// printReport prints the tables.
+func printReport(w io.Writer, rep *report) {
+	s := rep.Summary
+	fmt.Fprintf(w, "\nResponses (UDP, no EDNS, as dnsperf asks):\n")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  zone\tbytes\tshape\tdnsperf's mean response size (throughput runs)")
+	for _, x := range []struct {
+		name string
+		s    responseShape
+	}{{"coral", rep.Coral}, {"file", rep.File}} {
+		var sizes []string
+		for _, r := range rep.Throughput {
+			if r.Target == x.name {
+				sizes = append(sizes, fmt.Sprint(r.RespSize))
+			}
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\n", x.s.Zone, x.s.Bytes, x.s.Shape, strings.Join(sizes, " "))
+	}
+	tw.Flush()
+
+	fmt.Fprintf(w, "\nThroughput (dnsperf unthrottled, -c %d -T %d -q %d, %s per run; CPU from /proc; other = processes other than CoreDNS, dnsperf and this one):\n",
+		rep.Params.Clients, rep.Params.Threads, rep.Params.Queue, rep.Params.Duration)
+	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "round\tzone\tqps\tcompleted\tlost\tmean lat ms\tcoredns µs CPU/q\tserver mean µs\tdnsperf CPU s\tother CPU s\tquiet wait s\t")
+	for _, r := range rep.Throughput {
+		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%d\t%d\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t\n", r.Round, r.Target, r.QPS, r.Completed, r.Lost,
+			r.AvgLatMs, r.CPUPerQuery, r.ServerMeanUs, r.DnsperfCPU, r.OtherCPU, r.QuietWait)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "  coral/file by round: %s; median %.3f (target ≥ %.1f: %s)\n", fmtFloats(s.Ratios, "%.3f"), s.MedianRatio, targetRatio, passFail(rep.PassRatio))
+	fmt.Fprintf(w, "  median qps: coral %.0f, file %.0f; median CoreDNS CPU per query: coral %.1f µs, file %.1f µs; server-side mean: coral %.1f µs, file %.1f µs\n",
+		s.MedianCoral, s.MedianFile, s.CoralCPUPerQ, s.FileCPUPerQ, s.CoralServerUs, s.FileServerUs)
+
+	fmt.Fprintf(w, "\nLatency (dnsperf -Q <rate> -v -q %d, %s per zone and rate; every response timed by dnsperf, µs resolution):\n",
+		rep.Params.LatQueue, rep.Params.LatDur)
+	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "rate\tzone\tachieved qps\tsent\tlost\tUDP rcvbuf drops\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\tcoredns µs CPU/q\tother CPU s\t")
+	for _, pt := range rep.Latency.Sweep {
+		for _, x := range []struct {
+			name string
+			l    *latencyRun
+		}{{"coral", pt.Coral}, {"file", pt.File}} {
+			l := x.l
+			if l == nil {
+				continue
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t\n", pt.Rate, x.name, l.AchievedQPS, l.Sent, l.Lost,
+				l.RcvbufDrops, l.P50, l.P90, l.P99, l.P999, l.Max, l.CPUPerQuery, l.OtherCPU)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "  coral p99 %.3f ms at %.0f qps, loss %.4f%% (target < %.0f ms at %d qps: %s)\n",
+		rep.Latency.Coral.P99, rep.Latency.Coral.AchievedQPS, 100*rep.Latency.Coral.LossRate, targetP99Ms, targetRate, passFail(rep.PassP99))
+
+	hp := rep.HotPath
+	fmt.Fprintf(w, "\nHot path (CoreDNS metrics, from the first load run to the last, %.0f s):\n", hp.Window)
+	fmt.Fprintf(w, "  coral queries %.0f; classifications by source: %s\n", hp.CoralQueries, fmtMap(hp.Classifications))
+	fmt.Fprintf(w, "  coredns_coral_probes_total: %s; coredns_coral_sync_answers_total: %.0f; DSHT lookups: %.0f\n",
+		fmtMap(hp.Probes), hp.SyncAnswers, hp.Lookups)
+	fmt.Fprintf(w, "  DSHT requests sent by the coral node: %s; received: %s\n", fmtMap(hp.DHTOutByType), fmtMap(hp.DHTInByType))
+	fmt.Fprintf(w, "    during coral load %.0f in %.0f s (%.2f/s); during file load (coral idle) %.0f in %.0f s (%.2f/s); idle %.0f in %.0f s (%.2f/s)\n",
+		hp.CoralLoadDHT, hp.CoralLoadSeconds, rate(hp.CoralLoadDHT, hp.CoralLoadSeconds),
+		hp.FileLoadDHT, hp.FileLoadSeconds, rate(hp.FileLoadDHT, hp.FileLoadSeconds),
+		hp.IdleDHT, hp.IdleSeconds, rate(hp.IdleDHT, hp.IdleSeconds))
+	fmt.Fprintf(w, "  no probe: %s; no synchronous DSHT call: %s; DSHT traffic not above idle: %s; answers unchanged: %s\n",
+		passFail(hp.PassNoProbe), passFail(hp.PassNoSync), passFail(hp.PassDHTRate), passFail(hp.PassAnswers))
+	for _, pr := range hp.Problems {
+		fmt.Fprintf(w, "  PROBLEM: %s\n", pr)
+	}
+	fmt.Fprintf(w, "\nAcceptance: qps ratio %.3f ≥ %.1f %s; coral p99 %.3f ms < %.0f ms at %d qps %s; hot path %s\n",
+		s.MedianRatio, targetRatio, passFail(rep.PassRatio), rep.Latency.Coral.P99, targetP99Ms, rep.Latency.Rate, passFail(rep.PassP99), passFail(rep.PassHotPath))
+	fmt.Fprintf(w, "Load average before %s, after %s (%d CPUs: CoreDNS and dnsperf share them)\n", rep.Host.LoadAvgBefore, rep.Host.LoadAvgAfter, rep.Host.CPUs)
+	fmt.Fprintf(w, "\nCommands:\n")
+	for _, c := range rep.Commands {
+		fmt.Fprintf(w, "  %s\n", c)
+	}
+	if len(rep.Profiles) > 0 {
+		fmt.Fprintf(w, "CPU profiles: %s\n", strings.Join(rep.Profiles, " "))
+	}
+}
+
+func fmtFloats(v []float64, f string) string {
+	var parts []string
+	for _, x := range v {
+		parts = append(parts, fmt.Sprintf(f, x))
+	}
+	return strings.Join(parts, " ")
+}
+
+// profile takes a CPU profile of CoreDNS during one more unmeasured
+// unthrottled run against t.
+func (b *bench) profile(ctx context.Context, t *target) (string, error) {
+	if err := os.MkdirAll(b.p.Profile, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(b.p.Profile, "dnsperf-"+t.name+".pprof")
+	secs := max(1, int(b.p.Duration.Seconds())-2)
+	type result struct {
+		body []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c := http.Client{Timeout: time.Duration(secs+30) * time.Second}
+		resp, err := c.Get(fmt.Sprintf("http://%v:%d/debug/pprof/profile?seconds=%d", b.server, pprofPort, secs))
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = errors.New(resp.Status)
+		}
+		done <- result{body, err}
+	}()
+	r, err := b.runPerf(ctx, "profile", 0, t, b.p.Duration, 0, false)
+	res := <-done
+	if err != nil {
+		return "", err
+	}
+	if res.err != nil {
+		return "", fmt.Errorf("CPU profile: %w", res.err)
+	}
+	fmt.Printf("Profile run %-5s %8.0f qps (profiled, not counted): %s\n", t.name, r.QPS, path)
+	return path, os.WriteFile(path, res.body, 0o644)
+}
+
+func firstLine(cmd *exec.Cmd) string {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "unknown"
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			return l
+		}
+	}
+	return "unknown"
+}
+
+func dnsperfVersion(bin string) string {
+	out, _ := exec.Command(bin, "-h").CombinedOutput()
+	out2, _ := exec.Command(bin, "-H").CombinedOutput()
+	for _, l := range strings.Split(string(out)+"\n"+string(out2), "\n") {
+		if strings.HasPrefix(l, "Version ") {
+			return "dnsperf " + strings.TrimPrefix(l, "Version ")
+		}
+	}
+	return "dnsperf"
+}
