@@ -2,6 +2,7 @@ package coral
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -19,7 +20,8 @@ import (
 // node (its UDP socket, routing tables, clusters and stored values) and the
 // resolver RTTs therefore live here, keyed by listen address, and are
 // shared by every instance that configures the node identically. A changed
-// node configuration replaces the node; the RTTs carry over.
+// node configuration replaces the node; the RTTs and the cookie secret carry
+// over.
 
 // nodeEntry is one node shared by plugin instances.
 type nodeEntry struct {
@@ -27,6 +29,7 @@ type nodeEntry struct {
 	ident  string // node configuration; equal ident → the node is reused
 	node   *coraldht.Node
 	rtts   *rttCache
+	cookie [16]byte // server cookie secret: cookies handed out stay valid across reloads
 	refs   int
 	joined atomic.Bool
 	cancel context.CancelFunc
@@ -75,6 +78,9 @@ func acquireNode(cfg *config) (*nodeEntry, error) {
 	if err != nil {
 		return nil, err
 	}
+	if old != nil {
+		e.cookie = old.cookie
+	}
 	registry.nodes[cfg.listen] = e
 	return e, nil
 }
@@ -122,6 +128,7 @@ func newNodeEntry(cfg *config, ident string, rtts *rttCache) (*nodeEntry, error)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &nodeEntry{listen: cfg.listen, ident: ident, node: node, rtts: rtts, refs: 1, cancel: cancel, done: make(chan struct{})}
+	_, _ = rand.Read(e.cookie[:])
 	go e.join(ctx, cfg.bootstrap)
 	log.Infof("node %s (id %s) started, services %v", node.Addr(), node.ID().Short(), nc.Services)
 	return e, nil

@@ -420,6 +420,8 @@ func newCoral(cfg *config) *Coral {
 	if err != nil {
 		panic(err) // parse checked it
 	}
+	// The cookie secret comes from the node registry at start-up, so that it
+	// survives reloads; until then (tests) a fresh one.
 	var secret [16]byte
 	_, _ = rand.Read(secret[:])
 	return &Coral{scheme: sch, set: cfg.set, cfg: cfg, cookies: newServerCookies(secret)}
@@ -436,6 +438,7 @@ func (c *Coral) start() error {
 	}
 	registerDHTCollector()
 	c.entry = entry
+	c.cookies = newServerCookies(entry.cookie)
 	c.self = entry.node.Addr().Addr().Unmap()
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel

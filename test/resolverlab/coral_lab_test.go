@@ -33,6 +33,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,8 +70,9 @@ func corednsBinary(t *testing.T) string {
 
 // corednsProc is one bin/coredns process and its log.
 type corednsProc struct {
-	name string
-	addr netip.Addr
+	name     string
+	addr     netip.Addr
+	corefile string
 	cmd  *exec.Cmd
 	mu   sync.Mutex
 	log  strings.Builder
@@ -125,7 +127,7 @@ func startCoreDNS(t *testing.T, bin, name string, addr netip.Addr, keyFile strin
 	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &corednsProc{name: name, addr: addr, done: make(chan struct{})}
+	p := &corednsProc{name: name, addr: addr, corefile: path, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "-conf", path)
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -596,4 +598,62 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestCoralReload reloads a running server (SIGUSR1) twice: with the node's
+// settings unchanged, and with them changed. The DSHT node must survive the
+// first (same socket, still joined, its peers still known) and be restarted
+// in place by the second, and the server must answer throughout.
+func TestCoralReload(t *testing.T) {
+	requireLab(t)
+	lab := startCoralLab(t)
+	p := lab.near[0]
+	reload := func(edit func(string) string, want string) {
+		t.Helper()
+		b, err := os.ReadFile(p.corefile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := strings.Count(p.logText(), want)
+		if err := os.WriteFile(p.corefile, []byte(edit(string(b))), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "reload of "+p.name, 10*time.Second, func() error {
+			if strings.Count(p.logText(), want) <= before {
+				return fmt.Errorf("log has no new %q", want)
+			}
+			return nil
+		})
+		r, err := ask(p.addr, "www.example.com.http.l2.l1.l0.nyucd.test", dns.TypeA)
+		if err != nil || len(addrsIn(r)) == 0 {
+			t.Fatalf("no answer after the reload: %v %v", err, r)
+		}
+	}
+	// Same node settings, another answer count: the node is kept.
+	reload(func(s string) string { return strings.Replace(s, "live_within 5s", "live_within 5s\n        answers 1", 1) }, "Reloading complete")
+	if strings.Contains(p.logText(), "restarting the DSHT node") || strings.Contains(p.logText(), "address already in use") {
+		t.Errorf("an unchanged node was restarted:\n%s", tail(p.logText(), 20))
+	}
+	waitFor(t, "one proxy per answer", 5*time.Second, func() error {
+		r, err := ask(p.addr, "x.example.com.http.l2.l1.l0.nyucd.test", dns.TypeA)
+		if err != nil {
+			return err
+		}
+		if n := len(addrsIn(r)); n != 1 {
+			return fmt.Errorf("%d proxies", n)
+		}
+		return nil
+	})
+	body := scrape(t, p.addr)
+	if !strings.Contains(body, `coredns_coral_dht_joined{node="127.0.62.1:4000"} 1`) {
+		t.Errorf("node not joined after the reload:\n%s", grepLines(body, "dht_joined"))
+	}
+	// Changed node settings (the levels): the node restarts on its socket.
+	reload(func(s string) string { return strings.Replace(s, "check_interval 1s", "check_interval 1s\n        levels 60ms 20ms 5ms", 1) }, "restarting the DSHT node")
+	if strings.Contains(p.logText(), "address already in use") {
+		t.Errorf("the restarted node could not bind:\n%s", tail(p.logText(), 20))
+	}
 }
