@@ -73,10 +73,10 @@ type corednsProc struct {
 	name     string
 	addr     netip.Addr
 	corefile string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	log  strings.Builder
-	done chan struct{}
+	cmd      *exec.Cmd
+	mu       sync.Mutex
+	log      strings.Builder
+	done     chan struct{}
 }
 
 func (p *corednsProc) logText() string {
@@ -633,7 +633,9 @@ func TestCoralReload(t *testing.T) {
 		}
 	}
 	// Same node settings, another answer count: the node is kept.
-	reload(func(s string) string { return strings.Replace(s, "live_within 5s", "live_within 5s\n        answers 1", 1) }, "Reloading complete")
+	reload(func(s string) string {
+		return strings.Replace(s, "live_within 5s", "live_within 5s\n        answers 1", 1)
+	}, "Reloading complete")
 	if strings.Contains(p.logText(), "restarting the DSHT node") || strings.Contains(p.logText(), "address already in use") {
 		t.Errorf("an unchanged node was restarted:\n%s", tail(p.logText(), 20))
 	}
@@ -652,7 +654,9 @@ func TestCoralReload(t *testing.T) {
 		t.Errorf("node not joined after the reload:\n%s", grepLines(body, "dht_joined"))
 	}
 	// Changed node settings (the levels): the node restarts on its socket.
-	reload(func(s string) string { return strings.Replace(s, "check_interval 1s", "check_interval 1s\n        levels 60ms 20ms 5ms", 1) }, "restarting the DSHT node")
+	reload(func(s string) string {
+		return strings.Replace(s, "check_interval 1s", "check_interval 1s\n        levels 60ms 20ms 5ms", 1)
+	}, "restarting the DSHT node")
 	if strings.Contains(p.logText(), "address already in use") {
 		t.Errorf("the restarted node could not bind:\n%s", tail(p.logText(), 20))
 	}
