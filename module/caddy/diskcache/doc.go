@@ -1,0 +1,130 @@
+// Package diskcache is the on-disk object store of the coral_proxy Caddy
+// module: a bounded, least-recently-used cache of HTTP responses that
+// survives restarts and crashes, streams bodies of any size in constant
+// memory, and lets many readers follow one download while it is being
+// written (cut-through).
+//
+// # Use
+//
+//	s, err := diskcache.Open(diskcache.Options{Dir: dir, MaxBytes: 10 << 30})
+//	defer s.Close()
+//
+//	// A hit, or a download in progress to join:
+//	r, ok := s.GetContext(req.Context(), key)
+//	if !ok {
+//		resp := ... // the origin's response headers
+//		w, err := s.Create(key, diskcache.Meta{Status: resp.StatusCode,
+//			Header: resp.Header, Size: resp.ContentLength}) // -1 if unknown
+//		if err != nil {
+//			... // ErrInProgress: Get again; ErrFull, ErrTooLarge: serve uncached
+//		}
+//		go func() { // the one download: not tied to this client (give it its own timeout)
+//			defer w.Close() // aborts unless committed
+//			if _, err := io.Copy(w, resp.Body); err == nil {
+//				w.Commit(w.Meta()) // or with trailers merged into Header
+//			}
+//		}()
+//		r, ok = s.GetContext(req.Context(), key) // read it like everyone else
+//	}
+//	defer r.Close()
+//	m := r.Meta() // status and header at once, even mid-download
+//	... write m.Header, m.Status ...
+//	r.WriteTo(rw) // the bytes on disk now, then the rest as it arrives
+//
+// Create returns ErrInProgress when another request is already writing the
+// key: Get and read that write instead of fetching the object again.
+// Coalescing the requests that arrive before the origin's response headers
+// (when there is nothing to Create yet) is the caller's job, for example
+// with a singleflight keyed by the cache key.
+//
+// # Files
+//
+// Everything lives under Options.Dir:
+//
+//	FORMAT                          "coral-diskcache 1\n"; Open refuses other layouts (ErrFormat)
+//	lock                            flock(2)ed by the open Store (ErrLocked for a second one)
+//	lru                             LRU order saved by Close, read and removed by Open
+//	tmp/<name>-<gen>.body           bodies being written; tmp/ is emptied by Open
+//	tmp/meta-*                      metadata files being written
+//	objects/<xx>/<name>-<gen>.body  complete bodies
+//	objects/<xx>/<name>-<gen>.meta  their metadata: the commit record
+//
+// <name> is the key itself when it is 8 to 128 lowercase hex digits (the
+// proxy's SHA-1 keys), otherwise "x" and 40 hex digits of the key's SHA-256;
+// <xx> is the name's first two hex digits. <gen> is a 16-hex-digit
+// generation, unique and increasing per version (seeded from the clock and
+// the largest generation on disk), so every version has its own files:
+// replacing an object never overwrites a file that a reader may have open,
+// and removing one version can never hit another. A metadata file is a
+// 16-byte header (magic "CDCM", format version, payload length, CRC-32C)
+// followed by a binary payload of length-prefixed fields (so keys and
+// header values keep arbitrary bytes): the Meta fields, the key and the
+// generation; see meta.go.
+//
+// # Crash safety
+//
+// An object is complete exactly when its metadata file exists in objects/.
+// Commit makes that true only after the body is complete and durable:
+// fsync the body, rename it from tmp/ into objects/, write the metadata to
+// tmp/, fsync it, rename it next to the body, fsync the directory. Open
+// accepts a version only if its metadata decodes (length and checksum
+// match), names the same key (by file name) and generation, and its body
+// exists with exactly the recorded size; it takes the highest valid
+// generation of each name and removes everything else: tmp/, older
+// generations left by a crash between a commit and the removal of the
+// version it replaced, bodies without metadata, unreadable metadata. So
+// after a crash at any point an object is either absent or one complete
+// version, never a partial body. UpdateMeta replaces the metadata file by
+// the same write-fsync-rename, so a crash leaves the old or the new one.
+// Removals unlink the metadata first. Corrupt metadata found by Get is
+// dropped too (Stats.Corrupt). Options.NoSync gives up durability across
+// power failures (not process crashes) for speed.
+//
+// # Bounds and eviction
+//
+// MaxBytes bounds complete bodies plus metadata files plus the space
+// reserved by writes in progress (the declared size from Create, or the
+// bytes written so far when unknown; Commit adds the metadata file). Before
+// space is reserved (Create, Write, Commit, UpdateMeta), least recently
+// used complete objects are evicted.
+// Writes in progress are never evicted; when they alone would exceed
+// MaxBytes, Create and Write fail with ErrFull (a failed Write aborts its
+// object). MaxEntries optionally bounds the number of complete objects.
+// Get and Commit count as use. Evicting an object that is being read is
+// allowed: on Linux an open file stays readable after unlink, so those
+// readers finish normally, and the kernel frees the space when the last one
+// closes (so the disk may briefly hold more than MaxBytes). Sizes are
+// logical; file-system block rounding is not counted.
+//
+// # Memory
+//
+// Bodies are never held in memory: writes go straight to the file, readers
+// read their own file descriptor with positional reads into the caller's
+// buffer, and WriteTo hands the file to the destination's ReadFrom
+// (sendfile). A 256 MiB object is written and read with well under 16 MiB
+// of heap growth (TestLargeObjectMemory). The index keeps per object only
+// an entry of a few machine words and the key (about 165 bytes per object
+// with 40-byte keys, map included, measured by TestIndexMemory); metadata stays on disk
+// and is read on each Get.
+//
+// # Concurrency
+//
+// All Store methods are safe for concurrent use. Each Reader has its own
+// file descriptor and offset; readers of a write in progress wait on a
+// channel the writer closes after each write, commit or abort (a broadcast
+// without busy waiting), together with the Reader's Close and its contexts.
+// An HTTP handler should use GetContext(req.Context(), key) so that a
+// client that goes away does not leave a goroutine waiting on a slow
+// origin.
+//
+// # Restarts and reloads
+//
+// A Store takes an exclusive lock on its directory; a second Open of the
+// same directory fails with ErrLocked until Close, even in the same process.
+// A Caddy configuration reload provisions the new configuration before
+// stopping the old one, so the Store must not be owned by the reloaded
+// handler: keep it in a long-lived app or a reference-counted pool (such as
+// caddy.UsagePool) keyed by directory, and Close it when the last user
+// goes. Close aborts writes in progress, saves the LRU order, and releases
+// the lock; Open of the same directory then finds every committed object.
+package diskcache

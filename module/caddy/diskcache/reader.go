@@ -1,0 +1,263 @@
+package diskcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sync"
+)
+
+// Reader reads one version of an object, from its own file descriptor.
+//
+// A Reader of a complete object reads the file directly. A Reader of an
+// object being written (cut-through) returns the bytes already on disk at
+// once and then blocks for more until the writer commits (then io.EOF at
+// the end, as for a complete object) or aborts (then an *AbortError, never
+// a silent io.EOF). Blocking ends early when the Reader is closed (ErrClosed)
+// or its context, from GetContext or ReadContext, is done (ctx.Err()).
+//
+// Read, ReadContext, Seek and WriteTo share an offset and must not be
+// called concurrently; ReadAt may be called concurrently with anything;
+// Close may be called from any goroutine, also to unblock a read.
+type Reader struct {
+	s      *Store
+	key    string
+	f      *os.File
+	ctx    context.Context
+	w      *Writer // nil if complete when opened
+	meta   Meta    // if complete when opened
+	off    int64
+	buf    []byte // WriteTo's copy buffer, for writers without ReadFrom
+	closed chan struct{}
+	once   sync.Once
+}
+
+var _ interface {
+	io.ReadSeekCloser
+	io.ReaderAt
+	io.WriterTo
+} = (*Reader)(nil)
+
+func (s *Store) newReader(ctx context.Context, key string, f *os.File, w *Writer, m Meta) *Reader {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	s.readers.Add(1)
+	return &Reader{s: s, key: key, f: f, ctx: ctx, w: w, meta: m, closed: make(chan struct{})}
+}
+
+// Meta returns the object's metadata: for an object still being written
+// the Meta given to Create (Size -1 unless declared), once committed the
+// final one. Treat it as read-only (see Meta).
+func (r *Reader) Meta() Meta {
+	if r.w == nil {
+		return r.meta
+	}
+	return r.w.currentMeta()
+}
+
+// Size returns the body length if known: always for a complete object,
+// the declared length for one being written, else -1.
+func (r *Reader) Size() int64 { return r.Meta().Size }
+
+// Complete reports whether the object is complete: committed when opened or
+// since.
+func (r *Reader) Complete() bool {
+	if r.w == nil {
+		return true
+	}
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	return r.w.state == committed
+}
+
+// File returns the body file of a complete object (nil while it is being
+// written), for callers that want the *os.File itself, such as
+// http.ServeContent. Do not close it; the Reader uses positional reads and
+// keeps its own offset, but WriteTo seeks the file. WriteTo already copies
+// with sendfile/copy_file_range when the destination supports it.
+func (r *Reader) File() *os.File {
+	if !r.Complete() {
+		return nil
+	}
+	return r.f
+}
+
+// Close releases the file and unblocks any blocked read, which returns
+// ErrClosed. It is idempotent and always returns nil.
+func (r *Reader) Close() error {
+	r.once.Do(func() {
+		close(r.closed)
+		r.f.Close()
+		r.s.readers.Add(-1)
+	})
+	return nil
+}
+
+// avail returns how many bytes of the body may be read: at least off+1
+// unless the object is complete (then its size). It blocks while off is at
+// or beyond what the writer has written.
+func (r *Reader) avail(ctx context.Context, off int64) (int64, error) {
+	select {
+	case <-r.closed:
+		return 0, ErrClosed
+	default:
+	}
+	w := r.w
+	if w == nil {
+		return r.meta.Size, nil
+	}
+	for {
+		w.mu.Lock()
+		state, written, err := w.state, w.written, w.err
+		var ch chan struct{}
+		if state == writing && off >= written {
+			if w.notify == nil {
+				w.notify = make(chan struct{})
+			}
+			ch = w.notify
+		}
+		w.mu.Unlock()
+		switch {
+		case state == aborted:
+			return 0, err
+		case ch == nil:
+			return written, nil
+		}
+		select {
+		case <-ch:
+		case <-r.closed:
+			return 0, ErrClosed
+		case <-r.ctx.Done():
+			return 0, r.ctx.Err()
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Read reads from the current offset, blocking while the object is being
+// written and no bytes are available there yet.
+func (r *Reader) Read(p []byte) (int, error) {
+	return r.ReadContext(context.Background(), p)
+}
+
+// ReadContext is Read that also gives up, with ctx.Err(), when ctx is done.
+func (r *Reader) ReadContext(ctx context.Context, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	end, err := r.avail(ctx, r.off)
+	if err != nil {
+		return 0, err
+	}
+	if r.off >= end {
+		return 0, io.EOF
+	}
+	n, err := r.f.ReadAt(p[:min(int64(len(p)), end-r.off)], r.off)
+	r.off += int64(n)
+	if err == io.EOF { // shorter than its metadata or the writer says
+		err = fmt.Errorf("diskcache: %q: %w", r.key, io.ErrUnexpectedEOF)
+	}
+	return n, err
+}
+
+// ReadAt reads len(p) bytes at off, blocking until they are written, the
+// object completes (then io.EOF if it ends before off+len(p)), or the
+// write is aborted. It does not use or change the offset of Read.
+func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("diskcache: negative offset %d", off)
+	}
+	total := 0
+	for total < len(p) {
+		pos := off + int64(total)
+		end, err := r.avail(context.Background(), pos)
+		if err != nil {
+			return total, err
+		}
+		if pos >= end {
+			return total, io.EOF
+		}
+		n, err := r.f.ReadAt(p[total:total+int(min(int64(len(p)-total), end-pos))], pos)
+		total += n
+		if err == io.EOF {
+			return total, fmt.Errorf("diskcache: %q: %w", r.key, io.ErrUnexpectedEOF)
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// Seek sets the offset of Read and WriteTo. Offsets beyond what has been
+// written are allowed (reads wait for them). io.SeekEnd needs a known size
+// (ErrSizeUnknown otherwise; see Wait).
+func (r *Reader) Seek(offset int64, whence int) (int64, error) {
+	var base int64
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		base = r.off
+	case io.SeekEnd:
+		if base = r.Size(); base < 0 {
+			return 0, ErrSizeUnknown
+		}
+	default:
+		return 0, fmt.Errorf("diskcache: invalid whence %d", whence)
+	}
+	if offset+base < 0 {
+		return 0, fmt.Errorf("diskcache: negative position %d", offset+base)
+	}
+	r.off = base + offset
+	return r.off, nil
+}
+
+// WriteTo copies the body from the current offset to dst until the end of
+// the object, following a write in progress as it grows. The copy goes
+// through dst's ReadFrom when it has one, so an *os.File source reaches
+// sendfile(2) on a TCP connection (net/http's ResponseWriter does this).
+func (r *Reader) WriteTo(dst io.Writer) (int64, error) {
+	var total int64
+	for {
+		end, err := r.avail(context.Background(), r.off)
+		if err != nil {
+			return total, err
+		}
+		if r.off >= end {
+			return total, nil
+		}
+		if _, err := r.f.Seek(r.off, io.SeekStart); err != nil {
+			return total, err
+		}
+		if _, ok := dst.(io.ReaderFrom); !ok && r.buf == nil {
+			r.buf = make([]byte, 64<<10)
+		}
+		want := end - r.off
+		n, err := io.CopyBuffer(dst, &io.LimitedReader{R: r.f, N: want}, r.buf)
+		r.off += n
+		total += n
+		if err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				err = ErrClosed
+			}
+			return total, err
+		}
+		if n < want {
+			return total, fmt.Errorf("diskcache: %q: %w", r.key, io.ErrUnexpectedEOF)
+		}
+	}
+}
+
+// Wait blocks until the object is complete and returns its final metadata,
+// or returns the write's *AbortError, ErrClosed, or ctx.Err().
+func (r *Reader) Wait(ctx context.Context) (Meta, error) {
+	if _, err := r.avail(ctx, math.MaxInt64); err != nil {
+		return Meta{}, err
+	}
+	return r.Meta(), nil
+}

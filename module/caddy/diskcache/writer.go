@@ -1,0 +1,427 @@
+package diskcache
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// Writer writes a new version of an object. Write, Commit, Abort and Close
+// may be called from different goroutines (they are serialized), but the
+// bytes of one object must come from one writer in order. Every Writer
+// must end with Commit or Abort; deferring Close is the easy way to make
+// sure (it aborts unless committed).
+type Writer struct {
+	s       *Store
+	key     string
+	name    string
+	gen     uint64
+	meta    Meta // from Create; read-only
+	tmpPath string
+
+	wmu       sync.Mutex // serializes Write, Commit, Abort
+	f         *os.File   // nil once closed
+	n         int64      // bytes written
+	metaFinal string     // the metadata file, once Commit has renamed it into place
+
+	// Guarded by s.mu.
+	reserved int64 // bytes of s.pending held for this write
+	detached error // set when Delete or Close took the write away
+
+	// Guarded by mu; shared with readers.
+	mu      sync.Mutex
+	state   writerState
+	written int64 // bytes readers may read
+	err     error // *AbortError once aborted
+	final   Meta  // once committed
+	path    string
+	notify  chan struct{} // closed on every change; created by waiters
+}
+
+var _ io.WriteCloser = (*Writer)(nil)
+
+type writerState uint8
+
+const (
+	writing writerState = iota
+	committed
+	aborted
+)
+
+// Create starts writing a new version of the object under key, with the
+// metadata of the response being stored (m.Size: the declared body length,
+// or -1 if unknown). From now on Get returns readers of the new version,
+// which see m at once and the body bytes as they are written. Readers that
+// already have the previous complete version keep it; it is removed when
+// the new one commits.
+//
+// Create fails with ErrInProgress if the key already has a write in
+// progress, ErrTooLarge if m.Size exceeds MaxObjectBytes, ErrFull if
+// writes in progress leave no room for m.Size bytes.
+func (s *Store) Create(key string, m Meta) (*Writer, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if m.Key != "" && m.Key != key {
+		return nil, fmt.Errorf("%w: Meta.Key %q for key %q", ErrInvalidMeta, m.Key, key)
+	}
+	if m.Size < -1 {
+		return nil, fmt.Errorf("%w: Meta.Size %d", ErrInvalidMeta, m.Size)
+	}
+	if m.Size > s.maxObject {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, m.Size, s.maxObject)
+	}
+	m = m.Clone()
+	m.Key = key
+	if m.Stored.IsZero() {
+		m.Stored = s.now()
+	}
+	// Fail now, not at Commit, on metadata that cannot be stored.
+	probe := m
+	probe.Size = max(m.Size, 0)
+	if _, err := encodeMeta(probe, 1); err != nil {
+		return nil, err
+	}
+	if !s.beginOp() {
+		return nil, ErrClosed
+	}
+	defer s.ops.Done()
+	s.mu.Lock()
+	if e := s.index[key]; e != nil && e.w != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: %q", ErrInProgress, key)
+	}
+	s.mu.Unlock()
+
+	w := &Writer{s: s, key: key, name: fileName(key), gen: s.gen.Add(1), meta: m}
+	w.tmpPath = filepath.Join(s.dir, tmpDir, versionBase(w.name, w.gen)+bodySuffix)
+	w.path = w.tmpPath
+	f, err := os.OpenFile(w.tmpPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("diskcache: create %q: %w", key, err)
+	}
+	w.f = f
+	fail := func(err error) (*Writer, error) {
+		f.Close()
+		os.Remove(w.tmpPath)
+		return nil, err
+	}
+	reserve := max(m.Size, 0)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fail(ErrClosed)
+	}
+	e := s.index[key]
+	if e != nil && e.w != nil {
+		s.mu.Unlock()
+		return fail(fmt.Errorf("%w: %q", ErrInProgress, key))
+	}
+	victims, ok := s.makeRoomLocked(reserve, nil)
+	if !ok {
+		pending := s.pending
+		s.mu.Unlock()
+		return fail(fmt.Errorf("%w: %d bytes reserved by writes in progress, %d more needed, limit %d",
+			ErrFull, pending, reserve, s.opt.MaxBytes))
+	}
+	// The eviction may have dropped the key's own complete version, and
+	// with it the entry.
+	if e = s.index[key]; e == nil {
+		e = &entry{key: key}
+		s.index[key] = e
+	}
+	e.w = w
+	w.reserved = reserve
+	s.pending += reserve
+	s.writing++
+	s.mu.Unlock()
+	s.removeVersions(victims)
+	return w, nil
+}
+
+// Key returns the key being written.
+func (w *Writer) Key() string { return w.key }
+
+// Meta returns a copy of the metadata given to Create, with Key and Stored
+// filled in: a starting point for Commit's final metadata.
+func (w *Writer) Meta() Meta { return w.meta.Clone() }
+
+// Written returns the number of body bytes written so far.
+func (w *Writer) Written() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.written
+}
+
+// Write appends p to the body and wakes readers waiting for it. It evicts
+// complete objects as needed to stay within MaxBytes. On any error the
+// write is aborted (readers get an *AbortError wrapping the error) and
+// Commit will fail; the caller may still pass the response through to its
+// own client uncached. Errors: ErrSizeMismatch past a declared size,
+// ErrTooLarge past MaxObjectBytes, ErrFull, I/O errors, and the cause of an
+// earlier abort.
+func (w *Writer) Write(p []byte) (int, error) {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if err := w.usableLocked(); err != nil {
+		return 0, err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	end := w.n + int64(len(p))
+	if w.meta.Size >= 0 && end > w.meta.Size {
+		return 0, w.abortLocked(fmt.Errorf("%w: %d bytes written, %d declared", ErrSizeMismatch, end, w.meta.Size))
+	}
+	if end > w.s.maxObject {
+		return 0, w.abortLocked(fmt.Errorf("%w: more than %d bytes", ErrTooLarge, w.s.maxObject))
+	}
+	if err := w.s.reserve(w, end); err != nil {
+		return 0, w.abortLocked(err)
+	}
+	n, err := w.f.Write(p)
+	if err != nil {
+		return n, w.abortLocked(fmt.Errorf("diskcache: write %s: %w", w.tmpPath, err))
+	}
+	w.n += int64(n)
+	w.mu.Lock()
+	w.written = w.n
+	w.wakeLocked()
+	w.mu.Unlock()
+	return n, nil
+}
+
+// reserve makes w's reservation cover end bytes.
+func (s *Store) reserve(w *Writer, end int64) error {
+	s.mu.Lock()
+	if w.detached != nil {
+		s.mu.Unlock()
+		return w.detached
+	}
+	if end <= w.reserved {
+		s.mu.Unlock()
+		return nil
+	}
+	need := end - w.reserved
+	victims, ok := s.makeRoomLocked(need, nil)
+	if !ok {
+		pending := s.pending
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %d bytes reserved by writes in progress, %d more needed, limit %d",
+			ErrFull, pending, need, s.opt.MaxBytes)
+	}
+	w.reserved += need
+	s.pending += need
+	s.mu.Unlock()
+	s.removeVersions(victims)
+	return nil
+}
+
+// Commit publishes the object as complete with the final metadata (for
+// example with trailers merged into Header; final.Size must be -1 or the
+// number of bytes written, and equal the size declared at Create if there
+// was one). It fsyncs the body, renames it into place, writes the metadata
+// file atomically and fsyncs the directory; only then is the object
+// complete, in the index and on disk. Readers of the in-progress object
+// then see io.EOF at its end and Complete() == true. The previous version,
+// if any, is removed. On error the write is aborted.
+func (w *Writer) Commit(final Meta) error {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if err := w.usableLocked(); err != nil {
+		return err
+	}
+	s := w.s
+	switch {
+	case final.Key != "" && final.Key != w.key:
+		return w.abortLocked(fmt.Errorf("%w: Meta.Key %q for key %q", ErrInvalidMeta, final.Key, w.key))
+	case w.meta.Size >= 0 && w.n != w.meta.Size:
+		return w.abortLocked(fmt.Errorf("%w: %d bytes written, %d declared", ErrSizeMismatch, w.n, w.meta.Size))
+	case final.Size != -1 && final.Size != w.n:
+		return w.abortLocked(fmt.Errorf("%w: %d bytes written, Commit says %d", ErrSizeMismatch, w.n, final.Size))
+	}
+	final = final.Clone()
+	final.Key, final.Size = w.key, w.n
+	if final.Stored.IsZero() {
+		final.Stored = w.meta.Stored
+	}
+	mb, err := encodeMeta(final, w.gen)
+	if err != nil {
+		return w.abortLocked(err)
+	}
+	// The metadata file counts against MaxBytes too.
+	if err := s.reserve(w, w.n+int64(len(mb))); err != nil {
+		return w.abortLocked(err)
+	}
+	// 1. The body's bytes are durable before anything names it complete.
+	if !s.opt.NoSync {
+		err = w.f.Sync()
+	}
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	w.f = nil
+	if err != nil {
+		return w.abortLocked(fmt.Errorf("diskcache: sync %s: %w", w.tmpPath, err))
+	}
+	s.at("commit:synced")
+	// 2. Move it into objects/ (under w.mu: new readers open w.path).
+	body := s.bodyPath(w.name, w.gen)
+	w.mu.Lock()
+	if err = os.Rename(w.tmpPath, body); err == nil {
+		w.path = body
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return w.abortLocked(fmt.Errorf("diskcache: commit %q: %w", w.key, err))
+	}
+	s.at("commit:body-renamed")
+	// 3. The metadata file is the commit record: written to tmp/, fsynced,
+	// renamed next to the body, and the directory fsynced.
+	metaPath := s.metaPath(w.name, w.gen)
+	if err := s.writeFileAtomic(metaPath, mb); err != nil {
+		return w.abortLocked(fmt.Errorf("diskcache: commit %q: %w", w.key, err))
+	}
+	w.metaFinal = metaPath
+	s.at("commit:meta-renamed")
+	if err := s.syncDir(s.shardDir(w.name)); err != nil {
+		return w.abortLocked(fmt.Errorf("diskcache: commit %q: %w", w.key, err))
+	}
+	s.at("commit:dir-synced")
+	// 4. Publish in the index, replacing the previous version.
+	s.mu.Lock()
+	if w.detached != nil {
+		cause := w.detached
+		s.mu.Unlock()
+		return w.abortLocked(cause)
+	}
+	e := s.index[w.key] // e.w == w while not detached
+	var remove []version
+	if e.gen != 0 {
+		remove = append(remove, s.dropLocked(e))
+	}
+	e.w = nil
+	s.pending -= w.reserved
+	w.reserved = 0
+	s.writing--
+	e.gen, e.size, e.metaLen, e.used = w.gen, w.n, int32(len(mb)), s.now().UnixNano()
+	s.pushFront(e)
+	s.bytes += e.accounted()
+	victims, _ := s.makeRoomLocked(0, e)
+	s.mu.Unlock()
+	s.commits.Add(1)
+
+	w.mu.Lock()
+	w.state, w.final = committed, final
+	w.wakeLocked()
+	w.mu.Unlock()
+	s.removeVersions(append(remove, victims...))
+	return nil
+}
+
+// Abort abandons the write: the files are removed and readers of the
+// in-progress object get an *AbortError wrapping err (ErrAbandoned if nil).
+// It does nothing after Commit or a previous Abort.
+func (w *Writer) Abort(err error) {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	w.abortLocked(err)
+}
+
+// Close aborts the write unless it was committed; it always returns nil.
+// Deferring it right after Create guarantees that a failed download is
+// never left in progress.
+func (w *Writer) Close() error {
+	w.Abort(ErrAbandoned)
+	return nil
+}
+
+// usableLocked returns nil while writing, else why not.
+func (w *Writer) usableLocked() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch w.state {
+	case committed:
+		return ErrCommitted
+	case aborted:
+		return w.err
+	}
+	return nil
+}
+
+// abortLocked aborts the write (if still writing) and returns the error
+// readers get.
+func (w *Writer) abortLocked(cause error) error {
+	if cause == nil {
+		cause = ErrAbandoned
+	}
+	w.mu.Lock()
+	if w.state != writing {
+		err := w.err
+		w.mu.Unlock()
+		if err == nil {
+			err = ErrCommitted
+		}
+		return err
+	}
+	w.mu.Unlock()
+	s := w.s
+	// Leave the index first so no new reader finds the write.
+	s.mu.Lock()
+	s.detachLocked(w, cause)
+	s.mu.Unlock()
+	ae := &AbortError{Key: w.key, Err: cause}
+	w.mu.Lock()
+	w.state, w.err = aborted, ae
+	path := w.path
+	w.wakeLocked()
+	w.mu.Unlock()
+	if w.f != nil {
+		w.f.Close()
+		w.f = nil
+	}
+	if w.metaFinal != "" {
+		os.Remove(w.metaFinal)
+	}
+	os.Remove(path)
+	s.aborts.Add(1)
+	s.log.Debug("diskcache: write aborted", "key", w.key, "written", w.n, "cause", cause)
+	return ae
+}
+
+func (w *Writer) wakeLocked() {
+	if w.notify != nil {
+		close(w.notify)
+		w.notify = nil
+	}
+}
+
+func (w *Writer) currentMeta() Meta {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state == committed {
+		return w.final
+	}
+	return w.meta
+}
+
+// newReader opens a reader of the write; after Commit it is an ordinary
+// reader of the complete version.
+func (w *Writer) newReader(ctx context.Context) (*Reader, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state == aborted {
+		return nil, w.err
+	}
+	f, err := os.Open(w.path)
+	if err != nil {
+		return nil, err
+	}
+	if w.state == committed {
+		return w.s.newReader(ctx, w.key, f, nil, w.final), nil
+	}
+	return w.s.newReader(ctx, w.key, f, w, Meta{}), nil
+}
