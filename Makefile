@@ -3,7 +3,7 @@
 GO       ?= go
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test fmt-check vet lint tidy-check unit deps fuzz eval coredns bin/coredns clean
+.PHONY: all build demo test fmt-check vet lint tidy-check unit deps fuzz eval coredns bin/coredns caddy bin/caddy clean
 
 all: build
 
@@ -66,6 +66,13 @@ eval:
 coredns bin/coredns:
 	bash builds/coredns/build.sh
 
+# Caddy v2.11.9 with the coral module (module/caddy), built with xcaddy from
+# go.mod's tool directive, reproducibly, into bin/caddy (see
+# builds/caddy/README.md). Phony for the same reason as coredns.
+caddy bin/caddy:
+	bash builds/caddy/build.sh
+
 clean:
 	rm -rf bin
 	if [ -d builds/coredns/work ]; then chmod -R u+w builds/coredns/work; fi; rm -rf builds/coredns/work
+	if [ -d builds/caddy/work ]; then chmod -R u+w builds/caddy/work; fi; rm -rf builds/caddy/work

@@ -1,0 +1,649 @@
+package coralcaddy
+
+// Coralized request parsing and cache keys.
+//
+// A Coralized URL names its origin in the host: http://www.example.com/a.jpg
+// becomes http://www.example.com.nyud.net/a.jpg, and a numeric label just
+// before the zone names a non-default origin port:
+// http://www.example.com.8080.nyud.net/ is http://www.example.com:8080/.
+//
+// Host rules (ParseCoralized):
+//
+//   - The Host header's own ":port" (the proxy's port) is ignored; one
+//     trailing dot is allowed; case does not matter (ASCII folding only).
+//   - IPv6 literals ("[::1]:8080") are not Coralized: a well-formed one is
+//     ErrNotCoralized (a client addressing the proxy by IP), a malformed one
+//     (unbalanced brackets, a bare "::1") is ErrBadHost. IPv6 origins cannot
+//     be written under the zone.
+//   - The origin must be ASCII: browsers send IDNs as punycode ("xn--…"),
+//     which is accepted; anything non-ASCII is ErrBadHost.
+//   - Labels are 1–63 characters of letters, digits, '-' and '_', not
+//     starting or ending with '-'; the origin is at most 253 characters.
+//     Underscore is accepted because browsers accept it and real sites use
+//     it in sub-domain labels, but not in the last label (no TLD has one).
+//   - The origin must have at least two labels. A single-label name
+//     ("localhost", "intranet", "0x7f000001") is either local to the proxy's
+//     network or, for some resolvers, a numeric address in disguise.
+//   - The last label of a name must not be all digits (RFC 1123 §2.1, RFC
+//     3696 §2), except that a whole origin in canonical dotted-quad form is
+//     an IPv4 literal: "127.0.0.1.nyud.net" is origin 127.0.0.1, and
+//     "127.0.0.1.8080.nyud.net" is 127.0.0.1 port 8080. Other numeric forms
+//     that C resolvers treat as addresses ("127.1", "0177.0.0.1") are
+//     ErrBadHost. Callers must check IP origins (OriginAddr) and the
+//     addresses names resolve to against their private/loopback policy.
+//   - A numeric label before the zone is a port 1–65535 without leading
+//     zeros; port 80 is returned as 80 (CacheKey treats it as the default).
+//   - The zone anywhere in the origin on label boundaries
+//     ("a.nyud.net.nyud.net", "x.nyud.net.example.com.nyud.net") is ErrLoop.
+//   - The zone itself with no origin labels ("nyud.net") is ErrBadHost.
+//
+// Cache keys (NormalizeURL, CacheKey): the key is SHA-1 of the normalized
+// URL, written as a scheme-relative reference "//host[:port]/path[?query]".
+// The scheme is left out on purpose: the Coralized URL is always
+// http://host.nyud.net/…, so whether the proxy fetched the origin over http
+// or https is a fetch detail, and every proxy must compute the same key for
+// the same Coralized URL. The scheme argument only says which port is the
+// default and is dropped (80 for http or "", 443 for https; port 0 always
+// means the default). See NormalizeURL for the path and query rules.
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Errors from ParseCoralized, wrapped in a *HostError; test them with
+// errors.Is. StatusForHostError maps them to HTTP status codes.
+var (
+	// ErrNotCoralized: the host is not under the zone (or is an IP literal
+	// addressing the proxy itself). The proxy is not an open proxy.
+	ErrNotCoralized = errors.New("host is not under the Coral zone")
+	// ErrLoop: the origin host itself carries the zone, so fetching it would
+	// come back to Coral.
+	ErrLoop = errors.New("origin host carries the Coral zone")
+	// ErrBadHost: the host is under the zone but does not name a valid
+	// origin (or the Host header is malformed).
+	ErrBadHost = errors.New("malformed origin host")
+	// ErrBadZone: the configured zone is not a valid domain name.
+	ErrBadZone = errors.New("malformed Coral zone")
+)
+
+// HostError is the error ParseCoralized returns: the host, the sentinel
+// error (ErrNotCoralized, ErrLoop, ErrBadHost or ErrBadZone) and a detail.
+type HostError struct {
+	Host   string // the Host header value as received
+	Err    error  // one of the sentinel errors
+	Detail string // what exactly is wrong, for logs
+}
+
+func (e *HostError) Error() string {
+	msg := "coral_proxy: host " + strconv.Quote(e.Host) + ": " + e.Err.Error()
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return msg
+}
+
+// Unwrap returns the sentinel error.
+func (e *HostError) Unwrap() error { return e.Err }
+
+// StatusForHostError suggests the HTTP status for an error from
+// ParseCoralized: 421 Misdirected Request for ErrNotCoralized, 403
+// Forbidden for ErrLoop, 500 for ErrBadZone (a configuration error), and
+// 400 Bad Request for ErrBadHost and anything else.
+func StatusForHostError(err error) int {
+	switch {
+	case errors.Is(err, ErrNotCoralized):
+		return http.StatusMisdirectedRequest
+	case errors.Is(err, ErrLoop):
+		return http.StatusForbidden
+	case errors.Is(err, ErrBadZone):
+		return http.StatusInternalServerError
+	default:
+		return http.StatusBadRequest
+	}
+}
+
+const (
+	maxHostHeader = 1024 // longer Host values are refused before parsing
+	maxNameLen    = 253  // RFC 1035 §2.3.4, in presentation form without the root dot
+	maxLabelLen   = 63
+)
+
+// Target is a parsed Coralized request: the origin resource it names.
+type Target struct {
+	Host     string // origin host, lower case, no trailing dot; a name or an IPv4 literal
+	Port     int    // origin port; 0 means the scheme's default
+	Scheme   string // how the proxy fetches the origin: "http" (default) or "https"
+	Path     string // escaped path as received (r.URL.EscapedPath())
+	RawQuery string // query as received, without '?'
+}
+
+// ParseTarget parses a Coralized request: host is the Host header, zone the
+// alias zone, path the escaped request path and rawQuery its query. The
+// scheme is "http", as Coralized URLs are.
+func ParseTarget(host, zone, path, rawQuery string) (Target, error) {
+	origin, port, err := ParseCoralized(host, zone)
+	if err != nil {
+		return Target{}, err
+	}
+	return Target{Host: origin, Port: port, Scheme: "http", Path: path, RawQuery: rawQuery}, nil
+}
+
+// NormalizedURL is NormalizeURL of t.
+func (t Target) NormalizedURL() string {
+	return NormalizeURL(t.Scheme, t.Host, t.Port, t.Path, t.RawQuery)
+}
+
+// Key is CacheKey of t: the object's key in the cache and the DSHT.
+func (t Target) Key() string {
+	return CacheKey(t.Scheme, t.Host, t.Port, t.Path, t.RawQuery)
+}
+
+// OriginURL is the absolute URL to fetch from the origin: t's scheme
+// ("http" when empty), host, port unless default, and the normalized path
+// and query (so dot segments never reach the origin).
+func (t Target) OriginURL() string {
+	scheme := lowerASCII(t.Scheme)
+	if scheme == "" {
+		scheme = "http"
+	}
+	var b strings.Builder
+	b.WriteString(scheme)
+	b.WriteString("://")
+	b.WriteString(normalizeHost(t.Host))
+	if t.Port > 0 && t.Port != schemeDefaultPort(scheme) {
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(t.Port))
+	}
+	b.WriteString(normalizePath(t.Path))
+	if q := normalizeQuery(t.RawQuery); q != "" {
+		b.WriteByte('?')
+		b.WriteString(q)
+	}
+	return b.String()
+}
+
+// CoralHost is the Coralized host name for t under zone (see CoralizeHost).
+func (t Target) CoralHost(zone string) string { return CoralizeHost(t.Host, t.Port, zone) }
+
+// CoralizeHost builds the Coralized host name for an origin: origin, then
+// the port as a label unless it is 0, then the zone (normalized as by
+// NormalizeZone, or used as given if invalid). It is the inverse of
+// ParseCoralized, and what a handler needs to keep absolute redirects to the
+// same origin Coralized.
+func CoralizeHost(origin string, port int, zone string) string {
+	if z, err := NormalizeZone(zone); err == nil {
+		zone = z
+	}
+	h := origin
+	if port != 0 {
+		h += "." + strconv.Itoa(port)
+	}
+	return h + "." + zone
+}
+
+// NormalizeZone validates a zone ("nyud.net", "NYUD.net.", ".nyud.net")
+// and returns it lower case without leading or trailing dot. A zone needs
+// LDH labels and a last label that is not all digits; ErrBadZone otherwise.
+func NormalizeZone(zone string) (string, error) {
+	z := lowerASCII(zone)
+	z = strings.TrimPrefix(z, ".")
+	z = strings.TrimSuffix(z, ".")
+	bad := func(detail string) (string, error) {
+		return "", &HostError{Host: zone, Err: ErrBadZone, Detail: detail}
+	}
+	if z == "" {
+		return bad("empty")
+	}
+	if len(z) > maxNameLen {
+		return bad("too long")
+	}
+	labels := strings.Split(z, ".")
+	for i, l := range labels {
+		if d := checkHostLabel(l, i == len(labels)-1); d != "" {
+			return bad(d)
+		}
+	}
+	if isDigits(labels[len(labels)-1]) {
+		return bad("numeric top-level label")
+	}
+	return z, nil
+}
+
+// ParseCoralized splits a Coralized Host header value into the origin host
+// and port. The origin is lower case without trailing dot; port is 0 unless
+// the host names one. Errors are *HostError wrapping ErrNotCoralized,
+// ErrLoop, ErrBadHost or ErrBadZone; the rules are in this file's header
+// comment.
+func ParseCoralized(host, zone string) (origin string, port int, err error) {
+	z, err := NormalizeZone(zone)
+	if err != nil {
+		return "", 0, err
+	}
+	fail := func(e error, detail string) (string, int, error) {
+		return "", 0, &HostError{Host: host, Err: e, Detail: detail}
+	}
+	if len(host) > maxHostHeader {
+		return fail(ErrBadHost, "host header too long")
+	}
+	name, err := stripProxyPort(host)
+	if err != nil {
+		return "", 0, err
+	}
+	name = lowerASCII(name)
+	name = strings.TrimSuffix(name, ".")
+	if name == z {
+		return fail(ErrBadHost, "no origin before the zone")
+	}
+	if !strings.HasSuffix(name, "."+z) {
+		return fail(ErrNotCoralized, "")
+	}
+	rest := name[:len(name)-len(z)-1]
+	if rest == "" {
+		return fail(ErrBadHost, "empty label")
+	}
+	labels := strings.Split(rest, ".")
+	if hasZone(labels, strings.Split(z, ".")) {
+		return fail(ErrLoop, "")
+	}
+	if last := labels[len(labels)-1]; isDigits(last) && !isDottedQuad(rest) {
+		p, ok := parsePortLabel(last)
+		if !ok {
+			return fail(ErrBadHost, "bad port label "+strconv.Quote(last))
+		}
+		port = p
+		labels = labels[:len(labels)-1]
+		rest = strings.Join(labels, ".")
+		if rest == "" {
+			return fail(ErrBadHost, "no origin before the port")
+		}
+	}
+	if isDottedQuad(rest) {
+		return rest, port, nil
+	}
+	if len(rest) > maxNameLen {
+		return fail(ErrBadHost, "origin longer than 253 characters")
+	}
+	if len(labels) < 2 {
+		return fail(ErrBadHost, "single-label origin")
+	}
+	for i, l := range labels {
+		if d := checkHostLabel(l, i == len(labels)-1); d != "" {
+			return fail(ErrBadHost, d)
+		}
+	}
+	if isDigits(labels[len(labels)-1]) {
+		return fail(ErrBadHost, "numeric top-level label")
+	}
+	return rest, port, nil
+}
+
+// OriginAddr reports whether origin is an IP literal, and which. Origins
+// from ParseCoralized can only be IPv4; the handler must apply its policy on
+// private, loopback and other special addresses to them.
+func OriginAddr(origin string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(origin)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+// CarriesZone reports whether zone (normalized as by NormalizeZone) occurs
+// in host on label boundaries. ParseCoralized already refuses origins that
+// carry its own zone; a handler that serves several zones, or that knows
+// the Coral zone the alias zone points to ("nyucd.net"), checks the others
+// with it, and can check the host of a redirect's Location the same way.
+func CarriesZone(host, zone string) bool {
+	z, err := NormalizeZone(zone)
+	if err != nil {
+		return false
+	}
+	h := strings.TrimSuffix(lowerASCII(host), ".")
+	return hasZone(strings.Split(h, "."), strings.Split(z, "."))
+}
+
+// stripProxyPort removes the proxy's own ":port" from a Host header value
+// and refuses IPv6 literals.
+func stripProxyPort(host string) (string, error) {
+	fail := func(e error, detail string) (string, error) {
+		return "", &HostError{Host: host, Err: e, Detail: detail}
+	}
+	if host == "" {
+		return fail(ErrNotCoralized, "empty host")
+	}
+	if host[0] == '[' {
+		end := strings.IndexByte(host, ']')
+		if end < 0 {
+			return fail(ErrBadHost, "unterminated IPv6 literal")
+		}
+		if _, err := netip.ParseAddr(host[1:end]); err != nil || !strings.Contains(host[1:end], ":") {
+			return fail(ErrBadHost, "bad IPv6 literal")
+		}
+		if after := host[end+1:]; after != "" && (after[0] != ':' || !validPortDigits(after[1:])) {
+			return fail(ErrBadHost, "bad port")
+		}
+		return fail(ErrNotCoralized, "IP literal")
+	}
+	i := strings.IndexByte(host, ':')
+	if i < 0 {
+		return host, nil
+	}
+	if strings.IndexByte(host[i+1:], ':') >= 0 {
+		return fail(ErrBadHost, "unbracketed IPv6 literal")
+	}
+	if !validPortDigits(host[i+1:]) {
+		return fail(ErrBadHost, "bad port")
+	}
+	return host[:i], nil
+}
+
+// validPortDigits accepts the proxy's own port as a Host header may carry
+// it: empty (RFC 3986 allows "host:") or up to 5 digits ≤ 65535.
+func validPortDigits(s string) bool {
+	if s == "" {
+		return true
+	}
+	if len(s) > 5 || !isDigits(s) {
+		return false
+	}
+	n, _ := strconv.Atoi(s)
+	return n <= 65535
+}
+
+// parsePortLabel parses an origin port label: 1–65535, no leading zeros.
+func parsePortLabel(s string) (int, bool) {
+	if s == "" || len(s) > 5 || s[0] == '0' || !isDigits(s) {
+		return 0, false
+	}
+	n, _ := strconv.Atoi(s)
+	if n < 1 || n > 65535 {
+		return 0, false
+	}
+	return n, true
+}
+
+// isDottedQuad reports whether s is an IPv4 address in canonical
+// dotted-quad form (four decimal octets, no leading zeros).
+func isDottedQuad(s string) bool {
+	a, err := netip.ParseAddr(s)
+	return err == nil && a.Is4() && a.String() == s
+}
+
+// hasZone reports whether the zone's labels occur in labels as a run.
+func hasZone(labels, zone []string) bool {
+	for i := 0; i+len(zone) <= len(labels); i++ {
+		match := true
+		for j := range zone {
+			if labels[i+j] != zone[j] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
+}
+
+// checkHostLabel returns what is wrong with a lower-case host label, or "".
+// The last label (top-level) may not contain '_'.
+func checkHostLabel(l string, last bool) string {
+	switch {
+	case l == "":
+		return "empty label"
+	case len(l) > maxLabelLen:
+		return "label longer than 63 characters"
+	case l[0] == '-' || l[len(l)-1] == '-':
+		return "label starts or ends with '-'"
+	}
+	for i := 0; i < len(l); i++ {
+		c := l[i]
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-':
+		case c == '_' && !last:
+		case c >= 0x80:
+			return "non-ASCII host (send IDNs as punycode)"
+		default:
+			return "invalid character " + strconv.QuoteRune(rune(c)) + " in label"
+		}
+	}
+	return ""
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// lowerASCII lower-cases ASCII letters only: Unicode case folding would
+// let non-ASCII look-alikes (the Kelvin sign folds to 'k') match the zone.
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if 'A' <= b[j] && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// CacheKey is the object's key: SHA-1 (hex) of NormalizeURL of the same
+// arguments. The DSHT key is the same 160 bits (hex-decode it).
+func CacheKey(scheme, host string, port int, path, rawQuery string) string {
+	sum := sha1.Sum([]byte(NormalizeURL(scheme, host, port, path, rawQuery)))
+	return hex.EncodeToString(sum[:])
+}
+
+// NormalizeURL returns the string CacheKey hashes, the scheme-relative
+// reference "//host[:port]/path[?query]" (RFC 3986 §4.2):
+//
+//   - The scheme is not part of it (see the file comment); it only decides
+//     the default port, which is dropped: 0 or less always, 80 for "http"
+//     and "", 443 for "https" (any case).
+//   - Host: ASCII lower case, trailing dots dropped, an IPv6 literal
+//     bracketed; characters that cannot appear in a host are
+//     percent-encoded so the host cannot run into the path.
+//   - Path: percent-encoding normalized (RFC 3986 §6.2.2.2: hex digits
+//     upper case, unreserved characters decoded, a '%' that starts no
+//     escape encoded as %25, characters not allowed in a path encoded);
+//     dot segments removed (§5.2.4), so "/../.." cannot climb above "/";
+//     empty → "/"; a path without a leading '/' gets one. Repeated slashes
+//     and a trailing slash are kept: origins may treat them differently.
+//   - Query: the same percent-encoding normalization, otherwise kept as is:
+//     parameter order, empty and duplicate parameters, '+' and ';' all
+//     stay, because origins may give them meaning. An empty query is no
+//     query.
+//   - Fragment: dropped (everything from a raw '#' in path or query).
+//
+// NormalizeURL is idempotent in its components: feeding its host, path and
+// query back in gives the same string.
+func NormalizeURL(scheme, host string, port int, path, rawQuery string) string {
+	var b strings.Builder
+	b.WriteString("//")
+	b.WriteString(normalizeHost(host))
+	if port > 0 && port != schemeDefaultPort(lowerASCII(scheme)) {
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(port))
+	}
+	b.WriteString(normalizePath(path))
+	if q := normalizeQuery(rawQuery); q != "" {
+		b.WriteByte('?')
+		b.WriteString(q)
+	}
+	return b.String()
+}
+
+func schemeDefaultPort(scheme string) int {
+	switch scheme {
+	case "http", "":
+		return 80
+	case "https":
+		return 443
+	}
+	return 0
+}
+
+// normalizeHost: see NormalizeURL.
+func normalizeHost(host string) string {
+	inner := host
+	bracketed := len(host) >= 2 && host[0] == '[' && host[len(host)-1] == ']'
+	if bracketed {
+		inner = host[1 : len(host)-1]
+	}
+	ipv6 := strings.Contains(inner, ":")
+	allowed := isHostChar
+	if ipv6 {
+		allowed = isIPv6Char
+	}
+	inner = strings.TrimRight(normalizePercent(inner, allowed, true), ".")
+	if ipv6 {
+		return "[" + inner + "]"
+	}
+	return inner
+}
+
+// normalizePath: see NormalizeURL.
+func normalizePath(p string) string {
+	if i := strings.IndexByte(p, '#'); i >= 0 {
+		p = p[:i]
+	}
+	p = normalizePercent(p, isPathChar, false)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	return removeDotSegments(p)
+}
+
+// normalizeQuery: see NormalizeURL.
+func normalizeQuery(q string) string {
+	if i := strings.IndexByte(q, '#'); i >= 0 {
+		q = q[:i]
+	}
+	return normalizePercent(q, isQueryChar, false)
+}
+
+// normalizePercent normalizes percent-encoding (RFC 3986 §6.2.2.2): escapes
+// of unreserved characters are decoded, other escapes get upper-case hex, a
+// '%' that does not start an escape becomes "%25", and bytes for which
+// allowed is false are encoded. With lower, ASCII letters that are not part
+// of an escape are lower-cased. The result is a fixed point.
+func normalizePercent(s string, allowed func(byte) bool, lower bool) string {
+	const hexUpper = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '%' && i+2 < len(s) && isHexDigit(s[i+1]) && isHexDigit(s[i+2]) {
+			d := hexValue(s[i+1])<<4 | hexValue(s[i+2])
+			i += 2
+			if isUnreserved(d) {
+				if lower && 'A' <= d && d <= 'Z' {
+					d += 'a' - 'A'
+				}
+				b.WriteByte(d)
+			} else {
+				b.WriteByte('%')
+				b.WriteByte(hexUpper[d>>4])
+				b.WriteByte(hexUpper[d&15])
+			}
+			continue
+		}
+		if c != '%' && allowed(c) {
+			if lower && 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexUpper[c>>4])
+		b.WriteByte(hexUpper[c&15])
+	}
+	return b.String()
+}
+
+// removeDotSegments implements RFC 3986 §5.2.4 for a path starting with
+// '/'. The result starts with '/' and has no "." or ".." segments.
+func removeDotSegments(p string) string {
+	segs := strings.Split(p[1:], "/")
+	out := make([]string, 0, len(segs))
+	trailing := false
+	for i, s := range segs {
+		last := i == len(segs)-1
+		switch s {
+		case ".":
+			trailing = last
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+			trailing = last
+		default:
+			out = append(out, s)
+		}
+	}
+	r := "/" + strings.Join(out, "/")
+	if trailing && len(out) > 0 {
+		r += "/"
+	}
+	return r
+}
+
+func isHexDigit(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func hexValue(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	default:
+		return c - 'A' + 10
+	}
+}
+
+// isUnreserved: RFC 3986 §2.3.
+func isUnreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+// isSubDelim: RFC 3986 §2.2.
+func isSubDelim(c byte) bool {
+	return strings.IndexByte("!$&'()*+,;=", c) >= 0
+}
+
+// isHostChar: reg-name characters (RFC 3986 §3.2.2).
+func isHostChar(c byte) bool { return isUnreserved(c) || isSubDelim(c) }
+
+// isIPv6Char: characters inside an IP-literal's brackets.
+func isIPv6Char(c byte) bool { return isHostChar(c) || c == ':' }
+
+// isPathChar: pchar and '/' (RFC 3986 §3.3).
+func isPathChar(c byte) bool {
+	return isUnreserved(c) || isSubDelim(c) || c == ':' || c == '@' || c == '/'
+}
+
+// isQueryChar: pchar, '/' and '?' (RFC 3986 §3.4).
+func isQueryChar(c byte) bool { return isPathChar(c) || c == '?' }

@@ -1,0 +1,542 @@
+package coralcaddy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/dustin/go-humanize"
+	"go.uber.org/zap"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+	httpcaddyfile.RegisterHandlerDirective("coral_proxy", parseHandlerCaddyfile)
+	httpcaddyfile.RegisterDirectiveOrder("coral_proxy", httpcaddyfile.Before, "reverse_proxy")
+}
+
+// Handler is the HTTP handler "coral_proxy": it serves Coralized URLs
+// (http://www.example.com.nyud.net/…) from its cache, from peer proxies
+// found through the Coral DSHT, or from the origin.
+type Handler struct {
+	// Zone is the alias zone Coralized host names end in, e.g. "nyud.net".
+	Zone string `json:"zone,omitempty"`
+
+	// CacheDir is where cached objects live. Default "coral-cache" under
+	// Caddy's data directory.
+	CacheDir string `json:"cache_dir,omitempty"`
+
+	// CacheSize bounds the bytes the cache keeps on disk; least recently
+	// used objects go first. Default 1 GiB.
+	CacheSize int64 `json:"cache_size,omitempty"`
+
+	// AllowOrigins lists address prefixes of origins the proxy may fetch
+	// from although they are private, loopback or otherwise not public.
+	// By default such origins are refused.
+	AllowOrigins []string `json:"allow_origins,omitempty"`
+
+	// OriginScheme is how origins are fetched: "http", "https" or "auto"
+	// (default: http, following a redirect to the https form of the same
+	// URL itself).
+	OriginScheme string `json:"origin_scheme,omitempty"`
+
+	// DefaultTTL is how long a response without freshness information is
+	// fresh. Default 12h. MinTTL is the least a cached response is fresh,
+	// overriding no-cache and shorter max-age. Default 5m. Both 0 gives
+	// strict RFC 9111 behaviour.
+	DefaultTTL *caddy.Duration `json:"default_ttl,omitempty"`
+	MinTTL     *caddy.Duration `json:"min_ttl,omitempty"`
+
+	// OriginTimeout bounds connecting to an origin and waiting for its
+	// response header. Default 15s.
+	OriginTimeout caddy.Duration `json:"origin_timeout,omitempty"`
+
+	// PeerTimeout bounds connecting to a peer proxy and waiting for its
+	// response header. Default 3s.
+	PeerTimeout caddy.Duration `json:"peer_timeout,omitempty"`
+
+	// PeerAddress is the HTTP address other proxies use to reach this one.
+	// Default: the coral app's node IP and the port the request came in on.
+	PeerAddress string `json:"peer_address,omitempty"`
+
+	app      *App
+	store    *diskcache.Store
+	storeKey string
+	eng      *engine
+	logger   *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "http.handlers.coral_proxy", New: func() caddy.Module { return new(Handler) }}
+}
+
+// stores holds the open caches by directory across reloads.
+var stores = caddy.NewUsagePool()
+
+type storeEntry struct{ *diskcache.Store }
+
+func (s storeEntry) Destruct() error { return s.Close() }
+
+// Defaults.
+const (
+	defaultCacheSize     = 1 << 30
+	defaultOriginTimeout = 15 * time.Second
+	defaultPeerTimeout   = 3 * time.Second
+	proxyVersion         = "CoralWebPrx/2.0"
+)
+
+// Provision finds the coral app (and so the DSHT node), opens the cache
+// and builds the fetch engine.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	app, err := ctx.App("coral")
+	if err != nil {
+		return fmt.Errorf("coral_proxy needs the coral app (the coral global option): %w", err)
+	}
+	h.app = app.(*App)
+	if h.CacheDir == "" {
+		h.CacheDir = filepath.Join(caddy.AppDataDir(), "coral-cache")
+	}
+	if h.CacheSize == 0 {
+		h.CacheSize = defaultCacheSize
+	}
+	if h.OriginTimeout == 0 {
+		h.OriginTimeout = caddy.Duration(defaultOriginTimeout)
+	}
+	if h.PeerTimeout == 0 {
+		h.PeerTimeout = caddy.Duration(defaultPeerTimeout)
+	}
+	if h.OriginScheme == "" {
+		h.OriginScheme = "auto"
+	}
+	policy := DefaultPolicy()
+	if h.DefaultTTL != nil {
+		policy.DefaultTTL = time.Duration(*h.DefaultTTL)
+	}
+	if h.MinTTL != nil {
+		policy.MinTTL = time.Duration(*h.MinTTL)
+	}
+	var guard originGuard
+	for _, a := range h.AllowOrigins {
+		p, err := parsePrefix(a)
+		if err != nil {
+			return fmt.Errorf("coral_proxy: allow_origins %q: %w", a, err)
+		}
+		guard.allow = append(guard.allow, p)
+	}
+	var peerAddr netip.AddrPort
+	if h.PeerAddress != "" {
+		if peerAddr, err = netip.ParseAddrPort(h.PeerAddress); err != nil {
+			return fmt.Errorf("coral_proxy: peer_address %q: want IP:PORT", h.PeerAddress)
+		}
+	}
+	dir, err := filepath.Abs(h.CacheDir)
+	if err != nil {
+		return err
+	}
+	val, _, err := stores.LoadOrNew(dir, func() (caddy.Destructor, error) {
+		s, err := diskcache.Open(diskcache.Options{Dir: dir, MaxBytes: h.CacheSize})
+		if err != nil {
+			return nil, err
+		}
+		return storeEntry{s}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("coral_proxy: cache %s: %w", dir, err)
+	}
+	h.storeKey = dir
+	h.setup(val.(storeEntry).Store, h.app.Node(), guard, policy)
+	if peerAddr.IsValid() {
+		h.eng.peerAddr.Store(&peerAddr)
+	}
+	return nil
+}
+
+// setup builds the fetch engine around a store and a node.
+func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard originGuard, policy Policy) {
+	h.store = store
+	peerTransport := &http.Transport{
+		Proxy:                  nil,
+		DialContext:            (&net.Dialer{Timeout: time.Duration(h.PeerTimeout)}).DialContext,
+		ResponseHeaderTimeout:  time.Duration(h.PeerTimeout),
+		MaxResponseHeaderBytes: 64 << 10,
+		MaxIdleConnsPerHost:    8,
+		DisableCompression:     true,
+	}
+	h.eng = &engine{
+		store:     h.store,
+		node:      node,
+		origin:    &http.Client{Transport: originTransport(guard, time.Duration(h.OriginTimeout), time.Duration(h.OriginTimeout)), CheckRedirect: noRedirects},
+		peer:      &http.Client{Transport: peerTransport, CheckRedirect: noRedirects},
+		failures:  newOriginFailures(3, 30*time.Second),
+		policy:    policy,
+		logger:    h.logger,
+		selfAddr:  h.selfAddr,
+		userAgent: proxyVersion,
+		inflight:  make(map[string]*download),
+		guard:     guard,
+	}
+}
+
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, errors.New("not a prefix or address")
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// selfAddr is the HTTP address put in DSHT references.
+func (h *Handler) selfAddr() netip.AddrPort {
+	if p := h.eng.peerAddr.Load(); p != nil {
+		return *p
+	}
+	return netip.AddrPort{}
+}
+
+// learnPeerAddr fills in this proxy's HTTP address from the first request:
+// the node's IP and the port the request came in on.
+func (h *Handler) learnPeerAddr(r *http.Request) {
+	if h.eng.peerAddr.Load() != nil {
+		return
+	}
+	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return
+	}
+	lap, err := netip.ParseAddrPort(la.String())
+	if err != nil {
+		return
+	}
+	ip := h.eng.node.Addr().Addr()
+	ap := netip.AddrPortFrom(ip, lap.Port())
+	h.eng.peerAddr.CompareAndSwap(nil, &ap)
+}
+
+// Validate checks the configuration.
+func (h *Handler) Validate() error {
+	if h.Zone == "" {
+		return errors.New("coral_proxy: the zone is required")
+	}
+	switch h.OriginScheme {
+	case "", "http", "https", "auto":
+	default:
+		return fmt.Errorf("coral_proxy: origin_scheme %q: want http, https or auto", h.OriginScheme)
+	}
+	if h.CacheSize < 0 {
+		return errors.New("coral_proxy: cache_size must be positive")
+	}
+	return nil
+}
+
+// Cleanup releases this configuration's hold on the cache.
+func (h *Handler) Cleanup() error {
+	if h.storeKey == "" {
+		return nil
+	}
+	_, err := stores.Delete(h.storeKey)
+	return err
+}
+
+// ServeHTTP serves a Coralized request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	origin, port, err := ParseCoralized(r.Host, h.Zone)
+	switch {
+	case errors.Is(err, ErrNotCoralized):
+		return caddyhttp.Error(http.StatusMisdirectedRequest,
+			fmt.Errorf("this Coral proxy serves only host names ending in .%s (Coralized URLs); %q is not one", strings.TrimSuffix(h.Zone, "."), r.Host))
+	case err != nil:
+		return caddyhttp.Error(StatusForHostError(err), err)
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		return caddyhttp.Error(http.StatusMethodNotAllowed, fmt.Errorf("coral_proxy serves GET and HEAD only"))
+	}
+	if a, ok := OriginAddr(origin); ok && !h.eng.guard.permitted(a) {
+		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("origin %s: %w", origin, errOriginForbidden))
+	}
+	h.learnPeerAddr(r)
+
+	scheme := "http"
+	if h.OriginScheme == "https" {
+		scheme = "https"
+	}
+	key := CacheKey("http", origin, port, r.URL.EscapedPath(), r.URL.RawQuery)
+	fr := fetchRequest{
+		key: key, scheme: scheme, host: origin, port: port, uri: r.URL.RequestURI(),
+		coralHost: r.Host, header: r.Header, clientIP: clientIP(r),
+	}
+	onlyIfCached := ParseRequestCacheControl(r.Header).OnlyIfCached
+	auth := r.Header.Get("Authorization") != ""
+
+	if !auth {
+		if rd, ok := h.store.GetContext(r.Context(), key); ok {
+			m := rd.Meta()
+			if !rd.Complete() {
+				// Being downloaded right now: join it.
+				return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", m.Extra["source"])
+			}
+			if time.Now().Before(m.Expires) {
+				return h.serveStored(w, r, rd, "hit", "local")
+			}
+			rd.Close()
+		}
+	}
+	if onlyIfCached {
+		// A peer (or a client) that wants no origin fetch. A download under
+		// way here still counts: wait for it, a little. The bound breaks the
+		// rare cycle of two proxies each waiting on the other.
+		if d := h.eng.inflightFor(key); d != nil {
+			t := time.NewTimer(time.Duration(h.PeerTimeout))
+			defer t.Stop()
+			select {
+			case <-d.ready:
+				if d.err == nil && d.direct == nil {
+					if rd, ok := h.store.GetContext(r.Context(), key); ok {
+						return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", d.source)
+					}
+				}
+			case <-t.C:
+			case <-r.Context().Done():
+				return r.Context().Err()
+			}
+		}
+		w.Header().Set("Cache-Status", `coral; fwd=miss; detail="only-if-cached"`)
+		return caddyhttp.Error(http.StatusGatewayTimeout, errors.New("not in this proxy's cache (only-if-cached)"))
+	}
+	d, started := h.eng.startDownload(fr)
+	select {
+	case <-d.ready:
+	case <-r.Context().Done():
+		return r.Context().Err()
+	}
+	if d.err != nil {
+		return caddyhttp.Error(http.StatusBadGateway, d.err)
+	}
+	if d.direct != nil {
+		if !started {
+			// The response may not be shared; fetch our own copy.
+			resp, err := h.eng.fetchFromOrigin(r.Context(), fr)
+			if err != nil {
+				return caddyhttp.Error(http.StatusBadGateway, err)
+			}
+			return h.serveDirect(w, resp, "origin")
+		}
+		return h.serveDirect(w, d.direct, d.source)
+	}
+	rd, ok := h.store.GetContext(r.Context(), key)
+	if !ok {
+		return caddyhttp.Error(http.StatusBadGateway, errors.New("the download ended before the object could be read"))
+	}
+	status := "fwd=uri-miss"
+	if !started {
+		status = "fwd=uri-miss; collapsed"
+	}
+	return h.serveStored(w, r, rd, status, d.source)
+}
+
+// serveStored writes a cached (or still arriving) object.
+func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status, source string) error {
+	defer rd.Close()
+	m := rd.Meta()
+	hdr := w.Header()
+	for k, v := range m.Header {
+		hdr[k] = v
+	}
+	hdr.Del("Set-Cookie")
+	hdr.Set("Via", "1.1 coral")
+	hdr.Set("Cache-Status", fmt.Sprintf(`coral; %s; detail=%q`, status, source))
+	age := max(time.Since(m.Stored), 0)
+	hdr.Set("Age", fmt.Sprint(int64(age/time.Second)))
+	if rd.Complete() && m.Status == http.StatusOK {
+		// Complete: ranges and conditional requests are answered from the
+		// cache.
+		http.ServeContent(w, r, "", lastModified(m.Header), rd)
+		return nil
+	}
+	hdr.Del("Content-Length")
+	if m.Size >= 0 {
+		hdr.Set("Content-Length", fmt.Sprint(m.Size))
+	}
+	w.WriteHeader(m.Status)
+	if r.Method == http.MethodHead {
+		return nil
+	}
+	if _, err := io.Copy(w, rd); err != nil {
+		// The download failed or the client went away: never let a
+		// truncated body look complete.
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+func lastModified(h http.Header) time.Time {
+	t, err := http.ParseTime(h.Get("Last-Modified"))
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// serveDirect streams a response that is not cached.
+func (h *Handler) serveDirect(w http.ResponseWriter, resp *http.Response, source string) error {
+	defer resp.Body.Close()
+	hdr := w.Header()
+	for k, v := range storedHeader(resp.Header) {
+		hdr[k] = v
+	}
+	hdr.Set("Via", "1.1 coral")
+	hdr.Set("Cache-Status", fmt.Sprintf(`coral; fwd=uri-miss; stored=false; detail=%q`, source))
+	w.WriteHeader(resp.StatusCode)
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// parseHandlerCaddyfile reads the coral_proxy directive.
+func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	var hd Handler
+	err := hd.UnmarshalCaddyfile(h.Dispenser)
+	return &hd, err
+}
+
+// UnmarshalCaddyfile implements caddyfile.Unmarshaler:
+//
+//	coral_proxy ZONE {
+//	    cache_dir      DIR
+//	    cache_size     SIZE          # e.g. 1GiB
+//	    allow_origins  PREFIX...     # private origins allowed anyway
+//	    origin_scheme  http|https|auto
+//	    default_ttl    DURATION
+//	    min_ttl        DURATION
+//	    origin_timeout DURATION
+//	    peer_timeout   DURATION
+//	    peer_address   IP:PORT
+//	}
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive name
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	h.Zone = d.Val()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		prop := d.Val()
+		args := d.RemainingArgs()
+		one := func() (string, error) {
+			if len(args) != 1 {
+				return "", d.Errf("%s takes one argument", prop)
+			}
+			return args[0], nil
+		}
+		duration := func() (caddy.Duration, error) {
+			v, err := one()
+			if err != nil {
+				return 0, err
+			}
+			dur, err := caddy.ParseDuration(v)
+			if err != nil || dur < 0 {
+				return 0, d.Errf("%s: %q is not a duration", prop, v)
+			}
+			return caddy.Duration(dur), nil
+		}
+		var err error
+		switch prop {
+		case "cache_dir":
+			h.CacheDir, err = one()
+		case "cache_size":
+			var v string
+			if v, err = one(); err == nil {
+				n, perr := humanize.ParseBytes(v)
+				if perr != nil || n == 0 || n > 1<<62 {
+					return d.Errf("cache_size: %q is not a size such as 1GiB", v)
+				}
+				h.CacheSize = int64(n)
+			}
+		case "allow_origins":
+			if len(args) == 0 {
+				return d.Errf("allow_origins needs at least one prefix")
+			}
+			for _, a := range args {
+				if _, perr := parsePrefix(a); perr != nil {
+					return d.Errf("allow_origins: %q is not a prefix or address", a)
+				}
+			}
+			h.AllowOrigins = append(h.AllowOrigins, args...)
+		case "origin_scheme":
+			if h.OriginScheme, err = one(); err == nil {
+				switch h.OriginScheme {
+				case "http", "https", "auto":
+				default:
+					return d.Errf("origin_scheme: %q; want http, https or auto", h.OriginScheme)
+				}
+			}
+		case "default_ttl":
+			var v caddy.Duration
+			if v, err = duration(); err == nil {
+				h.DefaultTTL = &v
+			}
+		case "min_ttl":
+			var v caddy.Duration
+			if v, err = duration(); err == nil {
+				h.MinTTL = &v
+			}
+		case "origin_timeout":
+			h.OriginTimeout, err = duration()
+		case "peer_timeout":
+			h.PeerTimeout, err = duration()
+		case "peer_address":
+			var v string
+			if v, err = one(); err == nil {
+				if _, perr := netip.ParseAddrPort(v); perr != nil {
+					return d.Errf("peer_address: %q is not IP:PORT", v)
+				}
+				h.PeerAddress = v
+			}
+		default:
+			return d.Errf("unknown coral_proxy option %q", prop)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ caddyfile.Unmarshaler       = (*Handler)(nil)
+)

@@ -1,0 +1,415 @@
+package coralcaddy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"go.uber.org/zap"
+)
+
+// The proxy's request path:
+//
+//	local cache → one put+get of a reference to this proxy (20 s TTL,
+//	renewed while the download runs) → the peers it returned → the origin
+//
+// One download per object per proxy, however many clients and peers wait:
+// the download writes into the disk cache, and every client reads the
+// in-progress object from there, getting what has arrived at once and the
+// rest as it comes.
+
+// Reference lifetimes in the DSHT.
+const (
+	refFetchingTTL = 20 * time.Second // while the download runs; renewed
+	refGoodTTL     = 2 * time.Hour    // after a successful response
+	refNegativeTTL = 15 * time.Minute // after a non-transient error (403, 404, 410)
+)
+
+// download is one fetch in progress at this proxy.
+type download struct {
+	ready chan struct{} // closed once the object exists in the store (or the fetch failed)
+	err   error         // why, if it failed before the object existed; set before ready closes
+	// direct carries a response that may not be stored (no-store, private,
+	// a transient error) to the request that started the download; the
+	// requests that joined it fetch on their own.
+	direct *http.Response
+	source string // where the bytes come from: "origin" or "peer-l<level>"
+}
+
+// engine does the fetching for one handler.
+type engine struct {
+	store     *diskcache.Store
+	node      *coraldht.Node
+	origin    *http.Client
+	peer      *http.Client
+	failures  *originFailures
+	policy    Policy
+	logger    *zap.Logger
+	selfAddr  func() netip.AddrPort // this proxy's HTTP address, for references
+	userAgent string
+	guard     originGuard
+	// httpsHosts remembers origins that redirected http to https, so later
+	// fetches go to https at once.
+	httpsHosts sync.Map
+	// peerAddr is this proxy's HTTP address for references: configured, or
+	// learned from the first request.
+	peerAddr atomic.Pointer[netip.AddrPort]
+
+	mu       sync.Mutex
+	inflight map[string]*download
+}
+
+// fetchRequest is what a download needs from the request that started it.
+type fetchRequest struct {
+	key       string
+	scheme    string // "http" or "https"
+	host      string // origin host
+	port      int    // 0: the scheme's default
+	uri       string // path and query as sent
+	coralHost string // the Coralized Host the client used; peers need it
+	header    http.Header
+	clientIP  string
+}
+
+// startDownload returns the download for key, starting one if none runs.
+// started reports whether this call started it.
+func (e *engine) startDownload(fr fetchRequest) (d *download, started bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if d, ok := e.inflight[fr.key]; ok {
+		return d, false
+	}
+	d = &download{ready: make(chan struct{})}
+	e.inflight[fr.key] = d
+	go e.run(fr, d)
+	return d, true
+}
+
+// inflightFor returns the download running for key, if any.
+func (e *engine) inflightFor(key string) *download {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.inflight[key]
+}
+
+func (e *engine) finish(key string) {
+	e.mu.Lock()
+	delete(e.inflight, key)
+	e.mu.Unlock()
+}
+
+// run performs one download: references first, then peers, then the
+// origin. It never runs twice for one key at once (startDownload).
+func (e *engine) run(fr fetchRequest, d *download) {
+	defer e.finish(fr.key)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	readyOnce := sync.OnceFunc(func() { close(d.ready) })
+	defer readyOnce()
+
+	dhtKey := coraldht.KeyFor(fr.key)
+	self := e.selfAddr()
+	selfRef := reference{Addr: self}
+	var peers []reference
+	peerLevel := -1
+	if e.node != nil && self.IsValid() {
+		res, err := e.node.PutGet(ctx, dhtKey, selfRef.encode(), refFetchingTTL)
+		if err != nil {
+			e.logger.Debug("put+get failed; going to the origin", zap.Error(err))
+		}
+		for _, v := range res.Values {
+			r, err := decodeReference(v.Data)
+			if err != nil || r.Addr == self {
+				continue
+			}
+			peers = append(peers, r)
+		}
+		peerLevel = res.Level
+		// Keep the short reference alive while the download runs, so peers
+		// that arrive later find this proxy.
+		go func() {
+			t := time.NewTicker(refFetchingTTL * 3 / 4)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					_, _ = e.node.Put(ctx, dhtKey, selfRef.encode(), refFetchingTTL)
+				}
+			}
+		}()
+	}
+
+	source := fmt.Sprintf("peer-l%d", peerLevel)
+	resp, err := e.fetchFromPeers(ctx, fr, peers)
+	if resp == nil {
+		resp, err = e.fetchFromOrigin(ctx, fr)
+		source = "origin"
+	}
+	if err != nil {
+		d.err = err
+		return
+	}
+	d.source = source
+
+	now := time.Now()
+	policy := e.policy.ForRequest(fr.header)
+	ok, _ := policy.Storable(fr.header, resp.StatusCode, resp.Header)
+	transient := resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests
+	if !ok || transient {
+		d.direct = resp
+		return
+	}
+	freshFor, _ := Lifetime(policy, now, resp.StatusCode, resp.Header)
+	// A copy from a peer (or an origin behind another cache) is already
+	// some age: it is fresh for what is left.
+	freshFor -= CurrentAge(resp.Header, now, now, now)
+	meta := diskcache.Meta{
+		Key:     fr.key,
+		Status:  resp.StatusCode,
+		Header:  storedHeader(resp.Header),
+		Stored:  now,
+		Expires: now.Add(freshFor),
+		Size:    -1,
+		Extra:   map[string]string{"source": source, "url": fr.scheme + "://" + hostPort(fr.host, fr.port) + fr.uri},
+	}
+	if resp.ContentLength >= 0 {
+		meta.Size = resp.ContentLength
+	}
+	w, err := e.store.Create(fr.key, meta)
+	if err != nil {
+		// The cache cannot take it (full of downloads, or too large): the
+		// client still gets it, uncached.
+		e.logger.Debug("not caching", zap.String("url", meta.Extra["url"]), zap.Error(err))
+		d.direct = resp
+		return
+	}
+	readyOnce()
+	n, err := io.Copy(w, resp.Body)
+	resp.Body.Close()
+	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
+		err = fmt.Errorf("body ended after %d of %d bytes", n, resp.ContentLength)
+	}
+	if err != nil {
+		// A truncated body is never presented as complete: readers get the
+		// error and the object is dropped.
+		w.Abort(err)
+		e.logger.Warn("download aborted", zap.String("url", meta.Extra["url"]), zap.Error(err))
+		return
+	}
+	meta.Size = n
+	if err := w.Commit(meta); err != nil {
+		e.logger.Warn("cache commit failed", zap.Error(err))
+		return
+	}
+	if e.node != nil && self.IsValid() {
+		ref := reference{Addr: self, Complete: true}
+		ttl := refGoodTTL
+		if resp.StatusCode >= 400 {
+			ref.Negative, ttl = true, refNegativeTTL
+		}
+		putCtx, cancelPut := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = e.node.Put(putCtx, dhtKey, ref.encode(), ttl)
+		cancelPut()
+	}
+}
+
+// fetchFromPeers asks the peers for the object, two at a time: the first
+// to answer with the object wins; the next ones are tried if both fail.
+// Peers are asked with only-if-cached, so a peer never goes to the origin
+// on our behalf. It returns a nil response when no peer had it.
+func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []reference) (*http.Response, error) {
+	for i := 0; i < len(peers); i += 2 {
+		batch := peers[i:min(i+2, len(peers))]
+		type result struct {
+			resp *http.Response
+			err  error
+		}
+		results := make(chan result, len(batch))
+		pctx, cancel := context.WithCancel(ctx)
+		for _, p := range batch {
+			go func() {
+				resp, err := e.askPeer(pctx, fr, p)
+				results <- result{resp, err}
+			}()
+		}
+		var win *http.Response
+		for range batch {
+			r := <-results
+			if r.err == nil && win == nil {
+				win = r.resp
+				continue
+			}
+			if r.resp != nil {
+				r.resp.Body.Close()
+			}
+		}
+		if win != nil {
+			// The loser was cancelled or closed above; keep the winner's
+			// context alive until its body is read.
+			win.Body = &cancelOnClose{ReadCloser: win.Body, cancel: cancel}
+			return win, nil
+		}
+		cancel()
+	}
+	return nil, nil
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}
+
+// askPeer fetches the Coralized URL from one peer, from its cache only.
+func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*http.Response, error) {
+	u := "http://" + p.Addr.String() + fr.uri
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Host = fr.coralHost
+	req.Header.Set("Cache-Control", "only-if-cached")
+	req.Header.Set("User-Agent", e.userAgent)
+	req.Header.Set("Via", "1.1 coral")
+	resp, err := e.peer.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusGatewayTimeout {
+		// only-if-cached and not cached (a real 504 is never cached).
+		resp.Body.Close()
+		return nil, errors.New("peer does not have it")
+	}
+	resp.Header.Del("Cache-Status")
+	return resp, nil
+}
+
+// fetchFromOrigin gets the object from the origin server. When the origin
+// redirects to the https form of the same URL, the proxy follows that
+// itself (verifying the certificate) instead of handing the redirect to the
+// client, which would loop through the Coralized name.
+func (e *engine) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Response, error) {
+	if down, until := e.failures.down(fr.host); down {
+		return nil, fmt.Errorf("origin %s unreachable; not retrying before %s", fr.host, until.Format(time.RFC3339))
+	}
+	scheme := fr.scheme
+	if _, ok := e.httpsHosts.Load(fr.host); ok {
+		scheme = "https"
+	}
+	for range 2 {
+		u := scheme + "://" + hostPort(fr.host, fr.port) + fr.uri
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header = originRequestHeader(fr.header, fr.clientIP, e.userAgent)
+		resp, err := e.origin.Do(req)
+		if err != nil {
+			if isConnectFailure(err) && !errors.Is(err, errOriginForbidden) {
+				e.failures.failed(fr.host)
+			}
+			return nil, err
+		}
+		e.failures.succeeded(fr.host)
+		if scheme == "http" && isRedirect(resp.StatusCode) {
+			if loc, err := resp.Location(); err == nil && loc.Scheme == "https" &&
+				strings.EqualFold(loc.Hostname(), fr.host) && loc.RequestURI() == req.URL.RequestURI() {
+				resp.Body.Close()
+				scheme = "https"
+				e.httpsHosts.Store(fr.host, true)
+				continue
+			}
+		}
+		return resp, nil
+	}
+	return nil, errors.New("origin redirected in a loop")
+}
+
+func isRedirect(code int) bool {
+	switch code {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
+}
+
+func hostPort(host string, port int) string {
+	if port == 0 {
+		return host
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// hopHeaders are never forwarded (RFC 9110 §7.6.1), nor are cookies,
+// credentials, conditionals and ranges (the proxy fetches whole objects
+// and answers those itself).
+var hopHeaders = []string{
+	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+var notToOrigin = []string{
+	"Cookie", "Authorization", "Accept-Encoding", "Range", "If-Range", "If-None-Match",
+	"If-Modified-Since", "If-Match", "If-Unmodified-Since", "Cache-Control", "Pragma",
+	"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded", "Via",
+}
+
+func originRequestHeader(in http.Header, clientIP, ua string) http.Header {
+	h := in.Clone()
+	for _, k := range h.Values("Connection") {
+		for _, f := range strings.Split(k, ",") {
+			h.Del(strings.TrimSpace(f))
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+	for _, k := range notToOrigin {
+		h.Del(k)
+	}
+	h.Set("Via", "1.1 coral")
+	if clientIP != "" {
+		h.Set("X-Forwarded-For", clientIP)
+	}
+	if cu := in.Get("User-Agent"); cu != "" {
+		h.Set("User-Agent", cu+" "+ua)
+	} else {
+		h.Set("User-Agent", ua)
+	}
+	return h
+}
+
+// storedHeader is what the cache keeps of an origin response's header:
+// no hop-by-hop fields and never Set-Cookie.
+func storedHeader(in http.Header) http.Header {
+	h := in.Clone()
+	for _, k := range h.Values("Connection") {
+		for _, f := range strings.Split(k, ",") {
+			h.Del(strings.TrimSpace(f))
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+	h.Del("Set-Cookie")
+	h.Del("Set-Cookie2")
+	return h
+}

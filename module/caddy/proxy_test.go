@@ -1,0 +1,250 @@
+package coralcaddy
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+)
+
+// countingOrigin is an origin web server that counts what it serves.
+type countingOrigin struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests map[string]int
+	cookies  int // requests that arrived with a Cookie header
+	gate     chan struct{}
+	arrived  chan struct{} // closed when the first request arrives
+	once     sync.Once
+}
+
+func newCountingOrigin(t *testing.T, handler func(o *countingOrigin, w http.ResponseWriter, r *http.Request)) *countingOrigin {
+	o := &countingOrigin{requests: map[string]int{}, gate: make(chan struct{}), arrived: make(chan struct{})}
+	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.mu.Lock()
+		o.requests[r.URL.Path]++
+		if r.Header.Get("Cookie") != "" {
+			o.cookies++
+		}
+		o.mu.Unlock()
+		o.once.Do(func() { close(o.arrived) })
+		handler(o, w, r)
+	}))
+	t.Cleanup(o.Close)
+	return o
+}
+
+func (o *countingOrigin) count(path string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.requests[path]
+}
+
+// coralHost is the Coralized host name of the origin.
+func (o *countingOrigin) coralHost() string {
+	_, port, _ := net.SplitHostPort(o.Listener.Addr().String())
+	return "127.0.0.1." + port + ".nyud.test"
+}
+
+var testProxyPort atomic.Int32
+
+func startProxy(t *testing.T) (tester *caddytest.Tester, base string) {
+	t.Helper()
+	port := 9180 + int(testProxyPort.Add(1))
+	dir := t.TempDir()
+	tester = caddytest.NewTester(t)
+	tester.InitServer(fmt.Sprintf(`{
+		skip_install_trust
+		admin localhost:2999
+		http_port %d
+		grace_period 1ns
+		coral {
+			listen 127.0.3.50:%d
+		}
+	}
+	:%d {
+		coral_proxy nyud.test {
+			cache_dir %s
+			allow_origins 127.0.0.0/8
+		}
+	}`, port, 4100+port%100, port, dir), "caddyfile")
+	return tester, fmt.Sprintf("http://127.0.0.1:%d", port)
+}
+
+func get(t *testing.T, base, host, path string, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s%s: body: %v", host, path, err)
+	}
+	return resp, b
+}
+
+func TestProxyEndToEnd(t *testing.T) {
+	body := bytes.Repeat([]byte("coral "), 50_000) // 300 kB
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/big":
+			w.Header().Set("Content-Type", "text/plain")
+			w.Header().Set("Set-Cookie", "session=secret")
+			w.Header().Set("Cache-Control", "max-age=600")
+			<-o.gate // hold the response until the crowd has gathered
+			w.Write(body)
+		case "/missing":
+			http.NotFound(w, r)
+		default:
+			w.Write([]byte("page " + r.URL.Path))
+		}
+	})
+	_, base := startProxy(t)
+	host := o.coralHost()
+
+	// A flash crowd of 100 cold requests: one origin fetch, 100 full bodies.
+	var wg sync.WaitGroup
+	statuses := make(chan string, 100)
+	for range 100 {
+		wg.Go(func() {
+			resp, b := get(t, base, host, "/big", "Cookie", "session=mine")
+			if resp.StatusCode != http.StatusOK || !bytes.Equal(b, body) {
+				t.Errorf("status %d, %d bytes", resp.StatusCode, len(b))
+			}
+			if resp.Header.Get("Set-Cookie") != "" {
+				t.Errorf("Set-Cookie passed to the client")
+			}
+			statuses <- resp.Header.Get("Cache-Status")
+		})
+	}
+	// The origin answers once the first request has reached it; requests
+	// arriving before or after either join the download or hit the cache.
+	<-o.arrived
+	close(o.gate)
+	wg.Wait()
+	close(statuses)
+	if n := o.count("/big"); n != 1 {
+		t.Errorf("origin fetched /big %d times for 100 concurrent requests, want 1", n)
+	}
+	if o.cookies != 0 {
+		t.Errorf("%d requests reached the origin with a Cookie", o.cookies)
+	}
+	kinds := map[string]int{}
+	for s := range statuses {
+		kinds[strings.SplitN(s, ";", 3)[1]]++
+	}
+	t.Logf("Cache-Status kinds: %v", kinds)
+
+	// Now a local hit.
+	resp, b := get(t, base, host, "/big")
+	if !bytes.Equal(b, body) || !strings.Contains(resp.Header.Get("Cache-Status"), "hit") {
+		t.Errorf("second request: %q, %d bytes", resp.Header.Get("Cache-Status"), len(b))
+	}
+	if o.count("/big") != 1 {
+		t.Errorf("a hit went to the origin")
+	}
+	// A range from the cache.
+	resp, b = get(t, base, host, "/big", "Range", "bytes=6-11")
+	if resp.StatusCode != http.StatusPartialContent || string(b) != "coral " {
+		t.Errorf("range: %d %q", resp.StatusCode, b)
+	}
+
+	// Negative caching: a 404 is cached too.
+	for range 3 {
+		resp, _ = get(t, base, host, "/missing")
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("/missing: %d", resp.StatusCode)
+		}
+	}
+	if n := o.count("/missing"); n != 1 {
+		t.Errorf("origin asked for /missing %d times, want 1", n)
+	}
+}
+
+func TestProxyRefusals(t *testing.T) {
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) { w.Write([]byte("x")) })
+	_, base := startProxy(t)
+	for _, tc := range []struct {
+		name, method, host string
+		status             int
+	}{
+		{"not Coralized", http.MethodGet, "www.example.com", http.StatusMisdirectedRequest},
+		{"zone twice", http.MethodGet, "a.nyud.test.nyud.test", http.StatusForbidden},
+		{"POST", http.MethodPost, o.coralHost(), http.StatusMethodNotAllowed},
+		{"private origin", http.MethodGet, "10.0.0.1.nyud.test", http.StatusForbidden},
+		{"metadata service", http.MethodGet, "169.254.169.254.nyud.test", http.StatusForbidden},
+	} {
+		req, _ := http.NewRequest(tc.method, base+"/", nil)
+		req.Host = tc.host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, tc.status)
+		}
+		if tc.status == http.StatusMethodNotAllowed && resp.Header.Get("Allow") != "GET, HEAD" {
+			t.Errorf("405 without Allow")
+		}
+	}
+	if n := o.count("/"); n != 0 {
+		t.Errorf("refused requests reached the origin %d times", n)
+	}
+	// only-if-cached, as peers ask: 504 for what is not cached.
+	resp, _ := get(t, base, o.coralHost(), "/nothing", "Cache-Control", "only-if-cached")
+	if resp.StatusCode != http.StatusGatewayTimeout || o.count("/nothing") != 0 {
+		t.Errorf("only-if-cached miss: %d, origin %d", resp.StatusCode, o.count("/nothing"))
+	}
+}
+
+// TestProxyTruncatedOrigin: an origin that dies mid-body must not leave a
+// complete-looking object behind, and the client must see the failure.
+func TestProxyTruncatedOrigin(t *testing.T) {
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100000")
+		w.Write(bytes.Repeat([]byte("x"), 1000))
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		panic(http.ErrAbortHandler)
+	})
+	_, base := startProxy(t)
+	for i := range 2 {
+		req, _ := http.NewRequest(http.MethodGet, base+"/cut", nil)
+		req.Host = o.coralHost()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue // the proxy aborted before the header: fine
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && len(b) == 100000 {
+			t.Fatalf("request %d: a truncated body was delivered as complete", i)
+		}
+		if err == nil && resp.StatusCode == http.StatusOK {
+			t.Errorf("request %d: %d bytes with no error", i, len(b))
+		}
+	}
+	if n := o.count("/cut"); n != 2 {
+		t.Errorf("origin asked %d times; the failed object must not be cached", n)
+	}
+}
