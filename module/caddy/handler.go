@@ -298,6 +298,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				return h.serveStored(w, r, rd, "hit", "local")
 			}
 			rd.Close()
+			// Stale: revalidate with the origin. Within stale-while-
+			// revalidate the stale copy is served at once meanwhile.
+			fr.stale = &m
+			if swr, _ := StaleWindows(m.Header); time.Since(m.Expires) < swr {
+				h.eng.startDownload(fr)
+				if rd, ok := h.store.GetContext(r.Context(), key); ok {
+					return h.serveStored(w, r, rd, "hit; fwd=stale", "stale-while-revalidate")
+				}
+			}
+			d, started := h.eng.startDownload(fr)
+			return h.afterDownload(w, r, fr, d, started)
 		}
 	}
 	if onlyIfCached {
@@ -323,10 +334,27 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return caddyhttp.Error(http.StatusGatewayTimeout, errors.New("not in this proxy's cache (only-if-cached)"))
 	}
 	d, started := h.eng.startDownload(fr)
+	return h.afterDownload(w, r, fr, d, started)
+}
+
+// afterDownload waits for a download (or revalidation) to have something
+// to serve, and serves it.
+func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRequest, d *download, started bool) error {
+	key := fr.key
 	select {
 	case <-d.ready:
 	case <-r.Context().Done():
 		return r.Context().Err()
+	}
+	if d.revalidated || d.stale {
+		rd, ok := h.store.GetContext(r.Context(), key)
+		if !ok {
+			return caddyhttp.Error(http.StatusBadGateway, errors.New("the cached copy went away"))
+		}
+		if d.revalidated {
+			return h.serveStored(w, r, rd, "hit; fwd=stale; fwd-status=304", "revalidated")
+		}
+		return h.serveStored(w, r, rd, "hit; fwd=stale", "stale")
 	}
 	if d.err != nil {
 		return caddyhttp.Error(http.StatusBadGateway, d.err)

@@ -45,6 +45,10 @@ type download struct {
 	// requests that joined it fetch on their own.
 	direct *http.Response
 	source string // where the bytes come from: "origin" or "peer-l<level>"
+	// For revalidations of a stale copy: the origin said 304 and the copy
+	// is fresh again (revalidated), or the origin failed and the stale copy
+	// is served with its expiry extended (stale).
+	revalidated, stale bool
 }
 
 // engine does the fetching for one handler.
@@ -80,6 +84,8 @@ type fetchRequest struct {
 	coralHost string // the Coralized Host the client used; peers need it
 	header    http.Header
 	clientIP  string
+	// stale is the stored copy's metadata when this fetch revalidates it.
+	stale *diskcache.Meta
 }
 
 // startDownload returns the download for key, starting one if none runs.
@@ -118,6 +124,10 @@ func (e *engine) run(fr fetchRequest, d *download) {
 	readyOnce := sync.OnceFunc(func() { close(d.ready) })
 	defer readyOnce()
 
+	if fr.stale != nil {
+		e.revalidate(ctx, fr, d, readyOnce)
+		return
+	}
 	dhtKey := coraldht.KeyFor(fr.key)
 	self := e.selfAddr()
 	selfRef := reference{Addr: self}
@@ -163,7 +173,15 @@ func (e *engine) run(fr fetchRequest, d *download) {
 		return
 	}
 	d.source = source
+	e.keep(fr, d, resp, source, readyOnce)
+}
 
+// keep stores a fetched response and streams it into the cache, or hands
+// it to the requester uncached; on success it puts the long-lived
+// reference.
+func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source string, readyOnce func()) {
+	self := e.selfAddr()
+	dhtKey := coraldht.KeyFor(fr.key)
 	now := time.Now()
 	policy := e.policy.ForRequest(fr.header)
 	ok, _ := policy.Storable(fr.header, resp.StatusCode, resp.Header)
@@ -307,6 +325,12 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 // itself (verifying the certificate) instead of handing the redirect to the
 // client, which would loop through the Coralized name.
 func (e *engine) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Response, error) {
+	return e.fetchFromOriginWith(ctx, fr, nil)
+}
+
+// fetchFromOriginWith is fetchFromOrigin with a hook that adjusts the
+// request header (validators for a revalidation).
+func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjust func(http.Header)) (*http.Response, error) {
 	if down, until := e.failures.down(fr.host); down {
 		return nil, fmt.Errorf("origin %s unreachable; not retrying before %s", fr.host, until.Format(time.RFC3339))
 	}
@@ -321,6 +345,9 @@ func (e *engine) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Re
 			return nil, err
 		}
 		req.Header = originRequestHeader(fr.header, fr.clientIP, e.userAgent)
+		if adjust != nil {
+			adjust(req.Header)
+		}
 		resp, err := e.origin.Do(req)
 		if err != nil {
 			if isConnectFailure(err) && !errors.Is(err, errOriginForbidden) {
@@ -412,4 +439,60 @@ func storedHeader(in http.Header) http.Header {
 	h.Del("Set-Cookie")
 	h.Del("Set-Cookie2")
 	return h
+}
+
+// staleExtension is how long a stale copy stays servable after a failed
+// revalidation before the proxy tries the origin again.
+func (e *engine) staleExtension() time.Duration {
+	return max(e.policy.MinTTL, time.Minute)
+}
+
+// revalidate asks the origin whether a stale copy is still good, with the
+// copy's validators. 304: the copy is freshened and fresh again. A new
+// response: it replaces the copy. Failure (unreachable, or 403, 404, 408,
+// 500, 502, 503, 504) where the copy allows it: the stale copy is served and
+// its expiry extended, so a dead origin does not take its content with it.
+func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, readyOnce func()) {
+	m := fr.stale.Clone()
+	now := time.Now()
+	resp, err := e.fetchFromOriginWith(ctx, fr, func(h http.Header) { AddValidators(h, m.Header) })
+	status := 0
+	if err == nil {
+		status = resp.StatusCode
+	}
+	switch {
+	case err == nil && status == http.StatusNotModified:
+		resp.Body.Close()
+		if Freshen(m.Header, storedHeader(resp.Header)) {
+			freshFor, _ := Lifetime(e.policy.ForRequest(fr.header), now, m.Status, m.Header)
+			m.Stored, m.Expires = now, now.Add(freshFor)
+			if e.store.UpdateMeta(fr.key, m) == nil {
+				d.revalidated, d.source = true, "origin"
+				return
+			}
+		}
+		// The 304 does not match the copy: fetch it whole.
+		resp, err = e.fetchFromOrigin(ctx, fr)
+		if err != nil {
+			d.err = err
+			return
+		}
+		d.source = "origin"
+		e.keep(fr, d, resp, "origin", readyOnce)
+	case StaleOnError(status, m.Header):
+		if resp != nil {
+			resp.Body.Close()
+		}
+		m.Expires = now.Add(e.staleExtension())
+		if uerr := e.store.UpdateMeta(fr.key, m); uerr != nil {
+			e.logger.Debug("extending a stale copy failed", zap.Error(uerr))
+		}
+		e.logger.Info("origin failed; serving the stale copy", zap.String("url", m.Extra["url"]), zap.Int("status", status), zap.Error(err))
+		d.stale, d.source = true, "local"
+	case err != nil:
+		d.err = err
+	default:
+		d.source = "origin"
+		e.keep(fr, d, resp, "origin", readyOnce)
+	}
 }

@@ -56,7 +56,7 @@ func (o *countingOrigin) coralHost() string {
 
 var testProxyPort atomic.Int32
 
-func startProxy(t *testing.T) (tester *caddytest.Tester, base string) {
+func startProxy(t *testing.T, options ...string) (tester *caddytest.Tester, base string) {
 	t.Helper()
 	port := 9180 + int(testProxyPort.Add(1))
 	dir := t.TempDir()
@@ -74,8 +74,9 @@ func startProxy(t *testing.T) (tester *caddytest.Tester, base string) {
 		coral_proxy nyud.test {
 			cache_dir %s
 			allow_origins 127.0.0.0/8
+			%s
 		}
-	}`, port, 4100+port%100, port, dir), "caddyfile")
+	}`, port, 4100+port%100, port, dir, strings.Join(options, "\n")), "caddyfile")
 	return tester, fmt.Sprintf("http://127.0.0.1:%d", port)
 }
 
@@ -246,5 +247,38 @@ func TestProxyTruncatedOrigin(t *testing.T) {
 	}
 	if n := o.count("/cut"); n != 2 {
 		t.Errorf("origin asked %d times; the failed object must not be cached", n)
+	}
+}
+
+// TestProxyRevalidationAndStale: a copy that is stale at once (max-age=0,
+// and min_ttl 0 for strict RFC 9111) is revalidated with its ETag on every
+// request; a 304 serves the cached bytes; once the origin is gone, the
+// stale copy is served rather than an error.
+func TestProxyRevalidationAndStale(t *testing.T) {
+	var conditional atomic.Int32
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Cache-Control", "max-age=0")
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			conditional.Add(1)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Write([]byte("version one"))
+	})
+	_, base := startProxy(t, "min_ttl 0", "default_ttl 0")
+	host := o.coralHost()
+	resp, b := get(t, base, host, "/doc")
+	if string(b) != "version one" {
+		t.Fatalf("first: %q", b)
+	}
+	resp, b = get(t, base, host, "/doc")
+	if string(b) != "version one" || conditional.Load() != 1 || !strings.Contains(resp.Header.Get("Cache-Status"), "revalidated") {
+		t.Errorf("second: %q, %d conditional requests, Cache-Status %q", b, conditional.Load(), resp.Header.Get("Cache-Status"))
+	}
+	o.Close() // the origin dies
+	resp, b = get(t, base, host, "/doc")
+	if resp.StatusCode != http.StatusOK || string(b) != "version one" || !strings.Contains(resp.Header.Get("Cache-Status"), `detail="stale"`) {
+		t.Errorf("origin down: %d %q, Cache-Status %q", resp.StatusCode, b, resp.Header.Get("Cache-Status"))
 	}
 }
