@@ -268,11 +268,11 @@ func TestProxyRevalidationAndStale(t *testing.T) {
 	})
 	_, base := startProxy(t, "min_ttl 0", "default_ttl 0")
 	host := o.coralHost()
-	resp, b := get(t, base, host, "/doc")
+	_, b := get(t, base, host, "/doc")
 	if string(b) != "version one" {
 		t.Fatalf("first: %q", b)
 	}
-	resp, b = get(t, base, host, "/doc")
+	resp, b := get(t, base, host, "/doc")
 	if string(b) != "version one" || conditional.Load() != 1 || !strings.Contains(resp.Header.Get("Cache-Status"), "revalidated") {
 		t.Errorf("second: %q, %d conditional requests, Cache-Status %q", b, conditional.Load(), resp.Header.Get("Cache-Status"))
 	}
