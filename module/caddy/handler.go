@@ -86,9 +86,16 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // stores holds the open caches by directory across reloads.
 var stores = caddy.NewUsagePool()
 
-type storeEntry struct{ *diskcache.Store }
+// storeEntry is a cache and the references put for what it holds.
+type storeEntry struct {
+	*diskcache.Store
+	refs *refTable
+}
 
-func (s storeEntry) Destruct() error { return s.Close() }
+func (s *storeEntry) Destruct() error {
+	s.refs.stop()
+	return s.Close()
+}
 
 // Defaults.
 const (
@@ -152,13 +159,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		return storeEntry{s}, nil
+		refs := newRefTable(s, h.app.Node())
+		refs.run(time.Minute)
+		return &storeEntry{Store: s, refs: refs}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("coral_proxy: cache %s: %w", dir, err)
 	}
 	h.storeKey = dir
-	h.setup(val.(storeEntry).Store, h.app.Node(), guard, policy)
+	entry := val.(*storeEntry)
+	h.setup(entry.Store, h.app.Node(), guard, policy)
+	h.eng.refs = entry.refs
 	if peerAddr.IsValid() {
 		h.eng.peerAddr.Store(&peerAddr)
 	}
@@ -295,6 +306,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", m.Extra["source"])
 			}
 			if time.Now().Before(m.Expires) {
+				h.eng.refs.touch(key)
 				return h.serveStored(w, r, rd, "hit", "local")
 			}
 			rd.Close()

@@ -66,6 +66,8 @@ type engine struct {
 	// httpsHosts remembers origins that redirected http to https, so later
 	// fetches go to https at once.
 	httpsHosts sync.Map
+	// refs renews the long-lived references of requested objects.
+	refs *refTable
 	// peerAddr is this proxy's HTTP address for references: configured, or
 	// learned from the first request.
 	peerAddr atomic.Pointer[netip.AddrPort]
@@ -239,7 +241,9 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 			ref.Negative, ttl = true, refNegativeTTL
 		}
 		putCtx, cancelPut := context.WithTimeout(context.Background(), 5*time.Second)
-		_, _ = e.node.Put(putCtx, dhtKey, ref.encode(), ttl)
+		if _, err := e.node.Put(putCtx, dhtKey, ref.encode(), ttl); err == nil {
+			e.refs.put(fr.key, ref, ttl)
+		}
 		cancelPut()
 	}
 }

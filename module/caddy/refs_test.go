@@ -1,0 +1,63 @@
+package coralcaddy
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/coralcdn/coral/module/caddy/diskcache"
+)
+
+// TestRefTableRenewsOnlyRequested: a reference is renewed when its TTL runs
+// out only if its object was requested since the last put and is still in
+// the cache.
+func TestRefTableRenewsOnlyRequested(t *testing.T) {
+	store, err := diskcache.Open(diskcache.Options{Dir: t.TempDir(), MaxBytes: 1 << 20, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	for _, key := range []string{"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"} {
+		w, err := store.Create(key, diskcache.Meta{Key: key, Status: 200, Size: 1, Stored: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte("x"))
+		if err := w.Commit(diskcache.Meta{Key: key, Status: 200, Size: 1, Stored: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Unix(10_000, 0)
+	tab := newRefTable(store, nil)
+	tab.now = func() time.Time { return now }
+	ref := reference{Addr: netip.MustParseAddrPort("192.0.2.1:80"), Complete: true}
+	tab.put("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", ref, time.Hour)
+	tab.put("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", ref, time.Hour)
+	tab.put("cccccccccccccccccccccccccccccccccccccccc", ref, time.Hour) // not cached (evicted)
+
+	now = now.Add(10 * time.Minute)
+	tab.touch("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+	tab.touch("cccccccccccccccccccccccccccccccccccccccc")
+	if d := tab.due(); len(d) != 0 {
+		t.Fatalf("renewals before the TTL ran out: %v", d)
+	}
+	now = now.Add(50 * time.Minute) // within renewAhead of the expiry
+	d := tab.due()
+	if len(d) != 1 {
+		t.Fatalf("renewed %d references, want only the requested, cached one", len(d))
+	}
+	if _, ok := d["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"]; !ok {
+		t.Fatalf("renewed %v", d)
+	}
+	// Not requested since that renewal: it lapses next time.
+	now = now.Add(time.Hour)
+	if d := tab.due(); len(d) != 0 {
+		t.Errorf("renewed an unrequested reference: %v", d)
+	}
+	tab.mu.Lock()
+	left := len(tab.refs)
+	tab.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d references still tracked, want 0", left)
+	}
+}
