@@ -59,9 +59,13 @@ var testProxyPort atomic.Int32
 func startProxy(t *testing.T, options ...string) (tester *caddytest.Tester, base string) {
 	t.Helper()
 	port := 9180 + int(testProxyPort.Add(1))
-	dir := t.TempDir()
 	tester = caddytest.NewTester(t)
-	tester.InitServer(fmt.Sprintf(`{
+	tester.InitServer(proxyConfig(port, t.TempDir(), options...), "caddyfile")
+	return tester, fmt.Sprintf("http://127.0.0.1:%d", port)
+}
+
+func proxyConfig(port int, dir string, options ...string) string {
+	return fmt.Sprintf(`{
 		skip_install_trust
 		admin localhost:2999
 		http_port %d
@@ -76,8 +80,7 @@ func startProxy(t *testing.T, options ...string) (tester *caddytest.Tester, base
 			allow_origins 127.0.0.0/8
 			%s
 		}
-	}`, port, 4100+port%100, port, dir, strings.Join(options, "\n")), "caddyfile")
-	return tester, fmt.Sprintf("http://127.0.0.1:%d", port)
+	}`, port, 4100+port%100, port, dir, strings.Join(options, "\n"))
 }
 
 func get(t *testing.T, base, host, path string, hdr ...string) (*http.Response, []byte) {
@@ -281,4 +284,43 @@ func TestProxyRevalidationAndStale(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || string(b) != "version one" || !strings.Contains(resp.Header.Get("Cache-Status"), `detail="stale"`) {
 		t.Errorf("origin down: %d %q, Cache-Status %q", resp.StatusCode, b, resp.Header.Get("Cache-Status"))
 	}
+}
+
+// TestProxyReloadKeepsNodeAndCache: a config reload (Caddy's /load, as
+// `caddy reload` does) keeps the DSHT node (no second bind of its socket)
+// and the cache (a cached object is still a hit).
+func TestProxyReloadKeepsNodeAndCache(t *testing.T) {
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Write([]byte("kept"))
+	})
+	port := 9180 + int(testProxyPort.Add(1))
+	dir := t.TempDir()
+	tester := caddytest.NewTester(t)
+	tester.InitServer(proxyConfig(port, dir), "caddyfile")
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	get(t, base, o.coralHost(), "/k")
+	nodeKey := fmt.Sprintf("127.0.3.50:%d", 4100+port%100)
+	before := pooledNode(nodeKey)
+
+	// Reload with another cache size: same node, same cache.
+	tester.InitServer(proxyConfig(port, dir, "cache_size 512MiB"), "caddyfile")
+	resp, b := get(t, base, o.coralHost(), "/k")
+	if string(b) != "kept" || !strings.Contains(resp.Header.Get("Cache-Status"), "hit") || o.count("/k") != 1 {
+		t.Errorf("after the reload: %q, Cache-Status %q, origin asked %d times", b, resp.Header.Get("Cache-Status"), o.count("/k"))
+	}
+	if after := pooledNode(nodeKey); before == nil || before != after {
+		t.Errorf("the reload replaced the DSHT node")
+	}
+}
+
+func pooledNode(key string) any {
+	var found any
+	nodes.Range(func(k, v any) bool {
+		if k == key {
+			found = v
+		}
+		return true
+	})
+	return found
 }

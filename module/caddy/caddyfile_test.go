@@ -1,0 +1,76 @@
+package coralcaddy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddytest"
+)
+
+// TestCaddyfileAdapt compares `caddy adapt` output with the golden files in
+// testdata/adapt: a Caddyfile, a line of dashes, the expected JSON.
+func TestCaddyfileAdapt(t *testing.T) {
+	files, err := filepath.Glob("testdata/adapt/*.caddyfiletest")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden files: %v", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, want, ok := strings.Cut(string(b), "----------")
+		if !ok {
+			t.Fatalf("%s: no ---------- separator", f)
+		}
+		if !caddytest.CompareAdapt(t, f, in, "caddyfile", strings.TrimSpace(want)) {
+			t.Errorf("%s: adapted JSON differs", f)
+		}
+	}
+}
+
+func TestCaddyfileErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, input, want string
+	}{
+		{"no zone", "coral_proxy", "wrong argument count"},
+		{"two zones", "coral_proxy a.test b.test", "wrong argument count"},
+		{"unknown option", "coral_proxy nyud.test {\n colour blue\n}", `unknown coral_proxy option "colour"`},
+		{"bad size", "coral_proxy nyud.test {\n cache_size lots\n}", "not a size"},
+		{"zero size", "coral_proxy nyud.test {\n cache_size 0\n}", "not a size"},
+		{"bad prefix", "coral_proxy nyud.test {\n allow_origins 10.0.0.0/33\n}", "not a prefix"},
+		{"no prefix", "coral_proxy nyud.test {\n allow_origins\n}", "at least one"},
+		{"bad scheme", "coral_proxy nyud.test {\n origin_scheme ftp\n}", "want http, https or auto"},
+		{"bad duration", "coral_proxy nyud.test {\n min_ttl soon\n}", "not a duration"},
+		{"bad peer", "coral_proxy nyud.test {\n peer_address here\n}", "not IP:PORT"},
+		{"two args", "coral_proxy nyud.test {\n cache_dir a b\n}", "takes one argument"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var h Handler
+			err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, input, want string
+	}{
+		{"no listen", "coral {\n}", "listen IP:PORT is required"},
+		{"levels up", "coral {\n listen 127.0.0.2:4000\n levels 20ms 60ms\n}", "must decrease"},
+		{"level 0 pin", "coral {\n listen 127.0.0.2:4000\n cluster 0 x\n}", "must be a number 1..n"},
+		{"pin twice", "coral {\n listen 127.0.0.2:4000\n cluster 1 x\n cluster 1 y\n}", "given twice"},
+		{"unknown", "coral {\n listen 127.0.0.2:4000\n colour blue\n}", `unknown coral option "colour"`},
+		{"empty bootstrap", "coral {\n listen 127.0.0.2:4000\n bootstrap\n}", "at least one"},
+	} {
+		t.Run("global "+tc.name, func(t *testing.T) {
+			_, err := parseGlobalCoral(caddyfile.NewTestDispenser(tc.input), nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
