@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -141,5 +143,73 @@ func TestFlashCrowdAcrossProxies(t *testing.T) {
 	t.Logf("where the bytes came from: %v", kinds)
 	if kinds[`detail="origin"`] == len(proxies)*len(objects) {
 		t.Errorf("no proxy used a peer")
+	}
+}
+
+// TestPeerKilledMidTransfer: when the peer a proxy is copying from dies
+// mid-body, the client gets a clean abort, never a short body that looks
+// complete, and the next request succeeds from the origin.
+func TestPeerKilledMidTransfer(t *testing.T) {
+	proxies := startTestProxies(t, 2)
+	half := bytes.Repeat([]byte("p"), 256<<10)
+	var gated sync.Once
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(2*len(half)))
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Write(half)
+		w.(http.Flusher).Flush()
+		first := false
+		gated.Do(func() { first = true })
+		if first {
+			<-o.gate // the first fetch (P0's) stalls halfway
+		}
+		w.Write(half)
+	})
+	defer close(o.gate)
+	ask := func(p *testProxy) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/file", nil)
+		req.Host = o.coralHost()
+		return http.DefaultClient.Do(req)
+	}
+	// P0 starts the download from the origin; its client reads half.
+	r0, err := ask(proxies[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r0.Body.Close()
+	if _, err := io.ReadFull(r0.Body, make([]byte, len(half))); err != nil {
+		t.Fatal(err)
+	}
+	// P1 finds P0 through the DSHT and copies from it.
+	r1, err := ask(proxies[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Body.Close()
+	if !strings.Contains(r1.Header.Get("Cache-Status"), "peer") {
+		t.Fatalf("P1 did not use its peer: %q", r1.Header.Get("Cache-Status"))
+	}
+	if _, err := io.ReadFull(r1.Body, make([]byte, len(half))); err != nil {
+		t.Fatal(err)
+	}
+	// P0 dies mid-transfer.
+	proxies[0].srv.CloseClientConnections()
+	proxies[0].srv.Close()
+	rest, err := io.ReadAll(r1.Body)
+	if err == nil && len(rest) == len(half) {
+		t.Fatal("P1's client got the whole body from a dead peer")
+	}
+	if err == nil {
+		t.Errorf("P1's client saw a clean end after %d more bytes: a truncated body presented as complete", len(rest))
+	}
+	// The next request at P1 goes to the origin and is whole.
+	r2, err := ask(proxies[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Body.Close()
+	all, err := io.ReadAll(r2.Body)
+	if err != nil || len(all) != 2*len(half) {
+		t.Errorf("retry at P1: %d bytes, %v, Cache-Status %q", len(all), err, r2.Header.Get("Cache-Status"))
 	}
 }

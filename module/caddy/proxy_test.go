@@ -324,3 +324,54 @@ func pooledNode(key string) any {
 	})
 	return found
 }
+
+// TestProxyJoinerGetsBytesAtOnce: a client that joins a download in
+// progress gets the bytes already fetched while the origin is still
+// holding back the rest.
+func TestProxyJoinerGetsBytesAtOnce(t *testing.T) {
+	first := bytes.Repeat([]byte("a"), 64<<10)
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(2*len(first)))
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Write(first)
+		w.(http.Flusher).Flush()
+		<-o.gate
+		w.Write(first)
+	})
+	_, base := startProxy(t)
+	open := func() (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, base+"/slow", nil)
+		req.Host = o.coralHost()
+		return http.DefaultClient.Do(req)
+	}
+	a, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Body.Close()
+	if _, err := io.ReadFull(a.Body, make([]byte, len(first))); err != nil {
+		t.Fatal(err)
+	}
+	// The origin is blocked now. A second client joins and must get the
+	// first part without waiting for the origin.
+	b, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Body.Close()
+	got := make([]byte, len(first))
+	if _, err := io.ReadFull(b.Body, got); err != nil || !bytes.Equal(got, first) {
+		t.Fatalf("joiner: %v", err)
+	}
+	if !strings.Contains(b.Header.Get("Cache-Status"), "collapsed") {
+		t.Errorf("joiner's Cache-Status %q", b.Header.Get("Cache-Status"))
+	}
+	close(o.gate)
+	rest, err := io.ReadAll(b.Body)
+	if err != nil || len(rest) != len(first) {
+		t.Errorf("joiner's rest: %d bytes, %v", len(rest), err)
+	}
+	if n := o.count("/slow"); n != 1 {
+		t.Errorf("origin asked %d times", n)
+	}
+}
