@@ -197,6 +197,7 @@ func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard origi
 		logger:    h.logger,
 		selfAddr:  h.selfAddr,
 		userAgent: proxyVersion,
+		zone:      h.Zone,
 		inflight:  make(map[string]*download),
 		guard:     guard,
 	}

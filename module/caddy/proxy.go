@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +63,7 @@ type engine struct {
 	logger    *zap.Logger
 	selfAddr  func() netip.AddrPort // this proxy's HTTP address, for references
 	userAgent string
+	zone      string // the alias zone, for Coralizing redirects
 	guard     originGuard
 	// httpsHosts remembers origins that redirected http to https, so later
 	// fetches go to https at once.
@@ -185,10 +187,11 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 	self := e.selfAddr()
 	dhtKey := coraldht.KeyFor(fr.key)
 	now := time.Now()
+	loop := e.coralizeRedirect(fr, resp)
 	policy := e.policy.ForRequest(fr.header)
 	ok, _ := policy.Storable(fr.header, resp.StatusCode, resp.Header)
 	transient := resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests
-	if !ok || transient {
+	if !ok || transient || loop {
 		d.direct = resp
 		return
 	}
@@ -499,4 +502,36 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 		d.source = "origin"
 		e.keep(fr, d, resp, "origin", readyOnce)
 	}
+}
+
+// coralizeRedirect rewrites an absolute redirect to the origin's own host
+// into its Coralized form, so the client stays on Coral. A redirect that
+// would come back to the very URL being fetched (a loop through the
+// Coralized name) keeps the origin's Location, which takes the client to
+// the origin directly, and is not cached: loop reports it.
+func (e *engine) coralizeRedirect(fr fetchRequest, resp *http.Response) (loop bool) {
+	if !isRedirect(resp.StatusCode) || e.zone == "" {
+		return false
+	}
+	u, err := url.Parse(resp.Header.Get("Location"))
+	if err != nil || !u.IsAbs() || !strings.EqualFold(u.Hostname(), fr.host) || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	port := 0
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return false
+		}
+		if !(u.Scheme == "http" && n == 80 || u.Scheme == "https" && n == 443) {
+			port = n
+		}
+	}
+	coral := "http://" + CoralizeHost(strings.ToLower(u.Hostname()), port, e.zone) + u.RequestURI()
+	self := "http://" + CoralizeHost(fr.host, fr.port, e.zone) + fr.uri
+	if coral == self {
+		return true
+	}
+	resp.Header.Set("Location", coral)
+	return false
 }

@@ -48,6 +48,11 @@ func (o *countingOrigin) count(path string) int {
 	return o.requests[path]
 }
 
+func (o *countingOrigin) port() string {
+	_, port, _ := net.SplitHostPort(o.Listener.Addr().String())
+	return port
+}
+
 // coralHost is the Coralized host name of the origin.
 func (o *countingOrigin) coralHost() string {
 	_, port, _ := net.SplitHostPort(o.Listener.Addr().String())
@@ -373,5 +378,49 @@ func TestProxyJoinerGetsBytesAtOnce(t *testing.T) {
 	}
 	if n := o.count("/slow"); n != 1 {
 		t.Errorf("origin asked %d times", n)
+	}
+}
+
+// TestProxyRedirects: an absolute redirect to the origin's host is
+// Coralized; one that would loop back to the same Coralized URL is passed
+// on as the origin sent it and not cached.
+func TestProxyRedirects(t *testing.T) {
+	var o *countingOrigin
+	o = newCountingOrigin(t, func(_ *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/moved":
+			http.Redirect(w, r, o.URL+"/new?x=1", http.StatusMovedPermanently)
+		case "/self":
+			// A CDN-unaware site sending its visitors back to "itself".
+			w.Header().Set("Location", "http://127.0.0.1:"+o.port()+"/self")
+			w.WriteHeader(http.StatusFound)
+		}
+	})
+	_, base := startProxy(t)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, _ := http.NewRequest(http.MethodGet, base+"/moved", nil)
+	req.Host = o.coralHost()
+	resp, err := noFollow.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if want := "http://" + o.coralHost() + "/new?x=1"; resp.Header.Get("Location") != want {
+		t.Errorf("Location %q, want %q", resp.Header.Get("Location"), want)
+	}
+	for range 2 {
+		req, _ = http.NewRequest(http.MethodGet, base+"/self", nil)
+		req.Host = o.coralHost()
+		resp, err = noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if strings.Contains(resp.Header.Get("Location"), "nyud.test") {
+			t.Errorf("a self-redirect was Coralized into a loop: %q", resp.Header.Get("Location"))
+		}
+	}
+	if n := o.count("/self"); n != 2 {
+		t.Errorf("the looping redirect was cached (origin asked %d times)", n)
 	}
 }
