@@ -191,6 +191,13 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 	policy := e.policy.ForRequest(fr.header)
 	ok, _ := policy.Storable(fr.header, resp.StatusCode, resp.Header)
 	transient := resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests
+	// Vary: the proxy asks origins for the identity encoding, so Vary on
+	// Accept-Encoding changes nothing; any other Vary would need a copy per
+	// variant, which this cache does not keep yet, so such responses are
+	// passed through uncached rather than served to the wrong clients.
+	if !varyOnlyEncoding(resp.Header) {
+		ok = false
+	}
 	if !ok || transient || loop {
 		d.direct = resp
 		return
@@ -534,4 +541,18 @@ func (e *engine) coralizeRedirect(fr fetchRequest, resp *http.Response) (loop bo
 	}
 	resp.Header.Set("Location", coral)
 	return false
+}
+
+// varyOnlyEncoding reports whether the response varies on nothing but
+// Accept-Encoding.
+func varyOnlyEncoding(h http.Header) bool {
+	for _, v := range h.Values("Vary") {
+		for _, f := range strings.Split(v, ",") {
+			f = strings.TrimSpace(f)
+			if f != "" && !strings.EqualFold(f, "Accept-Encoding") {
+				return false
+			}
+		}
+	}
+	return true
 }

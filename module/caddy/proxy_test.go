@@ -424,3 +424,19 @@ func TestProxyRedirects(t *testing.T) {
 		t.Errorf("the looping redirect was cached (origin asked %d times)", n)
 	}
 }
+
+// TestProxyVary: a response that varies on a request header other than
+// Accept-Encoding is never served from cache to another client.
+func TestProxyVary(t *testing.T) {
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Vary", "Accept-Language")
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Write([]byte("lang=" + r.Header.Get("Accept-Language")))
+	})
+	_, base := startProxy(t)
+	_, fr := get(t, base, o.coralHost(), "/v", "Accept-Language", "fr")
+	_, de := get(t, base, o.coralHost(), "/v", "Accept-Language", "de")
+	if string(fr) != "lang=fr" || string(de) != "lang=de" {
+		t.Errorf("fr %q, de %q", fr, de)
+	}
+}
