@@ -101,6 +101,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.key = a.Listen
 	a.entry = val.(*nodeEntry)
+	registerApp(a)
 	if a.entry.ident != ident {
 		// The pool holds the node from the previous configuration, whose
 		// socket this one would need: node settings change only on restart.
@@ -218,6 +219,7 @@ func (a *App) Stop() error { return nil }
 
 // Cleanup releases this configuration's reference to the node.
 func (a *App) Cleanup() error {
+	unregisterApp(a)
 	if a.key == "" {
 		return nil
 	}

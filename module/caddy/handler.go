@@ -75,6 +75,7 @@ type Handler struct {
 	store    *diskcache.Store
 	storeKey string
 	eng      *engine
+	metrics  *proxyMetrics
 	logger   *zap.Logger
 }
 
@@ -173,6 +174,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if peerAddr.IsValid() {
 		h.eng.peerAddr.Store(&peerAddr)
 	}
+	if h.metrics, err = newProxyMetrics(ctx.GetMetricsRegistry(), h.app, h.store); err != nil {
+		return err
+	}
+	h.eng.metrics = h.metrics
+	registerProxy(h)
 	return nil
 }
 
@@ -261,6 +267,8 @@ func (h *Handler) Validate() error {
 
 // Cleanup releases this configuration's hold on the cache.
 func (h *Handler) Cleanup() error {
+	unregisterProxy(h)
+	h.metrics.release()
 	if h.storeKey == "" {
 		return nil
 	}
@@ -270,6 +278,20 @@ func (h *Handler) Cleanup() error {
 
 // ServeHTTP serves a Coralized request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	mw := &metricsWriter{ResponseWriter: w}
+	acct := &requestAccount{cacheStatus: "refused", source: "none"}
+	defer func() { h.metrics.request(acct.cacheStatus, acct.source, mw.n) }()
+	return h.serve(mw, r, acct)
+}
+
+// requestAccount is what a request is counted as in the metrics.
+type requestAccount struct{ cacheStatus, source string }
+
+func (a *requestAccount) set(cacheStatus, source string) {
+	a.cacheStatus, a.source = cacheStatus, source
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAccount) error {
 	origin, port, err := ParseCoralized(r.Host, h.Zone)
 	switch {
 	case errors.Is(err, ErrNotCoralized):
@@ -304,10 +326,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			m := rd.Meta()
 			if !rd.Complete() {
 				// Being downloaded right now: join it.
+				acct.set("collapsed", m.Extra["source"])
 				return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", m.Extra["source"])
 			}
 			if time.Now().Before(m.Expires) {
 				h.eng.refs.touch(key)
+				acct.set("hit", "local")
 				return h.serveStored(w, r, rd, "hit", "local")
 			}
 			rd.Close()
@@ -317,11 +341,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			if swr, _ := StaleWindows(m.Header); time.Since(m.Expires) < swr {
 				h.eng.startDownload(fr)
 				if rd, ok := h.store.GetContext(r.Context(), key); ok {
+					acct.set("stale", "local")
 					return h.serveStored(w, r, rd, "hit; fwd=stale", "stale-while-revalidate")
 				}
 			}
 			d, started := h.eng.startDownload(fr)
-			return h.afterDownload(w, r, fr, d, started)
+			return h.afterDownload(w, r, fr, d, started, acct)
 		}
 	}
 	if onlyIfCached {
@@ -335,6 +360,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			case <-d.ready:
 				if d.err == nil && d.direct == nil {
 					if rd, ok := h.store.GetContext(r.Context(), key); ok {
+						acct.set("collapsed", d.source)
 						return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", d.source)
 					}
 				}
@@ -347,12 +373,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return caddyhttp.Error(http.StatusGatewayTimeout, errors.New("not in this proxy's cache (only-if-cached)"))
 	}
 	d, started := h.eng.startDownload(fr)
-	return h.afterDownload(w, r, fr, d, started)
+	return h.afterDownload(w, r, fr, d, started, acct)
 }
 
 // afterDownload waits for a download (or revalidation) to have something
 // to serve, and serves it.
-func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRequest, d *download, started bool) error {
+func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRequest, d *download, started bool, acct *requestAccount) error {
 	key := fr.key
 	select {
 	case <-d.ready:
@@ -365,12 +391,20 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 			return caddyhttp.Error(http.StatusBadGateway, errors.New("the cached copy went away"))
 		}
 		if d.revalidated {
+			acct.set("hit", "local")
 			return h.serveStored(w, r, rd, "hit; fwd=stale; fwd-status=304", "revalidated")
 		}
+		acct.set("stale", "local")
 		return h.serveStored(w, r, rd, "hit; fwd=stale", "stale")
 	}
 	if d.err != nil {
+		acct.set("miss", "none")
 		return caddyhttp.Error(http.StatusBadGateway, d.err)
+	}
+	if started {
+		acct.set("miss", d.source)
+	} else {
+		acct.set("collapsed", d.source)
 	}
 	if d.direct != nil {
 		if !started {

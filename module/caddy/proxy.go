@@ -69,7 +69,8 @@ type engine struct {
 	// fetches go to https at once.
 	httpsHosts sync.Map
 	// refs renews the long-lived references of requested objects.
-	refs *refTable
+	refs    *refTable
+	metrics *proxyMetrics
 	// peerAddr is this proxy's HTTP address for references: configured, or
 	// learned from the first request.
 	peerAddr atomic.Pointer[netip.AddrPort]
@@ -240,6 +241,7 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 		return
 	}
 	meta.Size = n
+	recordFetch(meta.Extra["url"], source, resp.StatusCode, n, time.Since(now))
 	if err := w.Commit(meta); err != nil {
 		e.logger.Warn("cache commit failed", zap.Error(err))
 		return
@@ -323,13 +325,16 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 	req.Header.Set("Via", "1.1 coral")
 	resp, err := e.peer.Do(req)
 	if err != nil {
+		e.metrics.peerFetch(fetchOutcome(0, err))
 		return nil, err
 	}
 	if resp.StatusCode == http.StatusGatewayTimeout {
 		// only-if-cached and not cached (a real 504 is never cached).
+		e.metrics.peerFetch("not_cached")
 		resp.Body.Close()
 		return nil, errors.New("peer does not have it")
 	}
+	e.metrics.peerFetch("ok")
 	resp.Header.Del("Cache-Status")
 	return resp, nil
 }
@@ -346,6 +351,7 @@ func (e *engine) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Re
 // request header (validators for a revalidation).
 func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjust func(http.Header)) (*http.Response, error) {
 	if down, until := e.failures.down(fr.host); down {
+		e.metrics.originFetch("backoff")
 		return nil, fmt.Errorf("origin %s unreachable; not retrying before %s", fr.host, until.Format(time.RFC3339))
 	}
 	scheme := fr.scheme
@@ -363,6 +369,11 @@ func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjus
 			adjust(req.Header)
 		}
 		resp, err := e.origin.Do(req)
+		status := 0
+		if err == nil {
+			status = resp.StatusCode
+		}
+		e.metrics.originFetch(fetchOutcome(status, err))
 		if err != nil {
 			if isConnectFailure(err) && !errors.Is(err, errOriginForbidden) {
 				e.failures.failed(fr.host)

@@ -1,0 +1,450 @@
+package coralcaddy
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
+)
+
+func init() {
+	caddy.RegisterModule(AdminAPI{})
+}
+
+// AdminAPI is the admin API module "admin.api.coral". Caddy loads every
+// registered admin.api.* module into its admin server, so it needs no
+// configuration. It serves, on the admin address:
+//
+//	GET /coral/status   the DSHT node, its levels and counters, the caches
+//	                    and the most recent origin and peer fetches
+//	GET /coral/cache    the objects of a cache, in pages:
+//	                    ?limit=N (default 100, at most 1000),
+//	                    ?after=KEY (the previous page's "next"),
+//	                    ?dir=DIR (which cache; default the newest)
+//
+// It finds the running coral app and coral_proxy handlers through a
+// package-level registry that their Provision and Cleanup update.
+type AdminAPI struct{}
+
+// CaddyModule returns the Caddy module information.
+func (AdminAPI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "admin.api.coral", New: func() caddy.Module { return new(AdminAPI) }}
+}
+
+// Routes implements caddy.AdminRouter.
+func (a *AdminAPI) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{
+		{Pattern: "/coral/status", Handler: caddy.AdminHandlerFunc(a.handleStatus)},
+		{Pattern: "/coral/cache", Handler: caddy.AdminHandlerFunc(a.handleCache)},
+	}
+}
+
+// The running apps and handlers, in the order they were provisioned. A
+// reload provisions the new configuration before cleaning up the old one,
+// so for a moment both are here; the newest comes last.
+var adminRegistry struct {
+	mu      sync.Mutex
+	apps    []*App
+	proxies []*Handler
+}
+
+// registerApp makes a provisioned coral app visible to the admin API. Call
+// it at the end of App.Provision, once the node is there.
+func registerApp(a *App) {
+	adminRegistry.mu.Lock()
+	defer adminRegistry.mu.Unlock()
+	if !slices.Contains(adminRegistry.apps, a) {
+		adminRegistry.apps = append(adminRegistry.apps, a)
+	}
+}
+
+// unregisterApp removes the app; call it first thing in App.Cleanup.
+func unregisterApp(a *App) {
+	adminRegistry.mu.Lock()
+	defer adminRegistry.mu.Unlock()
+	adminRegistry.apps = slices.DeleteFunc(adminRegistry.apps, func(x *App) bool { return x == a })
+}
+
+// registerProxy makes a provisioned coral_proxy handler (its store) visible
+// to the admin API. Call it at the end of Handler.Provision, once h.store
+// is set; the handler's fields must not change afterwards.
+func registerProxy(h *Handler) {
+	adminRegistry.mu.Lock()
+	defer adminRegistry.mu.Unlock()
+	if !slices.Contains(adminRegistry.proxies, h) {
+		adminRegistry.proxies = append(adminRegistry.proxies, h)
+	}
+}
+
+// unregisterProxy removes the handler; call it first thing in
+// Handler.Cleanup, before the store is released.
+func unregisterProxy(h *Handler) {
+	adminRegistry.mu.Lock()
+	defer adminRegistry.mu.Unlock()
+	adminRegistry.proxies = slices.DeleteFunc(adminRegistry.proxies, func(x *Handler) bool { return x == h })
+}
+
+func adminRegistered() (apps []*App, proxies []*Handler) {
+	adminRegistry.mu.Lock()
+	defer adminRegistry.mu.Unlock()
+	return slices.Clone(adminRegistry.apps), slices.Clone(adminRegistry.proxies)
+}
+
+// adminCacheRef is one distinct store and the handlers using it.
+type adminCacheRef struct {
+	dir   string
+	store *diskcache.Store
+	zones []string
+}
+
+// adminCaches lists the distinct stores of the registered handlers,
+// newest first.
+func adminCaches() []adminCacheRef {
+	_, proxies := adminRegistered()
+	var out []adminCacheRef
+	for i := len(proxies) - 1; i >= 0; i-- {
+		h := proxies[i]
+		if h.store == nil {
+			continue
+		}
+		j := slices.IndexFunc(out, func(c adminCacheRef) bool { return c.store == h.store })
+		if j < 0 {
+			dir := h.storeKey
+			if dir == "" {
+				dir = h.CacheDir
+			}
+			out = append(out, adminCacheRef{dir: dir, store: h.store})
+			j = len(out) - 1
+		}
+		if !slices.Contains(out[j].zones, h.Zone) {
+			out[j].zones = append(out[j].zones, h.Zone)
+		}
+	}
+	return out
+}
+
+// Recent fetches: a small ring the download path appends to.
+
+const (
+	recentFetchCount  = 64
+	recentFetchURLMax = 2048
+)
+
+// adminFetch is one recorded fetch.
+type adminFetch struct {
+	Time       time.Time `json:"time"`
+	URL        string    `json:"url"`
+	Source     string    `json:"source"` // origin or peer-l<level>
+	Status     int       `json:"status"` // 0: no response (the error is not kept)
+	Bytes      int64     `json:"bytes"`
+	DurationMS float64   `json:"duration_ms"`
+}
+
+var adminFetchLog struct {
+	mu   sync.Mutex
+	ring [recentFetchCount]adminFetch
+	n    int // fetches recorded in all
+}
+
+// recordFetch notes a finished fetch from an origin or a peer for
+// /coral/status: the URL fetched, where from (origin, peer-l<level>), the
+// response status (0 if there was none), the body bytes received and how
+// long it took. It keeps the last 64, process-wide.
+func recordFetch(url, source string, status int, bytes int64, dur time.Duration) {
+	if len(url) > recentFetchURLMax {
+		url = url[:recentFetchURLMax]
+	}
+	f := adminFetch{Time: time.Now(), URL: url, Source: source, Status: status, Bytes: bytes,
+		DurationMS: float64(dur) / float64(time.Millisecond)}
+	adminFetchLog.mu.Lock()
+	adminFetchLog.ring[adminFetchLog.n%recentFetchCount] = f
+	adminFetchLog.n++
+	adminFetchLog.mu.Unlock()
+}
+
+// adminLastFetches returns the recorded fetches, newest first.
+func adminLastFetches() []adminFetch {
+	adminFetchLog.mu.Lock()
+	defer adminFetchLog.mu.Unlock()
+	k := min(adminFetchLog.n, recentFetchCount)
+	out := make([]adminFetch, 0, k)
+	for i := 1; i <= k; i++ {
+		out = append(out, adminFetchLog.ring[(adminFetchLog.n-i)%recentFetchCount])
+	}
+	return out
+}
+
+// The /coral/status document.
+
+type adminStatus struct {
+	Node          *adminNode   `json:"node"` // null without a coral app
+	Levels        []adminLevel `json:"levels"`
+	DHT           *adminDHT    `json:"dht"`
+	Caches        []adminCache `json:"caches"`
+	RecentFetches []adminFetch `json:"recent_fetches"`
+}
+
+type adminNode struct {
+	ID        string   `json:"id"`
+	Address   string   `json:"address"` // advertised
+	Listen    string   `json:"listen"`
+	Bootstrap []string `json:"bootstrap,omitempty"`
+	Joined    bool     `json:"joined"`
+}
+
+type adminLevel struct {
+	Level          int        `json:"level"`
+	Threshold      string     `json:"threshold"` // RTT bound, "0s" at level 0
+	Cluster        string     `json:"cluster"`   // short cluster ID, "" at level 0
+	ClusterLogSize float64    `json:"cluster_log_size"`
+	Contacts       int        `json:"contacts"`
+	Pinned         bool       `json:"pinned"`
+	Changes        int        `json:"changes"`
+	LastChange     *time.Time `json:"last_change,omitempty"`
+}
+
+type adminDHT struct {
+	RequestsIn     uint64            `json:"requests_in"`
+	RequestsOut    uint64            `json:"requests_out"`
+	RepliesIn      uint64            `json:"replies_in"`
+	RepliesOut     uint64            `json:"replies_out"`
+	Refused        uint64            `json:"refused"`
+	Timeouts       uint64            `json:"timeouts"`
+	Drops          uint64            `json:"drops"`
+	DropsBy        map[string]uint64 `json:"drops_by_reason,omitempty"`
+	Gets           uint64            `json:"gets"`
+	GetHits        uint64            `json:"get_hits"`
+	Puts           uint64            `json:"puts"`
+	PutGets        uint64            `json:"put_gets"`
+	Lookups        uint64            `json:"lookups"`
+	StoredKeys     int               `json:"stored_keys"`
+	StoredValues   int               `json:"stored_values"`
+	Peers          int               `json:"peers"`
+	ClusterRounds  uint64            `json:"cluster_rounds"`
+	ClusterChanges uint64            `json:"cluster_changes"`
+}
+
+type adminCache struct {
+	Dir             string   `json:"dir"`
+	Zones           []string `json:"zones"`
+	Objects         int      `json:"objects"`
+	Bytes           int64    `json:"bytes"`
+	MaxBytes        int64    `json:"max_bytes"`
+	Hits            int64    `json:"hits"`
+	Misses          int64    `json:"misses"`
+	Evictions       int64    `json:"evictions"`
+	EvictedBytes    int64    `json:"evicted_bytes"`
+	InProgress      int      `json:"in_progress"`
+	InProgressBytes int64    `json:"in_progress_bytes"`
+	Readers         int64    `json:"readers"`
+	Commits         int64    `json:"commits"`
+	Aborts          int64    `json:"aborts"`
+	Corrupt         int64    `json:"corrupt"`
+}
+
+func (a *AdminAPI) handleStatus(w http.ResponseWriter, r *http.Request) error {
+	if err := adminOnlyGET(w, r); err != nil {
+		return err
+	}
+	return adminJSON(w, adminBuildStatus())
+}
+
+func adminBuildStatus() adminStatus {
+	st := adminStatus{Levels: []adminLevel{}, Caches: []adminCache{}, RecentFetches: adminLastFetches()}
+	apps, _ := adminRegistered()
+	for i := len(apps) - 1; i >= 0; i-- {
+		a := apps[i]
+		if a.entry == nil || a.entry.node == nil {
+			continue
+		}
+		n := a.entry.node
+		st.Node = &adminNode{ID: n.ID().String(), Address: n.Addr().String(), Listen: a.Listen,
+			Bootstrap: a.Bootstrap, Joined: a.entry.joined.Load()}
+		for _, li := range n.Levels() {
+			al := adminLevel{Level: li.Level, Threshold: li.Threshold.String(), ClusterLogSize: li.Cluster.LogSize,
+				Contacts: li.Contacts, Pinned: li.Pinned, Changes: li.Changes}
+			if !li.Cluster.ID.IsZero() {
+				al.Cluster = li.Cluster.ID.Short()
+			}
+			if !li.LastChange.IsZero() {
+				t := li.LastChange
+				al.LastChange = &t
+			}
+			st.Levels = append(st.Levels, al)
+		}
+		st.DHT = adminDHTSummary(n.Stats())
+		break
+	}
+	for _, c := range adminCaches() {
+		s := c.store.Stats()
+		st.Caches = append(st.Caches, adminCache{
+			Dir: c.dir, Zones: c.zones, Objects: s.Entries, Bytes: s.Bytes, MaxBytes: s.MaxBytes,
+			Hits: s.Hits, Misses: s.Misses, Evictions: s.Evictions, EvictedBytes: s.EvictedBytes,
+			InProgress: s.Writing, InProgressBytes: s.WritingBytes, Readers: s.Readers,
+			Commits: s.Commits, Aborts: s.Aborts, Corrupt: s.Corrupt,
+		})
+	}
+	return st
+}
+
+func adminDHTSummary(s coraldht.Stats) *adminDHT {
+	d := &adminDHT{
+		RequestsIn: s.RequestsIn.Total(), RequestsOut: s.RequestsOut.Total(),
+		RepliesIn: s.RepliesIn.Total(), RepliesOut: s.RepliesOut.Total(),
+		Refused: s.Refused, Timeouts: s.Timeouts,
+		Gets: s.Gets, GetHits: s.GetHits, Puts: s.Puts, PutGets: s.PutGets, Lookups: s.Lookups,
+		StoredKeys: s.StoredKeys, StoredValues: s.StoredValues, Peers: s.Peers,
+		ClusterRounds: s.ClusterRounds, ClusterChanges: s.ClusterChanges,
+	}
+	dr := s.Drops
+	for _, r := range []struct {
+		name string
+		v    uint64
+	}{{"oversize", dr.Oversize}, {"bad_auth", dr.BadAuth}, {"malformed", dr.Malformed}, {"stale", dr.Stale}, {"replay", dr.Replay},
+		{"queue_full", dr.QueueFull}, {"unsolicited", dr.Unsolicited}, {"self", dr.Self}, {"misdirected", dr.Misdirected}} {
+		if r.v == 0 {
+			continue
+		}
+		if d.DropsBy == nil {
+			d.DropsBy = map[string]uint64{}
+		}
+		d.DropsBy[r.name] = r.v
+		d.Drops += r.v
+	}
+	return d
+}
+
+// The /coral/cache document.
+
+const (
+	adminCacheDefaultLimit = 100
+	adminCacheMaxLimit     = 1000
+)
+
+type adminCachePage struct {
+	Dir     string        `json:"dir"`
+	Total   int           `json:"total"` // keys in the cache, complete or being written
+	Objects []adminObject `json:"objects"`
+	// Next is the after= value of the next page; empty on the last page.
+	Next string `json:"next,omitempty"`
+}
+
+type adminObject struct {
+	Key       string     `json:"key"`
+	URL       string     `json:"url,omitempty"`
+	Status    int        `json:"status,omitempty"`
+	Size      int64      `json:"size"` // of the complete version; -1 if there is none yet
+	Source    string     `json:"source,omitempty"`
+	Stored    *time.Time `json:"stored,omitempty"`
+	Expires   *time.Time `json:"expires,omitempty"`
+	LastUsed  *time.Time `json:"last_used,omitempty"`
+	Writing   bool       `json:"writing,omitempty"`
+	Written   int64      `json:"written,omitempty"`
+	WriteSize int64      `json:"write_size,omitempty"` // -1 while unknown
+}
+
+// handleCache lists a cache's objects in key order, which stays put while
+// objects are used, so pages neither repeat nor skip objects that remain
+// cached.
+func (a *AdminAPI) handleCache(w http.ResponseWriter, r *http.Request) error {
+	if err := adminOnlyGET(w, r); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	limit := adminCacheDefaultLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("limit %q: want a positive number", v)}
+		}
+		limit = min(n, adminCacheMaxLimit)
+	}
+	after := q.Get("after")
+	caches := adminCaches()
+	if len(caches) == 0 {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no coral_proxy cache is running")}
+	}
+	c := caches[0]
+	if dir := q.Get("dir"); dir != "" {
+		i := slices.IndexFunc(caches, func(c adminCacheRef) bool { return c.dir == dir })
+		if i < 0 {
+			return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no coral_proxy cache in %q", dir)}
+		}
+		c = caches[i]
+	}
+	return adminJSON(w, adminPageOf(c, after, limit))
+}
+
+func adminPageOf(c adminCacheRef, after string, limit int) adminCachePage {
+	var infos []diskcache.Info
+	c.store.Range(func(in diskcache.Info) bool {
+		infos = append(infos, in)
+		return true
+	})
+	slices.SortFunc(infos, func(a, b diskcache.Info) int { return strings.Compare(a.Key, b.Key) })
+	start := 0
+	if after != "" {
+		start, _ = slices.BinarySearchFunc(infos, after, func(in diskcache.Info, k string) int { return strings.Compare(in.Key, k) })
+		if start < len(infos) && infos[start].Key == after {
+			start++
+		}
+	}
+	end := min(start+limit, len(infos))
+	page := adminCachePage{Dir: c.dir, Total: len(infos), Objects: make([]adminObject, 0, end-start)}
+	for _, in := range infos[start:end] {
+		o := adminObject{Key: in.Key, Size: in.Size, Writing: in.Writing}
+		if in.Writing {
+			o.Written, o.WriteSize = in.Written, in.WriteSize
+		}
+		if !in.LastUsed.IsZero() {
+			t := in.LastUsed
+			o.LastUsed = &t
+		}
+		if m, ok := c.store.Peek(in.Key); ok {
+			o.URL, o.Status, o.Source = m.Extra["url"], m.Status, m.Extra["source"]
+			if !m.Stored.IsZero() {
+				t := m.Stored
+				o.Stored = &t
+			}
+			if !m.Expires.IsZero() {
+				t := m.Expires
+				o.Expires = &t
+			}
+		}
+		page.Objects = append(page.Objects, o)
+	}
+	if end < len(infos) && end > start {
+		page.Next = infos[end-1].Key
+	}
+	return page
+}
+
+func adminOnlyGET(w http.ResponseWriter, r *http.Request) error {
+	if r.Method == http.MethodGet {
+		return nil
+	}
+	w.Header().Set("Allow", http.MethodGet)
+	return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed; use GET", r.Method)}
+}
+
+func adminJSON(w http.ResponseWriter, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
+	}
+	return nil
+}
+
+// Interface guards.
+var (
+	_ caddy.Module      = (*AdminAPI)(nil)
+	_ caddy.AdminRouter = (*AdminAPI)(nil)
+)

@@ -1,0 +1,450 @@
+package coralcaddy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Prometheus metrics of the coral_proxy handler and the coral app, all
+// named caddy_coral_*. They go on the metrics registry of the Caddy context
+// that provisions the handler (ctx.GetMetricsRegistry()), which Caddy serves
+// at /metrics of the admin API and through the metrics handler. Caddy makes
+// a new registry for every configuration load, so:
+//
+//   - The counters are package-level, created once, and registered on each
+//     new registry: their values survive configuration reloads.
+//   - The gauges and the DSHT node's counters are read at scrape time by
+//     one collector per registry, which every handler provisioned in that
+//     configuration adds its store (and the app's node) to.
+//
+// Registering on a registry that already has them (two coral_proxy
+// handlers in one configuration) reuses what is there, so it never panics.
+
+// Label values. Anything else passed to the proxyMetrics methods is counted
+// as "other", so a caller's mistake cannot grow the label sets without
+// bound.
+const (
+	// cache_status of requests_total.
+	metricHit       = "hit"       // served fresh from the local cache
+	metricMiss      = "miss"      // fetched (from a peer or the origin) for this request
+	metricCollapsed = "collapsed" // joined a download already under way
+	metricStale     = "stale"     // served stale (origin unreachable, stale-if-error, ...)
+	metricRefused   = "refused"   // refused: not Coralized, forbidden origin, method, only-if-cached miss
+
+	// source of requests_total and bytes_served_total (also "peer-l<level>").
+	metricLocal  = "local"
+	metricOrigin = "origin"
+	metricNone   = "none" // no body came from anywhere (refusals, errors)
+
+	// outcome of origin_fetches_total and peer_fetches_total.
+	metricOK        = "ok"         // a response to use (origin: status < 400)
+	metricHTTPError = "http_error" // origin: a response with status >= 400
+	metricNotCached = "not_cached" // peer: 504 to only-if-cached
+	metricTimeout   = "timeout"    // connect or response-header timeout
+	metricForbidden = "forbidden"  // origin: the address guard refused it
+	metricBackoff   = "backoff"    // origin: recently unreachable; not tried
+	metricError     = "error"      // any other failure
+
+	metricOther = "other"
+)
+
+const metricNamespace, metricSubsystem = "caddy", "coral"
+
+var (
+	coralRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNamespace,
+		Subsystem: metricSubsystem,
+		Name:      "requests_total",
+		Help:      "Requests handled by coral_proxy, by cache status (hit, miss, collapsed, stale, refused) and where the body came from (local, peer-l<level>, origin, none).",
+	}, []string{"cache_status", "source"})
+
+	coralOriginFetches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNamespace,
+		Subsystem: metricSubsystem,
+		Name:      "origin_fetches_total",
+		Help:      "Fetches from origin servers by outcome (ok, http_error, timeout, forbidden, backoff, error).",
+	}, []string{"outcome"})
+
+	coralPeerFetches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNamespace,
+		Subsystem: metricSubsystem,
+		Name:      "peer_fetches_total",
+		Help:      "Fetches from peer proxies by outcome (ok, not_cached, timeout, error).",
+	}, []string{"outcome"})
+
+	coralBytesServed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNamespace,
+		Subsystem: metricSubsystem,
+		Name:      "bytes_served_total",
+		Help:      "Response body bytes sent to clients and peers, by where they came from (local, peer-l<level>, origin).",
+	}, []string{"source"})
+)
+
+func metricDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(metricNamespace, metricSubsystem, name), help, labels, nil)
+}
+
+// Read at scrape time from the stores' Stats, summed over the distinct
+// stores of the configuration's coral_proxy handlers (normally one).
+var (
+	descCacheBytes     = metricDesc("cache_bytes", "Bytes of complete objects in the disk cache (bodies and metadata).")
+	descCacheMaxBytes  = metricDesc("cache_max_bytes", "Configured bound of the disk cache in bytes.")
+	descCacheObjects   = metricDesc("cache_objects", "Complete objects in the disk cache.")
+	descDownloads      = metricDesc("downloads_in_progress", "Objects being written into the disk cache.")
+	descCacheEvictions = metricDesc("cache_evictions_total", "Complete objects evicted from the disk cache for room.")
+)
+
+// The DSHT node's Stats, the shape of the CoreDNS plugin's
+// coredns_coral_dht_* metrics.
+var (
+	descDHTMessages   = metricDesc("dht_messages_total", "DSHT datagrams by direction (in, out), kind (request, reply) and message type.", "node", "direction", "kind", "type")
+	descDHTDrops      = metricDesc("dht_drops_total", "DSHT datagrams dropped without a reply, by reason.", "node", "reason")
+	descDHTTimeouts   = metricDesc("dht_timeouts_total", "DSHT RPCs that went unanswered.", "node")
+	descDHTRefused    = metricDesc("dht_refused_total", "DSHT requests answered with a refusal.", "node")
+	descDHTLookups    = metricDesc("dht_lookups_total", "DSHT lookups run by this node (per level).", "node")
+	descDHTStored     = metricDesc("dht_stored_values", "Values this node stores for others.", "node")
+	descDHTKeys       = metricDesc("dht_stored_keys", "Distinct keys this node stores values for.", "node")
+	descDHTContacts   = metricDesc("dht_routing_table_contacts", "Routing-table contacts by level.", "node", "level")
+	descDHTClusterLog = metricDesc("dht_cluster_log2_size", "Estimated log2 size of this node's cluster by level.", "node", "level")
+	descDHTChanges    = metricDesc("dht_cluster_changes_total", "Cluster changes (joins and splits) over all levels.", "node")
+	descDHTJoined     = metricDesc("dht_joined", "1 once the node has joined the network.", "node")
+)
+
+var coralDescs = []*prometheus.Desc{
+	descCacheBytes, descCacheMaxBytes, descCacheObjects, descDownloads, descCacheEvictions,
+	descDHTMessages, descDHTDrops, descDHTTimeouts, descDHTRefused, descDHTLookups, descDHTStored,
+	descDHTKeys, descDHTContacts, descDHTClusterLog, descDHTChanges, descDHTJoined,
+}
+
+// coralCollector reads the gauges and the DSHT counters at scrape time.
+// There is one per registry; the handlers and apps of the configuration
+// add what they own to it and remove it on cleanup.
+type coralCollector struct {
+	mu     sync.Mutex
+	stores map[*diskcache.Store]int // reference counts
+	apps   map[*App]int
+}
+
+func newCoralCollector() *coralCollector {
+	return &coralCollector{stores: map[*diskcache.Store]int{}, apps: map[*App]int{}}
+}
+
+// Describe implements prometheus.Collector.
+func (c *coralCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range coralDescs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	stores := make([]*diskcache.Store, 0, len(c.stores))
+	for s := range c.stores {
+		stores = append(stores, s)
+	}
+	apps := make([]*App, 0, len(c.apps))
+	for a := range c.apps {
+		apps = append(apps, a)
+	}
+	c.mu.Unlock()
+
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+
+	if len(stores) > 0 {
+		var sum diskcache.Stats
+		for _, s := range stores {
+			st := s.Stats()
+			sum.Bytes += st.Bytes
+			sum.MaxBytes += st.MaxBytes
+			sum.Entries += st.Entries
+			sum.Writing += st.Writing
+			sum.Evictions += st.Evictions
+		}
+		gauge(descCacheBytes, float64(sum.Bytes))
+		gauge(descCacheMaxBytes, float64(sum.MaxBytes))
+		gauge(descCacheObjects, float64(sum.Entries))
+		gauge(descDownloads, float64(sum.Writing))
+		counter(descCacheEvictions, float64(sum.Evictions))
+	}
+
+	seen := map[*coraldht.Node]bool{}
+	for _, a := range apps {
+		e := a.entry
+		if e == nil || e.node == nil || seen[e.node] {
+			continue
+		}
+		seen[e.node] = true
+		collectNode(e.node, e.joined.Load(), counter, gauge)
+	}
+}
+
+// collectNode exports one node's Stats and Levels.
+func collectNode(n *coraldht.Node, joined bool, counter, gauge func(*prometheus.Desc, float64, ...string)) {
+	node := n.Addr().String()
+	s := n.Stats()
+	for _, m := range []struct {
+		dir, kind string
+		c         coraldht.MessageCounts
+	}{{"in", "request", s.RequestsIn}, {"out", "request", s.RequestsOut}, {"in", "reply", s.RepliesIn}, {"out", "reply", s.RepliesOut}} {
+		for _, t := range []struct {
+			name string
+			v    uint64
+		}{{"ping", m.c.Ping}, {"find_node", m.c.FindNode}, {"get", m.c.Get}, {"put_probe", m.c.PutProbe}, {"store", m.c.Store}, {"members", m.c.Members}} {
+			counter(descDHTMessages, float64(t.v), node, m.dir, m.kind, t.name)
+		}
+	}
+	d := s.Drops
+	for _, r := range []struct {
+		name string
+		v    uint64
+	}{{"oversize", d.Oversize}, {"bad_auth", d.BadAuth}, {"malformed", d.Malformed}, {"stale", d.Stale}, {"replay", d.Replay},
+		{"queue_full", d.QueueFull}, {"unsolicited", d.Unsolicited}, {"self", d.Self}, {"misdirected", d.Misdirected}} {
+		counter(descDHTDrops, float64(r.v), node, r.name)
+	}
+	counter(descDHTTimeouts, float64(s.Timeouts), node)
+	counter(descDHTRefused, float64(s.Refused), node)
+	counter(descDHTLookups, float64(s.Lookups), node)
+	gauge(descDHTStored, float64(s.StoredValues), node)
+	gauge(descDHTKeys, float64(s.StoredKeys), node)
+	counter(descDHTChanges, float64(s.ClusterChanges), node)
+	for _, li := range n.Levels() {
+		l := strconv.Itoa(li.Level)
+		gauge(descDHTContacts, float64(li.Contacts), node, l)
+		gauge(descDHTClusterLog, li.Cluster.LogSize, node, l)
+	}
+	j := 0.0
+	if joined {
+		j = 1
+	}
+	gauge(descDHTJoined, j, node)
+}
+
+// registerCollector registers c on reg, or returns what reg already has in
+// its place: the same collector (or an equal one) registered twice is not
+// an error.
+func registerCollector[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
+}
+
+// proxyMetrics is one handler's (or app's) hold on the metrics of its
+// configuration's registry. A nil *proxyMetrics does nothing, so handlers
+// built without Caddy (tests) need none.
+type proxyMetrics struct {
+	coll  *coralCollector
+	store *diskcache.Store
+	app   *App
+
+	releaseOnce sync.Once
+}
+
+// newProxyMetrics registers the coral metrics on reg (the Caddy context's
+// ctx.GetMetricsRegistry()) and adds store and app's node to what is read
+// at scrape time; either may be nil. With a nil reg it returns nil, which
+// counts nothing. Call release when the handler (or app) is cleaned up.
+func newProxyMetrics(reg prometheus.Registerer, app *App, store *diskcache.Store) (*proxyMetrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	for _, c := range []*prometheus.CounterVec{coralRequests, coralOriginFetches, coralPeerFetches, coralBytesServed} {
+		if _, err := registerCollector(reg, c); err != nil {
+			return nil, fmt.Errorf("coral metrics: %w", err)
+		}
+	}
+	coll, err := registerCollector(reg, newCoralCollector())
+	if err != nil {
+		return nil, fmt.Errorf("coral metrics: %w", err)
+	}
+	m := &proxyMetrics{coll: coll, store: store, app: app}
+	coll.mu.Lock()
+	if store != nil {
+		coll.stores[store]++
+	}
+	if app != nil {
+		coll.apps[app]++
+	}
+	coll.mu.Unlock()
+	return m, nil
+}
+
+// release removes this handler's store and node from the collector, so a
+// registry that is still scraped does not read a closed store. Safe to
+// call more than once.
+func (m *proxyMetrics) release() {
+	if m == nil {
+		return
+	}
+	m.releaseOnce.Do(func() {
+		c := m.coll
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if m.store != nil {
+			if c.stores[m.store]--; c.stores[m.store] <= 0 {
+				delete(c.stores, m.store)
+			}
+		}
+		if m.app != nil {
+			if c.apps[m.app]--; c.apps[m.app] <= 0 {
+				delete(c.apps, m.app)
+			}
+		}
+	})
+}
+
+// request counts one request: its cache status (hit, miss, collapsed,
+// stale, refused), where its body came from (local, peer-l<level>, origin,
+// none) and the body bytes written (added to bytes_served_total unless the
+// source is none).
+func (m *proxyMetrics) request(cacheStatus, source string, bytes int64) {
+	if m == nil {
+		return
+	}
+	cacheStatus, source = metricCacheStatus(cacheStatus), metricSource(source)
+	coralRequests.WithLabelValues(cacheStatus, source).Inc()
+	if bytes > 0 && source != metricNone {
+		coralBytesServed.WithLabelValues(source).Add(float64(bytes))
+	}
+}
+
+// originFetch counts one fetch from an origin server, by outcome: ok,
+// http_error, timeout, forbidden, backoff or error (fetchOutcome classifies
+// a status and error).
+func (m *proxyMetrics) originFetch(outcome string) {
+	if m == nil {
+		return
+	}
+	switch outcome {
+	case metricOK, metricHTTPError, metricTimeout, metricForbidden, metricBackoff, metricError:
+	default:
+		outcome = metricOther
+	}
+	coralOriginFetches.WithLabelValues(outcome).Inc()
+}
+
+// peerFetch counts one fetch from a peer proxy, by outcome: ok, not_cached
+// (the peer's 504 to only-if-cached), timeout or error.
+func (m *proxyMetrics) peerFetch(outcome string) {
+	if m == nil {
+		return
+	}
+	switch outcome {
+	case metricOK, metricNotCached, metricTimeout, metricError:
+	default:
+		outcome = metricOther
+	}
+	coralPeerFetches.WithLabelValues(outcome).Inc()
+}
+
+// fetchOutcome classifies the result of an origin or peer fetch for
+// originFetch and peerFetch: the response status when err is nil,
+// otherwise the kind of error. Origin backoff is not recognizable from the
+// error; pass "backoff" for it directly.
+func fetchOutcome(status int, err error) string {
+	switch {
+	case err == nil && status >= 400:
+		return metricHTTPError
+	case err == nil:
+		return metricOK
+	case errors.Is(err, errOriginForbidden):
+		return metricForbidden
+	case errors.Is(err, context.DeadlineExceeded):
+		return metricTimeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return metricTimeout
+	}
+	return metricError
+}
+
+func metricCacheStatus(s string) string {
+	switch s {
+	case metricHit, metricMiss, metricCollapsed, metricStale, metricRefused:
+		return s
+	}
+	return metricOther
+}
+
+// metricSource maps a source to its label value: local, origin, none,
+// peer-l0 .. peer-l<MaxLevels-1>; "" is none, anything else other.
+func metricSource(s string) string {
+	switch s {
+	case metricLocal, metricOrigin, metricNone:
+		return s
+	case "":
+		return metricNone
+	}
+	if l, ok := peerSourceLevel(s); ok && l >= 0 && l < coraldht.MaxLevels {
+		return s
+	}
+	return metricOther
+}
+
+// peerSourceLevel parses "peer-l<level>" with a canonical decimal level.
+func peerSourceLevel(s string) (int, bool) {
+	const prefix = "peer-l"
+	if len(s) <= len(prefix) || s[:len(prefix)] != prefix {
+		return 0, false
+	}
+	l, err := strconv.Atoi(s[len(prefix):])
+	if err != nil || strconv.Itoa(l) != s[len(prefix):] {
+		return 0, false
+	}
+	return l, true
+}
+
+// metricsWriter counts the body bytes written through it, for request's
+// bytes. It keeps ReadFrom (so sendfile still works through it) and Flush,
+// and unwraps for http.ResponseController.
+type metricsWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (c *metricsWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *metricsWriter) ReadFrom(r io.Reader) (int64, error) {
+	n, err := io.Copy(c.ResponseWriter, r) // the wrapped writer's ReadFrom, if any
+	c.n += n
+	return n, err
+}
+
+func (c *metricsWriter) Flush() { _ = http.NewResponseController(c.ResponseWriter).Flush() }
+
+func (c *metricsWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// Interface guards.
+var (
+	_ prometheus.Collector = (*coralCollector)(nil)
+	_ io.ReaderFrom        = (*metricsWriter)(nil)
+	_ http.Flusher         = (*metricsWriter)(nil)
+)

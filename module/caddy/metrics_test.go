@@ -1,0 +1,446 @@
+package coralcaddy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// metricsTestNode starts a real DSHT node on a loopback UDP address.
+func metricsTestNode(t *testing.T, addr string) *coraldht.Node {
+	t.Helper()
+	cfg := coraldht.DefaultConfig()
+	cfg.Services = coraldht.ServiceHTTP
+	cfg.HintHops = 0
+	tr, err := coraldht.ListenUDP(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := coraldht.NewNode(cfg, tr)
+	if err != nil {
+		_ = tr.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// metricsTestApp wraps a node in a coral app as Provision would.
+func metricsTestApp(n *coraldht.Node, listen string, joined bool) *App {
+	a := &App{Listen: listen, entry: &nodeEntry{node: n, done: make(chan struct{})}}
+	a.entry.joined.Store(joined)
+	return a
+}
+
+func metricsTestStore(t *testing.T) *diskcache.Store {
+	t.Helper()
+	s, err := diskcache.Open(diskcache.Options{Dir: t.TempDir(), MaxBytes: 64 << 20, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// metricsTestPut stores a complete object.
+func metricsTestPut(t *testing.T, s *diskcache.Store, key, url, body string) {
+	t.Helper()
+	now := time.Now()
+	m := diskcache.Meta{Status: http.StatusOK, Header: http.Header{"Content-Type": {"text/plain"}},
+		Stored: now, Expires: now.Add(time.Hour), Size: int64(len(body)),
+		Extra: map[string]string{"url": url, "source": "origin"}}
+	w, err := s.Create(key, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// metricsTestStart starts a write and leaves it in progress until the test
+// ends.
+func metricsTestStart(t *testing.T, s *diskcache.Store, key, url, part string) {
+	t.Helper()
+	w, err := s.Create(key, diskcache.Meta{Status: http.StatusOK, Header: http.Header{}, Size: -1,
+		Stored: time.Now(), Extra: map[string]string{"url": url, "source": "peer-l1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte(part)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Abort(errors.New("test over")) })
+}
+
+func metricsTestKey(i int) string { return fmt.Sprintf("%040x", i+1) }
+
+// gatherValues gathers reg and returns the value of every sample of the
+// named family, keyed by its labels as "k=v,k=v" in label order.
+func gatherValues(t *testing.T, reg prometheus.Gatherer, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var ls []string
+			for _, lp := range m.GetLabel() {
+				ls = append(ls, lp.GetName()+"="+lp.GetValue())
+			}
+			out[strings.Join(ls, ",")] = metricValue(m)
+		}
+	}
+	return out
+}
+
+// metricsCounterValue is the current value of one counter.
+func metricsCounterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func metricValue(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	}
+	return 0
+}
+
+func TestMetricsCounters(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := newProxyMetrics(reg, nil, nil)
+	if err != nil || m == nil {
+		t.Fatalf("newProxyMetrics: %v, %v", m, err)
+	}
+	defer m.release()
+
+	val := metricsCounterValue
+	hitLocal0 := val(coralRequests.WithLabelValues("hit", "local"))
+	missPeer0 := val(coralRequests.WithLabelValues("miss", "peer-l1"))
+	refused0 := val(coralRequests.WithLabelValues("refused", "none"))
+	other0 := val(coralRequests.WithLabelValues("other", "other"))
+	bytesLocal0 := val(coralBytesServed.WithLabelValues("local"))
+	bytesPeer0 := val(coralBytesServed.WithLabelValues("peer-l1"))
+	bytesNone0 := val(coralBytesServed.WithLabelValues("none"))
+	originOK0 := val(coralOriginFetches.WithLabelValues("ok"))
+	originOther0 := val(coralOriginFetches.WithLabelValues("other"))
+	peerMiss0 := val(coralPeerFetches.WithLabelValues("not_cached"))
+
+	m.request("hit", "local", 100)
+	m.request("hit", "local", 50)
+	m.request("miss", "peer-l1", 7)
+	m.request("refused", "", 300) // no source: counted as none, bytes not served from anywhere
+	m.request("bogus", "peer-l99", 1)
+	m.originFetch("ok")
+	m.originFetch("weird")
+	m.peerFetch("not_cached")
+	m.peerFetch("not_cached")
+
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"hit/local", val(coralRequests.WithLabelValues("hit", "local")) - hitLocal0, 2},
+		{"miss/peer-l1", val(coralRequests.WithLabelValues("miss", "peer-l1")) - missPeer0, 1},
+		{"refused/none", val(coralRequests.WithLabelValues("refused", "none")) - refused0, 1},
+		{"other/other", val(coralRequests.WithLabelValues("other", "other")) - other0, 1},
+		{"bytes local", val(coralBytesServed.WithLabelValues("local")) - bytesLocal0, 150},
+		{"bytes peer-l1", val(coralBytesServed.WithLabelValues("peer-l1")) - bytesPeer0, 7},
+		{"bytes none", val(coralBytesServed.WithLabelValues("none")) - bytesNone0, 0},
+		{"origin ok", val(coralOriginFetches.WithLabelValues("ok")) - originOK0, 1},
+		{"origin other", val(coralOriginFetches.WithLabelValues("other")) - originOther0, 1},
+		{"peer not_cached", val(coralPeerFetches.WithLabelValues("not_cached")) - peerMiss0, 2},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: increased by %v, want %v", c.name, c.got, c.want)
+		}
+	}
+
+	// What the registry serves.
+	got := gatherValues(t, reg, "caddy_coral_requests_total")
+	if got["cache_status=hit,source=local"] < 2 {
+		t.Errorf("registry serves requests_total %v", got)
+	}
+	for _, name := range []string{"caddy_coral_origin_fetches_total", "caddy_coral_peer_fetches_total", "caddy_coral_bytes_served_total"} {
+		if got := gatherValues(t, reg, name); len(got) == 0 {
+			t.Errorf("the registry does not serve %s", name)
+		}
+	}
+
+	// A nil *proxyMetrics counts nothing and does not panic.
+	var nm *proxyMetrics
+	nm.request("hit", "local", 10)
+	nm.originFetch("ok")
+	nm.peerFetch("ok")
+	nm.release()
+	if d := val(coralRequests.WithLabelValues("hit", "local")) - hitLocal0; d != 2 {
+		t.Errorf("a nil proxyMetrics counted: hit/local increased by %v", d)
+	}
+	if m, err := newProxyMetrics(nil, nil, nil); m != nil || err != nil {
+		t.Errorf("newProxyMetrics(nil) = %v, %v; want nil, nil", m, err)
+	}
+}
+
+func TestMetricsLabelValues(t *testing.T) {
+	for in, want := range map[string]string{
+		"local": "local", "origin": "origin", "none": "none", "": "none",
+		"peer-l0": "peer-l0", "peer-l2": "peer-l2", "peer-l7": "peer-l7",
+		"peer-l8": "other", "peer-l-1": "other", "peer-l01": "other", "peer-l": "other", "x": "other",
+	} {
+		if got := metricSource(in); got != want {
+			t.Errorf("metricSource(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for _, s := range []string{"hit", "miss", "collapsed", "stale", "refused"} {
+		if got := metricCacheStatus(s); got != s {
+			t.Errorf("metricCacheStatus(%q) = %q", s, got)
+		}
+	}
+	if got := metricCacheStatus("fwd=uri-miss"); got != "other" {
+		t.Errorf("metricCacheStatus(fwd=uri-miss) = %q, want other", got)
+	}
+
+	timeoutErr := &net.OpError{Op: "dial", Err: os.ErrDeadlineExceeded}
+	for _, c := range []struct {
+		status int
+		err    error
+		want   string
+	}{
+		{200, nil, "ok"},
+		{304, nil, "ok"},
+		{404, nil, "http_error"},
+		{503, nil, "http_error"},
+		{0, fmt.Errorf("dial: %w", errOriginForbidden), "forbidden"},
+		{0, context.DeadlineExceeded, "timeout"},
+		{0, timeoutErr, "timeout"},
+		{0, errors.New("connection refused"), "error"},
+	} {
+		if got := fetchOutcome(c.status, c.err); got != c.want {
+			t.Errorf("fetchOutcome(%d, %v) = %q, want %q", c.status, c.err, got, c.want)
+		}
+	}
+}
+
+// Two handlers in one configuration register on the same registry; a
+// reload gives the next configuration a fresh registry. Neither panics,
+// and the counters carry over.
+func TestMetricsReloadRegistration(t *testing.T) {
+	s1, s2 := metricsTestStore(t), metricsTestStore(t)
+	metricsTestPut(t, s1, metricsTestKey(1), "http://a.example/1", "one")
+	metricsTestPut(t, s2, metricsTestKey(2), "http://b.example/2", "two!")
+
+	reg1 := prometheus.NewPedanticRegistry()
+	m1, err := newProxyMetrics(reg1, nil, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := newProxyMetrics(reg1, nil, s2) // a second handler, another cache
+	if err != nil {
+		t.Fatal(err)
+	}
+	m3, err := newProxyMetrics(reg1, nil, s1) // a third, sharing the first's cache
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m1.coll != m2.coll || m1.coll != m3.coll {
+		t.Fatal("handlers of one registry got different collectors")
+	}
+	if got := gatherValues(t, reg1, "caddy_coral_cache_objects"); got[""] != 2 {
+		t.Errorf("cache_objects over two stores (one shared) = %v, want 2", got)
+	}
+	m1.request("hit", "local", 3)
+	before := metricsCounterValue(coralRequests.WithLabelValues("hit", "local"))
+
+	// Reload: the new configuration's handler on a fresh registry, then the
+	// old configuration's cleanup.
+	reg2 := prometheus.NewPedanticRegistry()
+	n1, err := newProxyMetrics(reg2, nil, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n1.release()
+	m1.release()
+	m1.release() // twice is harmless
+	if got := gatherValues(t, reg1, "caddy_coral_cache_objects"); got[""] != 2 {
+		t.Errorf("after one release of a shared store: cache_objects = %v, want 2", got)
+	}
+	m2.release()
+	m3.release()
+	if got := gatherValues(t, reg1, "caddy_coral_cache_objects"); len(got) != 0 {
+		t.Errorf("the old registry still reads released stores: %v", got)
+	}
+
+	if got := gatherValues(t, reg2, "caddy_coral_cache_objects"); got[""] != 1 {
+		t.Errorf("new registry cache_objects = %v, want 1", got)
+	}
+	if got := gatherValues(t, reg2, "caddy_coral_requests_total"); got["cache_status=hit,source=local"] != before {
+		t.Errorf("counters did not carry over the reload: %v, want hit/local %v", got, before)
+	}
+	n1.request("hit", "local", 3)
+	if got := gatherValues(t, reg2, "caddy_coral_requests_total"); got["cache_status=hit,source=local"] != before+1 {
+		t.Errorf("after the reload: %v, want hit/local %v", got, before+1)
+	}
+
+	// Something else holding one of the names is an error, not a panic.
+	reg3 := prometheus.NewRegistry()
+	reg3.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "caddy_coral_requests_total", Help: "impostor"}))
+	if m, err := newProxyMetrics(reg3, nil, s1); err == nil {
+		m.release()
+		t.Error("registering over a different collector of the same name succeeded")
+	}
+}
+
+// The collector reads a real store and a real DSHT node at scrape time.
+func TestMetricsCollector(t *testing.T) {
+	const addr = "127.0.5.1:4000"
+	node := metricsTestNode(t, addr)
+	pinger := metricsTestNode(t, "127.0.5.2:4000")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := pinger.Ping(ctx, netip.MustParseAddrPort(addr)); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	app := metricsTestApp(node, addr, true)
+
+	store := metricsTestStore(t)
+	metricsTestPut(t, store, metricsTestKey(0), "http://www.example.com/a", "hello")
+	metricsTestPut(t, store, metricsTestKey(1), "http://www.example.com/b", "hello, world")
+	metricsTestStart(t, store, metricsTestKey(2), "http://www.example.com/c", "par")
+
+	reg := prometheus.NewPedanticRegistry()
+	m, err := newProxyMetrics(reg, app, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The app registers too (its node is reported once).
+	ma, err := newProxyMetrics(reg, app, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ma.release()
+
+	st := store.Stats()
+	for name, want := range map[string]float64{
+		"caddy_coral_cache_objects":         2,
+		"caddy_coral_cache_bytes":           float64(st.Bytes),
+		"caddy_coral_cache_max_bytes":       64 << 20,
+		"caddy_coral_downloads_in_progress": 1,
+		"caddy_coral_cache_evictions_total": 0,
+	} {
+		if got := gatherValues(t, reg, name); len(got) != 1 || got[""] != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if st.Bytes < int64(len("hello")+len("hello, world")) {
+		t.Errorf("store reports %d bytes", st.Bytes)
+	}
+
+	nl := "node=" + addr
+	if got := gatherValues(t, reg, "caddy_coral_dht_joined"); len(got) != 1 || got[nl] != 1 {
+		t.Errorf("dht_joined = %v", got)
+	}
+	msgs := gatherValues(t, reg, "caddy_coral_dht_messages_total")
+	if len(msgs) != 4*6 {
+		t.Errorf("dht_messages_total has %d series, want 24: %v", len(msgs), msgs)
+	}
+	s := node.Stats()
+	if got := msgs["direction=in,kind=request,"+nl+",type=ping"]; got < 1 || got > float64(s.RequestsIn.Ping) {
+		t.Errorf("pings received = %v (Stats: %d)", got, s.RequestsIn.Ping)
+	}
+	if got := msgs["direction=out,kind=reply,"+nl+",type=ping"]; got < 1 {
+		t.Errorf("ping replies sent = %v", got)
+	}
+	if got := gatherValues(t, reg, "caddy_coral_dht_drops_total"); len(got) != 9 {
+		t.Errorf("dht_drops_total = %v", got)
+	}
+	levels := node.Levels()
+	contacts := gatherValues(t, reg, "caddy_coral_dht_routing_table_contacts")
+	logs := gatherValues(t, reg, "caddy_coral_dht_cluster_log2_size")
+	if len(contacts) != len(levels) || len(logs) != len(levels) || len(levels) != 3 {
+		t.Errorf("per-level series: contacts %v, log2 sizes %v; node has %d levels", contacts, logs, len(levels))
+	}
+	for _, li := range levels {
+		k := fmt.Sprintf("level=%d,%s", li.Level, nl)
+		if _, ok := contacts[k]; !ok {
+			t.Errorf("no routing_table_contacts{%s}", k)
+		}
+		if got, ok := logs[k]; !ok || got != li.Cluster.LogSize {
+			t.Errorf("cluster_log2_size{%s} = %v, want %v", k, got, li.Cluster.LogSize)
+		}
+	}
+	if got := contacts["level=0,"+nl]; got < 1 {
+		t.Errorf("level-0 routing table = %v after a ping from another node", got)
+	}
+	for _, name := range []string{"caddy_coral_dht_timeouts_total", "caddy_coral_dht_refused_total", "caddy_coral_dht_lookups_total",
+		"caddy_coral_dht_stored_values", "caddy_coral_dht_stored_keys", "caddy_coral_dht_cluster_changes_total"} {
+		if got := gatherValues(t, reg, name); len(got) != 1 {
+			t.Errorf("%s = %v, want one series", name, got)
+		}
+	}
+
+	// Not joined yet.
+	app.entry.joined.Store(false)
+	if got := gatherValues(t, reg, "caddy_coral_dht_joined"); got[nl] != 0 {
+		t.Errorf("dht_joined = %v for a node that has not joined", got)
+	}
+
+	// The handler's cleanup takes its store away; the app still reports
+	// the node.
+	m.release()
+	if got := gatherValues(t, reg, "caddy_coral_cache_objects"); len(got) != 0 {
+		t.Errorf("cache_objects after release = %v", got)
+	}
+	if got := gatherValues(t, reg, "caddy_coral_dht_joined"); len(got) != 1 {
+		t.Errorf("dht_joined after the handler's release = %v", got)
+	}
+	if got := gatherValues(t, reg, "caddy_coral_downloads_in_progress"); len(got) != 0 {
+		t.Errorf("downloads_in_progress after release = %v", got)
+	}
+}
+
+func TestMetricsWriter(t *testing.T) {
+	rec := httptest.NewRecorder()
+	w := &metricsWriter{ResponseWriter: rec}
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write([]byte("hello, ")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(w, strings.NewReader("world")); err != nil { // through ReadFrom
+		t.Fatal(err)
+	}
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if w.n != 12 || rec.Body.String() != "hello, world" || !rec.Flushed {
+		t.Errorf("counted %d; body %q, flushed %v", w.n, rec.Body, rec.Flushed)
+	}
+}
