@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,11 +72,32 @@ type Handler struct {
 	// Default: the coral app's node IP and the port the request came in on.
 	PeerAddress string `json:"peer_address,omitempty"`
 
+	// Blacklist is a file of domains (one per line; "example.com" blocks
+	// it and every name under it, "*.example.com" only the names under it)
+	// whose content this proxy refuses with 403. It is checked for changes
+	// every BlacklistPoll (default 10s). Default: none.
+	Blacklist     string         `json:"blacklist,omitempty"`
+	BlacklistPoll caddy.Duration `json:"blacklist_poll,omitempty"`
+
+	// RateLimit is the requests per second one client (an IPv4 address or
+	// IPv6 /64) may make, with bursts of RateBurst; beyond that, 429.
+	// Defaults 10 and 50: a page with its images fits in a burst. A
+	// negative RateLimit turns the limit off.
+	RateLimit float64 `json:"rate_limit,omitempty"`
+	RateBurst int     `json:"rate_burst,omitempty"`
+
+	// BandwidthBudget is how many bytes this proxy serves per
+	// BandwidthWindow (default 24h); beyond it, clients are redirected to
+	// the origin with "coral-no-serve" in the query. Default: no budget.
+	BandwidthBudget int64          `json:"bandwidth_budget,omitempty"`
+	BandwidthWindow caddy.Duration `json:"bandwidth_window,omitempty"`
+
 	app      *App
 	store    *diskcache.Store
 	storeKey string
 	eng      *engine
 	metrics  *proxyMetrics
+	abuse    *abuseControls
 	logger   *zap.Logger
 }
 
@@ -178,7 +200,42 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.eng.metrics = h.metrics
+	if err := h.provisionAbuse(); err != nil {
+		return err
+	}
 	registerProxy(h)
+	return nil
+}
+
+// provisionAbuse sets up the blacklist, the rate limit and the budget.
+func (h *Handler) provisionAbuse() error {
+	a := &abuseControls{}
+	if h.Blacklist != "" {
+		every := time.Duration(h.BlacklistPoll)
+		if every <= 0 {
+			every = defaultBlacklistPoll
+		}
+		logger := h.logger
+		bl, err := newBlacklist(h.Blacklist, every, func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) })
+		if err != nil {
+			return fmt.Errorf("coral_proxy: blacklist: %w", err)
+		}
+		a.blacklist = bl
+	}
+	rate, burst := h.RateLimit, h.RateBurst
+	if rate == 0 {
+		rate = defaultRate
+	}
+	if burst == 0 {
+		burst = defaultBurst
+	}
+	a.rate = newRateLimiter(rate, burst, defaultMaxClients)
+	window := time.Duration(h.BandwidthWindow)
+	if window <= 0 {
+		window = defaultBudgetWindow
+	}
+	a.budget = newBandwidthBudget(h.BandwidthBudget, window)
+	h.abuse = a
 	return nil
 }
 
@@ -269,6 +326,9 @@ func (h *Handler) Validate() error {
 func (h *Handler) Cleanup() error {
 	unregisterProxy(h)
 	h.metrics.release()
+	if h.abuse != nil && h.abuse.blacklist != nil {
+		h.abuse.blacklist.Close()
+	}
 	if h.storeKey == "" {
 		return nil
 	}
@@ -308,6 +368,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("origin %s: %w", origin, errOriginForbidden))
 	}
 	h.learnPeerAddr(r)
+	originURL := "http://" + hostPort(origin, port) + r.URL.RequestURI()
+	if done, err := h.abuse.admit(w, r, origin, originURL); done {
+		return err
+	}
+	w = h.abuse.count(w)
 
 	scheme := "http"
 	if h.OriginScheme == "https" {
@@ -514,6 +579,9 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    origin_timeout DURATION
 //	    peer_timeout   DURATION
 //	    peer_address   IP:PORT
+//	    blacklist      FILE [POLL]
+//	    rate_limit     PER_SECOND BURST | off
+//	    bandwidth_budget SIZE [per DURATION]
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive name
@@ -589,6 +657,48 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.OriginTimeout, err = duration()
 		case "peer_timeout":
 			h.PeerTimeout, err = duration()
+		case "blacklist":
+			if len(args) < 1 || len(args) > 2 {
+				return d.Errf("blacklist takes a file and optionally how often to check it")
+			}
+			h.Blacklist = args[0]
+			if len(args) == 2 {
+				dur, perr := caddy.ParseDuration(args[1])
+				if perr != nil || dur <= 0 {
+					return d.Errf("blacklist: %q is not a positive duration", args[1])
+				}
+				h.BlacklistPoll = caddy.Duration(dur)
+			}
+		case "rate_limit":
+			if len(args) == 1 && args[0] == "off" {
+				h.RateLimit = -1
+				break
+			}
+			if len(args) != 2 {
+				return d.Errf("rate_limit takes REQUESTS_PER_SECOND BURST, or off")
+			}
+			rate, perr := strconv.ParseFloat(args[0], 64)
+			burst, berr := strconv.Atoi(args[1])
+			if perr != nil || rate <= 0 || berr != nil || burst < 1 {
+				return d.Errf("rate_limit: want a positive rate and a burst of at least 1, got %q %q", args[0], args[1])
+			}
+			h.RateLimit, h.RateBurst = rate, burst
+		case "bandwidth_budget":
+			if len(args) != 1 && !(len(args) == 3 && args[1] == "per") {
+				return d.Errf("bandwidth_budget takes SIZE [per DURATION]")
+			}
+			n, perr := humanize.ParseBytes(args[0])
+			if perr != nil || n == 0 || n > 1<<62 {
+				return d.Errf("bandwidth_budget: %q is not a size such as 100GiB", args[0])
+			}
+			h.BandwidthBudget = int64(n)
+			if len(args) == 3 {
+				dur, derr := caddy.ParseDuration(args[2])
+				if derr != nil || dur <= 0 {
+					return d.Errf("bandwidth_budget: %q is not a positive duration", args[2])
+				}
+				h.BandwidthWindow = caddy.Duration(dur)
+			}
 		case "peer_address":
 			var v string
 			if v, err = one(); err == nil {

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,7 +128,7 @@ func TestProxyEndToEnd(t *testing.T) {
 			w.Write([]byte("page " + r.URL.Path))
 		}
 	})
-	_, base := startProxy(t)
+	_, base := startProxy(t, "rate_limit off") // the crowd comes from one address here
 	host := o.coralHost()
 
 	// A flash crowd of 100 cold requests: one origin fetch, 100 full bodies.
@@ -438,5 +440,47 @@ func TestProxyVary(t *testing.T) {
 	_, de := get(t, base, o.coralHost(), "/v", "Accept-Language", "de")
 	if string(fr) != "lang=fr" || string(de) != "lang=de" {
 		t.Errorf("fr %q, de %q", fr, de)
+	}
+}
+
+// TestProxyAbuseControls: the blacklist (403), the per-client rate limit
+// (429 with Retry-After) and the bandwidth budget (a redirect to the origin
+// with coral-no-serve) as configured in a Caddyfile.
+func TestProxyAbuseControls(t *testing.T) {
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Write(bytes.Repeat([]byte("b"), 600))
+	})
+	list := filepath.Join(t.TempDir(), "blacklist")
+	if err := os.WriteFile(list, []byte("# blocked sites\nblocked.example\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, base := startProxy(t, "blacklist "+list, "rate_limit 1 3", "bandwidth_budget 1KiB per 1h")
+	if resp, _ := get(t, base, "www.blocked.example.nyud.test", "/"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("blacklisted: %d", resp.StatusCode)
+	}
+	// The budget: 600 bytes served, then 600 more, then over 1 KiB.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var codes []int
+	var last *http.Response
+	for range 4 {
+		req, _ := http.NewRequest(http.MethodGet, base+"/x", nil)
+		req.Host = o.coralHost()
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+		last = resp
+	}
+	// Requests 1–2 are served (1200 bytes), request 3 is over the budget,
+	// and request 4 is over the rate (burst 3 at 1/s).
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != http.StatusFound || codes[3] != http.StatusTooManyRequests {
+		t.Errorf("status codes %v, want [200 200 302 429]", codes)
+	}
+	if last.Header.Get("Retry-After") == "" {
+		t.Errorf("429 without Retry-After")
 	}
 }
