@@ -50,6 +50,10 @@ fuzz:
 	for target in FuzzParseName FuzzServeDNS FuzzCookieCheck; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./plugin/coredns || exit 1; \
 	done
+	for target in FuzzParseCoralized FuzzCacheKey FuzzParseCacheControl FuzzDecodeReference FuzzNoServeRedirect; do \
+		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy || exit 1; \
+	done
+	$(GO) test -run=NONE -fuzz='^FuzzDecodeMeta$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
 
 # The experiments behind docs/evaluation.md (several minutes).
 eval:
