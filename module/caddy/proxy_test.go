@@ -2,6 +2,7 @@ package coralcaddy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/caddytest"
 )
@@ -165,6 +167,7 @@ func TestProxyEndToEnd(t *testing.T) {
 	t.Logf("Cache-Status kinds: %v", kinds)
 
 	// Now a local hit.
+	waitDownloads(t)
 	resp, b := get(t, base, host, "/big")
 	if !bytes.Equal(b, body) || !strings.Contains(resp.Header.Get("Cache-Status"), "hit") {
 		t.Errorf("second request: %q, %d bytes", resp.Header.Get("Cache-Status"), len(b))
@@ -282,6 +285,7 @@ func TestProxyRevalidationAndStale(t *testing.T) {
 	if string(b) != "version one" {
 		t.Fatalf("first: %q", b)
 	}
+	waitDownloads(t)
 	resp, b := get(t, base, host, "/doc")
 	if string(b) != "version one" || conditional.Load() != 1 || !strings.Contains(resp.Header.Get("Cache-Status"), "revalidated") {
 		t.Errorf("second: %q, %d conditional requests, Cache-Status %q", b, conditional.Load(), resp.Header.Get("Cache-Status"))
@@ -307,6 +311,7 @@ func TestProxyReloadKeepsNodeAndCache(t *testing.T) {
 	tester.InitServer(proxyConfig(port, dir), "caddyfile")
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	get(t, base, o.coralHost(), "/k")
+	waitDownloads(t)
 	nodeKey := fmt.Sprintf("127.0.3.50:%d", 4100+port%100)
 	before := pooledNode(nodeKey)
 
@@ -482,5 +487,40 @@ func TestProxyAbuseControls(t *testing.T) {
 	}
 	if last.Header.Get("Retry-After") == "" {
 		t.Errorf("429 without Retry-After")
+	}
+}
+
+// waitDownloads waits until no download is in progress in the test Caddy's
+// caches (read from the admin API), so that what follows sees committed
+// objects: a client gets the last byte just before the cache commits.
+func waitDownloads(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://localhost:2999/coral/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			Caches []struct {
+				InProgress int `json:"in_progress"`
+			} `json:"caches"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy := 0
+		for _, c := range st.Caches {
+			busy += c.InProgress
+		}
+		if busy == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d downloads still in progress after 10s", busy)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
