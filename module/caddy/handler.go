@@ -345,7 +345,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 }
 
 // requestAccount is what a request is counted as in the metrics.
-type requestAccount struct{ cacheStatus, source string }
+type requestAccount struct {
+	cacheStatus, source string
+	retried             bool // a joined download vanished once already
+}
 
 func (a *requestAccount) set(cacheStatus, source string) {
 	a.cacheStatus, a.source = cacheStatus, source
@@ -483,6 +486,13 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 		return h.serveDirect(w, d.direct, d.source)
 	}
 	rd, ok := h.store.GetContext(r.Context(), key)
+	if !ok && !started && !acct.retried {
+		// The download this request joined failed or was dropped before
+		// it could be read: try once more.
+		acct.retried = true
+		d, started = h.eng.startDownload(fr)
+		return h.afterDownload(w, r, fr, d, started, acct)
+	}
 	if !ok {
 		return caddyhttp.Error(http.StatusBadGateway, errors.New("the download ended before the object could be read"))
 	}

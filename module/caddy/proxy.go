@@ -114,20 +114,28 @@ func (e *engine) inflightFor(key string) *download {
 	return e.inflight[key]
 }
 
-func (e *engine) finish(key string) {
+// finish takes d out of the in-flight table (if it is still the download
+// there for key).
+func (e *engine) finish(key string, d *download) {
 	e.mu.Lock()
-	delete(e.inflight, key)
+	if e.inflight[key] == d {
+		delete(e.inflight, key)
+	}
 	e.mu.Unlock()
 }
 
 // run performs one download: references first, then peers, then the
 // origin. It never runs twice for one key at once (startDownload).
 func (e *engine) run(fr fetchRequest, d *download) {
-	defer e.finish(fr.key)
+	readyOnce := sync.OnceFunc(func() { close(d.ready) })
+	// Deferred calls run last first: the download leaves the in-flight
+	// table before its waiters are released, so a request that comes after
+	// them starts afresh (a revalidation, say) rather than joining a
+	// finished download.
+	defer readyOnce()
+	defer e.finish(fr.key, d)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	readyOnce := sync.OnceFunc(func() { close(d.ready) })
-	defer readyOnce()
 
 	if fr.stale != nil {
 		e.revalidate(ctx, fr, d, readyOnce)
@@ -235,7 +243,8 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 	}
 	if err != nil {
 		// A truncated body is never presented as complete: readers get the
-		// error and the object is dropped.
+		// error and the object is dropped. Requests from now on start over.
+		e.finish(fr.key, d)
 		w.Abort(err)
 		e.logger.Warn("download aborted", zap.String("url", meta.Extra["url"]), zap.Error(err))
 		return
@@ -246,6 +255,9 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 		e.logger.Warn("cache commit failed", zap.Error(err))
 		return
 	}
+	// Complete: later requests find it in the cache and must not join
+	// this download while it puts its reference.
+	e.finish(fr.key, d)
 	if e.node != nil && self.IsValid() {
 		ref := reference{Addr: self, Complete: true}
 		ttl := refGoodTTL
