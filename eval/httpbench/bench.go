@@ -1,0 +1,718 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Fixed parts of the set-up.
+const (
+	zone      = "nyud.test"
+	dhtPort   = 4000
+	adminPort = 2019
+	// objPrefix is the origin's path for the proxy-memory objects.
+	objPrefix = "/obj/"
+	objBytes  = 1024
+)
+
+// lastModified is the origin's Last-Modified, and the files' modification
+// time, so both kinds of response carry the same one.
+var lastModified = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// target is one server under test.
+type target struct {
+	name string // coral, file, nginx
+	addr netip.AddrPort
+	host string // Host header for wrk and checks ("": the address)
+	srv  *server
+}
+
+func (t *target) url(path string) string { return "http://" + t.addr.String() + path }
+
+// hostHeader is the Host the target is asked for.
+func (t *target) hostHeader() string {
+	if t.host != "" {
+		return t.host
+	}
+	return t.addr.String()
+}
+
+// bench is the running set-up: the origin, Caddy, nginx, the files.
+type bench struct {
+	p       params
+	dir     string
+	origin  *origin
+	caddy   *server
+	nginx   *server
+	targets []*target // coral, file[, nginx]
+	files   string    // file_server's root
+
+	caddyfile string
+	nginxConf string
+	commands  []string
+}
+
+func newBench(p params) (*bench, error) {
+	var addrs []netip.Addr
+	for _, s := range []string{p.OriginAddr, p.CaddyAddr, p.NginxAddr} {
+		a, err := netip.ParseAddr(s)
+		if err != nil || !a.Is4() || !a.IsLoopback() {
+			return nil, fmt.Errorf("address %q: want an IPv4 loopback address (127.0.0.0/8)", s)
+		}
+		addrs = append(addrs, a)
+	}
+	if addrs[0] == addrs[1] || addrs[0] == addrs[2] || addrs[1] == addrs[2] {
+		return nil, errors.New("-origin-addr, -caddy-addr and -nginx-addr must differ")
+	}
+	if p.Port < 1 || p.Port > 65534 || p.Port == adminPort || p.Port+1 == adminPort {
+		return nil, fmt.Errorf("-port %d: want 1..65534, clear of the admin port %d", p.Port, adminPort)
+	}
+	dir, err := os.MkdirTemp("", "coral-httpbench-")
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{p: p, dir: dir, files: filepath.Join(dir, "files")}
+	b.origin = newOrigin(p.Sizes)
+	if err := os.Mkdir(b.files, 0o755); err != nil {
+		b.close()
+		return nil, err
+	}
+	for _, size := range p.Sizes {
+		path := filepath.Join(b.files, sizeName(size))
+		if err := os.WriteFile(path, b.origin.bodies["/"+sizeName(size)], 0o644); err != nil {
+			b.close()
+			return nil, err
+		}
+		if err := os.Chtimes(path, lastModified, lastModified); err != nil {
+			b.close()
+			return nil, err
+		}
+	}
+	port := uint16(p.Port)
+	b.origin.addr = netip.AddrPortFrom(addrs[0], port)
+	coral := &target{name: "coral", addr: netip.AddrPortFrom(addrs[1], port), host: fmt.Sprintf("%v.%d.%s", addrs[0], p.Port, zone)}
+	file := &target{name: "file", addr: netip.AddrPortFrom(addrs[1], port+1)}
+	b.targets = []*target{coral, file}
+	b.caddyfile = b.caddyfileText(addrs[1])
+	if err := os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(b.caddyfile), 0o644); err != nil {
+		b.close()
+		return nil, err
+	}
+	if p.Nginx != "" {
+		b.targets = append(b.targets, &target{name: "nginx", addr: netip.AddrPortFrom(addrs[2], port)})
+		b.nginxConf = b.nginxConfText(addrs[2])
+		for _, d := range []string{"nginx", "nginx/tmp", "nginx/cache"} {
+			if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+				b.close()
+				return nil, err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "nginx", "nginx.conf"), []byte(b.nginxConf), 0o644); err != nil {
+			b.close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func (b *bench) target(name string) *target {
+	for _, t := range b.targets {
+		if t.name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// caddyfileText is Caddy's configuration: the coral app, coral_proxy and
+// file_server, no access logs (Caddy's default), no TLS.
+func (b *bench) caddyfileText(addr netip.Addr) string {
+	return fmt.Sprintf(`# One Caddy for both: coral_proxy (under test) and file_server (the
+# baseline) serving the same bytes. No access logs, no TLS.
+{
+	admin %[1]v:%[6]d {
+		origins %[1]v:%[6]d
+	}
+	persist_config off
+	auto_https off
+	coral {
+		listen %[1]v:%[7]d
+	}
+}
+
+# coral_proxy: the origin's objects, from the on-disk cache once fetched.
+# Requests carry Host %[8]s.
+http://:%[2]d {
+	bind %[1]v
+	coral_proxy %[9]s {
+		cache_dir %[3]s
+		cache_size 1GiB
+		allow_origins 127.0.0.0/8
+		# The per-client limiter runs, as by default, but never refuses:
+		# wrk is a single client.
+		rate_limit 1000000 1000000
+	}
+}
+
+# file_server: the same bytes from files.
+http://:%[4]d {
+	bind %[1]v
+	root * %[5]s
+	file_server
+}
+`, addr, b.p.Port, filepath.Join(b.dir, "coral-cache"), b.p.Port+1, b.files, adminPort, dhtPort, b.target("coral").host, zone)
+}
+
+// nginxConfText is nginx's configuration: proxy_cache in front of the
+// origin, with sendfile as in the Debian package's nginx.conf, no access
+// log, and keep-alive connections never closed by a request count (wrk
+// keeps its connections; Caddy has no such limit). Debian's tcp_nopush on
+// is left out: over loopback (MTU 65536) it holds back the last segment of
+// a 100 KiB response until the client's delayed ACK, 40 ms, which caps
+// nginx at about 900 req/s with 32 connections instead of some 15,000.
+func (b *bench) nginxConfText(addr netip.Addr) string {
+	user := ""
+	if os.Geteuid() == 0 {
+		// Workers would otherwise run as nobody, who cannot use the
+		// temporary directory.
+		user = "user root root;\n"
+	}
+	workers := "auto"
+	if b.p.NginxWorkers > 0 {
+		workers = strconv.Itoa(b.p.NginxWorkers)
+	}
+	d := filepath.Join(b.dir, "nginx")
+	return fmt.Sprintf(`# nginx with proxy_cache in front of the origin.
+%[1]sworker_processes %[2]s;
+pid %[3]s/nginx.pid;
+error_log %[3]s/error.log warn;
+events {
+	worker_connections 4096;
+}
+http {
+	access_log off;
+	sendfile on;
+	keepalive_requests 1000000;
+	client_body_temp_path %[3]s/tmp/body;
+	proxy_temp_path %[3]s/tmp/proxy;
+	fastcgi_temp_path %[3]s/tmp/fastcgi;
+	uwsgi_temp_path %[3]s/tmp/uwsgi;
+	scgi_temp_path %[3]s/tmp/scgi;
+	proxy_cache_path %[3]s/cache levels=1:2 keys_zone=origin:16m max_size=1g inactive=1d use_temp_path=off;
+	upstream origin {
+		server %[4]v;
+		keepalive 16;
+	}
+	server {
+		listen %[5]v:%[6]d;
+		location / {
+			proxy_pass http://origin;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_cache origin;
+			add_header X-Cache-Status $upstream_cache_status always;
+		}
+	}
+}
+`, user, workers, d, b.origin.addr, addr, b.p.Port)
+}
+
+// start runs the origin, Caddy and nginx, and waits until they answer.
+func (b *bench) start(ctx context.Context) error {
+	var tcp []netip.AddrPort
+	for _, t := range b.targets {
+		tcp = append(tcp, t.addr)
+	}
+	caddyAddr := b.target("coral").addr.Addr()
+	tcp = append(tcp, netip.AddrPortFrom(caddyAddr, adminPort))
+	for _, a := range tcp {
+		ln, err := net.Listen("tcp", a.String())
+		if err != nil {
+			return fmt.Errorf("TCP %v is taken (another run?): %v", a, err)
+		}
+		ln.Close()
+	}
+	c, err := net.ListenPacket("udp", fmt.Sprintf("%v:%d", caddyAddr, dhtPort))
+	if err != nil {
+		return fmt.Errorf("UDP %v:%d is taken (another run?): %v", caddyAddr, dhtPort, err)
+	}
+	c.Close()
+	if err := b.origin.start(); err != nil {
+		return fmt.Errorf("origin: %w", err)
+	}
+
+	// Caddy's data and configuration directories go to the temporary
+	// directory, not the user's.
+	env := append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(b.dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(b.dir, "config"))
+	b.caddy, err = startServer("caddy", b.dir, []string{b.p.Caddy, "run", "--config", filepath.Join(b.dir, "Caddyfile"), "--adapter", "caddyfile"}, env)
+	if err != nil {
+		return err
+	}
+	b.commands = append(b.commands, b.caddy.argv)
+	b.target("coral").srv, b.target("file").srv = b.caddy, b.caddy
+	if err := b.waitFor(ctx, "Caddy to answer", 20*time.Second, b.caddy, func() error {
+		_, err := get(b.target("file"), "/"+sizeName(b.p.Sizes[0]))
+		return err
+	}); err != nil {
+		return err
+	}
+	if t := b.target("nginx"); t != nil {
+		d := filepath.Join(b.dir, "nginx")
+		b.nginx, err = startServer("nginx", d, []string{b.p.Nginx, "-p", d, "-c", filepath.Join(d, "nginx.conf"), "-e", filepath.Join(d, "error.log"), "-g", "daemon off;"}, os.Environ())
+		if err != nil {
+			return err
+		}
+		b.commands = append(b.commands, b.nginx.argv)
+		t.srv = b.nginx
+		if err := b.waitFor(ctx, "nginx to answer", 20*time.Second, b.nginx, func() error {
+			_, err := get(t, "/nonexistent")
+			return err
+		}); err != nil {
+			if raw, rerr := os.ReadFile(filepath.Join(d, "error.log")); rerr == nil {
+				err = fmt.Errorf("%w\nnginx's error.log:\n%s", err, raw)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// close stops everything start started and removes the files.
+func (b *bench) close() {
+	for _, s := range []*server{b.nginx, b.caddy} {
+		if s != nil {
+			s.stop()
+		}
+	}
+	if b.origin != nil {
+		b.origin.close()
+	}
+	if b.dir != "" {
+		os.RemoveAll(b.dir)
+	}
+}
+
+// alive reports an error if a server has exited.
+func (b *bench) alive() error {
+	for _, s := range []*server{b.caddy, b.nginx} {
+		if s == nil {
+			continue
+		}
+		if err := s.alive(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitFor polls cond every 200 ms until it holds, within the bound.
+func (b *bench) waitFor(ctx context.Context, what string, within time.Duration, s *server, cond func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if aerr := s.alive(); aerr != nil {
+			return aerr
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s: not within %v: %v", what, within, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// --- the origin ------------------------------------------------------------
+
+// origin serves the objects and counts the requests it gets.
+type origin struct {
+	addr     netip.AddrPort
+	bodies   map[string][]byte // by path
+	srv      *http.Server
+	requests atomic.Int64 // for the benchmark objects
+	objects  atomic.Int64 // for objPrefix
+}
+
+func newOrigin(sizes []int) *origin {
+	o := &origin{bodies: map[string][]byte{}}
+	rng := rand.New(rand.NewChaCha8([32]byte{'c', 'o', 'r', 'a', 'l'}))
+	for _, n := range sizes {
+		body := make([]byte, n)
+		for i := range body {
+			body[i] = byte(rng.Uint32())
+		}
+		o.bodies["/"+sizeName(n)] = body
+	}
+	return o
+}
+
+func (o *origin) start() error {
+	ln, err := net.Listen("tcp", o.addr.String())
+	if err != nil {
+		return err
+	}
+	o.srv = &http.Server{Handler: o, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = o.srv.Serve(ln) }()
+	return nil
+}
+
+func (o *origin) close() {
+	if o.srv != nil {
+		_ = o.srv.Close()
+	}
+}
+
+func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, ok := o.bodies[r.URL.Path]
+	switch {
+	case ok:
+		o.requests.Add(1)
+	case strings.HasPrefix(r.URL.Path, objPrefix):
+		o.objects.Add(1)
+		n, err := strconv.Atoi(strings.TrimPrefix(r.URL.Path, objPrefix))
+		if err != nil || n < 0 {
+			http.NotFound(w, r)
+			return
+		}
+		body = objectBody(n)
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Cache-Control", "public, max-age=86400")
+	h.Set("Last-Modified", lastModified.Format(http.TimeFormat))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+}
+
+// objectBody is the body of /obj/<n>: objBytes bytes that differ by n.
+func objectBody(n int) []byte {
+	b := bytes.Repeat([]byte{byte(n)}, objBytes)
+	copy(b, strconv.Itoa(n))
+	return b
+}
+
+// --- one request, counted on the wire ----------------------------------------
+
+// response is one response as received, with its size on the wire.
+type response struct {
+	Status      int         `json:"status"`
+	Header      http.Header `json:"header"`
+	HeaderBytes int         `json:"header_bytes"` // status line and header, CRLFs included
+	BodyBytes   int         `json:"body_bytes"`
+	WireBytes   int         `json:"wire_bytes"`
+	BodySHA256  string      `json:"body_sha256"`
+	body        []byte
+}
+
+// countingConn counts the bytes read.
+type countingConn struct {
+	net.Conn
+	n int
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n += n
+	return n, err
+}
+
+// get sends the request wrk sends (GET, HTTP/1.1, Host, nothing else) on a
+// new connection and reads one response, counting its bytes.
+func get(t *target, path string) (*response, error) {
+	conn, err := net.DialTimeout("tcp", t.addr.String(), 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, t.hostHeader()); err != nil {
+		return nil, err
+	}
+	cc := &countingConn{Conn: conn}
+	br := bufio.NewReader(cc)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return nil, err
+	}
+	headerBytes := cc.n - br.Buffered()
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(body)
+	return &response{Status: resp.StatusCode, Header: resp.Header, HeaderBytes: headerBytes, BodyBytes: len(body),
+		WireBytes: cc.n - br.Buffered(), BodySHA256: hex.EncodeToString(sum[:]), body: body}, nil
+}
+
+// --- processes ------------------------------------------------------------------
+
+// server is a child process in a process group of its own.
+type server struct {
+	name   string
+	argv   string
+	cmd    *exec.Cmd
+	log    *tailLog
+	exited chan struct{}
+}
+
+func startServer(name, dir string, argv, env []string) (*server, error) {
+	s := &server{name: name, argv: shellJoin(argv), log: &tailLog{max: 200}}
+	logFile, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	s.cmd = exec.Command(argv[0], argv[1:]...)
+	s.cmd.Dir = dir
+	s.cmd.Env = env
+	s.cmd.Stdout = io.MultiWriter(s.log, logFile)
+	s.cmd.Stderr = s.cmd.Stdout
+	// Its own process group, so that it is stopped with its children
+	// (nginx's workers); killed if this process dies without cleaning up.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s.exited = make(chan struct{})
+	go func() {
+		_ = s.cmd.Wait()
+		logFile.Close()
+		close(s.exited)
+	}()
+	return s, nil
+}
+
+func (s *server) pid() int { return s.cmd.Process.Pid }
+
+func (s *server) alive() error {
+	select {
+	case <-s.exited:
+		return fmt.Errorf("%s exited (%v); its output ends:\n%s", s.name, s.cmd.ProcessState, s.log.String())
+	default:
+		return nil
+	}
+}
+
+// stop ends the process group: SIGTERM, then SIGKILL after 5 s.
+func (s *server) stop() {
+	pid := s.pid()
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-s.exited
+	}
+	// Workers that outlived their master.
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+}
+
+// tailLog keeps the last lines written to it.
+type tailLog struct {
+	mu      sync.Mutex
+	max     int
+	lines   []string
+	partial string
+}
+
+func (t *tailLog) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.partial + string(p)
+	parts := strings.Split(s, "\n")
+	t.partial = parts[len(parts)-1]
+	t.lines = append(t.lines, parts[:len(parts)-1]...)
+	if over := len(t.lines) - t.max; over > 0 {
+		t.lines = slices.Delete(t.lines, 0, over)
+	}
+	return len(p), nil
+}
+
+func (t *tailLog) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(append(slices.Clone(t.lines), t.partial), "\n")
+}
+
+// --- CPU accounting --------------------------------------------------------
+
+// clockTick is USER_HZ, the unit of /proc's CPU times: 100 on every Linux
+// architecture Go runs on.
+const clockTick = 100.0
+
+// cpuSnap is the CPU time used so far, in seconds.
+type cpuSnap struct {
+	caddy float64 // Caddy's process group
+	nginx float64 // nginx's: master and workers
+	self  float64 // this process: the origin, the checks
+	busy  float64 // the whole machine, not idle
+}
+
+func (b *bench) cpu() cpuSnap {
+	var s cpuSnap
+	groups := map[int]*float64{}
+	if b.caddy != nil {
+		groups[b.caddy.pid()] = &s.caddy
+	}
+	if b.nginx != nil {
+		groups[b.nginx.pid()] = &s.nginx
+	}
+	groupCPU(groups)
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		s.self = tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
+	}
+	if raw, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(raw), "\n")
+		f := strings.Fields(line)
+		if len(f) >= 9 && f[0] == "cpu" {
+			// user nice system idle iowait irq softirq steal
+			for i, v := range f[1:9] {
+				if i == 3 || i == 4 {
+					continue
+				}
+				x, _ := strconv.ParseFloat(v, 64)
+				s.busy += x / clockTick
+			}
+		}
+	}
+	return s
+}
+
+// groupCPU adds up the CPU time (user and system, all threads) of every
+// live process in the given process groups.
+func groupCPU(groups map[int]*float64) {
+	if len(groups) == 0 {
+		return
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the parenthesised command name: state is field 3 of
+		// the whole line, pgrp 5, utime 14, stime 15.
+		i := bytes.LastIndexByte(raw, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(raw[i+1:]))
+		if len(f) <= 12 {
+			continue
+		}
+		pgrp, _ := strconv.Atoi(f[2])
+		dst := groups[pgrp]
+		if dst == nil {
+			continue
+		}
+		u, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		*dst += (u + st) / clockTick
+	}
+}
+
+func tvSeconds(tv syscall.Timeval) float64 {
+	return float64(tv.Sec) + float64(tv.Usec)/1e6
+}
+
+// quietCores is how much CPU other processes may use, in CPUs, for the
+// machine to count as quiet.
+const quietCores = 0.15
+
+// waitQuiet waits, at most -quiet, until the rest of the machine (everything
+// but Caddy, nginx and this process) uses under quietCores of CPU over a
+// second: on a shared machine a neighbour's build would otherwise land in
+// one run and not another. It returns how long it waited and the last share
+// seen.
+func (b *bench) waitQuiet(ctx context.Context) (time.Duration, float64, error) {
+	if b.p.Quiet <= 0 {
+		return 0, 0, ctx.Err()
+	}
+	start := time.Now()
+	for {
+		c0, t0 := b.cpu(), time.Now()
+		select {
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		c1 := b.cpu()
+		busy := ((c1.busy - c0.busy) - (c1.caddy - c0.caddy) - (c1.nginx - c0.nginx) - (c1.self - c0.self)) / time.Since(t0).Seconds()
+		if busy < quietCores || time.Since(start) >= b.p.Quiet {
+			return time.Since(start), max(busy, 0), nil
+		}
+	}
+}
+
+func loadAvg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(raw))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+func kernel() string {
+	raw, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(raw))
+}
+
+// vmRSS is a process's resident set size in bytes (0 if unknown).
+func vmRSS(pid int) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}

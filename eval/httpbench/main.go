@@ -1,0 +1,243 @@
+// Command httpbench measures coral_proxy's cache-hit path with wrk against
+// Caddy's own file_server serving the same bytes from files: one bin/caddy
+// process, one run, the same load for both. Debian's nginx with proxy_cache
+// in front of the same origin is measured alongside, in the same run.
+//
+//	go run ./eval/httpbench [-rounds 3] [-duration 10s] [-c 32] [-out docs/eval]
+//
+// It needs bin/caddy (make caddy), wrk and nginx; when wrk or nginx is
+// missing and it runs as root, it installs them first with
+// eval/httpbench/install-deps.sh (apt-get install wrk nginx; -install=false
+// to refuse). -nginx= leaves nginx out.
+//
+// The set-up, all on loopback:
+//
+//   - the origin, an HTTP server inside this command on 127.0.90.1:8080,
+//     serves /1k and /100k (fixed pseudo-random bytes, Cache-Control
+//     max-age=86400) and counts the requests it gets;
+//   - bin/caddy (make caddy) runs the coral app (its DSHT node on
+//     127.0.90.2:4000, alone) and two sites on 127.0.90.2: coral_proxy on
+//     :8080, reached with Host 127.0.90.1.8080.nyud.test, and file_server on
+//     :8081, whose root holds the same bytes as files /1k and /100k;
+//   - nginx (Debian's, apt-get install nginx) on 127.0.90.3:8080 with
+//     proxy_cache in front of the origin, from a generated configuration in
+//     a temporary directory (nginx -p DIR -c DIR/nginx.conf -e DIR/error.log
+//     -g 'daemon off;'): one worker per CPU, sendfile on, no access log,
+//     tcp_nopush off (Debian's nginx.conf turns it on; over loopback it
+//     stalls every 100 KiB response for a 40 ms delayed ACK).
+//
+// Before measuring, each cache is warmed by one request per object, and the
+// next request must be a hit (coral: Cache-Status: coral; hit;
+// detail="local"; nginx: X-Cache-Status: HIT); every target's body must be
+// the origin's bytes. Then:
+//
+//   - warm-up: a short unmeasured wrk run per target and size;
+//   - throughput: -rounds rounds; in each, for each object size, one wrk run
+//     (-t -c, --latency) per target, the targets' order rotated from round
+//     to round (coral/file/nginx, file/nginx/coral, nginx/coral/file) and the
+//     sizes' order alternated;
+//   - proxy memory: -proxy-objects distinct small objects are fetched through
+//     coral_proxy (each a miss: an origin fetch, a DSHT put+get, a disk
+//     write), and Caddy's heap in use after a GC (its admin endpoint's
+//     /debug/pprof/heap?gc=1, then /metrics) gives the whole proxy's bytes per
+//     cached object, DSHT references included; and again -proxy-settle
+//     (160 s) later, when the DSHT node has dropped the per-key load records
+//     it keeps for two minutes after a key's last request (the index
+//     measurement below runs meanwhile);
+//   - index memory: in this process, a diskcache.Store (the cache under
+//     coral_proxy; on tmpfs, /dev/shm, when there is one) gets
+//     -index-objects small objects with 40-hex-digit keys;
+//     the heap in use after a GC, before and after, gives the index's bytes
+//     per object; the store is reopened (index rebuilt from disk) and
+//     measured again.
+//
+// Around every run the CPU time of Caddy, nginx (master and workers), wrk
+// and the rest of the machine is read from /proc. Before every run the
+// command waits (at most -quiet) for other processes to go quiet, and when
+// they took over 0.25 CPUs during a run anyway, that round's runs of that
+// size are repeated (at most -repeat times; the disturbed ones are kept in
+// the JSON, not counted). The origin
+// must see no request during any measured run (every response a hit), and
+// wrk must see no error and no non-2xx response.
+//
+// Acceptance (issue 5): coral_proxy's cache-hit throughput ≥ 0.9× file_server's
+// (median over rounds of the per-round ratio) for both object sizes. The
+// command writes its results either way, and exits with status 1 if a
+// check failed or the acceptance was not met.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// params describes one run of the experiment.
+type params struct {
+	Caddy        string // the Caddy binary with coral
+	Nginx        string // the nginx binary ("": no nginx)
+	Wrk          string // the wrk binary
+	OriginAddr   string // the origin's address
+	CaddyAddr    string // Caddy's sites, admin endpoint and DSHT node
+	NginxAddr    string
+	Port         int // origin, coral_proxy and nginx; file_server on Port+1
+	Sizes        []int
+	Rounds       int
+	Duration     time.Duration // one measured wrk run
+	Warmup       time.Duration // one unmeasured wrk run per target and size first
+	Threads      int           // wrk -t
+	Conns        int           // wrk -c
+	NginxWorkers int           // worker_processes; 0: auto (one per CPU)
+	IndexObjects int           // diskcache objects for the index measurement (0: skip)
+	ProxyObjects int           // objects fetched through coral_proxy for its memory (0: skip)
+	ProxySettle  time.Duration // then measure again this long after the fetch (0: don't)
+	Quiet        time.Duration // the longest to wait before a run for other processes to go quiet
+	Repeat       int           // the most times a round's runs of one size are repeated when disturbed
+	Profile      string        // directory for CPU profiles of Caddy (empty: none)
+	Install      bool          // run install-deps.sh when wrk or nginx is missing (as root)
+	Out          string
+}
+
+func defaultParams() params {
+	return params{
+		Caddy:        "bin/caddy",
+		Nginx:        "nginx",
+		Wrk:          "wrk",
+		OriginAddr:   "127.0.90.1",
+		CaddyAddr:    "127.0.90.2",
+		NginxAddr:    "127.0.90.3",
+		Port:         8080,
+		Sizes:        []int{1 << 10, 100 << 10},
+		Rounds:       3,
+		Duration:     10 * time.Second,
+		Warmup:       2 * time.Second,
+		Threads:      1,
+		Conns:        32,
+		IndexObjects: 100000,
+		ProxyObjects: 20000,
+		ProxySettle:  160 * time.Second,
+		Quiet:        60 * time.Second,
+		Repeat:       2,
+		Install:      true,
+		Out:          "docs/eval",
+	}
+}
+
+// targetRatio is the acceptance: coral req/s over file_server req/s.
+const targetRatio = 0.9
+
+func main() {
+	p := defaultParams()
+	flag.StringVar(&p.Caddy, "caddy", p.Caddy, "Caddy binary with the coral module (make caddy)")
+	flag.StringVar(&p.Nginx, "nginx", p.Nginx, "nginx binary (\"\": leave nginx out)")
+	flag.StringVar(&p.Wrk, "wrk", p.Wrk, "wrk binary")
+	flag.StringVar(&p.OriginAddr, "origin-addr", p.OriginAddr, "loopback address of the origin (served by this command)")
+	flag.StringVar(&p.CaddyAddr, "caddy-addr", p.CaddyAddr, "loopback address of Caddy's sites, admin endpoint (:2019) and DSHT node (UDP :4000)")
+	flag.StringVar(&p.NginxAddr, "nginx-addr", p.NginxAddr, "loopback address of nginx")
+	flag.IntVar(&p.Port, "port", p.Port, "TCP port of the origin, coral_proxy and nginx; file_server gets the next one")
+	flag.Var((*sizeList)(&p.Sizes), "sizes", "object sizes in bytes, space-separated (k suffix: KiB)")
+	flag.IntVar(&p.Rounds, "rounds", p.Rounds, "throughput rounds (one wrk run per target and size each)")
+	flag.DurationVar(&p.Duration, "duration", p.Duration, "length of one measured wrk run")
+	flag.DurationVar(&p.Warmup, "warmup", p.Warmup, "unmeasured wrk run per target and size before measuring (0: none)")
+	flag.IntVar(&p.Threads, "t", p.Threads, "wrk -t: threads")
+	flag.IntVar(&p.Conns, "c", p.Conns, "wrk -c: connections (kept alive)")
+	flag.IntVar(&p.NginxWorkers, "nginx-workers", p.NginxWorkers, "nginx worker_processes (0: auto, one per CPU, as Caddy's GOMAXPROCS)")
+	flag.IntVar(&p.IndexObjects, "index-objects", p.IndexObjects, "objects put in a diskcache.Store in this process to measure the index's memory (0: skip)")
+	flag.IntVar(&p.ProxyObjects, "proxy-objects", p.ProxyObjects, "distinct objects fetched through coral_proxy to measure Caddy's heap per cached object (0: skip)")
+	flag.DurationVar(&p.ProxySettle, "proxy-settle", p.ProxySettle, "measure Caddy's heap again this long after the proxy-memory fetch, when the DSHT node has dropped its per-key load records (kept 2 min; 0: don't)")
+	flag.DurationVar(&p.Quiet, "quiet", p.Quiet, "before each run, wait at most this long for other processes to use under 0.15 CPUs (1 s samples; 0: don't wait)")
+	flag.IntVar(&p.Repeat, "repeat", p.Repeat, "repeat a round's runs of one size, at most this many times, when other processes used over 0.25 CPUs during one of them")
+	flag.StringVar(&p.Profile, "profile", p.Profile, "directory for CPU profiles of Caddy under load (an extra unmeasured coral and file run per size) and its heap profile after the proxy-memory fetch (empty: none)")
+	flag.BoolVar(&p.Install, "install", p.Install, "when wrk or nginx is missing and this runs as root, install them with eval/httpbench/install-deps.sh")
+	flag.StringVar(&p.Out, "out", p.Out, "directory for httpbench.json and httpbench.png")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	_, err := experiment(ctx, p, commandLine())
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "httpbench:", err)
+		os.Exit(1)
+	}
+}
+
+// commandLine spells out how this run was invoked, every flag included.
+func commandLine() string {
+	var b strings.Builder
+	b.WriteString("go run ./eval/httpbench")
+	flag.VisitAll(func(f *flag.Flag) {
+		v := f.Value.String()
+		if v == "" || strings.ContainsAny(v, " \"'\\$") {
+			v = strconv.Quote(v)
+		}
+		fmt.Fprintf(&b, " -%s=%s", f.Name, v)
+	})
+	return b.String()
+}
+
+// Errors that end the command with status 1 after the results are written.
+var (
+	errBelowTarget = errors.New("acceptance not met")
+	errChecks      = errors.New("checks failed")
+)
+
+// sizeList is the -sizes flag: bytes, space-separated, "k" for KiB.
+type sizeList []int
+
+func (l *sizeList) String() string {
+	if l == nil {
+		return ""
+	}
+	var parts []string
+	for _, n := range *l {
+		parts = append(parts, sizeName(n))
+	}
+	return strings.Join(parts, " ")
+}
+
+func (l *sizeList) Set(v string) error {
+	*l = nil
+	for _, f := range strings.Fields(v) {
+		mult := 1
+		s := f
+		if t, ok := strings.CutSuffix(strings.ToLower(s), "k"); ok {
+			s, mult = t, 1<<10
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n*mult > 64<<20 {
+			return fmt.Errorf("size %q: want 1 byte to 64 MiB", f)
+		}
+		*l = append(*l, n*mult)
+	}
+	if len(*l) == 0 {
+		return errors.New("no size")
+	}
+	return nil
+}
+
+// sizeName is an object's name and path on the origin: 1k for 1024 bytes,
+// 100k for 102400, 1000 for 1000.
+func sizeName(n int) string {
+	if n%1024 == 0 {
+		return strconv.Itoa(n/1024) + "k"
+	}
+	return strconv.Itoa(n)
+}
+
+// sizeLabel is a size for people: 1 KiB, 100 KiB, 1000 B.
+func sizeLabel(n int) string {
+	switch {
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n%1024 == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const wrkOutput = `Running 10s test @ http://127.0.90.2:8080/1k
+  1 threads and 32 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     3.73ms    3.79ms    1.02s    87.67%
+    Req/Sec    10.18k     2.69k   14.62k    70.00%
+  Latency Distribution
+     50%  812.00us
+     75%    5.12ms
+     90%    8.20ms
+     99%   18.42ms
+  40603 requests in 4.01s, 50.88MB read
+  Socket errors: connect 0, read 2, write 0, timeout 1
+  Non-2xx or 3xx responses: 5
+Requests/sec:  10122.07
+Transfer/sec:     12.68MB
+`
+
+func TestParseWrk(t *testing.T) {
+	var r run
+	if err := parseWrk(strings.NewReader(wrkOutput), &r); err != nil {
+		t.Fatal(err)
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+	if r.Requests != 40603 || !near(r.RunTime, 4.01) || !near(r.RPS, 10122.07) || !near(r.BytesRead, 50.88*(1<<20)) || !near(r.TransferMiBs, 12.68) {
+		t.Errorf("totals: %+v", r)
+	}
+	if !near(r.P50, 0.812) || !near(r.P75, 5.12) || !near(r.P90, 8.2) || !near(r.P99, 18.42) || !near(r.AvgLatMs, 3.73) || !near(r.MaxLatMs, 1020) {
+		t.Errorf("latency: %+v", r)
+	}
+	if r.ErrRead != 2 || r.ErrTimeout != 1 || r.ErrConnect != 0 || r.Non2xx != 5 {
+		t.Errorf("errors: %+v", r)
+	}
+	if err := parseWrk(strings.NewReader("Requests/sec: 5\n"), &r); err == nil {
+		t.Error("truncated output parsed")
+	}
+}
+
+func TestSizes(t *testing.T) {
+	var l sizeList
+	if err := l.Set("1k 100K 1000"); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint([]int(l)) != "[1024 102400 1000]" || l.String() != "1k 100k 1000" {
+		t.Errorf("sizes %v %q", []int(l), l.String())
+	}
+	if sizeLabel(1024) != "1 KiB" || sizeLabel(1<<20) != "1 MiB" || sizeLabel(1000) != "1000 B" {
+		t.Error("labels")
+	}
+	for _, bad := range []string{"", "0", "x", "-1k", "100000k"} {
+		if err := l.Set(bad); err == nil {
+			t.Errorf("size %q accepted", bad)
+		}
+	}
+	if got := fmt.Sprint(rotate([]int{1, 2, 3}, 4)); got != "[2 3 1]" {
+		t.Errorf("rotate: %s", got)
+	}
+	if got := shellJoin([]string{"wrk", "-H", "Host: a.b", "http://x/1k"}); got != "wrk -H 'Host: a.b' http://x/1k" {
+		t.Errorf("shellJoin: %s", got)
+	}
+}
+
+// TestGetCounts checks that get counts a response's bytes exactly.
+func TestGetCounts(t *testing.T) {
+	const head = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Cache-Status: HIT\r\n\r\n"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 512)
+		n, _ := c.Read(buf)
+		got <- string(buf[:n])
+		c.Write([]byte(head + "hello"))
+		time.Sleep(100 * time.Millisecond) // keep the connection open, as keep-alive does
+	}()
+	tg := &target{name: "nginx", host: "h.test", addr: netip.MustParseAddrPort(ln.Addr().String())}
+	r, err := get(tg, "/1k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req := <-got; req != "GET /1k HTTP/1.1\r\nHost: h.test\r\n\r\n" {
+		t.Errorf("request %q", req)
+	}
+	if r.HeaderBytes != len(head) || r.BodyBytes != 5 || r.WireBytes != len(head)+5 || string(r.body) != "hello" || r.Header.Get("X-Cache-Status") != "HIT" {
+		t.Errorf("response %+v", r)
+	}
+}
+
+// TestIndexMemorySmall runs the index measurement on a few objects.
+func TestIndexMemorySmall(t *testing.T) {
+	res, err := indexMemory(context.Background(), 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Steps) != 4 || res.Steps[3].Objects != 2000 || res.PerObject <= 0 {
+		t.Errorf("%+v", res)
+	}
+	t.Logf("%.0f B/object (2000 objects), %.0f after reopening", res.PerObject, res.ReopenPerObject)
+}
+
+// TestExperimentShort runs the whole experiment briefly, when bin/caddy and
+// wrk are there (and nginx, which is left out otherwise).
+func TestExperimentShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Caddy, nginx and wrk")
+	}
+	bin, err := filepath.Abs("../../bin/caddy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Skip("no bin/caddy (make caddy)")
+	}
+	if _, err := exec.LookPath("wrk"); err != nil {
+		t.Skip("no wrk (eval/httpbench/install-deps.sh)")
+	}
+	p := defaultParams()
+	p.Caddy, p.OriginAddr, p.CaddyAddr, p.NginxAddr, p.Port = bin, "127.0.92.1", "127.0.92.2", "127.0.92.3", 8180
+	if _, err := lookNginx("nginx"); err != nil {
+		p.Nginx = ""
+	}
+	p.Rounds, p.Duration, p.Warmup, p.Quiet, p.Install = 1, time.Second, 0, 0, false
+	p.IndexObjects, p.ProxyObjects, p.ProxySettle = 2000, 200, 0
+	p.Out = t.TempDir()
+	rep, err := experiment(context.Background(), p, "test")
+	if errors.Is(err, errBelowTarget) {
+		t.Logf("below target in a 1 s run: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(p.Out, "httpbench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back report
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	want := 2
+	if p.Nginx != "" {
+		want = 3
+	}
+	if len(back.Throughput) != want*len(p.Sizes) || len(back.Summary) != len(p.Sizes) || back.Index == nil || back.Proxy == nil || !back.PassCheck {
+		t.Fatalf("report incomplete: %s", raw)
+	}
+	for _, ss := range rep.Summary {
+		if c := ss.Targets["coral"]; c == nil || c.MedianRPS <= 0 || c.WireBytes < ss.Size {
+			t.Errorf("%d: coral %+v", ss.Size, c)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(p.Out, "httpbench.png")); err != nil || st.Size() == 0 {
+		t.Errorf("httpbench.png: %v", err)
+	}
+}
+
+func TestParseCoralRequests(t *testing.T) {
+	m := parseCoralRequests(`# HELP caddy_coral_requests_total Requests
+caddy_coral_requests_total{cache_status="hit",source="local"} 1.5e+06
+caddy_coral_requests_total{cache_status="miss",source="origin"} 2
+caddy_coral_requests_total{source="peer-l1",cache_status="miss"} 3
+caddy_coral_requests_total_other{cache_status="hit"} 9
+`)
+	if fmt.Sprint(m) != "map[hit:1.5e+06 miss:5]" {
+		t.Errorf("%v", m)
+	}
+}

@@ -1,0 +1,202 @@
+package main
+
+// report is httpbench.json.
+type report struct {
+	Command   string   `json:"command"`
+	Tools     tools    `json:"tools"`
+	Host      host     `json:"host"`
+	Params    jsonPar  `json:"params"`
+	Caddyfile string   `json:"caddyfile"`
+	NginxConf string   `json:"nginx_conf,omitempty"`
+	Commands  []string `json:"commands"` // the Caddy, nginx and wrk command lines, in order
+
+	// Responses: one request per target and size before and after the
+	// runs, as wrk sends it, counted on the wire.
+	Responses []*sample `json:"responses"`
+
+	Warmup     []*run      `json:"warmup_runs"`
+	Throughput []*run      `json:"throughput_runs"`
+	Disturbed  []*run      `json:"disturbed_runs,omitempty"` // repeated: other processes took CPU
+	Summary    []*sizeSumm `json:"by_size"`
+	Profiles   []string    `json:"cpu_profiles,omitempty"`
+
+	Index *indexResult `json:"index_memory,omitempty"`
+	Proxy *proxyResult `json:"proxy_memory,omitempty"`
+
+	Problems  []string `json:"problems,omitempty"`
+	Warnings  []string `json:"warnings,omitempty"`
+	PassRatio bool     `json:"pass_coral_ge_0_9_file"`
+	PassCheck bool     `json:"pass_checks"`
+	Wall      float64  `json:"wall_seconds"`
+}
+
+type tools struct {
+	Load  string `json:"load"`
+	Caddy string `json:"caddy_version"`
+	Nginx string `json:"nginx_version,omitempty"`
+	Wrk   string `json:"wrk_version"`
+}
+
+type host struct {
+	CPUs          int    `json:"cpus"`
+	Kernel        string `json:"kernel"`
+	LoadAvgBefore string `json:"loadavg_before"`
+	LoadAvgAfter  string `json:"loadavg_after"`
+	GoVersion     string `json:"go_version"`
+}
+
+// jsonPar is params as the JSON records them.
+type jsonPar struct {
+	Origin       string `json:"origin"`
+	Coral        string `json:"coral_proxy"`
+	CoralHost    string `json:"coral_host_header"`
+	File         string `json:"file_server"`
+	Nginx        string `json:"nginx,omitempty"`
+	Sizes        []int  `json:"object_bytes"`
+	Rounds       int    `json:"rounds"`
+	Duration     string `json:"run_duration"`
+	Warmup       string `json:"warmup_duration"`
+	Threads      int    `json:"wrk_threads"`
+	Conns        int    `json:"wrk_connections"`
+	Repeat       int    `json:"repeat_disturbed_max"`
+	NginxWorkers string `json:"nginx_workers,omitempty"`
+	IndexObjects int    `json:"index_objects"`
+	ProxyObjects int    `json:"proxy_objects"`
+	ProxySettle  string `json:"proxy_settle"`
+	Quiet        string `json:"quiet_wait_max"`
+}
+
+// sample is one target's response to one request for an object.
+type sample struct {
+	When   string `json:"when"` // before, after
+	Target string `json:"target"`
+	Size   int    `json:"object_bytes"`
+	Cache  string `json:"cache_header,omitempty"` // Cache-Status or X-Cache-Status
+	Hit    bool   `json:"hit"`
+	Same   bool   `json:"body_is_origins"`
+	response
+}
+
+// run is one wrk run with what the servers did meanwhile.
+type run struct {
+	Phase  string `json:"phase"` // warmup, throughput, profile
+	Round  int    `json:"round,omitempty"`
+	Target string `json:"target"` // coral, file, nginx
+	Size   int    `json:"object_bytes"`
+	Argv   string `json:"wrk_command"`
+
+	// Before the run: how long it waited for the machine to be quiet, and
+	// the CPUs other processes used in the last second of that.
+	QuietWait  float64 `json:"quiet_wait_s"`
+	BusyBefore float64 `json:"other_cpus_before"`
+
+	Requests         int64   `json:"requests"`
+	RunTime          float64 `json:"run_time_s"`
+	RPS              float64 `json:"requests_per_s"`
+	BytesRead        float64 `json:"bytes_read"` // wrk's, two significant decimals of its unit
+	BytesPerResponse float64 `json:"bytes_per_response"`
+	TransferMiBs     float64 `json:"transfer_mib_per_s"`
+	AvgLatMs         float64 `json:"latency_avg_ms"`
+	StdevLatMs       float64 `json:"latency_stdev_ms"`
+	MaxLatMs         float64 `json:"latency_max_ms"`
+	P50              float64 `json:"latency_p50_ms"`
+	P75              float64 `json:"latency_p75_ms"`
+	P90              float64 `json:"latency_p90_ms"`
+	P99              float64 `json:"latency_p99_ms"`
+	ErrConnect       int64   `json:"socket_errors_connect"`
+	ErrRead          int64   `json:"socket_errors_read"`
+	ErrWrite         int64   `json:"socket_errors_write"`
+	ErrTimeout       int64   `json:"socket_errors_timeout"`
+	Non2xx           int64   `json:"non_2xx_3xx"`
+
+	// The origin's requests for the benchmark objects during the run: 0
+	// when every response was a cache hit.
+	OriginRequests int64 `json:"origin_requests"`
+	// coral_proxy's own count of the requests it handled during the run,
+	// by cache status (caddy_coral_requests_total): all hits, at least as
+	// many as wrk completed (wrk does not count those cut off at its end).
+	CoralRequests map[string]float64 `json:"coral_requests_by_cache_status,omitempty"`
+
+	ServerCPU     float64 `json:"server_cpu_s"` // the target's server: Caddy, or nginx's master and workers
+	CPUPerRequest float64 `json:"server_cpu_us_per_request"`
+	IdleServerCPU float64 `json:"idle_server_cpu_s"` // the other server, not under load
+	WrkCPU        float64 `json:"wrk_cpu_s"`
+	SelfCPU       float64 `json:"this_process_cpu_s"`
+	OtherCPU      float64 `json:"other_processes_cpu_s"`
+	Wall          float64 `json:"wall_s"`
+	// Other processes used over disturbedCores during this run or another
+	// of its round and size, and -repeat was exhausted.
+	Disturbed bool `json:"disturbed,omitempty"`
+}
+
+// sizeSumm is one object size's result: medians over rounds.
+type sizeSumm struct {
+	Size    int                    `json:"object_bytes"`
+	Targets map[string]*targetSumm `json:"targets"`
+	// Per round, coral's req/s over file's; its median is the acceptance.
+	Ratios      []float64 `json:"coral_over_file_by_round"`
+	MedianRatio float64   `json:"median_coral_over_file"`
+	// nginx's over file's, and coral's over nginx's.
+	NginxRatios      []float64 `json:"nginx_over_file_by_round,omitempty"`
+	MedianNginxRatio float64   `json:"median_nginx_over_file,omitempty"`
+	CoralOverNginx   float64   `json:"median_coral_over_nginx,omitempty"`
+	Pass             bool      `json:"pass"`
+}
+
+type targetSumm struct {
+	RPS           []float64 `json:"requests_per_s"`
+	MedianRPS     float64   `json:"median_requests_per_s"`
+	MedianMiBs    float64   `json:"median_transfer_mib_per_s"`
+	MedianP50     float64   `json:"median_p50_ms"`
+	MedianP99     float64   `json:"median_p99_ms"`
+	MedianCPUPerR float64   `json:"median_server_cpu_us_per_request"`
+	WireBytes     int       `json:"response_wire_bytes"`
+	HeaderBytes   int       `json:"response_header_bytes"`
+}
+
+// indexResult is the diskcache index's memory, measured in this process.
+type indexResult struct {
+	Objects         int         `json:"objects"`
+	Dir             string      `json:"store_parent_dir"` // tmpfs when /dev/shm is there
+	KeyBytes        int         `json:"key_bytes"`
+	BodyBytes       int         `json:"body_bytes"`
+	EmptyStoreBytes int64       `json:"empty_store_heap_bytes"`
+	Steps           []indexStep `json:"steps"`
+	// Heap in use per object with all of them in, and between the first
+	// quarter and all (the map's growth steps make the two differ).
+	PerObject float64 `json:"bytes_per_object"`
+	Marginal  float64 `json:"marginal_bytes_per_object"`
+	// After Close and Open: the index rebuilt from disk.
+	ReopenPerObject float64 `json:"reopened_bytes_per_object"`
+	InsertSeconds   float64 `json:"insert_s"`
+	Seconds         float64 `json:"total_s"`
+}
+
+type indexStep struct {
+	Objects   int     `json:"objects"`
+	HeapBytes int64   `json:"heap_inuse_growth_bytes"`
+	PerObject float64 `json:"bytes_per_object"`
+}
+
+// proxyResult is Caddy's memory per object cached through coral_proxy.
+type proxyResult struct {
+	Objects       int     `json:"objects"`
+	BodyBytes     int     `json:"body_bytes"`
+	Misses        int64   `json:"misses"`
+	OriginFetches int64   `json:"origin_fetches"`
+	Seconds       float64 `json:"fetch_s"`
+	HeapBefore    int64   `json:"heap_inuse_before"`
+	HeapAfter     int64   `json:"heap_inuse_after"`
+	RSSBefore     int64   `json:"rss_before"`
+	RSSAfter      int64   `json:"rss_after"`
+	PerObject     float64 `json:"heap_bytes_per_object"`
+	RSSPerObject  float64 `json:"rss_bytes_per_object"`
+	HeapProfile   string  `json:"heap_profile,omitempty"` // with -profile: Caddy's heap after the fetch
+	// -proxy-settle after the fetch, when the DSHT node has dropped its
+	// per-key load records: what stays per cached object.
+	SettledAfter       float64 `json:"settled_after_s,omitempty"`
+	HeapSettled        int64   `json:"heap_inuse_settled,omitempty"`
+	RSSSettled         int64   `json:"rss_settled,omitempty"`
+	SettledPerObject   float64 `json:"settled_heap_bytes_per_object,omitempty"`
+	SettledHeapProfile string  `json:"settled_heap_profile,omitempty"`
+}
