@@ -59,6 +59,15 @@ const (
 	defaultRate  = 10
 	defaultBurst = 50
 
+	// peerRateFactor: requests with Cache-Control: only-if-cached (what
+	// peer proxies send) are counted apart, at this multiple of the client
+	// rate and burst. One proxy fetches for all its clients, so it asks a
+	// peer far more often than a browser asks a proxy; and such requests
+	// cannot make this proxy fetch anything, so a client that sends them
+	// to dodge the limit gains only cached bytes, which the bandwidth
+	// budget bounds.
+	peerRateFactor = 10
+
 	// defaultMaxClients bounds the clients the rate limiter tracks. At the
 	// default rate a bucket is full again (and so forgettable without loss)
 	// 5 s after its client's last request, so the table only has to hold
@@ -88,6 +97,7 @@ const (
 type abuseControls struct {
 	blacklist *blacklist
 	rate      *rateLimiter
+	peerRate  *rateLimiter // for only-if-cached requests; see peerRateFactor
 	budget    *bandwidthBudget
 	now       func() time.Time // time.Now when nil; tests inject a clock
 }
@@ -142,7 +152,11 @@ func (a *abuseControls) admit(w http.ResponseWriter, r *http.Request, origin, or
 	if a.blacklist.blocked(origin) {
 		return refuse(http.StatusForbidden, "blacklisted", fmt.Errorf("coral_proxy: %s is on this proxy's blacklist: %w; fetch %s directly", origin, errBlacklisted, originURL))
 	}
-	if ok, wait := a.rate.allow(requestClientAddr(r), now); !ok {
+	limiter := a.rate
+	if fromPeer {
+		limiter = a.peerRate
+	}
+	if ok, wait := limiter.allow(requestClientAddr(r), now); !ok {
 		if !fromPeer {
 			w.Header().Set("Retry-After", retryAfterSeconds(wait))
 		}

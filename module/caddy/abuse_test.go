@@ -879,6 +879,7 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 	a := &abuseControls{
 		blacklist: bl,
 		rate:      newRateLimiter(1, 1, 10),
+		peerRate:  newRateLimiter(1, 2, 10),
 		budget:    newBandwidthBudget(100, time.Hour),
 		now:       func() time.Time { return now },
 	}
@@ -911,7 +912,14 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 	if !done || handlerStatus(t, err) != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "1" {
 		t.Fatalf("second request: done=%v err=%v Retry-After=%q", done, err, w.Header().Get("Retry-After"))
 	}
-	// A peer over its rate: 504, no Retry-After.
+	// Peer requests (only-if-cached) from the same address have a bucket
+	// of their own (burst 2 here): admitted twice, then 504 without
+	// Retry-After.
+	for i := range 2 {
+		if done, err := a.admit(httptest.NewRecorder(), newAbuseRequest("www.example.com", "", true), "www.example.com", originURL); done || err != nil {
+			t.Fatalf("peer request %d within the peer rate: done=%v err=%v", i+1, done, err)
+		}
+	}
 	w = httptest.NewRecorder()
 	done, err = a.admit(w, newAbuseRequest("www.example.com", "", true), "www.example.com", originURL)
 	if !done || handlerStatus(t, err) != http.StatusGatewayTimeout || w.Header().Get("Retry-After") != "" {

@@ -1,6 +1,7 @@
 package coralcaddy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -230,6 +231,7 @@ func (h *Handler) provisionAbuse() error {
 		burst = defaultBurst
 	}
 	a.rate = newRateLimiter(rate, burst, defaultMaxClients)
+	a.peerRate = newRateLimiter(rate*peerRateFactor, burst*peerRateFactor, defaultMaxClients)
 	window := time.Duration(h.BandwidthWindow)
 	if window <= 0 {
 		window = defaultBudgetWindow
@@ -251,18 +253,20 @@ func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard origi
 		DisableCompression:     true,
 	}
 	h.eng = &engine{
-		store:     h.store,
-		node:      node,
-		origin:    &http.Client{Transport: originTransport(guard, time.Duration(h.OriginTimeout), time.Duration(h.OriginTimeout)), CheckRedirect: noRedirects},
-		peer:      &http.Client{Transport: peerTransport, CheckRedirect: noRedirects},
-		failures:  newOriginFailures(3, 30*time.Second),
-		policy:    policy,
-		logger:    h.logger,
-		selfAddr:  h.selfAddr,
-		userAgent: proxyVersion,
-		zone:      h.Zone,
-		inflight:  make(map[string]*download),
-		guard:     guard,
+		store:         h.store,
+		node:          node,
+		originTimeout: time.Duration(h.OriginTimeout),
+		peerTimeout:   time.Duration(h.PeerTimeout),
+		origin:        &http.Client{Transport: originTransport(guard, time.Duration(h.OriginTimeout), time.Duration(h.OriginTimeout)), CheckRedirect: noRedirects},
+		peer:          &http.Client{Transport: peerTransport, CheckRedirect: noRedirects},
+		failures:      newOriginFailures(3, 30*time.Second),
+		policy:        policy,
+		logger:        h.logger,
+		selfAddr:      h.selfAddr,
+		userAgent:     proxyVersion,
+		zone:          h.Zone,
+		inflight:      make(map[string]*download),
+		guard:         guard,
 	}
 }
 
@@ -383,22 +387,21 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 	}
 	key := CacheKey("http", origin, port, r.URL.EscapedPath(), r.URL.RawQuery)
 	fr := fetchRequest{
-		key: key, scheme: scheme, host: origin, port: port, uri: r.URL.RequestURI(),
+		key: key, baseKey: key, scheme: scheme, host: origin, port: port, uri: r.URL.RequestURI(),
 		coralHost: r.Host, header: r.Header, clientIP: clientIP(r),
 	}
 	onlyIfCached := ParseRequestCacheControl(r.Header).OnlyIfCached
 	auth := r.Header.Get("Authorization") != ""
 
 	if !auth {
-		if rd, ok := h.store.GetContext(r.Context(), key); ok {
-			m := rd.Meta()
+		if rd, m, ok := h.lookup(r.Context(), &fr); ok {
 			if !rd.Complete() {
 				// Being downloaded right now: join it.
 				acct.set("collapsed", m.Extra["source"])
 				return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", m.Extra["source"])
 			}
 			if time.Now().Before(m.Expires) {
-				h.eng.refs.touch(key)
+				h.eng.refs.touch(fr.baseKey)
 				acct.set("hit", "local")
 				return h.serveStored(w, r, rd, "hit", "local")
 			}
@@ -408,7 +411,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 			fr.stale = &m
 			if swr, _ := StaleWindows(m.Header); time.Since(m.Expires) < swr {
 				h.eng.startDownload(fr)
-				if rd, ok := h.store.GetContext(r.Context(), key); ok {
+				if rd, ok := h.store.GetContext(r.Context(), fr.key); ok {
 					acct.set("stale", "local")
 					return h.serveStored(w, r, rd, "hit; fwd=stale", "stale-while-revalidate")
 				}
@@ -421,13 +424,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 		// A peer (or a client) that wants no origin fetch. A download under
 		// way here still counts: wait for it, a little. The bound breaks the
 		// rare cycle of two proxies each waiting on the other.
-		if d := h.eng.inflightFor(key); d != nil {
+		if d := h.eng.inflightFor(fr.key); d != nil {
 			t := time.NewTimer(time.Duration(h.PeerTimeout))
 			defer t.Stop()
 			select {
 			case <-d.ready:
 				if d.err == nil && d.direct == nil {
-					if rd, ok := h.store.GetContext(r.Context(), key); ok {
+					if rd, _, ok := h.lookup(r.Context(), &fr); ok {
 						acct.set("collapsed", d.source)
 						return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", d.source)
 					}
@@ -444,17 +447,54 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 	return h.afterDownload(w, r, fr, d, started, acct)
 }
 
+// lookup opens the stored object for fr's request: the entry under the
+// URL's key or, when that entry is a Vary index, the variant the request's
+// fields select. It points fr.key at the object's key, found or not, so a
+// download started after a miss fills the right entry. m is the object's
+// metadata.
+func (h *Handler) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.Reader, m diskcache.Meta, ok bool) {
+	fr.key = fr.baseKey
+	rd, ok = h.store.GetContext(ctx, fr.baseKey)
+	if !ok {
+		return nil, m, false
+	}
+	m = rd.Meta()
+	fields := m.Extra[varyIndexField]
+	if fields == "" {
+		return rd, m, true
+	}
+	rd.Close()
+	vk, vok := VaryKey(fields, fr.header)
+	if !vok {
+		return nil, diskcache.Meta{}, false
+	}
+	fr.key = variantKey(fr.baseKey, vk)
+	if rd, ok = h.store.GetContext(ctx, fr.key); !ok {
+		return nil, diskcache.Meta{}, false
+	}
+	return rd, rd.Meta(), true
+}
+
 // afterDownload waits for a download (or revalidation) to have something
 // to serve, and serves it.
 func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRequest, d *download, started bool, acct *requestAccount) error {
-	key := fr.key
 	select {
 	case <-d.ready:
 	case <-r.Context().Done():
+		if started {
+			// A response handed to this request alone would hold its
+			// origin connection until read: close it when it comes.
+			go func() {
+				<-d.ready
+				if d.direct != nil {
+					d.direct.Body.Close()
+				}
+			}()
+		}
 		return r.Context().Err()
 	}
 	if d.revalidated || d.stale {
-		rd, ok := h.store.GetContext(r.Context(), key)
+		rd, _, ok := h.lookup(r.Context(), &fr)
 		if !ok {
 			return caddyhttp.Error(http.StatusBadGateway, errors.New("the cached copy went away"))
 		}
@@ -485,7 +525,9 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 		}
 		return h.serveDirect(w, d.direct, d.source)
 	}
-	rd, ok := h.store.GetContext(r.Context(), key)
+	// The object may have landed under a variant key (the response
+	// varies), which lookup finds through the URL's entry.
+	rd, _, ok := h.lookup(r.Context(), &fr)
 	if !ok && !started && !acct.retried {
 		// The download this request joined failed or was dropped before
 		// it could be read: try once more.

@@ -213,3 +213,85 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 		t.Errorf("retry at P1: %d bytes, %v, Cache-Status %q", len(all), err, r2.Header.Get("Cache-Status"))
 	}
 }
+
+// TestVaryAcrossPeers: a proxy gets a variant from a peer only when the
+// peer holds the variant its client selects; otherwise the peer answers
+// 504 and the proxy goes to the origin.
+func TestVaryAcrossPeers(t *testing.T) {
+	proxies := startTestProxies(t, 2)
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Vary", "Accept-Language")
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Write([]byte("lang=" + r.Header.Get("Accept-Language")))
+	})
+	ask := func(p *testProxy, lang string) (string, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/v", nil)
+		req.Host = o.coralHost()
+		req.Header.Set("Accept-Language", lang)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b), resp.Header.Get("Cache-Status")
+	}
+	waitIdle := func(p *testProxy) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for p.h.store.Stats().Writing > 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("download still in progress after 10s")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if body, _ := ask(proxies[0], "fr"); body != "lang=fr" {
+		t.Fatalf("P0 fr: %q", body)
+	}
+	waitIdle(proxies[0])
+	body, cs := ask(proxies[1], "fr")
+	if body != "lang=fr" || !strings.Contains(cs, "peer") {
+		t.Errorf("P1 fr: %q, Cache-Status %q; want it from the peer", body, cs)
+	}
+	if n := o.count("/v"); n != 1 {
+		t.Errorf("origin fetches after fr at both proxies: %d, want 1", n)
+	}
+	body, cs = ask(proxies[1], "de")
+	if body != "lang=de" || !strings.Contains(cs, "origin") {
+		t.Errorf("P1 de: %q, Cache-Status %q; want it from the origin", body, cs)
+	}
+	if n := o.count("/v"); n != 2 {
+		t.Errorf("origin fetches: %d, want 2", n)
+	}
+}
+
+// TestServedFromPeerCache: only a peer's cached object (hit or joined
+// download) is taken from it, never its own refusals or errors.
+func TestServedFromPeerCache(t *testing.T) {
+	for _, tc := range []struct {
+		cacheStatus string
+		want        bool
+	}{
+		{`coral; hit; detail="local"`, true},
+		{`coral; hit; fwd=stale; detail="stale"`, true},
+		{`coral; fwd=uri-miss; collapsed; detail="origin"`, true},
+		{`coral; fwd=miss; detail="only-if-cached"`, false},
+		{`coral; fwd=miss; detail="rate-limited"`, false},
+		{`coral; fwd=uri-miss; stored=false; detail="origin"`, false},
+		{`othercache; hit`, false},
+		{``, false},
+	} {
+		h := http.Header{}
+		if tc.cacheStatus != "" {
+			h.Set("Cache-Status", tc.cacheStatus)
+		}
+		if got := servedFromPeerCache(h); got != tc.want {
+			t.Errorf("%q: %v, want %v", tc.cacheStatus, got, tc.want)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package coralcaddy
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,21 +53,25 @@ type download struct {
 	// is fresh again (revalidated), or the origin failed and the stale copy
 	// is served with its expiry extended (stale).
 	revalidated, stale bool
+	// cancel ends the fetch: its requests and connections.
+	cancel context.CancelFunc
 }
 
 // engine does the fetching for one handler.
 type engine struct {
-	store     *diskcache.Store
-	node      *coraldht.Node
-	origin    *http.Client
-	peer      *http.Client
-	failures  *originFailures
-	policy    Policy
-	logger    *zap.Logger
-	selfAddr  func() netip.AddrPort // this proxy's HTTP address, for references
-	userAgent string
-	zone      string // the alias zone, for Coralizing redirects
-	guard     originGuard
+	store *diskcache.Store
+	node  *coraldht.Node
+	// How long an origin or a peer may keep a response body silent.
+	originTimeout, peerTimeout time.Duration
+	origin                     *http.Client
+	peer                       *http.Client
+	failures                   *originFailures
+	policy                     Policy
+	logger                     *zap.Logger
+	selfAddr                   func() netip.AddrPort // this proxy's HTTP address, for references
+	userAgent                  string
+	zone                       string // the alias zone, for Coralizing redirects
+	guard                      originGuard
 	// httpsHosts remembers origins that redirected http to https, so later
 	// fetches go to https at once.
 	httpsHosts sync.Map
@@ -81,14 +88,16 @@ type engine struct {
 
 // fetchRequest is what a download needs from the request that started it.
 type fetchRequest struct {
-	key       string
-	scheme    string // "http" or "https"
-	host      string // origin host
-	port      int    // 0: the scheme's default
-	uri       string // path and query as sent
-	coralHost string // the Coralized Host the client used; peers need it
-	header    http.Header
-	clientIP  string
+	// key is the store key of the object fetched: baseKey, the URL's key,
+	// or one variant of it when the URL's responses vary (see lookup).
+	key, baseKey string
+	scheme       string // "http" or "https"
+	host         string // origin host
+	port         int    // 0: the scheme's default
+	uri          string // path and query as sent
+	coralHost    string // the Coralized Host the client used; peers need it
+	header       http.Header
+	clientIP     string
 	// stale is the stored copy's metadata when this fetch revalidates it.
 	stale *diskcache.Meta
 }
@@ -135,13 +144,24 @@ func (e *engine) run(fr fetchRequest, d *download) {
 	defer readyOnce()
 	defer e.finish(fr.key, d)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	d.cancel = cancel
+	defer func() {
+		if d.direct != nil {
+			// Handed to its requester unread: the fetch lives until the
+			// requester closes the body.
+			d.direct.Body = &cancelOnClose{ReadCloser: d.direct.Body, cancel: cancel}
+			return
+		}
+		cancel()
+	}()
 
 	if fr.stale != nil {
 		e.revalidate(ctx, fr, d, readyOnce)
 		return
 	}
-	dhtKey := coraldht.KeyFor(fr.key)
+	// References are per URL, whatever variant: a peer picks the variant
+	// the request's fields select, or answers 504.
+	dhtKey := coraldht.KeyFor(fr.baseKey)
 	self := e.selfAddr()
 	selfRef := reference{Addr: self}
 	var peers []reference
@@ -161,30 +181,34 @@ func (e *engine) run(fr fetchRequest, d *download) {
 		peerLevel = res.Level
 		// Keep the short reference alive while the download runs, so peers
 		// that arrive later find this proxy.
+		renewCtx, stopRenewing := context.WithCancel(ctx)
+		defer stopRenewing()
 		go func() {
 			t := time.NewTicker(refFetchingTTL * 3 / 4)
 			defer t.Stop()
 			for {
 				select {
-				case <-ctx.Done():
+				case <-renewCtx.Done():
 					return
 				case <-t.C:
-					_, _ = e.node.Put(ctx, dhtKey, selfRef.encode(), refFetchingTTL)
+					_, _ = e.node.Put(renewCtx, dhtKey, selfRef.encode(), refFetchingTTL)
 				}
 			}
 		}()
 	}
 
 	source := fmt.Sprintf("peer-l%d", peerLevel)
+	idle := e.originTimeout + e.peerTimeout // a peer may itself wait on its origin
 	resp, err := e.fetchFromPeers(ctx, fr, peers)
 	if resp == nil {
 		resp, err = e.fetchFromOrigin(ctx, fr)
-		source = "origin"
+		source, idle = "origin", e.originTimeout
 	}
 	if err != nil {
 		d.err = err
 		return
 	}
+	resp.Body = newIdleTimeoutBody(resp.Body, idle, cancel)
 	d.source = source
 	e.keep(fr, d, resp, source, readyOnce)
 }
@@ -194,18 +218,20 @@ func (e *engine) run(fr fetchRequest, d *download) {
 // reference.
 func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source string, readyOnce func()) {
 	self := e.selfAddr()
-	dhtKey := coraldht.KeyFor(fr.key)
+	dhtKey := coraldht.KeyFor(fr.baseKey)
 	now := time.Now()
 	loop := e.coralizeRedirect(fr, resp)
 	policy := e.policy.ForRequest(fr.header)
 	ok, _ := policy.Storable(fr.header, resp.StatusCode, resp.Header)
 	transient := resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests
-	// Vary: the proxy asks origins for the identity encoding, so Vary on
-	// Accept-Encoding changes nothing; any other Vary would need a copy per
-	// variant, which this cache does not keep yet, so such responses are
-	// passed through uncached rather than served to the wrong clients.
-	if !varyOnlyEncoding(resp.Header) {
-		ok = false
+	// Vary: the object is kept under the key of the variant this
+	// request selects, and the URL's key gets an index naming the fields.
+	key := fr.baseKey
+	fields := varyFields(resp.Header)
+	if fields != "" {
+		vk, vok := VaryKey(fields, fr.header)
+		ok = ok && vok
+		key = variantKey(fr.baseKey, vk)
 	}
 	if !ok || transient || loop {
 		d.direct = resp
@@ -215,8 +241,12 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 	// A copy from a peer (or an origin behind another cache) is already
 	// some age: it is fresh for what is left.
 	freshFor -= CurrentAge(resp.Header, now, now, now)
+	if fields != "" && !e.writeVaryIndex(fr, fields, now, freshFor) {
+		d.direct = resp
+		return
+	}
 	meta := diskcache.Meta{
-		Key:     fr.key,
+		Key:     key,
 		Status:  resp.StatusCode,
 		Header:  storedHeader(resp.Header),
 		Stored:  now,
@@ -227,7 +257,7 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 	if resp.ContentLength >= 0 {
 		meta.Size = resp.ContentLength
 	}
-	w, err := e.store.Create(fr.key, meta)
+	w, err := e.store.Create(key, meta)
 	if err != nil {
 		// The cache cannot take it (full of downloads, or too large): the
 		// client still gets it, uncached.
@@ -238,6 +268,9 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 	readyOnce()
 	n, err := io.Copy(w, resp.Body)
 	resp.Body.Close()
+	if ib, ok := resp.Body.(*idleTimeoutBody); ok && err != nil && ib.fired.Load() {
+		err = fmt.Errorf("no data for %s after %d bytes", ib.timeout, n)
+	}
 	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
 		err = fmt.Errorf("body ended after %d of %d bytes", n, resp.ContentLength)
 	}
@@ -266,7 +299,7 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 		}
 		putCtx, cancelPut := context.WithTimeout(context.Background(), 5*time.Second)
 		if _, err := e.node.Put(putCtx, dhtKey, ref.encode(), ttl); err == nil {
-			e.refs.put(fr.key, ref, ttl)
+			e.refs.put(fr.baseKey, ref, ttl)
 		}
 		cancelPut()
 	}
@@ -313,6 +346,42 @@ func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []re
 	return nil, nil
 }
 
+// idleTimeoutBody ends a response body when one read waits longer than
+// timeout (cancelling its fetch): a stalled origin or peer must not hold the
+// download, and every client reading it, forever. Only time spent waiting
+// in Read counts, so a slow reader downstream is not taken for a stall.
+type idleTimeoutBody struct {
+	io.ReadCloser
+	timeout time.Duration
+	timer   *time.Timer
+	fired   atomic.Bool
+}
+
+func newIdleTimeoutBody(rc io.ReadCloser, timeout time.Duration, cancel context.CancelFunc) io.ReadCloser {
+	if timeout <= 0 {
+		return rc // no limit configured
+	}
+	b := &idleTimeoutBody{ReadCloser: rc, timeout: timeout}
+	b.timer = time.AfterFunc(timeout, func() {
+		b.fired.Store(true)
+		cancel()
+	})
+	b.timer.Stop()
+	return b
+}
+
+func (b *idleTimeoutBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.timeout)
+	n, err := b.ReadCloser.Read(p)
+	b.timer.Stop()
+	return n, err
+}
+
+func (b *idleTimeoutBody) Close() error {
+	b.timer.Stop()
+	return b.ReadCloser.Close()
+}
+
 type cancelOnClose struct {
 	io.ReadCloser
 	cancel context.CancelFunc
@@ -332,23 +401,43 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 		return nil, err
 	}
 	req.Host = fr.coralHost
+	// The client's fields go along (less cookies and credentials, as to an
+	// origin): the peer picks the variant they select.
+	req.Header = originRequestHeader(fr.header, "", e.userAgent)
 	req.Header.Set("Cache-Control", "only-if-cached")
-	req.Header.Set("User-Agent", e.userAgent)
-	req.Header.Set("Via", "1.1 coral")
 	resp, err := e.peer.Do(req)
 	if err != nil {
 		e.metrics.peerFetch(fetchOutcome(0, err))
 		return nil, err
 	}
-	if resp.StatusCode == http.StatusGatewayTimeout {
-		// only-if-cached and not cached (a real 504 is never cached).
+	if !servedFromPeerCache(resp.Header) {
+		// 504: only-if-cached and not cached. Anything else without a
+		// cache's Cache-Status is the peer's own refusal or error, never
+		// the object.
 		e.metrics.peerFetch("not_cached")
 		resp.Body.Close()
-		return nil, errors.New("peer does not have it")
+		return nil, fmt.Errorf("peer %s does not have it (%d)", p.Addr, resp.StatusCode)
 	}
 	e.metrics.peerFetch("ok")
 	resp.Header.Del("Cache-Status")
 	return resp, nil
+}
+
+// servedFromPeerCache reports whether a peer's answer to an only-if-cached
+// request is a cached object: its Cache-Status (written by serveStored)
+// says hit or collapsed.
+func servedFromPeerCache(h http.Header) bool {
+	cs, ok := strings.CutPrefix(h.Get("Cache-Status"), "coral;")
+	if !ok {
+		return false
+	}
+	for _, p := range strings.Split(cs, ";") {
+		switch strings.TrimSpace(p) {
+		case "hit", "collapsed":
+			return true
+		}
+	}
+	return false
 }
 
 // fetchFromOrigin gets the object from the origin server. When the origin
@@ -493,6 +582,9 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 	m := fr.stale.Clone()
 	now := time.Now()
 	resp, err := e.fetchFromOriginWith(ctx, fr, func(h http.Header) { AddValidators(h, m.Header) })
+	if err == nil {
+		resp.Body = newIdleTimeoutBody(resp.Body, e.originTimeout, d.cancel)
+	}
 	status := 0
 	if err == nil {
 		status = resp.StatusCode
@@ -514,6 +606,7 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 			d.err = err
 			return
 		}
+		resp.Body = newIdleTimeoutBody(resp.Body, e.originTimeout, d.cancel)
 		d.source = "origin"
 		e.keep(fr, d, resp, "origin", readyOnce)
 	case StaleOnError(status, m.Header):
@@ -566,16 +659,62 @@ func (e *engine) coralizeRedirect(fr fetchRequest, resp *http.Response) (loop bo
 	return false
 }
 
-// varyOnlyEncoding reports whether the response varies on nothing but
-// Accept-Encoding.
-func varyOnlyEncoding(h http.Header) bool {
+// Vary. Origins are asked for the identity encoding, so Accept-Encoding
+// selects nothing here. A response that varies on other request fields is
+// kept per variant: the URL's key holds a small index entry (no body,
+// Extra[varyIndexField] naming the fields), and each variant lives under
+// variantKey(URL key, VaryKey(fields, its request)). The index is only a
+// pointer: it is read whatever its age, and rewritten when a response
+// names other fields.
+const varyIndexField = "vary-index"
+
+// varyFields returns the request fields a response varies on, other than
+// Accept-Encoding: lower case, sorted, without duplicates, joined with
+// commas; "" when there are none. Vary: * is refused before (Storable).
+func varyFields(h http.Header) string {
+	var names []string
 	for _, v := range h.Values("Vary") {
 		for _, f := range strings.Split(v, ",") {
-			f = strings.TrimSpace(f)
-			if f != "" && !strings.EqualFold(f, "Accept-Encoding") {
-				return false
+			f = strings.ToLower(strings.TrimSpace(f))
+			if f != "" && f != "accept-encoding" {
+				names = append(names, f)
 			}
 		}
+	}
+	slices.Sort(names)
+	return strings.Join(slices.Compact(names), ",")
+}
+
+// variantKey is the store key of one variant of the object under base.
+func variantKey(base, varyKey string) string {
+	sum := sha1.Sum([]byte(base + "\n" + varyKey))
+	return hex.EncodeToString(sum[:])
+}
+
+// writeVaryIndex makes the URL's entry an index of variants varying on
+// fields, unless it already is one. It reports whether the index is in
+// place.
+func (e *engine) writeVaryIndex(fr fetchRequest, fields string, now time.Time, freshFor time.Duration) bool {
+	if m, ok := e.store.Peek(fr.baseKey); ok && m.Extra[varyIndexField] == fields {
+		return true
+	}
+	m := diskcache.Meta{
+		Key:     fr.baseKey,
+		Status:  http.StatusOK,
+		Header:  http.Header{"Vary": {fields}},
+		Stored:  now,
+		Expires: now.Add(freshFor),
+		Size:    0,
+		Extra:   map[string]string{varyIndexField: fields, "url": fr.scheme + "://" + hostPort(fr.host, fr.port) + fr.uri},
+	}
+	w, err := e.store.Create(fr.baseKey, m)
+	if err != nil {
+		e.logger.Debug("no vary index", zap.String("url", m.Extra["url"]), zap.Error(err))
+		return false
+	}
+	if err := w.Commit(m); err != nil {
+		e.logger.Debug("no vary index", zap.String("url", m.Extra["url"]), zap.Error(err))
+		return false
 	}
 	return true
 }

@@ -2,6 +2,7 @@ package coralcaddy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -432,19 +433,108 @@ func TestProxyRedirects(t *testing.T) {
 	}
 }
 
-// TestProxyVary: a response that varies on a request header other than
-// Accept-Encoding is never served from cache to another client.
+// TestProxyVary: a response that varies on a request field other than
+// Accept-Encoding is cached per variant: each variant is fetched once and
+// served only to requests that select it.
 func TestProxyVary(t *testing.T) {
 	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Vary", "Accept-Language")
+		w.Header().Set("Vary", "Accept-Encoding, Accept-Language")
 		w.Header().Set("Cache-Control", "max-age=600")
 		w.Write([]byte("lang=" + r.Header.Get("Accept-Language")))
 	})
 	_, base := startProxy(t)
-	_, fr := get(t, base, o.coralHost(), "/v", "Accept-Language", "fr")
-	_, de := get(t, base, o.coralHost(), "/v", "Accept-Language", "de")
-	if string(fr) != "lang=fr" || string(de) != "lang=de" {
-		t.Errorf("fr %q, de %q", fr, de)
+	steps := []struct {
+		lang, want, status string
+		fetches            int // origin fetches so far
+	}{
+		{"fr", "lang=fr", "fwd=uri-miss", 1},
+		{"de", "lang=de", "fwd=uri-miss", 2},
+		{"fr", "lang=fr", "hit", 2},
+		{"de", "lang=de", "hit", 2},
+		{"", "lang=", "fwd=uri-miss", 3}, // no Accept-Language is a variant of its own
+		{"", "lang=", "hit", 3},
+		{"fr", "lang=fr", "hit", 3},
+	}
+	for i, st := range steps {
+		var hdr []string
+		if st.lang != "" {
+			hdr = []string{"Accept-Language", st.lang}
+		}
+		resp, body := get(t, base, o.coralHost(), "/v", hdr...)
+		if string(body) != st.want {
+			t.Fatalf("step %d (%q): body %q, want %q", i, st.lang, body, st.want)
+		}
+		if cs := resp.Header.Get("Cache-Status"); !strings.Contains(cs, st.status) {
+			t.Errorf("step %d (%q): Cache-Status %q, want %q", i, st.lang, cs, st.status)
+		}
+		if n := o.count("/v"); n != st.fetches {
+			t.Errorf("step %d (%q): %d origin fetches, want %d", i, st.lang, n, st.fetches)
+		}
+		waitDownloads(t)
+	}
+}
+
+// TestProxyUncachedLargeBody: a response that may not be stored is
+// streamed whole to the request that fetched it, however long it takes.
+func TestProxyUncachedLargeBody(t *testing.T) {
+	chunk := bytes.Repeat([]byte("u"), 64<<10)
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		for range 64 { // 4 MiB, flushed as it goes
+			w.Write(chunk)
+			w.(http.Flusher).Flush()
+		}
+	})
+	_, base := startProxy(t)
+	resp, body := get(t, base, o.coralHost(), "/big")
+	if resp.StatusCode != http.StatusOK || len(body) != 64*len(chunk) {
+		t.Fatalf("status %d, %d bytes, want %d", resp.StatusCode, len(body), 64*len(chunk))
+	}
+	if cs := resp.Header.Get("Cache-Status"); !strings.Contains(cs, "stored=false") {
+		t.Errorf("Cache-Status %q", cs)
+	}
+}
+
+// TestProxyStalledOrigin: an origin that stops sending mid-body is cut off
+// after origin_timeout; the client gets a clean abort, not a body that
+// looks complete, and nothing is cached.
+func TestProxyStalledOrigin(t *testing.T) {
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Header().Set("Content-Length", "2000")
+		w.Write(bytes.Repeat([]byte("s"), 1000))
+		w.(http.Flusher).Flush()
+		select { // stalls until the proxy gives up (or the test ends)
+		case <-r.Context().Done():
+		case <-o.gate:
+		}
+	})
+	defer close(o.gate)
+	_, base := startProxy(t, "origin_timeout 300ms")
+	req, _ := http.NewRequest(http.MethodGet, base+"/stall", nil)
+	req.Host = o.coralHost()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Fatalf("a stalled download ended cleanly with %d bytes", len(body))
+	}
+	if len(body) >= 2000 {
+		t.Fatalf("got %d bytes of a 2000-byte object from a stalled origin", len(body))
+	}
+	// Nothing was kept: the next request goes to the origin again.
+	waitDownloads(t)
+	resp2, err := http.DefaultClient.Do(req.Clone(context.Background()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp2.Body)
+	resp2.Body.Close()
+	if n := o.count("/stall"); n != 2 {
+		t.Errorf("origin asked %d times, want 2 (the aborted object must not be cached)", n)
 	}
 }
 
