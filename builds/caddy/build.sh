@@ -18,6 +18,11 @@ INPUTS=(module coraldht internal)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 root=$(cd "$here/../.." && pwd -P)
 work="$here/work"
+
+# One build at a time per checkout: a second caller waits here, then finds
+# the binary up to date (make test and an experiment may both ask).
+exec 9>"$here/.build.lock"
+flock 9
 out="$root/bin/caddy"
 
 die() { echo "build.sh: $*" >&2; exit 1; }

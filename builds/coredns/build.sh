@@ -12,6 +12,11 @@ CORAL_LINE='coral:github.com/coralcdn/coral/plugin/coredns'
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 root=$(cd "$here/../.." && pwd -P)
 work="$here/work"
+
+# One build at a time per checkout: a second caller waits here, then finds
+# the binary up to date (make test and an experiment may both ask).
+exec 9>"$here/.build.lock"
+flock 9
 src_copy="$work/coredns"
 out="$root/bin/coredns"
 
