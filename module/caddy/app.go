@@ -179,29 +179,21 @@ func (a *App) startNode(cfg coraldht.Config, ident string, boot []netip.AddrPort
 	return e, nil
 }
 
-// join bootstraps until it succeeds, 1 s to 30 s apart. Without bootstrap
-// addresses the node is the first of its network and counts as joined.
+// join bootstraps until it succeeds (coraldht's JoinRetrying: 1 s to 30 s
+// apart). Without bootstrap addresses the node is the first of its network
+// and counts as joined at once.
 func (e *nodeEntry) join(ctx context.Context, boot []netip.AddrPort, logger *zap.Logger) {
 	defer close(e.done)
 	if len(boot) == 0 {
 		e.joined.Store(true)
 	}
-	wait := time.Second
-	for {
-		if err := e.node.Bootstrap(ctx, boot...); err == nil {
-			e.joined.Store(true)
-			return
-		} else if ctx.Err() != nil {
-			return
-		} else if len(boot) > 0 {
-			logger.Warn("bootstrap failed; retrying", zap.Error(err), zap.Duration("in", wait))
+	err := e.node.JoinRetrying(ctx, boot, func(err error, in time.Duration) {
+		if len(boot) > 0 {
+			logger.Warn("bootstrap failed; retrying", zap.Error(err), zap.Duration("in", in))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 30*time.Second)
+	})
+	if err == nil {
+		e.joined.Store(true)
 	}
 }
 

@@ -141,29 +141,18 @@ func (e *nodeEntry) join(ctx context.Context, boot []netip.AddrPort) {
 	defer close(e.done)
 	if len(boot) == 0 {
 		// The first node of a network is the network; it still bootstraps
-		// (below) once others have found it, which starts its clustering.
+		// (in the background) once others have found it, which starts its
+		// clustering.
 		e.joined.Store(true)
 	}
-	wait := time.Second
-	for {
-		err := e.node.Bootstrap(ctx, boot...)
-		if err == nil {
-			e.joined.Store(true)
-			log.Infof("node %s joined the network (%d contacts)", e.node.Addr(), e.node.Levels()[0].Contacts)
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
+	err := e.node.JoinRetrying(ctx, boot, func(err error, in time.Duration) {
 		if len(boot) > 0 {
-			log.Warningf("node %s: bootstrap: %v; retrying in %v", e.node.Addr(), err, wait)
+			log.Warningf("node %s: bootstrap: %v; retrying in %v", e.node.Addr(), err, in)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 30*time.Second)
+	})
+	if err == nil {
+		e.joined.Store(true)
+		log.Infof("node %s joined the network (%d contacts)", e.node.Addr(), e.node.Levels()[0].Contacts)
 	}
 }
 
