@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/internal/dhtmetrics"
 	"github.com/coredns/coredns/plugin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -91,38 +92,11 @@ func recordLive(node string, set *liveSet, t *tracker) {
 type dhtCollector struct{}
 
 var (
-	dhtDescs = map[string]*prometheus.Desc{}
+	dhtDescs = dhtmetrics.New(plugin.Namespace, "coral")
 	dhtOnce  sync.Once
 )
 
-func dhtDesc(name, help string, labels ...string) *prometheus.Desc {
-	d, ok := dhtDescs[name]
-	if !ok {
-		d = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, "coral", "dht_"+name), help, append([]string{"node"}, labels...), nil)
-		dhtDescs[name] = d
-	}
-	return d
-}
-
-var (
-	descMessages   = dhtDesc("messages_total", "DSHT datagrams by direction (in, out), kind (request, reply) and message type.", "direction", "kind", "type")
-	descDrops      = dhtDesc("drops_total", "DSHT datagrams dropped without a reply, by reason.", "reason")
-	descTimeouts   = dhtDesc("timeouts_total", "DSHT RPCs that went unanswered.")
-	descRefused    = dhtDesc("refused_total", "DSHT requests answered with a refusal.")
-	descLookups    = dhtDesc("lookups_total", "DSHT lookups run by this node (per level).")
-	descStored     = dhtDesc("stored_values", "Values this node stores for others.")
-	descKeys       = dhtDesc("stored_keys", "Distinct keys this node stores values for.")
-	descContacts   = dhtDesc("routing_table_contacts", "Routing-table contacts by level.", "level")
-	descClusterLog = dhtDesc("cluster_log2_size", "Estimated log2 size of this node's cluster by level.", "level")
-	descChanges    = dhtDesc("cluster_changes_total", "Cluster changes (joins and splits) over all levels.")
-	descJoined     = dhtDesc("joined", "1 once the node has joined the network.")
-)
-
-func (dhtCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range dhtDescs {
-		ch <- d
-	}
-}
+func (dhtCollector) Describe(ch chan<- *prometheus.Desc) { dhtDescs.Describe(ch) }
 
 func (dhtCollector) Collect(ch chan<- prometheus.Metric) {
 	registry.Lock()
@@ -131,50 +105,8 @@ func (dhtCollector) Collect(ch chan<- prometheus.Metric) {
 		entries = append(entries, e)
 	}
 	registry.Unlock()
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-	}
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
 	for _, e := range entries {
-		node := e.listen
-		s := e.node.Stats()
-		for _, m := range []struct {
-			dir, kind string
-			c         coraldht.MessageCounts
-		}{{"in", "request", s.RequestsIn}, {"out", "request", s.RequestsOut}, {"in", "reply", s.RepliesIn}, {"out", "reply", s.RepliesOut}} {
-			for _, t := range []struct {
-				name string
-				v    uint64
-			}{{"ping", m.c.Ping}, {"find_node", m.c.FindNode}, {"get", m.c.Get}, {"put_probe", m.c.PutProbe}, {"store", m.c.Store}, {"members", m.c.Members}} {
-				counter(descMessages, t.v, node, m.dir, m.kind, t.name)
-			}
-		}
-		d := s.Drops
-		for _, r := range []struct {
-			name string
-			v    uint64
-		}{{"oversize", d.Oversize}, {"bad_auth", d.BadAuth}, {"malformed", d.Malformed}, {"stale", d.Stale}, {"replay", d.Replay},
-			{"queue_full", d.QueueFull}, {"unsolicited", d.Unsolicited}, {"self", d.Self}, {"misdirected", d.Misdirected}} {
-			counter(descDrops, r.v, node, r.name)
-		}
-		counter(descTimeouts, s.Timeouts, node)
-		counter(descRefused, s.Refused, node)
-		counter(descLookups, s.Lookups, node)
-		gauge(descStored, float64(s.StoredValues), node)
-		gauge(descKeys, float64(s.StoredKeys), node)
-		counter(descChanges, s.ClusterChanges, node)
-		for _, li := range e.node.Levels() {
-			l := strconv.Itoa(li.Level)
-			gauge(descContacts, float64(li.Contacts), node, l)
-			gauge(descClusterLog, float64(li.Cluster.LogSize), node, l)
-		}
-		j := 0.0
-		if e.joined.Load() {
-			j = 1
-		}
-		gauge(descJoined, j, node)
+		dhtDescs.Collect(ch, e.listen, e.node, e.joined.Load())
 	}
 }
 

@@ -1,0 +1,93 @@
+// Package dhtmetrics exports a coraldht node's Stats and Levels as
+// Prometheus metrics. The CoreDNS plugin (coredns_coral_dht_*) and the
+// Caddy module (caddy_coral_dht_*) both use it, so the two halves of a
+// Coral node report their DSHT nodes under the same names and labels.
+package dhtmetrics
+
+import (
+	"strconv"
+
+	"github.com/coralcdn/coral/coraldht"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Descs are the metric descriptions under one namespace and subsystem.
+// Every metric has a "node" label: the node's address.
+type Descs struct {
+	messages, drops, timeouts, refused, lookups, stored, keys *prometheus.Desc
+	contacts, clusterLog, changes, joined                     *prometheus.Desc
+}
+
+// New describes the metrics namespace_subsystem_dht_*.
+func New(namespace, subsystem string) *Descs {
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, subsystem, "dht_"+name), help, append([]string{"node"}, labels...), nil)
+	}
+	return &Descs{
+		messages:   desc("messages_total", "DSHT datagrams by direction (in, out), kind (request, reply) and message type.", "direction", "kind", "type"),
+		drops:      desc("drops_total", "DSHT datagrams dropped without a reply, by reason.", "reason"),
+		timeouts:   desc("timeouts_total", "DSHT RPCs that went unanswered."),
+		refused:    desc("refused_total", "DSHT requests answered with a refusal."),
+		lookups:    desc("lookups_total", "DSHT lookups run by this node (per level)."),
+		stored:     desc("stored_values", "Values this node stores for others."),
+		keys:       desc("stored_keys", "Distinct keys this node stores values for."),
+		contacts:   desc("routing_table_contacts", "Routing-table contacts by level.", "level"),
+		clusterLog: desc("cluster_log2_size", "Estimated log2 size of this node's cluster by level.", "level"),
+		changes:    desc("cluster_changes_total", "Cluster changes (joins and splits) over all levels."),
+		joined:     desc("joined", "1 once the node has joined the network."),
+	}
+}
+
+// Describe sends every description.
+func (d *Descs) Describe(ch chan<- *prometheus.Desc) {
+	for _, x := range []*prometheus.Desc{d.messages, d.drops, d.timeouts, d.refused, d.lookups, d.stored,
+		d.keys, d.contacts, d.clusterLog, d.changes, d.joined} {
+		ch <- x
+	}
+}
+
+// Collect sends the current values for one node, labelled node.
+func (d *Descs) Collect(ch chan<- prometheus.Metric, node string, n *coraldht.Node, joined bool) {
+	counter := func(desc *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), append([]string{node}, labels...)...)
+	}
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, append([]string{node}, labels...)...)
+	}
+	s := n.Stats()
+	for _, m := range []struct {
+		dir, kind string
+		c         coraldht.MessageCounts
+	}{{"in", "request", s.RequestsIn}, {"out", "request", s.RequestsOut}, {"in", "reply", s.RepliesIn}, {"out", "reply", s.RepliesOut}} {
+		for _, t := range []struct {
+			name string
+			v    uint64
+		}{{"ping", m.c.Ping}, {"find_node", m.c.FindNode}, {"get", m.c.Get}, {"put_probe", m.c.PutProbe}, {"store", m.c.Store}, {"members", m.c.Members}} {
+			counter(d.messages, t.v, m.dir, m.kind, t.name)
+		}
+	}
+	dr := s.Drops
+	for _, r := range []struct {
+		name string
+		v    uint64
+	}{{"oversize", dr.Oversize}, {"bad_auth", dr.BadAuth}, {"malformed", dr.Malformed}, {"stale", dr.Stale}, {"replay", dr.Replay},
+		{"queue_full", dr.QueueFull}, {"unsolicited", dr.Unsolicited}, {"self", dr.Self}, {"misdirected", dr.Misdirected}} {
+		counter(d.drops, r.v, r.name)
+	}
+	counter(d.timeouts, s.Timeouts)
+	counter(d.refused, s.Refused)
+	counter(d.lookups, s.Lookups)
+	gauge(d.stored, float64(s.StoredValues))
+	gauge(d.keys, float64(s.StoredKeys))
+	counter(d.changes, s.ClusterChanges)
+	for _, li := range n.Levels() {
+		l := strconv.Itoa(li.Level)
+		gauge(d.contacts, float64(li.Contacts), l)
+		gauge(d.clusterLog, li.Cluster.LogSize, l)
+	}
+	j := 0.0
+	if joined {
+		j = 1
+	}
+	gauge(d.joined, j)
+}
