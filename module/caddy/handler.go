@@ -550,18 +550,42 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 	defer rd.Close()
 	m := rd.Meta()
 	hdr := w.Header()
+	// m.Header may be shared with other readers of the object (the store
+	// keeps the metadata of recently read objects in memory), so the
+	// response gets value slices of its own, capped so that an append
+	// reallocates: one allocation for them all and the fields set here.
+	vals := make([]string, 0, len(m.Header)+4)
 	for k, v := range m.Header {
-		hdr[k] = v
+		vals = append(vals, v...)
+		hdr[k] = vals[len(vals)-len(v) : len(vals) : len(vals)]
 	}
-	hdr.Del("Set-Cookie")
-	hdr.Set("Via", "1.1 coral")
-	hdr.Set("Cache-Status", fmt.Sprintf(`coral; %s; detail=%q`, status, source))
+	delete(hdr, "Set-Cookie")
+	vals = setOwnValue(hdr, vals, "Via", "1.1 coral")
+	vals = setOwnValue(hdr, vals, "Cache-Status", cacheStatusValue(status, source))
 	age := max(time.Since(m.Stored), 0)
-	hdr.Set("Age", fmt.Sprint(int64(age/time.Second)))
+	vals = setOwnValue(hdr, vals, "Age", strconv.FormatInt(int64(age/time.Second), 10))
 	if rd.Complete() && m.Status == http.StatusOK {
-		// Complete: ranges and conditional requests are answered from the
-		// cache.
-		http.ServeContent(w, r, "", lastModified(m.Header), rd)
+		if !plainRequest(r, hdr) {
+			// Ranges and conditional requests are answered from the cache.
+			// The file itself, so that bodies go out with sendfile.
+			http.ServeContent(w, r, "", lastModified(m.Header), rd.File())
+			return nil
+		}
+		// What ServeContent sends for a request without conditions or
+		// ranges, without its checks, date parsing and formatting.
+		setOwnValue(hdr, vals, "Accept-Ranges", "bytes")
+		if cl := hdr["Content-Length"]; len(cl) != 1 || !isDecimal(cl[0], m.Size) {
+			hdr["Content-Length"] = []string{strconv.FormatInt(m.Size, 10)}
+		}
+		w.WriteHeader(http.StatusOK)
+		if r.Method == http.MethodHead {
+			return nil
+		}
+		if _, err := rd.WriteTo(w); err != nil {
+			// The client went away, or the file is damaged: never let a
+			// truncated body look complete.
+			panic(http.ErrAbortHandler)
+		}
 		return nil
 	}
 	hdr.Del("Content-Length")
@@ -578,6 +602,43 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 		panic(http.ErrAbortHandler)
 	}
 	return nil
+}
+
+// setOwnValue sets hdr[key] to the one value v, appended to vals (see
+// serveStored), and returns vals.
+func setOwnValue(hdr http.Header, vals []string, key, v string) []string {
+	vals = append(vals, v)
+	hdr[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+	return vals
+}
+
+// cacheStatusValue is the Cache-Status field of a served object.
+func cacheStatusValue(status, source string) string {
+	if status == "hit" && source == "local" {
+		return `coral; hit; detail="local"` // every hit: no formatting
+	}
+	return fmt.Sprintf(`coral; %s; detail=%q`, status, source)
+}
+
+// plainRequest reports whether http.ServeContent would send the whole
+// stored response with nothing to decide: no range or precondition in the
+// request, a Content-Type in the response (else it sniffs one) and no
+// Content-Encoding (else it leaves Content-Length out).
+func plainRequest(r *http.Request, hdr http.Header) bool {
+	for _, k := range [...]string{"Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "If-Range"} {
+		if _, ok := r.Header[k]; ok {
+			return false
+		}
+	}
+	_, typed := hdr["Content-Type"]
+	_, encoded := hdr["Content-Encoding"]
+	return typed && !encoded
+}
+
+// isDecimal reports whether s is n as strconv.FormatInt writes it.
+func isDecimal(s string, n int64) bool {
+	var b [20]byte
+	return string(strconv.AppendInt(b[:0], n, 10)) == s
 }
 
 func lastModified(h http.Header) time.Time {
