@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,6 +130,41 @@ func checkHit(t *testing.T, rec *httptest.ResponseRecorder, body []byte) {
 	}
 	if age, err := strconv.Atoi(hdr.Get("Age")); err != nil || age < 0 {
 		t.Errorf("Age %q", hdr.Get("Age"))
+	}
+}
+
+// TestHitReadsNoMetadataFile: once an object has been served, a hit opens
+// only its body. The proof: with every metadata file deleted behind the
+// store's back, hits still serve the right header and bytes, and the
+// store reads no metadata file. (A restart would then drop the object,
+// whose commit record is gone; see diskcache's TestHotSkipsMetaFile.)
+func TestHitReadsNoMetadataFile(t *testing.T) {
+	h, dir, body := hitHandler(t, "/1k", 1024)
+	checkHit(t, serveHit(t, h, hitRequest(http.MethodGet, "/1k")), body)
+	reads := h.store.Stats().MetaReads
+	if reads != 1 {
+		t.Fatalf("first hit read %d metadata files, want 1", reads)
+	}
+	removed := 0
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, ".meta") {
+			removed++
+			err = os.Remove(p)
+		}
+		return err
+	})
+	if err != nil || removed != 1 {
+		t.Fatalf("removing metadata files: %v (%d removed)", err, removed)
+	}
+	for range 3 {
+		checkHit(t, serveHit(t, h, hitRequest(http.MethodGet, "/1k")), body)
+	}
+	rec := serveHit(t, h, hitRequest(http.MethodHead, "/1k"))
+	if rec.Code != http.StatusOK || rec.Body.Len() != 0 || rec.Header().Get("Content-Length") != "1024" {
+		t.Fatalf("HEAD: %d, %d bytes, Content-Length %q", rec.Code, rec.Body.Len(), rec.Header().Get("Content-Length"))
+	}
+	if st := h.store.Stats(); st.MetaReads != reads || st.Corrupt != 0 || st.Entries != 1 {
+		t.Fatalf("after the hits: %d metadata reads (want %d), %d corrupt, %d entries", st.MetaReads, reads, st.Corrupt, st.Entries)
 	}
 }
 

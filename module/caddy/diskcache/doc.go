@@ -77,8 +77,11 @@
 // version, never a partial body. UpdateMeta replaces the metadata file by
 // the same write-fsync-rename, so a crash leaves the old or the new one.
 // Removals unlink the metadata first. Corrupt metadata found by Get is
-// dropped too (Stats.Corrupt). Options.NoSync gives up durability across
-// power failures (not process crashes) for speed.
+// dropped too (Stats.Corrupt), when Get reads the file: the metadata of
+// objects in the hot set (see Memory) is not read again while the Store
+// runs, so damage to their files shows at the next Open. The Store owns
+// the directory. Options.NoSync gives up durability across power failures
+// (not process crashes) for speed.
 //
 // # Bounds and eviction
 //
@@ -104,8 +107,31 @@
 // (sendfile). A 256 MiB object is written and read with well under 16 MiB
 // of heap growth (TestLargeObjectMemory). The index keeps per object only
 // an entry of a few machine words and the key (about 165 bytes per object
-// with 40-byte keys, map included, measured by TestIndexMemory); metadata stays on disk
-// and is read on each Get.
+// with 40-byte keys, map included, measured by TestIndexMemory).
+//
+// Metadata lives on disk, and decoded in memory for the objects in the hot
+// set: those read recently, within Options.HotMetaBytes (default 16 MiB,
+// an estimate of the heap the decoded Meta values take; Stats.HotBytes).
+// A Get of an object in the hot set opens its body and nothing else; a Get
+// of any other object also reads, checks and decodes its metadata file,
+// and puts the result in the hot set, unmarked. Replacement is CLOCK: a
+// Get marks its object's entry, and making room takes the first entry not
+// marked since the hand last passed, so objects read again and again stay
+// while objects read once pass through. Commit adds nothing (most objects
+// of a CDN are requested once, and their one reader follows the write).
+// UpdateMeta replaces the cached copy, and a version leaves the hot set
+// with the version (replaced, deleted, evicted, found gone).
+//
+// Why not keep every object's metadata with its index entry: decoded, the
+// metadata coral_proxy stores (five header fields, two Extra entries) takes
+// about 1.2 KB of heap (two maps, their value slices and strings;
+// TestHotMemory), seven times the rest of the index, for every object on
+// disk whether requested or not: another 1.2 GB for a million objects.
+// Kept encoded instead, it would still cost about 300 bytes per object and
+// a decode (24 allocations) on every Get. A bounded hot set gets the
+// objects that take the hits, which are what the saving is for, at a
+// memory cost that depends on neither the number of objects nor their
+// size.
 //
 // # Concurrency
 //

@@ -35,6 +35,11 @@ type Options struct {
 	// MaxObjectBytes, if positive, bounds one object's body; default and
 	// upper limit MaxBytes.
 	MaxObjectBytes int64
+	// HotMetaBytes bounds the decoded metadata kept in memory for recently
+	// read objects (estimated heap bytes; see the package docs, "Memory").
+	// A Get of an object in this hot set reads no metadata file. Default
+	// (0) 16 MiB; negative: none, every Get reads the metadata file.
+	HotMetaBytes int64
 	// NoSync skips fsync. A process crash still never exposes a partial
 	// object, but after a power failure a committed body may have lost
 	// data. For tests and for caches on tmpfs.
@@ -61,6 +66,9 @@ type Store struct {
 	// hook, when set by tests, is called at named points of commits,
 	// updates and removals (to simulate crashes there).
 	hook func(point string)
+	// readHook, when set by tests, is called by Get after it read a
+	// metadata file and before it caches what it read.
+	readHook func()
 
 	mu         sync.Mutex
 	closed     bool
@@ -72,8 +80,19 @@ type Store struct {
 	writing    int    // writes in progress
 	ops        sync.WaitGroup
 
+	// The hot set (hot.go): decoded metadata of recently read versions.
+	hot      []hotSlot
+	hotFree  []int32 // free slots in hot
+	hand     int     // CLOCK hand
+	hotBytes int64   // estimated bytes held
+	hotMax   int64
+	// metaEpoch changes whenever UpdateMeta replaces a metadata file, so a
+	// Get that read the file before cannot cache what it read.
+	metaEpoch uint64
+
 	hits, misses, evictions, evictedBytes atomic.Int64
 	commits, aborts, corrupt, readers     atomic.Int64
+	metaReads                             atomic.Int64
 }
 
 // entry is one key in the index: its complete version (gen != 0), which is
@@ -87,6 +106,7 @@ type entry struct {
 	size       int64  // its body length
 	used       int64  // last Get or Commit, Unix nanoseconds
 	metaLen    int32  // its metadata file length
+	hot        int32  // 1 + its slot in the hot set; 0: metadata not cached
 }
 
 func (e *entry) accounted() int64 { return e.size + int64(e.metaLen) }
@@ -131,6 +151,12 @@ func Open(o Options) (*Store, error) {
 	}
 	if o.MaxObjectBytes > 0 && o.MaxObjectBytes < o.MaxBytes {
 		s.maxObject = o.MaxObjectBytes
+	}
+	switch s.hotMax = o.HotMetaBytes; {
+	case s.hotMax == 0:
+		s.hotMax = defaultHotMetaBytes
+	case s.hotMax < 0:
+		s.hotMax = 0
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -502,13 +528,22 @@ func (s *Store) Get(key string) (*Reader, bool) {
 // The context is not used after GetContext returns for anything else; the
 // Reader must still be closed.
 func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
-	if checkKey(key) != nil || !s.beginOp() {
+	if checkKey(key) != nil {
 		s.misses.Add(1)
 		return nil, false
 	}
+	s.mu.Lock() // beginOp and the first look-up under one lock
+	if s.closed {
+		s.mu.Unlock()
+		s.misses.Add(1)
+		return nil, false
+	}
+	s.ops.Add(1)
 	defer s.ops.Done()
-	for range 4 { // retries cover a version replaced or removed meanwhile
-		s.mu.Lock()
+	for attempt := range 4 { // retries cover a version replaced or removed meanwhile
+		if attempt > 0 {
+			s.mu.Lock()
+		}
 		e := s.index[key]
 		if e == nil {
 			s.mu.Unlock()
@@ -525,8 +560,16 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 		gen := e.gen
 		e.used = s.now().UnixNano()
 		s.moveToFront(e)
+		m, hot := s.hotGetLocked(e)
+		epoch := s.metaEpoch
 		s.mu.Unlock()
-		r, err := s.openVersion(ctx, key, gen)
+		var r *Reader
+		var err error
+		if hot {
+			r, err = s.openHot(ctx, key, gen, m)
+		} else {
+			r, err = s.openVersion(ctx, key, gen, e, epoch)
+		}
 		if err == nil {
 			s.hits.Add(1)
 			return r, true
@@ -549,14 +592,28 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 	return nil, false
 }
 
+// openHot opens the body of a complete version whose metadata is in the hot
+// set: no metadata file, no stat. The metadata is what this Store wrote or
+// checked itself, and the Store owns the directory.
+func (s *Store) openHot(ctx context.Context, key string, gen uint64, m Meta) (*Reader, error) {
+	f, err := os.Open(s.bodyPath(fileName(key), gen))
+	if err != nil {
+		return nil, err
+	}
+	return s.newReader(ctx, key, f, nil, m), nil
+}
+
 // openVersion opens a complete version: body first, so that the metadata
-// read after it describes a body we hold.
-func (s *Store) openVersion(ctx context.Context, key string, gen uint64) (*Reader, error) {
+// read after it describes a body we hold. The metadata goes into the hot
+// set if e still holds that version and no UpdateMeta replaced a metadata
+// file since epoch.
+func (s *Store) openVersion(ctx context.Context, key string, gen uint64, e *entry, epoch uint64) (*Reader, error) {
 	name := fileName(key)
 	f, err := os.Open(s.bodyPath(name, gen))
 	if err != nil {
 		return nil, err
 	}
+	s.metaReads.Add(1)
 	m, mgen, err := readMetaFile(s.metaPath(name, gen))
 	if err == nil && (m.Key != key || mgen != gen) {
 		err = fmt.Errorf("%w: %s holds key %q generation %x", ErrCorrupt, s.metaPath(name, gen), m.Key, mgen)
@@ -571,6 +628,15 @@ func (s *Store) openVersion(ctx context.Context, key string, gen uint64) (*Reade
 		f.Close()
 		return nil, err
 	}
+	if s.readHook != nil {
+		s.readHook()
+	}
+	m.Key = e.key // share the index's copy
+	s.mu.Lock()
+	if e.hot == 0 && e.gen == gen && s.index[key] == e && s.metaEpoch == epoch {
+		s.hotPutLocked(e, m)
+	}
+	s.mu.Unlock()
 	return s.newReader(ctx, key, f, nil, m), nil
 }
 
@@ -591,8 +657,14 @@ func (s *Store) Peek(key string) (Meta, bool) {
 		s.mu.Unlock()
 		return w.currentMeta(), true
 	}
+	if e.hot != 0 { // not hotGetLocked: a Peek is no use
+		m := s.hot[e.hot-1].m
+		s.mu.Unlock()
+		return m, true
+	}
 	gen := e.gen
 	s.mu.Unlock()
+	s.metaReads.Add(1)
 	m, mgen, err := readMetaFile(s.metaPath(fileName(key), gen))
 	if err != nil || m.Key != key || mgen != gen {
 		return Meta{}, false
@@ -665,17 +737,30 @@ func (s *Store) updateMeta(key, name string, m Meta) ([]version, error) {
 	if err == nil {
 		err = s.syncDir(s.shardDir(name))
 	}
+	s.mu.Lock()
+	// A Get that read the old file while this one was written must not
+	// cache it (see openVersion).
+	s.metaEpoch++
+	current := e.gen == gen && s.index[key] == e
 	if err != nil {
 		// The old or the new file is in place; account for the old one
-		// (the difference is a few header bytes either way).
-		s.mu.Lock()
-		if e.gen == gen && s.index[key] == e {
+		// (the difference is a few header bytes either way), and let the
+		// next Get read whichever it is.
+		if current {
 			s.bytes -= delta
 			e.metaLen = oldLen
+			s.hotDropLocked(e)
 		}
 		s.mu.Unlock()
 		return victims, fmt.Errorf("diskcache: update metadata of %q: %w", key, err)
 	}
+	if current {
+		// Updated because it was requested: keep it hot. m is our own
+		// copy, never modified from now on.
+		m.Key = e.key
+		s.hotPutLocked(e, m)
+	}
+	s.mu.Unlock()
 	return victims, nil
 }
 
@@ -773,6 +858,7 @@ func (s *Store) makeRoomLocked(need int64, keep *entry) ([]version, bool) {
 // e itself goes too unless a write is in progress.
 func (s *Store) dropLocked(e *entry) version {
 	v := version{e.key, e.gen}
+	s.hotDropLocked(e)
 	s.unlink(e)
 	s.bytes -= e.accounted()
 	e.gen, e.size, e.metaLen = 0, 0, 0
@@ -862,6 +948,13 @@ type Stats struct {
 	Commits      int64
 	Aborts       int64
 	Corrupt      int64 // damaged objects discarded, at Open or on Get
+	// MetaReads counts metadata files read by Get and Peek: those of
+	// objects whose metadata was not in the hot set.
+	MetaReads int64
+	// HotEntries objects have their metadata in memory, an estimated
+	// HotBytes of heap (within Options.HotMetaBytes).
+	HotEntries int
+	HotBytes   int64
 }
 
 // Stats returns a snapshot of the store's counters.
@@ -870,8 +963,10 @@ func (s *Store) Stats() Stats {
 	st := Stats{
 		Entries: s.count, Bytes: s.bytes, Writing: s.writing, WritingBytes: s.pending,
 		MaxBytes: s.opt.MaxBytes, MaxEntries: s.opt.MaxEntries,
+		HotEntries: len(s.hot) - len(s.hotFree), HotBytes: s.hotBytes,
 	}
 	s.mu.Unlock()
+	st.MetaReads = s.metaReads.Load()
 	st.Readers = s.readers.Load()
 	st.Hits, st.Misses = s.hits.Load(), s.misses.Load()
 	st.Evictions, st.EvictedBytes = s.evictions.Load(), s.evictedBytes.Load()

@@ -1,0 +1,155 @@
+package diskcache
+
+// The hot set: decoded metadata of recently read complete versions, so that
+// a Get of one of them opens only the body file. It is bounded by
+// Options.HotMetaBytes (estimated heap bytes), not by the number of objects:
+// keeping every object's decoded Meta would cost about a kilobyte per object
+// (two maps and their strings), six times the rest of the index. See the
+// package docs ("Memory").
+//
+// Replacement is CLOCK (second chance): a Get sets its slot's reference bit,
+// and the hand evicting for room clears set bits and takes the first slot
+// whose bit is clear, so entries read again since the hand last passed stay.
+// A Get inserts what it decoded from disk; Commit does not (an object
+// requested once, most of a CDN's, never takes room), and UpdateMeta
+// replaces the decoded copy it holds. Everything here is guarded by s.mu.
+
+// defaultHotMetaBytes is Options.HotMetaBytes when zero.
+const defaultHotMetaBytes = 16 << 20
+
+// hotSlot holds one entry's decoded metadata.
+type hotSlot struct {
+	e    *entry // nil: free
+	m    Meta
+	cost int64
+	ref  bool
+}
+
+// hotGetLocked returns e's cached metadata and marks it used.
+func (s *Store) hotGetLocked(e *entry) (Meta, bool) {
+	if e.hot == 0 {
+		return Meta{}, false
+	}
+	h := &s.hot[e.hot-1]
+	h.ref = true
+	return h.m, true
+}
+
+// hotPutLocked caches m (the metadata of e's complete version, shared with
+// readers from now on: never modified) in place of what e had. Metadata too
+// large for an eighth of the budget is not kept.
+func (s *Store) hotPutLocked(e *entry, m Meta) {
+	cost := metaCost(m)
+	if e.hot != 0 {
+		h := &s.hot[e.hot-1]
+		if cost <= s.hotMax/8 {
+			s.hotBytes += cost - h.cost
+			h.m, h.cost, h.ref = m, cost, true
+			s.hotEvictLocked(e)
+			return
+		}
+		s.hotDropLocked(e)
+		return
+	}
+	if cost > s.hotMax/8 {
+		return
+	}
+	s.hotBytes += cost
+	s.hotEvictLocked(e)
+	var i int
+	if n := len(s.hotFree); n > 0 {
+		i = int(s.hotFree[n-1])
+		s.hotFree = s.hotFree[:n-1]
+	} else {
+		s.hot = append(s.hot, hotSlot{})
+		i = len(s.hot) - 1
+	}
+	// New slots start unreferenced: a key read once goes before one read
+	// again.
+	s.hot[i] = hotSlot{e: e, m: m, cost: cost}
+	e.hot = int32(i + 1)
+}
+
+// hotDropLocked forgets e's cached metadata. Every change of e's complete
+// version (replacement, eviction, deletion) goes through dropLocked, which
+// calls this.
+func (s *Store) hotDropLocked(e *entry) {
+	if e.hot == 0 {
+		return
+	}
+	i := e.hot - 1
+	s.hotBytes -= s.hot[i].cost
+	s.hot[i] = hotSlot{}
+	s.hotFree = append(s.hotFree, i)
+	e.hot = 0
+}
+
+// hotEvictLocked makes the hot set fit its budget, sparing keep.
+func (s *Store) hotEvictLocked(keep *entry) {
+	// Two turns of the hand clear every reference bit; a third finds
+	// nothing left to take only if keep is all there is.
+	for turns := 3 * len(s.hot); s.hotBytes > s.hotMax && turns > 0; turns-- {
+		if s.hand >= len(s.hot) {
+			s.hand = 0
+		}
+		h := &s.hot[s.hand]
+		s.hand++
+		switch {
+		case h.e == nil || h.e == keep:
+		case h.ref:
+			h.ref = false
+		default:
+			s.hotDropLocked(h.e)
+		}
+	}
+}
+
+// metaCost estimates the heap bytes a decoded Meta holds in the hot set:
+// its slot, the maps (Go's maps take groups of 8 slots at 7/8 load, plus a header), the
+// value slices and the strings, each rounded up to an allocation size.
+func metaCost(m Meta) int64 {
+	n := int64(128) // the slot (a hotSlot, 120 bytes) and its share of free list and growth
+	if len(m.Header) > 0 {
+		n += mapCost(len(m.Header), 16+24) // string → []string
+		for k, vs := range m.Header {
+			n += allocSize(len(k)) + allocSize(16*len(vs))
+			for _, v := range vs {
+				n += allocSize(len(v))
+			}
+		}
+	}
+	if len(m.Extra) > 0 {
+		n += mapCost(len(m.Extra), 16+16)
+		for k, v := range m.Extra {
+			n += allocSize(len(k)) + allocSize(len(v))
+		}
+	}
+	return n
+}
+
+// mapCost estimates a map of n entries of slotBytes each.
+func mapCost(n int, slotBytes int) int64 {
+	groups := (n*8/7 + 7) / 8
+	if groups < 1 {
+		groups = 1
+	}
+	return 48 + allocSize(groups*(8+8*slotBytes))
+}
+
+// allocSize rounds n up roughly as the allocator's size classes do (to 8
+// bytes up to 64, to 16 up to 256, then to 1/8 of the power of two).
+func allocSize(n int) int64 {
+	switch {
+	case n == 0:
+		return 0
+	case n <= 64:
+		return int64((n + 7) &^ 7)
+	case n <= 256:
+		return int64((n + 15) &^ 15)
+	}
+	step := 1
+	for step*16 <= n {
+		step <<= 1
+	}
+	return int64((n + step - 1) / step * step)
+}
