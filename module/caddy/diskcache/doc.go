@@ -104,10 +104,12 @@
 // Bodies are never held in memory: writes go straight to the file, readers
 // read their own file descriptor with positional reads into the caller's
 // buffer, and WriteTo hands the file to the destination's ReadFrom
-// (sendfile). A 256 MiB object is written and read with well under 16 MiB
-// of heap growth (TestLargeObjectMemory). The index keeps per object only
-// an entry of a few machine words and the key (about 165 bytes per object
-// with 40-byte keys, map included, measured by TestIndexMemory).
+// (sendfile), or for the last 16 KiB or less of a complete object reads
+// them into a pooled buffer and writes them at once. A 256 MiB object is
+// written and read with well under 16 MiB of heap growth
+// (TestLargeObjectMemory). The index keeps per object only an entry of a
+// few machine words and the key (about 165 bytes per object with 40-byte
+// keys, map included, measured by TestIndexMemory).
 //
 // Metadata lives on disk, and decoded in memory for the objects in the hot
 // set: those read recently, within Options.HotMetaBytes (default 16 MiB,

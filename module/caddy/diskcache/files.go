@@ -103,11 +103,34 @@ func (s *Store) shardDir(name string) string {
 }
 
 func (s *Store) bodyPath(name string, gen uint64) string {
-	return filepath.Join(s.shardDir(name), versionBase(name, gen)+bodySuffix)
+	return s.versionPath(name, gen, bodySuffix)
 }
 
 func (s *Store) metaPath(name string, gen uint64) string {
-	return filepath.Join(s.shardDir(name), versionBase(name, gen)+metaSuffix)
+	return s.versionPath(name, gen, metaSuffix)
+}
+
+// versionPath is filepath.Join(s.shardDir(name), versionBase(name,
+// gen)+suffix) in one allocation (every Get builds one). s.dir is absolute
+// and clean, name and suffix hold no separator, so joining is
+// concatenation.
+func (s *Store) versionPath(name string, gen uint64, suffix string) string {
+	const hexDigits = "0123456789abcdef"
+	var b strings.Builder
+	b.Grow(len(s.dir) + 1 + len(objectsDir) + 1 + 2 + 1 + len(name) + 1 + genDigits + len(suffix))
+	b.WriteString(s.dir)
+	b.WriteByte(filepath.Separator)
+	b.WriteString(objectsDir)
+	b.WriteByte(filepath.Separator)
+	b.WriteString(shardOf(name))
+	b.WriteByte(filepath.Separator)
+	b.WriteString(name)
+	b.WriteByte('-')
+	for shift := 4 * (genDigits - 1); shift >= 0; shift -= 4 {
+		b.WriteByte(hexDigits[gen>>uint(shift)&0xf])
+	}
+	b.WriteString(suffix)
+	return b.String()
 }
 
 // writeFileAtomic writes data to a temporary file in tmp/, fsyncs it and

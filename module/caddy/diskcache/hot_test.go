@@ -1,7 +1,9 @@
 package diskcache
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -296,4 +298,74 @@ func TestHotMemory(t *testing.T) {
 		t.Fatalf("estimate %.0f bytes per object, measured %.0f", estimated, measured)
 	}
 	runtime.KeepAlive(s)
+}
+
+func TestVersionPath(t *testing.T) {
+	s := openStore(t, testOptions(t, 1<<20))
+	for _, key := range []string{key1, "0123456789abcdef0123456789abcdef01234567", "Not Hex/../x"} {
+		for _, gen := range []uint64{1, 0xabc, 1<<64 - 1} {
+			name := fileName(key)
+			for _, suffix := range []string{bodySuffix, metaSuffix} {
+				want := filepath.Join(s.shardDir(name), versionBase(name, gen)+suffix)
+				if got := s.versionPath(name, gen, suffix); got != want {
+					t.Errorf("versionPath(%q, %x, %q) = %q, want %q", name, gen, suffix, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestWriteToSmall: the rest of a small complete object goes to dst in one
+// Write, from wherever the offset is; a body shorter than its metadata
+// says is an error, never a short success.
+func TestWriteToSmall(t *testing.T) {
+	o := testOptions(t, 1<<20)
+	s := openStore(t, o)
+	body := strings.Repeat("0123456789", 100)
+	put(t, s, key1, body)
+	for _, off := range []int64{0, 1, 999, 1000} {
+		r, _ := s.Get(key1)
+		if _, err := r.Seek(off, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		var w writeCounter
+		n, err := r.WriteTo(&w)
+		r.Close()
+		if err != nil || n != int64(len(body))-off || w.b.String() != body[off:] || (n > 0 && w.writes != 1) {
+			t.Fatalf("from %d: %d, %v, %d writes of %q", off, n, err, w.writes, w.b.String())
+		}
+	}
+	// The last 16 KiB of a larger object: the same.
+	big := strings.Repeat("x", 3*smallWrite)
+	put(t, s, hotKey2, big)
+	r, _ := s.Get(hotKey2)
+	r.Seek(int64(len(big)-smallWrite), io.SeekStart)
+	var w writeCounter
+	if n, err := r.WriteTo(&w); err != nil || n != smallWrite || w.writes != 1 {
+		t.Fatalf("tail: %d, %v, %d writes", n, err, w.writes)
+	}
+	r.Close()
+
+	r, _ = s.Get(key1)
+	defer r.Close()
+	for _, f := range objectFiles(t, o.Dir) {
+		if strings.Contains(f, fileName(key1)) && strings.HasSuffix(f, bodySuffix) {
+			os.Truncate(filepath.Join(o.Dir, f), 10)
+		}
+	}
+	w = writeCounter{}
+	if n, err := r.WriteTo(&w); !errors.Is(err, io.ErrUnexpectedEOF) || n != 0 || w.writes != 0 {
+		t.Fatalf("truncated body: %d, %v, %d writes", n, err, w.writes)
+	}
+}
+
+// writeCounter is an io.Writer without ReadFrom that counts Write calls.
+type writeCounter struct {
+	b      strings.Builder
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.b.Write(p)
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"sync"
+	"sync/atomic"
 )
 
 // Reader reads one version of an object, from its own file descriptor.
@@ -30,8 +31,9 @@ type Reader struct {
 	w      *Writer // nil if complete when opened
 	meta   Meta    // if complete when opened
 	off    int64
-	buf    []byte // WriteTo's copy buffer, for writers without ReadFrom
-	closed chan struct{}
+	buf    []byte        // WriteTo's copy buffer, for writers without ReadFrom
+	done   atomic.Bool   // closed
+	closed chan struct{} // closed on Close; only for readers of a write in progress
 	once   sync.Once
 }
 
@@ -46,7 +48,11 @@ func (s *Store) newReader(ctx context.Context, key string, f *os.File, w *Writer
 		ctx = context.Background()
 	}
 	s.readers.Add(1)
-	return &Reader{s: s, key: key, f: f, ctx: ctx, w: w, meta: m, closed: make(chan struct{})}
+	r := &Reader{s: s, key: key, f: f, ctx: ctx, w: w, meta: m}
+	if w != nil {
+		r.closed = make(chan struct{})
+	}
+	return r
 }
 
 // Meta returns the object's metadata: for an object still being written
@@ -90,7 +96,10 @@ func (r *Reader) File() *os.File {
 // ErrClosed. It is idempotent and always returns nil.
 func (r *Reader) Close() error {
 	r.once.Do(func() {
-		close(r.closed)
+		r.done.Store(true)
+		if r.closed != nil {
+			close(r.closed)
+		}
 		r.f.Close()
 		r.s.readers.Add(-1)
 	})
@@ -101,10 +110,8 @@ func (r *Reader) Close() error {
 // unless the object is complete (then its size). It blocks while off is at
 // or beyond what the writer has written.
 func (r *Reader) avail(ctx context.Context, off int64) (int64, error) {
-	select {
-	case <-r.closed:
+	if r.done.Load() {
 		return 0, ErrClosed
-	default:
 	}
 	w := r.w
 	if w == nil {
@@ -217,10 +224,20 @@ func (r *Reader) Seek(offset int64, whence int) (int64, error) {
 	return r.off, nil
 }
 
+// smallWrite is the most WriteTo copies through a buffer of its own.
+const smallWrite = 16 << 10
+
+var smallBufs = sync.Pool{New: func() any { return new([smallWrite]byte) }}
+
 // WriteTo copies the body from the current offset to dst until the end of
 // the object, following a write in progress as it grows. The copy goes
 // through dst's ReadFrom when it has one, so an *os.File source reaches
 // sendfile(2) on a TCP connection (net/http's ResponseWriter does this).
+// The rest of a complete object, when at most 16 KiB, is instead read with
+// one pread into a pooled buffer and written with one Write: cheaper than
+// net/http's ReadFrom (a seek, a read of the first 512 bytes, a write of
+// the header with them, a sendfile), and the response leaves in one
+// segment when it fits net/http's buffer.
 func (r *Reader) WriteTo(dst io.Writer) (int64, error) {
 	var total int64
 	for {
@@ -230,6 +247,10 @@ func (r *Reader) WriteTo(dst io.Writer) (int64, error) {
 		}
 		if r.off >= end {
 			return total, nil
+		}
+		if want := end - r.off; want <= smallWrite && r.Complete() {
+			n, err := r.writeSmall(dst, want)
+			return total + n, err
 		}
 		if _, err := r.f.Seek(r.off, io.SeekStart); err != nil {
 			return total, err
@@ -251,6 +272,31 @@ func (r *Reader) WriteTo(dst io.Writer) (int64, error) {
 			return total, fmt.Errorf("diskcache: %q: %w", r.key, io.ErrUnexpectedEOF)
 		}
 	}
+}
+
+// writeSmall writes the last want bytes (at most smallWrite) of a complete
+// object to dst.
+func (r *Reader) writeSmall(dst io.Writer, want int64) (int64, error) {
+	buf := smallBufs.Get().(*[smallWrite]byte)
+	defer smallBufs.Put(buf)
+	p := buf[:want]
+	n, err := r.f.ReadAt(p, r.off)
+	switch {
+	case n < len(p) && (err == nil || err == io.EOF):
+		err = fmt.Errorf("diskcache: %q: %w", r.key, io.ErrUnexpectedEOF)
+		fallthrough
+	case err != nil:
+		if errors.Is(err, os.ErrClosed) {
+			err = ErrClosed
+		}
+		return 0, err
+	}
+	n, err = dst.Write(p)
+	r.off += int64(n)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	return int64(n), err
 }
 
 // Wait blocks until the object is complete and returns its final metadata,

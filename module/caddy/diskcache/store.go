@@ -436,7 +436,7 @@ func (s *Store) discard(path, why string, corrupt bool) {
 
 // readMetaFile reads and decodes a metadata file.
 func readMetaFile(path string) (Meta, uint64, error) {
-	f, err := os.Open(path)
+	f, err := openRead(path)
 	if err != nil {
 		return Meta{}, 0, err
 	}
@@ -596,7 +596,7 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 // set: no metadata file, no stat. The metadata is what this Store wrote or
 // checked itself, and the Store owns the directory.
 func (s *Store) openHot(ctx context.Context, key string, gen uint64, m Meta) (*Reader, error) {
-	f, err := os.Open(s.bodyPath(fileName(key), gen))
+	f, err := openRead(s.bodyPath(fileName(key), gen))
 	if err != nil {
 		return nil, err
 	}
@@ -609,7 +609,7 @@ func (s *Store) openHot(ctx context.Context, key string, gen uint64, m Meta) (*R
 // file since epoch.
 func (s *Store) openVersion(ctx context.Context, key string, gen uint64, e *entry, epoch uint64) (*Reader, error) {
 	name := fileName(key)
-	f, err := os.Open(s.bodyPath(name, gen))
+	f, err := openRead(s.bodyPath(name, gen))
 	if err != nil {
 		return nil, err
 	}

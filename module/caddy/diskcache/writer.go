@@ -416,7 +416,7 @@ func (w *Writer) newReader(ctx context.Context) (*Reader, error) {
 	if w.state == aborted {
 		return nil, w.err
 	}
-	f, err := os.Open(w.path)
+	f, err := openRead(w.path)
 	if err != nil {
 		return nil, err
 	}
