@@ -17,8 +17,9 @@ demo:
 
 # Everything: formatting, vet, staticcheck (pinned in go.mod), go.mod drift,
 # and all tests under the race detector, including the resolver lab, which
-# needs bin/coredns and the Debian resolvers (deps installs them as root).
-test: fmt-check vet lint tidy-check deps coredns unit
+# needs bin/coredns and the Debian resolvers (deps installs them as root),
+# and the proxy lab, which needs bin/caddy.
+test: fmt-check vet lint tidy-check deps coredns caddy unit
 
 fmt-check:
 	@out=$$(find . -name '*.go' -not -path './builds/*/work/*' -print0 | xargs -0 gofmt -l); \
