@@ -44,7 +44,7 @@ if [ "${FORCE:-0}" != 1 ] && [ -f "$out" ]; then
 	dirs=()
 	for d in "${INPUTS[@]}"; do dirs+=("$root/$d"); done
 	newer=$(find "${dirs[@]}" "$root/go.mod" "$root/go.sum" "$here/build.sh" "$here/go-shim.sh" \
-		\( -name '*.go' -o -name go.mod -o -name go.sum -o -name '*.sh' \) \
+		\( -name '*.go' -o -name '*.html' -o -name go.mod -o -name go.sum -o -name '*.sh' \) \
 		-not -path "$here/work/*" -newer "$out" -print -quit 2>/dev/null || true)
 	if [ -z "$newer" ]; then
 		log "bin/caddy is up to date (FORCE=1 to rebuild)"

@@ -193,11 +193,12 @@ type adminStatus struct {
 }
 
 type adminNode struct {
-	ID        string   `json:"id"`
-	Address   string   `json:"address"` // advertised
-	Listen    string   `json:"listen"`
-	Bootstrap []string `json:"bootstrap,omitempty"`
-	Joined    bool     `json:"joined"`
+	ID        string     `json:"id"`
+	Address   string     `json:"address"` // advertised
+	Listen    string     `json:"listen"`
+	Bootstrap []string   `json:"bootstrap,omitempty"`
+	Joined    bool       `json:"joined"`
+	Started   *time.Time `json:"started,omitempty"` // when the node started (it outlives reloads)
 }
 
 type adminLevel struct {
@@ -213,6 +214,7 @@ type adminLevel struct {
 
 type adminDHT struct {
 	RequestsIn     uint64            `json:"requests_in"`
+	RequestsInBy   map[string]uint64 `json:"requests_in_by_type,omitempty"`
 	RequestsOut    uint64            `json:"requests_out"`
 	RepliesIn      uint64            `json:"replies_in"`
 	RepliesOut     uint64            `json:"replies_out"`
@@ -230,6 +232,26 @@ type adminDHT struct {
 	Peers          int               `json:"peers"`
 	ClusterRounds  uint64            `json:"cluster_rounds"`
 	ClusterChanges uint64            `json:"cluster_changes"`
+	// What became of other nodes' store requests: values stored, and
+	// stores refused (full for the key, or out of memory) or evicted.
+	StoresAccepted uint64 `json:"stores_accepted"`
+	StoresRefused  uint64 `json:"stores_refused"`
+	StoresEvicted  uint64 `json:"stores_evicted"`
+	// HotKeys are the keys with the most requests in the last minute (at
+	// most ten); Loaded ones are being answered "loaded" (Coral's rate
+	// limit per key).
+	HotKeys []adminKeyLoad `json:"hot_keys,omitempty"`
+}
+
+type adminKeyLoad struct {
+	Key           string `json:"key"` // short form
+	Level         int    `json:"level"`
+	Gets          uint64 `json:"gets"`
+	PutProbes     uint64 `json:"put_probes"`
+	Stores        uint64 `json:"stores"`
+	LoadedAnswers uint64 `json:"loaded_answers"`
+	LastMinute    uint64 `json:"last_minute"`
+	Loaded        bool   `json:"loaded"`
 }
 
 type adminCache struct {
@@ -258,41 +280,60 @@ func (a *AdminAPI) handleStatus(w http.ResponseWriter, r *http.Request) error {
 }
 
 func adminBuildStatus() adminStatus {
-	st := adminStatus{Levels: []adminLevel{}, Caches: []adminCache{}, RecentFetches: adminLastFetches()}
+	st := adminStatus{Levels: []adminLevel{}, Caches: adminCacheStats(), RecentFetches: adminLastFetches()}
 	apps, _ := adminRegistered()
 	for i := len(apps) - 1; i >= 0; i-- {
-		a := apps[i]
-		if a.entry == nil || a.entry.node == nil {
-			continue
+		if st.setNode(apps[i]) {
+			break
 		}
-		n := a.entry.node
-		st.Node = &adminNode{ID: n.ID().String(), Address: n.Addr().String(), Listen: a.Listen,
-			Bootstrap: a.Bootstrap, Joined: a.entry.joined.Load()}
-		for _, li := range n.Levels() {
-			al := adminLevel{Level: li.Level, Threshold: li.Threshold.String(), ClusterLogSize: li.Cluster.LogSize,
-				Contacts: li.Contacts, Pinned: li.Pinned, Changes: li.Changes}
-			if !li.Cluster.ID.IsZero() {
-				al.Cluster = li.Cluster.ID.Short()
-			}
-			if !li.LastChange.IsZero() {
-				t := li.LastChange
-				al.LastChange = &t
-			}
-			st.Levels = append(st.Levels, al)
-		}
-		st.DHT = adminDHTSummary(n.Stats())
-		break
 	}
+	return st
+}
+
+// setNode fills in a's node, its levels and its counters, and reports
+// whether a has a node.
+func (st *adminStatus) setNode(a *App) bool {
+	if a == nil || a.entry == nil || a.entry.node == nil {
+		return false
+	}
+	n := a.entry.node
+	st.Node = &adminNode{ID: n.ID().String(), Address: n.Addr().String(), Listen: a.Listen,
+		Bootstrap: a.Bootstrap, Joined: a.entry.joined.Load()}
+	if !a.entry.start.IsZero() {
+		t := a.entry.start
+		st.Node.Started = &t
+	}
+	st.Levels = []adminLevel{}
+	for _, li := range n.Levels() {
+		al := adminLevel{Level: li.Level, Threshold: li.Threshold.String(), ClusterLogSize: li.Cluster.LogSize,
+			Contacts: li.Contacts, Pinned: li.Pinned, Changes: li.Changes}
+		if !li.Cluster.ID.IsZero() {
+			al.Cluster = li.Cluster.ID.Short()
+		}
+		if !li.LastChange.IsZero() {
+			t := li.LastChange
+			al.LastChange = &t
+		}
+		st.Levels = append(st.Levels, al)
+	}
+	st.DHT = adminDHTSummary(n.Stats())
+	return true
+}
+
+// adminCacheStats returns the counters of every running cache, newest
+// first.
+func adminCacheStats() []adminCache {
+	out := []adminCache{}
 	for _, c := range adminCaches() {
 		s := c.store.Stats()
-		st.Caches = append(st.Caches, adminCache{
+		out = append(out, adminCache{
 			Dir: c.dir, Zones: c.zones, Objects: s.Entries, Bytes: s.Bytes, MaxBytes: s.MaxBytes,
 			Hits: s.Hits, Misses: s.Misses, Evictions: s.Evictions, EvictedBytes: s.EvictedBytes,
 			InProgress: s.Writing, InProgressBytes: s.WritingBytes, Readers: s.Readers,
 			Commits: s.Commits, Aborts: s.Aborts, Corrupt: s.Corrupt,
 		})
 	}
-	return st
+	return out
 }
 
 func adminDHTSummary(s coraldht.Stats) *adminDHT {
@@ -303,6 +344,25 @@ func adminDHTSummary(s coraldht.Stats) *adminDHT {
 		Gets: s.Gets, GetHits: s.GetHits, Puts: s.Puts, PutGets: s.PutGets, Lookups: s.Lookups,
 		StoredKeys: s.StoredKeys, StoredValues: s.StoredValues, Peers: s.Peers,
 		ClusterRounds: s.ClusterRounds, ClusterChanges: s.ClusterChanges,
+		StoresAccepted: s.Store.Stored, StoresRefused: s.Store.RefusedFull + s.Store.RefusedExhausted,
+		StoresEvicted: s.Store.EvictedForNewer + s.Store.EvictedForSpace,
+	}
+	in := s.RequestsIn
+	for _, t := range []struct {
+		name string
+		v    uint64
+	}{{"ping", in.Ping}, {"find_node", in.FindNode}, {"get", in.Get}, {"put_probe", in.PutProbe}, {"store", in.Store}, {"members", in.Members}} {
+		if t.v == 0 {
+			continue
+		}
+		if d.RequestsInBy == nil {
+			d.RequestsInBy = map[string]uint64{}
+		}
+		d.RequestsInBy[t.name] = t.v
+	}
+	for _, k := range s.TopKeys {
+		d.HotKeys = append(d.HotKeys, adminKeyLoad{Key: k.Key.Short(), Level: k.Level, Gets: k.Gets, PutProbes: k.PutProbes,
+			Stores: k.Stores, LoadedAnswers: k.LoadedAnswers, LastMinute: k.LastMinute, Loaded: k.Loaded})
 	}
 	dr := s.Drops
 	for _, r := range []struct {
@@ -400,31 +460,55 @@ func adminPageOf(c adminCacheRef, after string, limit int) adminCachePage {
 	end := min(start+limit, len(infos))
 	page := adminCachePage{Dir: c.dir, Total: len(infos), Objects: make([]adminObject, 0, end-start)}
 	for _, in := range infos[start:end] {
-		o := adminObject{Key: in.Key, Size: in.Size, Writing: in.Writing}
-		if in.Writing {
-			o.Written, o.WriteSize = in.Written, in.WriteSize
-		}
-		if !in.LastUsed.IsZero() {
-			t := in.LastUsed
-			o.LastUsed = &t
-		}
-		if m, ok := c.store.Peek(in.Key); ok {
-			o.URL, o.Status, o.Source = m.Extra["url"], m.Status, m.Extra["source"]
-			if !m.Stored.IsZero() {
-				t := m.Stored
-				o.Stored = &t
-			}
-			if !m.Expires.IsZero() {
-				t := m.Expires
-				o.Expires = &t
-			}
-		}
+		o, _, _ := adminObjectOf(c.store, in)
 		page.Objects = append(page.Objects, o)
 	}
 	if end < len(infos) && end > start {
 		page.Next = infos[end-1].Key
 	}
 	return page
+}
+
+// adminObjectOf describes the object in, with its metadata (which it
+// returns too; ok is false if the object went away meanwhile).
+func adminObjectOf(store *diskcache.Store, in diskcache.Info) (o adminObject, m diskcache.Meta, ok bool) {
+	o = adminObject{Key: in.Key, Size: in.Size, Writing: in.Writing}
+	if in.Writing {
+		o.Written, o.WriteSize = in.Written, in.WriteSize
+	}
+	if !in.LastUsed.IsZero() {
+		t := in.LastUsed
+		o.LastUsed = &t
+	}
+	if m, ok = store.Peek(in.Key); ok {
+		o.URL, o.Status, o.Source = m.Extra["url"], m.Status, m.Extra["source"]
+		if !m.Stored.IsZero() {
+			t := m.Stored
+			o.Stored = &t
+		}
+		if !m.Expires.IsZero() {
+			t := m.Expires
+			o.Expires = &t
+		}
+	}
+	return o, m, ok
+}
+
+// adminRecentObjects returns up to n of a cache's most recently used
+// complete objects, most recent first, leaving out Vary indexes (which
+// only point at the variants).
+func adminRecentObjects(c adminCacheRef, n int) []adminObject {
+	out := []adminObject{}
+	c.store.Range(func(in diskcache.Info) bool {
+		if len(out) >= n || in.Size < 0 {
+			return false // the rest are writes in progress only
+		}
+		if o, m, ok := adminObjectOf(c.store, in); ok && m.Extra[varyIndexField] == "" {
+			out = append(out, o)
+		}
+		return true
+	})
+	return out
 }
 
 func adminOnlyGET(w http.ResponseWriter, r *http.Request) error {

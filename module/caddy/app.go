@@ -71,6 +71,7 @@ type nodeEntry struct {
 	ident  string
 	node   *coraldht.Node
 	joined atomic.Bool
+	start  time.Time // when the node started (its uptime, for coral_status)
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -172,7 +173,7 @@ func (a *App) startNode(cfg coraldht.Config, ident string, boot []netip.AddrPort
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &nodeEntry{ident: ident, node: node, cancel: cancel, done: make(chan struct{})}
+	e := &nodeEntry{ident: ident, node: node, start: time.Now(), cancel: cancel, done: make(chan struct{})}
 	logger := a.logger
 	go e.join(ctx, boot, logger)
 	logger.Info("DSHT node started", zap.Stringer("addr", node.Addr()), zap.String("id", node.ID().Short()))

@@ -1,18 +1,21 @@
 package coralcaddy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Prometheus metrics of the coral_proxy handler and the coral app, all
@@ -329,6 +332,66 @@ func (m *proxyMetrics) request(cacheStatus, source string, bytes int64) {
 	if bytes > 0 && source != metricNone {
 		coralBytesServed.WithLabelValues(source).Add(float64(bytes))
 	}
+}
+
+// requestCount is one series of requests_total.
+type requestCount struct {
+	CacheStatus string `json:"cache_status"`
+	Source      string `json:"source"`
+	Count       uint64 `json:"count"`
+}
+
+// requestCounts reads requests_total's series with a non-zero count, for
+// the coral_status page: cache statuses in the order hit, miss, collapsed,
+// stale, refused, other, and within each the sources local, origin, none,
+// other, peer-l0, peer-l1 and so on. Like the counter itself, the counts
+// are process-wide and survive reloads. Reading them here, rather than
+// counting requests a second time, adds nothing to the request path.
+func requestCounts() []requestCount {
+	ch := make(chan prometheus.Metric)
+	go func() {
+		coralRequests.Collect(ch)
+		close(ch)
+	}()
+	var out []requestCount
+	for m := range ch {
+		var pb dto.Metric
+		if m.Write(&pb) != nil || pb.GetCounter().GetValue() < 1 {
+			continue
+		}
+		c := requestCount{Count: uint64(pb.GetCounter().GetValue())}
+		for _, l := range pb.GetLabel() {
+			switch l.GetName() {
+			case "cache_status":
+				c.CacheStatus = l.GetValue()
+			case "source":
+				c.Source = l.GetValue()
+			}
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b requestCount) int {
+		return cmp.Or(cmp.Compare(cacheStatusRank(a.CacheStatus), cacheStatusRank(b.CacheStatus)),
+			cmp.Compare(sourceRank(a.Source), sourceRank(b.Source)))
+	})
+	return out
+}
+
+func cacheStatusRank(s string) int {
+	if i := slices.Index([]string{metricHit, metricMiss, metricCollapsed, metricStale, metricRefused}, s); i >= 0 {
+		return i
+	}
+	return 5
+}
+
+func sourceRank(s string) int {
+	if i := slices.Index([]string{metricLocal, metricOrigin, metricNone}, s); i >= 0 {
+		return i
+	}
+	if l, ok := peerSourceLevel(s); ok {
+		return 4 + l
+	}
+	return 3
 }
 
 // originFetch counts one fetch from an origin server, by outcome: ok,
