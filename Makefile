@@ -17,8 +17,9 @@ demo:
 
 # Everything: formatting, vet, staticcheck (pinned in go.mod), go.mod drift,
 # and all tests under the race detector, including the resolver lab, which
-# needs bin/coredns and the Debian resolvers (deps installs them as root),
-# and the proxy lab, which needs bin/caddy.
+# needs bin/coredns and the Debian resolvers, the proxy lab, which needs
+# bin/caddy, and the status page test, which needs bin/caddy and Chromium
+# (deps installs the Debian packages as root).
 test: fmt-check vet lint tidy-check deps coredns caddy unit
 
 fmt-check:
@@ -34,11 +35,14 @@ lint:
 tidy-check:
 	$(GO) mod tidy -diff
 
-# The resolvers, dig and dnsperf from Debian. Without root it only reports
-# what is missing; the lab then skips (and fails under CI=true).
+# From Debian: the resolvers, dig and dnsperf for the resolver lab, and
+# Chromium for the status page test. Without root it only reports what is
+# missing; those tests then skip (and fail under CI=true).
 deps:
-	@if [ "$$(id -u)" -eq 0 ]; then bash test/resolverlab/install-deps.sh; \
-	else bash test/resolverlab/install-deps.sh || echo "deps: not root; the resolver lab will skip"; fi
+	@for s in test/resolverlab/install-deps.sh test/statuspage/install-deps.sh; do \
+		if [ "$$(id -u)" -eq 0 ]; then bash $$s || exit 1; \
+		else bash $$s || echo "deps: not root; the tests that need what $$s installs will skip"; fi; \
+	done
 
 unit:
 	$(GO) test -race -count=1 ./...
