@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/internal/dhtmetrics"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -107,26 +108,12 @@ var (
 	descCacheEvictions = metricDesc("cache_evictions_total", "Complete objects evicted from the disk cache for room.")
 )
 
-// The DSHT node's Stats, the shape of the CoreDNS plugin's
-// coredns_coral_dht_* metrics.
-var (
-	descDHTMessages   = metricDesc("dht_messages_total", "DSHT datagrams by direction (in, out), kind (request, reply) and message type.", "node", "direction", "kind", "type")
-	descDHTDrops      = metricDesc("dht_drops_total", "DSHT datagrams dropped without a reply, by reason.", "node", "reason")
-	descDHTTimeouts   = metricDesc("dht_timeouts_total", "DSHT RPCs that went unanswered.", "node")
-	descDHTRefused    = metricDesc("dht_refused_total", "DSHT requests answered with a refusal.", "node")
-	descDHTLookups    = metricDesc("dht_lookups_total", "DSHT lookups run by this node (per level).", "node")
-	descDHTStored     = metricDesc("dht_stored_values", "Values this node stores for others.", "node")
-	descDHTKeys       = metricDesc("dht_stored_keys", "Distinct keys this node stores values for.", "node")
-	descDHTContacts   = metricDesc("dht_routing_table_contacts", "Routing-table contacts by level.", "node", "level")
-	descDHTClusterLog = metricDesc("dht_cluster_log2_size", "Estimated log2 size of this node's cluster by level.", "node", "level")
-	descDHTChanges    = metricDesc("dht_cluster_changes_total", "Cluster changes (joins and splits) over all levels.", "node")
-	descDHTJoined     = metricDesc("dht_joined", "1 once the node has joined the network.", "node")
-)
+// The DSHT node's Stats as caddy_coral_dht_*, the same metrics as the
+// CoreDNS plugin's coredns_coral_dht_*.
+var dhtDescs = dhtmetrics.New(metricNamespace, metricSubsystem)
 
 var coralDescs = []*prometheus.Desc{
 	descCacheBytes, descCacheMaxBytes, descCacheObjects, descDownloads, descCacheEvictions,
-	descDHTMessages, descDHTDrops, descDHTTimeouts, descDHTRefused, descDHTLookups, descDHTStored,
-	descDHTKeys, descDHTContacts, descDHTClusterLog, descDHTChanges, descDHTJoined,
 }
 
 // coralCollector reads the gauges and the DSHT counters at scrape time.
@@ -147,6 +134,7 @@ func (c *coralCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range coralDescs {
 		ch <- d
 	}
+	dhtDescs.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -193,49 +181,8 @@ func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		seen[e.node] = true
-		collectNode(e.node, e.joined.Load(), counter, gauge)
+		dhtDescs.Collect(ch, e.node.Addr().String(), e.node, e.joined.Load())
 	}
-}
-
-// collectNode exports one node's Stats and Levels.
-func collectNode(n *coraldht.Node, joined bool, counter, gauge func(*prometheus.Desc, float64, ...string)) {
-	node := n.Addr().String()
-	s := n.Stats()
-	for _, m := range []struct {
-		dir, kind string
-		c         coraldht.MessageCounts
-	}{{"in", "request", s.RequestsIn}, {"out", "request", s.RequestsOut}, {"in", "reply", s.RepliesIn}, {"out", "reply", s.RepliesOut}} {
-		for _, t := range []struct {
-			name string
-			v    uint64
-		}{{"ping", m.c.Ping}, {"find_node", m.c.FindNode}, {"get", m.c.Get}, {"put_probe", m.c.PutProbe}, {"store", m.c.Store}, {"members", m.c.Members}} {
-			counter(descDHTMessages, float64(t.v), node, m.dir, m.kind, t.name)
-		}
-	}
-	d := s.Drops
-	for _, r := range []struct {
-		name string
-		v    uint64
-	}{{"oversize", d.Oversize}, {"bad_auth", d.BadAuth}, {"malformed", d.Malformed}, {"stale", d.Stale}, {"replay", d.Replay},
-		{"queue_full", d.QueueFull}, {"unsolicited", d.Unsolicited}, {"self", d.Self}, {"misdirected", d.Misdirected}} {
-		counter(descDHTDrops, float64(r.v), node, r.name)
-	}
-	counter(descDHTTimeouts, float64(s.Timeouts), node)
-	counter(descDHTRefused, float64(s.Refused), node)
-	counter(descDHTLookups, float64(s.Lookups), node)
-	gauge(descDHTStored, float64(s.StoredValues), node)
-	gauge(descDHTKeys, float64(s.StoredKeys), node)
-	counter(descDHTChanges, float64(s.ClusterChanges), node)
-	for _, li := range n.Levels() {
-		l := strconv.Itoa(li.Level)
-		gauge(descDHTContacts, float64(li.Contacts), node, l)
-		gauge(descDHTClusterLog, li.Cluster.LogSize, node, l)
-	}
-	j := 0.0
-	if joined {
-		j = 1
-	}
-	gauge(descDHTJoined, j, node)
 }
 
 // registerCollector registers c on reg, or returns what reg already has in
