@@ -538,6 +538,10 @@ func printReport(w io.Writer, rep *report) {
 		}
 		fmt.Fprintf(w, "  %.0f B/object with all in (%.0f B/object marginal from the first quarter on); %.0f B/object after reopening (index rebuilt from disk); empty store %d B\n",
 			ix.PerObject, ix.Marginal, ix.ReopenPerObject, ix.EmptyStoreBytes)
+		if h := ix.Hot; h != nil {
+			fmt.Fprintf(w, "  hot set after reading every object once: %d objects' metadata in memory (estimated %.1f MiB, limit %.0f MiB), heap +%.1f MiB (%.0f B/entry)\n",
+				h.Entries, float64(h.Estimated)/(1<<20), float64(h.Limit)/(1<<20), float64(h.HeapBytes)/(1<<20), h.PerEntry)
+		}
 	}
 	if px := rep.Proxy; px != nil {
 		fmt.Fprintf(w, "\nWhole proxy (Caddy's heap in use after GC, via its admin endpoint, before and after caching %d distinct %d-byte objects through coral_proxy in %.1f s: %d misses, %d origin fetches):\n",

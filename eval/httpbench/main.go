@@ -49,7 +49,9 @@
 //     -index-objects small objects with 40-hex-digit keys;
 //     the heap in use after a GC, before and after, gives the index's bytes
 //     per object; the store is reopened (index rebuilt from disk) and
-//     measured again.
+//     measured again; then every object is read once, as a hit would,
+//     which fills the store's hot set of decoded metadata (bounded by
+//     diskcache.DefaultHotMetaBytes), and measured again.
 //
 // Around every run the CPU time of Caddy, nginx (master and workers), wrk
 // and the rest of the machine is read from /proc. Before every run the

@@ -168,8 +168,24 @@ type indexResult struct {
 	Marginal  float64 `json:"marginal_bytes_per_object"`
 	// After Close and Open: the index rebuilt from disk.
 	ReopenPerObject float64 `json:"reopened_bytes_per_object"`
-	InsertSeconds   float64 `json:"insert_s"`
-	Seconds         float64 `json:"total_s"`
+	// Then every object read once: the hot set of decoded metadata.
+	Hot           *hotResult `json:"hot_set,omitempty"`
+	InsertSeconds float64    `json:"insert_s"`
+	Seconds       float64    `json:"total_s"`
+}
+
+// hotResult is the store's hot set (decoded metadata of recently read
+// objects, so that a hit reads no metadata file) after reading every
+// object once: bounded by the store's default HotMetaBytes, whatever the
+// number of objects.
+type hotResult struct {
+	Reads     int     `json:"objects_read"`
+	MetaReads int64   `json:"metadata_files_read"`
+	Limit     int64   `json:"limit_bytes"`
+	Entries   int     `json:"entries"`
+	Estimated int64   `json:"estimated_bytes"` // the store's own estimate, Stats.HotBytes
+	HeapBytes int64   `json:"heap_inuse_growth_bytes"`
+	PerEntry  float64 `json:"heap_bytes_per_entry"`
 }
 
 type indexStep struct {

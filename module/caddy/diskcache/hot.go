@@ -14,8 +14,8 @@ package diskcache
 // requested once, most of a CDN's, never takes room), and UpdateMeta
 // replaces the decoded copy it holds. Everything here is guarded by s.mu.
 
-// defaultHotMetaBytes is Options.HotMetaBytes when zero.
-const defaultHotMetaBytes = 16 << 20
+// DefaultHotMetaBytes is Options.HotMetaBytes when zero.
+const DefaultHotMetaBytes = 16 << 20
 
 // hotSlot holds one entry's decoded metadata.
 type hotSlot struct {

@@ -154,7 +154,7 @@ func Open(o Options) (*Store, error) {
 	}
 	switch s.hotMax = o.HotMetaBytes; {
 	case s.hotMax == 0:
-		s.hotMax = defaultHotMetaBytes
+		s.hotMax = DefaultHotMetaBytes
 	case s.hotMax < 0:
 		s.hotMax = 0
 	}
