@@ -92,6 +92,24 @@ func newerSource(root string, built time.Time) string {
 type proxyOptions struct {
 	noAllowOrigins bool     // leave out allow_origins 127.0.0.0/8
 	extra          []string // more coral_proxy lines, e.g. "min_ttl 0"
+	// hosts are lines added to /etc/hosts for this process only: it runs
+	// in a mount namespace of its own with a copy of /etc/hosts bound over
+	// the real one (needs root; see hostsSupported).
+	hosts []string
+}
+
+// hostsSupported reports why a process cannot get hosts of its own (a
+// mount namespace with /etc/hosts bound over), or "" if it can.
+func hostsSupported() string {
+	if os.Geteuid() != 0 {
+		return "not root: a private /etc/hosts needs a mount namespace"
+	}
+	for _, b := range []string{"unshare", "mount", "sh"} {
+		if _, err := exec.LookPath(b); err != nil {
+			return b + " not found"
+		}
+	}
+	return ""
 }
 
 // proxy is one bin/caddy process: a coral app (DSHT node) and a
@@ -159,7 +177,21 @@ func startProxy(t *testing.T, name string, ip, boot netip.Addr, opts proxyOption
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	p.cmd = exec.Command(bin, "run", "--config", cfgPath, "--adapter", "caddyfile")
+	args := []string{bin, "run", "--config", cfgPath, "--adapter", "caddyfile"}
+	if len(opts.hosts) > 0 {
+		etcHosts, err := os.ReadFile("/etc/hosts")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostsPath := filepath.Join(dir, "hosts")
+		if err := os.WriteFile(hostsPath, append(etcHosts, []byte("\n"+strings.Join(opts.hosts, "\n")+"\n")...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// unshare and sh exec in turn, so the PID stays Caddy's.
+		args = append([]string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
+			`mount --bind "$1" /etc/hosts && shift && exec "$@"`, "sh", hostsPath}, args...)
+	}
+	p.cmd = exec.Command(args[0], args[1:]...)
 	p.cmd.Dir = dir
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	// Caddy's data and config directories (and anything else it might
@@ -528,4 +560,16 @@ func detail(cacheStatus string) string {
 		}
 	}
 	return ""
+}
+
+// errorText is an error response's body for a log line (a success's size).
+func errorText(resp *http.Response, body []byte) string {
+	if resp.StatusCode < 400 {
+		return fmt.Sprintf("(%d bytes)", len(body))
+	}
+	s := strings.TrimSpace(string(body))
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
 }
