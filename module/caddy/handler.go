@@ -447,6 +447,18 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 	return h.afterDownload(w, r, fr, d, started, acct)
 }
 
+// fetchFailed is the answer to a request whose fetch failed: 403 when the
+// origin's name led to an address the proxy may not contact (as for an
+// address in the Host itself), else 502.
+func fetchFailed(acct *requestAccount, err error) error {
+	if errors.Is(err, errOriginForbidden) {
+		acct.set("refused", "none")
+		return caddyhttp.Error(http.StatusForbidden, err)
+	}
+	acct.set("miss", "none")
+	return caddyhttp.Error(http.StatusBadGateway, err)
+}
+
 // lookup opens the stored object for fr's request: the entry under the
 // URL's key or, when that entry is a Vary index, the variant the request's
 // fields select. It points fr.key at the object's key, found or not, so a
@@ -506,8 +518,7 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 		return h.serveStored(w, r, rd, "hit; fwd=stale", "stale")
 	}
 	if d.err != nil {
-		acct.set("miss", "none")
-		return caddyhttp.Error(http.StatusBadGateway, d.err)
+		return fetchFailed(acct, d.err)
 	}
 	if started {
 		acct.set("miss", d.source)
@@ -519,7 +530,7 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 			// The response may not be shared; fetch our own copy.
 			resp, err := h.eng.fetchFromOrigin(r.Context(), fr)
 			if err != nil {
-				return caddyhttp.Error(http.StatusBadGateway, err)
+				return fetchFailed(acct, err)
 			}
 			return h.serveDirect(w, resp, "origin")
 		}

@@ -556,14 +556,8 @@ func TestPrivateOriginByName(t *testing.T) {
 	if n := o.count(path); n != 1 {
 		t.Errorf("the proxy without allow_origins contacted the origin (%d requests in all, want the 1 from the other proxy)", n)
 	}
-	switch {
-	case resp.StatusCode == http.StatusBadGateway:
-		// Known: the dial guard's errOriginForbidden reaches the client
-		// through afterDownload's d.err, which is always 502. The origin
-		// was not contacted (checked above), so only the status is wrong.
-		t.Skip("bug: a name resolving to a forbidden address gets 502 Bad Gateway, want 403 as for IP literals (module/caddy/handler.go afterDownload); remove this skip once fixed")
-	case resp.StatusCode < 400 || resp.StatusCode > 499:
-		t.Errorf("a name resolving to a loopback origin got %d, want a 4xx (403)", resp.StatusCode)
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a name resolving to a loopback origin got %d, want 403 as for an address in the Host", resp.StatusCode)
 	}
 }
 
