@@ -1,0 +1,446 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coralcdn/coral/coraldht"
+)
+
+// Fixed parts of the set-up.
+const (
+	zone      = "nyud.test"
+	dhtPort   = 4000
+	adminPort = 2019
+	// The RTT thresholds of levels 1 and 2, the paper's (and the default):
+	// on loopback every RTT is below both, so the clusters are pinned.
+	levelsLine = "60ms 20ms"
+)
+
+// proxy is one bin/caddy process.
+type proxy struct {
+	i         int
+	addr      netip.Addr
+	l1, l2    int // cluster index at levels 1 and 2
+	dir       string
+	caddyfile string
+	srv       *server
+}
+
+func (x *proxy) l1Name() string { return fmt.Sprintf("region-%c", 'a'+x.l1) }
+func (x *proxy) l2Name() string { return fmt.Sprintf("metro-%c%d", 'a'+x.l1, x.l2) }
+func (x *proxy) admin(path string) string {
+	return fmt.Sprintf("http://%v:%d%s", x.addr, adminPort, path)
+}
+func (x *proxy) url(port int, p string) string {
+	return fmt.Sprintf("http://%v:%d%s", x.addr, port, p)
+}
+
+// clusterOf places proxy i of n: level-2 cluster c2 of l2 (consecutive
+// proxies together) and the level-1 cluster that contains it.
+func clusterOf(i, n, l1, l2 int) (c1, c2 int) {
+	c2 = i * l2 / n
+	return c2 * l1 / l2, c2
+}
+
+// network is the running set-up: the proxies and the files they need.
+type network struct {
+	p       params
+	dir     string
+	keyFile string
+	proxies []*proxy
+}
+
+func newNetwork(p params, dir string) (*network, error) {
+	nw := &network{p: p, dir: dir, keyFile: filepath.Join(dir, "network.key")}
+	if err := coraldht.WriteKeyFile(nw.keyFile); err != nil {
+		return nil, err
+	}
+	for i := range p.Proxies {
+		a, err := netip.ParseAddr(fmt.Sprintf("%s.%d", p.Net, 10+i))
+		if err != nil {
+			return nil, err
+		}
+		c1, c2 := clusterOf(i, p.Proxies, p.L1, p.L2)
+		x := &proxy{i: i, addr: a, l1: c1, l2: c2 - c1*(p.L2/p.L1), dir: filepath.Join(dir, fmt.Sprintf("proxy-%02d", i))}
+		if err := os.MkdirAll(x.dir, 0o755); err != nil {
+			return nil, err
+		}
+		nw.proxies = append(nw.proxies, x)
+	}
+	boot := netip.AddrPortFrom(nw.proxies[0].addr, dhtPort)
+	for _, x := range nw.proxies {
+		x.caddyfile = nw.caddyfileText(x, boot)
+		if err := os.WriteFile(filepath.Join(x.dir, "Caddyfile"), []byte(x.caddyfile), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return nw, nil
+}
+
+// caddyfileText is proxy x's configuration. Everything else is coral_proxy's
+// defaults, the per-client rate limit (10/s, bursts of 50) included: each
+// client has an address of its own and stays well below it.
+func (nw *network) caddyfileText(x *proxy, boot netip.AddrPort) string {
+	level := "INFO"
+	if nw.p.Debug {
+		level = "DEBUG"
+	}
+	bootLine := ""
+	if x.i != 0 {
+		bootLine = fmt.Sprintf("\n\t\tbootstrap %v", boot)
+	}
+	return fmt.Sprintf(`# Flash-crowd proxy %[1]d: level-1 cluster %[2]s, level-2 cluster %[3]s.
+{
+	admin %[4]v:%[5]d {
+		origins %[4]v:%[5]d
+	}
+	persist_config off
+	auto_https off
+	log {
+		output stderr
+		format json
+		level %[6]s
+	}
+	coral {
+		listen %[4]v:%[7]d%[8]s
+		key_file %[9]s
+		levels %[10]s
+		cluster 1 %[2]s
+		cluster 2 %[3]s
+	}
+}
+
+http://:%[11]d {
+	bind %[4]v
+	coral_proxy %[12]s {
+		cache_dir %[13]s
+		cache_size 256MiB
+		allow_origins %[14]s.0/24
+		peer_address %[4]v:%[11]d
+	}
+}
+`, x.i, x.l1Name(), x.l2Name(), x.addr, adminPort, level, dhtPort, bootLine, nw.keyFile, levelsLine,
+		nw.p.Port, zone, filepath.Join(x.dir, "cache"), nw.p.Net)
+}
+
+// checkFree fails when an address the set-up needs is taken.
+func (nw *network) checkFree(origin netip.AddrPort) error {
+	tcp := []netip.AddrPort{origin}
+	for _, x := range nw.proxies {
+		tcp = append(tcp, netip.AddrPortFrom(x.addr, uint16(nw.p.Port)), netip.AddrPortFrom(x.addr, adminPort))
+		c, err := net.ListenPacket("udp", netip.AddrPortFrom(x.addr, dhtPort).String())
+		if err != nil {
+			return fmt.Errorf("UDP %v:%d is taken (another run?): %v", x.addr, dhtPort, err)
+		}
+		c.Close()
+	}
+	for _, a := range tcp {
+		ln, err := net.Listen("tcp", a.String())
+		if err != nil {
+			return fmt.Errorf("TCP %v is taken (another run?): %v", a, err)
+		}
+		ln.Close()
+	}
+	return nil
+}
+
+// start runs every proxy, proxy 0 (the bootstrap node) first.
+func (nw *network) start(ctx context.Context) error {
+	for _, x := range nw.proxies {
+		env := append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(x.dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(x.dir, "config"))
+		srv, err := startServer(fmt.Sprintf("caddy-%02d", x.i), x.dir,
+			[]string{nw.p.Caddy, "run", "--config", filepath.Join(x.dir, "Caddyfile"), "--adapter", "caddyfile"}, env)
+		if err != nil {
+			return err
+		}
+		x.srv = srv
+		if x.i == 0 {
+			if err := waitFor(ctx, "proxy 0's admin API", 20*time.Second, srv, func() error {
+				_, err := proxyStatus(ctx, x)
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stop ends every proxy.
+func (nw *network) stop() {
+	var wg sync.WaitGroup
+	for _, x := range nw.proxies {
+		if x.srv != nil {
+			wg.Go(x.srv.stop)
+		}
+	}
+	wg.Wait()
+}
+
+// alive reports the first proxy that has exited.
+func (nw *network) alive() error {
+	for _, x := range nw.proxies {
+		if x.srv != nil {
+			if err := x.srv.alive(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// status is the part of the admin API's /coral/status the experiment reads.
+type status struct {
+	Node *struct {
+		ID      string `json:"id"`
+		Address string `json:"address"`
+		Joined  bool   `json:"joined"`
+	} `json:"node"`
+	Levels []struct {
+		Level    int    `json:"level"`
+		Cluster  string `json:"cluster"`
+		Contacts int    `json:"contacts"`
+		Pinned   bool   `json:"pinned"`
+	} `json:"levels"`
+	DHT    map[string]any `json:"dht"`
+	Caches []struct {
+		Objects int   `json:"objects"`
+		Bytes   int64 `json:"bytes"`
+		Hits    int64 `json:"hits"`
+		Misses  int64 `json:"misses"`
+		Commits int64 `json:"commits"`
+		Aborts  int64 `json:"aborts"`
+	} `json:"caches"`
+	RecentFetches []struct {
+		Time       time.Time `json:"time"`
+		URL        string    `json:"url"`
+		Source     string    `json:"source"`
+		Status     int       `json:"status"`
+		Bytes      int64     `json:"bytes"`
+		DurationMS float64   `json:"duration_ms"`
+	} `json:"recent_fetches"`
+}
+
+var adminClient = &http.Client{Timeout: 5 * time.Second}
+
+func proxyStatus(ctx context.Context, x *proxy) (*status, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, x.admin("/coral/status"), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := adminClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s: %s", x.admin("/coral/status"), resp.Status, strings.TrimSpace(string(body)))
+	}
+	var st status
+	if err := json.Unmarshal(body, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// readiness is what waiting for the network found.
+type readiness struct {
+	Seconds float64       `json:"seconds"` // from starting proxy 0
+	Ready   bool          `json:"ready"`   // every node joined and knew every member of its clusters
+	Nodes   []nodeReading `json:"nodes"`
+}
+
+type nodeReading struct {
+	Proxy    int    `json:"proxy"`
+	ID       string `json:"id"`
+	Joined   bool   `json:"joined"`
+	Clusters []int  `json:"contacts"` // routing-table size per level
+	Want     []int  `json:"want"`     // the other members of its cluster per level
+	Pinned   bool   `json:"pinned"`
+	HTTP     bool   `json:"http"` // coral_proxy answered
+}
+
+func (r nodeReading) ready() bool {
+	return r.Joined && r.Pinned && r.HTTP && slices.Equal(r.Clusters, r.Want)
+}
+
+// waitReady polls every proxy's /coral/status until every node has joined
+// and knows every other member of each of its clusters, and its coral_proxy
+// answers (a request for a host outside the zone: 421, no fetch), or until
+// settle is over. Not ready by then is reported, not fatal.
+func (nw *network) waitReady(ctx context.Context, started time.Time) (*readiness, error) {
+	n := len(nw.proxies)
+	want := func(x *proxy) []int {
+		same1, same2 := 0, 0
+		for _, y := range nw.proxies {
+			if y != x && y.l1 == x.l1 {
+				same1++
+			}
+			if y != x && y.l1 == x.l1 && y.l2 == x.l2 {
+				same2++
+			}
+		}
+		return []int{n - 1, same1, same2}
+	}
+	deadline := time.Now().Add(nw.p.Settle)
+	httpOK := make([]bool, n)
+	for {
+		rd := &readiness{Ready: true}
+		for _, x := range nw.proxies {
+			r := nodeReading{Proxy: x.i, Want: want(x)}
+			if st, err := proxyStatus(ctx, x); err == nil && st.Node != nil {
+				r.ID, r.Joined = st.Node.ID, st.Node.Joined
+				r.Pinned = len(st.Levels) == 3
+				for _, l := range st.Levels {
+					r.Clusters = append(r.Clusters, l.Contacts)
+					if l.Level > 0 && !l.Pinned {
+						r.Pinned = false
+					}
+				}
+			}
+			if !httpOK[x.i] {
+				httpOK[x.i] = probeHTTP(ctx, x, nw.p.Port)
+			}
+			r.HTTP = httpOK[x.i]
+			rd.Ready = rd.Ready && r.ready()
+			rd.Nodes = append(rd.Nodes, r)
+		}
+		rd.Seconds = time.Since(started).Seconds()
+		if rd.Ready || time.Now().After(deadline) {
+			return rd, nil
+		}
+		if err := nw.alive(); err != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// probeHTTP asks coral_proxy for a host outside its zone: it answers 421
+// without fetching anything.
+func probeHTTP(ctx context.Context, x *proxy, port int) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, x.url(port, "/"), nil)
+	if err != nil {
+		return false
+	}
+	req.Host = "not-coralized.example"
+	resp, err := adminClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusMisdirectedRequest
+}
+
+// --- processes ---------------------------------------------------------------
+
+// server is a child process in a process group of its own.
+type server struct {
+	name    string
+	argv    []string
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{}
+}
+
+func startServer(name, dir string, argv, env []string) (*server, error) {
+	s := &server{name: name, argv: argv, logPath: filepath.Join(dir, name+".log")}
+	logFile, err := os.Create(s.logPath)
+	if err != nil {
+		return nil, err
+	}
+	s.cmd = exec.Command(argv[0], argv[1:]...)
+	s.cmd.Dir = dir
+	s.cmd.Env = env
+	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
+	// Its own process group, so a terminal's Ctrl-C reaches only this
+	// command, which then stops it; killed if this process dies without
+	// cleaning up.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s.exited = make(chan struct{})
+	go func() {
+		_ = s.cmd.Wait()
+		logFile.Close()
+		close(s.exited)
+	}()
+	return s, nil
+}
+
+func (s *server) alive() error {
+	select {
+	case <-s.exited:
+		return fmt.Errorf("%s exited (%v); its log ends:\n%s", s.name, s.cmd.ProcessState, tailFile(s.logPath, 20))
+	default:
+		return nil
+	}
+}
+
+// stop ends the process group: SIGTERM, then SIGKILL after 5 s.
+func (s *server) stop() {
+	pid := s.cmd.Process.Pid
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-s.exited
+	}
+}
+
+// tailFile returns the last n lines of a file.
+func tailFile(path string, n int) string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// waitFor polls cond every 200 ms until it holds, within the bound.
+func waitFor(ctx context.Context, what string, within time.Duration, s *server, cond func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if aerr := s.alive(); aerr != nil {
+			return aerr
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s: not within %v: %v", what, within, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
