@@ -10,10 +10,14 @@ all: build
 build:
 	$(GO) build ./...
 
-# A real local Coral DSHT on 127.0.0.x UDP sockets, showing put, get and
-# put+get with their routing.
-demo:
-	$(GO) run ./cmd/dhtdemo
+# A whole Coral CDN on loopback (cmd/coraldemo, internal/demonet): six nodes
+# of bin/coredns and bin/caddy in two clusters, Unbound, a fake DNS root and
+# an origin site. It prints commands to try and runs until Ctrl-C; needs
+# root. `make demo DEMO_SMOKE=1` runs those commands once, checks them and
+# exits 0 or 1. The DSHT on its own: `go run ./cmd/dhtdemo`.
+demo: coredns caddy
+	@bash builds/apt-install.sh demo "unbound unbound-control dig curl" unbound dnsutils curl
+	$(GO) run ./cmd/coraldemo $(if $(filter-out 0,$(DEMO_SMOKE)),-smoke)
 
 # Everything: formatting, vet, staticcheck (pinned in go.mod), go.mod drift,
 # and all tests under the race detector, including the resolver lab, which
