@@ -39,11 +39,13 @@ lint:
 tidy-check:
 	$(GO) mod tidy -diff
 
-# From Debian: the resolvers, dig and dnsperf for the resolver lab, and
-# Chromium for the status page test. Without root it only reports what is
-# missing; those tests then skip (and fail under CI=true).
+# From Debian: the resolvers, dig and dnsperf for the resolver lab,
+# Chromium for the status page test, and curl for the demo network tests.
+# Without root it only reports what is missing; those tests then skip (and
+# fail under CI=true).
 deps:
-	@for s in test/resolverlab/install-deps.sh test/statuspage/install-deps.sh; do \
+	@for s in test/resolverlab/install-deps.sh test/statuspage/install-deps.sh \
+			test/demonet/install-deps.sh; do \
 		if [ "$$(id -u)" -eq 0 ]; then bash $$s || exit 1; \
 		else bash $$s || echo "deps: not root; the tests that need what $$s installs will skip"; fi; \
 	done
