@@ -520,7 +520,7 @@ var hopHeaders = []string{
 }
 
 var notToOrigin = []string{
-	"Cookie", "Authorization", "Accept-Encoding", "Range", "If-Range", "If-None-Match",
+	"Cookie", "Cookie2", "Authorization", "Accept-Encoding", "Range", "If-Range", "If-None-Match",
 	"If-Modified-Since", "If-Match", "If-Unmodified-Since", "Cache-Control", "Pragma",
 	"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded", "Via",
 }
