@@ -278,6 +278,10 @@ func TestSizeChecks(t *testing.T) {
 
 func TestLRUEviction(t *testing.T) {
 	o := testOptions(t, 1<<20)
+	// A fixed clock: metadata records Stored, whose encoded length varies
+	// with its nanoseconds, and the test needs objects of one size.
+	now := time.Date(2026, 1, 2, 3, 4, 5, 600_000_000, time.UTC)
+	o.Now = func() time.Time { return now }
 	s := openStore(t, o)
 	body := strings.Repeat("x", 1000)
 	put(t, s, "aaaaaaaa", body)
