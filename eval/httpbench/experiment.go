@@ -539,7 +539,7 @@ func printReport(w io.Writer, rep *report) {
 		fmt.Fprintf(w, "  %.0f B/object with all in (%.0f B/object marginal from the first quarter on); %.0f B/object after reopening (index rebuilt from disk); empty store %d B\n",
 			ix.PerObject, ix.Marginal, ix.ReopenPerObject, ix.EmptyStoreBytes)
 		if h := ix.Hot; h != nil {
-			fmt.Fprintf(w, "  hot set after reading every object once: %d objects' metadata in memory (estimated %.1f MiB, limit %.0f MiB), heap +%.1f MiB (%.0f B/entry)\n",
+			fmt.Fprintf(w, "  hot set after reading every object twice: %d objects' metadata in memory (estimated %.1f MiB, limit %.0f MiB), heap +%.1f MiB (%.0f B/entry)\n",
 				h.Entries, float64(h.Estimated)/(1<<20), float64(h.Limit)/(1<<20), float64(h.HeapBytes)/(1<<20), h.PerEntry)
 		}
 	}

@@ -49,7 +49,7 @@
 //     -index-objects small objects with 40-hex-digit keys;
 //     the heap in use after a GC, before and after, gives the index's bytes
 //     per object; the store is reopened (index rebuilt from disk) and
-//     measured again; then every object is read once, as a hit would,
+//     measured again; then every object is read twice, as by two hits,
 //     which fills the store's hot set of decoded metadata (bounded by
 //     diskcache.DefaultHotMetaBytes), and measured again.
 //

@@ -168,7 +168,7 @@ type indexResult struct {
 	Marginal  float64 `json:"marginal_bytes_per_object"`
 	// After Close and Open: the index rebuilt from disk.
 	ReopenPerObject float64 `json:"reopened_bytes_per_object"`
-	// Then every object read once: the hot set of decoded metadata.
+	// Then every object read twice: the hot set of decoded metadata.
 	Hot           *hotResult `json:"hot_set,omitempty"`
 	InsertSeconds float64    `json:"insert_s"`
 	Seconds       float64    `json:"total_s"`
@@ -176,10 +176,10 @@ type indexResult struct {
 
 // hotResult is the store's hot set (decoded metadata of recently read
 // objects, so that a hit reads no metadata file) after reading every
-// object once: bounded by the store's default HotMetaBytes, whatever the
+// object twice: bounded by the store's default HotMetaBytes, whatever the
 // number of objects.
 type hotResult struct {
-	Reads     int     `json:"objects_read"`
+	Reads     int     `json:"objects_read_twice"`
 	MetaReads int64   `json:"metadata_files_read"`
 	Limit     int64   `json:"limit_bytes"`
 	Entries   int     `json:"entries"`

@@ -112,17 +112,20 @@
 // keys, map included, measured by TestIndexMemory).
 //
 // Metadata lives on disk, and decoded in memory for the objects in the hot
-// set: those read recently, within Options.HotMetaBytes (default 16 MiB,
-// an estimate of the heap the decoded Meta values take; Stats.HotBytes).
-// A Get of an object in the hot set opens its body and nothing else; a Get
-// of any other object also reads, checks and decodes its metadata file,
-// and puts the result in the hot set, unmarked. Replacement is CLOCK: a
-// Get marks its object's entry, and making room takes the first entry not
-// marked since the hand last passed, so objects read again and again stay
-// while objects read once pass through. Commit adds nothing (most objects
-// of a CDN are requested once, and their one reader follows the write).
-// UpdateMeta replaces the cached copy, and a version leaves the hot set
-// with the version (replaced, deleted, evicted, found gone).
+// set: those read again and again, within Options.HotMetaBytes (default 16
+// MiB, an estimate of the heap the decoded Meta values take;
+// Stats.HotBytes). A Get of an object in the hot set opens its body and
+// nothing else; a Get of any other object also reads, checks and decodes
+// its metadata file. The first such read of a version only marks it; the
+// second puts it in the hot set. So objects requested once, most of a
+// CDN's, never take room (their one reader often comes after the commit,
+// which adds nothing itself), and an object pays two metadata reads before
+// its hits stop reading. Replacement is CLOCK: a Get marks its object's
+// slot, and making room takes the first slot not marked since the hand
+// last passed, so objects read again and again stay (one pushed out comes
+// back at its next read). UpdateMeta replaces
+// or adds the cached copy, and a version leaves the hot set with the
+// version (replaced, deleted, evicted, found gone).
 //
 // Why not keep every object's metadata with its index entry: decoded, the
 // metadata coral_proxy stores (five header fields, two Extra entries) takes

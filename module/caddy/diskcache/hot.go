@@ -1,18 +1,22 @@
 package diskcache
 
-// The hot set: decoded metadata of recently read complete versions, so that
-// a Get of one of them opens only the body file. It is bounded by
+// The hot set: decoded metadata of complete versions read again and again,
+// so that a Get of one of them opens only the body file. It is bounded by
 // Options.HotMetaBytes (estimated heap bytes), not by the number of objects:
-// keeping every object's decoded Meta would cost about a kilobyte per object
-// (two maps and their strings), six times the rest of the index. See the
+// keeping every object's decoded Meta would cost about 1.2 KB per object
+// (two maps and their strings), seven times the rest of the index. See the
 // package docs ("Memory").
+//
+// Admission: a version enters on its second Get that reads its metadata
+// file. The first one only marks the entry (hotSeen), so objects requested
+// once, most of a CDN's (their one reader often arrives after the commit),
+// never take room; Commit adds nothing either. UpdateMeta replaces or adds
+// the decoded copy (a revalidation means the object is requested).
 //
 // Replacement is CLOCK (second chance): a Get sets its slot's reference bit,
 // and the hand evicting for room clears set bits and takes the first slot
 // whose bit is clear, so entries read again since the hand last passed stay.
-// A Get inserts what it decoded from disk; Commit does not (an object
-// requested once, most of a CDN's, never takes room), and UpdateMeta
-// replaces the decoded copy it holds. Everything here is guarded by s.mu.
+// Everything here is guarded by s.mu.
 
 // DefaultHotMetaBytes is Options.HotMetaBytes when zero.
 const DefaultHotMetaBytes = 16 << 20
@@ -25,9 +29,13 @@ type hotSlot struct {
 	ref  bool
 }
 
+// hotSeen is entry.hot for a version whose metadata file one Get has read:
+// the next one caches it.
+const hotSeen = -1
+
 // hotGetLocked returns e's cached metadata and marks it used.
 func (s *Store) hotGetLocked(e *entry) (Meta, bool) {
-	if e.hot == 0 {
+	if e.hot <= 0 {
 		return Meta{}, false
 	}
 	h := &s.hot[e.hot-1]
@@ -35,12 +43,23 @@ func (s *Store) hotGetLocked(e *entry) (Meta, bool) {
 	return h.m, true
 }
 
+// hotAdmitLocked is called with the metadata a Get read from e's file: the
+// first time it only marks e, the second time it caches m.
+func (s *Store) hotAdmitLocked(e *entry, m Meta) {
+	switch e.hot {
+	case 0:
+		e.hot = hotSeen
+	case hotSeen:
+		s.hotPutLocked(e, m)
+	}
+}
+
 // hotPutLocked caches m (the metadata of e's complete version, shared with
 // readers from now on: never modified) in place of what e had. Metadata too
 // large for an eighth of the budget is not kept.
 func (s *Store) hotPutLocked(e *entry, m Meta) {
 	cost := metaCost(m)
-	if e.hot != 0 {
+	if e.hot > 0 {
 		h := &s.hot[e.hot-1]
 		if cost <= s.hotMax/8 {
 			s.hotBytes += cost - h.cost
@@ -70,11 +89,12 @@ func (s *Store) hotPutLocked(e *entry, m Meta) {
 	e.hot = int32(i + 1)
 }
 
-// hotDropLocked forgets e's cached metadata. Every change of e's complete
-// version (replacement, eviction, deletion) goes through dropLocked, which
-// calls this.
+// hotDropLocked forgets e's cached metadata, and that it was read. Every
+// change of e's complete version (replacement, eviction, deletion) goes
+// through dropLocked, which calls this.
 func (s *Store) hotDropLocked(e *entry) {
-	if e.hot == 0 {
+	if e.hot <= 0 {
+		e.hot = 0
 		return
 	}
 	i := e.hot - 1
@@ -99,7 +119,9 @@ func (s *Store) hotEvictLocked(keep *entry) {
 		case h.ref:
 			h.ref = false
 		default:
-			s.hotDropLocked(h.e)
+			e := h.e
+			s.hotDropLocked(e)
+			e.hot = hotSeen // the next read brings it back
 		}
 	}
 }

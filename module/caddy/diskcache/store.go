@@ -106,7 +106,7 @@ type entry struct {
 	size       int64  // its body length
 	used       int64  // last Get or Commit, Unix nanoseconds
 	metaLen    int32  // its metadata file length
-	hot        int32  // 1 + its slot in the hot set; 0: metadata not cached
+	hot        int32  // 1 + its slot in the hot set; 0 or hotSeen: metadata not cached
 }
 
 func (e *entry) accounted() int64 { return e.size + int64(e.metaLen) }
@@ -604,9 +604,9 @@ func (s *Store) openHot(ctx context.Context, key string, gen uint64, m Meta) (*R
 }
 
 // openVersion opens a complete version: body first, so that the metadata
-// read after it describes a body we hold. The metadata goes into the hot
-// set if e still holds that version and no UpdateMeta replaced a metadata
-// file since epoch.
+// read after it describes a body we hold. The metadata is offered to the
+// hot set if e still holds that version and no UpdateMeta replaced a
+// metadata file since epoch.
 func (s *Store) openVersion(ctx context.Context, key string, gen uint64, e *entry, epoch uint64) (*Reader, error) {
 	name := fileName(key)
 	f, err := openRead(s.bodyPath(name, gen))
@@ -633,8 +633,8 @@ func (s *Store) openVersion(ctx context.Context, key string, gen uint64, e *entr
 	}
 	m.Key = e.key // share the index's copy
 	s.mu.Lock()
-	if e.hot == 0 && e.gen == gen && s.index[key] == e && s.metaEpoch == epoch {
-		s.hotPutLocked(e, m)
+	if e.hot <= 0 && e.gen == gen && s.index[key] == e && s.metaEpoch == epoch {
+		s.hotAdmitLocked(e, m)
 	}
 	s.mu.Unlock()
 	return s.newReader(ctx, key, f, nil, m), nil
@@ -657,7 +657,7 @@ func (s *Store) Peek(key string) (Meta, bool) {
 		s.mu.Unlock()
 		return w.currentMeta(), true
 	}
-	if e.hot != 0 { // not hotGetLocked: a Peek is no use
+	if e.hot > 0 { // not hotGetLocked: a Peek is no use
 		m := s.hot[e.hot-1].m
 		s.mu.Unlock()
 		return m, true
