@@ -100,6 +100,9 @@ func plotLoad(path string, rep *report) error {
 	}
 	for _, p := range []*plot.Plot{top, all} {
 		p.X.Label.Text = fmt.Sprintf("time since the start burst (minutes; bins of %.0f s)", w)
+		if len(rep.BurstRequests) == 0 {
+			p.X.Label.Text = fmt.Sprintf("time since the crowd's start (minutes; bins of %.0f s)", w)
+		}
 		p.Y.Label.Text = "requests per minute"
 		p.X.Min, p.Y.Min = 0, 0
 		p.Y.Tick.Marker = wholeTicks{}
