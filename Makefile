@@ -74,6 +74,7 @@ eval:
 	$(GO) run ./eval/getlatency
 	bash builds/coredns/build.sh
 	$(GO) run ./eval/dnsperf
+	$(GO) run ./eval/flashcrowd
 
 # CoreDNS v1.15.0 with the coral plugin, reproducibly, into bin/coredns
 # (see builds/coredns/README.md). Both names are phony on purpose: the script
