@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -399,4 +400,52 @@ type writeCounter struct {
 func (w *writeCounter) Write(p []byte) (int, error) {
 	w.writes++
 	return w.b.Write(p)
+}
+
+// TestWriteToKeepsFileVisible: WriteTo of a complete object larger than
+// the small-copy limit hands dst's ReadFrom something that, under one
+// more LimitedReader (Caddy's write-timeout writer adds one per chunk),
+// is still the file (a syscall.Conn), which is what net's sendfile looks
+// for; and copies exactly the rest of the object.
+func TestWriteToKeepsFileVisible(t *testing.T) {
+	s := openStore(t, testOptions(t, 1<<20))
+	body := strings.Repeat("abcdefgh", 8<<10) // 64 KiB
+	put(t, s, key1, body)
+	for _, off := range []int64{0, 100, int64(len(body)) - smallWrite - 1} {
+		r, _ := s.Get(key1)
+		r.Seek(off, io.SeekStart)
+		var dst chunkingWriter
+		n, err := r.WriteTo(&dst)
+		r.Close()
+		if err != nil || n != int64(len(body))-off || dst.b.String() != body[off:] {
+			t.Fatalf("from %d: %d, %v, %d bytes match", off, n, err, dst.b.Len())
+		}
+		if !dst.sawFile {
+			t.Fatalf("from %d: ReadFrom got no file under its LimitedReader", off)
+		}
+	}
+}
+
+// chunkingWriter copies in chunks as caddyhttp.IdleTimeoutWriter does, and
+// notes whether a chunk's source is a file underneath.
+type chunkingWriter struct {
+	b       strings.Builder
+	sawFile bool
+}
+
+func (w *chunkingWriter) Write(p []byte) (int, error) { return w.b.Write(p) }
+
+func (w *chunkingWriter) ReadFrom(r io.Reader) (int64, error) {
+	var total int64
+	for {
+		lr := io.LimitReader(r, 16<<10).(*io.LimitedReader)
+		if _, ok := lr.R.(syscall.Conn); ok {
+			w.sawFile = true
+		}
+		n, err := io.Copy(struct{ io.Writer }{&w.b}, lr)
+		total += n
+		if err != nil || n < 16<<10 {
+			return total, err
+		}
+	}
 }

@@ -248,18 +248,33 @@ func (r *Reader) WriteTo(dst io.Writer) (int64, error) {
 		if r.off >= end {
 			return total, nil
 		}
-		if want := end - r.off; want <= smallWrite && r.Complete() {
+		want := end - r.off
+		complete := r.Complete()
+		if want <= smallWrite && complete {
 			n, err := r.writeSmall(dst, want)
 			return total + n, err
 		}
 		if _, err := r.f.Seek(r.off, io.SeekStart); err != nil {
 			return total, err
 		}
-		if _, ok := dst.(io.ReaderFrom); !ok && r.buf == nil {
-			r.buf = make([]byte, 64<<10)
+		var n int64
+		if complete {
+			// The rest of the file is the rest of the object: copy the
+			// file itself, not a LimitedReader of it, so that a writer
+			// adding a LimitedReader of its own (Caddy's write timeout
+			// does, per chunk) still lets net's sendfile find the file
+			// under it. (File.WriteTo passes the file on to dst's
+			// ReadFrom.)
+			n, err = io.Copy(dst, r.f)
+			if err == nil && n > want {
+				err = fmt.Errorf("%w: %s has more bytes than its metadata says", ErrCorrupt, r.f.Name())
+			}
+		} else {
+			if _, ok := dst.(io.ReaderFrom); !ok && r.buf == nil {
+				r.buf = make([]byte, 64<<10)
+			}
+			n, err = io.CopyBuffer(dst, &io.LimitedReader{R: r.f, N: want}, r.buf)
 		}
-		want := end - r.off
-		n, err := io.CopyBuffer(dst, &io.LimitedReader{R: r.f, N: want}, r.buf)
 		r.off += n
 		total += n
 		if err != nil {
