@@ -74,6 +74,8 @@ eval:
 	$(GO) run ./eval/getlatency
 	bash builds/coredns/build.sh
 	$(GO) run ./eval/dnsperf
+	bash builds/caddy/build.sh
+	$(GO) run ./eval/httpbench
 	$(GO) run ./eval/flashcrowd
 
 # CoreDNS v1.15.0 with the coral plugin, reproducibly, into bin/coredns
