@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/miekg/dns"
 )
 
@@ -370,7 +371,7 @@ func (b *bench) start(ctx context.Context) error {
 	}()
 
 	// CoreDNS answers the static zone as soon as it is up.
-	if err := b.waitFor(ctx, "CoreDNS to answer", 15*time.Second, func() error {
+	if err := evalrun.WaitFor(ctx, "CoreDNS to answer", 15*time.Second, b.alive, func() error {
 		_, _, err := b.query(b.targets[1].sample)
 		return err
 	}); err != nil {
@@ -445,28 +446,6 @@ func (b *bench) alive() error {
 		return fmt.Errorf("CoreDNS exited; its log ends:\n%s", b.log.String())
 	default:
 		return nil
-	}
-}
-
-// waitFor polls cond every 200 ms until it holds, within the bound.
-func (b *bench) waitFor(ctx context.Context, what string, within time.Duration, cond func() error) error {
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if aerr := b.alive(); aerr != nil {
-			return aerr
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("waiting for %s: not within %v: %v", what, within, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
 	}
 }
 
@@ -558,7 +537,7 @@ func coralComplete(r *dns.Msg) error {
 // settle waits until coral's answers are complete, which also has the
 // client's /24 classified (the first query waits for the probe).
 func (b *bench) settle(ctx context.Context) error {
-	return b.waitFor(ctx, "coral's answers to carry every proxy and name server (DSHT nodes joining, first sweep)", b.p.Settle, func() error {
+	return evalrun.WaitFor(ctx, "coral's answers to carry every proxy and name server (DSHT nodes joining, first sweep)", b.p.Settle, b.alive, func() error {
 		r, _, err := b.query(b.targets[0].sample)
 		if err != nil {
 			return err
@@ -783,7 +762,7 @@ func (b *bench) cpu() cpuSnap {
 	}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		s.self = tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
+		s.self = evalrun.Seconds(ru.Utime) + evalrun.Seconds(ru.Stime)
 	}
 	if raw, err := os.ReadFile("/proc/stat"); err == nil {
 		line, _, _ := strings.Cut(string(raw), "\n")
@@ -818,25 +797,4 @@ func (b *bench) cpu() cpuSnap {
 		}
 	}
 	return s
-}
-
-func tvSeconds(tv syscall.Timeval) float64 {
-	return float64(tv.Sec) + float64(tv.Usec)/1e6
-}
-
-func loadAvg() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(raw))
-	return strings.Join(f[:min(3, len(f))], " ")
-}
-
-func kernel() string {
-	raw, err := os.ReadFile("/proc/sys/kernel/osrelease")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(raw))
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/sim"
 )
 
@@ -43,10 +43,10 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 			Throughput: "dnsperf, unthrottled (queries per second from its summary)",
 			Latency:    "dnsperf -Q <rate> -v (every response's latency, µs resolution, from its verbose output)",
 			Metrics:    "CoreDNS's prometheus plugin, scraped before and after every run",
-			CoreDNS:    firstLine(exec.Command(p.CoreDNS, "-version")),
+			CoreDNS:    evalrun.FirstLine(exec.Command(p.CoreDNS, "-version")),
 			Dnsperf:    dnsperfVersion(p.Dnsperf),
 		},
-		Host: host{CPUs: runtime.NumCPU(), Kernel: kernel(), LoadAvgBefore: loadAvg(), GoVersion: runtime.Version()},
+		Host: host{CPUs: runtime.NumCPU(), Kernel: evalrun.Kernel(), LoadAvgBefore: evalrun.LoadAvg(), GoVersion: runtime.Version()},
 		Params: jsonPar{Server: fmt.Sprintf("%s:%d", p.Server, p.Port), Client: p.Client, Names: p.Names, Rounds: p.Rounds,
 			Duration: p.Duration.String(), Warmup: p.Warmup.String(), Idle: p.Idle.String(), Clients: p.Clients,
 			Threads: p.Threads, Queue: p.Queue, Rate: p.Rate, Rates: latencyRates(p), LatDur: p.LatDur.String(), LatQueue: p.LatQueue, Quiet: p.Quiet.String(),
@@ -194,7 +194,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 		}
 	}
 	rep.Commands = b.commands
-	rep.Host.LoadAvgAfter = loadAvg()
+	rep.Host.LoadAvgAfter = evalrun.LoadAvg()
 
 	summarize(rep)
 	checkHotPath(rep, mLoad0, mLoad1)
@@ -238,9 +238,9 @@ func summarize(rep *report) {
 			s.Ratios = append(s.Ratios, c.QPS/f.QPS)
 		}
 	}
-	s.MedianCoral, s.MedianFile, s.MedianRatio = median(s.CoralQPS), median(s.FileQPS), median(s.Ratios)
-	s.CoralCPUPerQ, s.FileCPUPerQ = median(coralCPU), median(fileCPU)
-	s.CoralServerUs, s.FileServerUs = median(coralSrv), median(fileSrv)
+	s.MedianCoral, s.MedianFile, s.MedianRatio = evalrun.Median(s.CoralQPS), evalrun.Median(s.FileQPS), evalrun.Median(s.Ratios)
+	s.CoralCPUPerQ, s.FileCPUPerQ = evalrun.Median(coralCPU), evalrun.Median(fileCPU)
+	s.CoralServerUs, s.FileServerUs = evalrun.Median(coralSrv), evalrun.Median(fileSrv)
 	rep.PassRatio = s.MedianRatio >= targetRatio
 
 	rep.Latency.Rate = rep.Params.Rate
@@ -391,18 +391,6 @@ func rate(n, s float64) float64 {
 	return n / s
 }
 
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func fmtMap(m map[string]float64) string {
 	if len(m) == 0 {
 		return "none"
@@ -412,13 +400,6 @@ func fmtMap(m map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s %.0f", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func passFail(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "FAIL"
 }
 
 // printReport prints the tables.
@@ -450,7 +431,7 @@ func printReport(w io.Writer, rep *report) {
 			r.AvgLatMs, r.CPUPerQuery, r.ServerMeanUs, r.DnsperfCPU, r.OtherCPU, r.QuietWait)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "  coral/file by round: %s; median %.3f (target ≥ %.1f: %s)\n", fmtFloats(s.Ratios, "%.3f"), s.MedianRatio, targetRatio, passFail(rep.PassRatio))
+	fmt.Fprintf(w, "  coral/file by round: %s; median %.3f (target ≥ %.1f: %s)\n", fmtFloats(s.Ratios, "%.3f"), s.MedianRatio, targetRatio, evalrun.PassFail(rep.PassRatio))
 	fmt.Fprintf(w, "  median qps: coral %.0f, file %.0f; median CoreDNS CPU per query: coral %.1f µs, file %.1f µs; server-side mean: coral %.1f µs, file %.1f µs\n",
 		s.MedianCoral, s.MedianFile, s.CoralCPUPerQ, s.FileCPUPerQ, s.CoralServerUs, s.FileServerUs)
 
@@ -473,7 +454,7 @@ func printReport(w io.Writer, rep *report) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "  coral p99 %.3f ms at %.0f qps, loss %.4f%% (target < %.0f ms at %d qps: %s)\n",
-		rep.Latency.Coral.P99, rep.Latency.Coral.AchievedQPS, 100*rep.Latency.Coral.LossRate, targetP99Ms, targetRate, passFail(rep.PassP99))
+		rep.Latency.Coral.P99, rep.Latency.Coral.AchievedQPS, 100*rep.Latency.Coral.LossRate, targetP99Ms, targetRate, evalrun.PassFail(rep.PassP99))
 
 	hp := rep.HotPath
 	fmt.Fprintf(w, "\nHot path (CoreDNS metrics, from the first load run to the last, %.0f s):\n", hp.Window)
@@ -486,12 +467,12 @@ func printReport(w io.Writer, rep *report) {
 		hp.FileLoadDHT, hp.FileLoadSeconds, rate(hp.FileLoadDHT, hp.FileLoadSeconds),
 		hp.IdleDHT, hp.IdleSeconds, rate(hp.IdleDHT, hp.IdleSeconds))
 	fmt.Fprintf(w, "  no probe: %s; no synchronous DSHT call: %s; DSHT traffic not above idle: %s; answers unchanged: %s\n",
-		passFail(hp.PassNoProbe), passFail(hp.PassNoSync), passFail(hp.PassDHTRate), passFail(hp.PassAnswers))
+		evalrun.PassFail(hp.PassNoProbe), evalrun.PassFail(hp.PassNoSync), evalrun.PassFail(hp.PassDHTRate), evalrun.PassFail(hp.PassAnswers))
 	for _, pr := range hp.Problems {
 		fmt.Fprintf(w, "  PROBLEM: %s\n", pr)
 	}
 	fmt.Fprintf(w, "\nAcceptance: qps ratio %.3f ≥ %.1f %s; coral p99 %.3f ms < %.0f ms at %d qps %s; hot path %s\n",
-		s.MedianRatio, targetRatio, passFail(rep.PassRatio), rep.Latency.Coral.P99, targetP99Ms, rep.Latency.Rate, passFail(rep.PassP99), passFail(rep.PassHotPath))
+		s.MedianRatio, targetRatio, evalrun.PassFail(rep.PassRatio), rep.Latency.Coral.P99, targetP99Ms, rep.Latency.Rate, evalrun.PassFail(rep.PassP99), evalrun.PassFail(rep.PassHotPath))
 	fmt.Fprintf(w, "Load average before %s, after %s (%d CPUs: CoreDNS and dnsperf share them)\n", rep.Host.LoadAvgBefore, rep.Host.LoadAvgAfter, rep.Host.CPUs)
 	fmt.Fprintf(w, "\nCommands:\n")
 	for _, c := range rep.Commands {
@@ -547,19 +528,6 @@ func (b *bench) profile(ctx context.Context, t *target) (string, error) {
 	}
 	fmt.Printf("Profile run %-5s %8.0f qps (profiled, not counted): %s\n", t.name, r.QPS, path)
 	return path, os.WriteFile(path, res.body, 0o644)
-}
-
-func firstLine(cmd *exec.Cmd) string {
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "unknown"
-	}
-	for _, l := range strings.Split(string(out), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			return l
-		}
-	}
-	return "unknown"
 }
 
 func dnsperfVersion(bin string) string {

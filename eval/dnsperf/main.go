@@ -57,6 +57,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 )
 
 // params describes one run of the experiment.
@@ -143,26 +145,12 @@ func main() {
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	_, err := experiment(ctx, p, commandLine())
+	_, err := experiment(ctx, p, evalrun.CommandLine("dnsperf"))
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "dnsperf:", err)
 		os.Exit(1)
 	}
-}
-
-// commandLine spells out how this run was invoked, every flag included.
-func commandLine() string {
-	var b strings.Builder
-	b.WriteString("go run ./eval/dnsperf")
-	flag.VisitAll(func(f *flag.Flag) {
-		v := f.Value.String()
-		if v == "" || strings.ContainsAny(v, " \"'\\$") {
-			v = strconv.Quote(v)
-		}
-		fmt.Fprintf(&b, " -%s=%s", f.Name, v)
-	})
-	return b.String()
 }
 
 // errHotPath reports that the load touched a probe or the DSHT.

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"slices"
 
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -94,7 +95,7 @@ func plotCDF(path string, rep *report) error {
 			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 		}
 		p.Add(l)
-		label := fmt.Sprintf("%s %d qps: p50 %s, p99 %s ms", x.name, x.rate, fmtMs(x.l.P50), fmtMs(x.l.P99))
+		label := fmt.Sprintf("%s %d qps: p50 %s, p99 %s ms", x.name, x.rate, evalrun.Ms(x.l.P50), evalrun.Ms(x.l.P99))
 		if x.main {
 			mainLegend = append(mainLegend, func() { p.Legend.Add(label, l) })
 		} else {
@@ -139,17 +140,4 @@ func plotCDF(path string, rep *report) error {
 func faded(c color.RGBA, f float64) color.RGBA {
 	mix := func(v uint8) uint8 { return uint8(float64(v) + (255-float64(v))*f) }
 	return color.RGBA{R: mix(c.R), G: mix(c.G), B: mix(c.B), A: 0xff}
-}
-
-// fmtMs prints a latency with three significant digits.
-func fmtMs(v float64) string {
-	switch {
-	case v >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1f", v)
-	case v >= 1:
-		return fmt.Sprintf("%.2f", v)
-	}
-	return fmt.Sprintf("%.3f", v)
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/sim"
 )
 
@@ -65,8 +66,8 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	rep = &report{
 		Command: command,
 		Date:    time.Now().UTC().Format(time.RFC3339),
-		Caddy:   firstLine(exec.Command(p.Caddy, "version")),
-		Host:    hostInfo{CPUs: runtime.NumCPU(), Kernel: kernel(), GoVersion: runtime.Version(), LoadAvgBefore: loadAvg()},
+		Caddy:   evalrun.FirstLine(exec.Command(p.Caddy, "version")),
+		Host:    hostInfo{CPUs: runtime.NumCPU(), Kernel: evalrun.Kernel(), GoVersion: runtime.Version(), LoadAvgBefore: evalrun.LoadAvg()},
 		Params: jsonParams{Proxies: p.Proxies, L1: p.L1, L2: p.L2, Levels: levelsLine, Origin: originAddr.String(), Host: host,
 			Files: p.Files, FileBytes: p.FileBytes, PageFiles: p.PageFiles, LineKbit: p.LineKbit, Clients: p.Clients,
 			Duration: p.Duration.String(), Spread: p.Spread.String(), Think: p.Think.String(), Timeout: p.Timeout.String(), Seed: p.Seed},
@@ -175,7 +176,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	}
 	aliveErr := nw.alive()
 	nw.stop()
-	rep.Host.LoadAvgAfter = loadAvg()
+	rep.Host.LoadAvgAfter = evalrun.LoadAvg()
 
 	fetches, perFile := org.fetches()
 	summarize(rep, p, ld.records, fetches, perFile)
@@ -252,33 +253,6 @@ func readyLine(r *readiness) string {
 		}
 	}
 	return "NOT settled: " + strings.Join(parts, "; ")
-}
-
-func firstLine(cmd *exec.Cmd) string {
-	out, _ := cmd.CombinedOutput()
-	for _, l := range strings.Split(string(out), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			return l
-		}
-	}
-	return "unknown"
-}
-
-func loadAvg() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(raw))
-	return strings.Join(f[:min(3, len(f))], " ")
-}
-
-func kernel() string {
-	raw, err := os.ReadFile("/proc/sys/kernel/osrelease")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(raw))
 }
 
 // writeRecords writes every request as CSV.

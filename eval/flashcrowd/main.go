@@ -62,10 +62,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 )
 
 // params describes one run of the experiment.
@@ -168,26 +168,12 @@ func main() {
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	_, err := experiment(ctx, p, commandLine())
+	_, err := experiment(ctx, p, evalrun.CommandLine("flashcrowd"))
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "flashcrowd:", err)
 		os.Exit(1)
 	}
-}
-
-// commandLine spells out how this run was invoked, every flag included.
-func commandLine() string {
-	var b strings.Builder
-	b.WriteString("go run ./eval/flashcrowd")
-	flag.VisitAll(func(f *flag.Flag) {
-		v := f.Value.String()
-		if v == "" || strings.ContainsAny(v, " \"'\\$") {
-			v = strconv.Quote(v)
-		}
-		fmt.Fprintf(&b, " -%s=%s", f.Name, v)
-	})
-	return b.String()
 }
 
 // errAcceptance ends the command with status 1 after the results are

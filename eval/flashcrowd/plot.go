@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -131,7 +132,7 @@ func plotLatency(path string, rep *report) error {
 		a = &latencies{}
 	}
 	p.Title.Text = fmt.Sprintf("Client latency, request to last byte of a %d-byte file (%d requests; p50 %s ms, p96 %s ms, p99 %s ms)",
-		rep.Params.FileBytes, a.Count, fmtMs(a.P50), fmtMs(a.P96), fmtMs(a.P99))
+		rep.Params.FileBytes, a.Count, evalrun.Ms(a.P50), evalrun.Ms(a.P96), evalrun.Ms(a.P99))
 	p.Title.TextStyle.Font.Size = vg.Points(11)
 	p.X.Label.Text = "latency (ms, log scale)"
 	p.Y.Label.Text = "fraction of requests"
@@ -160,7 +161,7 @@ func plotLatency(path string, rep *report) error {
 		}
 		p.Add(l)
 		lt := rep.Latency[s]
-		p.Legend.Add(fmt.Sprintf("%s (%d): p50 %s, p99 %s ms", sourceLabels[s], lt.Count, fmtMs(lt.P50), fmtMs(lt.P99)), l)
+		p.Legend.Add(fmt.Sprintf("%s (%d): p50 %s, p99 %s ms", sourceLabels[s], lt.Count, evalrun.Ms(lt.P50), evalrun.Ms(lt.P99)), l)
 	}
 	p.X.Min, p.X.Max = lo/1.5, hi*1.5
 	p.Y.Min, p.Y.Max = 0, 1

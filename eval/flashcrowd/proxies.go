@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 )
 
 // Fixed parts of the set-up.
@@ -169,7 +170,7 @@ func (nw *network) start(ctx context.Context) error {
 		}
 		x.srv = srv
 		if x.i == 0 {
-			if err := waitFor(ctx, "proxy 0's admin API", 20*time.Second, srv, func() error {
+			if err := evalrun.WaitFor(ctx, "proxy 0's admin API", 20*time.Second, srv.alive, func() error {
 				_, err := proxyStatus(ctx, x)
 				return err
 			}); err != nil {
@@ -421,26 +422,4 @@ func tailFile(path string, n int) string {
 	}
 	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// waitFor polls cond every 200 ms until it holds, within the bound.
-func waitFor(ctx context.Context, what string, within time.Duration, s *server, cond func() error) error {
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if aerr := s.alive(); aerr != nil {
-			return aerr
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("waiting for %s: not within %v: %v", what, within, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/sim"
 )
 
@@ -362,13 +363,6 @@ func check(rep *report, p params) {
 	rep.Pass = len(rep.Problems) == 0
 }
 
-func passFail(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "FAIL"
-}
-
 // printReport prints the tables.
 func printReport(w io.Writer, rep *report, p params) {
 	burst := "no start burst"
@@ -417,7 +411,7 @@ func printReport(w io.Writer, rep *report, p params) {
 		if l == nil || l.Count == 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s, l.Count, fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P96), fmtMs(l.P99), fmtMs(l.Max), fmtMs(l.Mean))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s, l.Count, evalrun.Ms(l.P50), evalrun.Ms(l.P90), evalrun.Ms(l.P96), evalrun.Ms(l.P99), evalrun.Ms(l.Max), evalrun.Ms(l.Mean))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "  CDF (fraction of requests done within): %s\n", cdfLine(rep.lats["all"]))
@@ -441,7 +435,7 @@ func printReport(w io.Writer, rep *report, p params) {
 		fmt.Fprintf(w, "  WARNING: %s\n", wn)
 	}
 	fmt.Fprintf(w, "Acceptance: %d origin fetches for %d files (want exactly one each), %d of %d requests failed (want 0): %s\n",
-		rep.Origin.Fetches, p.Files, rep.Totals.Failed, rep.Totals.Requests, passFail(rep.Pass))
+		rep.Origin.Fetches, p.Files, rep.Totals.Failed, rep.Totals.Requests, evalrun.PassFail(rep.Pass))
 	fmt.Fprintf(w, "Load average before %s, after %s (%d CPUs shared by %d Caddy processes, the origin and the clients)\n",
 		rep.Host.LoadAvgBefore, rep.Host.LoadAvgAfter, rep.Host.CPUs, p.Proxies)
 }
@@ -455,7 +449,7 @@ func printRows(w io.Writer, rows []minuteRow, unit string, label func(int, minut
 		for _, s := range sources {
 			fmt.Fprintf(tw, "%d\t", r.BySource[s])
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t\n", r.Failed, r.OriginFetches, fmtMs(r.P50), fmtMs(r.P99))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t\n", r.Failed, r.OriginFetches, evalrun.Ms(r.P50), evalrun.Ms(r.P99))
 	}
 	tw.Flush()
 }
@@ -490,7 +484,7 @@ func cdfLine(sorted []float64) string {
 	var parts []string
 	for _, x := range []float64{1, 3, 10, 30, 100, 300, 1000, 3000, 10000, 30000} {
 		k, _ := slices.BinarySearch(sorted, x+1e-9)
-		parts = append(parts, fmt.Sprintf("%s ms %.3f", fmtMs(x), float64(k)/float64(max(1, len(sorted)))))
+		parts = append(parts, fmt.Sprintf("%s ms %.3f", evalrun.Ms(x), float64(k)/float64(max(1, len(sorted)))))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -504,17 +498,4 @@ func fmtMap(m map[string]int) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
-}
-
-// fmtMs prints a latency with about three significant digits.
-func fmtMs(v float64) string {
-	switch {
-	case v >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1f", v)
-	case v >= 1:
-		return fmt.Sprintf("%.2f", v)
-	}
-	return fmt.Sprintf("%.3f", v)
 }

@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 )
 
 // Fixed parts of the set-up.
@@ -270,7 +272,7 @@ func (b *bench) start(ctx context.Context) error {
 	}
 	b.commands = append(b.commands, b.caddy.argv)
 	b.target("coral").srv, b.target("file").srv = b.caddy, b.caddy
-	if err := b.waitFor(ctx, "Caddy to answer", 20*time.Second, b.caddy, func() error {
+	if err := evalrun.WaitFor(ctx, "Caddy to answer", 20*time.Second, b.caddy.alive, func() error {
 		_, err := get(b.target("file"), "/"+sizeName(b.p.Sizes[0]))
 		return err
 	}); err != nil {
@@ -284,7 +286,7 @@ func (b *bench) start(ctx context.Context) error {
 		}
 		b.commands = append(b.commands, b.nginx.argv)
 		t.srv = b.nginx
-		if err := b.waitFor(ctx, "nginx to answer", 20*time.Second, b.nginx, func() error {
+		if err := evalrun.WaitFor(ctx, "nginx to answer", 20*time.Second, b.nginx.alive, func() error {
 			_, err := get(t, "/nonexistent")
 			return err
 		}); err != nil {
@@ -323,28 +325,6 @@ func (b *bench) alive() error {
 		}
 	}
 	return nil
-}
-
-// waitFor polls cond every 200 ms until it holds, within the bound.
-func (b *bench) waitFor(ctx context.Context, what string, within time.Duration, s *server, cond func() error) error {
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if aerr := s.alive(); aerr != nil {
-			return aerr
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("waiting for %s: not within %v: %v", what, within, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // --- the origin ------------------------------------------------------------
@@ -591,7 +571,7 @@ func (b *bench) cpu() cpuSnap {
 	groupCPU(groups)
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		s.self = tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
+		s.self = evalrun.Seconds(ru.Utime) + evalrun.Seconds(ru.Stime)
 	}
 	if raw, err := os.ReadFile("/proc/stat"); err == nil {
 		line, _, _ := strings.Cut(string(raw), "\n")
@@ -649,10 +629,6 @@ func groupCPU(groups map[int]*float64) {
 	}
 }
 
-func tvSeconds(tv syscall.Timeval) float64 {
-	return float64(tv.Sec) + float64(tv.Usec)/1e6
-}
-
 // quietCores is how much CPU other processes may use, in CPUs, for the
 // machine to count as quiet.
 const quietCores = 0.15
@@ -680,23 +656,6 @@ func (b *bench) waitQuiet(ctx context.Context) (time.Duration, float64, error) {
 			return time.Since(start), max(busy, 0), nil
 		}
 	}
-}
-
-func loadAvg() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(raw))
-	return strings.Join(f[:min(3, len(f))], " ")
-}
-
-func kernel() string {
-	raw, err := os.ReadFile("/proc/sys/kernel/osrelease")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(raw))
 }
 
 // vmRSS is a process's resident set size in bytes (0 if unknown).

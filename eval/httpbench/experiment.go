@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/sim"
 )
 
@@ -92,15 +92,15 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 		Command: command,
 		Tools: tools{
 			Load:  "wrk --latency, keep-alive connections, GET with only a Host header",
-			Caddy: firstLine(exec.Command(p.Caddy, "version")),
-			Wrk:   firstLine(exec.Command(p.Wrk, "-v")),
+			Caddy: evalrun.FirstLine(exec.Command(p.Caddy, "version")),
+			Wrk:   evalrun.FirstLine(exec.Command(p.Wrk, "-v")),
 		},
-		Host: host{CPUs: runtime.NumCPU(), Kernel: kernel(), LoadAvgBefore: loadAvg(), GoVersion: runtime.Version()},
+		Host: host{CPUs: runtime.NumCPU(), Kernel: evalrun.Kernel(), LoadAvgBefore: evalrun.LoadAvg(), GoVersion: runtime.Version()},
 		Params: jsonPar{Sizes: p.Sizes, Rounds: p.Rounds, Duration: p.Duration.String(), Warmup: p.Warmup.String(),
 			Threads: p.Threads, Conns: p.Conns, Repeat: p.Repeat, IndexObjects: p.IndexObjects, ProxyObjects: p.ProxyObjects, ProxySettle: p.ProxySettle.String(), Quiet: p.Quiet.String()},
 	}
 	if p.Nginx != "" {
-		rep.Tools.Nginx = firstLine(exec.Command(p.Nginx, "-v"))
+		rep.Tools.Nginx = evalrun.FirstLine(exec.Command(p.Nginx, "-v"))
 		rep.Params.NginxWorkers = "auto"
 		if p.NginxWorkers > 0 {
 			rep.Params.NginxWorkers = fmt.Sprint(p.NginxWorkers)
@@ -284,7 +284,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 		}
 	}
 	rep.Commands = b.commands
-	rep.Host.LoadAvgAfter = loadAvg()
+	rep.Host.LoadAvgAfter = evalrun.LoadAvg()
 	b.close()
 
 	summarize(rep, b.targets)
@@ -378,7 +378,7 @@ func summarize(rep *report, targets []*target) {
 				ts.RPS = append(ts.RPS, r.RPS)
 				mib, p50, p99, cpu = append(mib, r.TransferMiBs), append(p50, r.P50), append(p99, r.P99), append(cpu, r.CPUPerRequest)
 			}
-			ts.MedianRPS, ts.MedianMiBs, ts.MedianP50, ts.MedianP99, ts.MedianCPUPerR = median(ts.RPS), median(mib), median(p50), median(p99), median(cpu)
+			ts.MedianRPS, ts.MedianMiBs, ts.MedianP50, ts.MedianP99, ts.MedianCPUPerR = evalrun.Median(ts.RPS), evalrun.Median(mib), evalrun.Median(p50), evalrun.Median(p99), evalrun.Median(cpu)
 			for _, s := range rep.Responses {
 				if s.Target == t.name && s.Size == size && s.When == "before" {
 					ts.WireBytes, ts.HeaderBytes = s.WireBytes, s.HeaderBytes
@@ -399,9 +399,9 @@ func summarize(rep *report, targets []*target) {
 				coralOverNginx = append(coralOverNginx, c.RPS/n.RPS)
 			}
 		}
-		ss.MedianRatio = median(ss.Ratios)
+		ss.MedianRatio = evalrun.Median(ss.Ratios)
 		if len(ss.NginxRatios) > 0 {
-			ss.MedianNginxRatio, ss.CoralOverNginx = median(ss.NginxRatios), median(coralOverNginx)
+			ss.MedianNginxRatio, ss.CoralOverNginx = evalrun.Median(ss.NginxRatios), evalrun.Median(coralOverNginx)
 		}
 		ss.Pass = ss.MedianRatio >= targetRatio
 		rep.Summary = append(rep.Summary, ss)
@@ -455,25 +455,6 @@ func summarize(rep *report, targets []*target) {
 	rep.PassCheck = len(rep.Problems) == 0
 }
 
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func passFail(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "FAIL"
-}
-
 func fmtFloats(v []float64, f string) string {
 	var parts []string
 	for _, x := range v {
@@ -523,7 +504,7 @@ func printReport(w io.Writer, rep *report) {
 	}
 	tw.Flush()
 	for _, ss := range rep.Summary {
-		fmt.Fprintf(w, "  %s: coral/file by round %s, median %.3f (target ≥ %.1f: %s)", sizeLabel(ss.Size), fmtFloats(ss.Ratios, "%.3f"), ss.MedianRatio, targetRatio, passFail(ss.Pass))
+		fmt.Fprintf(w, "  %s: coral/file by round %s, median %.3f (target ≥ %.1f: %s)", sizeLabel(ss.Size), fmtFloats(ss.Ratios, "%.3f"), ss.MedianRatio, targetRatio, evalrun.PassFail(ss.Pass))
 		if len(ss.NginxRatios) > 0 {
 			fmt.Fprintf(w, "; nginx/file %s, median %.3f; coral/nginx median %.3f", fmtFloats(ss.NginxRatios, "%.3f"), ss.MedianNginxRatio, ss.CoralOverNginx)
 		}
@@ -557,7 +538,7 @@ func printReport(w io.Writer, rep *report) {
 		}
 	}
 
-	fmt.Fprintf(w, "\nChecks (every measured response a hit: no origin request, only hits in caddy_coral_requests_total, no socket error or non-2xx in any wrk run; hits of the origin's bytes before and after): %s\n", passFail(rep.PassCheck))
+	fmt.Fprintf(w, "\nChecks (every measured response a hit: no origin request, only hits in caddy_coral_requests_total, no socket error or non-2xx in any wrk run; hits of the origin's bytes before and after): %s\n", evalrun.PassFail(rep.PassCheck))
 	for _, pr := range rep.Problems {
 		fmt.Fprintf(w, "  PROBLEM: %s\n", pr)
 	}
@@ -571,7 +552,7 @@ func printReport(w io.Writer, rep *report) {
 	for _, ss := range rep.Summary {
 		parts = append(parts, fmt.Sprintf("%s %.3f", sizeLabel(ss.Size), ss.MedianRatio))
 	}
-	fmt.Fprintf(w, "Acceptance: coral_proxy/file_server cache-hit req/s %s, target ≥ %.1f: %s\n", strings.Join(parts, ", "), targetRatio, passFail(rep.PassRatio))
+	fmt.Fprintf(w, "Acceptance: coral_proxy/file_server cache-hit req/s %s, target ≥ %.1f: %s\n", strings.Join(parts, ", "), targetRatio, evalrun.PassFail(rep.PassRatio))
 	fmt.Fprintf(w, "Load average before %s, after %s (%d CPUs: the servers and wrk share them)\n", rep.Host.LoadAvgBefore, rep.Host.LoadAvgAfter, rep.Host.CPUs)
 	fmt.Fprintf(w, "\nCommands:\n")
 	for _, c := range rep.Commands {
@@ -633,14 +614,4 @@ func (b *bench) profile(ctx context.Context, t *target, size int) (string, error
 	}
 	fmt.Printf("Profile run %-5s %-4s %8.0f req/s (profiled, not counted): %s\n", t.name, sizeName(size), r.RPS, path)
 	return path, os.WriteFile(path, res.body, 0o644)
-}
-
-func firstLine(cmd *exec.Cmd) string {
-	out, _ := cmd.CombinedOutput() // wrk -v exits 1
-	for _, l := range strings.Split(string(out), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			return l
-		}
-	}
-	return "unknown"
 }

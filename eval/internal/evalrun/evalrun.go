@@ -1,0 +1,132 @@
+// Package evalrun holds what the experiments that run real servers
+// (eval/dnsperf, eval/httpbench, eval/flashcrowd) share: how a run records
+// its command line and machine, waiting for a server to come up, and small
+// formatting helpers for their tables.
+package evalrun
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// CommandLine spells out how this run was invoked, every flag of the
+// default flag set included, as "go run ./eval/PROG -name=value ...".
+func CommandLine(prog string) string {
+	var b strings.Builder
+	b.WriteString("go run ./eval/" + prog)
+	flag.VisitAll(func(f *flag.Flag) {
+		v := f.Value.String()
+		if v == "" || strings.ContainsAny(v, " \"'\\$") {
+			v = strconv.Quote(v)
+		}
+		fmt.Fprintf(&b, " -%s=%s", f.Name, v)
+	})
+	return b.String()
+}
+
+// FirstLine runs cmd and returns the first non-empty line of its output,
+// whatever its exit status (wrk -v exits 1), or "unknown".
+func FirstLine(cmd *exec.Cmd) string {
+	out, _ := cmd.CombinedOutput()
+	for _, l := range strings.Split(string(out), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			return l
+		}
+	}
+	return "unknown"
+}
+
+// LoadAvg is the 1, 5 and 15 minute load averages, or "".
+func LoadAvg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(raw))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// Kernel is the kernel release, or "".
+func Kernel() string {
+	raw, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(raw))
+}
+
+// Seconds converts a rusage time.
+func Seconds(tv syscall.Timeval) float64 {
+	return float64(tv.Sec) + float64(tv.Usec)/1e6
+}
+
+// WaitFor polls cond every 200 ms until it holds, within the bound. alive
+// (may be nil) is asked after each failed poll; its error (the server
+// died, with its log) ends the wait at once.
+func WaitFor(ctx context.Context, what string, within time.Duration, alive func() error, cond func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if alive != nil {
+			if aerr := alive(); aerr != nil {
+				return aerr
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s: not within %v: %v", what, within, err)
+		}
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Median of v (NaN when empty); v is not changed.
+func Median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// PassFail prints an acceptance check.
+func PassFail(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+// Ms prints a latency in milliseconds with about three significant digits.
+func Ms(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case v >= 1:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.3f", v)
+}

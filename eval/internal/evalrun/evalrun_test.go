@@ -1,0 +1,72 @@
+package evalrun
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{{[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{7}, 7}} {
+		in := append([]float64(nil), tc.in...)
+		if got := Median(in); got != tc.want {
+			t.Errorf("Median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+		for i := range in {
+			if in[i] != tc.in[i] {
+				t.Errorf("Median sorted its argument: %v", in)
+			}
+		}
+	}
+	if !math.IsNaN(Median(nil)) {
+		t.Error("Median(nil) is not NaN")
+	}
+}
+
+func TestMs(t *testing.T) {
+	for v, want := range map[float64]string{0.1234: "0.123", 1.234: "1.23", 12.34: "12.3", 123.4: "123"} {
+		if got := Ms(v); got != want {
+			t.Errorf("Ms(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+func TestFirstLine(t *testing.T) {
+	if got := FirstLine(exec.Command("sh", "-c", "echo; echo '  two  '; echo three; exit 1")); got != "two" {
+		t.Errorf("FirstLine = %q", got)
+	}
+	if got := FirstLine(exec.Command("/nonexistent/binary")); got != "unknown" {
+		t.Errorf("FirstLine of a missing binary = %q", got)
+	}
+}
+
+func TestWaitFor(t *testing.T) {
+	n := 0
+	err := WaitFor(context.Background(), "third poll", 5*time.Second, nil, func() error {
+		if n++; n < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err != nil || n != 3 {
+		t.Errorf("WaitFor: %v after %d polls", err, n)
+	}
+	died := errors.New("server exited")
+	if err := WaitFor(context.Background(), "x", 5*time.Second, func() error { return died }, func() error { return errors.New("no") }); err != died {
+		t.Errorf("a dead server: %v", err)
+	}
+	if err := WaitFor(context.Background(), "never", 0, nil, func() error { return errors.New("no") }); err == nil {
+		t.Error("no error past the bound")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := WaitFor(ctx, "never", time.Minute, nil, func() error { return errors.New("no") }); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+}
