@@ -143,8 +143,12 @@ func startProxy(t *testing.T, name string, ip, boot netip.Addr, opts proxyOption
 	if !opts.noAllowOrigins {
 		allow = "allow_origins 127.0.0.0/8"
 	}
+	// The admin API accepts its own address as Host too, as `caddy reload
+	// --address` sends it.
 	caddyfile := fmt.Sprintf(`{
-	admin %[1]s:%[2]d
+	admin %[1]s:%[2]d {
+		origins localhost:%[2]d %[1]s:%[2]d
+	}
 	auto_https off
 	skip_install_trust
 	persist_config off

@@ -3,10 +3,14 @@ package proxylab
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +31,7 @@ import (
 //	127.0.77.1        TestPrivateOriginsRefused
 //	127.0.77.2, .3    TestPrivateOriginByName
 //	127.0.78.1        TestMemoryOneGiB
+//	127.0.79.1        TestReloadKeepsNodeAndCache
 
 // TestCrowdOneProxy: 100 concurrent cold requests for one object at one
 // proxy make exactly one origin fetch, and every client gets the whole
@@ -646,5 +651,92 @@ func TestMemoryOneGiB(t *testing.T) {
 	}
 	if n := o.count(path); n != 1 {
 		t.Errorf("origin asked %d times, want 1", n)
+	}
+}
+
+// TestReloadKeepsNodeAndCache: `caddy reload` with a changed coral_proxy
+// configuration keeps the DSHT node (same socket, same ID, no second bind)
+// and every cached object: the object fetched before the reload is a local
+// hit after it, and the origin is not asked again.
+func TestReloadKeepsNodeAndCache(t *testing.T) {
+	o := newOrigin(t)
+	p := startOne(t, netip.MustParseAddr("127.0.79.1"), proxyOptions{})
+	c := newClient(t)
+	path := "/reload/object.bin"
+	uri := path + "?size=20000"
+	want := newContent(path, 20000).bytes()
+	if resp, b, err := fetch(c, p, o.coralHost(), uri); err != nil || resp.StatusCode != http.StatusOK || !bytes.Equal(b, want) {
+		t.Fatalf("before the reload: %v", err)
+	}
+	waitDownloads(t, p)
+	var before struct {
+		Node struct {
+			ID      string `json:"id"`
+			Address string `json:"address"`
+		} `json:"node"`
+	}
+	if err := p.admin("/coral/status", &before); err != nil {
+		t.Fatal(err)
+	}
+
+	// A changed handler configuration (a rate limit instead of none).
+	cfgPath := filepath.Join(filepath.Dir(p.logPath), "Caddyfile")
+	cfg, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(cfg), "rate_limit off", "rate_limit 1000 1000", 1)
+	if changed == string(cfg) {
+		t.Fatal("the lab's Caddyfile has no rate_limit line to change")
+	}
+	if err := os.WriteFile(cfgPath, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(caddyBinary(t), "reload", "--config", cfgPath, "--adapter", "caddyfile",
+		"--address", netip.AddrPortFrom(p.ip, adminPort).String()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("caddy reload: %v\n%s", err, out)
+	}
+	var raw json.RawMessage
+	if err := p.admin("/config/", &raw); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"rate_limit":1000`) {
+		t.Fatalf("the reloaded configuration is not active: %s", raw)
+	}
+
+	var after struct {
+		Node struct {
+			ID      string `json:"id"`
+			Address string `json:"address"`
+		} `json:"node"`
+	}
+	if err := p.admin("/coral/status", &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Node != before.Node || after.Node.ID == "" {
+		t.Errorf("node before the reload %+v, after %+v; want the same node", before.Node, after.Node)
+	}
+	resp, b, err := fetch(c, p, o.coralHost(), uri)
+	if err != nil || resp.StatusCode != http.StatusOK || !bytes.Equal(b, want) {
+		t.Fatalf("after the reload: %v", err)
+	}
+	if cs := resp.Header.Get("Cache-Status"); !strings.Contains(cs, "hit") || detail(cs) != "local" {
+		t.Errorf("after the reload: Cache-Status %q, want a local hit (the cache kept)", cs)
+	}
+	if n := o.count(path); n != 1 {
+		t.Errorf("origin asked %d times, want 1", n)
+	}
+	log, err := os.ReadFile(p.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"address already in use", "panic"} {
+		if strings.Contains(string(log), bad) {
+			t.Errorf("the log mentions %q", bad)
+		}
+	}
+	if !p.running() {
+		t.Error("Caddy exited")
 	}
 }
