@@ -51,7 +51,8 @@ if [ "${FORCE:-0}" != 1 ] && [ -f "$out" ]; then
 {{end}}{{range .EmbedFiles}}{{$.Dir}}/{{.}}
 {{end}}{{end}}{{end}}' ./module/caddy 2>/dev/null); then
 		newer=$(printf '%s\n' "$inputs" "$root/go.mod" "$root/go.sum" "$here/build.sh" "$here/go-shim.sh" \
-			| xargs -d '\n' -I{} find {} -maxdepth 0 -newer "$out" -print 2>/dev/null | head -n 1)
+			| xargs -d '\n' -I{} find {} -maxdepth 0 -newer "$out" -print 2>/dev/null || true)
+		newer=${newer%%$'\n'*} # the first one
 	else
 		newer=$root
 	fi
