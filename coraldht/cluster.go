@@ -179,6 +179,7 @@ func (n *Node) clusterLoop() {
 	hintsDue := time.Time{} // zero: not joined yet
 	t := time.NewTimer(n.nextRound())
 	defer t.Stop()
+	aloneWait := min(aloneFirstRetry, n.cfg.ClusterInterval)
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -192,10 +193,22 @@ func (n *Node) clusterLoop() {
 			n.publishHints(n.ctx)
 			hintsDue = time.Now().Add(hintRefresh)
 		}
-		n.clusterRound(n.ctx)
-		t.Reset(n.nextRound())
+		if n.clusterRound(n.ctx) {
+			// Alone at some level: look again soon, backing off to the
+			// normal interval while nobody near turns up.
+			t.Reset(aloneWait)
+			aloneWait = min(2*aloneWait, n.nextRound())
+		} else {
+			aloneWait = min(aloneFirstRetry, n.cfg.ClusterInterval)
+			t.Reset(n.nextRound())
+		}
 	}
 }
+
+// aloneFirstRetry is how soon a node alone in its cluster at some level
+// runs its next clustering round (then twice as long each time, up to
+// ClusterInterval).
+const aloneFirstRetry = 30 * time.Second
 
 // nextRound is the jittered wait until the next clustering round.
 func (n *Node) nextRound() time.Duration {
@@ -217,7 +230,7 @@ func (n *Node) clusterable() bool {
 // clusterRound measures the peers it knows too little about, then
 // reconsiders each unpinned level, fastest level last so it sees the
 // evidence the slower levels' probes gathered.
-func (n *Node) clusterRound(ctx context.Context) {
+func (n *Node) clusterRound(ctx context.Context) (alone bool) {
 	n.counters.clusterRounds.Add(1)
 	// Peers compare clusters by the sizes members advertise: keep ours
 	// current at the pace of the rounds, not only of maintenance.
@@ -225,12 +238,13 @@ func (n *Node) clusterRound(ctx context.Context) {
 	n.probeUnmeasured(ctx)
 	for _, lv := range n.levels[1:] {
 		if ctx.Err() != nil {
-			return
+			return false
 		}
-		if !lv.pinned {
-			n.reconsider(ctx, lv)
+		if !lv.pinned && n.reconsider(ctx, lv) {
+			alone = true
 		}
 	}
+	return alone
 }
 
 // probeUnmeasured pings members of this node's clusters, and other recent
@@ -307,11 +321,18 @@ func (n *Node) pingAll(ctx context.Context, cs []Contact) {
 // reconsider is one clustering decision at one level: join a better
 // acceptable cluster if one validates; otherwise, if the current cluster has
 // stopped being acceptable, split away from it.
-func (n *Node) reconsider(ctx context.Context, lv *level) {
+func (n *Node) reconsider(ctx context.Context, lv *level) (alone bool) {
 	now := time.Now()
 	groups := groupClusters(n.peers.evidence(n.evidenceSince(now)), lv.index, n.self.ID)
 	cur := lv.info() // LogSize as of this round's updateSizes
 	curGroup := groups[cur.ID]
+	// Alone: no other member of this node's cluster is known (a singleton,
+	// typically the one it started in). Such a node joins any acceptable
+	// cluster larger than its own whatever δ's phase, and looks again soon
+	// (clusterLoop): in a network starting up, nodes join one by one and
+	// the first ones only find singletons. Larger is asymmetric, so two
+	// lone nodes never swap.
+	alone = curGroup == nil
 	stay := true
 	if curGroup != nil {
 		cur.LogSize = max(cur.LogSize, curGroup.info.LogSize)
@@ -348,7 +369,7 @@ func (n *Node) reconsider(ctx context.Context, lv *level) {
 		if measured, under := g.rttCounts(lv.threshold); measured >= 2 && float64(under) < n.joinFraction(g, lv.threshold)*float64(measured) {
 			continue
 		}
-		if !stay || preferCluster(g.info, cur, now) {
+		if !stay || preferCluster(g.info, cur, now) || (curGroup == nil && g.info.LogSize > cur.LogSize) {
 			cands = append(cands, g)
 		}
 	}
@@ -378,7 +399,7 @@ func (n *Node) reconsider(ctx context.Context, lv *level) {
 		}
 		if info, ok := n.validateCluster(ctx, lv, c); ok {
 			n.joinCluster(ctx, lv, info, !stay)
-			return
+			return false
 		}
 	}
 	lv.mu.Lock()
@@ -390,6 +411,7 @@ func (n *Node) reconsider(ctx context.Context, lv *level) {
 	if !stay && sinceSplit >= 2*n.cfg.ClusterInterval {
 		n.splitAway(ctx, lv, cur)
 	}
+	return alone
 }
 
 // validateCluster contacts several members of candidate c: it asks the
