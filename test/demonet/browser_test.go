@@ -3,20 +3,18 @@
 package demonet
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	dn "github.com/coralcdn/coral/internal/demonet"
+	"github.com/coralcdn/coral/internal/headless"
 )
 
 // TestBrowser: Chromium loads the demo site through a proxy of the
@@ -110,30 +108,11 @@ func runChromium(t *testing.T, bin string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	all := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-		"--no-first-run", "--no-default-browser-check", "--no-proxy-server",
-		"--user-data-dir=" + filepath.Join(t.TempDir(), "profile")}, args...)
-	cmd := exec.CommandContext(ctx, bin, all...)
-	cmd.Dir = t.TempDir()
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	// Chromium's helper processes: one group, killed whole.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 10 * time.Second
-	err := cmd.Run()
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
+	out, err := headless.Run(ctx, bin, t.TempDir(), args...)
 	if err != nil {
-		t.Fatalf("chromium %s: %v\n%s", strings.Join(args, " "), err, tail(stderr.String(), 3000))
+		t.Fatal(err)
 	}
-	return stdout.String()
+	return string(out)
 }
 
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[len(s)-n:]
-}
+func tail(s string, n int) string { return headless.Tail(s, n) }

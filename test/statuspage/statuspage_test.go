@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coralcdn/coral/internal/headless"
 )
 
 // The lab's addresses, all in 127.0.90.0/24. eval/httpbench uses
@@ -239,38 +241,16 @@ func chromium(t *testing.T, bin string, args ...string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), chromeMax)
 	defer cancel()
-	all := append([]string{
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-		"--no-first-run", "--no-default-browser-check", "--no-proxy-server",
-		"--user-data-dir=" + filepath.Join(t.TempDir(), "profile"),
-	}, args...)
-	cmd := exec.CommandContext(ctx, bin, all...)
-	cmd.Dir = t.TempDir()
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	// Chromium starts helper processes: a group of its own, killed whole
-	// on timeout and afterwards (none should be left).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 10 * time.Second
 	start := time.Now()
-	err := cmd.Run()
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
+	out, err := headless.Run(ctx, bin, t.TempDir(), args...)
 	t.Logf("chromium %s: %v", args[0], time.Since(start).Round(time.Millisecond))
 	if err != nil {
-		t.Fatalf("chromium %s: %v\nstderr (last 3000 bytes):\n%s", strings.Join(args, " "), err, tail(stderr.String(), 3000))
+		t.Fatal(err)
 	}
-	return stdout.Bytes()
+	return out
 }
 
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[len(s)-n:]
-}
+func tail(s string, n int) string { return headless.Tail(s, n) }
 
 // stat reads the text of the element with data-stat="name".
 func stat(dom, name string) (string, bool) {
