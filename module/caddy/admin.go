@@ -499,15 +499,16 @@ func adminObjectOf(store *diskcache.Store, in diskcache.Info) (o adminObject, m 
 // only point at the variants).
 func adminRecentObjects(c adminCacheRef, n int) []adminObject {
 	out := []adminObject{}
-	c.store.Range(func(in diskcache.Info) bool {
-		if len(out) >= n || in.Size < 0 {
-			return false // the rest are writes in progress only
+	// A few more than n, for the Vary indexes left out; the store is
+	// walked from its most recent end only (not copied whole).
+	for _, in := range c.store.Recent(2*n + 8) {
+		if len(out) >= n {
+			break
 		}
 		if o, m, ok := adminObjectOf(c.store, in); ok && m.Extra[varyIndexField] == "" {
 			out = append(out, o)
 		}
-		return true
-	})
+	}
 	return out
 }
 

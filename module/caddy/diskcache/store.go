@@ -989,6 +989,19 @@ type Info struct {
 	WriteSize int64
 }
 
+// Recent returns up to n complete objects, most recently used first. It
+// holds the store's lock for those n only, unlike Range, which copies the
+// whole index: use it for "what is hot" views of large caches.
+func (s *Store) Recent(n int) []Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Info, 0, min(n, len(s.index)))
+	for e := s.head; e != nil && len(out) < n; e = e.next {
+		out = append(out, s.infoLocked(e))
+	}
+	return out
+}
+
 // Range calls fn for every key, most recently used complete objects first
 // and keys that only have a write in progress last, until fn returns false.
 // It iterates over a snapshot taken at the start (memory proportional to

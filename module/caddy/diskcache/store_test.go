@@ -308,6 +308,16 @@ func TestLRUEviction(t *testing.T) {
 	if want := []string{"dddddddd", "aaaaaaaa", "cccccccc"}; !slices.Equal(order, want) {
 		t.Fatalf("LRU order %v, want %v", order, want)
 	}
+	// Recent: the most recently used first, at most n.
+	for n, want := range map[int][]string{0: {}, 2: {"dddddddd", "aaaaaaaa"}, 5: {"dddddddd", "aaaaaaaa", "cccccccc"}} {
+		var got []string
+		for _, in := range s.Recent(n) {
+			got = append(got, in.Key)
+		}
+		if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Errorf("Recent(%d) = %v, want %v", n, got, want)
+		}
+	}
 	// The order survives a restart.
 	s.Close()
 	s = openStore(t, o)
