@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -504,6 +505,54 @@ func TestAnswerWaitsForFirstSweep(t *testing.T) {
 		c.ServeDNS(context.Background(), rec, m)
 		if len(rec.Msg.Answer) != 2 || time.Since(start) != 100*time.Millisecond {
 			t.Errorf("after %v: %v", time.Since(start), rec.Msg)
+		}
+	})
+}
+
+// TestSeededTrackerAcrossNodeRestart: after a reload that restarts the
+// node, the new tracker answers from the previous instance's live set at
+// once; its sweeps before the node has joined (which find nobody) leave
+// that set in place, and the first sweep after joining replaces it.
+func TestSeededTrackerAcrossNodeRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := testWorld()
+		old := newTracker(w, 3, time.Second, 15*time.Second, 250*time.Millisecond)
+		old.sweep(context.Background())
+		prev := old.snap.Load()
+
+		// The restarted node knows nobody yet.
+		fresh := &fakeNodes{self: w.self, members: make([][]coraldht.NodeInfo, 3), dead: map[netip.AddrPort]bool{}}
+		var joined atomic.Bool
+		c := testCoral(t, w)
+		c.tracker = newTracker(fresh, 3, time.Second, 15*time.Second, 250*time.Millisecond)
+		c.tracker.seed(prev)
+		c.tracker.keepSeed = func(set *liveSet) bool { return set.empty() && !joined.Load() }
+		ask := func() int {
+			m := new(dns.Msg)
+			m.SetQuestion(full2, dns.TypeA)
+			rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "10.2.0.1"})
+			start := time.Now()
+			c.ServeDNS(context.Background(), rec, m)
+			if time.Since(start) != 0 {
+				t.Errorf("the answer waited %v", time.Since(start))
+			}
+			return len(rec.Msg.Answer)
+		}
+		if n := ask(); n != 2 {
+			t.Fatalf("right after the reload: %d answers, want 2 from the previous live set", n)
+		}
+		c.tracker.sweep(context.Background()) // not joined: finds nobody
+		if n := ask(); n != 2 {
+			t.Errorf("after a sweep before joining: %d answers, want the previous set's 2", n)
+		}
+		// Joined, and the network says only 127.0.2.80 is left at level 2.
+		fresh.mu.Lock()
+		fresh.members[2] = []coraldht.NodeInfo{member("127.0.2.80", coraldht.ServiceHTTP, time.Now())}
+		fresh.mu.Unlock()
+		joined.Store(true)
+		c.tracker.sweep(context.Background())
+		if n := ask(); n != 1 {
+			t.Errorf("after joining: %d answers, want the new sweep's 1", n)
 		}
 	})
 }

@@ -45,6 +45,9 @@ type tracker struct {
 	intn       func(n int) int // random start of the rotation; rand.IntN
 
 	onSweep func(*liveSet) // called after each sweep (metrics)
+	// keepSeed, when set, says whether a sweep's result should leave the
+	// seeded snapshot in place (see seed).
+	keepSeed func(*liveSet) bool
 
 	snap   atomic.Pointer[liveSet]
 	swept  chan struct{} // closed after the first sweep
@@ -129,12 +132,39 @@ func (t *tracker) sweep(ctx context.Context) {
 			p.ni.LastHeard = at
 		}
 	}
-	t.snap.Store(set)
 	t.sweeps.Add(1)
+	if t.keepSeed != nil && t.keepSeed(set) {
+		return
+	}
+	t.snap.Store(set)
 	if t.onSweep != nil {
 		t.onSweep(set)
 	}
 	t.once.Do(func() { close(t.swept) })
+}
+
+// seed starts the tracker from the live set of the instance it replaces
+// (a reload): answers go on from what that one saw instead of waiting for
+// this one's first sweep, which after a node restart can come before the
+// node has joined and find nobody.
+func (t *tracker) seed(set *liveSet) {
+	t.snap.Store(set)
+	t.once.Do(func() { close(t.swept) })
+}
+
+// empty reports whether the set holds no member but this node itself at
+// any level.
+func (s *liveSet) empty() bool {
+	for lvl := range s.proxy {
+		for _, list := range [][]coraldht.NodeInfo{s.proxy[lvl], s.dns[lvl]} {
+			for _, ni := range list {
+				if !ni.Self {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // ready reports whether the first sweep has finished.

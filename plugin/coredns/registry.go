@@ -32,6 +32,10 @@ type nodeEntry struct {
 	cookie [16]byte // server cookie secret: cookies handed out stay valid across reloads
 	refs   int
 	joined atomic.Bool
+	// live is the newest live set any instance's sweep published for this
+	// listen address; a reload's new instance starts from it, also when the
+	// node itself is replaced.
+	live   atomic.Pointer[liveSet]
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -80,6 +84,7 @@ func acquireNode(cfg *config) (*nodeEntry, error) {
 	}
 	if old != nil {
 		e.cookie = old.cookie
+		e.live.Store(old.live.Load())
 	}
 	registry.nodes[cfg.listen] = e
 	return e, nil

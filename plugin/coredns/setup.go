@@ -477,7 +477,16 @@ func (c *Coral) start() error {
 		ctx:        ctx,
 	}
 	c.tracker = newTracker(entry.node, len(cfg.levels)+1, cfg.checkInterval, cfg.liveWithin, cfg.syncWait)
-	c.tracker.onSweep = func(set *liveSet) { recordLive(entry.listen, set, c.tracker) }
+	c.tracker.onSweep = func(set *liveSet) {
+		entry.live.Store(set)
+		recordLive(entry.listen, set, c.tracker)
+	}
+	if prev := entry.live.Load(); prev != nil && !prev.empty() {
+		// A reload: go on from the previous instance's view until this
+		// node has joined and found somebody itself.
+		c.tracker.seed(prev)
+		c.tracker.keepSeed = func(set *liveSet) bool { return set.empty() && !entry.joined.Load() }
+	}
 	c.done = make(chan struct{})
 	go func() {
 		defer close(c.done)
