@@ -12,10 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -77,7 +75,7 @@ type bench struct {
 	expected int       // both answers' size, uncompressed
 
 	cmd    *exec.Cmd
-	log    *tailLog
+	log    *evalrun.TailLog
 	exited chan struct{}
 	nodes  []*coraldht.Node
 	cancel context.CancelFunc
@@ -346,7 +344,7 @@ func (b *bench) start(ctx context.Context) error {
 		c.Close()
 	}
 
-	b.log = &tailLog{max: 400}
+	b.log = &evalrun.TailLog{Max: 400}
 	logFile, err := os.Create(filepath.Join(b.dir, "coredns.log"))
 	if err != nil {
 		return err
@@ -554,33 +552,6 @@ func (b *bench) shape(t *target) (responseShape, *dns.Msg, error) {
 	}
 	return responseShape{Zone: t.zone, Query: t.sample + " A", Bytes: n, Answer: len(r.Answer), Authority: len(r.Ns),
 		Additional: len(r.Extra), Shape: shapeOf(r), Text: r.String()}, r, nil
-}
-
-// tailLog keeps the last lines written to it.
-type tailLog struct {
-	mu      sync.Mutex
-	max     int
-	lines   []string
-	partial string
-}
-
-func (t *tailLog) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.partial + string(p)
-	parts := strings.Split(s, "\n")
-	t.partial = parts[len(parts)-1]
-	t.lines = append(t.lines, parts[:len(parts)-1]...)
-	if over := len(t.lines) - t.max; over > 0 {
-		t.lines = slices.Delete(t.lines, 0, over)
-	}
-	return len(p), nil
-}
-
-func (t *tailLog) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.Join(append(slices.Clone(t.lines), t.partial), "\n")
 }
 
 // --- metrics -------------------------------------------------------------

@@ -16,10 +16,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -462,12 +460,12 @@ type server struct {
 	name   string
 	argv   string
 	cmd    *exec.Cmd
-	log    *tailLog
+	log    *evalrun.TailLog
 	exited chan struct{}
 }
 
 func startServer(name, dir string, argv, env []string) (*server, error) {
-	s := &server{name: name, argv: shellJoin(argv), log: &tailLog{max: 200}}
+	s := &server{name: name, argv: shellJoin(argv), log: &evalrun.TailLog{Max: 200}}
 	logFile, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		return nil, err
@@ -516,33 +514,6 @@ func (s *server) stop() {
 	}
 	// Workers that outlived their master.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
-}
-
-// tailLog keeps the last lines written to it.
-type tailLog struct {
-	mu      sync.Mutex
-	max     int
-	lines   []string
-	partial string
-}
-
-func (t *tailLog) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.partial + string(p)
-	parts := strings.Split(s, "\n")
-	t.partial = parts[len(parts)-1]
-	t.lines = append(t.lines, parts[:len(parts)-1]...)
-	if over := len(t.lines) - t.max; over > 0 {
-		t.lines = slices.Delete(t.lines, 0, over)
-	}
-	return len(p), nil
-}
-
-func (t *tailLog) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.Join(append(slices.Clone(t.lines), t.partial), "\n")
 }
 
 // --- CPU accounting --------------------------------------------------------

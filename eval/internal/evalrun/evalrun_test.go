@@ -70,3 +70,13 @@ func TestWaitFor(t *testing.T) {
 		t.Errorf("cancelled: %v", err)
 	}
 }
+
+func TestTailLog(t *testing.T) {
+	l := &TailLog{Max: 2}
+	for _, s := range []string{"one\ntw", "o\nthree\n", "fo"} {
+		l.Write([]byte(s))
+	}
+	if got := l.String(); got != "two\nthree\nfo" {
+		t.Errorf("TailLog = %q", got)
+	}
+}
