@@ -731,24 +731,8 @@ func (b *bench) cpu() cpuSnap {
 			}
 		}
 	}
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		s.self = evalrun.Seconds(ru.Utime) + evalrun.Seconds(ru.Stime)
-	}
-	if raw, err := os.ReadFile("/proc/stat"); err == nil {
-		line, _, _ := strings.Cut(string(raw), "\n")
-		f := strings.Fields(line)
-		if len(f) >= 9 && f[0] == "cpu" {
-			// user nice system idle iowait irq softirq steal
-			for i, v := range f[1:9] {
-				if i == 3 || i == 4 {
-					continue
-				}
-				x, _ := strconv.ParseFloat(v, 64)
-				s.busy += x / clockTick
-			}
-		}
-	}
+	s.self = evalrun.SelfCPU()
+	s.busy = evalrun.MachineBusy()
 	if raw, err := os.ReadFile("/proc/net/snmp"); err == nil {
 		var head []string
 		for _, line := range strings.Split(string(raw), "\n") {

@@ -130,3 +130,40 @@ func Ms(v float64) string {
 	}
 	return fmt.Sprintf("%.3f", v)
 }
+
+// userHZ is the unit of the times in /proc (USER_HZ, 100 on Linux).
+const userHZ = 100
+
+// SelfCPU is the user and system CPU seconds this process has used.
+func SelfCPU() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return Seconds(ru.Utime) + Seconds(ru.Stime)
+}
+
+// MachineBusy is the CPU seconds the whole machine has spent busy since
+// boot (everything in /proc/stat's cpu line but idle and iowait), or 0.
+// Differences over an interval show what else runs beside an experiment.
+func MachineBusy() float64 {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	busy := 0.0
+	// user nice system idle iowait irq softirq steal
+	for i, v := range f[1:9] {
+		if i == 3 || i == 4 {
+			continue
+		}
+		x, _ := strconv.ParseFloat(v, 64)
+		busy += x / userHZ
+	}
+	return busy
+}

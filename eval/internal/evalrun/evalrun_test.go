@@ -80,3 +80,13 @@ func TestTailLog(t *testing.T) {
 		t.Errorf("TailLog = %q", got)
 	}
 }
+
+func TestCPUCounters(t *testing.T) {
+	b0, s0 := MachineBusy(), SelfCPU()
+	// Spin until this process has used 50 ms of CPU (or 5 s have passed).
+	for start := time.Now(); SelfCPU()-s0 < 0.05 && time.Since(start) < 5*time.Second; {
+	}
+	if b1, s1 := MachineBusy(), SelfCPU(); !(b1 > b0 && s1 > s0) {
+		t.Errorf("after spinning: machine busy %v → %v s, self %v → %v s; want both to grow", b0, b1, s0, s1)
+	}
+}
