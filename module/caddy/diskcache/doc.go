@@ -85,19 +85,54 @@
 //
 // # Bounds and eviction
 //
-// MaxBytes bounds complete bodies plus metadata files plus the space
-// reserved by writes in progress (the declared size from Create, or the
-// bytes written so far when unknown; Commit adds the metadata file). Before
-// space is reserved (Create, Write, Commit, UpdateMeta), least recently
-// used complete objects are evicted.
-// Writes in progress are never evicted; when they alone would exceed
-// MaxBytes, Create and Write fail with ErrFull (a failed Write aborts its
-// object). MaxEntries optionally bounds the number of complete objects.
-// Get and Commit count as use. Evicting an object that is being read is
-// allowed: on Linux an open file stays readable after unlink, so those
-// readers finish normally, and the kernel frees the space when the last one
-// closes (so the disk may briefly hold more than MaxBytes). Sizes are
-// logical; file-system block rounding is not counted.
+// MaxBytes bounds the space the objects take on disk, counted the way the
+// file system allocates it: every file, body or metadata, is charged its
+// length rounded up to whole blocks, and one block if empty. The block
+// (Stats.BlockBytes) is the file system's own on ext2/3/4, XFS, Btrfs, tmpfs
+// and F2FS (statfs), between 4 and 64 KiB, and 4 KiB anywhere else: ZFS,
+// NFS and FUSE report a transfer size there, not what a small file takes.
+// (Counting bytes instead, a 1 MiB cache of objects of a few hundred bytes
+// took 37.8 MiB.) A complete object is charged its two files, at least
+// two blocks; a write in progress, its body as far as written. Not charged:
+// the Store's own files (FORMAT, lock, lru: three blocks), a metadata file
+// being replaced by UpdateMeta (one block, for a moment), and directories:
+// objects/ and its 256 shards take a block each whatever MaxBytes is (1 MiB
+// with 4 KiB blocks), and their entries 2 to 3% of MaxBytes when it is
+// full of the smallest objects (TestDiskUsageSmallObjects).
+//
+// Space is charged as the bytes arrive, never for a declared size: Create
+// reserves nothing and evicts nothing; each Write first charges the body's
+// new length, evicting least recently used complete objects as needed to
+// stay within MaxBytes; Commit adds the metadata file; UpdateMeta charges
+// the difference in blocks. A response that announces a large
+// Content-Length and then trickles costs what it has sent.
+//
+// Writes in progress are never evicted, and together they hold at most
+// MaxWritingBytes (default a quarter of MaxBytes). A Write beyond it fails
+// with ErrFull, evicting nothing (a failed Write aborts its object); so
+// does a Create when what they hold leaves no room for its declared size
+// (at least one block), or when there are as many writes in progress as
+// MaxWritingBytes has blocks. However many
+// downloads run, and however slowly, the complete objects keep MaxBytes -
+// MaxWritingBytes (less one object being evicted; a Commit may go a block
+// or two beyond MaxWritingBytes for the metadata file rather than waste the
+// download). The price: a declared size is not a reservation, so a
+// download may fail midway with ErrFull when others took the room; its
+// readers then get an *AbortError. One object is at most MaxObjectBytes
+// (default an eighth of MaxBytes): a larger declared size fails Create
+// with ErrTooLarge, a longer body fails its Write with ErrTooLarge (past a
+// declared size, with ErrSizeMismatch). MaxEntries bounds the number of
+// complete objects (default MaxBytes / 8 KiB: as many as fit at two 4 KiB
+// blocks each, so it bounds the index to about 2% of MaxBytes without
+// evicting sooner than the byte bound would). Open applies all of these
+// to what it finds, so a cache written by an older version that counted
+// bytes is evicted down to them.
+//
+// Bytes + WritingBytes (Stats) never exceed MaxBytes. Get and Commit count
+// as use. Evicting an object that is being read is allowed: on Linux an
+// open file stays readable after unlink, so those readers finish normally,
+// and the kernel frees the space when the last one closes (so the disk may
+// briefly hold more than MaxBytes).
 //
 // # Memory
 //

@@ -22,11 +22,14 @@ var (
 	// ErrInProgress: Create was called for a key that already has a write in
 	// progress. Read that one (Get) instead of downloading the object twice.
 	ErrInProgress = errors.New("diskcache: write already in progress")
-	// ErrFull: the objects being written already reserve (nearly) all of
-	// MaxBytes, so there is no room for this one even after evicting every
-	// complete object. Serve the response without caching it.
+	// ErrFull: the writes in progress already hold (nearly) all of
+	// Options.MaxWritingBytes, so this one cannot start or grow: complete
+	// objects are not evicted for downloads beyond that. Serve the
+	// response without caching it.
 	ErrFull = errors.New("diskcache: cache full of in-progress writes")
-	// ErrTooLarge: the object is larger than MaxObjectBytes.
+	// ErrTooLarge: the object is larger than Options.MaxObjectBytes (by
+	// default an eighth of MaxBytes), declared so at Create or found so by
+	// Write.
 	ErrTooLarge = errors.New("diskcache: object too large")
 	// ErrSizeMismatch: the bytes written do not match Meta.Size declared at
 	// Create or passed to Commit (a truncated or overlong download).

@@ -125,15 +125,17 @@ func objectFiles(t testing.TB, dir string) []string {
 	return out
 }
 
-// diskBytes sums the sizes of the files under objects/ and tmp/.
+// diskBytes sums what the files under objects/ and tmp/ are charged: each
+// file's size in whole blocks, at least one (what Stats.Bytes should say).
 func diskBytes(t testing.TB, dir string) int64 {
+	block := blockSize(dir)
 	var n int64
 	for _, f := range objectFiles(t, dir) {
 		fi, err := os.Stat(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		n += fi.Size()
+		n += max((fi.Size()+block-1)/block*block, block)
 	}
 	return n
 }

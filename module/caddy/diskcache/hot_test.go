@@ -169,7 +169,8 @@ func TestHotFollowsChanges(t *testing.T) {
 	}
 
 	// Eviction.
-	o2 := testOptions(t, 3000)
+	o2 := testOptions(t, 0)
+	o2.MaxBytes = 7 * blockSize(o2.Dir) // three objects of two blocks, not four
 	s2 := openStore(t, o2)
 	body := strings.Repeat("x", 1000)
 	put(t, s2, "0000aaaa", body)

@@ -45,6 +45,7 @@ func rssKiB() int64 {
 // meanwhile. Neither may depend on size.
 func largeObject(t *testing.T, size int64) (inuseDelta int64, allocated uint64) {
 	o := testOptions(t, size+1<<20)
+	o.MaxObjectBytes = size // not the default, an eighth of the cache
 	s := openStore(t, o)
 	chunk := make([]byte, 1<<20)
 	for i := range chunk {
@@ -155,7 +156,7 @@ func indexBytesPerEntry(tb testing.TB, n int) float64 {
 		e := &entry{key: k, gen: uint64(i + 1), size: 1000, metaLen: 300, used: int64(i)}
 		s.index[k] = e
 		s.pushFront(e)
-		s.bytes += e.accounted()
+		s.bytes += s.accounted(e)
 	}
 	s.mu.Unlock()
 	after, _ := heapStats()

@@ -24,17 +24,38 @@ type Options struct {
 	// names FORMAT, lock, lru, objects/ and tmp/ in it and touches nothing
 	// else.
 	Dir string
-	// MaxBytes bounds the stored bytes: complete bodies plus their metadata
-	// files, plus the space reserved by writes in progress (their declared
-	// size, or what they have written so far). Least recently used complete
-	// objects are evicted to stay within it. Required.
+	// MaxBytes bounds the disk space of the stored objects: complete
+	// bodies plus their metadata files, plus the bodies of writes in
+	// progress as far as written, each file charged in whole file-system
+	// blocks, at least one (see the package docs, "Bounds and eviction").
+	// Least recently used complete objects are evicted to stay within it.
+	// Required; with less than two blocks (8 KiB) nothing can be stored.
 	MaxBytes int64
-	// MaxEntries, if positive, bounds the number of complete objects, and
-	// with it the index's memory (see the package docs for bytes per entry).
+	// MaxEntries bounds the number of complete objects, and with it the
+	// index's memory (about 165 bytes per object; see the package docs).
+	// Default (0): MaxBytes / 8 KiB (DefaultBytesPerEntry), the number of
+	// objects that fit if each takes its minimum of two 4 KiB blocks, so
+	// the default never evicts before the byte bound would and keeps the
+	// index within about 2% of MaxBytes (some 20 MiB for a 1 GiB cache).
 	MaxEntries int
-	// MaxObjectBytes, if positive, bounds one object's body; default and
-	// upper limit MaxBytes.
+	// MaxObjectBytes bounds one object's body: a larger declared size fails
+	// Create and a longer body fails its Write with ErrTooLarge. Default
+	// (zero or negative): MaxBytes / 8 (DefaultMaxObjectFraction), so that
+	// one object, declared or not, never displaces more than an eighth of
+	// the cache. Upper limit MaxBytes.
 	MaxObjectBytes int64
+	// MaxWritingBytes bounds the space held by writes in progress (their
+	// bodies as far as written, in whole blocks). A Write that would exceed
+	// it fails with ErrFull (aborting its object), and so does a Create
+	// when the space already held leaves no room for its declared size (or
+	// one block), or when there are as many writes in progress as it has
+	// blocks. Writes in progress never evict complete objects beyond it,
+	// so however many downloads are running, and however slowly, the
+	// complete objects keep MaxBytes - MaxWritingBytes. Default (zero or
+	// negative): MaxBytes / 4 (DefaultMaxWritingFraction). It is raised to
+	// MaxObjectBytes (in whole blocks) if smaller, so that an object of
+	// the maximum size can be stored, and lowered to MaxBytes if larger.
+	MaxWritingBytes int64
 	// HotMetaBytes bounds the decoded metadata kept in memory for recently
 	// read objects (estimated heap bytes; see the package docs, "Memory").
 	// A Get of an object in this hot set reads no metadata file. Default
@@ -54,14 +75,18 @@ type Options struct {
 // Store is an on-disk, size-bounded LRU cache of HTTP objects. Its methods
 // are safe for concurrent use. See the package docs.
 type Store struct {
-	dir       string
-	opt       Options
-	maxObject int64
-	log       *slog.Logger
-	now       func() time.Time
-	lock      *os.File
-	gen       atomic.Uint64 // last generation handed out
-	keyLocks  [64]sync.Mutex
+	dir        string
+	opt        Options
+	maxObject  int64 // effective bounds (see Options)
+	maxWriting int64
+	maxWriters int // writes in progress: maxWriting / block
+	maxEntries int
+	block      int64 // each file is charged in units of block (blockSize)
+	log        *slog.Logger
+	now        func() time.Time
+	lock       *os.File
+	gen        atomic.Uint64 // last generation handed out
+	keyLocks   [64]sync.Mutex
 
 	// hook, when set by tests, is called at named points of commits,
 	// updates and removals (to simulate crashes there).
@@ -75,8 +100,8 @@ type Store struct {
 	index      map[string]*entry
 	head, tail *entry // LRU list of entries with a complete version; head = most recent
 	count      int    // entries in the list
-	bytes      int64  // accounted bytes of complete versions
-	pending    int64  // bytes reserved by writes in progress
+	bytes      int64  // charged bytes of complete versions (files in whole blocks)
+	pending    int64  // bytes held by writes in progress (written so far, in whole blocks)
 	writing    int    // writes in progress
 	ops        sync.WaitGroup
 
@@ -109,7 +134,22 @@ type entry struct {
 	hot        int32  // 1 + its slot in the hot set; 0 or hotSeen: metadata not cached
 }
 
-func (e *entry) accounted() int64 { return e.size + int64(e.metaLen) }
+// accounted is what e's complete version is charged: its body and its
+// metadata file, each in whole blocks.
+func (s *Store) accounted(e *entry) int64 {
+	return s.blocks(e.size) + s.blocks(int64(e.metaLen))
+}
+
+// blocks is what a file of n bytes is charged: n rounded up to whole
+// blocks, and one block if empty. An empty file takes no data block on
+// most file systems, but an inode and a directory entry; charging it a
+// block keeps the count an upper bound and bounds the number of files.
+func (s *Store) blocks(n int64) int64 {
+	if n <= s.block {
+		return s.block
+	}
+	return (n + s.block - 1) / s.block * s.block
+}
 
 // version names the files of one complete version, for removal.
 type version struct {
@@ -146,12 +186,10 @@ func Open(o Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		dir: dir, opt: o, maxObject: o.MaxBytes, log: o.Logger, now: o.Now, lock: lock,
-		index: make(map[string]*entry),
+		dir: dir, opt: o, log: o.Logger, now: o.Now, lock: lock,
+		block: blockSize(dir), index: make(map[string]*entry),
 	}
-	if o.MaxObjectBytes > 0 && o.MaxObjectBytes < o.MaxBytes {
-		s.maxObject = o.MaxObjectBytes
-	}
+	s.setBounds()
 	switch s.hotMax = o.HotMetaBytes; {
 	case s.hotMax == 0:
 		s.hotMax = DefaultHotMetaBytes
@@ -173,6 +211,47 @@ func Open(o Options) (*Store, error) {
 		"max_bytes", o.MaxBytes, "took", time.Since(start))
 	return s, nil
 }
+
+// Defaults of the bounds in Options.
+const (
+	// DefaultMaxObjectFraction: MaxObjectBytes defaults to MaxBytes divided
+	// by this.
+	DefaultMaxObjectFraction = 8
+	// DefaultMaxWritingFraction: MaxWritingBytes defaults to MaxBytes
+	// divided by this.
+	DefaultMaxWritingFraction = 4
+	// DefaultBytesPerEntry: MaxEntries defaults to MaxBytes divided by
+	// this, two 4 KiB blocks (a body and a metadata file).
+	DefaultBytesPerEntry = 8 << 10
+)
+
+// setBounds derives the effective bounds from s.opt (see Options).
+func (s *Store) setBounds() {
+	o := s.opt
+	s.maxObject = o.MaxObjectBytes
+	if s.maxObject <= 0 {
+		s.maxObject = max(o.MaxBytes/DefaultMaxObjectFraction, 1)
+	}
+	s.maxObject = min(s.maxObject, o.MaxBytes)
+	s.maxWriting = o.MaxWritingBytes
+	if s.maxWriting <= 0 {
+		s.maxWriting = o.MaxBytes / DefaultMaxWritingFraction
+	}
+	s.maxWriting = min(max(s.maxWriting, s.blocks(s.maxObject)), o.MaxBytes)
+	s.maxWriters = int(min(max(s.maxWriting/s.block, 1), int64(maxInt)))
+	s.maxEntries = o.MaxEntries
+	if s.maxEntries == 0 {
+		s.maxEntries = int(min(max(o.MaxBytes/DefaultBytesPerEntry, 1), int64(maxInt)))
+	}
+}
+
+const maxInt = int(^uint(0) >> 1)
+
+// Bounds of the unit files are charged in (blockSize).
+const (
+	minBlock = 4 << 10
+	maxBlock = 64 << 10
+)
 
 // load prepares the directory and rebuilds the index.
 func (s *Store) load() error {
@@ -228,7 +307,7 @@ func (s *Store) load() error {
 		e := &entry{key: f.key, gen: f.gen, size: f.size, metaLen: int32(f.metaLen), used: f.mtime}
 		s.index[f.key] = e
 		s.pushBack(e)
-		s.bytes += e.accounted()
+		s.bytes += s.accounted(e)
 	}
 	s.gen.Store(max(maxGen, uint64(s.now().UnixNano())))
 	victims, _ := s.makeRoomLocked(0, nil)
@@ -718,7 +797,7 @@ func (s *Store) updateMeta(key, name string, m Meta) ([]version, error) {
 	if err != nil {
 		return nil, err
 	}
-	delta := int64(len(b)) - int64(oldLen)
+	delta := s.blocks(int64(len(b))) - s.blocks(int64(oldLen))
 	s.mu.Lock()
 	if e.gen != gen || s.index[key] != e {
 		s.mu.Unlock()
@@ -828,17 +907,19 @@ func (s *Store) removeVersions(vs []version) {
 // until need more bytes fit within MaxBytes and the entry count is within
 // MaxEntries. It evicts nothing and returns false if need cannot fit even
 // with every other complete version gone. The caller removes the returned
-// versions' files after unlocking s.mu.
+// versions' files after unlocking s.mu. Writes in progress are held to
+// MaxWritingBytes by their callers (reserve), not here.
 func (s *Store) makeRoomLocked(need int64, keep *entry) ([]version, bool) {
 	floor := int64(0)
 	if keep != nil && keep.gen != 0 {
-		floor = keep.accounted()
+		floor = s.accounted(keep)
 	}
-	if s.pending+need+floor > s.opt.MaxBytes {
+	limit := s.opt.MaxBytes - need // no overflow: need is at most a few objects
+	if s.pending+floor > limit {
 		return nil, false
 	}
 	var out []version
-	for s.bytes+s.pending+need > s.opt.MaxBytes || (s.opt.MaxEntries > 0 && s.count > s.opt.MaxEntries) {
+	for s.bytes+s.pending > limit || s.count > s.maxEntries {
 		e := s.tail
 		if e == keep && e != nil {
 			e = e.prev
@@ -847,8 +928,8 @@ func (s *Store) makeRoomLocked(need int64, keep *entry) ([]version, bool) {
 			break
 		}
 		s.evictions.Add(1)
-		s.evictedBytes.Add(e.accounted())
-		s.log.Debug("diskcache: evicting", "key", e.key, "bytes", e.accounted())
+		s.evictedBytes.Add(s.accounted(e))
+		s.log.Debug("diskcache: evicting", "key", e.key, "bytes", s.accounted(e))
 		out = append(out, s.dropLocked(e))
 	}
 	return out, true
@@ -860,7 +941,7 @@ func (s *Store) dropLocked(e *entry) version {
 	v := version{e.key, e.gen}
 	s.hotDropLocked(e)
 	s.unlink(e)
-	s.bytes -= e.accounted()
+	s.bytes -= s.accounted(e)
 	e.gen, e.size, e.metaLen = 0, 0, 0
 	if e.w == nil {
 		delete(s.index, e.key)
@@ -935,11 +1016,11 @@ func (s *Store) moveToFront(e *entry) {
 // Stats are counters and gauges of a Store.
 type Stats struct {
 	Entries      int   // complete objects
-	Bytes        int64 // their bodies and metadata files
+	Bytes        int64 // their bodies and metadata files, in whole blocks
 	Writing      int   // writes in progress
-	WritingBytes int64 // bytes reserved by them (declared size or written so far)
+	WritingBytes int64 // held by them: written so far, in whole blocks
 	MaxBytes     int64
-	MaxEntries   int   // 0: unbounded
+	MaxEntries   int   // in effect: Options.MaxEntries or its default
 	Readers      int64 // open Readers
 	Hits         int64 // Gets that returned a Reader
 	Misses       int64
@@ -948,6 +1029,12 @@ type Stats struct {
 	Commits      int64
 	Aborts       int64
 	Corrupt      int64 // damaged objects discarded, at Open or on Get
+	// The bounds in effect, defaults applied (see Options), and the unit
+	// each file is charged in (see the package docs, "Bounds and
+	// eviction").
+	MaxObjectBytes  int64
+	MaxWritingBytes int64
+	BlockBytes      int64
 	// MetaReads counts metadata files read by Get and Peek: those of
 	// objects whose metadata was not in the hot set.
 	MetaReads int64
@@ -962,7 +1049,8 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	st := Stats{
 		Entries: s.count, Bytes: s.bytes, Writing: s.writing, WritingBytes: s.pending,
-		MaxBytes: s.opt.MaxBytes, MaxEntries: s.opt.MaxEntries,
+		MaxBytes: s.opt.MaxBytes, MaxEntries: s.maxEntries,
+		MaxObjectBytes: s.maxObject, MaxWritingBytes: s.maxWriting, BlockBytes: s.block,
 		HotEntries: len(s.hot) - len(s.hotFree), HotBytes: s.hotBytes,
 	}
 	s.mu.Unlock()

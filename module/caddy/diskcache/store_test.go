@@ -228,7 +228,7 @@ func TestAbort(t *testing.T) {
 }
 
 func TestSizeChecks(t *testing.T) {
-	o := testOptions(t, 1000)
+	o := testOptions(t, 1<<20)
 	o.MaxObjectBytes = 100
 	s := openStore(t, o)
 	m := testMeta("")
@@ -347,50 +347,136 @@ func TestMaxEntries(t *testing.T) {
 	}
 }
 
+// TestInProgressWritesAreNeverEvicted: writes in progress are charged as
+// their bytes arrive (Create reserves and evicts nothing, whatever size it
+// declares), evict complete objects only for what they wrote, are never
+// evicted themselves, and together hold at most MaxWritingBytes: past it
+// Create and Write fail with ErrFull and evict nothing.
 func TestInProgressWritesAreNeverEvicted(t *testing.T) {
-	o := testOptions(t, 10000)
+	o := testOptions(t, 0)
+	b := blockSize(o.Dir)
+	o.MaxBytes, o.MaxObjectBytes, o.MaxWritingBytes = 16*b, 4*b, 6*b
 	s := openStore(t, o)
-	put(t, s, "old1", strings.Repeat("o", 3000))
-	put(t, s, "old2", strings.Repeat("o", 3000))
+	for i := range 8 { // full: eight objects of two blocks
+		put(t, s, fmt.Sprintf("old%d", i), "o")
+	}
+	check := func(entries int, writing, evictions int64) {
+		t.Helper()
+		st := s.Stats()
+		if st.Entries != entries || st.WritingBytes != writing*b || st.Evictions != evictions ||
+			st.Bytes+st.WritingBytes > o.MaxBytes {
+			t.Fatalf("stats %+v, want %d entries, %d blocks being written, %d evictions", st, entries, writing, evictions)
+		}
+	}
+	check(8, 0, 0)
 	m := testMeta("")
-	m.Size = 6000
-	w1, err := s.Create("big1", m) // reserves 6000: evicts old1
+	m.Size = 4 * b
+	big, err := s.Create("big", m) // reserves nothing, evicts nothing
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w1.Close()
-	if _, ok := s.Peek("old1"); ok {
-		t.Fatal("old1 not evicted for the reservation")
+	defer big.Close()
+	check(8, 0, 0)
+	if _, err := big.Write(make([]byte, b)); err != nil { // one block: evicts old0
+		t.Fatal(err)
 	}
-	m.Size = 5000
-	if _, err := s.Create("big2", m); !errors.Is(err, ErrFull) {
-		t.Fatalf("Create beyond the in-progress bound: %v", err)
+	check(7, 1, 1)
+	if _, ok := s.Peek("old0"); ok {
+		t.Fatal("old0, the least recently used, not evicted")
 	}
-	if _, ok := s.Peek("old2"); !ok {
-		t.Fatal("old2 evicted by a failed Create")
-	}
-	w2, err := s.Create("chunked", testMeta(""))
+	chunked, err := s.Create("chunked", testMeta(""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w2.Write(make([]byte, 3500)); err != nil { // evicts old2
+	if _, err := chunked.Write(make([]byte, 2*b)); err != nil { // evicts old1
 		t.Fatal(err)
 	}
-	if _, ok := s.Peek("old2"); ok {
-		t.Fatal("old2 not evicted for a chunked write")
+	check(6, 3, 2)
+	m.Size = 4 * b
+	if _, err := s.Create("big2", m); !errors.Is(err, ErrFull) { // 3 + 4 blocks > 6
+		t.Fatalf("Create beyond MaxWritingBytes: %v", err)
 	}
-	if _, err := w2.Write(make([]byte, 1000)); !errors.Is(err, ErrFull) {
-		t.Fatalf("chunked write beyond the bound: %v", err)
-	}
-	if st := s.Stats(); st.Writing != 1 || st.WritingBytes != 6000 || st.Entries != 0 {
-		t.Fatalf("stats %+v", st)
-	}
-	w1.Write(make([]byte, 6000))
-	if err := w1.Commit(w1.Meta()); err != nil {
+	if _, err := big.Write(make([]byte, 2*b)); err != nil { // 5 blocks held: evicts old2
 		t.Fatal(err)
 	}
-	if st := s.Stats(); st.Writing != 0 || st.WritingBytes != 0 || st.Entries != 1 || st.Bytes > o.MaxBytes {
+	check(5, 5, 3)
+	if _, err := chunked.Write(make([]byte, b)); err != nil { // 6 blocks held: fits
+		t.Fatal(err)
+	}
+	check(5, 6, 3)
+	if _, err := s.Create("small", testMeta("")); !errors.Is(err, ErrFull) { // not even one block
+		t.Fatalf("Create with MaxWritingBytes held: %v", err)
+	}
+	if _, err := chunked.Write([]byte("x")); !errors.Is(err, ErrFull) || !errors.Is(err, ErrAborted) {
+		t.Fatalf("Write beyond MaxWritingBytes: %v", err)
+	}
+	check(5, 3, 3) // the complete objects keep MaxBytes - MaxWritingBytes
+	if _, err := big.Write(make([]byte, b)); err != nil {
+		t.Fatal(err)
+	}
+	if err := big.Commit(big.Meta()); err != nil { // 4 blocks and the metadata's
+		t.Fatal(err)
+	}
+	check(6, 0, 3)
+	if st := s.Stats(); st.Writing != 0 || st.Bytes != 15*b || st.Bytes != diskBytes(t, o.Dir) {
+		t.Fatalf("stats %+v, disk %d", st, diskBytes(t, o.Dir))
+	}
+}
+
+// TestBoundsOptions: the defaults of MaxObjectBytes, MaxWritingBytes and
+// MaxEntries, and how explicit values are adjusted, as Stats reports them.
+func TestBoundsOptions(t *testing.T) {
+	dir := t.TempDir()
+	b := blockSize(dir)
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name                    string
+		entries                 int
+		object, writing         int64
+		wantObject, wantWriting int64
+		wantEntries             int
+	}{
+		{"defaults", 0, 0, 0, mib / 8, mib / 4, mib / (8 << 10)},
+		{"explicit", 5, 200 << 10, 300 << 10, 200 << 10, 300 << 10, 5},
+		{"writing raised to the largest object", 0, 512 << 10, 0, 512 << 10, 512 << 10, mib / (8 << 10)},
+		{"writing raised, in whole blocks", 0, 100, 100, 100, b, mib / (8 << 10)},
+		{"object and writing at most MaxBytes", 0, 2 * mib, 4 * mib, mib, mib, mib / (8 << 10)},
+		{"negative: defaults", 0, -1, -1, mib / 8, mib / 4, mib / (8 << 10)},
+	} {
+		o := Options{Dir: t.TempDir(), MaxBytes: mib, NoSync: true,
+			MaxEntries: c.entries, MaxObjectBytes: c.object, MaxWritingBytes: c.writing}
+		s := openStore(t, o)
+		st := s.Stats()
+		if st.MaxObjectBytes != c.wantObject || st.MaxWritingBytes != c.wantWriting ||
+			st.MaxEntries != c.wantEntries || st.BlockBytes != b {
+			t.Errorf("%s: %+v", c.name, st)
+		}
+		s.Close()
+	}
+
+	// A download that fills MaxWritingBytes still commits: its metadata
+	// file may go beyond.
+	o := testOptions(t, 16*b)
+	o.MaxObjectBytes, o.MaxWritingBytes = 2*b, 2*b
+	s := openStore(t, o)
+	w, err := s.Create("f111f111", testMeta(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(make([]byte, 2*b)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(w.Meta()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Entries != 1 || st.Bytes != 3*b || st.WritingBytes != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+	// Too small a cache for anything: Create says so.
+	o = testOptions(t, 100)
+	s = openStore(t, o)
+	if _, err := s.Create("f222f222", testMeta("")); !errors.Is(err, ErrFull) {
+		t.Fatalf("Create in a %d-byte cache: %v", o.MaxBytes, err)
 	}
 }
 

@@ -28,7 +28,7 @@ type Writer struct {
 	metaFinal string     // the metadata file, once Commit has renamed it into place
 
 	// Guarded by s.mu.
-	reserved int64 // bytes of s.pending held for this write
+	reserved int64 // bytes of s.pending held for this write: its body so far, in whole blocks
 	detached error // set when Delete or Close took the write away
 
 	// Guarded by mu; shared with readers.
@@ -58,9 +58,15 @@ const (
 // already have the previous complete version keep it; it is removed when
 // the new one commits.
 //
-// Create fails with ErrInProgress if the key already has a write in
-// progress, ErrTooLarge if m.Size exceeds MaxObjectBytes, ErrFull if
-// writes in progress leave no room for m.Size bytes.
+// Create reserves no space and evicts nothing: the body is charged, and
+// complete objects evicted for it, as its bytes are written (see Write), so
+// a declared size that never arrives costs nothing. Create fails with
+// ErrInProgress if the key already has a write in progress, ErrTooLarge if
+// m.Size exceeds MaxObjectBytes, ErrFull if the space held by writes in
+// progress leaves less than m.Size (or one block, if m.Size is -1 or 0)
+// within MaxWritingBytes, or as many writes are in progress as that has
+// blocks. Passing that check reserves nothing: a later Write may still
+// find MaxWritingBytes taken by other writes.
 func (s *Store) Create(key string, m Meta) (*Writer, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
@@ -109,7 +115,7 @@ func (s *Store) Create(key string, m Meta) (*Writer, error) {
 		os.Remove(w.tmpPath)
 		return nil, err
 	}
-	reserve := max(m.Size, 0)
+	want := s.blocks(max(m.Size, 0))
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -120,25 +126,19 @@ func (s *Store) Create(key string, m Meta) (*Writer, error) {
 		s.mu.Unlock()
 		return fail(fmt.Errorf("%w: %q", ErrInProgress, key))
 	}
-	victims, ok := s.makeRoomLocked(reserve, nil)
-	if !ok {
-		pending := s.pending
+	if s.writing >= s.maxWriters || want > s.maxWriting-s.pending {
+		pending, writing := s.pending, s.writing
 		s.mu.Unlock()
-		return fail(fmt.Errorf("%w: %d bytes reserved by writes in progress, %d more needed, limit %d",
-			ErrFull, pending, reserve, s.opt.MaxBytes))
+		return fail(fmt.Errorf("%w: %d writes in progress hold %d bytes, %d more wanted, limit %d",
+			ErrFull, writing, pending, want, s.maxWriting))
 	}
-	// The eviction may have dropped the key's own complete version, and
-	// with it the entry.
-	if e = s.index[key]; e == nil {
+	if e == nil {
 		e = &entry{key: key}
 		s.index[key] = e
 	}
 	e.w = w
-	w.reserved = reserve
-	s.pending += reserve
 	s.writing++
 	s.mu.Unlock()
-	s.removeVersions(victims)
 	return w, nil
 }
 
@@ -156,12 +156,15 @@ func (w *Writer) Written() int64 {
 	return w.written
 }
 
-// Write appends p to the body and wakes readers waiting for it. It evicts
-// complete objects as needed to stay within MaxBytes. On any error the
-// write is aborted (readers get an *AbortError wrapping the error) and
-// Commit will fail; the caller may still pass the response through to its
-// own client uncached. Errors: ErrSizeMismatch past a declared size,
-// ErrTooLarge past MaxObjectBytes, ErrFull, I/O errors, and the cause of an
+// Write appends p to the body and wakes readers waiting for it. Before
+// writing it charges the body's new length (in whole blocks) to the space
+// held by writes in progress, evicting least recently used complete
+// objects as needed to stay within MaxBytes. On any error the write is
+// aborted (readers get an *AbortError wrapping the error) and Commit will
+// fail; the caller may still pass the response through to its own client
+// uncached. Errors: ErrSizeMismatch past a declared size, ErrTooLarge past
+// MaxObjectBytes (declared size or not), ErrFull when writes in progress
+// would hold more than MaxWritingBytes, I/O errors, and the cause of an
 // earlier abort.
 func (w *Writer) Write(p []byte) (int, error) {
 	w.wmu.Lock()
@@ -179,7 +182,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if end > w.s.maxObject {
 		return 0, w.abortLocked(fmt.Errorf("%w: more than %d bytes", ErrTooLarge, w.s.maxObject))
 	}
-	if err := w.s.reserve(w, end); err != nil {
+	if err := w.s.reserve(w, w.s.blocks(end), false); err != nil {
 		return 0, w.abortLocked(err)
 	}
 	n, err := w.f.Write(p)
@@ -194,23 +197,32 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// reserve makes w's reservation cover end bytes.
-func (s *Store) reserve(w *Writer, end int64) error {
+// reserve makes w's reservation cover total bytes, evicting complete
+// objects for the difference. Within MaxWritingBytes unless commit: the
+// metadata file of a finished download may go beyond it (by a block or so
+// per commit in progress) rather than throw the download away.
+func (s *Store) reserve(w *Writer, total int64, commit bool) error {
 	s.mu.Lock()
 	if w.detached != nil {
 		s.mu.Unlock()
 		return w.detached
 	}
-	if end <= w.reserved {
+	if total <= w.reserved {
 		s.mu.Unlock()
 		return nil
 	}
-	need := end - w.reserved
+	need := total - w.reserved
+	if !commit && need > s.maxWriting-s.pending {
+		pending := s.pending
+		s.mu.Unlock()
+		return fmt.Errorf("%w: writes in progress hold %d bytes, %d more needed, limit %d",
+			ErrFull, pending, need, s.maxWriting)
+	}
 	victims, ok := s.makeRoomLocked(need, nil)
 	if !ok {
 		pending := s.pending
 		s.mu.Unlock()
-		return fmt.Errorf("%w: %d bytes reserved by writes in progress, %d more needed, limit %d",
+		return fmt.Errorf("%w: writes in progress hold %d bytes, %d more needed, limit %d",
 			ErrFull, pending, need, s.opt.MaxBytes)
 	}
 	w.reserved += need
@@ -252,8 +264,9 @@ func (w *Writer) Commit(final Meta) error {
 	if err != nil {
 		return w.abortLocked(err)
 	}
-	// The metadata file counts against MaxBytes too.
-	if err := s.reserve(w, w.n+int64(len(mb))); err != nil {
+	// The metadata file counts against MaxBytes too (and an empty body's
+	// one block).
+	if err := s.reserve(w, s.blocks(w.n)+s.blocks(int64(len(mb))), true); err != nil {
 		return w.abortLocked(err)
 	}
 	// 1. The body's bytes are durable before anything names it complete.
@@ -309,7 +322,7 @@ func (w *Writer) Commit(final Meta) error {
 	s.writing--
 	e.gen, e.size, e.metaLen, e.used = w.gen, w.n, int32(len(mb)), s.now().UnixNano()
 	s.pushFront(e)
-	s.bytes += e.accounted()
+	s.bytes += s.accounted(e) // what w.reserved was: moved, not added
 	victims, _ := s.makeRoomLocked(0, e)
 	s.mu.Unlock()
 	s.commits.Add(1)
