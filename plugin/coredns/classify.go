@@ -70,6 +70,7 @@ type classifier struct {
 	wait       time.Duration // the longest a query waits for a probe
 	fresh      time.Duration // a measurement older than this is refreshed in the background
 	failedFor  time.Duration // a failed probe is retried after this long
+	limit      int           // the most probes in flight at once; 0: defaultProbeLimit
 	observe    func(outcome string, d time.Duration)
 	now        func() time.Time
 	background sync.WaitGroup
@@ -80,7 +81,7 @@ type classifier struct {
 type classification struct {
 	level  int
 	rtt    time.Duration
-	source string // "classify", "cache", "probe", "timeout", "error", "none"
+	source string // "classify", "cache", "probe", "timeout", "skipped", "none"
 }
 
 // levelFor maps an RTT to a level.
@@ -94,9 +95,16 @@ func (c *classifier) levelFor(rtt time.Duration) int {
 	return lvl
 }
 
+// defaultProbeLimit is the default of probe_limit: with probes that end by
+// the largest threshold (60 ms), some thousand new prefixes a second.
+const defaultProbeLimit = 64
+
 // classify returns the resolver's level. Only the first query from a prefix
 // waits for a probe, and for at most c.wait; later ones use the cached RTT
-// and refresh it in the background when it is old.
+// and refresh it in the background when it is old. When c.limit probes are
+// in flight already, a query from a new prefix is level 0 at once and no
+// probe starts: a flood from spoofed sources must not make this server
+// probe thousands of third parties at the same time.
 func (c *classifier) classify(ctx context.Context, a netip.Addr) classification {
 	a = a.Unmap()
 	for _, o := range c.overrides {
@@ -120,6 +128,9 @@ func (c *classifier) classify(ctx context.Context, a netip.Addr) classification 
 		return c.fromEntry(e, "cache")
 	}
 	call := c.startProbe(p, a)
+	if call == nil {
+		return classification{source: "skipped"}
+	}
 	t := time.NewTimer(c.wait)
 	defer t.Stop()
 	select {
@@ -144,13 +155,25 @@ func (c *classifier) fromEntry(e rttEntry, src string) classification {
 }
 
 // startProbe returns the probe in flight for p, starting one if there is
-// none. The probe runs detached from any query: a query that stops waiting
-// does not cancel it, so its result still fills the cache.
+// none, or nil when there is none and the limit of probes in flight is
+// reached. The probe runs detached from any query: a query that stops
+// waiting does not cancel it, so its result still fills the cache. The
+// probes in flight are those of the node's cache, which a reload shares
+// with the configuration it replaces.
 func (c *classifier) startProbe(p netip.Prefix, a netip.Addr) *probeCall {
 	c.cache.mu.Lock()
 	if call, ok := c.cache.inflight[p]; ok {
 		c.cache.mu.Unlock()
 		return call
+	}
+	limit := c.limit
+	if limit <= 0 {
+		limit = defaultProbeLimit
+	}
+	if len(c.cache.inflight) >= limit {
+		c.cache.mu.Unlock()
+		probesSkipped.Inc()
+		return nil
 	}
 	call := &probeCall{done: make(chan struct{})}
 	c.cache.inflight[p] = call

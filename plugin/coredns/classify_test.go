@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht"
 )
 
 // fakeProbe answers after a per-address delay; a missing address never
@@ -201,5 +203,41 @@ func TestFirstProbe(t *testing.T) {
 				t.Errorf("%s: %v %v", tc.name, rtt, err)
 			}
 		}
+	})
+}
+
+// TestClassifyProbeLimit: with probe_limit 3, three new prefixes are
+// probed at once and the rest are level 0 without waiting; a stale entry's
+// background refresh is not started either while the limit is reached.
+func TestClassifyProbeLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProbe{rtt: map[netip.Addr]time.Duration{}} // nobody answers
+		c := newTestClassifier(context.Background(), p)
+		c.limit = 3
+		c.cache.max = 100
+		known := netip.MustParseAddr("198.51.100.1")
+		c.cache.entries[coraldht.SitePrefix(known)] = rttEntry{rtt: 5 * time.Millisecond, ok: true, measured: time.Now().Add(-time.Hour)}
+		var wg sync.WaitGroup
+		var skipped atomic.Int32
+		for i := range 10 {
+			wg.Go(func() {
+				got := c.classify(context.Background(), netip.AddrFrom4([4]byte{203, 0, byte(i), 1}))
+				if got.source == "skipped" && got.level == 0 {
+					skipped.Add(1)
+				}
+			})
+		}
+		synctest.Wait() // every query has started its probe or been skipped
+		if got := c.classify(context.Background(), known); got.level != 2 || got.source != "cache" {
+			t.Errorf("stale known resolver during the flood: %+v, want its cached level 2", got)
+		}
+		wg.Wait()
+		if n := p.calls.Load(); n != 3 {
+			t.Errorf("%d probes, want 3 (the stale refresh skipped too)", n)
+		}
+		if n := skipped.Load(); n != 7 {
+			t.Errorf("%d queries skipped, want 7", n)
+		}
+		c.background.Wait()
 	})
 }

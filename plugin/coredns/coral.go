@@ -62,7 +62,16 @@ const (
 	respNXDomain = "nxdomain"
 	respYXDomain = "yxdomain"
 	respFormErr  = "formerr"
+	respRefused  = "refused"
+	respNotImp   = "notimp"
+	respBadVers  = "badvers"
+	respServFail = "servfail"
 )
+
+// ednsUDPSize is the EDNS UDP payload size this server advertises, and the
+// most it sends over UDP to any client: the DNS Flag Day 2020 value, which
+// an IPv6 path carries unfragmented.
+const ednsUDPSize = 1232
 
 // ServeDNS implements plugin.Handler.
 func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
@@ -74,37 +83,148 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	server := metrics.WithServer(ctx)
 	client := remoteAddr(w)
 
+	rcode, kind := screen(r, state.Proto())
+	verdict, clientCookie := cookieNone, []byte(nil)
+	if c.cookies != nil && rcode != dns.RcodeBadVers && rcode != dns.RcodeFormatError {
+		// The options of an EDNS version we do not know, or of a request
+		// with several OPT records, mean nothing.
+		verdict, clientCookie = c.cookies.check(r, client)
+	}
+	if rcode == dns.RcodeSuccess && verdict == cookieMalformed {
+		// RFC 7873 §5.2.2: a malformed COOKIE option is a format error,
+		// answered without a cookie.
+		rcode, kind, clientCookie = dns.RcodeFormatError, respFormErr, nil
+	}
+	if rcode != dns.RcodeSuccess {
+		m := new(dns.Msg)
+		m.SetRcode(r, rcode)
+		c.write(w, &state, m, clientCookie, client)
+		queryCount.WithLabelValues(server, "none", kind).Inc()
+		return dns.RcodeSuccess, nil
+	}
+
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
 	m.Compress = true
 
-	verdict, clientCookie := cookieNone, []byte(nil)
-	if c.cookies != nil {
-		verdict, clientCookie = c.cookies.check(r, client)
-	}
-	if verdict == cookieMalformed || countOPT(r) > 1 {
-		// RFC 7873 §5.2.2 and RFC 6891 §6.1.1: a malformed COOKIE option or
-		// more than one OPT record is a format error.
-		m.SetRcode(r, dns.RcodeFormatError)
-		m.Authoritative = false
-		_ = w.WriteMsg(m)
-		queryCount.WithLabelValues(server, "none", respFormErr).Inc()
-		return dns.RcodeSuccess, nil
-	}
-
 	b := builder{c: c, m: m, state: &state, ctx: ctx, client: client}
-	kind := b.respond(p)
+	kind = b.respond(p)
+	c.write(w, &state, m, clientCookie, client)
+	queryCount.WithLabelValues(server, b.levelLabel(), kind).Inc()
+	return dns.RcodeSuccess, nil
+}
 
-	if o := r.IsEdns0(); o != nil {
-		m.SetEdns0(max(o.UDPSize(), dns.MinMsgSize), o.Do())
+// screen returns the error response a request in our zones gets before its
+// name is looked at (RcodeSuccess: none), with its metric kind. The first
+// three checks are the ones CoreDNS's server makes itself, in its order, so
+// that a request gets the same answer whether it came through the server or
+// the plugin was called directly; the server only lets another class
+// through when a plugin such as chaos or forward is in the server, and lets
+// NOTIFY through always.
+func screen(r *dns.Msg, proto string) (int, string) {
+	switch {
+	case r.Question[0].Qclass != dns.ClassINET:
+		// The zones exist in class IN only; CHAOS included.
+		return dns.RcodeRefused, respRefused
+	case r.IsEdns0() != nil && r.IsEdns0().Version() != 0:
+		return dns.RcodeBadVers, respBadVers // RFC 6891 §6.1.3
+	case r.Opcode != dns.OpcodeQuery:
+		// NOTIFY, UPDATE and the rest: there are no secondaries to notify
+		// and nothing to update.
+		return dns.RcodeNotImplemented, respNotImp
+	case countOPT(r) > 1:
+		return dns.RcodeFormatError, respFormErr // RFC 6891 §6.1.1
+	}
+	switch r.Question[0].Qtype {
+	case dns.TypeAXFR, dns.TypeIXFR:
+		// The zones are synthesized per resolver: there is nothing to
+		// transfer. Over TCP that is policy (REFUSED, as CoreDNS's
+		// transfer plugin answers a transfer it does not allow); over UDP,
+		// where AXFR is not defined (RFC 5936 §4.2), it is not implemented.
+		if proto == "tcp" {
+			return dns.RcodeRefused, respRefused
+		}
+		return dns.RcodeNotImplemented, respNotImp
+	}
+	return dns.RcodeSuccess, ""
+}
+
+// write sends m. A response to an EDNS request carries an OPT with this
+// server's own UDP size (and the cookie, when the request had a usable
+// one); every response is truncated to what the client takes: 512 octets
+// without EDNS, over UDP the smaller of the client's size and ours.
+func (c *Coral) write(w dns.ResponseWriter, state *request.Request, m *dns.Msg, clientCookie []byte, client netip.Addr) {
+	limit := dns.MinMsgSize
+	ro := state.Req.IsEdns0()
+	if ro != nil {
+		opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		opt.SetUDPSize(ednsUDPSize)
+		if ro.Do() && m.Rcode != dns.RcodeBadVers {
+			opt.SetDo()
+		}
+		m.Extra = append(m.Extra, opt)
 		if clientCookie != nil {
 			c.cookies.attach(m, clientCookie, client)
 		}
+		limit = min(max(int(ro.UDPSize()), dns.MinMsgSize), ednsUDPSize)
+	}
+	if state.Proto() == "tcp" {
+		limit = dns.MaxMsgSize
+	}
+	m.Truncate(limit)
+	if ro != nil && ro.UDPSize() != ednsUDPSize {
+		// CoreDNS's server writes every response through a
+		// request.ScrubWriter, which sets the response OPT's size to the
+		// one in the request and truncates to that. For the length of the
+		// write the request says ours, so the response advertises 1232;
+		// the request is as it was again before any plugin in front of
+		// this one (log, metrics) looks at it. The scrubber's truncation
+		// to 1232 leaves m as it is, except that it turns compression off
+		// when m fits 1232 octets without it: for a client that takes
+		// less, m must fit uncompressed.
+		if limit < ednsUDPSize && m.Compress {
+			shrink(m, limit)
+		}
+		orig := ro.UDPSize()
+		ro.SetUDPSize(ednsUDPSize)
+		defer ro.SetUDPSize(orig)
 	}
 	_ = w.WriteMsg(m)
-	queryCount.WithLabelValues(server, b.levelLabel(), kind).Inc()
-	return dns.RcodeSuccess, nil
+}
+
+// shrink drops records from the end of m until it fits limit octets
+// without compression, setting TC when it drops any (as Msg.Truncate does).
+func shrink(m *dns.Msg, limit int) {
+	m.Compress = false
+	opt := m.IsEdns0()
+	extra := m.Extra[:0]
+	for _, rr := range m.Extra {
+		if rr != opt {
+			extra = append(extra, rr)
+		}
+	}
+	m.Extra = extra
+	if opt != nil {
+		limit -= dns.Len(opt)
+	}
+	for m.Len() > limit {
+		var sec *[]dns.RR
+		for _, s := range []*[]dns.RR{&m.Extra, &m.Ns, &m.Answer} {
+			if len(*s) > 0 {
+				sec = s
+				break
+			}
+		}
+		if sec == nil {
+			break // the question alone
+		}
+		*sec = (*sec)[:len(*sec)-1]
+		m.Truncated = true
+	}
+	if opt != nil {
+		m.Extra = append(m.Extra, opt)
+	}
 }
 
 // remoteAddr is the querying resolver's address.
@@ -182,6 +302,19 @@ func (b *builder) respond(p parsedName) string {
 
 	case kindNSHost:
 		a := p.nsAddr
+		switch b.c.tracker.isNameServer(a, b.c.self) {
+		case nsUnknown:
+			// Not a Coral name server: the names do not turn the zone into
+			// a name for any address (DNS rebinding, borrowed reputation).
+			return b.nxdomain(-1)
+		case nsNotYet:
+			// The node has not yet heard who the name servers are; a
+			// negative answer now would be cached. Resolvers try another
+			// server.
+			b.m.Rcode = dns.RcodeServerFailure
+			b.m.Authoritative = false
+			return respServFail
+		}
 		if (qtype == dns.TypeA || qtype == dns.TypeANY) && a.Is4() || (qtype == dns.TypeAAAA || qtype == dns.TypeANY) && a.Is6() {
 			b.m.Answer = append(b.m.Answer, addrRR(b.state.QName(), a, b.c.set.nsTTL))
 			return respAnswer

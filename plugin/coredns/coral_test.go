@@ -3,6 +3,7 @@ package coral
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,9 +22,12 @@ type fakeNodes struct {
 	mu      sync.Mutex
 	self    coraldht.Contact
 	members [][]coraldht.NodeInfo // per level, self excluded
-	dead    map[netip.AddrPort]bool
-	pings   int
-	calls   int // Nodes calls
+	// contacts are more routing-table entries at level 0: nodes the node
+	// knows that Nodes does not return (not live, or beyond its count).
+	contacts []coraldht.NodeInfo
+	dead     map[netip.AddrPort]bool
+	pings    int
+	calls    int // Nodes calls
 }
 
 func (f *fakeNodes) Nodes(ctx context.Context, level, count int, target netip.Addr, services coraldht.Services) []coraldht.NodeInfo {
@@ -54,6 +58,16 @@ func (f *fakeNodes) Ping(ctx context.Context, addr netip.AddrPort) (time.Duratio
 
 func (f *fakeNodes) Levels() []coraldht.LevelInfo { return nil }
 
+func (f *fakeNodes) RoutingTable(level int) []coraldht.NodeInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := slices.Clone(f.members[level])
+	if level == 0 {
+		out = append(out, f.contacts...)
+	}
+	return out
+}
+
 func member(addr string, s coraldht.Services, heard time.Time) coraldht.NodeInfo {
 	ap := netip.AddrPortFrom(netip.MustParseAddr(addr), 4000)
 	return coraldht.NodeInfo{Contact: coraldht.Contact{Addr: ap, Services: s}, LastHeard: heard, RTT: time.Millisecond}
@@ -65,6 +79,7 @@ func member(addr string, s coraldht.Services, heard time.Time) coraldht.NodeInfo
 //	level 1: DNS 127.0.1.1; HTTP 127.0.1.80, 127.0.2.80, 127.0.2.81
 //	level 2: DNS 127.0.2.1; HTTP 127.0.2.80, 127.0.2.81
 //
+// and its routing table knows one more name server, 2001:db8::53.
 // Resolvers in 10.0/16, 10.1/16 and 10.2/16 are classified at levels 0, 1, 2.
 func testWorld() *fakeNodes {
 	now := time.Now()
@@ -77,7 +92,8 @@ func testWorld() *fakeNodes {
 			{member("127.0.1.1", dnsS, now), member("127.0.1.80", http, now), member("127.0.2.80", http, now), member("127.0.2.81", http, now)},
 			{member("127.0.2.1", dnsS, now), member("127.0.2.80", http, now), member("127.0.2.81", http, now)},
 		},
-		dead: map[netip.AddrPort]bool{},
+		contacts: []coraldht.NodeInfo{member("2001:db8::53", dnsS, now)},
+		dead:     map[netip.AddrPort]bool{},
 	}
 }
 

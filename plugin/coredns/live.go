@@ -33,6 +33,7 @@ type nodeSource interface {
 	Nodes(ctx context.Context, level, count int, target netip.Addr, services coraldht.Services) []coraldht.NodeInfo
 	Ping(ctx context.Context, addr netip.AddrPort) (time.Duration, error)
 	Levels() []coraldht.LevelInfo
+	RoutingTable(level int) []coraldht.NodeInfo
 }
 
 type tracker struct {
@@ -49,6 +50,13 @@ type tracker struct {
 	// seeded snapshot in place (see seed).
 	keepSeed func(*liveSet) bool
 
+	// book remembers the name servers sweeps saw (see nameservers.go), for
+	// bookWindow; joined says whether the node has joined the network, so
+	// that the book knows when its knowledge is complete (nil: joined).
+	book       *nsBook
+	bookWindow time.Duration
+	joined     func() bool
+
 	snap   atomic.Pointer[liveSet]
 	swept  chan struct{} // closed after the first sweep
 	once   sync.Once
@@ -58,7 +66,7 @@ type tracker struct {
 
 func newTracker(node nodeSource, levels int, interval, liveWithin, syncWait time.Duration) *tracker {
 	t := &tracker{node: node, levels: levels, interval: interval, liveWithin: liveWithin, syncWait: syncWait,
-		now: time.Now, intn: rand.IntN, swept: make(chan struct{})}
+		now: time.Now, intn: rand.IntN, swept: make(chan struct{}), book: newNSBook(nsBookSize), bookWindow: nsRemember}
 	t.snap.Store(&liveSet{proxy: make([][]coraldht.NodeInfo, levels), dns: make([][]coraldht.NodeInfo, levels)})
 	return t
 }
@@ -132,6 +140,7 @@ func (t *tracker) sweep(ctx context.Context) {
 			p.ni.LastHeard = at
 		}
 	}
+	t.recordNameServers(set)
 	t.sweeps.Add(1)
 	if t.keepSeed != nil && t.keepSeed(set) {
 		return

@@ -17,14 +17,14 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: "coral",
 		Name:      "queries_total",
-		Help:      "Queries answered, by the resolver's level (none when the answer did not depend on it) and response kind (answer, referral, nodata, nxdomain, yxdomain, formerr).",
+		Help:      "Queries answered, by the resolver's level (none when the answer did not depend on it) and response kind (answer, referral, nodata, nxdomain, yxdomain, formerr, refused, notimp, badvers, servfail).",
 	}, []string{"server", "level", "kind"})
 
 	classifyCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "coral",
 		Name:      "classifications_total",
-		Help:      "Resolver classifications by source: classify (a configured prefix), cache, probe (the query waited for a probe), timeout (the probe did not answer in time: level 0), none (no probing).",
+		Help:      "Resolver classifications by source: classify (a configured prefix), cache, probe (the query waited for a probe), timeout (the probe did not answer in time: level 0), skipped (probe_limit probes were in flight: level 0), none (no probing).",
 	}, []string{"source"})
 
 	probeCount = promauto.NewCounterVec(prometheus.CounterOpts{
@@ -33,6 +33,13 @@ var (
 		Name:      "probes_total",
 		Help:      "RTT probes of resolvers by outcome (ok, timeout, error).",
 	}, []string{"outcome"})
+
+	probesSkipped = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "coral",
+		Name:      "probes_skipped_total",
+		Help:      "RTT probes of resolvers not started because probe_limit probes were in flight: a new resolver was placed at level 0, a known one kept its old measurement.",
+	})
 
 	probeDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: plugin.Namespace,

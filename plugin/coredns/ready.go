@@ -1,8 +1,9 @@
 package coral
 
 // Ready implements ready.Readiness: the plugin is ready once its node has
-// joined the network and the first liveness sweep has finished, so that
-// answers carry proxies checked first-hand.
+// joined the network and a liveness sweep has finished since, so that
+// answers carry proxies checked first-hand and ns-<ip> names are answered
+// from what the joined node knows.
 func (c *Coral) Ready() bool {
-	return c.entry != nil && c.entry.joined.Load() && c.tracker != nil && c.tracker.ready()
+	return c.entry != nil && c.entry.joined.Load() && c.tracker != nil && c.tracker.ready() && c.tracker.book.warm.Load()
 }

@@ -29,6 +29,7 @@ type nodeEntry struct {
 	ident  string // node configuration; equal ident → the node is reused
 	node   *coraldht.Node
 	rtts   *rttCache
+	names  *nsBook  // name servers this node knew; kept across reloads like rtts
 	cookie [16]byte // server cookie secret: cookies handed out stay valid across reloads
 	refs   int
 	joined atomic.Bool
@@ -68,7 +69,7 @@ func acquireNode(cfg *config) (*nodeEntry, error) {
 		old.refs++
 		return old, nil
 	}
-	rtts := newRTTCache(rttCacheSize)
+	rtts, names := newRTTCache(rttCacheSize), newNSBook(nsBookSize)
 	if old != nil {
 		// The configuration changed: close the old node first, since the new
 		// one binds the same address. Instances still holding it see a
@@ -76,9 +77,9 @@ func acquireNode(cfg *config) (*nodeEntry, error) {
 		log.Infof("node %s: configuration changed, restarting the DSHT node", cfg.listen)
 		old.close()
 		delete(registry.nodes, cfg.listen)
-		rtts = old.rtts
+		rtts, names = old.rtts, old.names
 	}
-	e, err := newNodeEntry(cfg, ident, rtts)
+	e, err := newNodeEntry(cfg, ident, rtts, names)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +104,7 @@ func releaseNode(e *nodeEntry) {
 	}
 }
 
-func newNodeEntry(cfg *config, ident string, rtts *rttCache) (*nodeEntry, error) {
+func newNodeEntry(cfg *config, ident string, rtts *rttCache, names *nsBook) (*nodeEntry, error) {
 	nc := coraldht.DefaultConfig()
 	nc.Services = coraldht.ServiceDNS
 	nc.Levels = slices.Clone(cfg.levels)
@@ -132,7 +133,7 @@ func newNodeEntry(cfg *config, ident string, rtts *rttCache) (*nodeEntry, error)
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &nodeEntry{listen: cfg.listen, ident: ident, node: node, rtts: rtts, refs: 1, cancel: cancel, done: make(chan struct{})}
+	e := &nodeEntry{listen: cfg.listen, ident: ident, node: node, rtts: rtts, names: names, refs: 1, cancel: cancel, done: make(chan struct{})}
 	_, _ = rand.Read(e.cookie[:])
 	go e.join(ctx, cfg.bootstrap)
 	log.Infof("node %s (id %s) started, services %v", node.Addr(), node.ID().Short(), nc.Services)

@@ -59,6 +59,9 @@ func TestRegistryAcrossReloads(t *testing.T) {
 	if e3.rtts != e1.rtts {
 		t.Errorf("RTT cache lost across the restart")
 	}
+	if e3.names != e1.names || e1.names == nil {
+		t.Errorf("known name servers lost across the restart")
+	}
 	if _, err := e1.node.Ping(context.Background(), netip.MustParseAddrPort("127.0.3.1:4101")); !errors.Is(err, coraldht.ErrClosed) {
 		t.Errorf("replaced node still open: %v", err)
 	}
@@ -96,6 +99,19 @@ func TestStartStop(t *testing.T) {
 	}
 	if len(rec.Msg.Ns) != 1 || rec.Msg.Ns[0].(*dns.NS).Ns != "ns-127-0-3-2.nyucd.test." {
 		t.Errorf("referral %v", rec.Msg)
+	}
+	// Its own ns-… name is answered; that of an address that is no Coral
+	// name server is not.
+	for _, tc := range []struct {
+		name  string
+		rcode int
+	}{{"ns-127-0-3-2.nyucd.test.", dns.RcodeSuccess}, {"ns-127-0-0-1.nyucd.test.", dns.RcodeNameError}} {
+		m.SetQuestion(tc.name, dns.TypeA)
+		rec = dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "127.0.0.1"})
+		cr.ServeDNS(context.Background(), rec, m)
+		if rec.Msg.Rcode != tc.rcode {
+			t.Errorf("%s: %s, want %s", tc.name, dns.RcodeToString[rec.Msg.Rcode], dns.RcodeToString[tc.rcode])
+		}
 	}
 	// No proxy anywhere: NODATA with the short TTL, not an error.
 	m.SetQuestion("a.nyud.test.", dns.TypeA)

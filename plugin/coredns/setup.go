@@ -36,6 +36,7 @@ type config struct {
 
 	probe         string // auto, tcp, icmp, none
 	probeCache    time.Duration
+	probeLimit    int
 	liveWithin    time.Duration
 	checkInterval time.Duration
 	syncWait      time.Duration
@@ -58,6 +59,10 @@ const (
 	defaultCheckInterval = 5 * time.Second
 	defaultSyncWait      = 250 * time.Millisecond
 )
+
+// maxProbeLimit bounds probe_limit: each probe holds a socket or two for
+// up to the largest threshold.
+const maxProbeLimit = 4096
 
 func defaultAnswerTTLs(levels int) []uint32 {
 	out := make([]uint32, levels)
@@ -133,6 +138,7 @@ func parse(c *caddy.Controller) (*config, error) {
 			pins:          map[int]string{},
 			probe:         "auto",
 			probeCache:    defaultProbeCache,
+			probeLimit:    defaultProbeLimit,
 			liveWithin:    defaultLiveWithin,
 			checkInterval: defaultCheckInterval,
 			syncWait:      defaultSyncWait,
@@ -246,6 +252,10 @@ func parse(c *caddy.Controller) (*config, error) {
 			case "probe_cache":
 				if err = need(1); err == nil {
 					cfg.probeCache, err = parseDuration(c, prop, args[0])
+				}
+			case "probe_limit":
+				if err = need(1); err == nil {
+					cfg.probeLimit, err = parseCount(c, prop, args[0], maxProbeLimit)
 				}
 			case "live_within":
 				if err = need(1); err == nil {
@@ -472,11 +482,15 @@ func (c *Coral) start() error {
 		wait:       cfg.levels[0],
 		fresh:      cfg.probeCache,
 		failedFor:  min(cfg.probeCache, time.Minute),
+		limit:      cfg.probeLimit,
 		observe:    observeProbe,
 		now:        time.Now,
 		ctx:        ctx,
 	}
 	c.tracker = newTracker(entry.node, len(cfg.levels)+1, cfg.checkInterval, cfg.liveWithin, cfg.syncWait)
+	c.tracker.book = entry.names
+	c.tracker.bookWindow = nsWindow(cfg.set.nsTTL)
+	c.tracker.joined = entry.joined.Load
 	c.tracker.onSweep = func(set *liveSet) {
 		entry.live.Store(set)
 		recordLive(entry.listen, set, c.tracker)

@@ -27,6 +27,7 @@ func TestParse(t *testing.T) {
 		retry_ttl 5s
 		probe none
 		probe_cache 1m
+		probe_limit 16
 		live_within 20s
 		check_interval 2s
 		sync_wait 100ms
@@ -54,7 +55,7 @@ func TestParse(t *testing.T) {
 	if got := s.answerTTL; len(got) != 3 || got[0] != 20 || got[1] != 40 || got[2] != 90 {
 		t.Errorf("answer TTLs %v", got)
 	}
-	if cfg.probe != "none" || cfg.probeCache != time.Minute || cfg.liveWithin != 20*time.Second || cfg.checkInterval != 2*time.Second || cfg.syncWait != 100*time.Millisecond {
+	if cfg.probe != "none" || cfg.probeCache != time.Minute || cfg.probeLimit != 16 || cfg.liveWithin != 20*time.Second || cfg.checkInterval != 2*time.Second || cfg.syncWait != 100*time.Millisecond {
 		t.Errorf("timing %+v", cfg)
 	}
 }
@@ -71,7 +72,7 @@ func TestParseDefaults(t *testing.T) {
 	if s.nsTTL != 3600 || s.answers != defaultAnswers || s.nameservers != defaultNameservers {
 		t.Errorf("settings %+v", s)
 	}
-	if cfg.probe != "auto" || cfg.liveWithin != 15*time.Second || len(cfg.levels) != 2 {
+	if cfg.probe != "auto" || cfg.probeLimit != defaultProbeLimit || cfg.liveWithin != 15*time.Second || len(cfg.levels) != 2 {
 		t.Errorf("config %+v", cfg)
 	}
 }
@@ -102,6 +103,9 @@ func TestParseErrors(t *testing.T) {
 		{"classify bad level", "coral nyucd.test {\n" + listen + "classify 10.0.0.0/8 3\n}", "levels 0..2"},
 		{"classify negative", "coral nyucd.test {\n" + listen + "classify 10.0.0.0/8 -1\n}", "0..n"},
 		{"probe unknown", "coral nyucd.test {\n" + listen + "probe smoke\n}", "want auto, tcp, icmp or none"},
+		{"probe_limit zero", "coral nyucd.test {\n" + listen + "probe_limit 0\n}", "1..4096"},
+		{"probe_limit huge", "coral nyucd.test {\n" + listen + "probe_limit 100000\n}", "1..4096"},
+		{"probe_limit args", "coral nyucd.test {\n" + listen + "probe_limit\n}", "probe_limit takes 1 argument"},
 		{"answers zero", "coral nyucd.test {\n" + listen + "answers 0\n}", "1..16"},
 		{"nameservers many", "coral nyucd.test {\n" + listen + "nameservers 14\n}", "1..13"},
 		{"answer_ttl count", "coral nyucd.test {\n" + listen + "answer_ttl 1s 2s\n}", "2 TTLs for 3 levels"},
