@@ -131,6 +131,7 @@ http://:%[11]d {
 		cache_dir %[13]s
 		cache_size 256MiB
 		allow_origins %[14]s.0/24
+		allow_peers %[14]s.0/24
 		peer_address %[4]v:%[11]d
 	}
 }

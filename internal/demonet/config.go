@@ -231,6 +231,9 @@ func caddyfile(s nodeSpec) string {
 		# Only the demo origin; everything else on loopback or private
 		# addresses stays refused.
 		allow_origins %[12]s/32
+		# The demo's peers are on loopback, which references may not
+		# name unless listed.
+		allow_peers 127.0.0.0/8
 		# Honour short max-age (the default minimum is 5 min), so copies go
 		# stale within seconds and stale serving can be seen.
 		min_ttl 0

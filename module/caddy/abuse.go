@@ -117,8 +117,10 @@ var (
 )
 
 // admit decides whether a Coralized request may be served. origin is the
-// origin host (from ParseCoralized) and originURL the absolute URL of the
-// object at the origin, without coral-no-serve. The checks run in this
+// origin host (from ParseCoralized) and originURL returns the absolute URL
+// of the object at the origin, without coral-no-serve (called only for a
+// refusal or a redirect, so a request that is admitted does not pay for
+// building it). The checks run in this
 // order, cheapest and most definitive first:
 //
 //  1. a blacklisted origin gets 403;
@@ -136,7 +138,7 @@ var (
 // ServeHTTP should return err: a caddyhttp.HandlerError for a refusal, nil
 // after a redirect has been written. The client address is Caddy's
 // client_ip (which honours trusted_proxies), else the connection's.
-func (a *abuseControls) admit(w http.ResponseWriter, r *http.Request, origin, originURL string) (done bool, err error) {
+func (a *abuseControls) admit(w http.ResponseWriter, r *http.Request, origin string, originURL func() string) (done bool, err error) {
 	if a == nil {
 		return false, nil
 	}
@@ -150,7 +152,7 @@ func (a *abuseControls) admit(w http.ResponseWriter, r *http.Request, origin, or
 		return true, caddyhttp.Error(status, err)
 	}
 	if a.blacklist.blocked(origin) {
-		return refuse(http.StatusForbidden, "blacklisted", fmt.Errorf("coral_proxy: %s is on this proxy's blacklist: %w; fetch %s directly", origin, errBlacklisted, originURL))
+		return refuse(http.StatusForbidden, "blacklisted", fmt.Errorf("coral_proxy: %s is on this proxy's blacklist: %w; fetch %s directly", origin, errBlacklisted, originURL()))
 	}
 	limiter := a.rate
 	if fromPeer {
@@ -166,9 +168,9 @@ func (a *abuseControls) admit(w http.ResponseWriter, r *http.Request, origin, or
 		if fromPeer {
 			return refuse(http.StatusGatewayTimeout, "over-budget", errOverBudget)
 		}
-		loc, err := noServeRedirect(originURL)
+		loc, err := noServeRedirect(originURL())
 		if err != nil {
-			return true, caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("%w; and the origin URL %q: %v", errOverBudget, originURL, err))
+			return true, caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("%w; and the origin URL %q: %v", errOverBudget, originURL(), err))
 		}
 		// The redirect lasts only as long as the budget is exhausted.
 		w.Header().Set("Cache-Control", "no-store")

@@ -887,7 +887,7 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 
 	// Blacklisted: 403, before the rate limit is touched.
 	w := httptest.NewRecorder()
-	done, err := a.admit(w, newAbuseRequest("www.blocked.example", "", false), "www.blocked.example", "http://www.blocked.example/a?x=1")
+	done, err := a.admit(w, newAbuseRequest("www.blocked.example", "", false), "www.blocked.example", func() string { return "http://www.blocked.example/a?x=1" })
 	if !done || handlerStatus(t, err) != http.StatusForbidden || !errors.Is(err, errBlacklisted) {
 		t.Fatalf("blacklisted: done=%v err=%v", done, err)
 	}
@@ -896,19 +896,19 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 	}
 	// ... and 504 for a peer.
 	w = httptest.NewRecorder()
-	done, err = a.admit(w, newAbuseRequest("www.blocked.example", "", true), "www.blocked.example", "http://www.blocked.example/")
+	done, err = a.admit(w, newAbuseRequest("www.blocked.example", "", true), "www.blocked.example", func() string { return "http://www.blocked.example/" })
 	if !done || handlerStatus(t, err) != http.StatusGatewayTimeout || !strings.Contains(w.Header().Get("Cache-Status"), "blacklisted") {
 		t.Fatalf("blacklisted, peer: done=%v err=%v", done, err)
 	}
 
 	// Admitted.
 	w = httptest.NewRecorder()
-	if done, err := a.admit(w, newAbuseRequest("www.example.com", "", false), "www.example.com", originURL); done || err != nil {
+	if done, err := a.admit(w, newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL }); done || err != nil {
 		t.Fatalf("first request: done=%v err=%v", done, err)
 	}
 	// Same client again: 429 with Retry-After.
 	w = httptest.NewRecorder()
-	done, err = a.admit(w, newAbuseRequest("www.example.com", "", false), "www.example.com", originURL)
+	done, err = a.admit(w, newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL })
 	if !done || handlerStatus(t, err) != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "1" {
 		t.Fatalf("second request: done=%v err=%v Retry-After=%q", done, err, w.Header().Get("Retry-After"))
 	}
@@ -916,24 +916,24 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 	// of their own (burst 2 here): admitted twice, then 504 without
 	// Retry-After.
 	for i := range 2 {
-		if done, err := a.admit(httptest.NewRecorder(), newAbuseRequest("www.example.com", "", true), "www.example.com", originURL); done || err != nil {
+		if done, err := a.admit(httptest.NewRecorder(), newAbuseRequest("www.example.com", "", true), "www.example.com", func() string { return originURL }); done || err != nil {
 			t.Fatalf("peer request %d within the peer rate: done=%v err=%v", i+1, done, err)
 		}
 	}
 	w = httptest.NewRecorder()
-	done, err = a.admit(w, newAbuseRequest("www.example.com", "", true), "www.example.com", originURL)
+	done, err = a.admit(w, newAbuseRequest("www.example.com", "", true), "www.example.com", func() string { return originURL })
 	if !done || handlerStatus(t, err) != http.StatusGatewayTimeout || w.Header().Get("Retry-After") != "" {
 		t.Fatalf("peer over rate: done=%v err=%v", done, err)
 	}
 	// The client is Caddy's client_ip when set (trusted_proxies): another
 	// client behind the same connection address is admitted, and two
 	// connections with one client_ip share its bucket.
-	if done, _ := a.admit(httptest.NewRecorder(), newAbuseRequest("www.example.com", "2001:db8::1", false), "www.example.com", originURL); done {
+	if done, _ := a.admit(httptest.NewRecorder(), newAbuseRequest("www.example.com", "2001:db8::1", false), "www.example.com", func() string { return originURL }); done {
 		t.Fatal("client_ip client refused")
 	}
 	r := newAbuseRequest("www.example.com", "2001:db8::2", false) // same /64
 	r.RemoteAddr = "198.51.100.1:1"
-	if done, _ := a.admit(httptest.NewRecorder(), r, "www.example.com", originURL); !done {
+	if done, _ := a.admit(httptest.NewRecorder(), r, "www.example.com", func() string { return originURL }); !done {
 		t.Fatal("client_ip not used as the client")
 	}
 
@@ -941,7 +941,7 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 	now = now.Add(time.Second) // a token again for 203.0.113.9
 	a.budget.add(100, now)
 	w = httptest.NewRecorder()
-	done, err = a.admit(w, newAbuseRequest("www.example.com", "", false), "www.example.com", originURL)
+	done, err = a.admit(w, newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL })
 	if !done || err != nil || w.Code != http.StatusFound {
 		t.Fatalf("over budget: done=%v err=%v code=%d", done, err, w.Code)
 	}
@@ -954,24 +954,24 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 	// A peer over budget: 504.
 	now = now.Add(time.Second)
 	w = httptest.NewRecorder()
-	done, err = a.admit(w, newAbuseRequest("www.example.com", "", true), "www.example.com", originURL)
+	done, err = a.admit(w, newAbuseRequest("www.example.com", "", true), "www.example.com", func() string { return originURL })
 	if !done || handlerStatus(t, err) != http.StatusGatewayTimeout || !errors.Is(err, errOverBudget) {
 		t.Fatalf("peer over budget: done=%v err=%v", done, err)
 	}
 	// The next window serves again.
 	now = now.Add(time.Hour)
-	if done, err := a.admit(httptest.NewRecorder(), newAbuseRequest("www.example.com", "", false), "www.example.com", originURL); done || err != nil {
+	if done, err := a.admit(httptest.NewRecorder(), newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL }); done || err != nil {
 		t.Fatalf("next window: done=%v err=%v", done, err)
 	}
 
 	// Nothing configured: everything admitted.
 	var none *abuseControls
-	if done, err := none.admit(httptest.NewRecorder(), newAbuseRequest("www.blocked.example", "", false), "www.blocked.example", originURL); done || err != nil {
+	if done, err := none.admit(httptest.NewRecorder(), newAbuseRequest("www.blocked.example", "", false), "www.blocked.example", func() string { return originURL }); done || err != nil {
 		t.Fatal("nil controls refuse")
 	}
 	empty := &abuseControls{}
 	for range 100 {
-		if done, _ := empty.admit(httptest.NewRecorder(), newAbuseRequest("www.example.com", "", false), "www.example.com", originURL); done {
+		if done, _ := empty.admit(httptest.NewRecorder(), newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL }); done {
 			t.Fatal("empty controls refuse")
 		}
 	}

@@ -47,6 +47,15 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"bad duration", "coral_proxy nyud.test {\n min_ttl soon\n}", "not a duration"},
 		{"bad peer", "coral_proxy nyud.test {\n peer_address here\n}", "not IP:PORT"},
 		{"two args", "coral_proxy nyud.test {\n cache_dir a b\n}", "takes one argument"},
+		{"bad object size", "coral_proxy nyud.test {\n max_object_size huge\n}", "not a size"},
+		{"bad max objects", "coral_proxy nyud.test {\n max_objects -1\n}", "not a positive number"},
+		{"bad peers", "coral_proxy nyud.test {\n allow_peers nowhere\n}", "not a prefix"},
+		{"no downloads", "coral_proxy nyud.test {\n max_downloads 0\n}", "not a positive number"},
+		{"downloads args", "coral_proxy nyud.test {\n max_downloads 1 2 3\n}", "N [PER_ORIGIN]"},
+		{"bad per origin", "coral_proxy nyud.test {\n max_downloads 10 x\n}", "per origin"},
+		{"bad wait", "coral_proxy nyud.test {\n download_wait later\n}", "not a duration"},
+		{"cookie forwarded", "coral_proxy nyud.test {\n forward_fields Cookie\n}", "never forwarded"},
+		{"no fields", "coral_proxy nyud.test {\n forward_fields\n}", "at least one"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h Handler

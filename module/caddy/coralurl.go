@@ -50,8 +50,10 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -146,26 +148,24 @@ func (t Target) Key() string {
 
 // OriginURL is the absolute URL to fetch from the origin: t's scheme
 // ("http" when empty), host, port unless default, and the normalized path
-// and query (so dot segments never reach the origin).
-func (t Target) OriginURL() string {
+// and query, so that dot segments never reach the origin and the origin is
+// asked for exactly the URL the cache key is computed from (Key). It is
+// built field by field with net/url, never by gluing strings: the request
+// line the origin sees is the result's RequestURI.
+func (t Target) OriginURL() *url.URL {
 	scheme := lowerASCII(t.Scheme)
 	if scheme == "" {
 		scheme = "http"
 	}
-	var b strings.Builder
-	b.WriteString(scheme)
-	b.WriteString("://")
-	b.WriteString(normalizeHost(t.Host))
+	host := normalizeHost(t.Host)
 	if t.Port > 0 && t.Port != schemeDefaultPort(scheme) {
-		b.WriteByte(':')
-		b.WriteString(strconv.Itoa(t.Port))
+		host = net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), strconv.Itoa(t.Port))
 	}
-	b.WriteString(normalizePath(t.Path))
-	if q := normalizeQuery(t.RawQuery); q != "" {
-		b.WriteByte('?')
-		b.WriteString(q)
-	}
-	return b.String()
+	escaped := normalizePath(t.Path)
+	// A normalized path has only valid escapes, so unescaping cannot fail,
+	// and RawPath is a valid encoding of Path: EscapedPath returns it as is.
+	path, _ := url.PathUnescape(escaped)
+	return &url.URL{Scheme: scheme, Host: host, Path: path, RawPath: escaped, RawQuery: normalizeQuery(t.RawQuery)}
 }
 
 // CoralHost is the Coralized host name for t under zone (see CoralizeHost).

@@ -305,7 +305,7 @@ func TestTarget(t *testing.T) {
 	if tg != want {
 		t.Fatalf("ParseTarget = %+v, want %+v", tg, want)
 	}
-	if got := tg.OriginURL(); got != "http://www.example.com:8080/b~?x=1" {
+	if got := tg.OriginURL().String(); got != "http://www.example.com:8080/b~?x=1" {
 		t.Errorf("OriginURL = %q", got)
 	}
 	if got := tg.NormalizedURL(); got != "//www.example.com:8080/b~?x=1" {
@@ -318,11 +318,11 @@ func TestTarget(t *testing.T) {
 		t.Errorf("CoralHost = %q", got)
 	}
 	tg.Scheme, tg.Port = "https", 443
-	if got := tg.OriginURL(); got != "https://www.example.com/b~?x=1" {
+	if got := tg.OriginURL().String(); got != "https://www.example.com/b~?x=1" {
 		t.Errorf("https OriginURL = %q", got)
 	}
 	tg.Scheme = ""
-	if got := tg.OriginURL(); got != "http://www.example.com:443/b~?x=1" {
+	if got := tg.OriginURL().String(); got != "http://www.example.com:443/b~?x=1" {
 		t.Errorf("default-scheme OriginURL = %q", got)
 	}
 	if _, err := ParseTarget("example.com", "nyud.net", "/", ""); !errors.Is(err, ErrNotCoralized) {

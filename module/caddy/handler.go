@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -40,14 +41,45 @@ type Handler struct {
 	// Caddy's data directory.
 	CacheDir string `json:"cache_dir,omitempty"`
 
-	// CacheSize bounds the bytes the cache keeps on disk; least recently
-	// used objects go first. Default 1 GiB.
+	// CacheSize bounds the bytes the cache keeps on disk, each file
+	// counted in whole 4 KiB blocks; least recently used objects go first.
+	// Default 1 GiB.
 	CacheSize int64 `json:"cache_size,omitempty"`
+
+	// MaxObjectSize bounds one cached object's body. A response declaring
+	// more is served to its client uncached; one that grows past it
+	// mid-download is aborted. Default: an eighth of CacheSize, so no
+	// single object (or origin lying about its length) can displace more
+	// than an eighth of the cache.
+	MaxObjectSize int64 `json:"max_object_size,omitempty"`
+
+	// MaxObjects bounds the number of cached objects, and with it the
+	// memory of the cache's index (about 170 bytes an object). Default:
+	// CacheSize / 8 KiB, as many as fit at their smallest (two blocks).
+	MaxObjects int `json:"max_objects,omitempty"`
 
 	// AllowOrigins lists address prefixes of origins the proxy may fetch
 	// from although they are private, loopback or otherwise not public.
 	// By default such origins are refused.
 	AllowOrigins []string `json:"allow_origins,omitempty"`
+
+	// ForwardFields are request fields passed to origins (and peers)
+	// besides the defaults: Accept, Accept-Language, User-Agent, and
+	// whatever a stored response's Vary names. They are not part of the
+	// cache key, so list only fields that never change what an origin
+	// sends (a request ID, say): a field that does lets one client decide
+	// what every other gets. Credentials, cookies, hop-by-hop fields,
+	// conditionals and fields servers take as overrides of the URL, host,
+	// method or client cannot be listed.
+	ForwardFields []string `json:"forward_fields,omitempty"`
+
+	// AllowPeers lists address prefixes where peer proxies may be although
+	// they are private, loopback or otherwise not public. DSHT references
+	// naming other such addresses are ignored: any member of the network
+	// can put a reference, and one naming an internal address would make
+	// this proxy send requests into its own network. Default: none (a
+	// fleet on a private network lists its prefix here).
+	AllowPeers []string `json:"allow_peers,omitempty"`
 
 	// OriginScheme is how origins are fetched: "http", "https" or "auto"
 	// (default: http, following a redirect to the https form of the same
@@ -68,6 +100,21 @@ type Handler struct {
 	// PeerTimeout bounds connecting to a peer proxy and waiting for its
 	// response header. Default 3s.
 	PeerTimeout caddy.Duration `json:"peer_timeout,omitempty"`
+
+	// DownloadTimeout bounds one whole download from a peer or an origin,
+	// however steadily its bytes arrive (OriginTimeout bounds each
+	// silence). Default 10m.
+	DownloadTimeout caddy.Duration `json:"download_timeout,omitempty"`
+
+	// MaxDownloads bounds the downloads (from peers or origins) this
+	// proxy runs at once, and MaxDownloadsPerOrigin those from one origin
+	// host and port. A request that would start one more waits up to
+	// DownloadWait for a slot, then gets 503 with Retry-After. Requests
+	// served from the cache, or joining a download already running, need
+	// no slot. Defaults 256, 32 and 10s.
+	MaxDownloads          int            `json:"max_downloads,omitempty"`
+	MaxDownloadsPerOrigin int            `json:"max_downloads_per_origin,omitempty"`
+	DownloadWait          caddy.Duration `json:"download_wait,omitempty"`
 
 	// PeerAddress is the HTTP address other proxies use to reach this one.
 	// Default: the coral app's node IP and the port the request came in on.
@@ -94,6 +141,7 @@ type Handler struct {
 	BandwidthWindow caddy.Duration `json:"bandwidth_window,omitempty"`
 
 	app      *App
+	forward  []string // forwardFields(ForwardFields), set by Provision
 	store    *diskcache.Store
 	storeKey string
 	eng      *engine
@@ -153,20 +201,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.OriginScheme == "" {
 		h.OriginScheme = "auto"
 	}
-	policy := DefaultPolicy()
-	if h.DefaultTTL != nil {
-		policy.DefaultTTL = time.Duration(*h.DefaultTTL)
+	policy := h.policy()
+	guard, err := newGuard("allow_origins", h.AllowOrigins)
+	if err != nil {
+		return err
 	}
-	if h.MinTTL != nil {
-		policy.MinTTL = time.Duration(*h.MinTTL)
+	peerGuard, err := newGuard("allow_peers", h.AllowPeers)
+	if err != nil {
+		return err
 	}
-	var guard originGuard
-	for _, a := range h.AllowOrigins {
-		p, err := parsePrefix(a)
-		if err != nil {
-			return fmt.Errorf("coral_proxy: allow_origins %q: %w", a, err)
-		}
-		guard.allow = append(guard.allow, p)
+	if h.forward, err = forwardFields(h.ForwardFields); err != nil {
+		return err
 	}
 	var peerAddr netip.AddrPort
 	if h.PeerAddress != "" {
@@ -179,7 +224,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	val, _, err := stores.LoadOrNew(dir, func() (caddy.Destructor, error) {
-		s, err := diskcache.Open(diskcache.Options{Dir: dir, MaxBytes: h.CacheSize})
+		s, err := diskcache.Open(diskcache.Options{Dir: dir, MaxBytes: h.CacheSize, MaxObjectBytes: h.MaxObjectSize, MaxEntries: h.MaxObjects})
 		if err != nil {
 			return nil, err
 		}
@@ -192,7 +237,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.storeKey = dir
 	entry := val.(*storeEntry)
-	h.setup(entry.Store, h.app.Node(), guard, policy)
+	h.setup(entry.Store, h.app.Node(), guard, peerGuard, policy)
 	h.eng.refs = entry.refs
 	if peerAddr.IsValid() {
 		h.eng.peerAddr.Store(&peerAddr)
@@ -206,6 +251,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	registerProxy(h)
 	return nil
+}
+
+// policy is the freshness policy the configuration asks for: Coral's
+// defaults, with default_ttl and min_ttl if set.
+func (h *Handler) policy() Policy {
+	p := DefaultPolicy()
+	if h.DefaultTTL != nil {
+		p.DefaultTTL = time.Duration(*h.DefaultTTL)
+	}
+	if h.MinTTL != nil {
+		p.MinTTL = time.Duration(*h.MinTTL)
+	}
+	return p
 }
 
 // provisionAbuse sets up the blacklist, the rate limit and the budget.
@@ -241,36 +299,62 @@ func (h *Handler) provisionAbuse() error {
 	return nil
 }
 
-// setup builds the fetch engine around a store and a node.
-func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard originGuard, policy Policy) {
+// setup builds the fetch engine around a store and a node; guard decides
+// which origin addresses may be fetched from, peerGuard which peer
+// addresses may be asked.
+func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peerGuard originGuard, policy Policy) {
 	h.store = store
+	if h.forward == nil {
+		h.forward = defaultForwardFields
+	}
 	peerTransport := &http.Transport{
 		Proxy:                  nil,
-		DialContext:            (&net.Dialer{Timeout: time.Duration(h.PeerTimeout)}).DialContext,
+		DialContext:            (&net.Dialer{Timeout: time.Duration(h.PeerTimeout), Control: h.peerControl}).DialContext,
 		ResponseHeaderTimeout:  time.Duration(h.PeerTimeout),
 		MaxResponseHeaderBytes: 64 << 10,
 		MaxIdleConnsPerHost:    8,
 		DisableCompression:     true,
 	}
 	h.eng = &engine{
-		store:         h.store,
-		node:          node,
-		originTimeout: time.Duration(h.OriginTimeout),
-		peerTimeout:   time.Duration(h.PeerTimeout),
-		origin:        &http.Client{Transport: originTransport(guard, time.Duration(h.OriginTimeout), time.Duration(h.OriginTimeout)), CheckRedirect: noRedirects},
-		peer:          &http.Client{Transport: peerTransport, CheckRedirect: noRedirects},
-		failures:      newOriginFailures(3, 30*time.Second),
-		policy:        policy,
-		logger:        h.logger,
-		selfAddr:      h.selfAddr,
-		userAgent:     proxyVersion,
-		zone:          h.Zone,
-		inflight:      make(map[string]*download),
-		guard:         guard,
+		store:           h.store,
+		node:            node,
+		originTimeout:   time.Duration(h.OriginTimeout),
+		peerTimeout:     time.Duration(h.PeerTimeout),
+		origin:          &http.Client{Transport: originTransport(guard, time.Duration(h.OriginTimeout), time.Duration(h.OriginTimeout)), CheckRedirect: noRedirects},
+		peer:            &http.Client{Transport: peerTransport, CheckRedirect: noRedirects},
+		failures:        newOriginFailures(3, 30*time.Second),
+		httpsUpgrades:   newBoundedMap[int](maxRemembered),
+		tooLarge:        newBoundedMap[time.Time](maxRemembered),
+		slots:           newDownloadSlots(orDefault(h.MaxDownloads, defaultMaxDownloads), orDefault(h.MaxDownloadsPerOrigin, defaultMaxDownloadsPerOrigin)),
+		downloadWait:    durationOr(h.DownloadWait, defaultDownloadWait),
+		downloadTimeout: durationOr(h.DownloadTimeout, defaultDownloadTimeout),
+		policy:          policy,
+		logger:          h.logger,
+		selfAddr:        h.selfAddr,
+		userAgent:       proxyVersion,
+		forward:         h.forward,
+		zone:            h.Zone,
+		inflight:        make(map[string]*download),
+		guard:           guard,
+		peerGuard:       peerGuard,
 	}
 }
 
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// newGuard builds an address guard allowing the prefixes of the option
+// named option.
+func newGuard(option string, prefixes []string) (originGuard, error) {
+	var g originGuard
+	for _, a := range prefixes {
+		p, err := parsePrefix(a)
+		if err != nil {
+			return g, fmt.Errorf("coral_proxy: %s %q: %w", option, a, err)
+		}
+		g.allow = append(g.allow, p)
+	}
+	return g, nil
+}
 
 func parsePrefix(s string) (netip.Prefix, error) {
 	if p, err := netip.ParsePrefix(s); err == nil {
@@ -281,6 +365,35 @@ func parsePrefix(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, errors.New("not a prefix or address")
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// peerControl runs on every socket opened to a peer, with the address
+// about to be dialled: the references' filter (run) again, where it
+// cannot be missed.
+func (h *Handler) peerControl(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil || !h.eng.peerGuard.permitted(ap.Addr()) {
+		return fmt.Errorf("coral_proxy: peer address %s not allowed (allow_peers)", address)
+	}
+	return nil
+}
+
+// maxRemembered bounds what the proxy remembers per origin or object:
+// origins that redirect to https, objects too large to cache.
+const maxRemembered = 10000
+
+func orDefault(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+func durationOr(v caddy.Duration, def time.Duration) time.Duration {
+	if v > 0 {
+		return time.Duration(v)
+	}
+	return def
 }
 
 // selfAddr is the HTTP address put in DSHT references.
@@ -294,7 +407,7 @@ func (h *Handler) selfAddr() netip.AddrPort {
 // learnPeerAddr fills in this proxy's HTTP address from the first request:
 // the node's IP and the port the request came in on.
 func (h *Handler) learnPeerAddr(r *http.Request) {
-	if h.eng.peerAddr.Load() != nil {
+	if h.eng.peerAddr.Load() != nil || h.eng.node == nil {
 		return
 	}
 	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
@@ -322,6 +435,12 @@ func (h *Handler) Validate() error {
 	}
 	if h.CacheSize < 0 {
 		return errors.New("coral_proxy: cache_size must be positive")
+	}
+	if h.MaxObjectSize < 0 || h.MaxObjectSize > h.CacheSize && h.CacheSize > 0 {
+		return fmt.Errorf("coral_proxy: max_object_size %d must be positive and at most cache_size %d", h.MaxObjectSize, h.CacheSize)
+	}
+	if h.MaxObjects < 0 || h.MaxDownloads < 0 || h.MaxDownloadsPerOrigin < 0 {
+		return errors.New("coral_proxy: max_objects and max_downloads must be positive")
 	}
 	return nil
 }
@@ -359,11 +478,13 @@ func (a *requestAccount) set(cacheStatus, source string) {
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAccount) error {
-	origin, port, err := ParseCoralized(r.Host, h.Zone)
+	target, err := requestTarget(r, h.Zone)
 	switch {
 	case errors.Is(err, ErrNotCoralized):
 		return caddyhttp.Error(http.StatusMisdirectedRequest,
 			fmt.Errorf("this Coral proxy serves only host names ending in .%s (Coralized URLs); %q is not one", strings.TrimSuffix(h.Zone, "."), r.Host))
+	case errors.Is(err, errBadTarget):
+		return caddyhttp.Error(http.StatusBadRequest, err)
 	case err != nil:
 		return caddyhttp.Error(StatusForHostError(err), err)
 	}
@@ -371,54 +492,57 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 		w.Header().Set("Allow", "GET, HEAD")
 		return caddyhttp.Error(http.StatusMethodNotAllowed, fmt.Errorf("coral_proxy serves GET and HEAD only"))
 	}
-	if a, ok := OriginAddr(origin); ok && !h.eng.guard.permitted(a) {
-		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("origin %s: %w", origin, errOriginForbidden))
+	if a, ok := OriginAddr(target.Host); ok && !h.eng.guard.permitted(a) {
+		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("origin %s: %w", target.Host, errOriginForbidden))
 	}
 	h.learnPeerAddr(r)
-	originURL := "http://" + hostPort(origin, port) + r.URL.RequestURI()
-	if done, err := h.abuse.admit(w, r, origin, originURL); done {
-		return err
-	}
-	w = h.abuse.count(w)
-
 	scheme := "http"
 	if h.OriginScheme == "https" {
 		scheme = "https"
 	}
-	key := CacheKey("http", origin, port, r.URL.EscapedPath(), r.URL.RawQuery)
-	fr := fetchRequest{
-		key: key, baseKey: key, scheme: scheme, host: origin, port: port, uri: r.URL.RequestURI(),
-		coralHost: r.Host, header: r.Header, clientIP: clientIP(r),
+	key := target.Key()
+	fr := fetchRequest{key: key, baseKey: key, target: target, scheme: scheme, header: r.Header, allow: h.eng.forward, clientIP: clientIP(r)}
+	if done, err := h.abuse.admit(w, r, target.Host, func() string { return fr.originURL().String() }); done {
+		return err
 	}
+	if _, ok := r.Header["Authorization"]; ok {
+		// Coral serves public content: credentials are never forwarded,
+		// and a cache must not answer an authorized request from a copy
+		// fetched without them (RFC 9111 §3.5).
+		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("%w; fetch %s directly", errAuthorization, fr.originURL()))
+	}
+	w = h.abuse.count(w)
 	onlyIfCached := ParseRequestCacheControl(r.Header).OnlyIfCached
-	auth := r.Header.Get("Authorization") != ""
 
-	if !auth {
-		if rd, m, ok := h.lookup(r.Context(), &fr); ok {
-			if !rd.Complete() {
-				// Being downloaded right now: join it.
-				acct.set("collapsed", m.Extra["source"])
-				return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", m.Extra["source"])
-			}
-			if time.Now().Before(m.Expires) {
-				h.eng.refs.touch(fr.baseKey)
-				acct.set("hit", "local")
-				return h.serveStored(w, r, rd, "hit", "local")
-			}
-			rd.Close()
-			// Stale: revalidate with the origin. Within stale-while-
-			// revalidate the stale copy is served at once meanwhile.
-			fr.stale = &m
-			if swr, _ := StaleWindows(m.Header); time.Since(m.Expires) < swr {
-				h.eng.startDownload(fr)
-				if rd, ok := h.store.GetContext(r.Context(), fr.key); ok {
-					acct.set("stale", "local")
-					return h.serveStored(w, r, rd, "hit; fwd=stale", "stale-while-revalidate")
-				}
-			}
-			d, started := h.eng.startDownload(fr)
-			return h.afterDownload(w, r, fr, d, started, acct)
+	if rd, m, ok := h.lookup(r.Context(), &fr); ok {
+		if !rd.Complete() {
+			// Being downloaded right now: join it.
+			acct.set("collapsed", m.Extra["source"])
+			return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", m.Extra["source"], onlyIfCached)
 		}
+		if time.Now().Before(m.Expires) {
+			h.eng.refs.touch(fr.baseKey)
+			acct.set("hit", "local")
+			return h.serveStored(w, r, rd, "hit", "local", onlyIfCached)
+		}
+		rd.Close()
+		if onlyIfCached {
+			// Stale, and the client (a peer, usually) wants no origin
+			// contact: RFC 9111 §5.2.1.7.
+			return notCached(w, "stale")
+		}
+		// Stale: revalidate with the origin. Within stale-while-
+		// revalidate the stale copy is served at once meanwhile.
+		fr.stale = &m
+		if swr, _ := StaleWindows(m.Header); time.Since(m.Expires) < swr {
+			// In the background, if a download slot is free now.
+			_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), fr, 0)
+			if rd, ok := h.store.GetContext(r.Context(), fr.key); ok {
+				acct.set("stale", "local")
+				return h.serveStored(w, r, rd, "hit; fwd=stale", "stale-while-revalidate", onlyIfCached)
+			}
+		}
+		return h.download(w, r, fr, acct)
 	}
 	if onlyIfCached {
 		// A peer (or a client) that wants no origin fetch. A download under
@@ -430,9 +554,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 			select {
 			case <-d.ready:
 				if d.err == nil && d.direct == nil {
-					if rd, _, ok := h.lookup(r.Context(), &fr); ok {
+					if rd, _, ok := h.lookup(r.Context(), &fr); ok && (!rd.Complete() || time.Now().Before(rd.Meta().Expires)) {
 						acct.set("collapsed", d.source)
-						return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", d.source)
+						return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", d.source, true)
+					} else if ok {
+						rd.Close()
 					}
 				}
 			case <-t.C:
@@ -440,10 +566,34 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 				return r.Context().Err()
 			}
 		}
-		w.Header().Set("Cache-Status", `coral; fwd=miss; detail="only-if-cached"`)
-		return caddyhttp.Error(http.StatusGatewayTimeout, errors.New("not in this proxy's cache (only-if-cached)"))
+		return notCached(w, "only-if-cached")
 	}
-	d, started := h.eng.startDownload(fr)
+	return h.download(w, r, fr, acct)
+}
+
+// errAuthorization is why a request with credentials is refused.
+var errAuthorization = errors.New("coral_proxy: Coral serves public content and never forwards credentials (Authorization)")
+
+// notCached is the answer to an only-if-cached request the cache cannot
+// satisfy: 504 (RFC 9111 §5.2.1.7), with why in Cache-Status.
+func notCached(w http.ResponseWriter, why string) error {
+	w.Header().Set("Cache-Status", fmt.Sprintf("coral; fwd=miss; detail=%q", why))
+	return caddyhttp.Error(http.StatusGatewayTimeout, errors.New("not in this proxy's cache (only-if-cached)"))
+}
+
+// download starts (or joins) the download for fr and serves what it
+// brings. A request that finds every download slot taken for download_wait
+// gets 503 with Retry-After.
+func (h *Handler) download(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
+	d, started, err := h.eng.startDownload(r.Context(), fr, h.eng.downloadWait)
+	if errors.Is(err, errDownloadsBusy) {
+		acct.set("refused", "none")
+		w.Header().Set("Retry-After", retryAfterSeconds(h.eng.downloadWait))
+		return caddyhttp.Error(http.StatusServiceUnavailable, err)
+	}
+	if err != nil {
+		return err
+	}
 	return h.afterDownload(w, r, fr, d, started, acct)
 }
 
@@ -465,7 +615,7 @@ func fetchFailed(acct *requestAccount, err error) error {
 // download started after a miss fills the right entry. m is the object's
 // metadata.
 func (h *Handler) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.Reader, m diskcache.Meta, ok bool) {
-	fr.key = fr.baseKey
+	fr.key, fr.varyIndex, fr.view = fr.baseKey, "", nil
 	rd, ok = h.store.GetContext(ctx, fr.baseKey)
 	if !ok {
 		return nil, m, false
@@ -476,7 +626,8 @@ func (h *Handler) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.R
 		return rd, m, true
 	}
 	rd.Close()
-	vk, vok := VaryKey(fields, fr.header)
+	fr.varyIndex = fields
+	vk, vok := VaryKey(fields, fr.forwarded())
 	if !vok {
 		return nil, diskcache.Meta{}, false
 	}
@@ -512,10 +663,10 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 		}
 		if d.revalidated {
 			acct.set("hit", "local")
-			return h.serveStored(w, r, rd, "hit; fwd=stale; fwd-status=304", "revalidated")
+			return h.serveStored(w, r, rd, "hit; fwd=stale; fwd-status=304", "revalidated", false)
 		}
 		acct.set("stale", "local")
-		return h.serveStored(w, r, rd, "hit; fwd=stale", "stale")
+		return h.serveStored(w, r, rd, "hit; fwd=stale", "stale", false)
 	}
 	if d.err != nil {
 		return fetchFailed(acct, d.err)
@@ -527,7 +678,12 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 	}
 	if d.direct != nil {
 		if !started {
-			// The response may not be shared; fetch our own copy.
+			// The response may not be shared; fetch our own copy (with
+			// its own download slot: it is a download like any other).
+			if err := h.eng.slots.acquire(r.Context(), fr.originSlot(), h.eng.downloadWait); err != nil {
+				return fetchFailed(acct, err)
+			}
+			defer h.eng.slots.release(fr.originSlot())
 			resp, err := h.eng.fetchFromOrigin(r.Context(), fr)
 			if err != nil {
 				return fetchFailed(acct, err)
@@ -539,12 +695,18 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 	// The object may have landed under a variant key (the response
 	// varies), which lookup finds through the URL's entry.
 	rd, _, ok := h.lookup(r.Context(), &fr)
-	if !ok && !started && !acct.retried {
+	if !ok && !acct.retried {
 		// The download this request joined failed or was dropped before
-		// it could be read: try once more.
+		// it could be read, or it stored the variant of a field the
+		// origin was not sent yet (the URL's new Vary index now has it
+		// sent): once it has ended, try once more.
 		acct.retried = true
-		d, started = h.eng.startDownload(fr)
-		return h.afterDownload(w, r, fr, d, started, acct)
+		select {
+		case <-d.done:
+		case <-r.Context().Done():
+			return r.Context().Err()
+		}
+		return h.download(w, r, fr, acct)
 	}
 	if !ok {
 		return caddyhttp.Error(http.StatusBadGateway, errors.New("the download ended before the object could be read"))
@@ -553,11 +715,13 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 	if !started {
 		status = "fwd=uri-miss; collapsed"
 	}
-	return h.serveStored(w, r, rd, status, d.source)
+	return h.serveStored(w, r, rd, status, d.source, false)
 }
 
-// serveStored writes a cached (or still arriving) object.
-func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status, source string) error {
+// serveStored writes a cached (or still arriving) object. To a peer (an
+// only-if-cached request) it also says how long the copy stays fresh here
+// (peerFreshnessField), which bounds the peer's copy.
+func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status, source string, toPeer bool) error {
 	defer rd.Close()
 	m := rd.Meta()
 	hdr := w.Header()
@@ -565,7 +729,7 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 	// keeps the metadata of recently read objects in memory), so the
 	// response gets value slices of its own, capped so that an append
 	// reallocates: one allocation for them all and the fields set here.
-	vals := make([]string, 0, len(m.Header)+4)
+	vals := make([]string, 0, len(m.Header)+5)
 	for k, v := range m.Header {
 		vals = append(vals, v...)
 		hdr[k] = vals[len(vals)-len(v) : len(vals) : len(vals)]
@@ -575,6 +739,10 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 	vals = setOwnValue(hdr, vals, "Cache-Status", cacheStatusValue(status, source))
 	age := max(time.Since(m.Stored), 0)
 	vals = setOwnValue(hdr, vals, "Age", strconv.FormatInt(int64(age/time.Second), 10))
+	if toPeer {
+		left := max(time.Until(m.Expires), 0)
+		vals = setOwnValue(hdr, vals, peerFreshnessField, strconv.FormatInt(int64(left/time.Second), 10))
+	}
 	if rd.Complete() && m.Status == http.StatusOK {
 		if !plainRequest(r, hdr) {
 			// Ranges and conditional requests are answered from the cache.
@@ -607,12 +775,45 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 	if r.Method == http.MethodHead {
 		return nil
 	}
-	if _, err := io.Copy(w, rd); err != nil {
+	var err error
+	if rd.Complete() {
+		_, err = io.Copy(w, rd)
+	} else {
+		_, err = copyAsItArrives(w, rd)
+	}
+	if err != nil {
 		// The download failed or the client went away: never let a
 		// truncated body look complete.
 		panic(http.ErrAbortHandler)
 	}
 	return nil
+}
+
+// copyAsItArrives copies a body still being downloaded (an object being
+// written to the cache, or a response relayed uncached) to w, flushing
+// after every read, so the client gets the header at once and each byte as
+// soon as it is here, however slowly the rest comes.
+func copyAsItArrives(w http.ResponseWriter, body io.Reader) (n int64, err error) {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	_ = rc.Flush()
+	for {
+		nr, rerr := body.Read(buf)
+		if nr > 0 {
+			nw, werr := w.Write(buf[:nr])
+			n += int64(nw)
+			if werr != nil {
+				return n, werr
+			}
+			_ = rc.Flush()
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
 }
 
 // setOwnValue sets hdr[key] to the one value v, appended to vals (see
@@ -670,7 +871,7 @@ func (h *Handler) serveDirect(w http.ResponseWriter, resp *http.Response, source
 	hdr.Set("Via", "1.1 coral")
 	hdr.Set("Cache-Status", fmt.Sprintf(`coral; fwd=uri-miss; stored=false; detail=%q`, source))
 	w.WriteHeader(resp.StatusCode)
-	if _, err := io.Copy(w, resp.Body); err != nil {
+	if _, err := copyAsItArrives(w, resp.Body); err != nil {
 		panic(http.ErrAbortHandler)
 	}
 	return nil
@@ -696,12 +897,19 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	coral_proxy ZONE {
 //	    cache_dir      DIR
 //	    cache_size     SIZE          # e.g. 1GiB
+//	    max_object_size SIZE         # default cache_size / 8
+//	    max_objects    N             # default cache_size / 8KiB
 //	    allow_origins  PREFIX...     # private origins allowed anyway
+//	    allow_peers    PREFIX...     # private peer addresses allowed anyway
+//	    forward_fields FIELD...      # request fields sent to origins besides the defaults
 //	    origin_scheme  http|https|auto
 //	    default_ttl    DURATION
 //	    min_ttl        DURATION
 //	    origin_timeout DURATION
 //	    peer_timeout   DURATION
+//	    download_timeout DURATION    # default 10m
+//	    max_downloads  N [PER_ORIGIN] # default 256 32
+//	    download_wait  DURATION      # default 10s
 //	    peer_address   IP:PORT
 //	    blacklist      FILE [POLL]
 //	    rate_limit     PER_SECOND BURST | off
@@ -749,16 +957,66 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 				h.CacheSize = int64(n)
 			}
-		case "allow_origins":
+		case "max_object_size":
+			var v string
+			if v, err = one(); err == nil {
+				n, perr := humanize.ParseBytes(v)
+				if perr != nil || n == 0 || n > 1<<62 {
+					return d.Errf("max_object_size: %q is not a size such as 64MiB", v)
+				}
+				h.MaxObjectSize = int64(n)
+			}
+		case "max_objects":
+			var v string
+			if v, err = one(); err == nil {
+				n, perr := strconv.Atoi(v)
+				if perr != nil || n < 1 {
+					return d.Errf("max_objects: %q is not a positive number", v)
+				}
+				h.MaxObjects = n
+			}
+		case "forward_fields":
 			if len(args) == 0 {
-				return d.Errf("allow_origins needs at least one prefix")
+				return d.Errf("forward_fields needs at least one field name")
+			}
+			if _, ferr := forwardFields(args); ferr != nil {
+				return d.Err(ferr.Error())
+			}
+			h.ForwardFields = append(h.ForwardFields, args...)
+		case "allow_origins", "allow_peers":
+			if len(args) == 0 {
+				return d.Errf("%s needs at least one prefix", prop)
 			}
 			for _, a := range args {
 				if _, perr := parsePrefix(a); perr != nil {
-					return d.Errf("allow_origins: %q is not a prefix or address", a)
+					return d.Errf("%s: %q is not a prefix or address", prop, a)
 				}
 			}
-			h.AllowOrigins = append(h.AllowOrigins, args...)
+			if prop == "allow_origins" {
+				h.AllowOrigins = append(h.AllowOrigins, args...)
+			} else {
+				h.AllowPeers = append(h.AllowPeers, args...)
+			}
+		case "download_timeout":
+			h.DownloadTimeout, err = duration()
+		case "download_wait":
+			h.DownloadWait, err = duration()
+		case "max_downloads":
+			if len(args) < 1 || len(args) > 2 {
+				return d.Errf("max_downloads takes N [PER_ORIGIN]")
+			}
+			n, perr := strconv.Atoi(args[0])
+			if perr != nil || n < 1 {
+				return d.Errf("max_downloads: %q is not a positive number", args[0])
+			}
+			h.MaxDownloads = n
+			if len(args) == 2 {
+				n, perr := strconv.Atoi(args[1])
+				if perr != nil || n < 1 {
+					return d.Errf("max_downloads: per origin %q is not a positive number", args[1])
+				}
+				h.MaxDownloadsPerOrigin = n
+			}
 		case "origin_scheme":
 			if h.OriginScheme, err = one(); err == nil {
 				switch h.OriginScheme {

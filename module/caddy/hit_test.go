@@ -40,7 +40,8 @@ func hitHandler(tb testing.TB, path string, size int) (h *Handler, dir string, b
 	}
 	tb.Cleanup(func() { store.Close() })
 	h = &Handler{Zone: "nyud.test", PeerTimeout: 3e9, RateLimit: 1e6, RateBurst: 1e6, logger: zap.NewNop()}
-	h.setup(store, nil, originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, DefaultPolicy())
+	loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	h.setup(store, nil, loopback, loopback, DefaultPolicy())
 	ap := netip.MustParseAddrPort("127.0.0.2:8080")
 	h.eng.peerAddr.Store(&ap)
 	if err := h.provisionAbuse(); err != nil {

@@ -18,39 +18,84 @@ import (
 // private address (DNS rebinding) is refused like the literal would be.
 
 // errOriginForbidden is returned for origins on addresses the proxy may not
-// reach: private, loopback, link-local, shared (CGNAT), unspecified,
-// multicast and documentation-only ranges, unless allow_origins lists them.
+// reach (see originGuard.permitted), unless allow_origins lists them.
 var errOriginForbidden = errors.New("coral_proxy: origin address not allowed")
 
-// originGuard decides which origin addresses may be contacted.
+// originGuard decides which addresses may be contacted: origins (with
+// allow_origins), and peers named by DSHT references (with allow_peers).
 type originGuard struct {
 	allow []netip.Prefix
 }
 
+// notGlobal are the special-purpose ranges of the IANA IPv4 and IPv6
+// registries (RFC 6890 and its updates) whose addresses are not globally
+// reachable, beyond what netip's predicates (loopback, private, link-local,
+// multicast, unspecified) cover.
+var notGlobal = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),       // "this network" (RFC 791)
+	netip.MustParsePrefix("100.64.0.0/10"),   // shared address space, CGNAT (RFC 6598)
+	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments (RFC 6890)
+	netip.MustParsePrefix("192.0.2.0/24"),    // documentation, TEST-NET-1 (RFC 5737)
+	netip.MustParsePrefix("192.88.99.0/24"),  // deprecated 6to4 relay anycast (RFC 7526)
+	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking (RFC 2544)
+	netip.MustParsePrefix("198.51.100.0/24"), // documentation, TEST-NET-2 (RFC 5737)
+	netip.MustParsePrefix("203.0.113.0/24"),  // documentation, TEST-NET-3 (RFC 5737)
+	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, and the limited broadcast address (RFC 1112, RFC 919)
+	netip.MustParsePrefix("::/8"),            // reserved: IPv4-compatible and SIIT-translated forms (RFC 4291, RFC 6052)
+	netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use IPv4/IPv6 translation (RFC 8215)
+	netip.MustParsePrefix("100::/64"),        // discard-only (RFC 6666)
+	netip.MustParsePrefix("2001::/32"),       // Teredo: embeds (obfuscated) IPv4 addresses (RFC 4380)
+	netip.MustParsePrefix("2001:2::/48"),     // benchmarking (RFC 5180)
+	netip.MustParsePrefix("2001:10::/28"),    // deprecated ORCHID (RFC 4843)
+	netip.MustParsePrefix("2001:db8::/32"),   // documentation (RFC 3849)
+	netip.MustParsePrefix("3fff::/20"),       // documentation (RFC 9637)
+	netip.MustParsePrefix("5f00::/16"),       // SRv6 SIDs (RFC 9602)
+	netip.MustParsePrefix("fec0::/10"),       // deprecated site-local (RFC 3879)
+}
+
+// IPv6 ranges that carry an IPv4 address: such an address is as reachable
+// as the IPv4 address inside, which is checked instead.
 var (
-	cgnat      = netip.MustParsePrefix("100.64.0.0/10")
-	benchmark  = netip.MustParsePrefix("198.18.0.0/15")
-	reserved4  = netip.MustParsePrefix("240.0.0.0/4")
-	thisNet    = netip.MustParsePrefix("0.0.0.0/8")
-	nat64Local = netip.MustParsePrefix("64:ff9b:1::/48")
+	nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96") // the IPv4 address is the last 32 bits (RFC 6052)
+	sixToFour      = netip.MustParsePrefix("2002::/16")    // the IPv4 address is bits 16–47 (RFC 3056)
 )
 
-// permitted reports whether the proxy may connect to ip.
+// embeddedIPv4 returns the IPv4 address inside a NAT64 or 6to4 address.
+func embeddedIPv4(ip netip.Addr) (netip.Addr, bool) {
+	b := ip.As16()
+	switch {
+	case nat64WellKnown.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case sixToFour.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	}
+	return netip.Addr{}, false
+}
+
+// permitted reports whether the proxy may connect to ip: an address
+// allow lists, or a globally reachable one. Private, loopback,
+// link-local, multicast, unspecified and every range in notGlobal are
+// refused, and so are NAT64 and 6to4 addresses whose IPv4 address would
+// be (a NAT64 gateway or 6to4 relay would otherwise carry the request to
+// it).
 func (g originGuard) permitted(ip netip.Addr) bool {
-	ip = ip.Unmap()
+	ip = ip.Unmap().WithZone("")
 	for _, p := range g.allow {
 		if p.Contains(ip) {
 			return true
 		}
 	}
-	switch {
-	case !ip.IsValid(), ip.IsUnspecified(), ip.IsLoopback(), ip.IsPrivate(), ip.IsLinkLocalUnicast(),
-		ip.IsLinkLocalMulticast(), ip.IsInterfaceLocalMulticast(), ip.IsMulticast():
+	if v4, ok := embeddedIPv4(ip); ok {
+		return g.permitted(v4)
+	}
+	if !ip.IsValid() || ip.IsUnspecified() || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() ||
+		ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsMulticast() {
 		return false
-	case cgnat.Contains(ip), benchmark.Contains(ip), reserved4.Contains(ip), thisNet.Contains(ip), nat64Local.Contains(ip):
-		return false
-	case ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-		return false
+	}
+	for _, p := range notGlobal {
+		if p.Contains(ip) {
+			return false
+		}
 	}
 	return true
 }
@@ -87,9 +132,10 @@ func originTransport(g originGuard, connectTimeout, headerTimeout time.Duration)
 	}
 }
 
-// originFailures remembers origins that keep failing at the DNS or TCP
-// level, so a dead site does not cost every request a connect timeout.
-// It is local to this proxy; such failures are never put in the DSHT.
+// originFailures remembers origins (host and port: one port refusing says
+// nothing of the others) that keep failing at the DNS or TCP level, so a
+// dead site does not cost every request a connect timeout. It is local to
+// this proxy; such failures are never put in the DSHT.
 type originFailures struct {
 	mu        sync.Mutex
 	hosts     map[string]*failState
@@ -108,11 +154,11 @@ func newOriginFailures(threshold int, hold time.Duration) *originFailures {
 	return &originFailures{hosts: make(map[string]*failState), threshold: threshold, hold: hold, max: 10000, now: time.Now}
 }
 
-// down reports whether host is remembered as failing, and until when.
-func (f *originFailures) down(host string) (bool, time.Time) {
+// down reports whether endpoint (host:port) is remembered as failing, and until when.
+func (f *originFailures) down(endpoint string) (bool, time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s, ok := f.hosts[host]
+	s, ok := f.hosts[endpoint]
 	if !ok || s.until.IsZero() {
 		return false, time.Time{}
 	}
@@ -125,17 +171,17 @@ func (f *originFailures) down(host string) (bool, time.Time) {
 	return true, s.until
 }
 
-// failed records a DNS or connection failure for host.
-func (f *originFailures) failed(host string) {
+// failed records a DNS or connection failure for endpoint (host:port).
+func (f *originFailures) failed(endpoint string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s, ok := f.hosts[host]
+	s, ok := f.hosts[endpoint]
 	if !ok {
 		if len(f.hosts) >= f.max {
 			f.sweepLocked()
 		}
 		s = &failState{}
-		f.hosts[host] = s
+		f.hosts[endpoint] = s
 	}
 	s.count++
 	if s.count >= f.threshold {
@@ -143,10 +189,10 @@ func (f *originFailures) failed(host string) {
 	}
 }
 
-// succeeded forgets host's failures.
-func (f *originFailures) succeeded(host string) {
+// succeeded forgets endpoint's failures.
+func (f *originFailures) succeeded(endpoint string) {
 	f.mu.Lock()
-	delete(f.hosts, host)
+	delete(f.hosts, endpoint)
 	f.mu.Unlock()
 }
 
@@ -170,4 +216,43 @@ func isConnectFailure(err error) bool {
 	var dnsErr *net.DNSError
 	var opErr *net.OpError
 	return errors.As(err, &dnsErr) || (errors.As(err, &opErr) && opErr.Op == "dial") || errors.Is(err, context.DeadlineExceeded)
+}
+
+// boundedMap is a map safe for concurrent use with a bound on its size:
+// at the bound, an arbitrary entry makes room for a new one. It is for
+// what the proxy remembers about origins and objects that anyone can make
+// it remember, where forgetting one entry costs at most a repeated fetch.
+type boundedMap[V any] struct {
+	mu         sync.Mutex
+	m          map[string]V
+	maxEntries int
+}
+
+func newBoundedMap[V any](maxEntries int) *boundedMap[V] {
+	return &boundedMap[V]{m: make(map[string]V), maxEntries: maxEntries}
+}
+
+func (b *boundedMap[V]) get(k string) (v V, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok = b.m[k]
+	return v, ok
+}
+
+func (b *boundedMap[V]) put(k string, v V) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.m[k]; !ok && len(b.m) >= b.maxEntries {
+		for old := range b.m {
+			delete(b.m, old)
+			break
+		}
+	}
+	b.m[k] = v
+}
+
+func (b *boundedMap[V]) len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.m)
 }

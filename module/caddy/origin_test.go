@@ -34,6 +34,27 @@ func TestOriginGuard(t *testing.T) {
 		{"224.0.0.1", false, false},
 		{"255.255.255.255", false, false},
 		{"198.18.0.1", false, false},
+		// The ranges of issue 12: NAT64 and 6to4 by their IPv4 address,
+		// site-local, IETF assignments, documentation.
+		{"64:ff9b::7f00:1", false, true},                       // NAT64 of 127.0.0.1
+		{"64:ff9b::a9fe:a9fe", false, false},                   // NAT64 of 169.254.169.254
+		{"64:ff9b::5db8:d70e", true, true},                     // NAT64 of 93.184.215.14
+		{"64:ff9b:1::a00:1", false, false},                     // local-use NAT64
+		{"2002:7f00:1::1", false, true},                        // 6to4 of 127.0.0.1
+		{"2002:a00:1::1", false, false},                        // 6to4 of 10.0.0.1
+		{"2002:5db8:d70e::1", true, true},                      // 6to4 of 93.184.215.14
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", false, false}, // Teredo
+		{"fec0::1", false, false},
+		{"192.0.0.8", false, false},
+		{"192.0.2.1", false, false},
+		{"198.51.100.7", false, false},
+		{"203.0.113.9", false, false},
+		{"2001:db8::1", false, false},
+		{"3fff::1", false, false},
+		{"::7f00:1", false, false}, // IPv4-compatible
+		{"100::1", false, false},
+		{"fe80::1%eth0", false, false},
+		{"::ffff:10.0.0.1", false, false},
 	} {
 		ip := netip.MustParseAddr(tc.ip)
 		if got := def.permitted(ip); got != tc.def {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -53,8 +54,8 @@ func startTestProxies(t *testing.T, n int) []*testProxy {
 		}
 		t.Cleanup(func() { store.Close() })
 		h := &Handler{Zone: "nyud.test", PeerTimeout: 3e9, logger: zap.NewNop()}
-		h.setup(store, node, originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
-			DefaultPolicy())
+		loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+		h.setup(store, node, loopback, loopback, DefaultPolicy())
 		ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
 		if err != nil {
 			t.Fatal(err)
@@ -292,6 +293,149 @@ func TestServedFromPeerCache(t *testing.T) {
 		}
 		if got := servedFromPeerCache(h); got != tc.want {
 			t.Errorf("%q: %v, want %v", tc.cacheStatus, got, tc.want)
+		}
+	}
+}
+
+// askProxy fetches path from the Coralized host through p.
+func askProxy(t *testing.T, p *testProxy, host, path string) (body, cacheStatus string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, p.srv.URL+path, nil)
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), resp.Header.Get("Cache-Status")
+}
+
+// waitStored waits until p has finished writing objects.
+func waitStored(t *testing.T, p *testProxy) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.h.store.Stats().Writing > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("download still in progress after 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPeerReferencesToPrivateAddresses: a proxy asks peers only at
+// addresses allow_peers permits (or public ones). These peers are on
+// loopback: without allow_peers the second proxy ignores the first one's
+// reference and goes to the origin.
+func TestPeerReferencesToPrivateAddresses(t *testing.T) {
+	proxies := startTestProxies(t, 2)
+	proxies[1].h.eng.peerGuard = originGuard{} // no allow_peers
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Write([]byte("object"))
+	})
+	if body, _ := askProxy(t, proxies[0], o.coralHost(), "/x"); body != "object" {
+		t.Fatalf("P0: %q", body)
+	}
+	waitStored(t, proxies[0])
+	body, cs := askProxy(t, proxies[1], o.coralHost(), "/x")
+	if body != "object" || !strings.Contains(cs, `detail="origin"`) {
+		t.Errorf("P1 without allow_peers: %q, Cache-Status %q; want it from the origin", body, cs)
+	}
+	if n := o.count("/x"); n != 2 {
+		t.Errorf("origin fetches: %d, want 2 (the loopback peer must not be asked)", n)
+	}
+	// The dialer refuses such addresses too, whatever asks it.
+	if err := proxies[1].h.peerControl("tcp", proxies[0].srv.Listener.Addr().String(), nil); err == nil {
+		t.Error("the peer dialer accepts a loopback address without allow_peers")
+	}
+}
+
+// TestPeerFreshnessBounded: a copy taken from a peer is fresh no longer
+// than the peer's own copy (which it says in Coral-Fresh), however long
+// the origin's headers would allow, and the field is neither stored nor
+// shown to clients.
+func TestPeerFreshnessBounded(t *testing.T) {
+	proxies := startTestProxies(t, 2)
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Write([]byte("object"))
+	})
+	host := o.coralHost()
+	if body, _ := askProxy(t, proxies[0], host, "/x"); body != "object" {
+		t.Fatalf("P0: %q", body)
+	}
+	waitStored(t, proxies[0])
+	// P0's copy has 20 s left (as after a min_ttl extension, say).
+	key := CacheKey("http", "127.0.0.1", atoi(t, o.port()), "/x", "")
+	m, ok := proxies[0].h.store.Peek(key)
+	if !ok {
+		t.Fatal("P0 did not store /x")
+	}
+	m.Expires = time.Now().Add(20 * time.Second)
+	if err := proxies[0].h.store.UpdateMeta(key, m); err != nil {
+		t.Fatal(err)
+	}
+	body, cs := askProxy(t, proxies[1], host, "/x")
+	if body != "object" || !strings.Contains(cs, "peer") {
+		t.Fatalf("P1: %q %q; want it from the peer", body, cs)
+	}
+	waitStored(t, proxies[1])
+	m1, ok := proxies[1].h.store.Peek(key)
+	if !ok {
+		t.Fatal("P1 did not store /x")
+	}
+	if left := time.Until(m1.Expires); left > 21*time.Second {
+		t.Errorf("P1's copy is fresh for %s more; the peer's had 20 s", left.Round(time.Second))
+	}
+	if v := m1.Header.Values(peerFreshnessField); len(v) != 0 {
+		t.Errorf("%s stored: %q", peerFreshnessField, v)
+	}
+	req, _ := http.NewRequest(http.MethodGet, proxies[1].srv.URL+"/x", nil)
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if v := resp.Header.Values(peerFreshnessField); len(v) != 0 {
+		t.Errorf("%s sent to a client: %q", peerFreshnessField, v)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestPeerFreshnessField(t *testing.T) {
+	for _, tc := range []struct {
+		vals []string
+		want time.Duration
+	}{
+		{nil, 0},
+		{[]string{"30"}, 30 * time.Second},
+		{[]string{" 30 "}, 30 * time.Second},
+		{[]string{"30", "30"}, 0},
+		{[]string{"-1"}, 0},
+		{[]string{"1.5"}, 0},
+		{[]string{"abc"}, 0},
+		{[]string{"99999999999999999999"}, maxPeerFreshness},
+		{[]string{"31536000"}, maxPeerFreshness},
+	} {
+		h := http.Header{}
+		for _, v := range tc.vals {
+			h.Add(peerFreshnessField, v)
+		}
+		if got := peerFreshness(h); got != tc.want {
+			t.Errorf("%q: %s, want %s", tc.vals, got, tc.want)
 		}
 	}
 }

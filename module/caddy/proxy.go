@@ -43,6 +43,7 @@ const (
 // download is one fetch in progress at this proxy.
 type download struct {
 	ready chan struct{} // closed once the object exists in the store (or the fetch failed)
+	done  chan struct{} // closed once the download has ended and left the in-flight table
 	err   error         // why, if it failed before the object existed; set before ready closes
 	// direct carries a response that may not be stored (no-store, private,
 	// a transient error) to the request that started the download; the
@@ -55,6 +56,8 @@ type download struct {
 	revalidated, stale bool
 	// cancel ends the fetch: its requests and connections.
 	cancel context.CancelFunc
+	// origin is the download slot this download holds (downloadSlots).
+	origin string
 }
 
 // engine does the fetching for one handler.
@@ -72,9 +75,27 @@ type engine struct {
 	userAgent                  string
 	zone                       string // the alias zone, for Coralizing redirects
 	guard                      originGuard
-	// httpsHosts remembers origins that redirected http to https, so later
-	// fetches go to https at once.
-	httpsHosts sync.Map
+	// peerGuard decides which addresses in DSHT references may be asked:
+	// public ones, and those allow_peers lists.
+	peerGuard originGuard
+	// httpsUpgrades remembers origins (host and http port) that redirected
+	// to the https form of a URL, and the https port they named (0: 443),
+	// so later fetches go to https at once.
+	httpsUpgrades *boundedMap[int]
+	// tooLarge remembers, until when, objects whose download outgrew
+	// max_object_size: they are relayed uncached meanwhile rather than
+	// fetched into the cache, and cut off, again and again.
+	tooLarge *boundedMap[time.Time]
+	// forward is the allow-list of request fields sent to origins and
+	// peers (forwardFields).
+	forward []string
+	// slots bounds the downloads in progress; a request that would start
+	// one waits at most downloadWait for a slot.
+	slots        *downloadSlots
+	downloadWait time.Duration
+	// downloadTimeout bounds a whole download, however steadily its
+	// bytes trickle in (originTimeout bounds each silence).
+	downloadTimeout time.Duration
 	// refs renews the long-lived references of requested objects.
 	refs    *refTable
 	metrics *proxyMetrics
@@ -91,29 +112,77 @@ type fetchRequest struct {
 	// key is the store key of the object fetched: baseKey, the URL's key,
 	// or one variant of it when the URL's responses vary (see lookup).
 	key, baseKey string
-	scheme       string // "http" or "https"
-	host         string // origin host
-	port         int    // 0: the scheme's default
-	uri          string // path and query as sent
-	coralHost    string // the Coralized Host the client used; peers need it
-	header       http.Header
-	clientIP     string
+	// target is the origin resource; baseKey is target.Key(), and the
+	// origin and peers are asked for exactly its normalized path and query.
+	target Target
+	scheme string // how the origin is fetched: "http" or "https"
+	// header is the client's request header, for the client's own
+	// directives (request no-store); view is what of it reaches origins and
+	// peers (forwardedView), and what a stored variant is keyed by.
+	header, view http.Header
+	// allow is the configuration's allow-list of forwarded fields, and
+	// varyIndex names the fields of the URL's stored Vary index, if any:
+	// they reach the origin too (forwardedView).
+	allow     []string
+	varyIndex string
+	clientIP  string
 	// stale is the stored copy's metadata when this fetch revalidates it.
 	stale *diskcache.Meta
 }
 
-// startDownload returns the download for key, starting one if none runs.
-// started reports whether this call started it.
-func (e *engine) startDownload(fr fetchRequest) (d *download, started bool) {
+// forwarded is fr.view, computed on first use (a cache hit never needs it).
+func (fr *fetchRequest) forwarded() http.Header {
+	if fr.view == nil {
+		fr.view = forwardedView(fr.header, fr.allow, fr.varyIndex)
+	}
+	return fr.view
+}
+
+// originURL is the URL fetched from the origin (before any https upgrade).
+func (fr *fetchRequest) originURL() *url.URL {
+	t := fr.target
+	t.Scheme = fr.scheme
+	return t.OriginURL()
+}
+
+// originSlot names the origin for the per-origin download bound: host and
+// port as Coralized, so origin_scheme does not split one origin in two.
+func (fr *fetchRequest) originSlot() string {
+	return endpoint(fr.target.OriginURL())
+}
+
+// endpoint is u's host and port, the default port of its scheme written
+// out: the key for what is remembered per origin server.
+func endpoint(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = strconv.Itoa(schemeDefaultPort(u.Scheme))
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// startDownload returns the download for fr.key, starting one if none runs
+// (started). Starting one takes a download slot: when none is free it waits
+// at most wait for one (0: not at all), and returns errDownloadsBusy after
+// that, or ctx's error when ctx (the request's) ends first.
+func (e *engine) startDownload(ctx context.Context, fr fetchRequest, wait time.Duration) (d *download, started bool, err error) {
+	if d := e.inflightFor(fr.key); d != nil {
+		return d, false, nil
+	}
+	origin := fr.originSlot()
+	if err := e.slots.acquire(ctx, origin, wait); err != nil {
+		return nil, false, err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if d, ok := e.inflight[fr.key]; ok {
-		return d, false
+		e.slots.release(origin) // another request started it meanwhile
+		return d, false, nil
 	}
-	d = &download{ready: make(chan struct{})}
+	d = &download{ready: make(chan struct{}), done: make(chan struct{}), origin: origin}
 	e.inflight[fr.key] = d
 	go e.run(fr, d)
-	return d, true
+	return d, true, nil
 }
 
 // inflightFor returns the download running for key, if any.
@@ -133,6 +202,16 @@ func (e *engine) finish(key string, d *download) {
 	e.mu.Unlock()
 }
 
+// downloadContext is the context of one download: not the request's, since
+// the download outlives the client that started it, but ended at
+// download_timeout.
+func (e *engine) downloadContext() (context.Context, context.CancelFunc) {
+	if e.downloadTimeout > 0 {
+		return context.WithTimeout(context.Background(), e.downloadTimeout)
+	}
+	return context.WithCancel(context.Background())
+}
+
 // run performs one download: references first, then peers, then the
 // origin. It never runs twice for one key at once (startDownload).
 func (e *engine) run(fr fetchRequest, d *download) {
@@ -141,20 +220,26 @@ func (e *engine) run(fr fetchRequest, d *download) {
 	// table before its waiters are released, so a request that comes after
 	// them starts afresh (a revalidation, say) rather than joining a
 	// finished download.
+	defer close(d.done)
 	defer readyOnce()
 	defer e.finish(fr.key, d)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := e.downloadContext()
 	d.cancel = cancel
 	defer func() {
 		if d.direct != nil {
-			// Handed to its requester unread: the fetch lives until the
-			// requester closes the body.
-			d.direct.Body = &cancelOnClose{ReadCloser: d.direct.Body, cancel: cancel}
+			// Handed to its requester unread: the fetch, and its download
+			// slot, live until the requester closes the body.
+			d.direct.Body = &cancelOnClose{ReadCloser: d.direct.Body, cancel: func() {
+				cancel()
+				e.slots.release(d.origin)
+			}}
 			return
 		}
 		cancel()
+		e.slots.release(d.origin)
 	}()
 
+	fr.forwarded()
 	if fr.stale != nil {
 		e.revalidate(ctx, fr, d, readyOnce)
 		return
@@ -174,6 +259,13 @@ func (e *engine) run(fr fetchRequest, d *download) {
 		for _, v := range res.Values {
 			r, err := decodeReference(v.Data)
 			if err != nil || r.Addr == self {
+				continue
+			}
+			if !e.peerGuard.permitted(r.Addr.Addr()) {
+				// Any member may put any value: a reference to a
+				// private or loopback address would make this proxy
+				// send requests into its own network.
+				e.metrics.peerFetch("refused_address")
 				continue
 			}
 			peers = append(peers, r)
@@ -210,13 +302,13 @@ func (e *engine) run(fr fetchRequest, d *download) {
 	}
 	resp.Body = newIdleTimeoutBody(resp.Body, idle, cancel)
 	d.source = source
-	e.keep(fr, d, resp, source, readyOnce)
+	e.keep(ctx, fr, d, resp, source, readyOnce)
 }
 
 // keep stores a fetched response and streams it into the cache, or hands
 // it to the requester uncached; on success it puts the long-lived
 // reference.
-func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source string, readyOnce func()) {
+func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *http.Response, source string, readyOnce func()) {
 	self := e.selfAddr()
 	dhtKey := coraldht.KeyFor(fr.baseKey)
 	now := time.Now()
@@ -229,9 +321,15 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 	key := fr.baseKey
 	fields := varyFields(resp.Header)
 	if fields != "" {
-		vk, vok := VaryKey(fields, fr.header)
+		// Keyed by what the origin (or peer) was sent, not by what the
+		// client sent: a field the origin never saw cannot select this
+		// variant (the index makes the next request send it).
+		vk, vok := VaryKey(fields, fr.forwarded())
 		ok = ok && vok
 		key = variantKey(fr.baseKey, vk)
+	}
+	if until, big := e.tooLarge.get(key); big && now.Before(until) {
+		ok = false
 	}
 	if !ok || transient || loop {
 		d.direct = resp
@@ -241,6 +339,9 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 	// A copy from a peer (or an origin behind another cache) is already
 	// some age: it is fresh for what is left.
 	freshFor -= CurrentAge(resp.Header, now, now, now)
+	if source != "origin" {
+		freshFor = min(freshFor, peerFreshness(resp.Header))
+	}
 	if fields != "" && !e.writeVaryIndex(fr, fields, now, freshFor) {
 		d.direct = resp
 		return
@@ -252,7 +353,7 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 		Stored:  now,
 		Expires: now.Add(freshFor),
 		Size:    -1,
-		Extra:   map[string]string{"source": source, "url": fr.scheme + "://" + hostPort(fr.host, fr.port) + fr.uri},
+		Extra:   map[string]string{"source": source, "url": fr.originURL().String()},
 	}
 	if resp.ContentLength >= 0 {
 		meta.Size = resp.ContentLength
@@ -270,6 +371,8 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 	resp.Body.Close()
 	if ib, ok := resp.Body.(*idleTimeoutBody); ok && err != nil && ib.fired.Load() {
 		err = fmt.Errorf("no data for %s after %d bytes", ib.timeout, n)
+	} else if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("download_timeout %s reached after %d bytes", e.downloadTimeout, n)
 	}
 	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
 		err = fmt.Errorf("body ended after %d of %d bytes", n, resp.ContentLength)
@@ -277,6 +380,11 @@ func (e *engine) keep(fr fetchRequest, d *download, resp *http.Response, source 
 	if err != nil {
 		// A truncated body is never presented as complete: readers get the
 		// error and the object is dropped. Requests from now on start over.
+		if errors.Is(err, diskcache.ErrTooLarge) {
+			// Larger than max_object_size without saying so: relay it
+			// uncached from now on rather than cut every client off.
+			e.tooLarge.put(key, now.Add(tooLargeMemory))
+		}
 		e.finish(fr.key, d)
 		w.Abort(err)
 		e.logger.Warn("download aborted", zap.String("url", meta.Extra["url"]), zap.Error(err))
@@ -346,6 +454,40 @@ func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []re
 	return nil, nil
 }
 
+// tooLargeMemory is how long an object that outgrew max_object_size
+// mid-download is relayed uncached before the cache tries it again (it
+// may have shrunk, or the bound been raised).
+const tooLargeMemory = time.Hour
+
+// peerFreshnessField is the response field in which a proxy tells a peer
+// how many more seconds its copy is fresh (in its own cache, under its own
+// policy). The peer's copy is never fresh longer: not beyond what the
+// origin gave, nor beyond the sender's own extensions (min_ttl, stale
+// copies served while the origin is down). It is never stored, nor sent
+// to clients.
+const peerFreshnessField = "Coral-Fresh"
+
+// maxPeerFreshness bounds how long a copy taken from a peer is fresh,
+// whatever the peer claims: as long as the reference that led to it lives.
+// A member of the network can serve anything; past this bound the copy is
+// revalidated with the origin.
+const maxPeerFreshness = refGoodTTL
+
+// peerFreshness is the longest a copy from a peer may be fresh: what its
+// peerFreshnessField says (0 when absent, repeated or malformed), at most
+// maxPeerFreshness.
+func peerFreshness(h http.Header) time.Duration {
+	v := h.Values(peerFreshnessField)
+	if len(v) != 1 {
+		return 0
+	}
+	d, ok := parseDeltaSeconds(strings.TrimSpace(v[0]))
+	if !ok {
+		return 0
+	}
+	return min(d, maxPeerFreshness)
+}
+
 // idleTimeoutBody ends a response body when one read waits longer than
 // timeout (cancelling its fetch): a stalled origin or peer must not hold the
 // download, and every client reading it, forever. Only time spent waiting
@@ -395,16 +537,14 @@ func (c *cancelOnClose) Close() error {
 
 // askPeer fetches the Coralized URL from one peer, from its cache only.
 func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*http.Response, error) {
-	u := "http://" + p.Addr.String() + fr.uri
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Host = fr.coralHost
-	// The client's fields go along (less cookies and credentials, as to an
-	// origin): the peer picks the variant they select.
-	req.Header = originRequestHeader(fr.header, "", e.userAgent)
-	req.Header.Set("Cache-Control", "only-if-cached")
+	u := fr.target.OriginURL()
+	u.Scheme, u.Host = "http", p.Addr.String()
+	// The client's fields go along, as to an origin: the peer picks the
+	// variant they select.
+	h := originRequestHeader(fr.forwarded(), "", e.userAgent)
+	h.Set("Cache-Control", "only-if-cached")
+	req := newGet(ctx, u, h)
+	req.Host = fr.target.CoralHost(e.zone)
 	resp, err := e.peer.Do(req)
 	if err != nil {
 		e.metrics.peerFetch(fetchOutcome(0, err))
@@ -451,25 +591,21 @@ func (e *engine) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Re
 // fetchFromOriginWith is fetchFromOrigin with a hook that adjusts the
 // request header (validators for a revalidation).
 func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjust func(http.Header)) (*http.Response, error) {
-	if down, until := e.failures.down(fr.host); down {
-		e.metrics.originFetch("backoff")
-		return nil, fmt.Errorf("origin %s unreachable; not retrying before %s", fr.host, until.Format(time.RFC3339))
-	}
-	scheme := fr.scheme
-	if _, ok := e.httpsHosts.Load(fr.host); ok {
-		scheme = "https"
+	u := fr.originURL()
+	if port, ok := e.httpsUpgrades.get(endpoint(u)); ok && u.Scheme == "http" {
+		u = fr.httpsURL(port)
 	}
 	for range 2 {
-		u := scheme + "://" + hostPort(fr.host, fr.port) + fr.uri
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return nil, err
+		ep := endpoint(u)
+		if down, until := e.failures.down(ep); down {
+			e.metrics.originFetch("backoff")
+			return nil, fmt.Errorf("origin %s unreachable; not retrying before %s", ep, until.Format(time.RFC3339))
 		}
-		req.Header = originRequestHeader(fr.header, fr.clientIP, e.userAgent)
+		h := originRequestHeader(fr.forwarded(), fr.clientIP, e.userAgent)
 		if adjust != nil {
-			adjust(req.Header)
+			adjust(h)
 		}
-		resp, err := e.origin.Do(req)
+		resp, err := e.origin.Do(newGet(ctx, u, h))
 		status := 0
 		if err == nil {
 			status = resp.StatusCode
@@ -477,17 +613,16 @@ func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjus
 		e.metrics.originFetch(fetchOutcome(status, err))
 		if err != nil {
 			if isConnectFailure(err) && !errors.Is(err, errOriginForbidden) {
-				e.failures.failed(fr.host)
+				e.failures.failed(ep)
 			}
 			return nil, err
 		}
-		e.failures.succeeded(fr.host)
-		if scheme == "http" && isRedirect(resp.StatusCode) {
-			if loc, err := resp.Location(); err == nil && loc.Scheme == "https" &&
-				strings.EqualFold(loc.Hostname(), fr.host) && loc.RequestURI() == req.URL.RequestURI() {
+		e.failures.succeeded(ep)
+		if u.Scheme == "http" && isRedirect(resp.StatusCode) {
+			if port, ok := httpsUpgradePort(u, resp); ok {
 				resp.Body.Close()
-				scheme = "https"
-				e.httpsHosts.Store(fr.host, true)
+				e.httpsUpgrades.put(ep, port)
+				u = fr.httpsURL(port)
 				continue
 			}
 		}
@@ -496,75 +631,45 @@ func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjus
 	return nil, errors.New("origin redirected in a loop")
 }
 
+// httpsURL is the origin URL over https on port (0: 443).
+func (fr *fetchRequest) httpsURL(port int) *url.URL {
+	t := fr.target
+	t.Scheme, t.Port = "https", port
+	return t.OriginURL()
+}
+
+// httpsUpgradePort reports whether resp, the answer to a GET of the http
+// URL u, redirects to the https form of u (the same host and request
+// target), and the redirect's port (0: the default).
+func httpsUpgradePort(u *url.URL, resp *http.Response) (port int, ok bool) {
+	loc, err := resp.Location()
+	if err != nil || !strings.EqualFold(loc.Scheme, "https") || loc.User != nil ||
+		!strings.EqualFold(loc.Hostname(), u.Hostname()) || loc.RequestURI() != u.RequestURI() {
+		return 0, false
+	}
+	if p := loc.Port(); p != "" {
+		n, ok := parsePortLabel(p)
+		if !ok {
+			return 0, false
+		}
+		port = n
+	}
+	return port, true
+}
+
+// newGet is a GET request for u with header h, built from the URL as is
+// (no string round trip).
+func newGet(ctx context.Context, u *url.URL, h http.Header) *http.Request {
+	req := &http.Request{Method: http.MethodGet, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Host: u.Host}
+	return req.WithContext(ctx)
+}
+
 func isRedirect(code int) bool {
 	switch code {
 	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
 		return true
 	}
 	return false
-}
-
-func hostPort(host string, port int) string {
-	if port == 0 {
-		return host
-	}
-	return net.JoinHostPort(host, strconv.Itoa(port))
-}
-
-// hopHeaders are never forwarded (RFC 9110 §7.6.1), nor are cookies,
-// credentials, conditionals and ranges (the proxy fetches whole objects
-// and answers those itself).
-var hopHeaders = []string{
-	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-var notToOrigin = []string{
-	"Cookie", "Cookie2", "Authorization", "Accept-Encoding", "Range", "If-Range", "If-None-Match",
-	"If-Modified-Since", "If-Match", "If-Unmodified-Since", "Cache-Control", "Pragma",
-	"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded", "Via",
-}
-
-func originRequestHeader(in http.Header, clientIP, ua string) http.Header {
-	h := in.Clone()
-	for _, k := range h.Values("Connection") {
-		for _, f := range strings.Split(k, ",") {
-			h.Del(strings.TrimSpace(f))
-		}
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
-	for _, k := range notToOrigin {
-		h.Del(k)
-	}
-	h.Set("Via", "1.1 coral")
-	if clientIP != "" {
-		h.Set("X-Forwarded-For", clientIP)
-	}
-	if cu := in.Get("User-Agent"); cu != "" {
-		h.Set("User-Agent", cu+" "+ua)
-	} else {
-		h.Set("User-Agent", ua)
-	}
-	return h
-}
-
-// storedHeader is what the cache keeps of an origin response's header:
-// no hop-by-hop fields and never Set-Cookie.
-func storedHeader(in http.Header) http.Header {
-	h := in.Clone()
-	for _, k := range h.Values("Connection") {
-		for _, f := range strings.Split(k, ",") {
-			h.Del(strings.TrimSpace(f))
-		}
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
-	h.Del("Set-Cookie")
-	h.Del("Set-Cookie2")
-	return h
 }
 
 // staleExtension is how long a stale copy stays servable after a failed
@@ -608,7 +713,7 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 		}
 		resp.Body = newIdleTimeoutBody(resp.Body, e.originTimeout, d.cancel)
 		d.source = "origin"
-		e.keep(fr, d, resp, "origin", readyOnce)
+		e.keep(ctx, fr, d, resp, "origin", readyOnce)
 	case StaleOnError(status, m.Header):
 		if resp != nil {
 			resp.Body.Close()
@@ -623,7 +728,7 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 		d.err = err
 	default:
 		d.source = "origin"
-		e.keep(fr, d, resp, "origin", readyOnce)
+		e.keep(ctx, fr, d, resp, "origin", readyOnce)
 	}
 }
 
@@ -636,26 +741,29 @@ func (e *engine) coralizeRedirect(fr fetchRequest, resp *http.Response) (loop bo
 	if !isRedirect(resp.StatusCode) || e.zone == "" {
 		return false
 	}
-	u, err := url.Parse(resp.Header.Get("Location"))
-	if err != nil || !u.IsAbs() || !strings.EqualFold(u.Hostname(), fr.host) || (u.Scheme != "http" && u.Scheme != "https") {
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if err != nil || !loc.IsAbs() || loc.Opaque != "" || loc.User != nil ||
+		(loc.Scheme != "http" && loc.Scheme != "https") || !strings.EqualFold(loc.Hostname(), fr.target.Host) {
 		return false
 	}
 	port := 0
-	if p := u.Port(); p != "" {
-		n, err := strconv.Atoi(p)
-		if err != nil {
+	if p := loc.Port(); p != "" {
+		n, ok := parsePortLabel(p)
+		if !ok {
 			return false
 		}
-		if !(u.Scheme == "http" && n == 80 || u.Scheme == "https" && n == 443) {
+		if n != schemeDefaultPort(loc.Scheme) {
 			port = n
 		}
 	}
-	coral := "http://" + CoralizeHost(strings.ToLower(u.Hostname()), port, e.zone) + u.RequestURI()
-	self := "http://" + CoralizeHost(fr.host, fr.port, e.zone) + fr.uri
-	if coral == self {
+	to := Target{Host: fr.target.Host, Port: port, Scheme: "http", Path: loc.EscapedPath(), RawQuery: loc.RawQuery}
+	if to.Key() == fr.target.Key() {
 		return true
 	}
-	resp.Header.Set("Location", coral)
+	coral := to.OriginURL()
+	coral.Host = to.CoralHost(e.zone)
+	coral.Fragment, coral.RawFragment = loc.Fragment, loc.RawFragment
+	resp.Header.Set("Location", coral.String())
 	return false
 }
 
@@ -705,7 +813,7 @@ func (e *engine) writeVaryIndex(fr fetchRequest, fields string, now time.Time, f
 		Stored:  now,
 		Expires: now.Add(freshFor),
 		Size:    0,
-		Extra:   map[string]string{varyIndexField: fields, "url": fr.scheme + "://" + hostPort(fr.host, fr.port) + fr.uri},
+		Extra:   map[string]string{varyIndexField: fields, "url": fr.originURL().String()},
 	}
 	w, err := e.store.Create(fr.baseKey, m)
 	if err != nil {

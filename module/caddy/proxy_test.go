@@ -634,7 +634,7 @@ func TestOriginRequestHeader(t *testing.T) {
 		"Accept-Language":     {"fr"},
 		"User-Agent":          {"curl/8"},
 	}
-	out := originRequestHeader(in, "198.51.100.7", proxyVersion)
+	out := originRequestHeader(forwardedView(in, defaultForwardFields, ""), "198.51.100.7", proxyVersion)
 	for _, k := range []string{"Cookie", "Cookie2", "Authorization", "Proxy-Authorization", "Connection", "X-Secret", "Keep-Alive", "Range", "If-None-Match"} {
 		if v := out.Values(k); len(v) != 0 {
 			t.Errorf("%s passed: %q", k, v)

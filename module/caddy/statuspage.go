@@ -52,6 +52,12 @@ type StatusPage struct {
 	// at most 64.
 	Recent int `json:"recent,omitempty"`
 
+	// ShowQueries shows the URLs of objects and fetches with their query
+	// strings. Off by default: the page is for anyone who can reach it,
+	// and query strings often carry tokens (signed links, session ids)
+	// that the client who fetched the URL did not mean to publish.
+	ShowQueries bool `json:"show_queries,omitempty"`
+
 	app *App
 }
 
@@ -280,6 +286,11 @@ func (s *StatusPage) document(now time.Time) *statusDoc {
 		}
 	}
 	st.RecentFetches = st.RecentFetches[:min(len(st.RecentFetches), recent)]
+	if !s.ShowQueries {
+		for i := range st.RecentFetches {
+			st.RecentFetches[i].URL = withoutQuery(st.RecentFetches[i].URL)
+		}
+	}
 	doc := &statusDoc{Generated: now, adminStatus: st, Requests: statusRequestsOf(requestCounts())}
 	if st.Node != nil && st.Node.Started != nil {
 		doc.UptimeSeconds = math.Round(now.Sub(*st.Node.Started).Seconds())
@@ -293,11 +304,24 @@ func (s *StatusPage) document(now time.Time) *statusDoc {
 	for i := range doc.RecentObjects {
 		// Clients choose these: cut them as recordFetch does, so that
 		// the page stays small whatever was asked for.
-		if o := &doc.RecentObjects[i]; len(o.URL) > recentFetchURLMax {
+		o := &doc.RecentObjects[i]
+		if !s.ShowQueries {
+			o.URL = withoutQuery(o.URL)
+		}
+		if len(o.URL) > recentFetchURLMax {
 			o.URL = o.URL[:recentFetchURLMax]
 		}
 	}
 	return doc
+}
+
+// withoutQuery is a URL as the status page shows it by default: up to its
+// query string, with "?…" in place of a query it had.
+func withoutQuery(u string) string {
+	if i := strings.IndexByte(u, '?'); i >= 0 {
+		return u[:i] + "?…"
+	}
+	return u
 }
 
 func statusUnix(t *time.Time) int64 {
@@ -452,7 +476,8 @@ func parseStatusPageCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandl
 // UnmarshalCaddyfile implements caddyfile.Unmarshaler:
 //
 //	coral_status [<matcher>] {
-//	    recent N    # objects and fetches listed; default 20, at most 64
+//	    recent N       # objects and fetches listed; default 20, at most 64
+//	    show_queries   # URLs with their query strings (default: cut off)
 //	}
 func (s *StatusPage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive name
@@ -471,6 +496,11 @@ func (s *StatusPage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("recent: %q; want a number 1..%d", args[0], maxStatusRecent)
 			}
 			s.Recent = n
+		case "show_queries":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			s.ShowQueries = true
 		default:
 			return d.Errf("unknown coral_status option %q", prop)
 		}

@@ -531,3 +531,51 @@ func TestStatusPageCaddy(t *testing.T) {
 		t.Errorf("the status page counted itself: total %d, then %d", after.Requests.Total, again.Requests.Total)
 	}
 }
+
+// TestStatusPageHidesQueries: the page shows the URLs of objects and
+// fetches without their query strings (signed links carry tokens) unless
+// show_queries is set.
+func TestStatusPageHidesQueries(t *testing.T) {
+	const addr = "127.0.5.11:4000"
+	node := metricsTestNode(t, addr)
+	app := metricsTestApp(node, addr, true)
+	store := metricsTestStore(t)
+	h := &Handler{Zone: "nyud.test", store: store, storeKey: "/tmp/status-page-queries"}
+	registerApp(app)
+	registerProxy(h)
+	t.Cleanup(func() { unregisterProxy(h); unregisterApp(app) })
+	const secret = "token=s3cr3t&expires=1"
+	metricsTestPut(t, store, metricsTestKey(0), "http://www.example.com/signed?"+secret, "body")
+	recordFetch("http://www.example.com/fetched?"+secret, "origin", 200, 4, time.Millisecond)
+
+	for _, show := range []bool{false, true} {
+		s := &StatusPage{Recent: 5, app: app, ShowQueries: show}
+		for _, accept := range []string{"text/html", "application/json"} {
+			rec, err := statusCall(t, s, http.MethodGet, "/", accept)
+			if err != nil {
+				t.Fatal(err)
+			}
+			page := rec.Body.String()
+			if leaked := strings.Contains(page, "s3cr3t"); leaked != show {
+				t.Errorf("show_queries %v, %s: query shown %v", show, accept, leaked)
+			}
+			for _, path := range []string{"/signed", "/fetched"} {
+				if !strings.Contains(page, "www.example.com"+path) {
+					t.Errorf("show_queries %v, %s: %s not listed", show, accept, path)
+				}
+			}
+		}
+	}
+}
+
+func TestStatusPageShowQueriesCaddyfile(t *testing.T) {
+	d := caddyfile.NewTestDispenser("coral_status {\n show_queries\n recent 5\n}")
+	var s StatusPage
+	if err := s.UnmarshalCaddyfile(d); err != nil || !s.ShowQueries || s.Recent != 5 {
+		t.Fatalf("%v %+v", err, s)
+	}
+	d = caddyfile.NewTestDispenser("coral_status {\n show_queries yes\n}")
+	if err := new(StatusPage).UnmarshalCaddyfile(d); err == nil {
+		t.Fatal("show_queries with an argument accepted")
+	}
+}

@@ -91,6 +91,7 @@ func newerSource(root string, built time.Time) string {
 // proxyOptions shape one proxy's Caddyfile.
 type proxyOptions struct {
 	noAllowOrigins bool     // leave out allow_origins 127.0.0.0/8
+	noAllowPeers   bool     // leave out allow_peers 127.0.0.0/8
 	extra          []string // more coral_proxy lines, e.g. "min_ttl 0"
 	// hosts are lines added to /etc/hosts for this process only: it runs
 	// in a mount namespace of its own with a copy of /etc/hosts bound over
@@ -142,6 +143,9 @@ func startProxy(t *testing.T, name string, ip, boot netip.Addr, opts proxyOption
 	}
 	if !opts.noAllowOrigins {
 		allow = "allow_origins 127.0.0.0/8"
+	}
+	if !opts.noAllowPeers {
+		allow += "\n\t\tallow_peers 127.0.0.0/8"
 	}
 	// The admin API accepts its own address as Host too, as `caddy reload
 	// --address` sends it.

@@ -24,6 +24,7 @@ import (
 //	rate=N       send at most N bytes per second (default unthrottled)
 //	hold=N       after N bytes, wait until the test calls release(path)
 //	maxage=N     Cache-Control: max-age=N (default 3600)
+//	nocc=1       no Cache-Control at all (the proxy's default_ttl decides)
 //	setcookie=1  add a Set-Cookie header
 //	chunked=1    no Content-Length: the body is sent chunked
 //
@@ -36,6 +37,7 @@ type origin struct {
 	mu       sync.Mutex
 	counts   map[string]*atomic.Int64
 	headers  map[string][]http.Header
+	uris     []string // every request's target as received, in order
 	gates    map[string]chan struct{}
 	stopOnce sync.Once
 }
@@ -115,6 +117,13 @@ func (o *origin) total() int64 {
 }
 
 // requestHeaders returns the headers of every request for path so far.
+// requestURIs returns the target of every request so far, as received.
+func (o *origin) requestURIs() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.uris...)
+}
+
 func (o *origin) requestHeaders(path string) []http.Header {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -146,6 +155,7 @@ func (o *origin) serve(w http.ResponseWriter, r *http.Request) {
 	o.counter(r.URL.Path).Add(1)
 	o.mu.Lock()
 	o.headers[r.URL.Path] = append(o.headers[r.URL.Path], r.Header.Clone())
+	o.uris = append(o.uris, r.RequestURI)
 	o.mu.Unlock()
 
 	q := r.URL.Query()
@@ -166,7 +176,9 @@ func (o *origin) serve(w http.ResponseWriter, r *http.Request) {
 	if q.Get("chunked") == "" {
 		h.Set("Content-Length", strconv.FormatInt(size, 10))
 	}
-	h.Set("Cache-Control", fmt.Sprintf("max-age=%d", maxAge))
+	if q.Get("nocc") == "" {
+		h.Set("Cache-Control", fmt.Sprintf("max-age=%d", maxAge))
+	}
 	if q.Get("setcookie") != "" {
 		h.Set("Set-Cookie", "origin-session=s3cr3t; Path=/")
 	}

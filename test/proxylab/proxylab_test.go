@@ -586,7 +586,9 @@ func TestMemoryOneGiB(t *testing.T) {
 		t.Skip(msg)
 	}
 	o := newOrigin(t)
-	p := startOne(t, netip.MustParseAddr("127.0.78.1"), proxyOptions{extra: []string{"cache_size 2GiB"}})
+	// max_object_size: the default, an eighth of the cache, would relay
+	// the object uncached.
+	p := startOne(t, netip.MustParseAddr("127.0.78.1"), proxyOptions{extra: []string{"cache_size 2GiB", "max_object_size 1GiB"}})
 	c := newClient(t)
 	// Warm up: the first request through each code path allocates what
 	// any request would (buffers, pools, the DSHT's tables).
