@@ -30,6 +30,7 @@ type Node struct {
 	load   *loadTracker
 	peers  *peerTable
 	replay *replayFilter
+	apps   *appTable // application message handlers (app.go)
 
 	mu      sync.Mutex
 	rng     *mrand.Rand
@@ -117,6 +118,7 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		load:     newLoadTracker(cfg.Leak, cfg.MaxTrackedKeys),
 		peers:    newPeerTable(8192, cfg.MinRPCTimeout, cfg.MaxRPCTimeout, cfg.InitialRPCTimeout),
 		replay:   newReplayFilter(int64(cfg.MaxClockSkew), int64(cfg.ReorderWindow), now.UnixNano()),
+		apps:     newAppTable(),
 		rng:      mrand.New(mrand.NewPCG(seed, seed>>1^0x5851f42d4c957f2d)),
 		pending:  make(map[uint64]*pendingCall),
 		counters: newNodeCounters(),
@@ -354,6 +356,11 @@ func (n *Node) checkQuestionable(lv *level, c Contact) {
 
 func (n *Node) handleRequest(m *message, from netip.AddrPort, now time.Time) {
 	n.counters.reqIn[m.Type].Add(1)
+	if m.Type == msgApp {
+		// Answered when the application's handler returns (app.go).
+		n.handleApp(m, from, now)
+		return
+	}
 	r := &message{Type: m.Type, Response: true, ReqID: m.ReqID}
 	switch m.Type {
 	case msgPing:
@@ -579,7 +586,11 @@ func (n *Node) handleResponse(m *message, from netip.AddrPort, now time.Time) {
 	n.mu.Unlock()
 	pc.stopTimers()
 	n.counters.repIn[m.Type].Add(1)
-	n.peers.observe(pc.to.Addr, now.Sub(pc.sent), now)
+	if m.Type != msgApp {
+		// An app reply's delay includes the handler's work (and
+		// retransmissions): no RTT sample.
+		n.peers.observe(pc.to.Addr, now.Sub(pc.sent), now)
+	}
 	n.post(pc, rpcEvent{reply: m})
 }
 

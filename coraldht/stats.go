@@ -9,6 +9,7 @@ import (
 // MessageCounts counts datagrams by message type.
 type MessageCounts struct {
 	Ping, FindNode, Get, PutProbe, Store, Members uint64
+	App                                           uint64 // application messages (CallApp, HandleApp)
 }
 
 func (mc *MessageCounts) set(t msgType, v uint64) {
@@ -25,12 +26,14 @@ func (mc *MessageCounts) set(t msgType, v uint64) {
 		mc.Store = v
 	case msgMembers:
 		mc.Members = v
+	case msgApp:
+		mc.App = v
 	}
 }
 
 // Total is the sum over all types.
 func (mc MessageCounts) Total() uint64 {
-	return mc.Ping + mc.FindNode + mc.Get + mc.PutProbe + mc.Store + mc.Members
+	return mc.Ping + mc.FindNode + mc.Get + mc.PutProbe + mc.Store + mc.Members + mc.App
 }
 
 // DropCounts counts datagrams discarded without a reply, by reason.

@@ -36,10 +36,11 @@ const (
 	msgPutProbe msgType = 4 // forward phase of a put: load and fullness, contacts
 	msgStore    msgType = 5 // reverse phase of a put: store one value
 	msgMembers  msgType = 6 // members of the responder's cluster at a level, asked by any node
-	msgTypeEnd  msgType = 7 // first unused number; a new type takes it and this moves up
+	msgApp      msgType = 7 // an application's message: a kind and opaque bytes (HandleApp, CallApp)
+	msgTypeEnd  msgType = 8 // first unused number; a new type takes it and this moves up
 )
 
-var msgTypeNames = [...]string{msgPing: "ping", msgFindNode: "find_node", msgGet: "get", msgPutProbe: "put_probe", msgStore: "store", msgMembers: "members"}
+var msgTypeNames = [...]string{msgPing: "ping", msgFindNode: "find_node", msgGet: "get", msgPutProbe: "put_probe", msgStore: "store", msgMembers: "members", msgApp: "app"}
 
 func (t msgType) String() string {
 	if t >= 1 && t < msgTypeEnd {
@@ -66,6 +67,15 @@ const (
 	storeResultEnd       = 4
 )
 
+// App results: what became of an app request (the reply's result field).
+const (
+	appOK        uint8 = 0 // the handler answered; the payload is its reply
+	appUnknown   uint8 = 1 // no handler for the kind at the responder
+	appBusy      uint8 = 2 // too many app requests running at the responder; try later
+	appFailed    uint8 = 3 // the handler failed; the payload is its error text
+	appResultEnd       = 4
+)
+
 const (
 	addrLenMax       = 1 + 16 + 2
 	contactLenMax    = IDLen + addrLenMax + 4
@@ -82,6 +92,12 @@ const (
 
 	maxContactsPerReply = 16
 	maxWireTTL          = time.Duration(1<<32-1) * time.Millisecond
+
+	// MaxAppPayload is the largest payload an app request or reply
+	// carries (CallApp, HandleApp): what fits a datagram under a full
+	// header, rounded down.
+	MaxAppPayload = 768
+	appBodyFixed  = 1 + 2 // kind or result, payload length
 )
 
 func init() {
@@ -95,6 +111,8 @@ func init() {
 		panic("coraldht: a get reply with the largest value does not fit a datagram")
 	case 1+1+1+4+1+maxContactsPerReply*contactLenMax > bodyBudget:
 		panic("coraldht: a put_probe reply with a full contact list does not fit a datagram")
+	case appBodyFixed+MaxAppPayload > bodyBudget:
+		panic("coraldht: an app message with the largest payload does not fit a datagram")
 	}
 }
 
@@ -155,6 +173,12 @@ type message struct {
 	Result       uint8
 	Values       []wireValue
 	Nodes        []Contact
+
+	// app messages (both directions): the request's kind, the reply's
+	// result (app*), and the payload (0..MaxAppPayload bytes, opaque here)
+	Kind      uint8
+	AppResult uint8
+	Payload   []byte
 }
 
 var (
@@ -399,7 +423,27 @@ func decodeRequestBody(r *reader, m *message) {
 			return
 		}
 		m.Value = append([]byte(nil), r.take(n, "value")...)
+	case msgApp:
+		m.Kind = r.u8("kind")
+		if r.err == nil && m.Kind == 0 {
+			r.fail("kind", errBadField)
+		}
+		m.Payload = r.payload()
 	}
+}
+
+// payload reads an app payload: length (2), then the bytes.
+func (r *reader) payload() []byte {
+	n := int(r.u16("payload length"))
+	if r.err == nil && n > MaxAppPayload {
+		r.fail("payload length", errBadField)
+		return nil
+	}
+	p := r.take(n, "payload")
+	if n == 0 {
+		return nil
+	}
+	return append([]byte(nil), p...)
 }
 
 func (r *reader) status() uint8 {
@@ -464,6 +508,12 @@ func decodeResponseBody(r *reader, m *message) {
 		}
 		m.Count = r.u8("count")
 		m.Values = r.values()
+	case msgApp:
+		m.AppResult = r.u8("result")
+		if m.AppResult >= appResultEnd {
+			r.fail("result", errBadField)
+		}
+		m.Payload = r.payload()
 	}
 }
 
@@ -625,6 +675,13 @@ func encodeMessage(dst []byte, m *message) ([]byte, error) {
 			w.u8(m.Result)
 			w.u8(m.Count)
 			w.values(m.Values, 0)
+		case msgApp:
+			if len(m.Payload) > MaxAppPayload {
+				return nil, fmt.Errorf("coraldht: encode: app payload of %d bytes", len(m.Payload))
+			}
+			w.u8(m.AppResult)
+			w.u16(uint16(len(m.Payload)))
+			w.b = append(w.b, m.Payload...)
 		}
 	} else {
 		switch m.Type {
@@ -652,6 +709,13 @@ func encodeMessage(dst []byte, m *message) ([]byte, error) {
 			w.u32(m.TTL)
 			w.u16(uint16(len(m.Value)))
 			w.b = append(w.b, m.Value...)
+		case msgApp:
+			if len(m.Payload) > MaxAppPayload {
+				return nil, fmt.Errorf("coraldht: encode: app payload of %d bytes", len(m.Payload))
+			}
+			w.u8(m.Kind)
+			w.u16(uint16(len(m.Payload)))
+			w.b = append(w.b, m.Payload...)
 		}
 	}
 	if len(w.b)-start > MaxDatagram-tagLen {

@@ -148,6 +148,23 @@ func wireSamples() []wireSample {
 			Sender: wireV4Sender, Clusters: wireClusters(0, 1), Status: statusOK, Result: storeFull, Count: 4}},
 		{"store/response/exhausted", &message{Type: msgStore, Response: true, ReqID: 6, Timestamp: wireStamp,
 			Sender: wireV4Sender, Status: statusOK, Result: storeExhausted}},
+		{"app/request", &message{Type: msgApp, ReqID: 31, Timestamp: wireStamp,
+			Sender: wireV4Sender, Clusters: wireClusters(0, 1, 2), Kind: 1,
+			Payload: append([]byte{1, 0}, wireKey[:]...)}},
+		{"app/request/empty", &message{Type: msgApp, ReqID: 32, Timestamp: wireStamp,
+			Sender: wireV6Sender, Kind: 255}},
+		{"app/request/largest", &message{Type: msgApp, ReqID: 33, Timestamp: wireStamp,
+			Sender: wireV6Sender, Clusters: wireFullClusters(), Kind: 7, Payload: bytes.Repeat([]byte{0xA5}, MaxAppPayload)}},
+		{"app/response", &message{Type: msgApp, Response: true, ReqID: 31, Timestamp: wireStamp,
+			Sender: wireV6Sender, Clusters: wireClusters(0, 1), AppResult: appOK, Payload: []byte{1, 0, 0, 0, 0, 2}}},
+		{"app/response/largest", &message{Type: msgApp, Response: true, ReqID: 33, Timestamp: wireStamp,
+			Sender: wireV6Sender, Clusters: wireFullClusters(), AppResult: appOK, Payload: bytes.Repeat([]byte{0x5A}, MaxAppPayload)}},
+		{"app/response/unknown", &message{Type: msgApp, Response: true, ReqID: 32, Timestamp: wireStamp,
+			Sender: wireV4Sender, AppResult: appUnknown}},
+		{"app/response/busy", &message{Type: msgApp, Response: true, ReqID: 34, Timestamp: wireStamp,
+			Sender: wireV4Sender, AppResult: appBusy}},
+		{"app/response/failed", &message{Type: msgApp, Response: true, ReqID: 35, Timestamp: wireStamp,
+			Sender: wireV4Sender, Clusters: wireClusters(0), AppResult: appFailed, Payload: []byte("no space left on device")}},
 	}
 }
 
@@ -395,6 +412,21 @@ func TestWireRejects(t *testing.T) {
 		{"store status 4", reply(msgStore, func(m *message) { m.Status = statusEnd }), "status", errBadField},
 		{"store result 4", reply(msgStore, func(m *message) { m.Result = storeResultEnd }), "result", errBadField},
 		{"store result 255", reply(msgStore, func(m *message) { m.Result = 255 }), "result", errBadField},
+		// app bodies: kind or result 1, then the payload length.
+		{"app kind 0", request(msgApp, func(m *message) { m.Kind = 0 }), "kind", errBadField},
+		{"app result 4", reply(msgApp, func(m *message) { m.AppResult = appResultEnd }), "result", errBadField},
+		{"app result 255", reply(msgApp, func(m *message) { m.AppResult = 255 }), "result", errBadField},
+		{"app request payload length 769", func(t *testing.T) []byte {
+			b := wireEncode(t, &message{Type: msgApp, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender,
+				Kind: 1, Payload: make([]byte, MaxAppPayload)})
+			b = wirePatch(b, body+1, (MaxAppPayload+1)>>8, (MaxAppPayload+1)&0xFF)
+			return append(b, 0)
+		}, "payload length", errBadField},
+		{"app reply payload length 65535", patched(reply(msgApp, func(m *message) { m.Payload = []byte("x") }), body+1, 0xFF, 0xFF), "payload length", errBadField},
+		{"app payload shorter than its length", func(t *testing.T) []byte {
+			b := wireEncode(t, &message{Type: msgApp, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender, Kind: 1, Payload: []byte("abc")})
+			return wirePatch(b, body+1, 0, 4)
+		}, "payload", errShort},
 		{"longer than a datagram", func(t *testing.T) []byte { return wireTooLong(t) }, "length", errTooLong},
 	}
 	for _, c := range cases {
@@ -444,6 +476,8 @@ func TestWireEncodeRejects(t *testing.T) {
 		{"sender invalid", func(m *message) { m.Sender = Contact{} }},
 		{"store value empty", func(m *message) { m.Value = nil }},
 		{"store value too long", func(m *message) { m.Value = make([]byte, MaxValueSizeLimit+1) }},
+		{"app request payload too long", func(m *message) { m.Type, m.Kind, m.Payload = msgApp, 1, make([]byte, MaxAppPayload+1) }},
+		{"app reply payload too long", func(m *message) { m.Type, m.Response, m.Payload = msgApp, true, make([]byte, MaxAppPayload+1) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -729,6 +763,11 @@ func TestWireMatchesProtocolDoc(t *testing.T) {
 			fmt.Sprintf("%d stored, %d refreshed", storeStored, storeRefreshed),
 			fmt.Sprintf("%d full, %d exhausted", storeFull, storeExhausted),
 			fmt.Sprintf("flags          1    bit %d = want values", reqFlagWantValues-1),
+			fmt.Sprintf("payload        2+n  length 0..%d, then the bytes", MaxAppPayload),
+			fmt.Sprintf("%d ok (the payload is the handler's reply)", appOK),
+			fmt.Sprintf("%d no handler for the kind", appUnknown),
+			fmt.Sprintf("%d busy", appBusy),
+			fmt.Sprintf("%d failed (the payload is the", appFailed),
 		}
 		for _, c := range checks {
 			if !strings.Contains(doc, c) {
@@ -739,8 +778,8 @@ func TestWireMatchesProtocolDoc(t *testing.T) {
 		if contactLenMax != 20+1+16+2+4 || clusterEntryLen != 1+20+1+8 {
 			t.Errorf("contactLenMax %d, clusterEntryLen %d disagree with the doc", contactLenMax, clusterEntryLen)
 		}
-		if statusEnd != 4 || storeResultEnd != 4 {
-			t.Errorf("doc lists 4 statuses and 4 results; code has %d and %d", statusEnd, storeResultEnd)
+		if statusEnd != 4 || storeResultEnd != 4 || appResultEnd != 4 {
+			t.Errorf("doc lists 4 statuses, 4 store results and 4 app results; code has %d, %d and %d", statusEnd, storeResultEnd, appResultEnd)
 		}
 	})
 

@@ -62,7 +62,7 @@ func (d *Descs) Collect(ch chan<- prometheus.Metric, node string, n *coraldht.No
 		for _, t := range []struct {
 			name string
 			v    uint64
-		}{{"ping", m.c.Ping}, {"find_node", m.c.FindNode}, {"get", m.c.Get}, {"put_probe", m.c.PutProbe}, {"store", m.c.Store}, {"members", m.c.Members}} {
+		}{{"ping", m.c.Ping}, {"find_node", m.c.FindNode}, {"get", m.c.Get}, {"put_probe", m.c.PutProbe}, {"store", m.c.Store}, {"members", m.c.Members}, {"app", m.c.App}} {
 			counter(d.messages, t.v, m.dir, m.kind, t.name)
 		}
 	}
