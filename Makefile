@@ -61,7 +61,8 @@ fuzz:
 	for target in FuzzParseName FuzzServeDNS FuzzCookieCheck; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./plugin/coredns || exit 1; \
 	done
-	for target in FuzzParseCoralized FuzzCacheKey FuzzParseCacheControl FuzzDecodeReference FuzzNoServeRedirect FuzzRequestThroughProxy; do \
+	for target in FuzzParseCoralized FuzzCacheKey FuzzParseCacheControl FuzzDecodeReference FuzzNoServeRedirect FuzzRequestThroughProxy \
+			FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL FuzzTargetedCacheControl FuzzParseHTTPDate; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy || exit 1; \
 	done
 	$(GO) test -run=NONE -fuzz='^FuzzDecodeMeta$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache

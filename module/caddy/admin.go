@@ -29,6 +29,16 @@ func init() {
 //	                    ?limit=N (default 100, at most 1000),
 //	                    ?after=KEY (the previous page's "next"),
 //	                    ?dir=DIR (which cache; default the newest)
+//	POST /coral/purge   remove a URL from every cache of this Caddy:
+//	                    url=URL (Coralized or the origin's; in the query
+//	                    or a form body), prefix=1 (every URL under it),
+//	                    network=1 (also at the proxies that hold a copy,
+//	                    asked over the DSHT), network=all, timeout=10s;
+//	                    see purge.go
+//
+// Like the rest of Caddy's admin API these answer only on the admin
+// address, subject to its origin checks and, when configured, its remote
+// access control; never on a site's listener.
 //
 // It finds the running coral app and coral_proxy handlers through a
 // package-level registry that their Provision and Cleanup update.
@@ -44,6 +54,7 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{
 		{Pattern: "/coral/status", Handler: caddy.AdminHandlerFunc(a.handleStatus)},
 		{Pattern: "/coral/cache", Handler: caddy.AdminHandlerFunc(a.handleCache)},
+		{Pattern: "/coral/purge", Handler: caddy.AdminHandlerFunc(a.handlePurge)},
 	}
 }
 
@@ -63,6 +74,12 @@ func registerApp(a *App) {
 	defer adminRegistry.mu.Unlock()
 	if !slices.Contains(adminRegistry.apps, a) {
 		adminRegistry.apps = append(adminRegistry.apps, a)
+	}
+	if a != nil && a.entry != nil && a.entry.node != nil {
+		// Other proxies' purges arrive as app messages to the node; the
+		// handler finds the caches through this registry, so registering
+		// it again on every reload changes nothing.
+		a.entry.node.HandleApp(purgeKind, peerPurgeHandler(adminCaches))
 	}
 }
 
@@ -98,11 +115,15 @@ func adminRegistered() (apps []*App, proxies []*Handler) {
 	return slices.Clone(adminRegistry.apps), slices.Clone(adminRegistry.proxies)
 }
 
-// adminCacheRef is one distinct store and the handlers using it.
+// adminCacheRef is one distinct store and the handlers using it: their
+// zones, the reference tables of the store (one per store, but a handler
+// set up outside Caddy may have none) and their fetch engines.
 type adminCacheRef struct {
-	dir   string
-	store *diskcache.Store
-	zones []string
+	dir     string
+	store   *diskcache.Store
+	zones   []string
+	refs    []*refTable
+	engines []*engine
 }
 
 // adminCaches lists the distinct stores of the registered handlers,
@@ -126,6 +147,12 @@ func adminCaches() []adminCacheRef {
 		}
 		if !slices.Contains(out[j].zones, h.Zone) {
 			out[j].zones = append(out[j].zones, h.Zone)
+		}
+		if h.eng != nil {
+			out[j].engines = append(out[j].engines, h.eng)
+			if h.eng.refs != nil && !slices.Contains(out[j].refs, h.eng.refs) {
+				out[j].refs = append(out[j].refs, h.eng.refs)
+			}
 		}
 	}
 	return out
@@ -270,6 +297,10 @@ type adminCache struct {
 	Commits         int64    `json:"commits"`
 	Aborts          int64    `json:"aborts"`
 	Corrupt         int64    `json:"corrupt"`
+	// References counts the long-lived DSHT references this proxy keeps
+	// renewing for the cache's objects (one per URL requested since its
+	// last put; see refs.go).
+	References int `json:"references"`
 }
 
 func (a *AdminAPI) handleStatus(w http.ResponseWriter, r *http.Request) error {
@@ -326,11 +357,15 @@ func adminCacheStats() []adminCache {
 	out := []adminCache{}
 	for _, c := range adminCaches() {
 		s := c.store.Stats()
+		refs := 0
+		for _, t := range c.refs {
+			refs += t.len()
+		}
 		out = append(out, adminCache{
 			Dir: c.dir, Zones: c.zones, Objects: s.Entries, Bytes: s.Bytes, MaxBytes: s.MaxBytes,
 			Hits: s.Hits, Misses: s.Misses, Evictions: s.Evictions, EvictedBytes: s.EvictedBytes,
 			InProgress: s.Writing, InProgressBytes: s.WritingBytes, Readers: s.Readers,
-			Commits: s.Commits, Aborts: s.Aborts, Corrupt: s.Corrupt,
+			Commits: s.Commits, Aborts: s.Aborts, Corrupt: s.Corrupt, References: refs,
 		})
 	}
 	return out
@@ -351,7 +386,7 @@ func adminDHTSummary(s coraldht.Stats) *adminDHT {
 	for _, t := range []struct {
 		name string
 		v    uint64
-	}{{"ping", in.Ping}, {"find_node", in.FindNode}, {"get", in.Get}, {"put_probe", in.PutProbe}, {"store", in.Store}, {"members", in.Members}} {
+	}{{"ping", in.Ping}, {"find_node", in.FindNode}, {"get", in.Get}, {"put_probe", in.PutProbe}, {"store", in.Store}, {"members", in.Members}, {"app", in.App}} {
 		if t.v == 0 {
 			continue
 		}

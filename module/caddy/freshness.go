@@ -71,6 +71,10 @@ type CacheControl struct {
 	NoTransform     bool     // no-transform
 	Immutable       bool     // immutable (RFC 8246)
 	OnlyIfCached    bool     // only-if-cached (request)
+	// Targeted: the directives come from a targeted field
+	// (Coral-Cache-Control or CDN-Cache-Control, RFC 9213), so Expires
+	// does not count either (ParseResponseCacheControl).
+	Targeted bool
 
 	// Delta directives; the Has fields say whether the directive was there.
 	// max-stale without a value sets MaxStale to 2^31 s (any staleness).
@@ -324,6 +328,25 @@ func heuristicStatus(status int) bool {
 	return false
 }
 
+// transientStatus: errors that say something about the moment, not about
+// the resource (408, 429, and 5xx but 501, which RFC 9110 §15.1 makes
+// cacheable by default). They are stored only with explicit freshness
+// (max-age, s-maxage, Expires; RFC 9111 §3), for exactly as long as that
+// says, whatever the Policy: a heuristic or a minimum would pin an outage
+// in the cache. "public" alone is not enough: RFC 9111 lets a cache store
+// such a response with heuristic freshness, and never requires it to.
+func transientStatus(status int) bool {
+	return status >= 500 && status != http.StatusNotImplemented ||
+		status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
+}
+
+// explicitFreshness reports whether a response carries an explicit
+// expiration time: s-maxage or max-age in cc, or (unless cc comes from a
+// targeted field) Expires.
+func explicitFreshness(cc CacheControl, respHeader http.Header) bool {
+	return cc.HasMaxAge || cc.HasSMaxAge || !cc.Targeted && len(respHeader.Values("Expires")) > 0
+}
+
 // coralStatus: stored without freshness information only under a Policy
 // with MinTTL.
 func coralStatus(status int) bool {
@@ -363,7 +386,7 @@ func (p Policy) Storable(reqHeader http.Header, status int, respHeader http.Head
 	if ParseCacheControl(reqHeader).NoStore {
 		return false, "request no-store"
 	}
-	cc := ParseCacheControl(respHeader)
+	cc := ParseResponseCacheControl(respHeader)
 	if cc.MustUnderstand {
 		if !understoodStatus(status) {
 			return false, "must-understand with status " + strconv.Itoa(status)
@@ -381,8 +404,10 @@ func (p Policy) Storable(reqHeader http.Header, status int, respHeader http.Head
 		return false, "Vary: *"
 	}
 	switch {
-	case cc.HasMaxAge || cc.HasSMaxAge || len(respHeader.Values("Expires")) > 0:
+	case explicitFreshness(cc, respHeader):
 		return true, "explicit freshness"
+	case transientStatus(status):
+		return false, "status " + strconv.Itoa(status) + " is stored only with explicit freshness"
 	case cc.Public:
 		return true, "public"
 	case heuristicStatus(status):
@@ -416,7 +441,7 @@ func varyStar(h http.Header) bool {
 // 302/307/403. Lifetime assumes Storable said yes; it is 0 for no-store
 // and private.
 func Lifetime(p Policy, now time.Time, status int, respHeader http.Header) (freshFor time.Duration, fromHeaders bool) {
-	cc := ParseCacheControl(respHeader)
+	cc := ParseResponseCacheControl(respHeader)
 	if cc.Private || (cc.NoStore && !(cc.MustUnderstand && understoodStatus(status))) {
 		return 0, true
 	}
@@ -426,10 +451,21 @@ func Lifetime(p Policy, now time.Time, status int, respHeader http.Header) (fres
 		freshFor = cc.SMaxAge
 	case cc.HasMaxAge:
 		freshFor = cc.MaxAge
-	case len(respHeader.Values("Expires")) > 0:
+	case !cc.Targeted && len(respHeader.Values("Expires")) > 0:
 		freshFor = expiresLifetime(respHeader, now)
 	default:
 		explicit = false
+	}
+	if transientStatus(status) {
+		// Only what the origin said: no heuristic, no minimum, so that
+		// an outage is never pinned in the cache for longer.
+		switch {
+		case cc.NoCache:
+			return 0, true
+		case !explicit:
+			return 0, false
+		}
+		return freshFor, true
 	}
 	eligible := explicit || cc.Public || heuristicStatus(status)
 	fromHeaders = explicit || cc.NoCache
@@ -460,16 +496,17 @@ func (p Policy) heuristic(status int) time.Duration {
 }
 
 // expiresLifetime is Expires minus Date (or now without a valid Date). An
-// invalid Expires ("0", "-1") or several that disagree mean already
-// expired (RFC 9111 §5.3, §4.2.1).
+// invalid Expires ("0", "-1", anything not exactly an HTTP-date: see
+// parseHTTPDate) or several that disagree mean already expired (RFC 9111
+// §5.3, §4.2.1).
 func expiresLifetime(h http.Header, now time.Time) time.Duration {
 	vals := h.Values("Expires")
-	exp, err := http.ParseTime(strings.TrimSpace(vals[0]))
-	if err != nil {
+	exp, ok := parseHTTPDate(strings.TrimSpace(vals[0]))
+	if !ok {
 		return 0
 	}
 	for _, v := range vals[1:] {
-		if t, err := http.ParseTime(strings.TrimSpace(v)); err != nil || !t.Equal(exp) {
+		if t, ok := parseHTTPDate(strings.TrimSpace(v)); !ok || !t.Equal(exp) {
 			return 0
 		}
 	}
@@ -484,25 +521,44 @@ func clampLifetime(d time.Duration) time.Duration {
 	return max(0, min(d, maxDeltaLifetime))
 }
 
-// headerDate parses the first field line of an HTTP-date header.
+// headerDate parses the first field line of an HTTP-date header, strictly
+// (parseHTTPDate): an invalid one counts as absent.
 func headerDate(h http.Header, name string) (time.Time, bool) {
 	v := h.Get(name)
 	if v == "" {
 		return time.Time{}, false
 	}
-	t, err := http.ParseTime(strings.TrimSpace(v))
-	return t, err == nil
+	return parseHTTPDate(strings.TrimSpace(v))
 }
 
 // CurrentAge is the age of a stored response (RFC 9111 §4.2.3): requestTime
 // is when the request that fetched it was sent, responseTime when the
-// response arrived. An absent or invalid Age counts as 0, an absent Date as
-// responseTime; the result is never negative.
+// response arrived. The Age received counts as AgeValue says, an absent
+// or invalid Date as responseTime; the result is never negative. It is
+// CorrectedInitialAge plus the time since responseTime.
 func CurrentAge(respHeader http.Header, requestTime, responseTime, now time.Time) time.Duration {
-	var ageValue time.Duration
-	if v := respHeader.Get("Age"); v != "" {
-		ageValue, _ = parseDeltaSeconds(strings.TrimSpace(v))
+	return addSaturating(CorrectedInitialAge(respHeader, requestTime, responseTime), max(0, now.Sub(responseTime)))
+}
+
+// AgeValue is the Age a response arrived with (RFC 9111 §5.1): the first
+// member of the first field line, when it is delta-seconds (at most 2^31
+// s: larger values are clamped there). Anything else (non-numeric,
+// negative, a decimal, a parameter) is invalid and counts as 0, as an
+// absent Age does.
+func AgeValue(respHeader http.Header) time.Duration {
+	v := respHeader.Get("Age")
+	if i := strings.IndexByte(v, ','); i >= 0 {
+		v = v[:i]
 	}
+	d, _ := parseDeltaSeconds(strings.TrimSpace(v))
+	return d
+}
+
+// CorrectedInitialAge is a response's age when it arrived (RFC 9111
+// §4.2.3): the larger of the apparent age (arrival minus its Date, if the
+// origin's clock is behind) and its Age plus the time the request took.
+func CorrectedInitialAge(respHeader http.Header, requestTime, responseTime time.Time) time.Duration {
+	ageValue := AgeValue(respHeader)
 	date, ok := headerDate(respHeader, "Date")
 	if !ok {
 		date = responseTime
@@ -510,9 +566,7 @@ func CurrentAge(respHeader http.Header, requestTime, responseTime, now time.Time
 	apparentAge := max(0, responseTime.Sub(date))
 	responseDelay := max(0, responseTime.Sub(requestTime))
 	correctedAgeValue := addSaturating(ageValue, responseDelay)
-	correctedInitialAge := max(apparentAge, correctedAgeValue)
-	residentTime := max(0, now.Sub(responseTime))
-	return addSaturating(correctedInitialAge, residentTime)
+	return max(apparentAge, correctedAgeValue)
 }
 
 // addSaturating adds non-negative durations without overflowing.
@@ -565,32 +619,53 @@ func RequestAllows(reqCC, respCC CacheControl, age, freshFor time.Duration) (ser
 // no-cache, must-revalidate or proxy-revalidate. (s-maxage does not: the
 // explicit window is the origin's permission.)
 func StaleWindows(respHeader http.Header) (swr, sie time.Duration) {
-	cc := ParseCacheControl(respHeader)
+	cc := ParseResponseCacheControl(respHeader)
 	if cc.NoStore || cc.Private || cc.NoCache || cc.MustRevalidate || cc.ProxyRevalidate {
 		return 0, 0
 	}
 	return cc.StaleWhileRevalidate, cc.StaleIfError
 }
 
-// StaleOnError reports whether Coral may serve a stale stored response when
-// its revalidation failed: the origin was unreachable (status 0) or
-// answered 403, 404, 408, 500, 502, 503 or 504 (DESIGN §4, plus 502 from
-// RFC 5861). Not for no-store, private, must-revalidate or
-// proxy-revalidate, nor with s-maxage unless the response also has
-// stale-if-error. Unqualified no-cache does not prevent it, in line with
-// MinTTL overriding no-cache. How long to keep serving is the handler's
-// choice (StaleWindows gives the origin's stale-if-error, if any).
-func StaleOnError(status int, respHeader http.Header) bool {
+// StaleOnError reports whether a stale stored response may be served when
+// its revalidation failed, staleFor being how long it has been stale
+// (RFC 9111 §4.2.4, RFC 5861 §4):
+//
+//   - never for no-store, private, must-revalidate or proxy-revalidate,
+//     nor with s-maxage unless the response also has stale-if-error;
+//   - strict (MinTTL 0): when the origin could not be reached (status 0:
+//     the cache is disconnected), or within the response's stale-if-error
+//     window when it answered 500, 502, 503 or 504; never with unqualified
+//     no-cache, which forbids any reuse without validation;
+//   - Coral's policy (MinTTL > 0): as the published system did, whenever
+//     the origin was unreachable or answered 403, 404, 408, 500, 502, 503
+//     or 504, however long the copy has been stale, and unqualified
+//     no-cache does not prevent it (MinTTL overrides no-cache anyway): a
+//     dead or failing origin does not take its content with it.
+//
+// The directives are the targeted ones when the response has them
+// (ParseResponseCacheControl).
+func (p Policy) StaleOnError(status int, respHeader http.Header, staleFor time.Duration) bool {
+	cc := ParseResponseCacheControl(respHeader)
+	if cc.NoStore || cc.Private || cc.MustRevalidate || cc.ProxyRevalidate || cc.HasSMaxAge && !cc.HasStaleIfError {
+		return false
+	}
+	if p.MinTTL > 0 {
+		switch status {
+		case 0, 403, 404, 408, 500, 502, 503, 504:
+			return true
+		}
+		return false
+	}
+	if cc.NoCache {
+		return false
+	}
 	switch status {
-	case 0, 403, 404, 408, 500, 502, 503, 504:
-	default:
-		return false
+	case 0:
+		return true
+	case 500, 502, 503, 504:
+		return cc.HasStaleIfError && staleFor <= cc.StaleIfError
 	}
-	cc := ParseCacheControl(respHeader)
-	if cc.NoStore || cc.Private || cc.MustRevalidate || cc.ProxyRevalidate {
-		return false
-	}
-	return !cc.HasSMaxAge || cc.HasStaleIfError
+	return false
 }
 
 // VaryKey is the secondary cache key of a response with the given Vary

@@ -114,7 +114,11 @@ func TestStorable(t *testing.T) {
 		{"coral: 500 not stored", coralPolicy, ccHdr(), 500, ccHdr(), false},
 		{"coral: 503 not stored", coralPolicy, ccHdr(), 503, ccHdr(), false},
 		{"§3 500 with s-maxage", strictPolicy, ccHdr(), 500, ccHdr("Cache-Control", "s-maxage=10"), true},
-		{"§3 public makes any final status storable", strictPolicy, ccHdr(), 500, ccHdr("Cache-Control", "public"), true},
+		{"§3 public makes any final status storable", strictPolicy, ccHdr(), 418, ccHdr("Cache-Control", "public"), true},
+		{"transient 500: public is not enough (Coral's choice, §3 allows it)", strictPolicy, ccHdr(), 500, ccHdr("Cache-Control", "public"), false},
+		{"§3 503 with max-age", strictPolicy, ccHdr(), 503, ccHdr("Cache-Control", "max-age=60"), true},
+		{"coral: 503 with max-age", coralPolicy, ccHdr(), 503, ccHdr("Cache-Control", "max-age=60"), true},
+		{"§3 429 with Expires", strictPolicy, ccHdr(), 429, ccHdr("Expires", freshT0Str), true},
 		{"§3 1xx is not final", coralPolicy, ccHdr(), 103, ccHdr("Cache-Control", "max-age=60"), false},
 		{"unknown status", coralPolicy, ccHdr(), 600, ccHdr("Cache-Control", "max-age=60"), false},
 		{"206 never stored", coralPolicy, ccHdr(), 206, ccHdr("Cache-Control", "max-age=60"), false},
@@ -183,7 +187,17 @@ func TestLifetime(t *testing.T) {
 		{"coral: 302 gets MinTTL", coralPolicy, 302, ccHdr(), 5 * time.Minute, false},
 		{"coral: 403 gets MinTTL", coralPolicy, 403, ccHdr(), 5 * time.Minute, false},
 		{"coral: 500 gets nothing", coralPolicy, 500, ccHdr(), 0, false},
-		{"coral: public 500 gets NegativeTTL", coralPolicy, 500, ccHdr("Cache-Control", "public"), 15 * time.Minute, false},
+		{"coral: public 500 gets nothing (transient)", coralPolicy, 500, ccHdr("Cache-Control", "public"), 0, false},
+		{"coral: 503 max-age=1 is not stretched to MinTTL", coralPolicy, 503, ccHdr("Cache-Control", "max-age=1"), time.Second, true},
+		{"§3 504 with max-age", strictPolicy, 504, ccHdr("Cache-Control", "max-age=60"), time.Minute, true},
+		{"RFC 9213 §2.1 CDN-Cache-Control over Cache-Control", strictPolicy, 200, ccHdr("Cache-Control", "max-age=3600", "CDN-Cache-Control", "max-age=1"), time.Second, true},
+		{"RFC 9213 §2.1 targeted field: Expires ignored", strictPolicy, 200, ccHdr("CDN-Cache-Control", "public", "Expires", date(time.Hour)), 0, false},
+		{"Coral-Cache-Control over CDN-Cache-Control", strictPolicy, 200, ccHdr("CDN-Cache-Control", "max-age=10", "Coral-Cache-Control", "max-age=20"), 20 * time.Second, true},
+		{"RFC 9213 §2.2 invalid targeted field ignored", strictPolicy, 200, ccHdr("Cache-Control", "max-age=30", "CDN-Cache-Control", `max-age="10"`), 30 * time.Second, true},
+		{"RFC 9110 §5.6.7 one-digit hour in Expires", strictPolicy, 200, ccHdr("Expires", "Thu, 18 Aug 2050 2:01:18 GMT"), 0, true},
+		{"RFC 9110 §5.6.7 double spaces in Expires", strictPolicy, 200, ccHdr("Expires", "Thu, 18  Aug  2050 02:01:18 GMT"), 0, true},
+		{"RFC 9110 §5.6.7 rfc850-date Expires", strictPolicy, 200, ccHdr("Expires", now.Add(time.Hour).Format("Monday, 02-Jan-06 15:04:05 GMT")), time.Hour, true},
+		{"RFC 9110 §5.6.7 asctime-date Expires", strictPolicy, 200, ccHdr("Expires", now.Add(time.Hour).Format(time.ANSIC)), time.Hour, true},
 		{"coral: public 302 gets MinTTL", coralPolicy, 302, ccHdr("Cache-Control", "public"), 5 * time.Minute, false},
 		{"coral: explicit max-age wins over DefaultTTL", coralPolicy, 200, ccHdr("Cache-Control", "max-age=3600"), time.Hour, true},
 		{"coral: MinTTL overrides short max-age", coralPolicy, 200, ccHdr("Cache-Control", "max-age=10"), 5 * time.Minute, true},
@@ -335,7 +349,7 @@ func TestStaleOnError(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := StaleOnError(tc.status, ccHdr("Cache-Control", tc.cc)); got != tc.want {
+			if got := DefaultPolicy().StaleOnError(tc.status, ccHdr("Cache-Control", tc.cc), time.Hour); got != tc.want {
 				t.Fatalf("StaleOnError(%d, %q) = %v", tc.status, tc.cc, got)
 			}
 		})

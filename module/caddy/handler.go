@@ -325,10 +325,12 @@ func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peer
 		failures:        newOriginFailures(3, 30*time.Second),
 		httpsUpgrades:   newBoundedMap[int](maxRemembered),
 		tooLarge:        newBoundedMap[time.Time](maxRemembered),
+		purged:          newBoundedMap[time.Time](maxRemembered),
 		slots:           newDownloadSlots(orDefault(h.MaxDownloads, defaultMaxDownloads), orDefault(h.MaxDownloadsPerOrigin, defaultMaxDownloadsPerOrigin)),
 		downloadWait:    durationOr(h.DownloadWait, defaultDownloadWait),
 		downloadTimeout: durationOr(h.DownloadTimeout, defaultDownloadTimeout),
 		policy:          policy,
+		clock:           time.Now,
 		logger:          h.logger,
 		selfAddr:        h.selfAddr,
 		userAgent:       proxyVersion,
@@ -516,11 +518,23 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 
 	if rd, m, ok := h.lookup(r.Context(), &fr); ok {
 		if !rd.Complete() {
-			// Being downloaded right now: join it.
-			acct.set("collapsed", m.Extra["source"])
-			return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", m.Extra["source"], onlyIfCached)
+			if h.eng.now().Before(m.Expires) {
+				// Being downloaded right now: join it.
+				acct.set("collapsed", m.Extra["source"])
+				return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", m.Extra["source"], onlyIfCached)
+			}
+			// Being downloaded, but stale as it arrives (max-age=0, an
+			// Age beyond its lifetime): it answers the request that
+			// fetched it and may not be reused for another (RFC 9111
+			// §4), not even one that comes while it downloads.
+			rd.Close()
+			if onlyIfCached {
+				return notCached(w, "stale")
+			}
+			acct.set("miss", "origin")
+			return h.fetchOwn(w, r, fr, acct)
 		}
-		if time.Now().Before(m.Expires) {
+		if h.eng.now().Before(m.Expires) {
 			h.eng.refs.touch(fr.baseKey)
 			acct.set("hit", "local")
 			return h.serveStored(w, r, rd, "hit", "local", onlyIfCached)
@@ -534,7 +548,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 		// Stale: revalidate with the origin. Within stale-while-
 		// revalidate the stale copy is served at once meanwhile.
 		fr.stale = &m
-		if swr, _ := StaleWindows(m.Header); time.Since(m.Expires) < swr {
+		if swr, _ := StaleWindows(m.Header); h.eng.now().Sub(m.Expires) < swr {
 			// In the background, if a download slot is free now.
 			_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), fr, 0)
 			if rd, ok := h.store.GetContext(r.Context(), fr.key); ok {
@@ -554,7 +568,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 			select {
 			case <-d.ready:
 				if d.err == nil && d.direct == nil {
-					if rd, _, ok := h.lookup(r.Context(), &fr); ok && (!rd.Complete() || time.Now().Before(rd.Meta().Expires)) {
+					if rd, _, ok := h.lookup(r.Context(), &fr); ok && (!rd.Complete() || h.eng.now().Before(rd.Meta().Expires)) {
 						acct.set("collapsed", d.source)
 						return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", d.source, true)
 					} else if ok {
@@ -641,20 +655,34 @@ func (h *Handler) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.R
 // afterDownload waits for a download (or revalidation) to have something
 // to serve, and serves it.
 func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRequest, d *download, started bool, acct *requestAccount) error {
-	select {
-	case <-d.ready:
-	case <-r.Context().Done():
-		if started {
-			// A response handed to this request alone would hold its
-			// origin connection until read: close it when it comes.
-			go func() {
-				<-d.ready
-				if d.direct != nil {
-					d.direct.Body.Close()
-				}
-			}()
+	var interim <-chan interimResponse
+	if started {
+		interim = d.interim // only the request that started the download gets them
+	}
+	var sent []string // fields of interim responses, not for the final one
+wait:
+	for {
+		select {
+		case <-d.ready:
+			break wait
+		case ir := <-interim:
+			sent = writeInterim(w, ir, sent)
+		case <-r.Context().Done():
+			if started {
+				// A response handed to this request alone would hold its
+				// origin connection until read: close it when it comes.
+				go func() {
+					<-d.ready
+					if d.direct != nil {
+						d.direct.Body.Close()
+					}
+				}()
+			}
+			return r.Context().Err()
 		}
-		return r.Context().Err()
+	}
+	for _, k := range sent {
+		w.Header().Del(k)
 	}
 	if d.revalidated || d.stale {
 		rd, _, ok := h.lookup(r.Context(), &fr)
@@ -678,28 +706,27 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 	}
 	if d.direct != nil {
 		if !started {
-			// The response may not be shared; fetch our own copy (with
-			// its own download slot: it is a download like any other).
-			if err := h.eng.slots.acquire(r.Context(), fr.originSlot(), h.eng.downloadWait); err != nil {
-				return fetchFailed(acct, err)
-			}
-			defer h.eng.slots.release(fr.originSlot())
-			resp, err := h.eng.fetchFromOrigin(r.Context(), fr)
-			if err != nil {
-				return fetchFailed(acct, err)
-			}
-			return h.serveDirect(w, resp, "origin")
+			// The response may not be shared; fetch our own copy.
+			return h.fetchOwn(w, r, fr, acct)
 		}
 		return h.serveDirect(w, d.direct, d.source)
 	}
 	// The object may have landed under a variant key (the response
 	// varies), which lookup finds through the URL's entry.
-	rd, _, ok := h.lookup(r.Context(), &fr)
-	if !ok && !acct.retried {
+	rd, m, ok := h.lookup(r.Context(), &fr)
+	if ok && !started && !h.eng.now().Before(m.Expires) {
+		// The download this request joined brought a response that was
+		// stale as it arrived: it answers the request that caused it only.
+		rd.Close()
+		return h.fetchOwn(w, r, fr, acct)
+	}
+	if !ok && !acct.retried && (!started || fr.varyIndex != "") {
 		// The download this request joined failed or was dropped before
-		// it could be read, or it stored the variant of a field the
-		// origin was not sent yet (the URL's new Vary index now has it
-		// sent): once it has ended, try once more.
+		// it could be read, or the one it started stored the variant of a
+		// field the origin was not sent yet (the URL's new Vary index,
+		// which lookup found, now has it sent): once it has ended, try
+		// once more. A download this request started and that failed is
+		// not tried again: one origin fetch per client request.
 		acct.retried = true
 		select {
 		case <-d.done:
@@ -718,6 +745,39 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 	return h.serveStored(w, r, rd, status, d.source, false)
 }
 
+// fetchOwn fetches fr from the origin for this request alone and relays
+// the response uncached: for a request that joined a download whose
+// response may not be shared (no-store, private, stale as it arrived). It
+// takes a download slot of its own: it is a download like any other.
+func (h *Handler) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
+	if err := h.eng.slots.acquire(r.Context(), fr.originSlot(), h.eng.downloadWait); err != nil {
+		return fetchFailed(acct, err)
+	}
+	defer h.eng.slots.release(fr.originSlot())
+	resp, err := h.eng.fetchFromOrigin(r.Context(), fr)
+	if err != nil {
+		return fetchFailed(acct, err)
+	}
+	return h.serveDirect(w, resp, "origin")
+}
+
+// writeInterim relays an interim response to the client: its fields are
+// set for the 1xx only (sent collects their names, to be removed before
+// the final response), hop-by-hop fields excluded.
+func writeInterim(w http.ResponseWriter, ir interimResponse, sent []string) []string {
+	hdr := w.Header()
+	for _, k := range sent {
+		hdr.Del(k)
+	}
+	sent = sent[:0]
+	for k, v := range storedHeader(ir.header) {
+		hdr[k] = v
+		sent = append(sent, k)
+	}
+	w.WriteHeader(ir.status)
+	return sent
+}
+
 // serveStored writes a cached (or still arriving) object. To a peer (an
 // only-if-cached request) it also says how long the copy stays fresh here
 // (peerFreshnessField), which bounds the peer's copy.
@@ -731,16 +791,19 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 	// reallocates: one allocation for them all and the fields set here.
 	vals := make([]string, 0, len(m.Header)+5)
 	for k, v := range m.Header {
+		if !toPeer && k == coralOnlyField {
+			continue // for Coral proxies only (targeted.go)
+		}
 		vals = append(vals, v...)
 		hdr[k] = vals[len(vals)-len(v) : len(vals) : len(vals)]
 	}
 	delete(hdr, "Set-Cookie")
 	vals = setOwnValue(hdr, vals, "Via", "1.1 coral")
 	vals = setOwnValue(hdr, vals, "Cache-Status", cacheStatusValue(status, source))
-	age := max(time.Since(m.Stored), 0)
-	vals = setOwnValue(hdr, vals, "Age", strconv.FormatInt(int64(age/time.Second), 10))
+	now := h.eng.now()
+	vals = setOwnValue(hdr, vals, "Age", formatAge(storedAge(&m, now)))
 	if toPeer {
-		left := max(time.Until(m.Expires), 0)
+		left := max(m.Expires.Sub(now), 0)
 		vals = setOwnValue(hdr, vals, peerFreshnessField, strconv.FormatInt(int64(left/time.Second), 10))
 	}
 	if rd.Complete() && m.Status == http.StatusOK {
@@ -868,6 +931,7 @@ func (h *Handler) serveDirect(w http.ResponseWriter, resp *http.Response, source
 	for k, v := range storedHeader(resp.Header) {
 		hdr[k] = v
 	}
+	hdr.Del(coralOnlyField)
 	hdr.Set("Via", "1.1 coral")
 	hdr.Set("Cache-Status", fmt.Sprintf(`coral; fwd=uri-miss; stored=false; detail=%q`, source))
 	w.WriteHeader(resp.StatusCode)

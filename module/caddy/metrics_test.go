@@ -369,8 +369,8 @@ func TestMetricsCollector(t *testing.T) {
 		t.Errorf("dht_joined = %v", got)
 	}
 	msgs := gatherValues(t, reg, "caddy_coral_dht_messages_total")
-	if len(msgs) != 4*6 {
-		t.Errorf("dht_messages_total has %d series, want 24: %v", len(msgs), msgs)
+	if len(msgs) != 4*7 { // in/out, request/reply; 7 message types
+		t.Errorf("dht_messages_total has %d series, want 28: %v", len(msgs), msgs)
 	}
 	s := node.Stats()
 	if got := msgs["direction=in,kind=request,"+nl+",type=ping"]; got < 1 || got > float64(s.RequestsIn.Ping) {

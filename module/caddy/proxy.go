@@ -9,7 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -58,6 +60,41 @@ type download struct {
 	cancel context.CancelFunc
 	// origin is the download slot this download holds (downloadSlots).
 	origin string
+	// interim carries the origin's interim responses (1xx but 100 and
+	// 101) to the request that started the download, which relays them
+	// (RFC 9110 §15.2: a proxy forwards them). They are never stored.
+	interim chan interimResponse
+}
+
+// interimResponse is one 1xx response from the origin.
+type interimResponse struct {
+	status int
+	header http.Header
+}
+
+// interimWait bounds how long the origin's response waits for its
+// requester to take an interim response: a requester that has gone, or
+// does not read, does not hold the download up.
+const interimWait = time.Second
+
+// traceInterim returns ctx with a trace that passes the interim responses
+// of a request to d's requester.
+func traceInterim(ctx context.Context, d *download) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, header textproto.MIMEHeader) error {
+			if code == http.StatusContinue || code == http.StatusSwitchingProtocols {
+				return nil
+			}
+			t := time.NewTimer(interimWait)
+			defer t.Stop()
+			select {
+			case d.interim <- interimResponse{status: code, header: http.Header(header).Clone()}:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			return nil
+		},
+	})
 }
 
 // engine does the fetching for one handler.
@@ -86,6 +123,11 @@ type engine struct {
 	// max_object_size: they are relayed uncached meanwhile rather than
 	// fetched into the cache, and cut off, again and again.
 	tooLarge *boundedMap[time.Time]
+	// purged remembers when objects were purged here (purge.go): for
+	// purgeMemory after that, a miss goes to the origin, not to peers,
+	// which may still hold the old copy while a network purge works its
+	// way round.
+	purged *boundedMap[time.Time]
 	// forward is the allow-list of request fields sent to origins and
 	// peers (forwardFields).
 	forward []string
@@ -96,6 +138,8 @@ type engine struct {
 	// downloadTimeout bounds a whole download, however steadily its
 	// bytes trickle in (originTimeout bounds each silence).
 	downloadTimeout time.Duration
+	// clock is time.Now; tests replace it to move time on.
+	clock func() time.Time
 	// refs renews the long-lived references of requested objects.
 	refs    *refTable
 	metrics *proxyMetrics
@@ -179,7 +223,7 @@ func (e *engine) startDownload(ctx context.Context, fr fetchRequest, wait time.D
 		e.slots.release(origin) // another request started it meanwhile
 		return d, false, nil
 	}
-	d = &download{ready: make(chan struct{}), done: make(chan struct{}), origin: origin}
+	d = &download{ready: make(chan struct{}), done: make(chan struct{}), origin: origin, interim: make(chan interimResponse)}
 	e.inflight[fr.key] = d
 	go e.run(fr, d)
 	return d, true, nil
@@ -201,6 +245,8 @@ func (e *engine) finish(key string, d *download) {
 	}
 	e.mu.Unlock()
 }
+
+func (e *engine) now() time.Time { return e.clock() }
 
 // downloadContext is the context of one download: not the request's, since
 // the download outlives the client that started it, but ended at
@@ -240,6 +286,7 @@ func (e *engine) run(fr fetchRequest, d *download) {
 	}()
 
 	fr.forwarded()
+	ctx = traceInterim(ctx, d)
 	if fr.stale != nil {
 		e.revalidate(ctx, fr, d, readyOnce)
 		return
@@ -248,7 +295,7 @@ func (e *engine) run(fr fetchRequest, d *download) {
 	// the request's fields select, or answers 504.
 	dhtKey := coraldht.KeyFor(fr.baseKey)
 	self := e.selfAddr()
-	selfRef := reference{Addr: self}
+	selfRef := e.selfReference(self)
 	var peers []reference
 	peerLevel := -1
 	if e.node != nil && self.IsValid() {
@@ -289,10 +336,15 @@ func (e *engine) run(fr fetchRequest, d *download) {
 		}()
 	}
 
+	if at, ok := e.purged.get(fr.baseKey); ok && e.now().Sub(at) < purgeMemory {
+		peers = nil
+	}
 	source := fmt.Sprintf("peer-l%d", peerLevel)
 	idle := e.originTimeout + e.peerTimeout // a peer may itself wait on its origin
+	requested := e.now()
 	resp, err := e.fetchFromPeers(ctx, fr, peers)
 	if resp == nil {
+		requested = e.now()
 		resp, err = e.fetchFromOrigin(ctx, fr)
 		source, idle = "origin", e.originTimeout
 	}
@@ -302,20 +354,19 @@ func (e *engine) run(fr fetchRequest, d *download) {
 	}
 	resp.Body = newIdleTimeoutBody(resp.Body, idle, cancel)
 	d.source = source
-	e.keep(ctx, fr, d, resp, source, readyOnce)
+	e.keep(ctx, fr, d, resp, source, requested, readyOnce)
 }
 
 // keep stores a fetched response and streams it into the cache, or hands
 // it to the requester uncached; on success it puts the long-lived
-// reference.
-func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *http.Response, source string, readyOnce func()) {
+// reference. requested is when the request that brought resp was sent.
+func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *http.Response, source string, requested time.Time, readyOnce func()) {
 	self := e.selfAddr()
 	dhtKey := coraldht.KeyFor(fr.baseKey)
-	now := time.Now()
+	now := e.now()
 	loop := e.coralizeRedirect(fr, resp)
 	policy := e.policy.ForRequest(fr.header)
 	ok, _ := policy.Storable(fr.header, resp.StatusCode, resp.Header)
-	transient := resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests
 	// Vary: the object is kept under the key of the variant this
 	// request selects, and the URL's key gets an index naming the fields.
 	key := fr.baseKey
@@ -331,14 +382,16 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 	if until, big := e.tooLarge.get(key); big && now.Before(until) {
 		ok = false
 	}
-	if !ok || transient || loop {
+	if !ok || loop {
 		d.direct = resp
 		return
 	}
 	freshFor, _ := Lifetime(policy, now, resp.StatusCode, resp.Header)
 	// A copy from a peer (or an origin behind another cache) is already
-	// some age: it is fresh for what is left.
-	freshFor -= CurrentAge(resp.Header, now, now, now)
+	// some age: it is fresh for what is left. The age is kept with the
+	// object, so that what it says in Age grows from there.
+	age := CorrectedInitialAge(resp.Header, requested, now)
+	freshFor -= age
 	if source != "origin" {
 		freshFor = min(freshFor, peerFreshness(resp.Header))
 	}
@@ -353,7 +406,7 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 		Stored:  now,
 		Expires: now.Add(freshFor),
 		Size:    -1,
-		Extra:   map[string]string{"source": source, "url": fr.originURL().String()},
+		Extra:   map[string]string{"source": source, "url": fr.originURL().String(), ageField: formatAge(age)},
 	}
 	if resp.ContentLength >= 0 {
 		meta.Size = resp.ContentLength
@@ -391,7 +444,7 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 		return
 	}
 	meta.Size = n
-	recordFetch(meta.Extra["url"], source, resp.StatusCode, n, time.Since(now))
+	recordFetch(meta.Extra["url"], source, resp.StatusCode, n, e.now().Sub(now))
 	if err := w.Commit(meta); err != nil {
 		e.logger.Warn("cache commit failed", zap.Error(err))
 		return
@@ -400,7 +453,7 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 	// this download while it puts its reference.
 	e.finish(fr.key, d)
 	if e.node != nil && self.IsValid() {
-		ref := reference{Addr: self, Complete: true}
+		ref := reference{Addr: self, DHT: e.node.Addr(), Complete: true}
 		ttl := refGoodTTL
 		if resp.StatusCode >= 400 {
 			ref.Negative, ttl = true, refNegativeTTL
@@ -453,6 +506,11 @@ func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []re
 	}
 	return nil, nil
 }
+
+// purgeMemory is how long after a purge an object is fetched from its
+// origin only: the longest a network purge may take (its timeout is at
+// most 5 min).
+const purgeMemory = purgeMaxTimeout
 
 // tooLargeMemory is how long an object that outgrew max_object_size
 // mid-download is relayed uncached before the cache tries it again (it
@@ -606,6 +664,11 @@ func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjus
 			adjust(h)
 		}
 		resp, err := e.origin.Do(newGet(ctx, u, h))
+		if tr, ok := e.origin.Transport.(*http.Transport); ok && refusedTransferCoding(err) {
+			// Valid HTTP/1.1 that net/http does not take: see
+			// transfercoding.go.
+			resp, err = fetchTransferCoded(ctx, tr, newGet(ctx, u, h), e.originTimeout)
+		}
 		status := 0
 		if err == nil {
 			status = resp.StatusCode
@@ -685,8 +748,9 @@ func (e *engine) staleExtension() time.Duration {
 // its expiry extended, so a dead origin does not take its content with it.
 func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, readyOnce func()) {
 	m := fr.stale.Clone()
-	now := time.Now()
+	requested := e.now()
 	resp, err := e.fetchFromOriginWith(ctx, fr, func(h http.Header) { AddValidators(h, m.Header) })
+	now := e.now()
 	if err == nil {
 		resp.Body = newIdleTimeoutBody(resp.Body, e.originTimeout, d.cancel)
 	}
@@ -694,18 +758,23 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 	if err == nil {
 		status = resp.StatusCode
 	}
+	policy := e.policy.ForRequest(fr.header)
 	switch {
 	case err == nil && status == http.StatusNotModified:
 		resp.Body.Close()
 		if Freshen(m.Header, storedHeader(resp.Header)) {
-			freshFor, _ := Lifetime(e.policy.ForRequest(fr.header), now, m.Status, m.Header)
-			m.Stored, m.Expires = now, now.Add(freshFor)
+			// The 304 is the response now: its age is the copy's age.
+			age := CorrectedInitialAge(resp.Header, requested, now)
+			freshFor, _ := Lifetime(policy, now, m.Status, m.Header)
+			m.Stored, m.Expires = now, now.Add(freshFor-age)
+			m.Extra[ageField] = formatAge(age)
 			if e.store.UpdateMeta(fr.key, m) == nil {
 				d.revalidated, d.source = true, "origin"
 				return
 			}
 		}
 		// The 304 does not match the copy: fetch it whole.
+		requested = e.now()
 		resp, err = e.fetchFromOrigin(ctx, fr)
 		if err != nil {
 			d.err = err
@@ -713,8 +782,8 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 		}
 		resp.Body = newIdleTimeoutBody(resp.Body, e.originTimeout, d.cancel)
 		d.source = "origin"
-		e.keep(ctx, fr, d, resp, "origin", readyOnce)
-	case StaleOnError(status, m.Header):
+		e.keep(ctx, fr, d, resp, "origin", requested, readyOnce)
+	case policy.StaleOnError(status, m.Header, staleness(policy, m, now)):
 		if resp != nil {
 			resp.Body.Close()
 		}
@@ -728,8 +797,34 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 		d.err = err
 	default:
 		d.source = "origin"
-		e.keep(ctx, fr, d, resp, "origin", readyOnce)
+		e.keep(ctx, fr, d, resp, "origin", requested, readyOnce)
 	}
+}
+
+// ageField is the Meta.Extra entry that keeps a stored response's
+// corrected initial age (RFC 9111 §4.2.3), in whole seconds: its age when
+// it arrived. Its current age, what Age says when it is served, is that
+// plus the time since Meta.Stored (storedAge).
+const ageField = "age"
+
+func formatAge(d time.Duration) string { return strconv.FormatInt(int64(d/time.Second), 10) }
+
+// storedAge is the current age of a stored response at now: its corrected
+// initial age plus its resident time, never more than 2^31 s.
+func storedAge(m *diskcache.Meta, now time.Time) time.Duration {
+	var initial time.Duration
+	if v, ok := m.Extra[ageField]; ok {
+		initial, _ = parseDeltaSeconds(v)
+	}
+	return min(addSaturating(initial, max(now.Sub(m.Stored), 0)), maxDeltaLifetime)
+}
+
+// staleness is how long a stored response has been stale at now by its
+// own freshness lifetime (not by Meta.Expires, which a failed
+// revalidation extends): current age minus lifetime.
+func staleness(p Policy, m diskcache.Meta, now time.Time) time.Duration {
+	lifetime, _ := Lifetime(p, m.Stored, m.Status, m.Header)
+	return max(storedAge(&m, now)-lifetime, 0)
 }
 
 // coralizeRedirect rewrites an absolute redirect to the origin's own host

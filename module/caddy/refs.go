@@ -50,6 +50,31 @@ func (t *refTable) put(key string, ref reference, ttl time.Duration) {
 	t.refs[key] = &refState{ref: ref, ttl: ttl, putAt: now}
 }
 
+// forget stops renewing the reference put for key: its object was purged
+// (purge.go). The reference already in the DSHT runs out on its own (at
+// most refGoodTTL); a proxy that follows it meanwhile gets 504 from this
+// one (only-if-cached) and moves on. It reports whether there was one.
+func (t *refTable) forget(key string) bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.refs[key]
+	delete(t.refs, key)
+	return ok
+}
+
+// len is how many references the table renews.
+func (t *refTable) len() int {
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.refs)
+}
+
 // touch notes that key was requested.
 func (t *refTable) touch(key string) {
 	if t == nil {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -295,6 +296,7 @@ type coralStatus struct {
 		Misses     int64 `json:"misses"`
 		Commits    int64 `json:"commits"`
 		Aborts     int64 `json:"aborts"`
+		References int   `json:"references"`
 	} `json:"caches"`
 	RecentFetches []struct {
 		URL    string `json:"url"`
@@ -346,6 +348,26 @@ func (p *proxy) admin(path string, v any) error {
 		return fmt.Errorf("admin %s: %s: %s", path, resp.Status, b)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// adminPost POSTs form to a path of the process's admin API and returns the
+// status and body.
+func (p *proxy) adminPost(path string, form url.Values) (int, []byte, error) {
+	req, err := http.NewRequest(http.MethodPost, "http://"+netip.AddrPortFrom(p.ip, adminPort).String()+path,
+		strings.NewReader(form.Encode()))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Host = fmt.Sprintf("localhost:%d", adminPort)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	c := &http.Client{Timeout: 60 * time.Second, Transport: adminClient.Transport}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }
 
 func (p *proxy) status() (*coralStatus, error) {
