@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
 
 // Defaults, each with its reason.
@@ -143,7 +144,7 @@ func (a *abuseControls) admit(w http.ResponseWriter, r *http.Request, origin str
 		return false, nil
 	}
 	now := a.clock()
-	fromPeer := ParseRequestCacheControl(r.Header).OnlyIfCached
+	fromPeer := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
 	refuse := func(status int, detail string, err error) (bool, error) {
 		if fromPeer {
 			w.Header().Set("Cache-Status", fmt.Sprintf("coral; fwd=miss; detail=%q", detail))

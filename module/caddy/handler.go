@@ -20,6 +20,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"github.com/dustin/go-humanize"
 	"go.uber.org/zap"
 )
@@ -255,8 +256,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // policy is the freshness policy the configuration asks for: Coral's
 // defaults, with default_ttl and min_ttl if set.
-func (h *Handler) policy() Policy {
-	p := DefaultPolicy()
+func (h *Handler) policy() httpcache.Policy {
+	p := httpcache.DefaultPolicy()
 	if h.DefaultTTL != nil {
 		p.DefaultTTL = time.Duration(*h.DefaultTTL)
 	}
@@ -302,7 +303,7 @@ func (h *Handler) provisionAbuse() error {
 // setup builds the fetch engine around a store and a node; guard decides
 // which origin addresses may be fetched from, peerGuard which peer
 // addresses may be asked.
-func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peerGuard originGuard, policy Policy) {
+func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peerGuard originGuard, policy httpcache.Policy) {
 	h.store = store
 	if h.forward == nil {
 		h.forward = defaultForwardFields
@@ -514,7 +515,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("%w; fetch %s directly", errAuthorization, fr.originURL()))
 	}
 	w = h.abuse.count(w)
-	onlyIfCached := ParseRequestCacheControl(r.Header).OnlyIfCached
+	onlyIfCached := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
 
 	if rd, m, ok := h.lookup(r.Context(), &fr); ok {
 		if !rd.Complete() {
@@ -548,7 +549,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 		// Stale: revalidate with the origin. Within stale-while-
 		// revalidate the stale copy is served at once meanwhile.
 		fr.stale = &m
-		if swr, _ := StaleWindows(m.Header); h.eng.now().Sub(m.Expires) < swr {
+		if swr, _ := httpcache.StaleWindows(m.Header); h.eng.now().Sub(m.Expires) < swr {
 			// In the background, if a download slot is free now.
 			_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), fr, 0)
 			if rd, ok := h.store.GetContext(r.Context(), fr.key); ok {
@@ -641,7 +642,7 @@ func (h *Handler) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.R
 	}
 	rd.Close()
 	fr.varyIndex = fields
-	vk, vok := VaryKey(fields, fr.forwarded())
+	vk, vok := httpcache.VaryKey(fields, fr.forwarded())
 	if !vok {
 		return nil, diskcache.Meta{}, false
 	}
@@ -791,7 +792,7 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 	// reallocates: one allocation for them all and the fields set here.
 	vals := make([]string, 0, len(m.Header)+5)
 	for k, v := range m.Header {
-		if !toPeer && k == coralOnlyField {
+		if !toPeer && k == httpcache.CoralOnlyField {
 			continue // for Coral proxies only (targeted.go)
 		}
 		vals = append(vals, v...)
@@ -931,7 +932,7 @@ func (h *Handler) serveDirect(w http.ResponseWriter, resp *http.Response, source
 	for k, v := range storedHeader(resp.Header) {
 		hdr[k] = v
 	}
-	hdr.Del(coralOnlyField)
+	hdr.Del(httpcache.CoralOnlyField)
 	hdr.Set("Via", "1.1 coral")
 	hdr.Set("Cache-Status", fmt.Sprintf(`coral; fwd=uri-miss; stored=false; detail=%q`, source))
 	w.WriteHeader(resp.StatusCode)

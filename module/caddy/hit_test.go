@@ -17,6 +17,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
 )
 
@@ -41,7 +42,7 @@ func hitHandler(tb testing.TB, path string, size int) (h *Handler, dir string, b
 	tb.Cleanup(func() { store.Close() })
 	h = &Handler{Zone: "nyud.test", PeerTimeout: 3e9, RateLimit: 1e6, RateBurst: 1e6, logger: zap.NewNop()}
 	loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	h.setup(store, nil, loopback, loopback, DefaultPolicy())
+	h.setup(store, nil, loopback, loopback, httpcache.DefaultPolicy())
 	ap := netip.MustParseAddrPort("127.0.0.2:8080")
 	h.eng.peerAddr.Store(&ap)
 	if err := h.provisionAbuse(); err != nil {

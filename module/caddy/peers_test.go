@@ -19,6 +19,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
 )
 
@@ -55,7 +56,7 @@ func startTestProxies(t *testing.T, n int) []*testProxy {
 		t.Cleanup(func() { store.Close() })
 		h := &Handler{Zone: "nyud.test", PeerTimeout: 3e9, logger: zap.NewNop()}
 		loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-		h.setup(store, node, loopback, loopback, DefaultPolicy())
+		h.setup(store, node, loopback, loopback, httpcache.DefaultPolicy())
 		ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
 		if err != nil {
 			t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
 )
 
@@ -106,7 +107,7 @@ type engine struct {
 	origin                     *http.Client
 	peer                       *http.Client
 	failures                   *originFailures
-	policy                     Policy
+	policy                     httpcache.Policy
 	logger                     *zap.Logger
 	selfAddr                   func() netip.AddrPort // this proxy's HTTP address, for references
 	userAgent                  string
@@ -375,7 +376,7 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 		// Keyed by what the origin (or peer) was sent, not by what the
 		// client sent: a field the origin never saw cannot select this
 		// variant (the index makes the next request send it).
-		vk, vok := VaryKey(fields, fr.forwarded())
+		vk, vok := httpcache.VaryKey(fields, fr.forwarded())
 		ok = ok && vok
 		key = variantKey(fr.baseKey, vk)
 	}
@@ -386,11 +387,11 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 		d.direct = resp
 		return
 	}
-	freshFor, _ := Lifetime(policy, now, resp.StatusCode, resp.Header)
+	freshFor, _ := httpcache.Lifetime(policy, now, resp.StatusCode, resp.Header)
 	// A copy from a peer (or an origin behind another cache) is already
 	// some age: it is fresh for what is left. The age is kept with the
 	// object, so that what it says in Age grows from there.
-	age := CorrectedInitialAge(resp.Header, requested, now)
+	age := httpcache.CorrectedInitialAge(resp.Header, requested, now)
 	freshFor -= age
 	if source != "origin" {
 		freshFor = min(freshFor, peerFreshness(resp.Header))
@@ -539,7 +540,7 @@ func peerFreshness(h http.Header) time.Duration {
 	if len(v) != 1 {
 		return 0
 	}
-	d, ok := parseDeltaSeconds(strings.TrimSpace(v[0]))
+	d, ok := httpcache.ParseDeltaSeconds(strings.TrimSpace(v[0]))
 	if !ok {
 		return 0
 	}
@@ -749,7 +750,7 @@ func (e *engine) staleExtension() time.Duration {
 func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, readyOnce func()) {
 	m := fr.stale.Clone()
 	requested := e.now()
-	resp, err := e.fetchFromOriginWith(ctx, fr, func(h http.Header) { AddValidators(h, m.Header) })
+	resp, err := e.fetchFromOriginWith(ctx, fr, func(h http.Header) { httpcache.AddValidators(h, m.Header) })
 	now := e.now()
 	if err == nil {
 		resp.Body = newIdleTimeoutBody(resp.Body, e.originTimeout, d.cancel)
@@ -762,10 +763,10 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 	switch {
 	case err == nil && status == http.StatusNotModified:
 		resp.Body.Close()
-		if Freshen(m.Header, storedHeader(resp.Header)) {
+		if httpcache.Freshen(m.Header, storedHeader(resp.Header)) {
 			// The 304 is the response now: its age is the copy's age.
-			age := CorrectedInitialAge(resp.Header, requested, now)
-			freshFor, _ := Lifetime(policy, now, m.Status, m.Header)
+			age := httpcache.CorrectedInitialAge(resp.Header, requested, now)
+			freshFor, _ := httpcache.Lifetime(policy, now, m.Status, m.Header)
 			m.Stored, m.Expires = now, now.Add(freshFor-age)
 			m.Extra[ageField] = formatAge(age)
 			if e.store.UpdateMeta(fr.key, m) == nil {
@@ -814,16 +815,16 @@ func formatAge(d time.Duration) string { return strconv.FormatInt(int64(d/time.S
 func storedAge(m *diskcache.Meta, now time.Time) time.Duration {
 	var initial time.Duration
 	if v, ok := m.Extra[ageField]; ok {
-		initial, _ = parseDeltaSeconds(v)
+		initial, _ = httpcache.ParseDeltaSeconds(v)
 	}
-	return min(addSaturating(initial, max(now.Sub(m.Stored), 0)), maxDeltaLifetime)
+	return min(httpcache.AddSaturating(initial, max(now.Sub(m.Stored), 0)), httpcache.MaxDelta)
 }
 
 // staleness is how long a stored response has been stale at now by its
 // own freshness lifetime (not by Meta.Expires, which a failed
 // revalidation extends): current age minus lifetime.
-func staleness(p Policy, m diskcache.Meta, now time.Time) time.Duration {
-	lifetime, _ := Lifetime(p, m.Stored, m.Status, m.Header)
+func staleness(p httpcache.Policy, m diskcache.Meta, now time.Time) time.Duration {
+	lifetime, _ := httpcache.Lifetime(p, m.Stored, m.Status, m.Header)
 	return max(storedAge(&m, now)-lifetime, 0)
 }
 

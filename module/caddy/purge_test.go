@@ -21,6 +21,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
 )
 
@@ -149,7 +150,7 @@ func startPurgeProxies(t *testing.T, n, first int, network bool) []*purgeProxy {
 		t.Cleanup(func() { store.Close() })
 		h := &Handler{Zone: "nyud.test", PeerTimeout: 3e9, logger: zap.NewNop(), CacheDir: fmt.Sprintf("cache-%d", i)}
 		loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-		h.setup(store, node, loopback, loopback, DefaultPolicy())
+		h.setup(store, node, loopback, loopback, httpcache.DefaultPolicy())
 		h.storeKey = h.CacheDir
 		refs := newRefTable(store, node)
 		h.eng.refs = refs

@@ -32,6 +32,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
 
 // errBadTarget is the cause of a 400 for a request target that is neither
@@ -102,7 +104,7 @@ func forwardFields(extra []string) ([]string, error) {
 	out := slices.Clone(defaultForwardFields)
 	for _, f := range extra {
 		k := http.CanonicalHeaderKey(strings.TrimSpace(f))
-		if !isHTTPToken(k) {
+		if !httpcache.IsToken(k) {
 			return nil, fmt.Errorf("coral_proxy: forward_fields: %q is not a field name", f)
 		}
 		if neverForwarded[k] {

@@ -1,4 +1,4 @@
-package coralcaddy
+package httpcache
 
 // Targeted cache control (RFC 9213): response fields that carry
 // Cache-Control directives for one class of cache only, so that an origin
@@ -129,6 +129,6 @@ func isKnownDirective(name string) bool {
 	return isDeltaDirective(name)
 }
 
-// coralOnlyField is the targeted field that never leaves Coral: removed
+// CoralOnlyField is the targeted field that never leaves Coral: removed
 // from every response to a client.
-const coralOnlyField = "Coral-Cache-Control"
+const CoralOnlyField = "Coral-Cache-Control"

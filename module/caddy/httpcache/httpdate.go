@@ -1,4 +1,4 @@
-package coralcaddy
+package httpcache
 
 import (
 	"net/http"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// parseHTTPDate parses an HTTP-date exactly as RFC 9110 §5.6.7 defines
+// ParseHTTPDate parses an HTTP-date exactly as RFC 9110 §5.6.7 defines
 // it: the preferred IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") and the
 // two obsolete forms recipients must accept, rfc850-date ("Sunday,
 // 06-Nov-94 08:49:37 GMT") and asctime-date ("Sun Nov  6 08:49:37 1994").
@@ -15,7 +15,7 @@ import (
 // lets through (a one-digit hour, runs of spaces, a lower-case "gmt"):
 // an invalid Expires means "already expired" (RFC 9111 §5.3), so a loose
 // parse would keep a response fresh that the origin meant to be stale.
-func parseHTTPDate(s string) (time.Time, bool) {
+func ParseHTTPDate(s string) (time.Time, bool) {
 	var layout, day, month string
 	switch {
 	case shaped(s, "Aaa, 00 Aaa 0000 00:00:00 GMT"):

@@ -1,4 +1,4 @@
-package coralcaddy
+package httpcache
 
 import (
 	"net/http"
@@ -39,7 +39,7 @@ func FuzzTargetedCacheControl(f *testing.F) {
 			t.Fatalf("CDN-Cache-Control %q: Targeted %v, parsed %v", cdn, got.Targeted, ok)
 		}
 		for _, d := range []time.Duration{got.MaxAge, got.SMaxAge, got.StaleWhileRevalidate, got.StaleIfError} {
-			if d < 0 || d > maxDeltaLifetime {
+			if d < 0 || d > MaxDelta {
 				t.Fatalf("%q / %q: delta %v out of range", cdn, cc, d)
 			}
 		}
@@ -47,7 +47,7 @@ func FuzzTargetedCacheControl(f *testing.F) {
 	})
 }
 
-// FuzzParseHTTPDate: whatever parseHTTPDate accepts is an HTTP-date whose
+// FuzzParseHTTPDate: whatever ParseHTTPDate accepts is an HTTP-date whose
 // IMF-fixdate form parses back to the same instant.
 func FuzzParseHTTPDate(f *testing.F) {
 	for _, s := range []string{
@@ -58,11 +58,11 @@ func FuzzParseHTTPDate(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		tm, ok := parseHTTPDate(s)
+		tm, ok := ParseHTTPDate(s)
 		if !ok {
 			return
 		}
-		back, ok := parseHTTPDate(tm.Format(http.TimeFormat))
+		back, ok := ParseHTTPDate(tm.Format(http.TimeFormat))
 		if !ok || !back.Equal(tm) {
 			t.Fatalf("%q → %v → %q → %v %v", s, tm, tm.Format(http.TimeFormat), back, ok)
 		}

@@ -1,4 +1,4 @@
-package coralcaddy
+package httpcache
 
 import (
 	"net/http"
@@ -39,9 +39,9 @@ func TestParseCacheControl(t *testing.T) {
 		{"negative max-age is stale", ccHdr("Cache-Control", "max-age=-5"), CacheControl{HasMaxAge: true}},
 		{"max-age without value is stale", ccHdr("Cache-Control", "max-age"), CacheControl{HasMaxAge: true}},
 		{"§1.2.2 huge delta clamps to 2^31", ccHdr("Cache-Control", "max-age=99999999999999999999999"),
-			CacheControl{MaxAge: maxDeltaLifetime, HasMaxAge: true}},
+			CacheControl{MaxAge: MaxDelta, HasMaxAge: true}},
 		{"§1.2.2 10-digit delta beyond 2^31 clamps", ccHdr("Cache-Control", "s-mAXAge=9227000000"),
-			CacheControl{SMaxAge: maxDeltaLifetime, HasSMaxAge: true}},
+			CacheControl{SMaxAge: MaxDelta, HasSMaxAge: true}},
 		{"leading zeros", ccHdr("Cache-Control", "s-maxage=0000000000000000000000030"),
 			CacheControl{SMaxAge: 30 * time.Second, HasSMaxAge: true}},
 		{"§4.2.1 duplicates: smallest max-age", ccHdr("Cache-Control", "max-age=600", "Cache-Control", "max-age=60, max-age=3600"),
@@ -56,7 +56,7 @@ func TestParseCacheControl(t *testing.T) {
 		{"unqualified and qualified", ccHdr("Cache-Control", `private, private="x"`), CacheControl{Private: true, PrivateFields: []string{"X"}}},
 		{"request directives", ccHdr("Cache-Control", "max-stale=30, min-fresh=10, only-if-cached, no-cache"),
 			CacheControl{MaxStale: 30 * time.Second, HasMaxStale: true, MinFresh: 10 * time.Second, HasMinFresh: true, OnlyIfCached: true, NoCache: true}},
-		{"§5.2.1.2 max-stale without value", ccHdr("Cache-Control", "max-stale"), CacheControl{MaxStale: maxDeltaLifetime, HasMaxStale: true}},
+		{"§5.2.1.2 max-stale without value", ccHdr("Cache-Control", "max-stale"), CacheControl{MaxStale: MaxDelta, HasMaxStale: true}},
 		{"invalid max-stale ignored", ccHdr("Cache-Control", "max-stale=x"), CacheControl{}},
 		{"min-fresh duplicates: largest", ccHdr("Cache-Control", "min-fresh=5, min-fresh=50, min-fresh=x"),
 			CacheControl{MinFresh: 50 * time.Second, HasMinFresh: true}},
@@ -211,7 +211,7 @@ func TestLifetime(t *testing.T) {
 		{"§5.2.2.5 no-store never gets MinTTL", coralPolicy, 200, ccHdr("Cache-Control", "no-store"), 0, true},
 		{"§5.2.2.7 private never gets MinTTL", coralPolicy, 200, ccHdr("Cache-Control", "private"), 0, true},
 		{"§5.2.2.3 must-understand no-store", coralPolicy, 200, ccHdr("Cache-Control", "no-store, must-understand, max-age=60"), 5 * time.Minute, true},
-		{"§1.2.2 clamp", strictPolicy, 200, ccHdr("Cache-Control", "max-age=999999999999"), maxDeltaLifetime, true},
+		{"§1.2.2 clamp", strictPolicy, 200, ccHdr("Cache-Control", "max-age=999999999999"), MaxDelta, true},
 		{"NegativeTTL 0 falls back to DefaultTTL", Policy{DefaultTTL: time.Hour, MinTTL: time.Minute}, 404, ccHdr(), time.Hour, false},
 		{"negative NegativeTTL: errors get MinTTL only", Policy{DefaultTTL: time.Hour, MinTTL: time.Minute, NegativeTTL: -1}, 404, ccHdr(), time.Minute, false},
 		{"strict with NegativeTTL 0", Policy{}, 404, ccHdr(), 0, false},
@@ -244,7 +244,7 @@ func TestCurrentAge(t *testing.T) {
 		{"apparent age larger", ccHdr("Age", "5", "Date", httpDate(resp.Add(-time.Minute))), resp, time.Minute},
 		{"Date in the future: apparent age 0", ccHdr("Date", httpDate(resp.Add(time.Hour))), resp, 2 * time.Second},
 		{"invalid Age ignored", ccHdr("Age", "-3"), resp, 2 * time.Second},
-		{"huge Age clamped", ccHdr("Age", "99999999999999999999"), resp, maxDeltaLifetime + 2*time.Second},
+		{"huge Age clamped", ccHdr("Age", "99999999999999999999"), resp, MaxDelta + 2*time.Second},
 		{"now before response time", ccHdr("Age", "1"), resp.Add(-time.Hour), 3 * time.Second},
 		{"Date in year 1 saturates", ccHdr("Date", "Mon, 01 Jan 0001 00:00:00 GMT"), resp.Add(time.Hour), time.Duration(1<<63 - 1)},
 	}
@@ -553,7 +553,7 @@ func FuzzParseCacheControl(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		cc := parseCacheControlValue(s)
 		for _, d := range []time.Duration{cc.MaxAge, cc.SMaxAge, cc.MinFresh, cc.MaxStale, cc.StaleWhileRevalidate, cc.StaleIfError} {
-			if d < 0 || d > maxDeltaLifetime {
+			if d < 0 || d > MaxDelta {
 				t.Fatalf("%q: duration %v out of range", s, d)
 			}
 		}

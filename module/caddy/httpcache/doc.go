@@ -1,0 +1,44 @@
+// Package httpcache holds the HTTP caching rules of the Coral proxy
+// (coral_proxy): RFC 9111 (HTTP Caching) for a shared cache, RFC 9110 §13
+// (conditional requests), RFC 9213 (targeted cache control, targeted.go)
+// and RFC 5861 (stale-while-revalidate, stale-if-error), with Coral's
+// defaults layered on top through Policy. It decides; the proxy stores,
+// fetches and serves.
+//
+// Decisions (each also in the doc comment where it applies):
+//
+//   - Policy{} (all zero) is strict RFC 9111 with no heuristic freshness:
+//     a response without s-maxage, max-age or Expires has lifetime 0.
+//     DefaultPolicy() is Coral's: 12 h for success and redirects without
+//     freshness information, 15 min for cacheable errors (404, 410, …), and
+//     a 5 min minimum that overrides no-cache and short max-age/Expires.
+//     NegativeTTL 0 falls back to DefaultTTL, so setting DefaultTTL and
+//     MinTTL to 0 is enough for strict behaviour.
+//   - The minimum (MinTTL) never applies to no-store or private responses,
+//     nor where the origin insists on revalidation by a shared cache:
+//     must-revalidate, proxy-revalidate, or s-maxage (which carries
+//     proxy-revalidate's meaning, RFC 9111 §5.2.2.10). It is measured as
+//     age, not from when this proxy received the copy, so a copy passed
+//     from peer to peer never stays fresh longer than MinTTL after the
+//     origin produced it. Policy.ForRequest drops it for requests that
+//     carry Authorization.
+//   - Storable status codes: those heuristically cacheable by RFC 9110
+//     §15.1 (200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501) always;
+//     any other final status only with explicit freshness (max-age,
+//     s-maxage, Expires) or "public"; with a Policy whose MinTTL > 0 also
+//     302, 307 and 403 (temporary redirects and Forbidden, which Coral
+//     caches for MinTTL). 206 is never stored (the proxy fetches whole
+//     objects) and 304 only freshens a stored response.
+//   - Heuristic lifetimes are flat (Policy), not the Last-Modified fraction
+//     of RFC 9111 §4.2.2: 2xx and permanent 3xx get DefaultTTL, 4xx and 5xx
+//     NegativeTTL, temporary redirects (302, 303, 307) nothing but MinTTL.
+//     Last-Modified is not consulted.
+//   - Duplicate or conflicting directive values: the most conservative
+//     wins (RFC 9111 §4.2.1 allows treating such responses as stale): the
+//     smallest max-age, s-maxage, max-stale and stale windows, the largest
+//     min-fresh. An invalid max-age or s-maxage counts as 0 (stale); other
+//     invalid values are ignored.
+//   - Request directives are preferences (RFC 9111 §5.2.1): RequestAllows
+//     reports what they ask for and the handler may decline (for example,
+//     ignore no-cache from reloading browsers during a flash crowd).
+package httpcache
