@@ -977,22 +977,26 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 	}
 }
 
-func TestBandwidthCountingWriter(t *testing.T) {
+func TestBodyCounter(t *testing.T) {
 	now := t0
 	a := &abuseControls{budget: newBandwidthBudget(1<<20, time.Hour), now: func() time.Time { return now }}
 	rec := httptest.NewRecorder()
-	w := a.count(rec)
+	w := &bodyCounter{ResponseWriter: rec}
+	if _, err := w.Write([]byte("before admission ")); err != nil {
+		t.Fatal(err)
+	}
+	a.charge(w)
 	if _, err := w.Write([]byte("0123456789")); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := io.Copy(w, io.LimitReader(strings.NewReader(strings.Repeat("x", 100)), 90)); err != nil || n != 90 {
 		t.Fatal(n, err)
 	}
-	if _, ok := w.(io.ReaderFrom); !ok {
-		t.Error("ReadFrom lost")
-	}
 	if got := a.budget.used(now); got != 100 {
-		t.Errorf("counted %d bytes, want 100", got)
+		t.Errorf("charged %d bytes, want 100 (what was written after charge)", got)
+	}
+	if w.n != 117 {
+		t.Errorf("counted %d bytes for the metrics, want 117", w.n)
 	}
 	if err := http.NewResponseController(w).Flush(); err != nil || !rec.Flushed {
 		t.Errorf("Flush through the wrapper: %v", err)
@@ -1001,17 +1005,21 @@ func TestBandwidthCountingWriter(t *testing.T) {
 	body := strings.Repeat("y", 1000)
 	http.ServeContent(w, httptest.NewRequest(http.MethodGet, "/", nil), "", time.Time{}, strings.NewReader(body))
 	if got := a.budget.used(now); got != 1100 {
-		t.Errorf("counted %d bytes, want 1100", got)
+		t.Errorf("charged %d bytes, want 1100", got)
 	}
-	if rec.Body.Len() != 1100 {
-		t.Errorf("wrote %d bytes", rec.Body.Len())
+	if rec.Body.Len() != 1117 || w.n != 1117 {
+		t.Errorf("wrote %d bytes, counted %d", rec.Body.Len(), w.n)
 	}
-	// No budget: no wrapper.
-	if got := (&abuseControls{}).count(rec); got != http.ResponseWriter(rec) {
-		t.Error("wrapped without a budget")
-	}
-	var none *abuseControls
-	if got := none.count(rec); got != http.ResponseWriter(rec) {
-		t.Error("nil controls wrapped")
+	// No budget, or no controls: counted, never charged.
+	for _, c := range []*abuseControls{{}, nil} {
+		w := &bodyCounter{ResponseWriter: httptest.NewRecorder()}
+		c.charge(w)
+		if w.budget != nil {
+			t.Error("charged without a budget")
+		}
+		w.Write([]byte("x"))
+		if w.n != 1 {
+			t.Errorf("counted %d", w.n)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package coralcaddy
 
 import (
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -8,6 +9,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
 )
 
 func init() {
@@ -96,4 +99,308 @@ func parseGlobalCoral(d *caddyfile.Dispenser, existing any) (any, error) {
 		return nil, d.Err("coral: listen IP:PORT is required")
 	}
 	return httpcaddyfile.App{Name: "coral", Value: caddyconfig.JSON(app, nil)}, nil
+}
+
+// parseHandlerCaddyfile reads the coral_proxy directive.
+func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	var hd Handler
+	err := hd.UnmarshalCaddyfile(h.Dispenser)
+	return &hd, err
+}
+
+// UnmarshalCaddyfile implements caddyfile.Unmarshaler:
+//
+//	coral_proxy ZONE {
+//	    cache_dir      DIR
+//	    cache_size     SIZE          # e.g. 1GiB
+//	    max_object_size SIZE         # default cache_size / 8
+//	    max_objects    N             # default cache_size / 8KiB
+//	    allow_origins  PREFIX...     # private origins allowed anyway
+//	    allow_peers    PREFIX...     # private peer addresses allowed anyway
+//	    forward_fields FIELD...      # request fields sent to origins besides the defaults
+//	    origin_scheme  http|https|auto
+//	    default_ttl    DURATION
+//	    min_ttl        DURATION
+//	    origin_timeout DURATION
+//	    peer_timeout   DURATION
+//	    download_timeout DURATION    # default 10m
+//	    max_downloads  N [PER_ORIGIN] # default 256 32
+//	    download_wait  DURATION      # default 10s
+//	    peer_address   IP:PORT
+//	    blacklist      FILE [POLL]
+//	    rate_limit     PER_SECOND BURST | off
+//	    bandwidth_budget SIZE [per DURATION]
+//	}
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive name
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	h.Zone = d.Val()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		o := optionArgs{d: d, name: d.Val(), args: d.RemainingArgs()}
+		parse, ok := proxyOptions[o.name]
+		if !ok {
+			return d.Errf("unknown coral_proxy option %q", o.name)
+		}
+		if err := parse(h, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// optionArgs is one option of a Caddyfile block and its arguments, with
+// the checks the options share.
+type optionArgs struct {
+	d    *caddyfile.Dispenser
+	name string
+	args []string
+}
+
+func (o optionArgs) one() (string, error) {
+	if len(o.args) != 1 {
+		return "", o.d.Errf("%s takes one argument", o.name)
+	}
+	return o.args[0], nil
+}
+
+// duration is the option's one argument as a non-negative duration.
+func (o optionArgs) duration() (caddy.Duration, error) {
+	v, err := o.one()
+	if err != nil {
+		return 0, err
+	}
+	dur, err := caddy.ParseDuration(v)
+	if err != nil || dur < 0 {
+		return 0, o.d.Errf("%s: %q is not a duration", o.name, v)
+	}
+	return caddy.Duration(dur), nil
+}
+
+// size parses a byte size; example goes into the error ("1GiB").
+func (o optionArgs) size(v, example string) (int64, error) {
+	n, err := humanize.ParseBytes(v)
+	if err != nil || n == 0 || n > 1<<62 {
+		return 0, o.d.Errf("%s: %q is not a size such as %s", o.name, v, example)
+	}
+	return int64(n), nil
+}
+
+// positive parses a count of at least 1; what names it in the error.
+func (o optionArgs) positive(v, what string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, o.d.Errf("%s: %s%q is not a positive number", o.name, what, v)
+	}
+	return n, nil
+}
+
+// positiveDuration parses a duration above 0.
+func (o optionArgs) positiveDuration(v string) (caddy.Duration, error) {
+	dur, err := caddy.ParseDuration(v)
+	if err != nil || dur <= 0 {
+		return 0, o.d.Errf("%s: %q is not a positive duration", o.name, v)
+	}
+	return caddy.Duration(dur), nil
+}
+
+// prefixes checks a list of address prefixes.
+func (o optionArgs) prefixes() ([]string, error) {
+	if len(o.args) == 0 {
+		return nil, o.d.Errf("%s needs at least one prefix", o.name)
+	}
+	for _, a := range o.args {
+		if _, err := parsePrefix(a); err != nil {
+			return nil, o.d.Errf("%s: %q is not a prefix or address", o.name, a)
+		}
+	}
+	return o.args, nil
+}
+
+// proxyOptions parse the options of the coral_proxy block, by name.
+var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
+	"cache_dir": func(h *Handler, o optionArgs) (err error) {
+		h.CacheDir, err = o.one()
+		return err
+	},
+	"cache_size": func(h *Handler, o optionArgs) error {
+		v, err := o.one()
+		if err == nil {
+			h.CacheSize, err = o.size(v, "1GiB")
+		}
+		return err
+	},
+	"max_object_size": func(h *Handler, o optionArgs) error {
+		v, err := o.one()
+		if err == nil {
+			h.MaxObjectSize, err = o.size(v, "64MiB")
+		}
+		return err
+	},
+	"max_objects": func(h *Handler, o optionArgs) error {
+		v, err := o.one()
+		if err == nil {
+			h.MaxObjects, err = o.positive(v, "")
+		}
+		return err
+	},
+	"forward_fields": func(h *Handler, o optionArgs) error {
+		if len(o.args) == 0 {
+			return o.d.Errf("forward_fields needs at least one field name")
+		}
+		if _, err := forwardFields(o.args); err != nil {
+			return o.d.Err(err.Error())
+		}
+		h.ForwardFields = append(h.ForwardFields, o.args...)
+		return nil
+	},
+	"allow_origins": func(h *Handler, o optionArgs) error {
+		p, err := o.prefixes()
+		h.AllowOrigins = append(h.AllowOrigins, p...)
+		return err
+	},
+	"allow_peers": func(h *Handler, o optionArgs) error {
+		p, err := o.prefixes()
+		h.AllowPeers = append(h.AllowPeers, p...)
+		return err
+	},
+	"download_timeout": func(h *Handler, o optionArgs) (err error) {
+		h.DownloadTimeout, err = o.duration()
+		return err
+	},
+	"download_wait": func(h *Handler, o optionArgs) (err error) {
+		h.DownloadWait, err = o.duration()
+		return err
+	},
+	"max_downloads": func(h *Handler, o optionArgs) (err error) {
+		if len(o.args) < 1 || len(o.args) > 2 {
+			return o.d.Errf("max_downloads takes N [PER_ORIGIN]")
+		}
+		if h.MaxDownloads, err = o.positive(o.args[0], ""); err != nil || len(o.args) == 1 {
+			return err
+		}
+		h.MaxDownloadsPerOrigin, err = o.positive(o.args[1], "per origin ")
+		return err
+	},
+	"origin_scheme": func(h *Handler, o optionArgs) (err error) {
+		if h.OriginScheme, err = o.one(); err != nil {
+			return err
+		}
+		switch h.OriginScheme {
+		case "http", "https", "auto":
+			return nil
+		}
+		return o.d.Errf("origin_scheme: %q; want http, https or auto", h.OriginScheme)
+	},
+	"default_ttl": func(h *Handler, o optionArgs) error {
+		v, err := o.duration()
+		h.DefaultTTL = &v
+		return err
+	},
+	"min_ttl": func(h *Handler, o optionArgs) error {
+		v, err := o.duration()
+		h.MinTTL = &v
+		return err
+	},
+	"origin_timeout": func(h *Handler, o optionArgs) (err error) {
+		h.OriginTimeout, err = o.duration()
+		return err
+	},
+	"peer_timeout": func(h *Handler, o optionArgs) (err error) {
+		h.PeerTimeout, err = o.duration()
+		return err
+	},
+	"blacklist": func(h *Handler, o optionArgs) (err error) {
+		if len(o.args) < 1 || len(o.args) > 2 {
+			return o.d.Errf("blacklist takes a file and optionally how often to check it")
+		}
+		h.Blacklist = o.args[0]
+		if len(o.args) == 2 {
+			h.BlacklistPoll, err = o.positiveDuration(o.args[1])
+		}
+		return err
+	},
+	"rate_limit": func(h *Handler, o optionArgs) error {
+		if len(o.args) == 1 && o.args[0] == "off" {
+			h.RateLimit = -1
+			return nil
+		}
+		if len(o.args) != 2 {
+			return o.d.Errf("rate_limit takes REQUESTS_PER_SECOND BURST, or off")
+		}
+		rate, rerr := strconv.ParseFloat(o.args[0], 64)
+		burst, berr := strconv.Atoi(o.args[1])
+		if rerr != nil || rate <= 0 || berr != nil || burst < 1 {
+			return o.d.Errf("rate_limit: want a positive rate and a burst of at least 1, got %q %q", o.args[0], o.args[1])
+		}
+		h.RateLimit, h.RateBurst = rate, burst
+		return nil
+	},
+	"bandwidth_budget": func(h *Handler, o optionArgs) (err error) {
+		if len(o.args) != 1 && !(len(o.args) == 3 && o.args[1] == "per") {
+			return o.d.Errf("bandwidth_budget takes SIZE [per DURATION]")
+		}
+		if h.BandwidthBudget, err = o.size(o.args[0], "100GiB"); err != nil || len(o.args) == 1 {
+			return err
+		}
+		h.BandwidthWindow, err = o.positiveDuration(o.args[2])
+		return err
+	},
+	"peer_address": func(h *Handler, o optionArgs) error {
+		v, err := o.one()
+		if err != nil {
+			return err
+		}
+		if _, err := netip.ParseAddrPort(v); err != nil {
+			return o.d.Errf("peer_address: %q is not IP:PORT", v)
+		}
+		h.PeerAddress = v
+		return nil
+	},
+}
+
+// parseStatusPageCaddyfile reads the coral_status directive.
+func parseStatusPageCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	var s StatusPage
+	err := s.UnmarshalCaddyfile(h.Dispenser)
+	return &s, err
+}
+
+// UnmarshalCaddyfile implements caddyfile.Unmarshaler:
+//
+//	coral_status [<matcher>] {
+//	    recent N       # objects and fetches listed; default 20, at most 64
+//	    show_queries   # URLs with their query strings (default: cut off)
+//	}
+func (s *StatusPage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		switch prop := d.Val(); prop {
+		case "recent":
+			args := d.RemainingArgs()
+			if len(args) != 1 {
+				return d.Errf("recent takes one number")
+			}
+			n, err := strconv.Atoi(args[0])
+			if err != nil || n < 1 || n > maxStatusRecent {
+				return d.Errf("recent: %q; want a number 1..%d", args[0], maxStatusRecent)
+			}
+			s.Recent = n
+		case "show_queries":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			s.ShowQueries = true
+		default:
+			return d.Errf("unknown coral_status option %q", prop)
+		}
+	}
+	return nil
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
-	"github.com/dustin/go-humanize"
 	"go.uber.org/zap"
 )
 
@@ -464,10 +463,10 @@ func (h *Handler) Cleanup() error {
 
 // ServeHTTP serves a Coralized request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	mw := &metricsWriter{ResponseWriter: w}
+	bc := &bodyCounter{ResponseWriter: w}
 	acct := &requestAccount{cacheStatus: "refused", source: "none"}
-	defer func() { h.metrics.request(acct.cacheStatus, acct.source, mw.n) }()
-	return h.serve(mw, r, acct)
+	defer func() { h.metrics.request(acct.cacheStatus, acct.source, bc.n) }()
+	return h.serve(bc, r, acct)
 }
 
 // requestAccount is what a request is counted as in the metrics.
@@ -480,7 +479,7 @@ func (a *requestAccount) set(cacheStatus, source string) {
 	a.cacheStatus, a.source = cacheStatus, source
 }
 
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAccount) error {
+func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) error {
 	target, err := requestTarget(r, h.Zone)
 	switch {
 	case errors.Is(err, ErrNotCoralized):
@@ -514,7 +513,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, acct *requestAcc
 		// fetched without them (RFC 9111 §3.5).
 		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("%w; fetch %s directly", errAuthorization, fr.originURL()))
 	}
-	w = h.abuse.count(w)
+	h.abuse.charge(w)
 	onlyIfCached := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
 
 	if rd, m, ok := h.lookup(r.Context(), &fr); ok {
@@ -948,220 +947,6 @@ func clientIP(r *http.Request) string {
 		return r.RemoteAddr
 	}
 	return host
-}
-
-// parseHandlerCaddyfile reads the coral_proxy directive.
-func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	var hd Handler
-	err := hd.UnmarshalCaddyfile(h.Dispenser)
-	return &hd, err
-}
-
-// UnmarshalCaddyfile implements caddyfile.Unmarshaler:
-//
-//	coral_proxy ZONE {
-//	    cache_dir      DIR
-//	    cache_size     SIZE          # e.g. 1GiB
-//	    max_object_size SIZE         # default cache_size / 8
-//	    max_objects    N             # default cache_size / 8KiB
-//	    allow_origins  PREFIX...     # private origins allowed anyway
-//	    allow_peers    PREFIX...     # private peer addresses allowed anyway
-//	    forward_fields FIELD...      # request fields sent to origins besides the defaults
-//	    origin_scheme  http|https|auto
-//	    default_ttl    DURATION
-//	    min_ttl        DURATION
-//	    origin_timeout DURATION
-//	    peer_timeout   DURATION
-//	    download_timeout DURATION    # default 10m
-//	    max_downloads  N [PER_ORIGIN] # default 256 32
-//	    download_wait  DURATION      # default 10s
-//	    peer_address   IP:PORT
-//	    blacklist      FILE [POLL]
-//	    rate_limit     PER_SECOND BURST | off
-//	    bandwidth_budget SIZE [per DURATION]
-//	}
-func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // the directive name
-	if !d.NextArg() {
-		return d.ArgErr()
-	}
-	h.Zone = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for d.NextBlock(0) {
-		prop := d.Val()
-		args := d.RemainingArgs()
-		one := func() (string, error) {
-			if len(args) != 1 {
-				return "", d.Errf("%s takes one argument", prop)
-			}
-			return args[0], nil
-		}
-		duration := func() (caddy.Duration, error) {
-			v, err := one()
-			if err != nil {
-				return 0, err
-			}
-			dur, err := caddy.ParseDuration(v)
-			if err != nil || dur < 0 {
-				return 0, d.Errf("%s: %q is not a duration", prop, v)
-			}
-			return caddy.Duration(dur), nil
-		}
-		var err error
-		switch prop {
-		case "cache_dir":
-			h.CacheDir, err = one()
-		case "cache_size":
-			var v string
-			if v, err = one(); err == nil {
-				n, perr := humanize.ParseBytes(v)
-				if perr != nil || n == 0 || n > 1<<62 {
-					return d.Errf("cache_size: %q is not a size such as 1GiB", v)
-				}
-				h.CacheSize = int64(n)
-			}
-		case "max_object_size":
-			var v string
-			if v, err = one(); err == nil {
-				n, perr := humanize.ParseBytes(v)
-				if perr != nil || n == 0 || n > 1<<62 {
-					return d.Errf("max_object_size: %q is not a size such as 64MiB", v)
-				}
-				h.MaxObjectSize = int64(n)
-			}
-		case "max_objects":
-			var v string
-			if v, err = one(); err == nil {
-				n, perr := strconv.Atoi(v)
-				if perr != nil || n < 1 {
-					return d.Errf("max_objects: %q is not a positive number", v)
-				}
-				h.MaxObjects = n
-			}
-		case "forward_fields":
-			if len(args) == 0 {
-				return d.Errf("forward_fields needs at least one field name")
-			}
-			if _, ferr := forwardFields(args); ferr != nil {
-				return d.Err(ferr.Error())
-			}
-			h.ForwardFields = append(h.ForwardFields, args...)
-		case "allow_origins", "allow_peers":
-			if len(args) == 0 {
-				return d.Errf("%s needs at least one prefix", prop)
-			}
-			for _, a := range args {
-				if _, perr := parsePrefix(a); perr != nil {
-					return d.Errf("%s: %q is not a prefix or address", prop, a)
-				}
-			}
-			if prop == "allow_origins" {
-				h.AllowOrigins = append(h.AllowOrigins, args...)
-			} else {
-				h.AllowPeers = append(h.AllowPeers, args...)
-			}
-		case "download_timeout":
-			h.DownloadTimeout, err = duration()
-		case "download_wait":
-			h.DownloadWait, err = duration()
-		case "max_downloads":
-			if len(args) < 1 || len(args) > 2 {
-				return d.Errf("max_downloads takes N [PER_ORIGIN]")
-			}
-			n, perr := strconv.Atoi(args[0])
-			if perr != nil || n < 1 {
-				return d.Errf("max_downloads: %q is not a positive number", args[0])
-			}
-			h.MaxDownloads = n
-			if len(args) == 2 {
-				n, perr := strconv.Atoi(args[1])
-				if perr != nil || n < 1 {
-					return d.Errf("max_downloads: per origin %q is not a positive number", args[1])
-				}
-				h.MaxDownloadsPerOrigin = n
-			}
-		case "origin_scheme":
-			if h.OriginScheme, err = one(); err == nil {
-				switch h.OriginScheme {
-				case "http", "https", "auto":
-				default:
-					return d.Errf("origin_scheme: %q; want http, https or auto", h.OriginScheme)
-				}
-			}
-		case "default_ttl":
-			var v caddy.Duration
-			if v, err = duration(); err == nil {
-				h.DefaultTTL = &v
-			}
-		case "min_ttl":
-			var v caddy.Duration
-			if v, err = duration(); err == nil {
-				h.MinTTL = &v
-			}
-		case "origin_timeout":
-			h.OriginTimeout, err = duration()
-		case "peer_timeout":
-			h.PeerTimeout, err = duration()
-		case "blacklist":
-			if len(args) < 1 || len(args) > 2 {
-				return d.Errf("blacklist takes a file and optionally how often to check it")
-			}
-			h.Blacklist = args[0]
-			if len(args) == 2 {
-				dur, perr := caddy.ParseDuration(args[1])
-				if perr != nil || dur <= 0 {
-					return d.Errf("blacklist: %q is not a positive duration", args[1])
-				}
-				h.BlacklistPoll = caddy.Duration(dur)
-			}
-		case "rate_limit":
-			if len(args) == 1 && args[0] == "off" {
-				h.RateLimit = -1
-				break
-			}
-			if len(args) != 2 {
-				return d.Errf("rate_limit takes REQUESTS_PER_SECOND BURST, or off")
-			}
-			rate, perr := strconv.ParseFloat(args[0], 64)
-			burst, berr := strconv.Atoi(args[1])
-			if perr != nil || rate <= 0 || berr != nil || burst < 1 {
-				return d.Errf("rate_limit: want a positive rate and a burst of at least 1, got %q %q", args[0], args[1])
-			}
-			h.RateLimit, h.RateBurst = rate, burst
-		case "bandwidth_budget":
-			if len(args) != 1 && !(len(args) == 3 && args[1] == "per") {
-				return d.Errf("bandwidth_budget takes SIZE [per DURATION]")
-			}
-			n, perr := humanize.ParseBytes(args[0])
-			if perr != nil || n == 0 || n > 1<<62 {
-				return d.Errf("bandwidth_budget: %q is not a size such as 100GiB", args[0])
-			}
-			h.BandwidthBudget = int64(n)
-			if len(args) == 3 {
-				dur, derr := caddy.ParseDuration(args[2])
-				if derr != nil || dur <= 0 {
-					return d.Errf("bandwidth_budget: %q is not a positive duration", args[2])
-				}
-				h.BandwidthWindow = caddy.Duration(dur)
-			}
-		case "peer_address":
-			var v string
-			if v, err = one(); err == nil {
-				if _, perr := netip.ParseAddrPort(v); perr != nil {
-					return d.Errf("peer_address: %q is not IP:PORT", v)
-				}
-				h.PeerAddress = v
-			}
-		default:
-			return d.Errf("unknown coral_proxy option %q", prop)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Interface guards.

@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -428,33 +426,7 @@ func peerSourceLevel(s string) (int, bool) {
 	return l, true
 }
 
-// metricsWriter counts the body bytes written through it, for request's
-// bytes. It keeps ReadFrom (so sendfile still works through it) and Flush,
-// and unwraps for http.ResponseController.
-type metricsWriter struct {
-	http.ResponseWriter
-	n int64
-}
-
-func (c *metricsWriter) Write(p []byte) (int, error) {
-	n, err := c.ResponseWriter.Write(p)
-	c.n += int64(n)
-	return n, err
-}
-
-func (c *metricsWriter) ReadFrom(r io.Reader) (int64, error) {
-	n, err := io.Copy(c.ResponseWriter, r) // the wrapped writer's ReadFrom, if any
-	c.n += n
-	return n, err
-}
-
-func (c *metricsWriter) Flush() { _ = http.NewResponseController(c.ResponseWriter).Flush() }
-
-func (c *metricsWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
-
 // Interface guards.
 var (
 	_ prometheus.Collector = (*coralCollector)(nil)
-	_ io.ReaderFrom        = (*metricsWriter)(nil)
-	_ http.Flusher         = (*metricsWriter)(nil)
 )

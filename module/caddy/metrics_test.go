@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"strings"
@@ -427,20 +425,3 @@ func TestMetricsCollector(t *testing.T) {
 	}
 }
 
-func TestMetricsWriter(t *testing.T) {
-	rec := httptest.NewRecorder()
-	w := &metricsWriter{ResponseWriter: rec}
-	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write([]byte("hello, ")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(w, strings.NewReader("world")); err != nil { // through ReadFrom
-		t.Fatal(err)
-	}
-	if err := http.NewResponseController(w).Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if w.n != 12 || rec.Body.String() != "hello, world" || !rec.Flushed {
-		t.Errorf("counted %d; body %q, flushed %v", w.n, rec.Body, rec.Flushed)
-	}
-}

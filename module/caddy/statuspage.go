@@ -466,48 +466,6 @@ func statusClip(s string) string {
 
 // Caddyfile.
 
-// parseStatusPageCaddyfile reads the coral_status directive.
-func parseStatusPageCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	var s StatusPage
-	err := s.UnmarshalCaddyfile(h.Dispenser)
-	return &s, err
-}
-
-// UnmarshalCaddyfile implements caddyfile.Unmarshaler:
-//
-//	coral_status [<matcher>] {
-//	    recent N       # objects and fetches listed; default 20, at most 64
-//	    show_queries   # URLs with their query strings (default: cut off)
-//	}
-func (s *StatusPage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // the directive name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for d.NextBlock(0) {
-		switch prop := d.Val(); prop {
-		case "recent":
-			args := d.RemainingArgs()
-			if len(args) != 1 {
-				return d.Errf("recent takes one number")
-			}
-			n, err := strconv.Atoi(args[0])
-			if err != nil || n < 1 || n > maxStatusRecent {
-				return d.Errf("recent: %q; want a number 1..%d", args[0], maxStatusRecent)
-			}
-			s.Recent = n
-		case "show_queries":
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			s.ShowQueries = true
-		default:
-			return d.Errf("unknown coral_status option %q", prop)
-		}
-	}
-	return nil
-}
-
 // Interface guards.
 var (
 	_ caddy.Provisioner           = (*StatusPage)(nil)
