@@ -424,4 +424,3 @@ func TestMetricsCollector(t *testing.T) {
 		t.Errorf("downloads_in_progress after release = %v", got)
 	}
 }
-
