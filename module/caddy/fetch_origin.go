@@ -1,0 +1,143 @@
+package coralcaddy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// fetchFromOrigin gets the object from the origin server. When the origin
+// redirects to the https form of the same URL, the proxy follows that
+// itself (verifying the certificate) instead of handing the redirect to the
+// client, which would loop through the Coralized name.
+func (e *engine) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Response, error) {
+	return e.fetchFromOriginWith(ctx, fr, nil)
+}
+
+// fetchFromOriginWith is fetchFromOrigin with a hook that adjusts the
+// request header (validators for a revalidation).
+func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjust func(http.Header)) (*http.Response, error) {
+	u := fr.originURL()
+	if port, ok := e.httpsUpgrades.get(endpoint(u)); ok && u.Scheme == "http" {
+		u = fr.httpsURL(port)
+	}
+	for range 2 {
+		ep := endpoint(u)
+		if down, until := e.failures.down(ep); down {
+			e.metrics.originFetch("backoff")
+			return nil, fmt.Errorf("origin %s unreachable; not retrying before %s", ep, until.Format(time.RFC3339))
+		}
+		h := originRequestHeader(fr.forwarded(), fr.clientIP, e.userAgent)
+		if adjust != nil {
+			adjust(h)
+		}
+		resp, err := e.origin.Do(newGet(ctx, u, h))
+		if tr, ok := e.origin.Transport.(*http.Transport); ok && refusedTransferCoding(err) {
+			// Valid HTTP/1.1 that net/http does not take: see
+			// transfercoding.go.
+			resp, err = fetchTransferCoded(ctx, tr, newGet(ctx, u, h), e.originTimeout)
+		}
+		status := 0
+		if err == nil {
+			status = resp.StatusCode
+		}
+		e.metrics.originFetch(fetchOutcome(status, err))
+		if err != nil {
+			if isConnectFailure(err) && !errors.Is(err, errOriginForbidden) {
+				e.failures.failed(ep)
+			}
+			return nil, err
+		}
+		e.failures.succeeded(ep)
+		if u.Scheme == "http" && isRedirect(resp.StatusCode) {
+			if port, ok := httpsUpgradePort(u, resp); ok {
+				resp.Body.Close()
+				e.httpsUpgrades.put(ep, port)
+				u = fr.httpsURL(port)
+				continue
+			}
+		}
+		return resp, nil
+	}
+	return nil, errors.New("origin redirected in a loop")
+}
+
+// httpsURL is the origin URL over https on port (0: 443).
+func (fr *fetchRequest) httpsURL(port int) *url.URL {
+	t := fr.target
+	t.Scheme, t.Port = "https", port
+	return t.OriginURL()
+}
+
+// httpsUpgradePort reports whether resp, the answer to a GET of the http
+// URL u, redirects to the https form of u (the same host and request
+// target), and the redirect's port (0: the default).
+func httpsUpgradePort(u *url.URL, resp *http.Response) (port int, ok bool) {
+	loc, err := resp.Location()
+	if err != nil || !strings.EqualFold(loc.Scheme, "https") || loc.User != nil ||
+		!strings.EqualFold(loc.Hostname(), u.Hostname()) || loc.RequestURI() != u.RequestURI() {
+		return 0, false
+	}
+	if p := loc.Port(); p != "" {
+		n, ok := parsePortLabel(p)
+		if !ok {
+			return 0, false
+		}
+		port = n
+	}
+	return port, true
+}
+
+// newGet is a GET request for u with header h, built from the URL as is
+// (no string round trip).
+func newGet(ctx context.Context, u *url.URL, h http.Header) *http.Request {
+	req := &http.Request{Method: http.MethodGet, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Host: u.Host}
+	return req.WithContext(ctx)
+}
+
+func isRedirect(code int) bool {
+	switch code {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
+}
+
+// coralizeRedirect rewrites an absolute redirect to the origin's own host
+// into its Coralized form, so the client stays on Coral. A redirect that
+// would come back to the very URL being fetched (a loop through the
+// Coralized name) keeps the origin's Location, which takes the client to
+// the origin directly, and is not cached: loop reports it.
+func (e *engine) coralizeRedirect(fr fetchRequest, resp *http.Response) (loop bool) {
+	if !isRedirect(resp.StatusCode) || e.zone == "" {
+		return false
+	}
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if err != nil || !loc.IsAbs() || loc.Opaque != "" || loc.User != nil ||
+		(loc.Scheme != "http" && loc.Scheme != "https") || !strings.EqualFold(loc.Hostname(), fr.target.Host) {
+		return false
+	}
+	port := 0
+	if p := loc.Port(); p != "" {
+		n, ok := parsePortLabel(p)
+		if !ok {
+			return false
+		}
+		if n != schemeDefaultPort(loc.Scheme) {
+			port = n
+		}
+	}
+	to := Target{Host: fr.target.Host, Port: port, Scheme: "http", Path: loc.EscapedPath(), RawQuery: loc.RawQuery}
+	if to.Key() == fr.target.Key() {
+		return true
+	}
+	coral := to.OriginURL()
+	coral.Host = to.CoralHost(e.zone)
+	coral.Fragment, coral.RawFragment = loc.Fragment, loc.RawFragment
+	resp.Header.Set("Location", coral.String())
+	return false
+}

@@ -1,0 +1,131 @@
+package coralcaddy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/coralcdn/coral/module/caddy/httpcache"
+)
+
+// fetchFromPeers asks the peers for the object, two at a time: the first
+// to answer with the object wins; the next ones are tried if both fail.
+// Peers are asked with only-if-cached, so a peer never goes to the origin
+// on our behalf. It returns a nil response when no peer had it.
+func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []reference) (*http.Response, error) {
+	for i := 0; i < len(peers); i += 2 {
+		batch := peers[i:min(i+2, len(peers))]
+		type result struct {
+			resp *http.Response
+			err  error
+		}
+		results := make(chan result, len(batch))
+		pctx, cancel := context.WithCancel(ctx)
+		for _, p := range batch {
+			go func() {
+				resp, err := e.askPeer(pctx, fr, p)
+				results <- result{resp, err}
+			}()
+		}
+		var win *http.Response
+		for range batch {
+			r := <-results
+			if r.err == nil && win == nil {
+				win = r.resp
+				continue
+			}
+			if r.resp != nil {
+				r.resp.Body.Close()
+			}
+		}
+		if win != nil {
+			// The loser was cancelled or closed above; keep the winner's
+			// context alive until its body is read.
+			win.Body = &cancelOnClose{ReadCloser: win.Body, cancel: cancel}
+			return win, nil
+		}
+		cancel()
+	}
+	return nil, nil
+}
+
+// purgeMemory is how long after a purge an object is fetched from its
+// origin only: the longest a network purge may take (its timeout is at
+// most 5 min).
+const purgeMemory = purgeMaxTimeout
+
+// peerFreshnessField is the response field in which a proxy tells a peer
+// how many more seconds its copy is fresh (in its own cache, under its own
+// policy). The peer's copy is never fresh longer: not beyond what the
+// origin gave, nor beyond the sender's own extensions (min_ttl, stale
+// copies served while the origin is down). It is never stored, nor sent
+// to clients.
+const peerFreshnessField = "Coral-Fresh"
+
+// maxPeerFreshness bounds how long a copy taken from a peer is fresh,
+// whatever the peer claims: as long as the reference that led to it lives.
+// A member of the network can serve anything; past this bound the copy is
+// revalidated with the origin.
+const maxPeerFreshness = refGoodTTL
+
+// peerFreshness is the longest a copy from a peer may be fresh: what its
+// peerFreshnessField says (0 when absent, repeated or malformed), at most
+// maxPeerFreshness.
+func peerFreshness(h http.Header) time.Duration {
+	v := h.Values(peerFreshnessField)
+	if len(v) != 1 {
+		return 0
+	}
+	d, ok := httpcache.ParseDeltaSeconds(strings.TrimSpace(v[0]))
+	if !ok {
+		return 0
+	}
+	return min(d, maxPeerFreshness)
+}
+
+// askPeer fetches the Coralized URL from one peer, from its cache only.
+func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*http.Response, error) {
+	u := fr.target.OriginURL()
+	u.Scheme, u.Host = "http", p.Addr.String()
+	// The client's fields go along, as to an origin: the peer picks the
+	// variant they select.
+	h := originRequestHeader(fr.forwarded(), "", e.userAgent)
+	h.Set("Cache-Control", "only-if-cached")
+	req := newGet(ctx, u, h)
+	req.Host = fr.target.CoralHost(e.zone)
+	resp, err := e.peer.Do(req)
+	if err != nil {
+		e.metrics.peerFetch(fetchOutcome(0, err))
+		return nil, err
+	}
+	if !servedFromPeerCache(resp.Header) {
+		// 504: only-if-cached and not cached. Anything else without a
+		// cache's Cache-Status is the peer's own refusal or error, never
+		// the object.
+		e.metrics.peerFetch("not_cached")
+		resp.Body.Close()
+		return nil, fmt.Errorf("peer %s does not have it (%d)", p.Addr, resp.StatusCode)
+	}
+	e.metrics.peerFetch("ok")
+	resp.Header.Del("Cache-Status")
+	return resp, nil
+}
+
+// servedFromPeerCache reports whether a peer's answer to an only-if-cached
+// request is a cached object: its Cache-Status (written by serveStored)
+// says hit or collapsed.
+func servedFromPeerCache(h http.Header) bool {
+	cs, ok := strings.CutPrefix(h.Get("Cache-Status"), "coral;")
+	if !ok {
+		return false
+	}
+	for _, p := range strings.Split(cs, ";") {
+		switch strings.TrimSpace(p) {
+		case "hit", "collapsed":
+			return true
+		}
+	}
+	return false
+}

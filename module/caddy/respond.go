@@ -1,0 +1,184 @@
+package coralcaddy
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/httpcache"
+)
+
+// serveStored writes a cached (or still arriving) object. To a peer (an
+// only-if-cached request) it also says how long the copy stays fresh here
+// (peerFreshnessField), which bounds the peer's copy.
+func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status, source string, toPeer bool) error {
+	defer rd.Close()
+	m := rd.Meta()
+	hdr := w.Header()
+	// m.Header may be shared with other readers of the object (the store
+	// keeps the metadata of recently read objects in memory), so the
+	// response gets value slices of its own, capped so that an append
+	// reallocates: one allocation for them all and the fields set here.
+	vals := make([]string, 0, len(m.Header)+5)
+	for k, v := range m.Header {
+		if !toPeer && k == httpcache.CoralOnlyField {
+			continue // for Coral proxies only (targeted.go)
+		}
+		vals = append(vals, v...)
+		hdr[k] = vals[len(vals)-len(v) : len(vals) : len(vals)]
+	}
+	delete(hdr, "Set-Cookie")
+	vals = setOwnValue(hdr, vals, "Via", "1.1 coral")
+	vals = setOwnValue(hdr, vals, "Cache-Status", cacheStatusValue(status, source))
+	now := h.eng.now()
+	vals = setOwnValue(hdr, vals, "Age", formatAge(storedAge(&m, now)))
+	if toPeer {
+		left := max(m.Expires.Sub(now), 0)
+		vals = setOwnValue(hdr, vals, peerFreshnessField, strconv.FormatInt(int64(left/time.Second), 10))
+	}
+	if rd.Complete() && m.Status == http.StatusOK {
+		if !plainRequest(r, hdr) {
+			// Ranges and conditional requests are answered from the cache.
+			// The file itself, so that bodies go out with sendfile.
+			http.ServeContent(w, r, "", lastModified(m.Header), rd.File())
+			return nil
+		}
+		// What ServeContent sends for a request without conditions or
+		// ranges, without its checks, date parsing and formatting.
+		setOwnValue(hdr, vals, "Accept-Ranges", "bytes")
+		if cl := hdr["Content-Length"]; len(cl) != 1 || !isDecimal(cl[0], m.Size) {
+			hdr["Content-Length"] = []string{strconv.FormatInt(m.Size, 10)}
+		}
+		w.WriteHeader(http.StatusOK)
+		if r.Method == http.MethodHead {
+			return nil
+		}
+		if _, err := rd.WriteTo(w); err != nil {
+			// The client went away, or the file is damaged: never let a
+			// truncated body look complete.
+			panic(http.ErrAbortHandler)
+		}
+		return nil
+	}
+	hdr.Del("Content-Length")
+	if m.Size >= 0 {
+		hdr.Set("Content-Length", fmt.Sprint(m.Size))
+	}
+	w.WriteHeader(m.Status)
+	if r.Method == http.MethodHead {
+		return nil
+	}
+	var err error
+	if rd.Complete() {
+		_, err = io.Copy(w, rd)
+	} else {
+		_, err = copyAsItArrives(w, rd)
+	}
+	if err != nil {
+		// The download failed or the client went away: never let a
+		// truncated body look complete.
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+// copyAsItArrives copies a body still being downloaded (an object being
+// written to the cache, or a response relayed uncached) to w, flushing
+// after every read, so the client gets the header at once and each byte as
+// soon as it is here, however slowly the rest comes.
+func copyAsItArrives(w http.ResponseWriter, body io.Reader) (n int64, err error) {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	_ = rc.Flush()
+	for {
+		nr, rerr := body.Read(buf)
+		if nr > 0 {
+			nw, werr := w.Write(buf[:nr])
+			n += int64(nw)
+			if werr != nil {
+				return n, werr
+			}
+			_ = rc.Flush()
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}
+
+// setOwnValue sets hdr[key] to the one value v, appended to vals (see
+// serveStored), and returns vals.
+func setOwnValue(hdr http.Header, vals []string, key, v string) []string {
+	vals = append(vals, v)
+	hdr[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+	return vals
+}
+
+// cacheStatusValue is the Cache-Status field of a served object.
+func cacheStatusValue(status, source string) string {
+	if status == "hit" && source == "local" {
+		return `coral; hit; detail="local"` // every hit: no formatting
+	}
+	return fmt.Sprintf(`coral; %s; detail=%q`, status, source)
+}
+
+// plainRequest reports whether http.ServeContent would send the whole
+// stored response with nothing to decide: no range or precondition in the
+// request, a Content-Type in the response (else it sniffs one) and no
+// Content-Encoding (else it leaves Content-Length out).
+func plainRequest(r *http.Request, hdr http.Header) bool {
+	for _, k := range [...]string{"Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "If-Range"} {
+		if _, ok := r.Header[k]; ok {
+			return false
+		}
+	}
+	_, typed := hdr["Content-Type"]
+	_, encoded := hdr["Content-Encoding"]
+	return typed && !encoded
+}
+
+// isDecimal reports whether s is n as strconv.FormatInt writes it.
+func isDecimal(s string, n int64) bool {
+	var b [20]byte
+	return string(strconv.AppendInt(b[:0], n, 10)) == s
+}
+
+func lastModified(h http.Header) time.Time {
+	t, err := http.ParseTime(h.Get("Last-Modified"))
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// serveDirect streams a response that is not cached.
+func (h *Handler) serveDirect(w http.ResponseWriter, resp *http.Response, source string) error {
+	defer resp.Body.Close()
+	hdr := w.Header()
+	for k, v := range storedHeader(resp.Header) {
+		hdr[k] = v
+	}
+	hdr.Del(httpcache.CoralOnlyField)
+	hdr.Set("Via", "1.1 coral")
+	hdr.Set("Cache-Status", fmt.Sprintf(`coral; fwd=uri-miss; stored=false; detail=%q`, source))
+	w.WriteHeader(resp.StatusCode)
+	if _, err := copyAsItArrives(w, resp.Body); err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}

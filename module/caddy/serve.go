@@ -1,0 +1,313 @@
+package coralcaddy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/httpcache"
+)
+
+func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) error {
+	target, err := requestTarget(r, h.Zone)
+	switch {
+	case errors.Is(err, ErrNotCoralized):
+		return caddyhttp.Error(http.StatusMisdirectedRequest,
+			fmt.Errorf("this Coral proxy serves only host names ending in .%s (Coralized URLs); %q is not one", strings.TrimSuffix(h.Zone, "."), r.Host))
+	case errors.Is(err, errBadTarget):
+		return caddyhttp.Error(http.StatusBadRequest, err)
+	case err != nil:
+		return caddyhttp.Error(StatusForHostError(err), err)
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		return caddyhttp.Error(http.StatusMethodNotAllowed, fmt.Errorf("coral_proxy serves GET and HEAD only"))
+	}
+	if a, ok := OriginAddr(target.Host); ok && !h.eng.guard.permitted(a) {
+		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("origin %s: %w", target.Host, errOriginForbidden))
+	}
+	h.learnPeerAddr(r)
+	scheme := "http"
+	if h.OriginScheme == "https" {
+		scheme = "https"
+	}
+	key := target.Key()
+	fr := fetchRequest{key: key, baseKey: key, target: target, scheme: scheme, header: r.Header, allow: h.eng.forward, clientIP: clientIP(r)}
+	if done, err := h.abuse.admit(w, r, target.Host, func() string { return fr.originURL().String() }); done {
+		return err
+	}
+	if _, ok := r.Header["Authorization"]; ok {
+		// Coral serves public content: credentials are never forwarded,
+		// and a cache must not answer an authorized request from a copy
+		// fetched without them (RFC 9111 §3.5).
+		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("%w; fetch %s directly", errAuthorization, fr.originURL()))
+	}
+	h.abuse.charge(w)
+	onlyIfCached := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
+
+	if rd, m, ok := h.lookup(r.Context(), &fr); ok {
+		if !rd.Complete() {
+			if h.eng.now().Before(m.Expires) {
+				// Being downloaded right now: join it.
+				acct.set("collapsed", m.Extra["source"])
+				return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", m.Extra["source"], onlyIfCached)
+			}
+			// Being downloaded, but stale as it arrives (max-age=0, an
+			// Age beyond its lifetime): it answers the request that
+			// fetched it and may not be reused for another (RFC 9111
+			// §4), not even one that comes while it downloads.
+			rd.Close()
+			if onlyIfCached {
+				return notCached(w, "stale")
+			}
+			acct.set("miss", "origin")
+			return h.fetchOwn(w, r, fr, acct)
+		}
+		if h.eng.now().Before(m.Expires) {
+			h.eng.refs.touch(fr.baseKey)
+			acct.set("hit", "local")
+			return h.serveStored(w, r, rd, "hit", "local", onlyIfCached)
+		}
+		rd.Close()
+		if onlyIfCached {
+			// Stale, and the client (a peer, usually) wants no origin
+			// contact: RFC 9111 §5.2.1.7.
+			return notCached(w, "stale")
+		}
+		// Stale: revalidate with the origin. Within stale-while-
+		// revalidate the stale copy is served at once meanwhile.
+		fr.stale = &m
+		if swr, _ := httpcache.StaleWindows(m.Header); h.eng.now().Sub(m.Expires) < swr {
+			// In the background, if a download slot is free now.
+			_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), fr, 0)
+			if rd, ok := h.store.GetContext(r.Context(), fr.key); ok {
+				acct.set("stale", "local")
+				return h.serveStored(w, r, rd, "hit; fwd=stale", "stale-while-revalidate", onlyIfCached)
+			}
+		}
+		return h.download(w, r, fr, acct)
+	}
+	if onlyIfCached {
+		// A peer (or a client) that wants no origin fetch. A download under
+		// way here still counts: wait for it, a little. The bound breaks the
+		// rare cycle of two proxies each waiting on the other.
+		if d := h.eng.inflightFor(fr.key); d != nil {
+			t := time.NewTimer(time.Duration(h.PeerTimeout))
+			defer t.Stop()
+			select {
+			case <-d.ready:
+				if d.err == nil && d.direct == nil {
+					if rd, _, ok := h.lookup(r.Context(), &fr); ok && (!rd.Complete() || h.eng.now().Before(rd.Meta().Expires)) {
+						acct.set("collapsed", d.source)
+						return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", d.source, true)
+					} else if ok {
+						rd.Close()
+					}
+				}
+			case <-t.C:
+			case <-r.Context().Done():
+				return r.Context().Err()
+			}
+		}
+		return notCached(w, "only-if-cached")
+	}
+	return h.download(w, r, fr, acct)
+}
+
+// errAuthorization is why a request with credentials is refused.
+var errAuthorization = errors.New("coral_proxy: Coral serves public content and never forwards credentials (Authorization)")
+
+// notCached is the answer to an only-if-cached request the cache cannot
+// satisfy: 504 (RFC 9111 §5.2.1.7), with why in Cache-Status.
+func notCached(w http.ResponseWriter, why string) error {
+	w.Header().Set("Cache-Status", fmt.Sprintf("coral; fwd=miss; detail=%q", why))
+	return caddyhttp.Error(http.StatusGatewayTimeout, errors.New("not in this proxy's cache (only-if-cached)"))
+}
+
+// download starts (or joins) the download for fr and serves what it
+// brings. A request that finds every download slot taken for download_wait
+// gets 503 with Retry-After.
+func (h *Handler) download(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
+	d, started, err := h.eng.startDownload(r.Context(), fr, h.eng.downloadWait)
+	if errors.Is(err, errDownloadsBusy) {
+		acct.set("refused", "none")
+		w.Header().Set("Retry-After", retryAfterSeconds(h.eng.downloadWait))
+		return caddyhttp.Error(http.StatusServiceUnavailable, err)
+	}
+	if err != nil {
+		return err
+	}
+	return h.afterDownload(w, r, fr, d, started, acct)
+}
+
+// fetchFailed is the answer to a request whose fetch failed: 403 when the
+// origin's name led to an address the proxy may not contact (as for an
+// address in the Host itself), else 502.
+func fetchFailed(acct *requestAccount, err error) error {
+	if errors.Is(err, errOriginForbidden) {
+		acct.set("refused", "none")
+		return caddyhttp.Error(http.StatusForbidden, err)
+	}
+	acct.set("miss", "none")
+	return caddyhttp.Error(http.StatusBadGateway, err)
+}
+
+// lookup opens the stored object for fr's request: the entry under the
+// URL's key or, when that entry is a Vary index, the variant the request's
+// fields select. It points fr.key at the object's key, found or not, so a
+// download started after a miss fills the right entry. m is the object's
+// metadata.
+func (h *Handler) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.Reader, m diskcache.Meta, ok bool) {
+	fr.key, fr.varyIndex, fr.view = fr.baseKey, "", nil
+	rd, ok = h.store.GetContext(ctx, fr.baseKey)
+	if !ok {
+		return nil, m, false
+	}
+	m = rd.Meta()
+	fields := m.Extra[varyIndexField]
+	if fields == "" {
+		return rd, m, true
+	}
+	rd.Close()
+	fr.varyIndex = fields
+	vk, vok := httpcache.VaryKey(fields, fr.forwarded())
+	if !vok {
+		return nil, diskcache.Meta{}, false
+	}
+	fr.key = variantKey(fr.baseKey, vk)
+	if rd, ok = h.store.GetContext(ctx, fr.key); !ok {
+		return nil, diskcache.Meta{}, false
+	}
+	return rd, rd.Meta(), true
+}
+
+// afterDownload waits for a download (or revalidation) to have something
+// to serve, and serves it.
+func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRequest, d *download, started bool, acct *requestAccount) error {
+	var interim <-chan interimResponse
+	if started {
+		interim = d.interim // only the request that started the download gets them
+	}
+	var sent []string // fields of interim responses, not for the final one
+wait:
+	for {
+		select {
+		case <-d.ready:
+			break wait
+		case ir := <-interim:
+			sent = writeInterim(w, ir, sent)
+		case <-r.Context().Done():
+			if started {
+				// A response handed to this request alone would hold its
+				// origin connection until read: close it when it comes.
+				go func() {
+					<-d.ready
+					if d.direct != nil {
+						d.direct.Body.Close()
+					}
+				}()
+			}
+			return r.Context().Err()
+		}
+	}
+	for _, k := range sent {
+		w.Header().Del(k)
+	}
+	if d.revalidated || d.stale {
+		rd, _, ok := h.lookup(r.Context(), &fr)
+		if !ok {
+			return caddyhttp.Error(http.StatusBadGateway, errors.New("the cached copy went away"))
+		}
+		if d.revalidated {
+			acct.set("hit", "local")
+			return h.serveStored(w, r, rd, "hit; fwd=stale; fwd-status=304", "revalidated", false)
+		}
+		acct.set("stale", "local")
+		return h.serveStored(w, r, rd, "hit; fwd=stale", "stale", false)
+	}
+	if d.err != nil {
+		return fetchFailed(acct, d.err)
+	}
+	if started {
+		acct.set("miss", d.source)
+	} else {
+		acct.set("collapsed", d.source)
+	}
+	if d.direct != nil {
+		if !started {
+			// The response may not be shared; fetch our own copy.
+			return h.fetchOwn(w, r, fr, acct)
+		}
+		return h.serveDirect(w, d.direct, d.source)
+	}
+	// The object may have landed under a variant key (the response
+	// varies), which lookup finds through the URL's entry.
+	rd, m, ok := h.lookup(r.Context(), &fr)
+	if ok && !started && !h.eng.now().Before(m.Expires) {
+		// The download this request joined brought a response that was
+		// stale as it arrived: it answers the request that caused it only.
+		rd.Close()
+		return h.fetchOwn(w, r, fr, acct)
+	}
+	if !ok && !acct.retried && (!started || fr.varyIndex != "") {
+		// The download this request joined failed or was dropped before
+		// it could be read, or the one it started stored the variant of a
+		// field the origin was not sent yet (the URL's new Vary index,
+		// which lookup found, now has it sent): once it has ended, try
+		// once more. A download this request started and that failed is
+		// not tried again: one origin fetch per client request.
+		acct.retried = true
+		select {
+		case <-d.done:
+		case <-r.Context().Done():
+			return r.Context().Err()
+		}
+		return h.download(w, r, fr, acct)
+	}
+	if !ok {
+		return caddyhttp.Error(http.StatusBadGateway, errors.New("the download ended before the object could be read"))
+	}
+	status := "fwd=uri-miss"
+	if !started {
+		status = "fwd=uri-miss; collapsed"
+	}
+	return h.serveStored(w, r, rd, status, d.source, false)
+}
+
+// fetchOwn fetches fr from the origin for this request alone and relays
+// the response uncached: for a request that joined a download whose
+// response may not be shared (no-store, private, stale as it arrived). It
+// takes a download slot of its own: it is a download like any other.
+func (h *Handler) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
+	if err := h.eng.slots.acquire(r.Context(), fr.originSlot(), h.eng.downloadWait); err != nil {
+		return fetchFailed(acct, err)
+	}
+	defer h.eng.slots.release(fr.originSlot())
+	resp, err := h.eng.fetchFromOrigin(r.Context(), fr)
+	if err != nil {
+		return fetchFailed(acct, err)
+	}
+	return h.serveDirect(w, resp, "origin")
+}
+
+// writeInterim relays an interim response to the client: its fields are
+// set for the 1xx only (sent collects their names, to be removed before
+// the final response), hop-by-hop fields excluded.
+func writeInterim(w http.ResponseWriter, ir interimResponse, sent []string) []string {
+	hdr := w.Header()
+	for _, k := range sent {
+		hdr.Del(k)
+	}
+	sent = sent[:0]
+	for k, v := range storedHeader(ir.header) {
+		hdr[k] = v
+		sent = append(sent, k)
+	}
+	w.WriteHeader(ir.status)
+	return sent
+}
