@@ -1,0 +1,319 @@
+package diskcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+)
+
+// Get returns a reader of the object stored under key: the version being
+// written if there is one (see Reader), else the complete one. It marks the
+// object recently used. Misses (and I/O errors, which are logged) return
+// false. Blocking reads of an in-progress object wait without a deadline;
+// use GetContext to tie them to a request.
+func (s *Store) Get(key string) (*Reader, bool) {
+	return s.GetContext(context.Background(), key)
+}
+
+// GetContext is Get with a context that ends the Reader's blocking reads
+// (Read, ReadAt, WriteTo, Wait): once ctx is done they return ctx.Err().
+// The context is not used after GetContext returns for anything else; the
+// Reader must still be closed.
+func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
+	if checkKey(key) != nil {
+		s.misses.Add(1)
+		return nil, false
+	}
+	s.mu.Lock() // beginOp and the first look-up under one lock
+	if s.closed {
+		s.mu.Unlock()
+		s.misses.Add(1)
+		return nil, false
+	}
+	s.ops.Add(1)
+	defer s.ops.Done()
+	for attempt := range 4 { // retries cover a version replaced or removed meanwhile
+		if attempt > 0 {
+			s.mu.Lock()
+		}
+		e := s.index[key]
+		if e == nil {
+			s.mu.Unlock()
+			break
+		}
+		if w := e.w; w != nil {
+			s.mu.Unlock()
+			if r, err := w.newReader(ctx); err == nil {
+				s.hits.Add(1)
+				return r, true
+			}
+			continue
+		}
+		gen := e.gen
+		e.used = s.now().UnixNano()
+		s.moveToFront(e)
+		m, hot := s.hotGetLocked(e)
+		epoch := s.metaEpoch
+		s.mu.Unlock()
+		var r *Reader
+		var err error
+		if hot {
+			r, err = s.openHot(ctx, key, gen, m)
+		} else {
+			r, err = s.openVersion(ctx, key, gen, e, epoch)
+		}
+		if err == nil {
+			s.hits.Add(1)
+			return r, true
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("diskcache: dropping unreadable object", "key", key, "err", err)
+			s.corrupt.Add(1)
+		}
+		// Gone (replaced, evicted, deleted, or removed behind our back) or
+		// broken: if the index still names this version, forget it.
+		s.mu.Lock()
+		var vs []version
+		if e := s.index[key]; e != nil && e.gen == gen {
+			vs = append(vs, s.dropLocked(e))
+		}
+		s.mu.Unlock()
+		s.removeVersions(vs)
+	}
+	s.misses.Add(1)
+	return nil, false
+}
+
+// openHot opens the body of a complete version whose metadata is in the hot
+// set: no metadata file, no stat. The metadata is what this Store wrote or
+// checked itself, and the Store owns the directory.
+func (s *Store) openHot(ctx context.Context, key string, gen uint64, m Meta) (*Reader, error) {
+	f, err := openRead(s.bodyPath(fileName(key), gen))
+	if err != nil {
+		return nil, err
+	}
+	return s.newReader(ctx, key, f, nil, m), nil
+}
+
+// openVersion opens a complete version: body first, so that the metadata
+// read after it describes a body we hold. The metadata is offered to the
+// hot set if e still holds that version and no UpdateMeta replaced a
+// metadata file since epoch.
+func (s *Store) openVersion(ctx context.Context, key string, gen uint64, e *entry, epoch uint64) (*Reader, error) {
+	name := fileName(key)
+	f, err := openRead(s.bodyPath(name, gen))
+	if err != nil {
+		return nil, err
+	}
+	s.metaReads.Add(1)
+	m, mgen, err := readMetaFile(s.metaPath(name, gen))
+	if err == nil && (m.Key != key || mgen != gen) {
+		err = fmt.Errorf("%w: %s holds key %q generation %x", ErrCorrupt, s.metaPath(name, gen), m.Key, mgen)
+	}
+	if err == nil {
+		var fi os.FileInfo
+		if fi, err = f.Stat(); err == nil && fi.Size() != m.Size {
+			err = fmt.Errorf("%w: %s has %d bytes, metadata says %d", ErrCorrupt, f.Name(), fi.Size(), m.Size)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if s.readHook != nil {
+		s.readHook()
+	}
+	m.Key = e.key // share the index's copy
+	s.mu.Lock()
+	if e.hot <= 0 && e.gen == gen && s.index[key] == e && s.metaEpoch == epoch {
+		s.hotAdmitLocked(e, m)
+	}
+	s.mu.Unlock()
+	return s.newReader(ctx, key, f, nil, m), nil
+}
+
+// Peek returns the metadata Get would return (of the write in progress, if
+// any), without marking the object used or counting a hit or miss.
+func (s *Store) Peek(key string) (Meta, bool) {
+	if checkKey(key) != nil || !s.beginOp() {
+		return Meta{}, false
+	}
+	defer s.ops.Done()
+	s.mu.Lock()
+	e := s.index[key]
+	if e == nil {
+		s.mu.Unlock()
+		return Meta{}, false
+	}
+	if w := e.w; w != nil {
+		s.mu.Unlock()
+		return w.currentMeta(), true
+	}
+	if e.hot > 0 { // not hotGetLocked: a Peek is no use
+		m := s.hot[e.hot-1].m
+		s.mu.Unlock()
+		return m, true
+	}
+	gen := e.gen
+	s.mu.Unlock()
+	s.metaReads.Add(1)
+	m, mgen, err := readMetaFile(s.metaPath(fileName(key), gen))
+	if err != nil || m.Key != key || mgen != gen {
+		return Meta{}, false
+	}
+	return m, true
+}
+
+// UpdateMeta replaces the metadata of the complete version of key (for
+// example a new Expires after a revalidation) without touching the body.
+// m.Size must be -1 or the body's length. The replacement is atomic and
+// durable: after a crash the object has the old or the new metadata. A
+// write in progress for the key is not affected; without a complete
+// version UpdateMeta returns ErrNotFound.
+func (s *Store) UpdateMeta(key string, m Meta) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if m.Key != "" && m.Key != key {
+		return fmt.Errorf("%w: Meta.Key %q for key %q", ErrInvalidMeta, m.Key, key)
+	}
+	if !s.beginOp() {
+		return ErrClosed
+	}
+	defer s.ops.Done()
+	name := fileName(key)
+	kl := s.keyLock(name)
+	kl.Lock()
+	victims, err := s.updateMeta(key, name, m)
+	kl.Unlock()
+	s.removeVersions(victims)
+	return err
+}
+
+// updateMeta does UpdateMeta's work under the key's file lock, which keeps
+// a removal of this version from running between our checks and rename.
+func (s *Store) updateMeta(key, name string, m Meta) ([]version, error) {
+	s.mu.Lock()
+	e := s.index[key]
+	if e == nil || e.gen == 0 {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	gen, size, oldLen := e.gen, e.size, e.metaLen
+	s.mu.Unlock()
+	if m.Size != -1 && m.Size != size {
+		return nil, fmt.Errorf("%w: Meta.Size %d, stored body has %d bytes", ErrInvalidMeta, m.Size, size)
+	}
+	m = m.Clone()
+	m.Key, m.Size = key, size
+	b, err := encodeMeta(m, gen)
+	if err != nil {
+		return nil, err
+	}
+	delta := s.blocks(int64(len(b))) - s.blocks(int64(oldLen))
+	s.mu.Lock()
+	if e.gen != gen || s.index[key] != e {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: %q was removed meanwhile", ErrNotFound, key)
+	}
+	victims, ok := s.makeRoomLocked(delta, e)
+	if !ok {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: no room for %d more bytes of metadata", ErrFull, delta)
+	}
+	s.bytes += delta
+	e.metaLen = int32(len(b))
+	s.mu.Unlock()
+	err = s.writeFileAtomic(s.metaPath(name, gen), b)
+	s.at("update:renamed")
+	if err == nil {
+		err = s.syncDir(s.shardDir(name))
+	}
+	s.mu.Lock()
+	// A Get that read the old file while this one was written must not
+	// cache it (see openVersion).
+	s.metaEpoch++
+	current := e.gen == gen && s.index[key] == e
+	if err != nil {
+		// The old or the new file is in place; account for the old one
+		// (the difference is a few header bytes either way), and let the
+		// next Get read whichever it is.
+		if current {
+			s.bytes -= delta
+			e.metaLen = oldLen
+			s.hotDropLocked(e)
+		}
+		s.mu.Unlock()
+		return victims, fmt.Errorf("diskcache: update metadata of %q: %w", key, err)
+	}
+	if current {
+		// Updated because it was requested: keep it hot. m is our own
+		// copy, never modified from now on.
+		m.Key = e.key
+		s.hotPutLocked(e, m)
+	}
+	s.mu.Unlock()
+	return victims, nil
+}
+
+// Delete removes the object stored under key: its complete version (files
+// unlinked; open Readers keep reading it) and any write in progress (its
+// readers get an *AbortError wrapping ErrDeleted). ErrNotFound if there
+// was neither.
+func (s *Store) Delete(key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if !s.beginOp() {
+		return ErrClosed
+	}
+	defer s.ops.Done()
+	s.mu.Lock()
+	e := s.index[key]
+	if e == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	var vs []version
+	if e.gen != 0 {
+		vs = append(vs, s.dropLocked(e))
+	}
+	w := e.w
+	if w != nil {
+		s.detachLocked(w, ErrDeleted)
+	}
+	s.mu.Unlock()
+	if w != nil {
+		w.Abort(ErrDeleted)
+	}
+	s.removeVersions(vs)
+	if len(vs) > 0 {
+		// Make the removal durable: a purged object must not come back.
+		if err := s.syncDir(s.shardDir(fileName(key))); err != nil {
+			return fmt.Errorf("diskcache: delete %q: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// removeVersions unlinks the files of versions already dropped from the
+// index: metadata first, so a crash in between leaves a body without
+// metadata, which Open discards. Never call it holding a key lock.
+func (s *Store) removeVersions(vs []version) {
+	for _, v := range vs {
+		name := fileName(v.key)
+		kl := s.keyLock(name)
+		kl.Lock()
+		for i, p := range []string{s.metaPath(name, v.gen), s.bodyPath(name, v.gen)} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				s.log.Warn("diskcache: remove failed", "file", p, "err", err)
+			}
+			if i == 0 {
+				s.at("remove:meta-removed")
+			}
+		}
+		kl.Unlock()
+	}
+}

@@ -1,0 +1,119 @@
+package diskcache
+
+import (
+	"time"
+)
+
+// Stats are counters and gauges of a Store.
+type Stats struct {
+	Entries      int   // complete objects
+	Bytes        int64 // their bodies and metadata files, in whole blocks
+	Writing      int   // writes in progress
+	WritingBytes int64 // held by them: written so far, in whole blocks
+	MaxBytes     int64
+	MaxEntries   int   // in effect: Options.MaxEntries or its default
+	Readers      int64 // open Readers
+	Hits         int64 // Gets that returned a Reader
+	Misses       int64
+	Evictions    int64 // complete objects evicted for room (not replaced or deleted)
+	EvictedBytes int64
+	Commits      int64
+	Aborts       int64
+	Corrupt      int64 // damaged objects discarded, at Open or on Get
+	// The bounds in effect, defaults applied (see Options), and the unit
+	// each file is charged in (see the package docs, "Bounds and
+	// eviction").
+	MaxObjectBytes  int64
+	MaxWritingBytes int64
+	BlockBytes      int64
+	// MetaReads counts metadata files read by Get and Peek: those of
+	// objects whose metadata was not in the hot set.
+	MetaReads int64
+	// HotEntries objects have their metadata in memory, an estimated
+	// HotBytes of heap (within Options.HotMetaBytes).
+	HotEntries int
+	HotBytes   int64
+}
+
+// Stats returns a snapshot of the store's counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	st := Stats{
+		Entries: s.count, Bytes: s.bytes, Writing: s.writing, WritingBytes: s.pending,
+		MaxBytes: s.opt.MaxBytes, MaxEntries: s.maxEntries,
+		MaxObjectBytes: s.maxObject, MaxWritingBytes: s.maxWriting, BlockBytes: s.block,
+		HotEntries: len(s.hot) - len(s.hotFree), HotBytes: s.hotBytes,
+	}
+	s.mu.Unlock()
+	st.MetaReads = s.metaReads.Load()
+	st.Readers = s.readers.Load()
+	st.Hits, st.Misses = s.hits.Load(), s.misses.Load()
+	st.Evictions, st.EvictedBytes = s.evictions.Load(), s.evictedBytes.Load()
+	st.Commits, st.Aborts, st.Corrupt = s.commits.Load(), s.aborts.Load(), s.corrupt.Load()
+	return st
+}
+
+// Info describes one key for Range.
+type Info struct {
+	Key string
+	// Size is the complete version's body length, -1 if there is none.
+	Size int64
+	// LastUsed is the complete version's last Get or Commit (after a
+	// restart: its metadata file's modification time).
+	LastUsed time.Time
+	// Writing: a new version is being written; Written bytes so far, of
+	// WriteSize (-1 while unknown).
+	Writing   bool
+	Written   int64
+	WriteSize int64
+}
+
+// Recent returns up to n complete objects, most recently used first. It
+// holds the store's lock for those n only, unlike Range, which copies the
+// whole index: use it for "what is hot" views of large caches.
+func (s *Store) Recent(n int) []Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Info, 0, min(n, len(s.index)))
+	for e := s.head; e != nil && len(out) < n; e = e.next {
+		out = append(out, s.infoLocked(e))
+	}
+	return out
+}
+
+// Range calls fn for every key, most recently used complete objects first
+// and keys that only have a write in progress last, until fn returns false.
+// It iterates over a snapshot taken at the start (memory proportional to
+// the number of keys; no I/O), so fn may call the Store. Use Peek for a
+// key's full metadata.
+func (s *Store) Range(fn func(Info) bool) {
+	s.mu.Lock()
+	infos := make([]Info, 0, len(s.index))
+	for e := s.head; e != nil; e = e.next {
+		infos = append(infos, s.infoLocked(e))
+	}
+	for _, e := range s.index {
+		if e.gen == 0 {
+			infos = append(infos, s.infoLocked(e))
+		}
+	}
+	s.mu.Unlock()
+	for _, in := range infos {
+		if !fn(in) {
+			return
+		}
+	}
+}
+
+func (s *Store) infoLocked(e *entry) Info {
+	in := Info{Key: e.key, Size: -1}
+	if e.gen != 0 {
+		in.Size, in.LastUsed = e.size, time.Unix(0, e.used)
+	}
+	if w := e.w; w != nil {
+		w.mu.Lock()
+		in.Writing, in.Written, in.WriteSize = true, w.written, w.meta.Size
+		w.mu.Unlock()
+	}
+	return in
+}
