@@ -226,20 +226,56 @@ func (n *Node) putGet(ctx context.Context, key ID, value []byte, ttl time.Durati
 	ctx, cancel := n.opContext(ctx)
 	defer cancel()
 
-	// Forward phases, highest level first.
-	var stacks []levelStack
+	p := &putRun{n: n, ctx: ctx, key: key, value: value, ttl: ttl, wantValues: wantValues, res: res}
+	if err := p.forward(lvls); err != nil {
+		return p.res, err
+	}
+	if n.testHookAfterForward != nil {
+		n.testHookAfterForward(p.stacks)
+	}
+	decided, err := p.reverse()
+	if err != nil {
+		return p.res, err
+	}
+	if decided {
+		p.storeRemaining()
+	}
+	return p.result()
+}
+
+// putRun is one put (or put+get) across its phases: the forward phases
+// collect, per level, the nodes a store may go to (stacks); the reverse
+// phases store, lowest level first, until one store decides the result;
+// the remaining replicas are then stored concurrently.
+type putRun struct {
+	n          *Node
+	ctx        context.Context
+	key        ID
+	value      []byte
+	ttl        time.Duration
+	wantValues bool
+	res        PutGetResult
+
+	stacks      []levelStack
+	quota, next []int // per level: replicas still wanted, next stack entry to try
+	// Counts behind the final error, if no store succeeded.
+	failures, candidates, fullSkipped, refusedFull, otherFailures int
+}
+
+// forward runs the forward phases, highest level first.
+func (p *putRun) forward(lvls []int) error {
+	n, key, ttl := p.n, p.key, p.ttl
 	start, seeds := n.self.ID, []Contact(nil)
-	failures, candidates, fullSkipped := 0, 0, 0
 	for i, l := range lvls {
-		r := n.lookup(ctx, lookupParams{level: l, key: key, kind: lookupPut, ttl: ttl, wantValues: wantValues, start: start, seeds: seeds, closing: n.cfg.Replicas})
-		res.Hops += r.hops
-		res.RPCs += r.rpcs
-		failures += r.failures
+		r := n.lookup(p.ctx, lookupParams{level: l, key: key, kind: lookupPut, ttl: ttl, wantValues: p.wantValues, start: start, seeds: seeds, closing: n.cfg.Replicas})
+		p.res.Hops += r.hops
+		p.res.RPCs += r.rpcs
+		p.failures += r.failures
 		if r.err != nil {
-			return res, n.opError(ctx, r.err)
+			return n.opError(p.ctx, r.err)
 		}
-		if wantValues && res.Values == nil && len(r.values) > 0 {
-			res.Values, res.Level, res.From = toValues(r.values), l, r.valuesFrom
+		if p.wantValues && p.res.Values == nil && len(r.values) > 0 {
+			p.res.Values, p.res.Level, p.res.From = toValues(r.values), l, r.valuesFrom
 		}
 		// The stack: contacted nodes that were not both full and loaded,
 		// less those already full — the forward phase told us they cannot
@@ -250,100 +286,104 @@ func (n *Node) putGet(ctx context.Context, key ID, value []byte, ttl time.Durati
 			if n.cfg.PlainDHT || !c.status.full(n.cfg.FullValues, ttl) {
 				ls.stack = append(ls.stack, c)
 			} else {
-				fullSkipped++
+				p.fullSkipped++
 			}
 		}
 		slices.SortFunc(ls.stack, func(a, b *candidate) int { return CompareDistance(key, a.ID, b.ID) })
 		if n.cfg.PlainDHT && len(ls.stack) > 1 {
 			ls.stack = ls.stack[:1]
 		}
-		candidates += len(ls.stack)
-		stacks = append(stacks, ls)
+		p.candidates += len(ls.stack)
+		p.stacks = append(p.stacks, ls)
 		if r.saturated {
-			res.Saturated = true
+			p.res.Saturated = true
 			break
 		}
 		if i+1 < len(lvls) {
 			start, seeds = n.continuation(r, lvls[i+1])
 		}
 	}
+	return nil
+}
 
-	if n.testHookAfterForward != nil {
-		n.testHookAfterForward(stacks)
+// reverse runs the reverse phases, lowest level first, until the first
+// successful store, which decides what PutGet reports.
+func (p *putRun) reverse() (decided bool, err error) {
+	p.quota = make([]int, len(p.stacks))
+	p.next = make([]int, len(p.stacks))
+	for i := range p.quota {
+		p.quota[i] = p.n.cfg.Replicas
 	}
-
-	// Reverse phases, lowest level first. The first successful store
-	// decides what PutGet reports.
-	quota := make([]int, len(stacks)) // replicas still wanted per level
-	next := make([]int, len(stacks))  // next stack entry to try per level
-	for i := range quota {
-		quota[i] = n.cfg.Replicas
-	}
-	decided := false
-	refusedFull, otherFailures := 0, 0
-	for i := len(stacks) - 1; i >= 0 && !decided; i-- {
-		ls := stacks[i]
-		for next[i] < len(ls.stack) && !decided {
-			c := ls.stack[next[i]]
-			next[i]++
-			out := n.storeAt(ctx, ls.level, key, value, ttl, c, wantValues && res.Values == nil)
-			if out.err != nil && ctx.Err() != nil {
-				return res, n.opError(ctx, out.err)
+	for i := len(p.stacks) - 1; i >= 0 && !decided; i-- {
+		ls := p.stacks[i]
+		for p.next[i] < len(ls.stack) && !decided {
+			c := ls.stack[p.next[i]]
+			p.next[i]++
+			out := p.n.storeAt(p.ctx, ls.level, p.key, p.value, p.ttl, c, p.wantValues && p.res.Values == nil)
+			if out.err != nil && p.ctx.Err() != nil {
+				return false, p.n.opError(p.ctx, out.err)
 			}
-			if wantValues && res.Values == nil && len(out.before) > 0 {
-				res.Values, res.Level, res.From = toValues(out.before), ls.level, c.Contact
+			if p.wantValues && p.res.Values == nil && len(out.before) > 0 {
+				p.res.Values, p.res.Level, p.res.From = toValues(out.before), ls.level, c.Contact
 			}
 			switch {
 			case out.stored():
-				res.Stored = append(res.Stored, Placement{Level: ls.level, Node: c.Contact})
-				quota[i]--
+				p.res.Stored = append(p.res.Stored, Placement{Level: ls.level, Node: c.Contact})
+				p.quota[i]--
 				decided = true
 			case out.err == nil && out.result == storeFull:
-				refusedFull++
+				p.refusedFull++
 			default:
-				otherFailures++
+				p.otherFailures++
 			}
 		}
 	}
+	return decided, nil
+}
 
-	// The remaining replicas and levels no longer affect the answer; store
-	// them concurrently, one goroutine per level walking down its stack.
-	if decided {
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for i, ls := range stacks {
-			if quota[i] <= 0 || next[i] >= len(ls.stack) {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for quota[i] > 0 && next[i] < len(ls.stack) && ctx.Err() == nil {
-					c := ls.stack[next[i]]
-					next[i]++
-					if n.storeAt(ctx, ls.level, key, value, ttl, c, false).stored() {
-						mu.Lock()
-						res.Stored = append(res.Stored, Placement{Level: ls.level, Node: c.Contact})
-						mu.Unlock()
-						quota[i]--
-					}
-				}
-			}()
+// storeRemaining stores the replicas still wanted, which no longer affect
+// the answer, concurrently: one goroutine per level walking down its
+// stack.
+func (p *putRun) storeRemaining() {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, ls := range p.stacks {
+		if p.quota[i] <= 0 || p.next[i] >= len(ls.stack) {
+			continue
 		}
-		wg.Wait()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p.quota[i] > 0 && p.next[i] < len(ls.stack) && p.ctx.Err() == nil {
+				c := ls.stack[p.next[i]]
+				p.next[i]++
+				if p.n.storeAt(p.ctx, ls.level, p.key, p.value, p.ttl, c, false).stored() {
+					mu.Lock()
+					p.res.Stored = append(p.res.Stored, Placement{Level: ls.level, Node: c.Contact})
+					mu.Unlock()
+					p.quota[i]--
+				}
+			}
+		}()
 	}
-	if ctx.Err() != nil {
-		return res, n.opError(ctx, ctx.Err())
+	wg.Wait()
+}
+
+// result is what PutGet returns once the stores are done.
+func (p *putRun) result() (PutGetResult, error) {
+	res := p.res
+	if p.ctx.Err() != nil {
+		return res, p.n.opError(p.ctx, p.ctx.Err())
 	}
 	slices.SortStableFunc(res.Stored, func(a, b Placement) int { return b.Level - a.Level })
-	if len(res.Stored) == 0 && candidates == 0 && fullSkipped > 0 {
+	if len(res.Stored) == 0 && p.candidates == 0 && p.fullSkipped > 0 {
 		res.Saturated = true
 	}
-	if len(res.Stored) == 0 && candidates > 0 {
+	if len(res.Stored) == 0 && p.candidates > 0 {
 		switch {
-		case otherFailures == 0 && refusedFull+fullSkipped > 0:
+		case p.otherFailures == 0 && p.refusedFull+p.fullSkipped > 0:
 			res.Saturated = true
-		case res.Hops == 0 && failures > 0:
+		case res.Hops == 0 && p.failures > 0:
 			return res, ErrNoResponse
 		default:
 			return res, ErrNotStored
