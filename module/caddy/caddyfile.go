@@ -13,8 +13,17 @@ import (
 	"github.com/dustin/go-humanize"
 )
 
+// The Caddyfile names of the coral app and handlers.
 func init() {
 	httpcaddyfile.RegisterGlobalOption("coral", parseGlobalCoral)
+	httpcaddyfile.RegisterHandlerDirective("coral_proxy", parseHandlerCaddyfile)
+	httpcaddyfile.RegisterDirectiveOrder("coral_proxy", httpcaddyfile.Before, "reverse_proxy")
+	httpcaddyfile.RegisterHandlerDirective("coral_status", parseStatusPageCaddyfile)
+	// Right after metrics, which puts it just before coral_proxy (ordered
+	// before reverse_proxy, which follows metrics): a path-matched
+	// coral_status in a coral_proxy site answers before the proxy refuses
+	// the host. Caddy lets plugins order only against its own directives.
+	httpcaddyfile.RegisterDirectiveOrder("coral_status", httpcaddyfile.After, "metrics")
 }
 
 // parseGlobalCoral reads the global option that configures the coral app:

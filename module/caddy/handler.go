@@ -12,7 +12,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
@@ -20,11 +19,7 @@ import (
 	"go.uber.org/zap"
 )
 
-func init() {
-	caddy.RegisterModule(Handler{})
-	httpcaddyfile.RegisterHandlerDirective("coral_proxy", parseHandlerCaddyfile)
-	httpcaddyfile.RegisterDirectiveOrder("coral_proxy", httpcaddyfile.Before, "reverse_proxy")
-}
+func init() { caddy.RegisterModule(Handler{}) }
 
 // Handler is the HTTP handler "coral_proxy": it serves Coralized URLs
 // (http://www.example.com.nyud.net/…) from its cache, from peer proxies

@@ -19,21 +19,11 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
 )
 
-func init() {
-	caddy.RegisterModule(StatusPage{})
-	httpcaddyfile.RegisterHandlerDirective("coral_status", parseStatusPageCaddyfile)
-	// Right after metrics, which puts it just before coral_proxy (ordered
-	// before reverse_proxy, which follows metrics), whichever init runs
-	// first: a path-matched coral_status in a coral_proxy site answers
-	// before the proxy refuses the host. Caddy lets plugins order only
-	// against its own directives.
-	httpcaddyfile.RegisterDirectiveOrder("coral_status", httpcaddyfile.After, "metrics")
-}
+func init() { caddy.RegisterModule(StatusPage{}) }
 
 // StatusPage is the HTTP handler "coral_status": a read-only page about
 // this Coral node, for people (HTML) and programs (JSON, with ?format=json
