@@ -58,7 +58,7 @@ fuzz:
 	for target in FuzzDecodeMessage FuzzParseKeyText FuzzHandleDatagram FuzzParseTimeExceeded; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coraldht || exit 1; \
 	done
-	for target in FuzzParseName FuzzServeDNS FuzzCookieCheck; do \
+	for target in FuzzParseName FuzzServeDNS FuzzCookieCheck FuzzDNSMatchesProxy; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./plugin/coredns || exit 1; \
 	done
 	for target in FuzzParseCoralized FuzzCacheKey FuzzParseCacheControl FuzzDecodeReference FuzzNoServeRedirect FuzzRequestThroughProxy \

@@ -7,35 +7,10 @@ package coralcaddy
 // before the zone names a non-default origin port:
 // http://www.example.com.8080.nyud.net/ is http://www.example.com:8080/.
 //
-// Host rules (ParseCoralized):
-//
-//   - The Host header's own ":port" (the proxy's port) is ignored; one
-//     trailing dot is allowed; case does not matter (ASCII folding only).
-//   - IPv6 literals ("[::1]:8080") are not Coralized: a well-formed one is
-//     ErrNotCoralized (a client addressing the proxy by IP), a malformed one
-//     (unbalanced brackets, a bare "::1") is ErrBadHost. IPv6 origins cannot
-//     be written under the zone.
-//   - The origin must be ASCII: browsers send IDNs as punycode ("xn--…"),
-//     which is accepted; anything non-ASCII is ErrBadHost.
-//   - Labels are 1–63 characters of letters, digits, '-' and '_', not
-//     starting or ending with '-'; the origin is at most 253 characters.
-//     Underscore is accepted because browsers accept it and real sites use
-//     it in sub-domain labels, but not in the last label (no TLD has one).
-//   - The origin must have at least two labels. A single-label name
-//     ("localhost", "intranet", "0x7f000001") is either local to the proxy's
-//     network or, for some resolvers, a numeric address in disguise.
-//   - The last label of a name must not be all digits (RFC 1123 §2.1, RFC
-//     3696 §2), except that a whole origin in canonical dotted-quad form is
-//     an IPv4 literal: "127.0.0.1.nyud.net" is origin 127.0.0.1, and
-//     "127.0.0.1.8080.nyud.net" is 127.0.0.1 port 8080. Other numeric forms
-//     that C resolvers treat as addresses ("127.1", "0177.0.0.1") are
-//     ErrBadHost. Callers must check IP origins (OriginAddr) and the
-//     addresses names resolve to against their private/loopback policy.
-//   - A numeric label before the zone is a port 1–65535 without leading
-//     zeros; port 80 is returned as 80 (CacheKey treats it as the default).
-//   - The zone anywhere in the origin on label boundaries
-//     ("a.nyud.net.nyud.net", "x.nyud.net.example.com.nyud.net") is ErrLoop.
-//   - The zone itself with no origin labels ("nyud.net") is ErrBadHost.
+// Host rules (ParseCoralized): the grammar of Coralized names is package
+// coralname's (coralname/doc.go), shared with the DNS plugin so that DNS
+// answers exactly the names this proxy serves. This file adapts it to the
+// proxy: errors as *HostError, ports as ints.
 //
 // Cache keys (NormalizeURL, CacheKey): the key is SHA-1 of the normalized
 // URL, written as a scheme-relative reference "//host[:port]/path[?query]".
@@ -56,39 +31,33 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/coralcdn/coral/coralname"
 )
 
 // Errors from ParseCoralized, wrapped in a *HostError; test them with
-// errors.Is. StatusForHostError maps them to HTTP status codes.
+// errors.Is. StatusForHostError maps them to HTTP status codes. They are
+// package coralname's.
 var (
 	// ErrNotCoralized: the host is not under the zone (or is an IP literal
 	// addressing the proxy itself). The proxy is not an open proxy.
-	ErrNotCoralized = errors.New("host is not under the Coral zone")
+	ErrNotCoralized = coralname.ErrNotCoralized
 	// ErrLoop: the origin host itself carries the zone, so fetching it would
 	// come back to Coral.
-	ErrLoop = errors.New("origin host carries the Coral zone")
+	ErrLoop = coralname.ErrLoop
 	// ErrBadHost: the host is under the zone but does not name a valid
 	// origin (or the Host header is malformed).
-	ErrBadHost = errors.New("malformed origin host")
+	ErrBadHost = coralname.ErrBadHost
 	// ErrBadZone: the configured zone is not a valid domain name.
-	ErrBadZone = errors.New("malformed Coral zone")
+	ErrBadZone = coralname.ErrBadZone
 )
 
 // HostError is the error ParseCoralized returns: the host, the sentinel
-// error (ErrNotCoralized, ErrLoop, ErrBadHost or ErrBadZone) and a detail.
-type HostError struct {
-	Host   string // the Host header value as received
-	Err    error  // one of the sentinel errors
-	Detail string // what exactly is wrong, for logs
-}
+// error (ErrNotCoralized, ErrLoop, ErrBadHost or ErrBadZone) and a detail,
+// as coralname.Error has them.
+type HostError coralname.Error
 
-func (e *HostError) Error() string {
-	msg := "coral_proxy: host " + strconv.Quote(e.Host) + ": " + e.Err.Error()
-	if e.Detail != "" {
-		msg += ": " + e.Detail
-	}
-	return msg
-}
+func (e *HostError) Error() string { return "coral_proxy: " + (*coralname.Error)(e).Error() }
 
 // Unwrap returns the sentinel error.
 func (e *HostError) Unwrap() error { return e.Err }
@@ -110,11 +79,9 @@ func StatusForHostError(err error) int {
 	}
 }
 
-const (
-	maxHostHeader = 1024 // longer Host values are refused before parsing
-	maxNameLen    = 253  // RFC 1035 §2.3.4, in presentation form without the root dot
-	maxLabelLen   = 63
-)
+// maxNameLen is the longest host name, in presentation form without the
+// root dot.
+const maxNameLen = coralname.MaxNameLen
 
 // Target is a parsed Coralized request: the origin resource it names.
 type Target struct {
@@ -177,110 +144,37 @@ func (t Target) CoralHost(zone string) string { return CoralizeHost(t.Host, t.Po
 // ParseCoralized, and what a handler needs to keep absolute redirects to the
 // same origin Coralized.
 func CoralizeHost(origin string, port int, zone string) string {
-	if z, err := NormalizeZone(zone); err == nil {
-		zone = z
-	}
-	h := origin
-	if port != 0 {
-		h += "." + strconv.Itoa(port)
-	}
-	return h + "." + zone
+	return coralname.Coralize(coralname.Origin{Host: origin, Port: port}, zone)
 }
 
 // NormalizeZone validates a zone ("nyud.net", "NYUD.net.", ".nyud.net")
 // and returns it lower case without leading or trailing dot. A zone needs
 // LDH labels and a last label that is not all digits; ErrBadZone otherwise.
 func NormalizeZone(zone string) (string, error) {
-	z := lowerASCII(zone)
-	z = strings.TrimPrefix(z, ".")
-	z = strings.TrimSuffix(z, ".")
-	bad := func(detail string) (string, error) {
-		return "", &HostError{Host: zone, Err: ErrBadZone, Detail: detail}
-	}
-	if z == "" {
-		return bad("empty")
-	}
-	if len(z) > maxNameLen {
-		return bad("too long")
-	}
-	labels := strings.Split(z, ".")
-	for i, l := range labels {
-		if d := checkHostLabel(l, i == len(labels)-1); d != "" {
-			return bad(d)
-		}
-	}
-	if isDigits(labels[len(labels)-1]) {
-		return bad("numeric top-level label")
-	}
-	return z, nil
+	z, err := coralname.NormalizeZone(zone)
+	return z, hostError(err)
 }
 
 // ParseCoralized splits a Coralized Host header value into the origin host
 // and port. The origin is lower case without trailing dot; port is 0 unless
 // the host names one. Errors are *HostError wrapping ErrNotCoralized,
-// ErrLoop, ErrBadHost or ErrBadZone; the rules are in this file's header
-// comment.
+// ErrLoop, ErrBadHost or ErrBadZone; the rules are coralname's (see
+// coralname.ParseHost).
 func ParseCoralized(host, zone string) (origin string, port int, err error) {
-	z, err := NormalizeZone(zone)
+	o, err := coralname.ParseHost(host, zone)
 	if err != nil {
-		return "", 0, err
+		return "", 0, hostError(err)
 	}
-	fail := func(e error, detail string) (string, int, error) {
-		return "", 0, &HostError{Host: host, Err: e, Detail: detail}
+	return o.Host, o.Port, nil
+}
+
+// hostError turns a *coralname.Error into a *HostError.
+func hostError(err error) error {
+	var e *coralname.Error
+	if errors.As(err, &e) {
+		return (*HostError)(e)
 	}
-	if len(host) > maxHostHeader {
-		return fail(ErrBadHost, "host header too long")
-	}
-	name, err := stripProxyPort(host)
-	if err != nil {
-		return "", 0, err
-	}
-	name = lowerASCII(name)
-	name = strings.TrimSuffix(name, ".")
-	if name == z {
-		return fail(ErrBadHost, "no origin before the zone")
-	}
-	if !strings.HasSuffix(name, "."+z) {
-		return fail(ErrNotCoralized, "")
-	}
-	rest := name[:len(name)-len(z)-1]
-	if rest == "" {
-		return fail(ErrBadHost, "empty label")
-	}
-	labels := strings.Split(rest, ".")
-	if hasZone(labels, strings.Split(z, ".")) {
-		return fail(ErrLoop, "")
-	}
-	if last := labels[len(labels)-1]; isDigits(last) && !isDottedQuad(rest) {
-		p, ok := parsePortLabel(last)
-		if !ok {
-			return fail(ErrBadHost, "bad port label "+strconv.Quote(last))
-		}
-		port = p
-		labels = labels[:len(labels)-1]
-		rest = strings.Join(labels, ".")
-		if rest == "" {
-			return fail(ErrBadHost, "no origin before the port")
-		}
-	}
-	if isDottedQuad(rest) {
-		return rest, port, nil
-	}
-	if len(rest) > maxNameLen {
-		return fail(ErrBadHost, "origin longer than 253 characters")
-	}
-	if len(labels) < 2 {
-		return fail(ErrBadHost, "single-label origin")
-	}
-	for i, l := range labels {
-		if d := checkHostLabel(l, i == len(labels)-1); d != "" {
-			return fail(ErrBadHost, d)
-		}
-	}
-	if isDigits(labels[len(labels)-1]) {
-		return fail(ErrBadHost, "numeric top-level label")
-	}
-	return rest, port, nil
+	return err
 }
 
 // OriginAddr reports whether origin is an IP literal, and which. Origins
@@ -299,152 +193,25 @@ func OriginAddr(origin string) (netip.Addr, bool) {
 // carry its own zone; a handler that serves several zones, or that knows
 // the Coral zone the alias zone points to ("nyucd.net"), checks the others
 // with it, and can check the host of a redirect's Location the same way.
-func CarriesZone(host, zone string) bool {
-	z, err := NormalizeZone(zone)
-	if err != nil {
-		return false
-	}
-	h := strings.TrimSuffix(lowerASCII(host), ".")
-	return hasZone(strings.Split(h, "."), strings.Split(z, "."))
-}
+func CarriesZone(host, zone string) bool { return coralname.CarriesZone(host, zone) }
 
-// stripProxyPort removes the proxy's own ":port" from a Host header value
-// and refuses IPv6 literals.
-func stripProxyPort(host string) (string, error) {
-	fail := func(e error, detail string) (string, error) {
-		return "", &HostError{Host: host, Err: e, Detail: detail}
-	}
-	if host == "" {
-		return fail(ErrNotCoralized, "empty host")
-	}
-	if host[0] == '[' {
-		end := strings.IndexByte(host, ']')
-		if end < 0 {
-			return fail(ErrBadHost, "unterminated IPv6 literal")
-		}
-		if _, err := netip.ParseAddr(host[1:end]); err != nil || !strings.Contains(host[1:end], ":") {
-			return fail(ErrBadHost, "bad IPv6 literal")
-		}
-		if after := host[end+1:]; after != "" && (after[0] != ':' || !validPortDigits(after[1:])) {
-			return fail(ErrBadHost, "bad port")
-		}
-		return fail(ErrNotCoralized, "IP literal")
-	}
-	i := strings.IndexByte(host, ':')
-	if i < 0 {
-		return host, nil
-	}
-	if strings.IndexByte(host[i+1:], ':') >= 0 {
-		return fail(ErrBadHost, "unbracketed IPv6 literal")
-	}
-	if !validPortDigits(host[i+1:]) {
-		return fail(ErrBadHost, "bad port")
-	}
-	return host[:i], nil
-}
-
-// validPortDigits accepts the proxy's own port as a Host header may carry
-// it: empty (RFC 3986 allows "host:") or up to 5 digits ≤ 65535.
-func validPortDigits(s string) bool {
-	if s == "" {
-		return true
-	}
-	if len(s) > 5 || !isDigits(s) {
-		return false
-	}
-	n, _ := strconv.Atoi(s)
-	return n <= 65535
-}
+// The grammar's helpers, for the rest of the package.
 
 // parsePortLabel parses an origin port label: 1–65535, no leading zeros.
-func parsePortLabel(s string) (int, bool) {
-	if s == "" || len(s) > 5 || s[0] == '0' || !isDigits(s) {
-		return 0, false
-	}
-	n, _ := strconv.Atoi(s)
-	if n < 1 || n > 65535 {
-		return 0, false
-	}
-	return n, true
-}
+func parsePortLabel(s string) (int, bool) { return coralname.ParsePort(s) }
 
 // isDottedQuad reports whether s is an IPv4 address in canonical
 // dotted-quad form (four decimal octets, no leading zeros).
-func isDottedQuad(s string) bool {
-	a, err := netip.ParseAddr(s)
-	return err == nil && a.Is4() && a.String() == s
-}
-
-// hasZone reports whether the zone's labels occur in labels as a run.
-func hasZone(labels, zone []string) bool {
-	for i := 0; i+len(zone) <= len(labels); i++ {
-		match := true
-		for j := range zone {
-			if labels[i+j] != zone[j] {
-				match = false
-				break
-			}
-		}
-		if match {
-			return true
-		}
-	}
-	return false
-}
+func isDottedQuad(s string) bool { return coralname.IsDottedQuad(s) }
 
 // checkHostLabel returns what is wrong with a lower-case host label, or "".
 // The last label (top-level) may not contain '_'.
-func checkHostLabel(l string, last bool) string {
-	switch {
-	case l == "":
-		return "empty label"
-	case len(l) > maxLabelLen:
-		return "label longer than 63 characters"
-	case l[0] == '-' || l[len(l)-1] == '-':
-		return "label starts or ends with '-'"
-	}
-	for i := 0; i < len(l); i++ {
-		c := l[i]
-		switch {
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-':
-		case c == '_' && !last:
-		case c >= 0x80:
-			return "non-ASCII host (send IDNs as punycode)"
-		default:
-			return "invalid character " + strconv.QuoteRune(rune(c)) + " in label"
-		}
-	}
-	return ""
-}
+func checkHostLabel(l string, last bool) string { return coralname.CheckLabel(l, last) }
 
-func isDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
+func isDigits(s string) bool { return coralname.IsDigits(s) }
 
-// lowerASCII lower-cases ASCII letters only: Unicode case folding would
-// let non-ASCII look-alikes (the Kelvin sign folds to 'k') match the zone.
-func lowerASCII(s string) string {
-	for i := 0; i < len(s); i++ {
-		if 'A' <= s[i] && s[i] <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if 'A' <= b[j] && b[j] <= 'Z' {
-					b[j] += 'a' - 'A'
-				}
-			}
-			return string(b)
-		}
-	}
-	return s
-}
+// lowerASCII lower-cases ASCII letters only (see coralname.LowerASCII).
+func lowerASCII(s string) string { return coralname.LowerASCII(s) }
 
 // CacheKey is the object's key: SHA-1 (hex) of NormalizeURL of the same
 // arguments. The DSHT key is the same 160 bits (hex-decode it).

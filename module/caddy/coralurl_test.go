@@ -356,8 +356,7 @@ func checkParseConsistent(t *testing.T, host, zone string) {
 	if a, ok := OriginAddr(origin); ok && (!a.Is4() || a.String() != origin) {
 		t.Fatalf("ParseCoralized(%q, %q): IP origin %q is not canonical IPv4", host, zone, origin)
 	}
-	z, _ := NormalizeZone(zone)
-	if hasZone(strings.Split(origin, "."), strings.Split(z, ".")) {
+	if CarriesZone(origin, zone) {
 		t.Fatalf("ParseCoralized(%q, %q): origin %q carries the zone", host, zone, origin)
 	}
 	rebuilt := CoralizeHost(origin, port, zone)

@@ -279,128 +279,147 @@ func (b *builder) levelLabel() string {
 	return strconv.Itoa(b.cls.level)
 }
 
+// respond fills in the response for p and returns its metric kind.
 func (b *builder) respond(p parsedName) string {
-	qtype := b.state.QType()
-	s := b.c.scheme
 	switch p.kind {
 	case kindNX:
 		if p.level < 0 {
 			return b.nxdomain(-1)
 		}
 		return b.nxdomain(min(p.level, b.level()))
-
 	case kindCoralApex:
-		switch qtype {
-		case dns.TypeSOA, dns.TypeANY:
-			b.m.Answer = append(b.m.Answer, b.soa(-1, b.c.set.negTTL))
-			return respAnswer
-		case dns.TypeNS:
-			b.nsSet(s.coral, b.level(), true)
-			return respAnswer
-		}
-		return b.nodata(-1, b.c.set.negTTL)
-
+		return b.coralApex()
 	case kindNSHost:
-		a := p.nsAddr
-		switch b.c.tracker.isNameServer(a, b.c.self) {
-		case nsUnknown:
-			// Not a Coral name server: the names do not turn the zone into
-			// a name for any address (DNS rebinding, borrowed reputation).
-			return b.nxdomain(-1)
-		case nsNotYet:
-			// The node has not yet heard who the name servers are; a
-			// negative answer now would be cached. Resolvers try another
-			// server.
-			b.m.Rcode = dns.RcodeServerFailure
-			b.m.Authoritative = false
-			return respServFail
-		}
-		if (qtype == dns.TypeA || qtype == dns.TypeANY) && a.Is4() || (qtype == dns.TypeAAAA || qtype == dns.TypeANY) && a.Is6() {
-			b.m.Answer = append(b.m.Answer, addrRR(b.state.QName(), a, b.c.set.nsTTL))
-			return respAnswer
-		}
-		return b.nodata(-1, b.c.set.negTTL)
-
+		return b.nsHostAddr(p.nsAddr)
 	case kindLevelApex:
-		k := p.level
-		if qtype == dns.TypeDS {
-			// DS lives on the parent side of the cut.
-			return b.nodata(min(k-1, b.level()), b.c.set.negTTL)
-		}
-		if b.level() < k {
-			// For this resolver the level-k zone does not exist here: the name
-			// is an empty non-terminal of the resolver's own level zone. The
-			// short TTL makes the resolver ask again soon, maybe a nearer
-			// server by then.
-			return b.nodata(b.level(), b.c.set.retryTTL)
-		}
-		// A genuine referral (not authoritative, NS and glue, no SOA) is the
-		// one shape every current resolver accepts for moving to the child
-		// zone's servers: these are this node's level-k cluster, chosen near
-		// the resolver.
-		b.m.Authoritative = false
-		b.nsSet(s.levelApex[k], k, false)
-		return respReferral
-
+		return b.levelApex(p.level)
 	case kindServiceENT:
 		return b.nodata(min(p.level, b.level()), b.c.set.negTTL)
-
 	case kindProxy:
 		if p.badOrigin {
 			return b.nxdomain(min(p.level, b.level()))
 		}
-		return b.proxies(b.state.QName(), qtype, p.level, true)
-
+		return b.proxies(b.state.QName(), b.state.QType(), p.level, true)
 	case kindAliasApex:
-		switch qtype {
-		case dns.TypeSOA, dns.TypeANY:
-			b.m.Answer = append(b.m.Answer, b.aliasSOA())
-			return respAnswer
-		case dns.TypeNS:
-			b.nsSet(s.alias, b.level(), true)
-			return respAnswer
-		case dns.TypeDNAME:
-			b.m.Answer = append(b.m.Answer, b.dname())
-			return respAnswer
-		}
-		b.m.Ns = append(b.m.Ns, b.aliasSOA())
-		return respNoData
-
+		return b.aliasApex()
 	case kindAliasBelow:
-		target, ok := s.aliasTarget(p.rel)
-		b.m.Answer = append(b.m.Answer, b.dname())
-		if !ok {
-			// RFC 6672 §2.2: the substituted name would be too long.
-			b.m.Rcode = dns.RcodeYXDomain
-			return respYXDomain
-		}
-		b.m.Answer = append(b.m.Answer, &dns.CNAME{
-			Hdr:    dns.RR_Header{Name: b.state.QName(), Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: b.c.set.nsTTL},
-			Target: target,
-		})
-		top := len(s.levelApex) - 1
-		if p.badOrigin {
-			b.m.Rcode = dns.RcodeNameError
-			b.m.Ns = append(b.m.Ns, b.soa(min(top, b.level()), b.c.set.negTTL))
-			return respNXDomain
-		}
-		// This server is authoritative for the target too, so it follows the
-		// CNAME itself. Resolvers check that against the target's own servers,
-		// which is where their locking happens.
-		kind := respAnswer
-		if qtype != dns.TypeCNAME && qtype != dns.TypeDNAME {
-			kind = b.proxies(target, qtype, top, false)
-		}
-		if kind == respAnswer {
-			// The alias zone's own NS set, from the resolver's level cluster:
-			// the NS set of the zone being asked is authority data every
-			// resolver keeps, so resolvers that do not synthesize names from
-			// a cached DNAME come back to servers near them for the next name.
-			b.nsSet(s.alias, min(b.level(), top), false)
-		}
-		return kind
+		return b.aliasBelow(p)
 	}
 	return b.nxdomain(-1)
+}
+
+// coralApex answers for the coral zone's apex.
+func (b *builder) coralApex() string {
+	switch b.state.QType() {
+	case dns.TypeSOA, dns.TypeANY:
+		b.m.Answer = append(b.m.Answer, b.soa(-1, b.c.set.negTTL))
+		return respAnswer
+	case dns.TypeNS:
+		b.nsSet(b.c.scheme.coral, b.level(), true)
+		return respAnswer
+	}
+	return b.nodata(-1, b.c.set.negTTL)
+}
+
+// nsHostAddr answers for ns-<ip>.Z, the name server host at a.
+func (b *builder) nsHostAddr(a netip.Addr) string {
+	qtype := b.state.QType()
+	switch b.c.tracker.isNameServer(a, b.c.self) {
+	case nsUnknown:
+		// Not a Coral name server: the names do not turn the zone into
+		// a name for any address (DNS rebinding, borrowed reputation).
+		return b.nxdomain(-1)
+	case nsNotYet:
+		// The node has not yet heard who the name servers are; a
+		// negative answer now would be cached. Resolvers try another
+		// server.
+		b.m.Rcode = dns.RcodeServerFailure
+		b.m.Authoritative = false
+		return respServFail
+	}
+	if (qtype == dns.TypeA || qtype == dns.TypeANY) && a.Is4() || (qtype == dns.TypeAAAA || qtype == dns.TypeANY) && a.Is6() {
+		b.m.Answer = append(b.m.Answer, addrRR(b.state.QName(), a, b.c.set.nsTTL))
+		return respAnswer
+	}
+	return b.nodata(-1, b.c.set.negTTL)
+}
+
+// levelApex answers for L<k>…L0.Z, the apex of level k's zone.
+func (b *builder) levelApex(k int) string {
+	if b.state.QType() == dns.TypeDS {
+		// DS lives on the parent side of the cut.
+		return b.nodata(min(k-1, b.level()), b.c.set.negTTL)
+	}
+	if b.level() < k {
+		// For this resolver the level-k zone does not exist here: the name
+		// is an empty non-terminal of the resolver's own level zone. The
+		// short TTL makes the resolver ask again soon, maybe a nearer
+		// server by then.
+		return b.nodata(b.level(), b.c.set.retryTTL)
+	}
+	// A genuine referral (not authoritative, NS and glue, no SOA) is the
+	// one shape every current resolver accepts for moving to the child
+	// zone's servers: these are this node's level-k cluster, chosen near
+	// the resolver.
+	b.m.Authoritative = false
+	b.nsSet(b.c.scheme.levelApex[k], k, false)
+	return respReferral
+}
+
+// aliasApex answers for the alias zone's apex.
+func (b *builder) aliasApex() string {
+	switch b.state.QType() {
+	case dns.TypeSOA, dns.TypeANY:
+		b.m.Answer = append(b.m.Answer, b.aliasSOA())
+		return respAnswer
+	case dns.TypeNS:
+		b.nsSet(b.c.scheme.alias, b.level(), true)
+		return respAnswer
+	case dns.TypeDNAME:
+		b.m.Answer = append(b.m.Answer, b.dname())
+		return respAnswer
+	}
+	b.m.Ns = append(b.m.Ns, b.aliasSOA())
+	return respNoData
+}
+
+// aliasBelow answers for <origin>.A: the DNAME, the CNAME it synthesizes,
+// and the target's answer.
+func (b *builder) aliasBelow(p parsedName) string {
+	s := b.c.scheme
+	qtype := b.state.QType()
+	target, ok := s.aliasTarget(p.rel)
+	b.m.Answer = append(b.m.Answer, b.dname())
+	if !ok {
+		// RFC 6672 §2.2: the substituted name would be too long.
+		b.m.Rcode = dns.RcodeYXDomain
+		return respYXDomain
+	}
+	b.m.Answer = append(b.m.Answer, &dns.CNAME{
+		Hdr:    dns.RR_Header{Name: b.state.QName(), Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: b.c.set.nsTTL},
+		Target: target,
+	})
+	top := len(s.levelApex) - 1
+	if p.badOrigin {
+		b.m.Rcode = dns.RcodeNameError
+		b.m.Ns = append(b.m.Ns, b.soa(min(top, b.level()), b.c.set.negTTL))
+		return respNXDomain
+	}
+	// This server is authoritative for the target too, so it follows the
+	// CNAME itself. Resolvers check that against the target's own servers,
+	// which is where their locking happens.
+	kind := respAnswer
+	if qtype != dns.TypeCNAME && qtype != dns.TypeDNAME {
+		kind = b.proxies(target, qtype, top, false)
+	}
+	if kind == respAnswer {
+		// The alias zone's own NS set, from the resolver's level cluster:
+		// the NS set of the zone being asked is authority data every
+		// resolver keeps, so resolvers that do not synthesize names from
+		// a cached DNAME come back to servers near them for the next name.
+		b.nsSet(s.alias, min(b.level(), top), false)
+	}
+	return kind
 }
 
 // proxies answers a Coralized host name with HTTP proxies from the

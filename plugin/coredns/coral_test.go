@@ -209,8 +209,8 @@ func coralCases() []coralCase {
 			Answer: []dns.RR{test.A("WWW.Example.com.HTTP.L2.l1.L0.nyucd.TEST. 60 IN A 127.0.2.80"), test.A("WWW.Example.com.HTTP.L2.l1.L0.nyucd.TEST. 60 IN A 127.0.2.81")},
 			Ns:     nsRRs("l2.l1.l0.nyucd.test.", "127.0.0.2", "127.0.2.1"),
 			Extra:  glue("127.0.0.2", "127.0.2.1")}},
-		{"proxy under a lower level zone", "10.2.0.1", true, test.Case{Qname: "a.http.l0.nyucd.test.", Qtype: dns.TypeA,
-			Answer: []dns.RR{test.A("a.http.l0.nyucd.test. 60 IN A 127.0.2.80"), test.A("a.http.l0.nyucd.test. 60 IN A 127.0.2.81")},
+		{"proxy under a lower level zone", "10.2.0.1", true, test.Case{Qname: "a.example.http.l0.nyucd.test.", Qtype: dns.TypeA,
+			Answer: []dns.RR{test.A("a.example.http.l0.nyucd.test. 60 IN A 127.0.2.80"), test.A("a.example.http.l0.nyucd.test. 60 IN A 127.0.2.81")},
 			Ns:     nsRRs("l0.nyucd.test.", "127.0.0.2", "127.0.9.1"),
 			Extra:  glue("127.0.0.2", "127.0.9.1")}},
 

@@ -2,8 +2,12 @@ package coral
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
@@ -100,4 +104,139 @@ func FuzzServeDNS(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzDNSMatchesProxy: for any Host value, the DNS plugin answers the name
+// a client resolves for it exactly when the proxy serves it, and reads the
+// same origin and port from it. The proxy side is coralname.ParseHost (the
+// proxy's ParseCoralized is that, with its errors as *HostError); the DNS
+// side is the plugin's own placing of the name and its answer through
+// ServeDNS, for the alias name and for its DNAME target under the coral
+// zone. The one difference is by design: the DNS plugin also refuses
+// origins that carry the coral zone, which the proxy, knowing only its own
+// zone, would serve.
+func FuzzDNSMatchesProxy(f *testing.F) {
+	for _, rel := range append(proxyRefused,
+		"www.example.com", "www.example.com.8080", "127.0.0.1", "127.0.0.1.8080", "my_site.example.com",
+		"xn--bcher-kva.example", "a.nyud.test", "a.nyucd.test", "x.http.l2.l1.l0.nyucd.test", "WWW.Example.COM",
+		"a.example.com.65535", "a\\.b.example.com", "a b.example.com", "b\xc3\xbccher.example") {
+		f.Add(rel + ".nyud.test")
+	}
+	for _, host := range []string{
+		"www.example.com.nyud.test:8080", "www.example.com.nyud.test.", "www.example.com.nyud.test:x", "[::1]:80",
+		"nyud.test", ".nyud.test", "www.example.com", "www.example.com.http.l2.l1.l0.nyucd.test", longAliasName(),
+		"a..example.com.nyud.test", "example.com.nyud.test..", "a.nyud.te\u212a",
+	} {
+		f.Add(host)
+	}
+	c := testCoral(f, testWorld())
+	swept := time.Now()
+	c.tracker.now = func() time.Time { return swept } // the proxies stay live however long the fuzzing
+	f.Fuzz(func(t *testing.T, host string) {
+		po, perr := coralname.ParseHost(host, "nyud.test")
+		if strings.HasPrefix(host, "[") {
+			if perr == nil {
+				t.Fatalf("the proxy serves IP literal %q", host)
+			}
+			return // an IPv6 literal is never resolved
+		}
+		// The proxy's own port is no part of the name: it changes nothing.
+		name, _, _ := strings.Cut(host, ":")
+		o, err := coralname.ParseHost(name, "nyud.test")
+		if perr == nil && (err != nil || o != po) {
+			t.Fatalf("proxy: %q is %+v, but %q is %+v, %v", host, po, name, o, err)
+		}
+		proxyServes := err == nil && !coralname.CarriesZone(o.Host, "nyucd.test")
+		r, ok := resolverQuery(name)
+		if !ok {
+			// A name the proxy serves has good labels: only its length
+			// can keep it out of the DNS.
+			if proxyServes && len(strings.TrimSuffix(name, ".")) <= 253 {
+				t.Fatalf("the proxy serves %q, which cannot be asked", name)
+			}
+			return
+		}
+		qname := dns.CanonicalName(r.Question[0].Name)
+		p, _ := c.scheme.parse(qname)
+		dnsServes := p.kind == kindAliasBelow && !p.badOrigin
+		if dnsServes != proxyServes || dnsServes && p.origin != o {
+			t.Fatalf("%q: DNS serves %v %+v (%s), proxy %v %+v (%v)", name, dnsServes, p.origin, qname, proxyServes, o, err)
+		}
+		if p.kind != kindAliasBelow {
+			return
+		}
+		target, fits := c.scheme.aliasTarget(p.rel)
+		checkAnswer(t, c, r, dnsServes, fits)
+		if fits {
+			q, _ := c.scheme.parse(target)
+			if q.kind != kindProxy || q.badOrigin != p.badOrigin || q.origin != p.origin {
+				t.Fatalf("%q: target %q placed as %+v", qname, target, q)
+			}
+			m := new(dns.Msg)
+			m.SetQuestion(target, dns.TypeA)
+			checkAnswer(t, c, m, dnsServes, true)
+		}
+	})
+}
+
+// resolverQuery is the A query a resolver sends for host: its labels as
+// they are, byte for byte (a trailing dot means the root). ok is false when
+// no such query exists (an empty or overlong label, a name over 255 octets).
+func resolverQuery(host string) (*dns.Msg, bool) {
+	host = strings.TrimSuffix(host, ".")
+	if host == "" {
+		return nil, false
+	}
+	var b strings.Builder
+	for _, l := range strings.Split(host, ".") {
+		for i := 0; i < len(l); i++ {
+			if c := l[i]; 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' {
+				b.WriteByte(c)
+			} else {
+				b.WriteString(fmt.Sprintf(`\%03d`, c))
+			}
+		}
+		b.WriteByte('.')
+	}
+	m := new(dns.Msg)
+	m.SetQuestion(b.String(), dns.TypeA)
+	wire, err := m.Pack()
+	if err != nil {
+		return nil, false
+	}
+	r := new(dns.Msg)
+	if err := r.Unpack(wire); err != nil {
+		return nil, false
+	}
+	return r, true
+}
+
+// checkAnswer sends r (an A query for a Coralized name) from a level-2
+// resolver over TCP, so that nothing is truncated: proxies when the origin
+// is served, NXDOMAIN when not; YXDOMAIN either way when the alias zone's
+// DNAME target would not fit.
+func checkAnswer(t *testing.T, c *Coral, r *dns.Msg, serves, fits bool) {
+	t.Helper()
+	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "10.2.0.1", TCP: true})
+	c.ServeDNS(context.Background(), rec, r)
+	resp := rec.Msg
+	if resp == nil {
+		t.Fatalf("%s: no response", r.Question[0].Name)
+	}
+	addrs := 0
+	for _, rr := range resp.Answer {
+		if rr.Header().Rrtype == dns.TypeA || rr.Header().Rrtype == dns.TypeAAAA {
+			addrs++
+		}
+	}
+	want := dns.RcodeNameError
+	switch {
+	case !fits:
+		want = dns.RcodeYXDomain
+	case serves:
+		want = dns.RcodeSuccess
+	}
+	if resp.Rcode != want || (addrs > 0) != (want == dns.RcodeSuccess) {
+		t.Fatalf("%s: %s with %d addresses; want %s\n%v", r.Question[0].Name, dns.RcodeToString[resp.Rcode], addrs, dns.RcodeToString[want], resp)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/coralcdn/coral/coralname"
 	"github.com/miekg/dns"
 )
 
@@ -20,7 +21,9 @@ import (
 //	A                         alias zone apex: SOA, NS and DNAME to http.L<n>…L0.Z
 //	<origin>.A                DNAME, synthesized CNAME, and the target's answer
 //
-// Everything else inside the zones is NXDOMAIN.
+// <origin> is an origin part as package coralname defines it, the one the
+// proxy serves; one that does not parse, or that carries Z or A again, is
+// NXDOMAIN, as is everything else inside the zones.
 
 // nameKind says where in the scheme a query name falls.
 type nameKind int
@@ -49,11 +52,13 @@ type parsedName struct {
 	level  int        // the level zone the name lies in (kindLevelApex, kindServiceENT, kindProxy, kindNX; -1 for the coral zone)
 	nsAddr netip.Addr // kindNSHost
 	// rel is the part of the name before the alias zone (kindAliasBelow) or
-	// before "http.L<k>…" (kindProxy), without the trailing dot.
+	// before "http.L<k>…" (kindProxy), without the trailing dot: the origin
+	// part of a Coralized name.
 	rel string
-	// badOrigin marks a Coralized host whose origin part is not a usable
-	// host name: it carries one of our zones again (a loop through the proxy)
-	// or characters no host name has.
+	// origin is the origin rel names, unless badOrigin marks an origin part
+	// the proxy refuses or that carries one of our zones again (a loop
+	// through the proxy): see package coralname.
+	origin    coralname.Origin
 	badOrigin bool
 }
 
@@ -64,10 +69,10 @@ type scheme struct {
 	alias     string   // A, or "" without an alias zone
 	levelApex []string // levelApex[k] = L<k>…L0.Z
 	target    string   // DNAME target: http.L<n>…L0.Z
-	// levelLabel[k] is "l<k>"; zoneForms holds, per zone, "z", "z.", ".z"
-	// and ".z." (z without its trailing dot) for goodOrigin.
+	// levelLabel[k] is "l<k>"; zones are the coral and alias zones, which
+	// no origin may carry.
 	levelLabel []string
-	zoneForms  [][4]string
+	zones      coralname.Zones
 }
 
 func newScheme(coral, alias string, levels int) (*scheme, error) {
@@ -102,12 +107,7 @@ func newScheme(coral, alias string, levels int) (*scheme, error) {
 	for k := range levels {
 		s.levelLabel = append(s.levelLabel, "l"+strconv.Itoa(k))
 	}
-	for _, z := range []string{coral, alias} {
-		if z != "" {
-			z = strings.TrimSuffix(z, ".")
-			s.zoneForms = append(s.zoneForms, [4]string{z, z + ".", "." + z, "." + z + "."})
-		}
-	}
+	s.zones = coralname.NewZones(coral, alias)
 	return s, nil
 }
 
@@ -127,8 +127,7 @@ func (s *scheme) parse(name string) (p parsedName, ok bool) {
 		if len(name) == len(s.alias) {
 			return parsedName{kind: kindAliasApex}, true
 		}
-		rel := name[:len(name)-len(s.alias)-1]
-		return parsedName{kind: kindAliasBelow, rel: rel, badOrigin: !s.goodOrigin(rel)}, true
+		return s.coralized(kindAliasBelow, 0, name[:len(name)-len(s.alias)-1]), true
 	}
 	if !underZone(name, s.coral) {
 		return parsedName{}, false
@@ -159,7 +158,7 @@ func (s *scheme) parse(name string) (p parsedName, ok bool) {
 		if rest == "" {
 			return parsedName{kind: kindServiceENT, level: level}, true
 		}
-		return parsedName{kind: kindProxy, level: level, rel: rest, badOrigin: !s.goodOrigin(rest)}, true
+		return s.coralized(kindProxy, level, rest), true
 	}
 	return parsedName{kind: kindLevelApex, level: level}, true
 }
@@ -198,28 +197,11 @@ func lastLabel(s string) (rest, label string) {
 	return "", s
 }
 
-// goodOrigin reports whether rel (labels without the trailing dot) can name
-// an origin web server: letters, digits, hyphens and underscores only, and
-// none of our zones inside it — a Coralized name of a Coralized name would
-// send the proxy to itself.
-func (s *scheme) goodOrigin(rel string) bool {
-	if rel == "" || rel[0] == '.' || rel[len(rel)-1] == '.' {
-		return false
-	}
-	for i := 0; i < len(rel); i++ {
-		c := rel[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') || c == '.' && rel[i-1] == '.' {
-			return false
-		}
-	}
-	for _, z := range s.zoneForms {
-		// rel is the zone, starts with it, ends with it, or has it between
-		// two dots.
-		if rel == z[0] || strings.HasPrefix(rel, z[1]) || strings.HasSuffix(rel, z[2]) || strings.Contains(rel, z[3]) {
-			return false
-		}
-	}
-	return true
+// coralized places a Coralized name whose origin part is rel: the proxy's
+// grammar (coralname), with loops through either of our zones refused.
+func (s *scheme) coralized(kind nameKind, level int, rel string) parsedName {
+	o, err := s.zones.ParseOrigin(rel)
+	return parsedName{kind: kind, level: level, rel: rel, origin: o, badOrigin: err != nil}
 }
 
 // nsLabel names the name server host at addr: ns-192-0-2-1 for IPv4 and

@@ -1,10 +1,16 @@
 package coral
 
 import (
+	"context"
+	"errors"
 	"net/netip"
+	"sort"
 	"strings"
 	"testing"
 
+	"github.com/coralcdn/coral/coralname"
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
 
@@ -30,7 +36,10 @@ func TestParseName(t *testing.T) {
 		{"www.example.com.8080.http.l2.l1.l0.nyucd.test.", kindProxy, 2, "www.example.com.8080", false},
 		{"a.nyud.test.http.l2.l1.l0.nyucd.test.", kindProxy, 2, "a.nyud.test", true},
 		{"a.nyucd.test.b.http.l2.l1.l0.nyucd.test.", kindProxy, 2, "a.nyucd.test.b", true},
-		{"nyucd.http.l2.l1.l0.nyucd.test.", kindProxy, 2, "nyucd", false}, // one label of the zone is not the zone
+		{"nyucd.example.http.l2.l1.l0.nyucd.test.", kindProxy, 2, "nyucd.example", false},  // one label of the zone is not the zone
+		{"a.nyucd.test.nyud.test.", kindAliasBelow, 0, "a.nyucd.test", true},               // the coral zone through the alias
+		{"-a.example.com.http.l2.l1.l0.nyucd.test.", kindProxy, 2, "-a.example.com", true}, // the proxy's grammar
+		{"localhost.http.l0.nyucd.test.", kindProxy, 0, "localhost", true},
 		{"l3.l2.l1.l0.nyucd.test.", kindNX, 2, "", false},
 		{"l1.nyucd.test.", kindNX, -1, "", false},
 		{"x.nyucd.test.", kindNX, -1, "", false},
@@ -43,7 +52,9 @@ func TestParseName(t *testing.T) {
 		{"nyud.test.", kindAliasApex, 0, "", false},
 		{"www.example.com.nyud.test.", kindAliasBelow, 0, "www.example.com", false},
 		{"a.nyud.test.nyud.test.", kindAliasBelow, 0, "a.nyud.test", true},
-		{"a_b.nyud.test.", kindAliasBelow, 0, "a_b", false},
+		{"a_b.nyud.test.", kindAliasBelow, 0, "a_b", true},
+		{"my_site.example.com.nyud.test.", kindAliasBelow, 0, "my_site.example.com", false},
+		{"127.0.0.1.8080.nyud.test.", kindAliasBelow, 0, "127.0.0.1.8080", false},
 	} {
 		p, ok := s.parse(tc.name)
 		if !ok {
@@ -57,6 +68,89 @@ func TestParseName(t *testing.T) {
 	for _, out := range []string{"example.org.", "test.", ".", "xnyucd.test."} {
 		if _, ok := s.parse(out); ok {
 			t.Errorf("%s: placed in our zones", out)
+		}
+	}
+}
+
+// proxyRefused are origin parts the proxy refuses with 400 (ErrBadHost)
+// and that the DNS plugin used to answer with addresses: its own rules
+// took any labels of letters, digits, '-' and '_'.
+var proxyRefused = []string{
+	"-a.example.com", "a-.example.com", "www.-a.example.com", // hyphen at a label's edge
+	"a.example_com", "a_b", // '_' in the last label
+	"localhost", "intranet", "0x7f000001", "localhost.8080", // single label
+	"8080", "example.com.0", "example.com.080", "example.com.65536", // port label
+	"example.123.456", "127.1", "0177.0.0.1", "127.000.0.1", "1.2.3", "256.0.0.1", // numeric, not a dotted quad
+}
+
+// TestDNSRefusesWhatProxyRefuses: every origin the proxy refuses is
+// NXDOMAIN, under the alias zone (with the DNAME and its CNAME) and under
+// the coral zone at any level; the origins it serves are answered.
+func TestDNSRefusesWhatProxyRefuses(t *testing.T) {
+	c := testCoral(t, testWorld())
+	dname := test.DNAME("nyud.test. 3600 IN DNAME http.l2.l1.l0.nyucd.test.")
+	for _, rel := range proxyRefused {
+		alias := rel + ".nyud.test."
+		if _, err := coralname.ParseHost(alias, "nyud.test"); !errors.Is(err, coralname.ErrBadHost) {
+			t.Fatalf("the proxy takes %q (%v): not a case for this test", alias, err)
+		}
+		target := rel + ".http.l2.l1.l0.nyucd.test."
+		for _, tc := range []test.Case{
+			{Qname: alias, Qtype: dns.TypeA, Rcode: dns.RcodeNameError,
+				Answer: []dns.RR{dname, test.CNAME(alias + " 3600 IN CNAME " + target)},
+				Ns:     []dns.RR{soa("l2.l1.l0.nyucd.test.", "30")}},
+			{Qname: target, Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{soa("l2.l1.l0.nyucd.test.", "30")}},
+			{Qname: rel + ".http.l0.nyucd.test.", Qtype: dns.TypeAAAA, Rcode: dns.RcodeNameError, Ns: []dns.RR{soa("l0.nyucd.test.", "30")}},
+		} {
+			sort.Sort(test.RRSet(tc.Answer)) // SortAndCheck sorts the response only
+			rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "10.2.0.1"})
+			if _, err := c.ServeDNS(context.Background(), rec, tc.Msg()); err != nil {
+				t.Fatal(err)
+			}
+			if err := test.SortAndCheck(rec.Msg, tc); err != nil {
+				t.Errorf("%s %s: %v\n%v", tc.Qname, dns.TypeToString[tc.Qtype], err, rec.Msg)
+			}
+		}
+	}
+	for _, rel := range []string{"a.example.com", "my_site.example.com", "xn--bcher-kva.example", "127.0.0.1.8080", "example.com.80", "nyucd.example"} {
+		if _, err := coralname.ParseHost(rel+".nyud.test", "nyud.test"); err != nil {
+			t.Fatalf("the proxy refuses %q: %v", rel, err)
+		}
+		name := rel + ".http.l2.l1.l0.nyucd.test."
+		tc := test.Case{Qname: name, Qtype: dns.TypeA,
+			Answer: []dns.RR{test.A(name + " 60 IN A 127.0.2.80"), test.A(name + " 60 IN A 127.0.2.81")},
+			Ns:     nsRRs("l2.l1.l0.nyucd.test.", "127.0.0.2", "127.0.2.1"),
+			Extra:  glue("127.0.0.2", "127.0.2.1")}
+		rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "10.2.0.1"})
+		if _, err := c.ServeDNS(context.Background(), rec, tc.Msg()); err != nil {
+			t.Fatal(err)
+		}
+		if err := test.SortAndCheck(rec.Msg, tc); err != nil {
+			t.Errorf("%s: %v\n%v", name, err, rec.Msg)
+		}
+	}
+}
+
+// TestParseNameOrigin: the origin and port the DNS plugin reads from a
+// name are the proxy's.
+func TestParseNameOrigin(t *testing.T) {
+	s, err := newScheme("nyucd.test", "nyud.test", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		want coralname.Origin
+	}{
+		{"www.example.com.nyud.test.", coralname.Origin{Host: "www.example.com"}},
+		{"www.example.com.8080.nyud.test.", coralname.Origin{Host: "www.example.com", Port: 8080}},
+		{"127.0.0.1.nyud.test.", coralname.Origin{Host: "127.0.0.1"}},
+		{"10.1.2.3.80.http.l1.l0.nyucd.test.", coralname.Origin{Host: "10.1.2.3", Port: 80}},
+		{"my_site.example.com.http.l0.nyucd.test.", coralname.Origin{Host: "my_site.example.com"}},
+	} {
+		p, ok := s.parse(tc.name)
+		if !ok || p.badOrigin || p.origin != tc.want {
+			t.Errorf("%s: origin %+v bad %v; want %+v", tc.name, p.origin, p.badOrigin, tc.want)
 		}
 	}
 }

@@ -1,0 +1,394 @@
+package coralname
+
+import (
+	"errors"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// The errors of this package, wrapped in an *Error; test them with
+// errors.Is.
+var (
+	// ErrNotCoralized: the host is not under the zone (or is an IP literal
+	// addressing the proxy itself). The proxy is not an open proxy.
+	ErrNotCoralized = errors.New("host is not under the Coral zone")
+	// ErrLoop: the origin host itself carries a zone, so fetching it would
+	// come back to Coral.
+	ErrLoop = errors.New("origin host carries the Coral zone")
+	// ErrBadHost: the host is under the zone but does not name a valid
+	// origin (or the Host header is malformed).
+	ErrBadHost = errors.New("malformed origin host")
+	// ErrBadZone: the configured zone is not a valid domain name.
+	ErrBadZone = errors.New("malformed Coral zone")
+)
+
+// Error is the error of every parser here: the input, the sentinel error
+// (ErrNotCoralized, ErrLoop, ErrBadHost or ErrBadZone) and a detail.
+type Error struct {
+	Host   string // the Host value, origin part or zone, as given
+	Err    error  // one of the sentinel errors
+	Detail string // what exactly is wrong, for logs
+}
+
+func (e *Error) Error() string {
+	msg := "host " + strconv.Quote(e.Host) + ": " + e.Err.Error()
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return msg
+}
+
+// Unwrap returns the sentinel error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Length limits.
+const (
+	MaxHostHeader = 1024 // longer Host values are refused before parsing
+	MaxNameLen    = 253  // RFC 1035 §2.3.4, in presentation form without the root dot
+	MaxLabelLen   = 63
+)
+
+// Origin is the origin a Coralized name names.
+type Origin struct {
+	Host string // lower case, no trailing dot; a name or a canonical IPv4 literal
+	Port int    // 0 unless the name has a port label
+}
+
+// Zones are the zones an origin must not carry, normalized: ASCII lower
+// case, no dot at either end.
+type Zones []string
+
+// NewZones normalizes zones for Zones.ParseOrigin, leaving out empty ones.
+// Unlike NormalizeZone it does not validate them: a zone only needs to be
+// recognised inside an origin.
+func NewZones(zones ...string) Zones {
+	var zs Zones
+	for _, z := range zones {
+		if z = trimDots(LowerASCII(z)); z != "" {
+			zs = append(zs, z)
+		}
+	}
+	return zs
+}
+
+// Carried reports whether one of the zones occurs in host (any case, one
+// trailing dot allowed) on label boundaries.
+func (zs Zones) Carried(host string) bool {
+	host = strings.TrimSuffix(LowerASCII(host), ".")
+	for _, z := range zs {
+		if carries(host, z) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseOrigin parses an origin part, the labels before the zone without
+// the dot between ("www.example.com.8080"), as the DNS plugin finds it in
+// a query name. Errors are *Error wrapping ErrLoop or ErrBadHost.
+func (zs Zones) ParseOrigin(rel string) (Origin, error) {
+	o, detail, err := zs.parseOrigin(LowerASCII(rel))
+	if err != nil {
+		return Origin{}, &Error{Host: rel, Err: err, Detail: detail}
+	}
+	return o, nil
+}
+
+// parseOrigin is ParseOrigin for a lower-case rel, without allocating an
+// error: err is a sentinel, detail says what is wrong.
+func (zs Zones) parseOrigin(rel string) (o Origin, detail string, err error) {
+	bad := func(d string) (Origin, string, error) { return Origin{}, d, ErrBadHost }
+	if rel == "" {
+		return bad("empty label")
+	}
+	for _, z := range zs {
+		if carries(rel, z) {
+			return Origin{}, "", ErrLoop
+		}
+	}
+	if i := strings.LastIndexByte(rel, '.'); IsDigits(rel[i+1:]) && !IsDottedQuad(rel) {
+		last := rel[i+1:]
+		p, ok := ParsePort(last)
+		if !ok {
+			return bad("bad port label " + strconv.Quote(last))
+		}
+		if i < 0 {
+			return bad("no origin before the port")
+		}
+		o.Port, rel = p, rel[:i]
+	}
+	if IsDottedQuad(rel) {
+		o.Host = rel
+		return o, "", nil
+	}
+	if d := checkName(rel, true); d != "" {
+		return bad(d)
+	}
+	o.Host = rel
+	return o, "", nil
+}
+
+// checkName returns what is wrong with a lower-case name without trailing
+// dot, or "": its length, its labels (CheckLabel), a numeric last label,
+// and with origin a single label.
+func checkName(name string, origin bool) string {
+	if len(name) > MaxNameLen {
+		if origin {
+			return "origin longer than 253 characters"
+		}
+		return "too long"
+	}
+	if origin && strings.IndexByte(name, '.') < 0 {
+		return "single-label origin"
+	}
+	for rest := name; ; {
+		label, after, more := strings.Cut(rest, ".")
+		if d := CheckLabel(label, !more); d != "" {
+			return d
+		}
+		if !more {
+			if IsDigits(label) {
+				return "numeric top-level label"
+			}
+			return ""
+		}
+		rest = after
+	}
+}
+
+// NormalizeZone validates a zone ("nyud.net", "NYUD.net.", ".nyud.net")
+// and returns it lower case without leading or trailing dot. A zone needs
+// labels as an origin's and a last label that is not all digits; errors
+// are *Error wrapping ErrBadZone.
+func NormalizeZone(zone string) (string, error) {
+	z := trimDots(LowerASCII(zone))
+	detail := ""
+	if z == "" {
+		detail = "empty"
+	} else {
+		detail = checkName(z, false)
+	}
+	if detail != "" {
+		return "", &Error{Host: zone, Err: ErrBadZone, Detail: detail}
+	}
+	return z, nil
+}
+
+// ParseHost splits a Coralized Host header value into the origin it
+// names, as the proxy does. Errors are *Error wrapping ErrNotCoralized,
+// ErrLoop, ErrBadHost or ErrBadZone (Host is then the zone); the rules are
+// in the package documentation.
+func ParseHost(host, zone string) (Origin, error) {
+	z, err := NormalizeZone(zone)
+	if err != nil {
+		return Origin{}, err
+	}
+	fail := func(e error, detail string) (Origin, error) {
+		return Origin{}, &Error{Host: host, Err: e, Detail: detail}
+	}
+	if len(host) > MaxHostHeader {
+		return fail(ErrBadHost, "host header too long")
+	}
+	name, detail, e := stripProxyPort(host)
+	if e != nil {
+		return fail(e, detail)
+	}
+	name = strings.TrimSuffix(LowerASCII(name), ".")
+	if name == z {
+		return fail(ErrBadHost, "no origin before the zone")
+	}
+	rest, ok := strings.CutSuffix(name, "."+z)
+	if !ok {
+		return fail(ErrNotCoralized, "")
+	}
+	o, detail, e := Zones{z}.parseOrigin(rest)
+	if e != nil {
+		return fail(e, detail)
+	}
+	return o, nil
+}
+
+// Coralize builds the Coralized host name for an origin: its host, then
+// the port as a label unless it is 0, then the zone (normalized as by
+// NormalizeZone, or used as given if invalid). It is the inverse of
+// ParseHost.
+func Coralize(o Origin, zone string) string {
+	if z, err := NormalizeZone(zone); err == nil {
+		zone = z
+	}
+	h := o.Host
+	if o.Port != 0 {
+		h += "." + strconv.Itoa(o.Port)
+	}
+	return h + "." + zone
+}
+
+// CarriesZone reports whether zone (normalized as by NormalizeZone; false
+// if it is invalid) occurs in host on label boundaries.
+func CarriesZone(host, zone string) bool {
+	z, err := NormalizeZone(zone)
+	if err != nil {
+		return false
+	}
+	return Zones{z}.Carried(host)
+}
+
+// stripProxyPort removes the proxy's own ":port" from a Host header value
+// and refuses IPv6 literals; err is a sentinel, detail says why.
+func stripProxyPort(host string) (name, detail string, err error) {
+	if host == "" {
+		return "", "empty host", ErrNotCoralized
+	}
+	if host[0] == '[' {
+		end := strings.IndexByte(host, ']')
+		if end < 0 {
+			return "", "unterminated IPv6 literal", ErrBadHost
+		}
+		if _, err := netip.ParseAddr(host[1:end]); err != nil || !strings.Contains(host[1:end], ":") {
+			return "", "bad IPv6 literal", ErrBadHost
+		}
+		if after := host[end+1:]; after != "" && (after[0] != ':' || !validPortDigits(after[1:])) {
+			return "", "bad port", ErrBadHost
+		}
+		return "", "IP literal", ErrNotCoralized
+	}
+	name, port, found := strings.Cut(host, ":")
+	if !found {
+		return host, "", nil
+	}
+	if strings.IndexByte(port, ':') >= 0 {
+		return "", "unbracketed IPv6 literal", ErrBadHost
+	}
+	if !validPortDigits(port) {
+		return "", "bad port", ErrBadHost
+	}
+	return name, "", nil
+}
+
+// validPortDigits accepts the proxy's own port as a Host header may carry
+// it: empty (RFC 3986 allows "host:") or up to 5 digits ≤ 65535.
+func validPortDigits(s string) bool {
+	if s == "" {
+		return true
+	}
+	if len(s) > 5 || !IsDigits(s) {
+		return false
+	}
+	n, _ := strconv.Atoi(s)
+	return n <= 65535
+}
+
+// ParsePort parses an origin port label: 1–65535, no leading zeros.
+func ParsePort(s string) (int, bool) {
+	if s == "" || len(s) > 5 || s[0] == '0' || !IsDigits(s) {
+		return 0, false
+	}
+	n, _ := strconv.Atoi(s)
+	if n < 1 || n > 65535 {
+		return 0, false
+	}
+	return n, true
+}
+
+// IsDottedQuad reports whether s is an IPv4 address in canonical
+// dotted-quad form: four decimal octets 0–255 without leading zeros.
+func IsDottedQuad(s string) bool {
+	for i := range 4 {
+		n := 0
+		for n < len(s) && n < 4 && '0' <= s[n] && s[n] <= '9' {
+			n++
+		}
+		if n == 0 || n > 3 || n > 1 && s[0] == '0' {
+			return false
+		}
+		if v, _ := strconv.Atoi(s[:n]); v > 255 {
+			return false
+		}
+		s = s[n:]
+		if i < 3 {
+			if s == "" || s[0] != '.' {
+				return false
+			}
+			s = s[1:]
+		}
+	}
+	return s == ""
+}
+
+// carries reports whether zone occurs in name on label boundaries.
+func carries(name, zone string) bool {
+	for i := 0; i+len(zone) <= len(name); {
+		j := strings.Index(name[i:], zone)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(zone)
+		if (j == 0 || name[j-1] == '.') && (end == len(name) || name[end] == '.') {
+			return true
+		}
+		i = j + 1
+	}
+	return false
+}
+
+// CheckLabel returns what is wrong with a lower-case host label, or "".
+// The last label (top-level) may not contain '_'.
+func CheckLabel(l string, last bool) string {
+	switch {
+	case l == "":
+		return "empty label"
+	case len(l) > MaxLabelLen:
+		return "label longer than 63 characters"
+	case l[0] == '-' || l[len(l)-1] == '-':
+		return "label starts or ends with '-'"
+	}
+	for i := 0; i < len(l); i++ {
+		c := l[i]
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-':
+		case c == '_' && !last:
+		case c >= 0x80:
+			return "non-ASCII host (send IDNs as punycode)"
+		default:
+			return "invalid character " + strconv.QuoteRune(rune(c)) + " in label"
+		}
+	}
+	return ""
+}
+
+// IsDigits reports whether s is one or more ASCII digits.
+func IsDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// LowerASCII lower-cases ASCII letters only: Unicode case folding would
+// let non-ASCII look-alikes (the Kelvin sign folds to 'k') match the zone.
+func LowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if 'A' <= b[j] && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// trimDots removes one leading and one trailing dot.
+func trimDots(s string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(s, "."), ".")
+}
