@@ -53,6 +53,9 @@ const (
 type Origin struct {
 	Host string // lower case, no trailing dot; a name or a canonical IPv4 literal
 	Port int    // 0 unless the name has a port label
+	// OneLabel: the name was in the one-label form
+	// ("www-example-com.nyud.net"), which a wildcard certificate covers.
+	OneLabel bool
 }
 
 // Zones are the zones an origin must not carry, normalized: ASCII lower
@@ -95,12 +98,46 @@ func (zs Zones) ParseOrigin(rel string) (Origin, error) {
 	return o, nil
 }
 
+// Above reports whether rel, an origin part ParseOrigin refuses, may
+// still lie above Coralized names: its labels are all labels a longer
+// origin part could end in, and it carries none of the zones. Such a name
+// is an empty non-terminal (RFC 8020): resolvers that minimise query names
+// (RFC 9156) ask for "com.nyud.net" on their way to
+// "www.example.com.nyud.net", and an NXDOMAIN there would deny every name
+// below it. The DNS plugin answers NODATA for these and NXDOMAIN for the
+// rest.
+func (zs Zones) Above(rel string) bool {
+	rel = LowerASCII(rel)
+	if rel == "" || len(rel) > MaxNameLen {
+		return false
+	}
+	for _, z := range zs {
+		if carries(rel, z) {
+			return false
+		}
+	}
+	for label := range strings.SplitSeq(rel, ".") {
+		if CheckLabel(label, false) != "" {
+			return false
+		}
+	}
+	return true
+}
+
 // parseOrigin is ParseOrigin for a lower-case rel, without allocating an
 // error: err is a sentinel, detail says what is wrong.
 func (zs Zones) parseOrigin(rel string) (o Origin, detail string, err error) {
 	bad := func(d string) (Origin, string, error) { return Origin{}, d, ErrBadHost }
 	if rel == "" {
 		return bad("empty label")
+	}
+	if strings.IndexByte(rel, '.') < 0 && strings.IndexByte(rel, '-') >= 0 {
+		// The one-label form: its decoding is the dotted form's origin
+		// part, which the rest checks as any other.
+		if len(rel) > MaxLabelLen {
+			return bad("label longer than 63 characters")
+		}
+		rel, o.OneLabel = decodeOneLabel(rel), true
 	}
 	for _, z := range zs {
 		if carries(rel, z) {
@@ -222,6 +259,47 @@ func Coralize(o Origin, zone string) string {
 		h += "." + strconv.Itoa(o.Port)
 	}
 	return h + "." + zone
+}
+
+// CoralizeOneLabel builds the one-label Coralized host name for an
+// origin: its host and port label as in the dotted form, with every '-'
+// doubled and then every '.' turned into '-', then the zone. An origin
+// that needs more than 63 characters so cannot be written in one label
+// (ErrBadHost); the dotted form (Coralize) still can.
+func CoralizeOneLabel(o Origin, zone string) (string, error) {
+	if z, err := NormalizeZone(zone); err == nil {
+		zone = z
+	}
+	part := o.Host
+	if o.Port != 0 {
+		part += "." + strconv.Itoa(o.Port)
+	}
+	label := strings.ReplaceAll(strings.ReplaceAll(part, "-", "--"), ".", "-")
+	if len(label) > MaxLabelLen {
+		return "", &Error{Host: part, Err: ErrBadHost, Detail: "longer than 63 characters in one label; use the dotted form"}
+	}
+	return label + "." + zone, nil
+}
+
+// decodeOneLabel turns a one-label origin part back into the dotted form:
+// "--" is a '-', any other '-' a '.'. A valid origin has only one
+// encoding, since no label of it starts or ends with '-'; a label that
+// would (from "---", say) decodes to a name the checks refuse.
+func decodeOneLabel(label string) string {
+	var b strings.Builder
+	b.Grow(len(label))
+	for i := 0; i < len(label); i++ {
+		switch {
+		case label[i] != '-':
+			b.WriteByte(label[i])
+		case i+1 < len(label) && label[i+1] == '-':
+			b.WriteByte('-')
+			i++
+		default:
+			b.WriteByte('.')
+		}
+	}
+	return b.String()
 }
 
 // CarriesZone reports whether zone (normalized as by NormalizeZone; false

@@ -170,12 +170,74 @@ func TestErrorMessage(t *testing.T) {
 }
 
 func ExampleParseHost() {
-	for _, host := range []string{"www.example.com.8080.nyud.net:80", "localhost.nyud.net", "a.nyud.net.nyud.net"} {
+	for _, host := range []string{
+		"www.example.com.8080.nyud.net:80",
+		"www-example-com-8080.nyud.net",
+		"my--site-example-com.nyud.net",
+		"localhost.nyud.net",
+		"a.nyud.net.nyud.net",
+		"a-nyud-net.nyud.net",
+	} {
 		o, err := ParseHost(host, "nyud.net")
-		fmt.Println(o, err)
+		if err != nil {
+			fmt.Println(err)
+			continue
+		}
+		fmt.Printf("%s port %d one-label %v\n", o.Host, o.Port, o.OneLabel)
 	}
 	// Output:
-	// {www.example.com 8080} <nil>
-	// { 0} host "localhost.nyud.net": malformed origin host: single-label origin
-	// { 0} host "a.nyud.net.nyud.net": origin host carries the Coral zone
+	// www.example.com port 8080 one-label false
+	// www.example.com port 8080 one-label true
+	// my-site.example.com port 0 one-label true
+	// host "localhost.nyud.net": malformed origin host: single-label origin
+	// host "a.nyud.net.nyud.net": origin host carries the Coral zone
+	// host "a-nyud-net.nyud.net": origin host carries the Coral zone
+}
+
+// TestOneLabel: the one-label form decodes to the dotted form's origin,
+// CoralizeOneLabel is its inverse, and origins that cannot be written in
+// one label are refused.
+func TestOneLabel(t *testing.T) {
+	for _, tc := range []struct {
+		host, origin string
+		port         int
+		err          error
+	}{
+		{"www-example-com.nyud.net", "www.example.com", 0, nil},
+		{"WWW-Example-COM.nyud.net.", "www.example.com", 0, nil},
+		{"www-example-com-8080.nyud.net", "www.example.com", 8080, nil},
+		{"a--b-example-com.nyud.net", "a-b.example.com", 0, nil},
+		{"xn----bcher--kva-de.nyud.net", "xn--bcher-kva.de", 0, nil},
+		{"127-0-0-1-8080.nyud.net", "127.0.0.1", 8080, nil},
+		{"127-0-0-1.nyud.net", "127.0.0.1", 0, nil},
+		{"my_site-example-com.nyud.net", "my_site.example.com", 0, nil},
+		{"a---b-com.nyud.net", "", 0, ErrBadHost},        // a label would end or start with '-'
+		{"-example-com.nyud.net", "", 0, ErrBadHost},     // leading '-'
+		{"example-com-.nyud.net", "", 0, ErrBadHost},     // trailing '-'
+		{"example-com-0080.nyud.net", "", 0, ErrBadHost}, // port with a leading zero
+		{"example-123.nyud.net", "", 0, ErrBadHost},      // 123 is a port: single-label origin
+		{"www-example-com-nyud-net.nyud.net", "", 0, ErrLoop},
+		{strings.Repeat("a", 60) + "-com.nyud.net", "", 0, ErrBadHost}, // 64 characters
+	} {
+		o, err := ParseHost(tc.host, "nyud.net")
+		if !errors.Is(err, tc.err) || err == nil && (o.Host != tc.origin || o.Port != tc.port || !o.OneLabel) {
+			t.Errorf("%s: %+v %v, want %s port %d, error %v", tc.host, o, err, tc.origin, tc.port, tc.err)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		back, err := CoralizeOneLabel(o, "nyud.net")
+		if want := LowerASCII(strings.TrimSuffix(tc.host, ".")); err != nil || back != want {
+			t.Errorf("CoralizeOneLabel(%+v) = %q %v, want %q", o, back, err, want)
+		}
+		// The DNS side reads the same.
+		if d, err := NewZones("nyud.net").ParseOrigin(strings.TrimSuffix(strings.TrimSuffix(LowerASCII(tc.host), "."), ".nyud.net")); err != nil || d != o {
+			t.Errorf("ParseOrigin of %s: %+v %v", tc.host, d, err)
+		}
+	}
+	long := Origin{Host: strings.Repeat("a", 55) + ".example.com"}
+	if _, err := CoralizeOneLabel(long, "nyud.net"); !errors.Is(err, ErrBadHost) {
+		t.Errorf("a 67-character origin in one label: %v", err)
+	}
 }

@@ -12,6 +12,24 @@
 //	www.example.com.8080.nyud.net   origin www.example.com, port 8080
 //	127.0.0.1.8080.nyud.net         origin 127.0.0.1 (an IPv4 literal), port 8080
 //
+// The same origins can be written in one label, the form a wildcard
+// certificate for the zone covers (so Coralized URLs can be https):
+//
+//	www-example-com.nyud.net        origin www.example.com
+//	www-example-com-8080.nyud.net   origin www.example.com, port 8080
+//	my--site-example-com.nyud.net   origin my-site.example.com
+//	xn----bcher--kva-de.nyud.net    origin xn--bcher-kva.de (bücher.de)
+//
+// A single label under the zone that holds a '-' is the one-label form:
+// "--" stands for '-' and any other '-' for '.', and what that gives is an
+// origin part of the dotted form, checked by the rules below. Since no
+// label starts or ends with '-', every origin has exactly one such
+// encoding (CoralizeOneLabel). A label holds at most 63 characters, so an
+// origin that does not fit (a long name, a port) can only be written in
+// the dotted form; a longer label is ErrBadHost. Both forms name the same
+// origin, so they share one cache key and one copy. A single label without
+// '-' is a single-label origin, refused as before.
+//
 // The part before the zone, "www.example.com.8080", is the origin part.
 // The proxy finds it in the Host header (ParseHost). The DNS plugin finds
 // it in a query name under the alias zone, and under the coral zone's

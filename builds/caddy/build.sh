@@ -13,7 +13,7 @@ CORAL_MODULE=github.com/coralcdn/coral
 WITH=(--with "$CORAL_MODULE/module/caddy")
 # Top-level directories whose Go files go into the binary (see the check after
 # the build); a change in any of them makes bin/caddy out of date and -dirty.
-INPUTS=(module coraldht internal)
+INPUTS=(module coraldht coralname internal)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 root=$(cd "$here/../.." && pwd -P)

@@ -114,7 +114,7 @@ if [ -n "${GITCOMMIT:-}" ]; then
 elif rev=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null); then
 	label="coral-$rev"
 	if [ -n "$(git -C "$root" status --porcelain --untracked-files=normal -- \
-		plugin coraldht internal go.mod go.sum 2>/dev/null)" ]; then
+		plugin coraldht coralname internal go.mod go.sum 2>/dev/null)" ]; then
 		label="$label-dirty"
 	fi
 else

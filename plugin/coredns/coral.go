@@ -296,7 +296,10 @@ func (b *builder) respond(p parsedName) string {
 	case kindServiceENT:
 		return b.nodata(min(p.level, b.level()), b.c.set.negTTL)
 	case kindProxy:
-		if p.badOrigin {
+		switch {
+		case p.above:
+			return b.nodata(min(p.level, b.level()), b.c.set.negTTL)
+		case p.badOrigin:
 			return b.nxdomain(min(p.level, b.level()))
 		}
 		return b.proxies(b.state.QName(), b.state.QType(), p.level, true)
@@ -401,8 +404,13 @@ func (b *builder) aliasBelow(p parsedName) string {
 	})
 	top := len(s.levelApex) - 1
 	if p.badOrigin {
-		b.m.Rcode = dns.RcodeNameError
+		// No address for an origin the proxy refuses; NODATA where names
+		// may lie below (coralname.Zones.Above), else NXDOMAIN.
 		b.m.Ns = append(b.m.Ns, b.soa(min(top, b.level()), b.c.set.negTTL))
+		if p.above {
+			return respNoData
+		}
+		b.m.Rcode = dns.RcodeNameError
 		return respNXDomain
 	}
 	// This server is authoritative for the target too, so it follows the

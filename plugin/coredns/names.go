@@ -60,6 +60,9 @@ type parsedName struct {
 	// through the proxy): see package coralname.
 	origin    coralname.Origin
 	badOrigin bool
+	// above marks a bad origin part that may still lie above Coralized
+	// names (coralname.Zones.Above): NODATA, not NXDOMAIN.
+	above bool
 }
 
 // scheme holds the zone names of one plugin instance, lower case and fully
@@ -201,7 +204,7 @@ func lastLabel(s string) (rest, label string) {
 // grammar (coralname), with loops through either of our zones refused.
 func (s *scheme) coralized(kind nameKind, level int, rel string) parsedName {
 	o, err := s.zones.ParseOrigin(rel)
-	return parsedName{kind: kind, level: level, rel: rel, origin: o, badOrigin: err != nil}
+	return parsedName{kind: kind, level: level, rel: rel, origin: o, badOrigin: err != nil, above: err != nil && s.zones.Above(rel)}
 }
 
 // nsLabel names the name server host at addr: ns-192-0-2-1 for IPv4 and
