@@ -1,8 +1,6 @@
 package coralcaddy
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coraldht/host"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
 )
@@ -22,12 +21,13 @@ func init() {
 	caddy.RegisterModule(App{})
 }
 
-// App is the Caddy app "coral": it owns this server's Coral DSHT node,
+// App is the Caddy app "coral": it holds this server's Coral DSHT node,
 // which must outlive configuration reloads (its UDP socket, routing tables,
 // clusters and the references it stores for others). coral_proxy handlers
-// find it through the context. The node itself lives in a usage pool keyed
-// by the listen address: a reload provisions the new app (taking a second
-// reference to the same node) before the old one is cleaned up.
+// find it through the context. The node lives in coraldht/host, one per
+// listen address: a reload provisions the new app (taking a second hold on
+// the same node) before the old one is cleaned up, and a reload that
+// changes the node settings restarts the node in place on the same socket.
 type App struct {
 	// Listen is the UDP address of the DSHT node, for example
 	// "192.0.2.10:4000". Required.
@@ -53,8 +53,8 @@ type App struct {
 	// cluster name), for policy or tests.
 	Clusters map[string]string `json:"clusters,omitempty"`
 
-	entry  *nodeEntry
-	key    string
+	handle *host.Handle
+	entry  *nodeEntry // the node as this configuration provisioned it
 	logger *zap.Logger
 }
 
@@ -63,139 +63,100 @@ func (App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "coral", New: func() caddy.Module { return new(App) }}
 }
 
-// nodes holds the DSHT nodes by listen address across reloads.
-var nodes = caddy.NewUsagePool()
-
-// nodeEntry is one pooled node.
+// nodeEntry is the node as a configuration provisioned it, for the admin
+// API, the metrics and the status page.
 type nodeEntry struct {
-	ident  string
 	node   *coraldht.Node
 	joined atomic.Bool
-	start  time.Time // when the node started (its uptime, for coral_status)
-	cancel context.CancelFunc
-	done   chan struct{}
+	start  time.Time     // when the node started (its uptime, for coral_status)
+	done   chan struct{} // closed once joined is final: joined, or the node stopped
 }
 
-// Destruct implements caddy.Destructor: the last configuration using the
-// node is gone.
-func (e *nodeEntry) Destruct() error {
-	e.cancel()
-	err := e.node.Close()
-	<-e.done
-	return err
+func newNodeEntry(inst *host.Instance) *nodeEntry {
+	e := &nodeEntry{node: inst.Node(), start: inst.Started(), done: make(chan struct{})}
+	e.joined.Store(inst.Joined())
+	go func() {
+		defer close(e.done)
+		select {
+		case <-inst.WhenJoined():
+			e.joined.Store(true)
+		case <-inst.Stopped():
+		}
+	}()
+	return e
 }
 
-// Provision takes (or creates) the node.
+// nodes lists the DSHT nodes running in this process by listen address.
+var nodes runningNodes
+
+type runningNodes struct{}
+
+// Range calls f with each node's listen address and its *host.Instance,
+// until f returns false.
+func (runningNodes) Range(f func(listen, inst any) bool) {
+	for _, inst := range host.Running() {
+		if !f(inst.Listen().String(), inst) {
+			return
+		}
+	}
+}
+
+// Provision takes the node, starting or restarting it as its settings
+// require.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
-	cfg, boot, err := a.nodeConfig()
+	opts, err := a.nodeOptions()
 	if err != nil {
 		return err
 	}
-	ident := fmt.Sprintf("%v|%v|%v|%s|%v", cfg.Advertise, cfg.Levels, boot, a.KeyFile, a.Clusters)
-	cfg.Logger = slog.New(zapslog.NewHandler(a.logger.Core()))
-	val, _, err := nodes.LoadOrNew(a.Listen, func() (caddy.Destructor, error) {
-		return a.startNode(cfg, ident, boot)
-	})
+	opts.Logger = slog.New(zapslog.NewHandler(a.logger.Core()))
+	h, err := host.Acquire(opts)
 	if err != nil {
 		return fmt.Errorf("coral: %w", err)
 	}
-	a.key = a.Listen
-	a.entry = val.(*nodeEntry)
+	a.handle = h
+	a.entry = newNodeEntry(h.Instance())
 	registerApp(a)
-	if a.entry.ident != ident {
-		// The pool holds the node from the previous configuration, whose
-		// socket this one would need: node settings change only on restart.
-		a.logger.Warn("DSHT node settings changed; they take effect when Caddy restarts", zap.String("listen", a.Listen))
-	}
 	return nil
 }
 
-func (a *App) nodeConfig() (coraldht.Config, []netip.AddrPort, error) {
-	cfg := coraldht.DefaultConfig()
-	cfg.Services = coraldht.ServiceHTTP
-	listen, err := netip.ParseAddrPort(a.Listen)
-	if err != nil {
-		return cfg, nil, fmt.Errorf("coral: listen %q: want IP:PORT", a.Listen)
+// nodeOptions reads the node settings; host checks them.
+func (a *App) nodeOptions() (host.Options, error) {
+	o := host.Options{Services: coraldht.ServiceHTTP}
+	var err error
+	if o.Listen, err = netip.ParseAddrPort(a.Listen); err != nil {
+		return o, fmt.Errorf("coral: listen %q: want IP:PORT", a.Listen)
 	}
 	if a.Advertise != "" {
-		if cfg.Advertise, err = netip.ParseAddrPort(a.Advertise); err != nil {
-			return cfg, nil, fmt.Errorf("coral: advertise %q: want IP:PORT", a.Advertise)
+		if o.Advertise, err = netip.ParseAddrPort(a.Advertise); err != nil {
+			return o, fmt.Errorf("coral: advertise %q: want IP:PORT", a.Advertise)
 		}
 	}
-	var boot []netip.AddrPort
 	for _, b := range a.Bootstrap {
 		ap, err := netip.ParseAddrPort(b)
 		if err != nil {
-			return cfg, nil, fmt.Errorf("coral: bootstrap %q: want IP:PORT", b)
+			return o, fmt.Errorf("coral: bootstrap %q: want IP:PORT", b)
 		}
-		boot = append(boot, ap)
+		o.Bootstrap = append(o.Bootstrap, ap)
 	}
-	if len(a.Levels) > 0 {
-		cfg.Levels = nil
-		for _, l := range a.Levels {
-			cfg.Levels = append(cfg.Levels, time.Duration(l))
-		}
+	for _, l := range a.Levels {
+		o.Levels = append(o.Levels, time.Duration(l))
 	}
 	if len(a.Clusters) > 0 {
-		cfg.Pins = map[int]string{}
+		o.Pins = map[int]string{}
 		for _, k := range slices.Sorted(maps.Keys(a.Clusters)) {
 			lvl, err := strconv.Atoi(k)
 			if err != nil {
-				return cfg, nil, fmt.Errorf("coral: clusters: level %q is not a number", k)
+				return o, fmt.Errorf("coral: clusters: level %q is not a number", k)
 			}
-			cfg.Pins[lvl] = a.Clusters[k]
+			o.Pins[lvl] = a.Clusters[k]
 		}
 	}
-	if a.KeyFile != "" {
-		k, err := coraldht.LoadKeyFile(a.KeyFile)
-		if err != nil {
-			return cfg, nil, err
-		}
-		cfg.Key = k
-	} else if !listen.Addr().IsLoopback() {
-		return cfg, nil, errors.New("coral: key_file is required unless the node listens on loopback (" + coraldht.KeyHelp + ")")
+	o.KeyFile = a.KeyFile
+	if err := o.Validate(); err != nil {
+		return o, fmt.Errorf("coral: %w", err)
 	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, nil, err
-	}
-	return cfg, boot, nil
-}
-
-func (a *App) startNode(cfg coraldht.Config, ident string, boot []netip.AddrPort) (*nodeEntry, error) {
-	tr, err := coraldht.ListenUDP(a.Listen)
-	if err != nil {
-		return nil, err
-	}
-	node, err := coraldht.NewNode(cfg, tr)
-	if err != nil {
-		_ = tr.Close()
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e := &nodeEntry{ident: ident, node: node, start: time.Now(), cancel: cancel, done: make(chan struct{})}
-	logger := a.logger
-	go e.join(ctx, boot, logger)
-	logger.Info("DSHT node started", zap.Stringer("addr", node.Addr()), zap.String("id", node.ID().Short()))
-	return e, nil
-}
-
-// join bootstraps until it succeeds (coraldht's JoinRetrying: 1 s to 30 s
-// apart). Without bootstrap addresses the node is the first of its network
-// and counts as joined at once.
-func (e *nodeEntry) join(ctx context.Context, boot []netip.AddrPort, logger *zap.Logger) {
-	defer close(e.done)
-	if len(boot) == 0 {
-		e.joined.Store(true)
-	}
-	err := e.node.JoinRetrying(ctx, boot, func(err error, in time.Duration) {
-		if len(boot) > 0 {
-			logger.Warn("bootstrap failed; retrying", zap.Error(err), zap.Duration("in", in))
-		}
-	})
-	if err == nil {
-		e.joined.Store(true)
-	}
+	return o, nil
 }
 
 // Node is the app's DSHT node.
@@ -210,14 +171,13 @@ func (a *App) Start() error { return nil }
 // Stop implements caddy.App.
 func (a *App) Stop() error { return nil }
 
-// Cleanup releases this configuration's reference to the node.
+// Cleanup releases this configuration's hold on the node.
 func (a *App) Cleanup() error {
 	unregisterApp(a)
-	if a.key == "" {
-		return nil
+	if a.handle != nil {
+		a.handle.Release()
 	}
-	_, err := nodes.Delete(a.key)
-	return err
+	return nil
 }
 
 // Interface guards.

@@ -3,44 +3,58 @@ package coral
 import (
 	"context"
 	"crypto/rand"
-	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coraldht/host"
 )
 
 // A CoreDNS reload builds a new plugin instance and starts it before the
 // old one stops, and several server blocks may name the same node. The DSHT
-// node (its UDP socket, routing tables, clusters and stored values) and the
-// resolver RTTs therefore live here, keyed by listen address, and are
-// shared by every instance that configures the node identically. A changed
-// node configuration replaces the node; the RTTs and the cookie secret carry
-// over.
+// node (its UDP socket, routing tables, clusters and stored values) lives
+// in coraldht/host, one per listen address, shared by every instance that
+// holds it; a changed node configuration restarts it in place on the same
+// socket (the reload policy is host's, the same as Caddy's). The resolver
+// RTTs, the name servers and the cookie secret are attached to the listen
+// address, so they carry over reloads and restarts alike.
 
-// nodeEntry is one node shared by plugin instances.
-type nodeEntry struct {
-	listen string
-	ident  string // node configuration; equal ident → the node is reused
-	node   *coraldht.Node
+// nodeState is what the plugin keeps per listen address beside the node.
+type nodeState struct {
 	rtts   *rttCache
-	names  *nsBook  // name servers this node knew; kept across reloads like rtts
+	names  *nsBook  // name servers this node knew
 	cookie [16]byte // server cookie secret: cookies handed out stay valid across reloads
-	refs   int
-	joined atomic.Bool
 	// live is the newest live set any instance's sweep published for this
 	// listen address; a reload's new instance starts from it, also when the
-	// node itself is replaced.
-	live   atomic.Pointer[liveSet]
-	cancel context.CancelFunc
-	done   chan struct{}
+	// node itself restarted.
+	live atomic.Pointer[liveSet]
 }
 
+func newNodeState() *nodeState {
+	st := &nodeState{rtts: newRTTCache(rttCacheSize), names: newNSBook(nsBookSize)}
+	_, _ = rand.Read(st.cookie[:])
+	return st
+}
+
+// nodeEntry is one instance's hold on the node: the node as it was when
+// the instance started, and the state of its listen address.
+type nodeEntry struct {
+	*nodeState
+	listen string
+	node   *coraldht.Node
+	joined loadFunc
+	handle *host.Handle
+}
+
+// loadFunc reads a flag, like an atomic.Bool's Load.
+type loadFunc func() bool
+
+func (f loadFunc) Load() bool { return f() }
+
+// registry holds the newest entry per listen address, for the metrics.
 var registry = struct {
 	sync.Mutex
 	nodes map[string]*nodeEntry
@@ -49,123 +63,43 @@ var registry = struct {
 // rttCacheSize bounds the resolver prefixes remembered per node.
 const rttCacheSize = 100_000
 
-// nodeIdent summarises the settings that shape a node.
-func nodeIdent(cfg *config) string {
-	pins := slices.Sorted(maps.Keys(cfg.pins))
-	var ps []string
-	for _, l := range pins {
-		ps = append(ps, fmt.Sprintf("%d=%s", l, cfg.pins[l]))
+// nodeOptions are the node settings of cfg, which parse has checked.
+func (cfg *config) nodeOptions() host.Options {
+	listen, _ := netip.ParseAddrPort(cfg.listen)
+	return host.Options{
+		Listen:    listen,
+		Advertise: cfg.advertise,
+		Bootstrap: cfg.bootstrap,
+		KeyFile:   cfg.keyFile,
+		Levels:    cfg.levels,
+		Pins:      cfg.pins,
+		Services:  coraldht.ServiceDNS,
+		Logger:    slog.New(clogHandler{}),
 	}
-	return fmt.Sprintf("adv=%v boot=%v key=%s levels=%v pins=%v", cfg.advertise, cfg.bootstrap, cfg.keyFile, cfg.levels, ps)
 }
 
-// acquireNode returns the node for cfg.listen, creating it if needed.
+// acquireNode takes the node for cfg.listen, starting or restarting it as
+// its settings require.
 func acquireNode(cfg *config) (*nodeEntry, error) {
 	registry.Lock()
 	defer registry.Unlock()
-	ident := nodeIdent(cfg)
-	old := registry.nodes[cfg.listen]
-	if old != nil && old.ident == ident {
-		old.refs++
-		return old, nil
-	}
-	rtts, names := newRTTCache(rttCacheSize), newNSBook(nsBookSize)
-	if old != nil {
-		// The configuration changed: close the old node first, since the new
-		// one binds the same address. Instances still holding it see a
-		// closed node until they stop, moments later.
-		log.Infof("node %s: configuration changed, restarting the DSHT node", cfg.listen)
-		old.close()
-		delete(registry.nodes, cfg.listen)
-		rtts, names = old.rtts, old.names
-	}
-	e, err := newNodeEntry(cfg, ident, rtts, names)
+	h, err := host.Acquire(cfg.nodeOptions())
 	if err != nil {
 		return nil, err
 	}
-	if old != nil {
-		e.cookie = old.cookie
-		e.live.Store(old.live.Load())
-	}
+	inst := h.Instance()
+	e := &nodeEntry{nodeState: host.Attached(h, newNodeState), listen: cfg.listen, node: inst.Node(), joined: inst.Joined, handle: h}
 	registry.nodes[cfg.listen] = e
 	return e, nil
 }
 
-// releaseNode drops one reference; the last one closes the node.
+// releaseNode drops the instance's hold; the last one closes the node.
 func releaseNode(e *nodeEntry) {
 	registry.Lock()
 	defer registry.Unlock()
-	if registry.nodes[e.listen] != e {
-		return // already replaced and closed
-	}
-	if e.refs--; e.refs <= 0 {
-		e.close()
+	if e.handle.Release() {
 		delete(registry.nodes, e.listen)
 	}
-}
-
-func newNodeEntry(cfg *config, ident string, rtts *rttCache, names *nsBook) (*nodeEntry, error) {
-	nc := coraldht.DefaultConfig()
-	nc.Services = coraldht.ServiceDNS
-	nc.Levels = slices.Clone(cfg.levels)
-	nc.Advertise = cfg.advertise
-	if len(cfg.pins) > 0 {
-		nc.Pins = maps.Clone(cfg.pins)
-	}
-	nc.Logger = slog.New(clogHandler{})
-	if cfg.keyFile != "" {
-		k, err := coraldht.LoadKeyFile(cfg.keyFile)
-		if err != nil {
-			return nil, err
-		}
-		nc.Key = k
-	}
-	if err := nc.Validate(); err != nil {
-		return nil, err
-	}
-	tr, err := coraldht.ListenUDP(cfg.listen)
-	if err != nil {
-		return nil, err
-	}
-	node, err := coraldht.NewNode(nc, tr)
-	if err != nil {
-		_ = tr.Close()
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e := &nodeEntry{listen: cfg.listen, ident: ident, node: node, rtts: rtts, names: names, refs: 1, cancel: cancel, done: make(chan struct{})}
-	_, _ = rand.Read(e.cookie[:])
-	go e.join(ctx, cfg.bootstrap)
-	log.Infof("node %s (id %s) started, services %v", node.Addr(), node.ID().Short(), nc.Services)
-	return e, nil
-}
-
-// join bootstraps until it succeeds, backing off from 1 s to 30 s. A node
-// with no bootstrap addresses (the first of a network) succeeds as soon as
-// some other node has contacted it.
-func (e *nodeEntry) join(ctx context.Context, boot []netip.AddrPort) {
-	defer close(e.done)
-	if len(boot) == 0 {
-		// The first node of a network is the network; it still bootstraps
-		// (in the background) once others have found it, which starts its
-		// clustering.
-		e.joined.Store(true)
-	}
-	err := e.node.JoinRetrying(ctx, boot, func(err error, in time.Duration) {
-		if len(boot) > 0 {
-			log.Warningf("node %s: bootstrap: %v; retrying in %v", e.node.Addr(), err, in)
-		}
-	})
-	if err == nil {
-		e.joined.Store(true)
-		log.Infof("node %s joined the network (%d contacts)", e.node.Addr(), e.node.Levels()[0].Contacts)
-	}
-}
-
-func (e *nodeEntry) close() {
-	e.cancel()
-	_ = e.node.Close()
-	<-e.done
 }
 
 // clogHandler sends the node's slog output to CoreDNS's log.

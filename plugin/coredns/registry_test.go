@@ -23,8 +23,17 @@ func parseTest(t *testing.T, input string) *config {
 	return cfg
 }
 
+// closedNode reports whether n is closed, without waiting for the network.
+func closedNode(n *coraldht.Node) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := n.Ping(ctx, netip.MustParseAddrPort("127.0.3.1:4101"))
+	return errors.Is(err, coraldht.ErrClosed)
+}
+
 // TestRegistryAcrossReloads: instances with the same node settings share
-// the node; changed settings replace it on the same socket; the last
+// the node; changed settings restart it on the same socket, keeping the
+// RTTs, the name servers, the cookie secret and the live set; the last
 // release closes it.
 func TestRegistryAcrossReloads(t *testing.T) {
 	a := parseTest(t, "coral nyucd.test {\nlisten 127.0.3.1:4100\n}")
@@ -36,24 +45,24 @@ func TestRegistryAcrossReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	e1.rtts.entries[netip.MustParsePrefix("192.0.2.0/24")] = rttEntry{rtt: time.Millisecond, ok: true, measured: time.Now()}
+	seen := &liveSet{}
+	e1.live.Store(seen)
 	e2, err := acquireNode(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e1 != e2 || e1.refs != 2 {
-		t.Fatalf("same settings: entries %p %p refs %d; want one shared entry", e1, e2, e1.refs)
+	if e1.node != e2.node || e1.nodeState != e2.nodeState {
+		t.Fatalf("same settings: nodes %p %p; want one shared node", e1.node, e2.node)
 	}
 	releaseNode(e1)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if _, err := e1.node.Ping(ctx, netip.MustParseAddrPort("127.0.3.1:4101")); errors.Is(err, coraldht.ErrClosed) {
+	if closedNode(e1.node) {
 		t.Fatal("node closed while still referenced")
 	}
 	e3, err := acquireNode(c) // a reload that changes the levels
 	if err != nil {
 		t.Fatalf("changed settings on the same address: %v", err)
 	}
-	if e3 == e1 || len(e3.node.Levels()) != 2 {
+	if e3.node == e1.node || len(e3.node.Levels()) != 2 || e3.node.Addr() != e1.node.Addr() {
 		t.Fatalf("changed settings kept the old node")
 	}
 	if e3.rtts != e1.rtts {
@@ -62,15 +71,27 @@ func TestRegistryAcrossReloads(t *testing.T) {
 	if e3.names != e1.names || e1.names == nil {
 		t.Errorf("known name servers lost across the restart")
 	}
-	if _, err := e1.node.Ping(context.Background(), netip.MustParseAddrPort("127.0.3.1:4101")); !errors.Is(err, coraldht.ErrClosed) {
-		t.Errorf("replaced node still open: %v", err)
+	if e3.cookie != e1.cookie || e3.live.Load() != seen {
+		t.Errorf("cookie secret or live set lost across the restart")
 	}
-	releaseNode(e1) // the old instance stopping: a no-op
+	if !closedNode(e1.node) {
+		t.Error("replaced node still open")
+	}
+	registry.Lock()
+	newest := registry.nodes["127.0.3.1:4100"]
+	registry.Unlock()
+	if newest != e3 {
+		t.Error("the metrics see the replaced node")
+	}
+	releaseNode(e2) // the old instance stopping
+	if closedNode(e3.node) {
+		t.Fatal("the old instance's release closed the restarted node")
+	}
 	releaseNode(e3)
 	registry.Lock()
 	_, still := registry.nodes["127.0.3.1:4100"]
 	registry.Unlock()
-	if still {
+	if still || !closedNode(e3.node) {
 		t.Error("entry kept after its last release")
 	}
 }
@@ -114,7 +135,7 @@ func TestStartStop(t *testing.T) {
 		}
 	}
 	// No proxy anywhere: NODATA with the short TTL, not an error.
-	m.SetQuestion("a.nyud.test.", dns.TypeA)
+	m.SetQuestion("a.example.nyud.test.", dns.TypeA)
 	rec = dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "127.0.0.1"})
 	cr.ServeDNS(context.Background(), rec, m)
 	if rec.Msg.Rcode != dns.RcodeSuccess || len(rec.Msg.Answer) != 2 || len(rec.Msg.Ns) != 1 || rec.Msg.Ns[0].Header().Ttl != uint32(defaultRetryTTL.Seconds()) {

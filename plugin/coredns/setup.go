@@ -133,176 +133,8 @@ func parse(c *caddy.Controller) (*config, error) {
 		if cfg != nil {
 			return nil, c.Err("coral may appear only once per server block")
 		}
-		cfg = &config{
-			levels:        []time.Duration{60 * time.Millisecond, 20 * time.Millisecond},
-			pins:          map[int]string{},
-			probe:         "auto",
-			probeCache:    defaultProbeCache,
-			probeLimit:    defaultProbeLimit,
-			liveWithin:    defaultLiveWithin,
-			checkInterval: defaultCheckInterval,
-			syncWait:      defaultSyncWait,
-			set: settings{
-				nsTTL:       uint32(defaultNSTTL.Seconds()),
-				negTTL:      uint32(defaultNegTTL.Seconds()),
-				retryTTL:    uint32(defaultRetryTTL.Seconds()),
-				answers:     defaultAnswers,
-				nameservers: defaultNameservers,
-			},
-		}
-		args := c.RemainingArgs()
-		if len(args) != 1 {
-			return nil, c.Errf("coral takes exactly one argument, the coral zone (got %d)", len(args))
-		}
-		cfg.zone = plugin.Host(args[0]).NormalizeExact()[0]
-		var answerTTLs []time.Duration
-		for c.NextBlock() {
-			prop := c.Val()
-			args := c.RemainingArgs()
-			need := func(n int) error {
-				if len(args) != n {
-					return c.Errf("%s takes %d argument(s), got %d", prop, n, len(args))
-				}
-				return nil
-			}
-			var err error
-			switch prop {
-			case "alias":
-				if err = need(1); err == nil {
-					cfg.alias = plugin.Host(args[0]).NormalizeExact()[0]
-				}
-			case "listen":
-				if err = need(1); err == nil {
-					if _, perr := netip.ParseAddrPort(args[0]); perr != nil {
-						err = c.Errf("listen %q: want IP:PORT (%v)", args[0], perr)
-					}
-					cfg.listen = args[0]
-				}
-			case "advertise":
-				if err = need(1); err == nil {
-					cfg.advertise, err = parseAddrPort(c, prop, args[0])
-				}
-			case "bootstrap":
-				if len(args) == 0 {
-					return nil, c.Errf("bootstrap needs at least one IP:PORT")
-				}
-				for _, a := range args {
-					ap, err := parseAddrPort(c, prop, a)
-					if err != nil {
-						return nil, err
-					}
-					cfg.bootstrap = append(cfg.bootstrap, ap)
-				}
-			case "key_file":
-				if err = need(1); err == nil {
-					cfg.keyFile = args[0]
-				}
-			case "levels":
-				if len(args) == 0 || len(args) > coraldht.MaxLevels-1 {
-					return nil, c.Errf("levels takes 1..%d RTT thresholds (levels 1..n), got %d", coraldht.MaxLevels-1, len(args))
-				}
-				cfg.levels = cfg.levels[:0]
-				for i, a := range args {
-					d, err := parseDuration(c, prop, a)
-					if err != nil {
-						return nil, err
-					}
-					if i > 0 && d >= cfg.levels[i-1] {
-						return nil, c.Errf("levels must decrease: level %d's threshold %v is not below level %d's %v", i+1, d, i, cfg.levels[i-1])
-					}
-					cfg.levels = append(cfg.levels, d)
-				}
-			case "cluster":
-				if err = need(2); err == nil {
-					lvl, perr := strconv.Atoi(args[0])
-					if perr != nil || lvl < 1 {
-						return nil, c.Errf("cluster %q: the level must be a number 1..n (level 0 is the global cluster)", args[0])
-					}
-					if _, dup := cfg.pins[lvl]; dup {
-						return nil, c.Errf("cluster for level %d given twice", lvl)
-					}
-					cfg.pins[lvl] = args[1]
-				}
-			case "classify":
-				if err = need(2); err == nil {
-					pfx, perr := netip.ParsePrefix(args[0])
-					if perr != nil {
-						if a, aerr := netip.ParseAddr(args[0]); aerr == nil {
-							pfx, perr = a.Prefix(a.BitLen())
-						}
-					}
-					if perr != nil {
-						return nil, c.Errf("classify %q: not a prefix or address", args[0])
-					}
-					lvl, lerr := strconv.Atoi(args[1])
-					if lerr != nil || lvl < 0 {
-						return nil, c.Errf("classify %s %q: the level must be a number 0..n", args[0], args[1])
-					}
-					cfg.overrides = append(cfg.overrides, override{prefix: pfx.Masked(), level: lvl})
-				}
-			case "probe":
-				if err = need(1); err == nil {
-					switch args[0] {
-					case "auto", "tcp", "icmp", "none":
-						cfg.probe = args[0]
-					default:
-						err = c.Errf("probe %q: want auto, tcp, icmp or none", args[0])
-					}
-				}
-			case "probe_cache":
-				if err = need(1); err == nil {
-					cfg.probeCache, err = parseDuration(c, prop, args[0])
-				}
-			case "probe_limit":
-				if err = need(1); err == nil {
-					cfg.probeLimit, err = parseCount(c, prop, args[0], maxProbeLimit)
-				}
-			case "live_within":
-				if err = need(1); err == nil {
-					cfg.liveWithin, err = parseDuration(c, prop, args[0])
-				}
-			case "check_interval":
-				if err = need(1); err == nil {
-					cfg.checkInterval, err = parseDuration(c, prop, args[0])
-				}
-			case "sync_wait":
-				if err = need(1); err == nil {
-					cfg.syncWait, err = parseDuration(c, prop, args[0])
-				}
-			case "answers":
-				if err = need(1); err == nil {
-					cfg.set.answers, err = parseCount(c, prop, args[0], 16)
-				}
-			case "nameservers":
-				if err = need(1); err == nil {
-					cfg.set.nameservers, err = parseCount(c, prop, args[0], 13)
-				}
-			case "answer_ttl":
-				if len(args) == 0 {
-					return nil, c.Errf("answer_ttl takes one TTL for all levels or one per level")
-				}
-				answerTTLs = answerTTLs[:0]
-				for _, a := range args {
-					d, err := parseTTL(c, prop, a)
-					if err != nil {
-						return nil, err
-					}
-					answerTTLs = append(answerTTLs, d)
-				}
-			case "ns_ttl":
-				err = parseTTLInto(c, prop, args, &cfg.set.nsTTL)
-			case "negative_ttl":
-				err = parseTTLInto(c, prop, args, &cfg.set.negTTL)
-			case "retry_ttl":
-				err = parseTTLInto(c, prop, args, &cfg.set.retryTTL)
-			default:
-				return nil, c.Errf("unknown property %q", prop)
-			}
-			if err != nil {
-				return nil, err
-			}
-		}
-		if err := cfg.finish(c, answerTTLs); err != nil {
+		var err error
+		if cfg, err = parseBlock(c); err != nil {
 			return nil, err
 		}
 	}
@@ -310,6 +142,223 @@ func parse(c *caddy.Controller) (*config, error) {
 		return nil, errors.New("no coral block")
 	}
 	return cfg, nil
+}
+
+// newConfig is a configuration with every default.
+func newConfig() *config {
+	return &config{
+		levels:        []time.Duration{60 * time.Millisecond, 20 * time.Millisecond},
+		pins:          map[int]string{},
+		probe:         "auto",
+		probeCache:    defaultProbeCache,
+		probeLimit:    defaultProbeLimit,
+		liveWithin:    defaultLiveWithin,
+		checkInterval: defaultCheckInterval,
+		syncWait:      defaultSyncWait,
+		set: settings{
+			nsTTL:       uint32(defaultNSTTL.Seconds()),
+			negTTL:      uint32(defaultNegTTL.Seconds()),
+			retryTTL:    uint32(defaultRetryTTL.Seconds()),
+			answers:     defaultAnswers,
+			nameservers: defaultNameservers,
+		},
+	}
+}
+
+// parseBlock reads the zone and the properties of the block whose name
+// (coral) c has just read.
+func parseBlock(c *caddy.Controller) (*config, error) {
+	cfg := newConfig()
+	args := c.RemainingArgs()
+	if len(args) != 1 {
+		return nil, c.Errf("coral takes exactly one argument, the coral zone (got %d)", len(args))
+	}
+	cfg.zone = plugin.Host(args[0]).NormalizeExact()[0]
+	var answerTTLs []time.Duration
+	for c.NextBlock() {
+		prop := c.Val()
+		args := c.RemainingArgs()
+		known, err := cfg.parseNodeProperty(c, prop, args)
+		if !known {
+			err = cfg.parseProperty(c, prop, args, &answerTTLs)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := cfg.finish(c, answerTTLs); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// needArgs checks that prop has n arguments.
+func needArgs(c *caddy.Controller, prop string, args []string, n int) error {
+	if len(args) != n {
+		return c.Errf("%s takes %d argument(s), got %d", prop, n, len(args))
+	}
+	return nil
+}
+
+// parseNodeProperty reads a property of the DSHT node, reporting whether
+// prop is one.
+func (cfg *config) parseNodeProperty(c *caddy.Controller, prop string, args []string) (bool, error) {
+	var err error
+	switch prop {
+	case "listen":
+		if err = needArgs(c, prop, args, 1); err == nil {
+			if _, perr := netip.ParseAddrPort(args[0]); perr != nil {
+				err = c.Errf("listen %q: want IP:PORT (%v)", args[0], perr)
+			}
+			cfg.listen = args[0]
+		}
+	case "advertise":
+		if err = needArgs(c, prop, args, 1); err == nil {
+			cfg.advertise, err = parseAddrPort(c, prop, args[0])
+		}
+	case "bootstrap":
+		if len(args) == 0 {
+			return true, c.Errf("bootstrap needs at least one IP:PORT")
+		}
+		for _, a := range args {
+			ap, err := parseAddrPort(c, prop, a)
+			if err != nil {
+				return true, err
+			}
+			cfg.bootstrap = append(cfg.bootstrap, ap)
+		}
+	case "key_file":
+		if err = needArgs(c, prop, args, 1); err == nil {
+			cfg.keyFile = args[0]
+		}
+	case "levels":
+		err = cfg.parseLevels(c, prop, args)
+	case "cluster":
+		if err = needArgs(c, prop, args, 2); err == nil {
+			lvl, perr := strconv.Atoi(args[0])
+			if perr != nil || lvl < 1 {
+				return true, c.Errf("cluster %q: the level must be a number 1..n (level 0 is the global cluster)", args[0])
+			}
+			if _, dup := cfg.pins[lvl]; dup {
+				return true, c.Errf("cluster for level %d given twice", lvl)
+			}
+			cfg.pins[lvl] = args[1]
+		}
+	default:
+		return false, nil
+	}
+	return true, err
+}
+
+func (cfg *config) parseLevels(c *caddy.Controller, prop string, args []string) error {
+	if len(args) == 0 || len(args) > coraldht.MaxLevels-1 {
+		return c.Errf("levels takes 1..%d RTT thresholds (levels 1..n), got %d", coraldht.MaxLevels-1, len(args))
+	}
+	cfg.levels = cfg.levels[:0]
+	for i, a := range args {
+		d, err := parseDuration(c, prop, a)
+		if err != nil {
+			return err
+		}
+		if i > 0 && d >= cfg.levels[i-1] {
+			return c.Errf("levels must decrease: level %d's threshold %v is not below level %d's %v", i+1, d, i, cfg.levels[i-1])
+		}
+		cfg.levels = append(cfg.levels, d)
+	}
+	return nil
+}
+
+// parseProperty reads a property of the DNS server.
+func (cfg *config) parseProperty(c *caddy.Controller, prop string, args []string, answerTTLs *[]time.Duration) error {
+	need := func(n int) error { return needArgs(c, prop, args, n) }
+	var err error
+	switch prop {
+	case "alias":
+		if err = need(1); err == nil {
+			cfg.alias = plugin.Host(args[0]).NormalizeExact()[0]
+		}
+	case "classify":
+		if err = need(2); err == nil {
+			err = cfg.parseClassify(c, args)
+		}
+	case "probe":
+		if err = need(1); err == nil {
+			switch args[0] {
+			case "auto", "tcp", "icmp", "none":
+				cfg.probe = args[0]
+			default:
+				err = c.Errf("probe %q: want auto, tcp, icmp or none", args[0])
+			}
+		}
+	case "probe_cache":
+		if err = need(1); err == nil {
+			cfg.probeCache, err = parseDuration(c, prop, args[0])
+		}
+	case "probe_limit":
+		if err = need(1); err == nil {
+			cfg.probeLimit, err = parseCount(c, prop, args[0], maxProbeLimit)
+		}
+	case "live_within":
+		if err = need(1); err == nil {
+			cfg.liveWithin, err = parseDuration(c, prop, args[0])
+		}
+	case "check_interval":
+		if err = need(1); err == nil {
+			cfg.checkInterval, err = parseDuration(c, prop, args[0])
+		}
+	case "sync_wait":
+		if err = need(1); err == nil {
+			cfg.syncWait, err = parseDuration(c, prop, args[0])
+		}
+	case "answers":
+		if err = need(1); err == nil {
+			cfg.set.answers, err = parseCount(c, prop, args[0], 16)
+		}
+	case "nameservers":
+		if err = need(1); err == nil {
+			cfg.set.nameservers, err = parseCount(c, prop, args[0], 13)
+		}
+	case "answer_ttl":
+		if len(args) == 0 {
+			return c.Errf("answer_ttl takes one TTL for all levels or one per level")
+		}
+		*answerTTLs = (*answerTTLs)[:0]
+		for _, a := range args {
+			d, err := parseTTL(c, prop, a)
+			if err != nil {
+				return err
+			}
+			*answerTTLs = append(*answerTTLs, d)
+		}
+	case "ns_ttl":
+		err = parseTTLInto(c, prop, args, &cfg.set.nsTTL)
+	case "negative_ttl":
+		err = parseTTLInto(c, prop, args, &cfg.set.negTTL)
+	case "retry_ttl":
+		err = parseTTLInto(c, prop, args, &cfg.set.retryTTL)
+	default:
+		return c.Errf("unknown property %q", prop)
+	}
+	return err
+}
+
+// parseClassify reads "classify PREFIX LEVEL".
+func (cfg *config) parseClassify(c *caddy.Controller, args []string) error {
+	pfx, perr := netip.ParsePrefix(args[0])
+	if perr != nil {
+		if a, aerr := netip.ParseAddr(args[0]); aerr == nil {
+			pfx, perr = a.Prefix(a.BitLen())
+		}
+	}
+	if perr != nil {
+		return c.Errf("classify %q: not a prefix or address", args[0])
+	}
+	lvl, lerr := strconv.Atoi(args[1])
+	if lerr != nil || lvl < 0 {
+		return c.Errf("classify %s %q: the level must be a number 0..n", args[0], args[1])
+	}
+	cfg.overrides = append(cfg.overrides, override{prefix: pfx.Masked(), level: lvl})
+	return nil
 }
 
 // finish checks what can only be checked once the whole block is read.
@@ -354,11 +403,10 @@ func (cfg *config) finish(c *caddy.Controller, answerTTLs []time.Duration) error
 	if cfg.checkInterval < 100*time.Millisecond || cfg.checkInterval > cfg.liveWithin/2 {
 		return c.Errf("check_interval %v: must be at least 100ms and at most half of live_within (%v), so a live proxy is checked before it counts as stale", cfg.checkInterval, cfg.liveWithin)
 	}
-	if cfg.keyFile == "" {
-		ap, _ := netip.ParseAddrPort(cfg.listen)
-		if !ap.Addr().IsLoopback() {
-			return c.Err("key_file is required unless the node listens on loopback: the network key authenticates every DSHT datagram (" + coraldht.KeyHelp + ")")
-		}
+	// The node's own rules (a key file off loopback, among others) are
+	// coraldht/host's, shared with Caddy.
+	if err := cfg.nodeOptions().Validate(); err != nil {
+		return c.Err(err.Error())
 	}
 	return nil
 }

@@ -1,0 +1,169 @@
+package host
+
+import (
+	"net/netip"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/coralcdn/coral/coraldht"
+)
+
+// slot is one listen address: its socket, the node running on it and the
+// handles that hold it.
+type slot struct {
+	listen netip.AddrPort
+	sock   *socket
+	plan   plan // the running node's; guarded by mu
+	inst   atomic.Pointer[Instance]
+	refs   int                  // guarded by mu
+	values map[reflect.Type]any // Attached; guarded by mu
+}
+
+// mu guards slots and every slot's plan, refs and values. Starting,
+// restarting and stopping nodes happen under it, so they never interleave.
+var (
+	mu    sync.Mutex
+	slots = map[netip.AddrPort]*slot{}
+)
+
+// betweenRuns, when set (by tests), runs during a restart after the old
+// node has stopped and before the new one starts.
+var betweenRuns func()
+
+// A Handle is one holder's reference to the node on a listen address.
+type Handle struct {
+	s        *slot
+	released atomic.Bool
+}
+
+// Acquire returns a handle on the node for opts.Listen. The first Acquire
+// for an address binds the socket and starts the node. A later one with
+// the same settings shares the running node; one with different settings
+// restarts it in place on the same socket (see the package documentation).
+// Everything that can fail (Validate, reading the key file) is checked
+// before a running node is touched: a failed Acquire leaves it running.
+func Acquire(opts Options) (*Handle, error) {
+	p, err := opts.plan()
+	if err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	s := slots[p.listen]
+	switch {
+	case s == nil:
+		if s, err = openSlot(p); err != nil {
+			return nil, err
+		}
+		slots[p.listen] = s
+	case !s.plan.st.equal(p.st):
+		if err := s.restart(p); err != nil {
+			return nil, err
+		}
+	}
+	s.refs++
+	return &Handle{s: s}, nil
+}
+
+func openSlot(p plan) (*slot, error) {
+	sock, err := openSocket(p.listen)
+	if err != nil {
+		return nil, err
+	}
+	s := &slot{listen: p.listen, sock: sock, values: map[reflect.Type]any{}}
+	if err := s.start(p); err != nil {
+		sock.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// start starts a node with p's settings on the slot's socket.
+func (s *slot) start(p plan) error {
+	tr, err := s.sock.transport()
+	if err != nil {
+		return err
+	}
+	inst, err := startInstance(p, tr)
+	if err != nil {
+		return err
+	}
+	s.plan = p
+	s.inst.Store(inst)
+	return nil
+}
+
+// restart replaces the running node with one with p's settings. Should the
+// new node fail to start, the previous settings start again.
+func (s *slot) restart(p plan) error {
+	p.log.Info("node settings changed; restarting the node in place on the same socket")
+	s.inst.Load().stop()
+	if betweenRuns != nil {
+		betweenRuns()
+	}
+	err := s.start(p)
+	if err != nil {
+		p.log.Error("restart failed; starting the node again with its previous settings", "err", err)
+		if err2 := s.start(s.plan); err2 != nil {
+			p.log.Error("node stopped", "err", err2)
+		}
+	}
+	return err
+}
+
+// Instance is the node running on the handle's address now: after a
+// restart, the new one.
+func (h *Handle) Instance() *Instance { return h.s.inst.Load() }
+
+// Node is the running node, Instance().Node().
+func (h *Handle) Node() *coraldht.Node { return h.Instance().Node() }
+
+// Release drops the handle's reference; the last one stops the node and
+// closes the socket. It reports whether it did. Calls after the first are
+// no-ops.
+func (h *Handle) Release() (closed bool) {
+	if !h.released.CompareAndSwap(false, true) {
+		return false
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	s := h.s
+	if s.refs--; s.refs > 0 {
+		return false
+	}
+	s.inst.Load().stop()
+	s.sock.close()
+	delete(slots, s.listen)
+	return true
+}
+
+// Attached returns the value of type T attached to the handle's listen
+// address, creating it with init on first use. It lives as long as the
+// address is held, across reloads and restarts: state a server keeps
+// beside the node (caches, secrets) that a restart must not lose. init
+// runs under this package's lock and must not call into it.
+func Attached[T any](h *Handle, init func() *T) *T {
+	mu.Lock()
+	defer mu.Unlock()
+	key := reflect.TypeFor[T]()
+	if v, ok := h.s.values[key]; ok {
+		return v.(*T)
+	}
+	v := init()
+	h.s.values[key] = v
+	return v
+}
+
+// Running lists the instances running in this process, by listen address.
+func Running() []*Instance {
+	mu.Lock()
+	out := make([]*Instance, 0, len(slots))
+	for _, s := range slots {
+		out = append(out, s.inst.Load())
+	}
+	mu.Unlock()
+	slices.SortFunc(out, func(a, b *Instance) int { return a.listen.Compare(b.listen) })
+	return out
+}
