@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/internal/demonet"
-	"github.com/coralcdn/coral/test/resolverlab"
+	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/resolvers"
 )
 
 func main() {
 	nodes := flag.Int("nodes", 6, "number of Coral nodes (2–40); the first half are in cluster east, the rest west")
-	resolvers := flag.String("resolvers", "unbound", "recursive resolvers to start, comma-separated: unbound, bind, knot, powerdns (the first is east, the second west, ...)")
+	resolverList := flag.String("resolvers", "unbound", "recursive resolvers to start, comma-separated: unbound, bind, knot, powerdns (the first is east, the second west, ...)")
 	prefix := flag.String("prefix", "127.0.80.0/24", "the /24 of loopback addresses to use (127.0.80.0/24–127.0.89.0/24)")
 	dir := flag.String("dir", "", "run directory for configurations, logs and caches (default: a new temporary directory)")
 	keep := flag.Bool("keep", false, "keep the run directory when stopping")
@@ -32,14 +33,14 @@ func main() {
 		fatalf("-prefix: %v", err)
 	}
 	o := demonet.Options{Nodes: *nodes, Prefix: p, Dir: *dir, KeepDir: *keep}
-	for _, k := range strings.Split(*resolvers, ",") {
-		kind := resolverlab.Kind(strings.TrimSpace(k))
+	for _, k := range strings.Split(*resolverList, ",") {
+		kind := resolvers.Kind(strings.TrimSpace(k))
 		if kind.Binary() == "" {
 			fatalf("-resolvers: unknown resolver %q (want unbound, bind, knot or powerdns)", k)
 		}
 		o.Resolvers = append(o.Resolvers, kind)
 	}
-	if o.Resolvers[0] != resolverlab.Unbound {
+	if o.Resolvers[0] != resolvers.Unbound {
 		fatalf("-resolvers: the first must be unbound (the printed commands use it)")
 	}
 	os.Exit(run(o, *smoke))
@@ -170,7 +171,7 @@ func waitForSignal(ctx context.Context, n *demonet.Net) int {
 		case <-tick.C:
 		}
 		for _, nd := range n.Nodes {
-			for _, p := range []*demonet.Process{nd.CoreDNS, nd.Caddy} {
+			for _, p := range []*proc.Process{nd.CoreDNS, nd.Caddy} {
 				if !p.Running() && !reported[p.Name] {
 					reported[p.Name] = true
 					fmt.Printf("\n%s (pid %d) exited: %v; its log: %s\n", p.Name, p.Pid(), p.ExitError(), p.LogFile)

@@ -55,17 +55,40 @@ func run(count, port int) error {
 	}
 
 	fmt.Printf("Starting %d Coral nodes on UDP 127.0.0.2–127.0.0.%d port %d (network key %s)\n\n", count, count+1, port, keyFile)
-	var nodes []*coraldht.Node
+	nodes, err := startNodes(ctx, key, count, port)
 	defer func() {
 		for _, n := range nodes {
 			n.Close()
 		}
 	}()
+	if err != nil {
+		return err
+	}
+	d := &demo{ctx: ctx, nodes: nodes, name: map[coraldht.ID]string{}}
+	for i, n := range nodes {
+		d.name[n.ID()] = fmt.Sprintf("N%d", i+1)
+	}
+	d.printTables()
+	if err := d.putAndGet(); err != nil {
+		return err
+	}
+	first := d.flashCrowd()
+	d.printTraffic()
+	if first != 1 {
+		return fmt.Errorf("put+get race: %d nodes saw no values, want exactly 1", first)
+	}
+	return nil
+}
+
+// startNodes starts count nodes on 127.0.0.2 upward and joins them through
+// the first. It returns the nodes started so far also with an error.
+func startNodes(ctx context.Context, key *coraldht.Key, count, port int) ([]*coraldht.Node, error) {
+	var nodes []*coraldht.Node
 	for i := range count {
 		addr := fmt.Sprintf("127.0.0.%d:%d", i+2, port)
 		tr, err := coraldht.ListenUDP(addr)
 		if err != nil {
-			return fmt.Errorf("%v (is another demo running? try -port)", err)
+			return nodes, fmt.Errorf("%v (is another demo running? try -port)", err)
 		}
 		cfg := coraldht.DefaultConfig()
 		cfg.Key = key
@@ -73,34 +96,47 @@ func run(count, port int) error {
 		n, err := coraldht.NewNode(cfg, tr)
 		if err != nil {
 			tr.Close()
-			return err
+			return nodes, err
 		}
 		nodes = append(nodes, n)
 	}
 	for _, n := range nodes[1:] {
 		if err := n.Bootstrap(ctx, nodes[0].Addr()); err != nil {
-			return fmt.Errorf("bootstrap %v: %w", n.Addr(), err)
+			return nodes, fmt.Errorf("bootstrap %v: %w", n.Addr(), err)
 		}
 	}
-	name := map[coraldht.ID]string{}
-	for i, n := range nodes {
-		name[n.ID()] = fmt.Sprintf("N%d", i+1)
-	}
+	return nodes, nil
+}
 
+// demo is the running network and the names it prints for the nodes.
+type demo struct {
+	ctx   context.Context
+	nodes []*coraldht.Node
+	name  map[coraldht.ID]string
+}
+
+// printTables prints each node's level-0 routing table size.
+func (d *demo) printTables() {
 	fmt.Println("Nodes and their level-0 routing tables after joining through N1:")
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  node\taddress\tID\tcontacts\tRTTs measured")
-	for _, n := range nodes {
+	for _, n := range d.nodes {
 		measured := 0
 		for _, c := range n.RoutingTable(0) {
 			if c.RTT > 0 {
 				measured++
 			}
 		}
-		fmt.Fprintf(tw, "  %s\t%v\t%s…\t%d\t%d\n", name[n.ID()], n.Addr(), n.ID().Short(), len(n.RoutingTable(0)), measured)
+		fmt.Fprintf(tw, "  %s\t%v\t%s…\t%d\t%d\n", d.name[n.ID()], n.Addr(), n.ID().Short(), len(n.RoutingTable(0)), measured)
 	}
 	tw.Flush()
+}
 
+// putAndGet stores a reference at one node and reads it back from the node
+// farthest from the key that does not hold it; then looks up a key nobody
+// stored.
+func (d *demo) putAndGet() error {
+	ctx, nodes, name := d.ctx, d.nodes, d.name
 	url := "http://www.example.com/logo.png"
 	key1 := coraldht.KeyFor(url)
 	writer := nodes[1]
@@ -134,22 +170,28 @@ func run(count, port int) error {
 		return fmt.Errorf("get of an unknown key: %v", err)
 	}
 	fmt.Println("  a key nobody stored: coraldht.ErrNotFound, after visiting the nodes nearest it")
+	return nil
+}
 
+// flashCrowd has every node put+get a reference to itself under one key at
+// once, prints who found whom, and returns how many saw no reference (and
+// so would fetch from the origin).
+func (d *demo) flashCrowd() int {
 	flash := coraldht.KeyFor("http://www.example.com/flash-crowd.html")
-	fmt.Printf("\nPut+get: all %d nodes miss the same URL at the same moment and put+get a reference to themselves\n", count)
+	fmt.Printf("\nPut+get: all %d nodes miss the same URL at the same moment and put+get a reference to themselves\n", len(d.nodes))
 	type outcome struct {
 		node string
 		res  coraldht.PutGetResult
 	}
-	results := make([]outcome, count)
+	results := make([]outcome, len(d.nodes))
 	var wg sync.WaitGroup
-	for i, n := range nodes {
+	for i, n := range d.nodes {
 		wg.Go(func() {
-			res, err := n.PutGet(ctx, flash, []byte(name[n.ID()]), 20*time.Second, 0)
+			res, err := n.PutGet(d.ctx, flash, []byte(d.name[n.ID()]), 20*time.Second, 0)
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "put+get on %s: %v\n", name[n.ID()], err)
+				fmt.Fprintf(os.Stderr, "put+get on %s: %v\n", d.name[n.ID()], err)
 			}
-			results[i] = outcome{name[n.ID()], res}
+			results[i] = outcome{d.name[n.ID()], res}
 		})
 	}
 	wg.Wait()
@@ -165,23 +207,23 @@ func run(count, port int) error {
 			peers = append(peers, string(v.Data))
 		}
 		slices.Sort(peers)
-		fmt.Printf("  %-4s found %s (at %s): it fetches from a peer\n", o.node, strings.Join(peers, ","), name[o.res.From.ID])
+		fmt.Printf("  %-4s found %s (at %s): it fetches from a peer\n", o.node, strings.Join(peers, ","), d.name[o.res.From.ID])
 	}
 	fmt.Printf("  origin fetches: %d\n", first)
+	return first
+}
 
+// printTraffic sums every node's RPC and drop counters.
+func (d *demo) printTraffic() {
 	var in, out, drops uint64
-	for _, n := range nodes {
+	for _, n := range d.nodes {
 		s := n.Stats()
 		in += s.RequestsIn.Total()
 		out += s.RequestsOut.Total()
-		d := s.Drops
-		drops += d.BadAuth + d.Malformed + d.Replay + d.Stale + d.Oversize
+		dr := s.Drops
+		drops += dr.BadAuth + dr.Malformed + dr.Replay + dr.Stale + dr.Oversize
 	}
 	fmt.Printf("\nTraffic: %d requests sent, %d received, %d datagrams dropped\n", out, in, drops)
-	if first != 1 {
-		return fmt.Errorf("put+get race: %d nodes saw no values, want exactly 1", first)
-	}
-	return nil
 }
 
 func placements(ps []coraldht.Placement, name map[coraldht.ID]string) string {

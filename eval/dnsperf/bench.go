@@ -14,11 +14,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/eval/internal/evalrun"
+	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/proc"
 	"github.com/miekg/dns"
 )
 
@@ -74,11 +75,9 @@ type bench struct {
 	targets  []*target // coral, file
 	expected int       // both answers' size, uncompressed
 
-	cmd    *exec.Cmd
-	log    *evalrun.TailLog
-	exited chan struct{}
-	nodes  []*coraldht.Node
-	cancel context.CancelFunc
+	coredns *proc.Process
+	nodes   []*coraldht.Node
+	cancel  context.CancelFunc
 
 	commands []string
 }
@@ -157,7 +156,7 @@ func newBench(p params) (*bench, error) {
 		return nil, err
 	}
 	b.corefile = b.corefileText(zoneFile)
-	if err := os.WriteFile(filepath.Join(dir, "Corefile"), []byte(b.corefile), 0o644); err != nil {
+	if err := labconf.WriteFile(filepath.Join(dir, "Corefile"), b.corefile); err != nil {
 		b.close()
 		return nil, err
 	}
@@ -166,34 +165,28 @@ func newBench(p params) (*bench, error) {
 
 // corefileText is the configuration: both zones on one server, no cache.
 func (b *bench) corefileText(zoneFile string) string {
-	s := b.server.String()
-	pprof := ""
-	if b.p.Profile != "" {
-		pprof = fmt.Sprintf("    pprof %s:%d\n", s, pprofPort)
+	metrics := labconf.D("prometheus", fmt.Sprintf("%s:%d", b.server, metricsPort))
+	coral := labconf.CoralPlugin{
+		Zone:       strings.TrimSuffix(coralZone, "."),
+		Node:       labconf.Node{Listen: netip.AddrPortFrom(b.server, dhtPort), Clusters: map[int]string{1: clusterName, 2: clusterName}},
+		Probe:      "tcp",
+		ProbeCache: "1h",
 	}
-	return fmt.Sprintf(`# coral: the plugin under test. probe tcp is the default; probe_cache is
-# long so that no background refresh falls inside the measurement.
-%[1]s:%[2]d {
-    bind %[3]s
-    coral %[1]s {
-        listen %[3]s:%[4]d
-        cluster 1 %[5]s
-        cluster 2 %[5]s
-        probe tcp
-        probe_cache 1h
-    }
-    prometheus %[3]s:%[6]d
-%[8]s    errors
-}
-
-# The baseline: a static zone whose answers have the same size.
-%[7]s:%[2]d {
-    bind %[3]s
-    file %[9]s
-    prometheus %[3]s:%[6]d
-    errors
-}
-`, strings.TrimSuffix(coralZone, "."), b.p.Port, s, dhtPort, clusterName, metricsPort, strings.TrimSuffix(staticZone, "."), pprof, zoneFile)
+	return labconf.Corefile("",
+		labconf.D(fmt.Sprintf("%s:%d", strings.TrimSuffix(coralZone, "."), b.p.Port)).With(
+			labconf.D("bind", b.server),
+			coral.Directive(),
+			metrics,
+			labconf.If(b.p.Profile != "", labconf.D("pprof", fmt.Sprintf("%s:%d", b.server, pprofPort))),
+			labconf.D("errors"),
+		).Commented("coral: the plugin under test. probe tcp is the default; probe_cache is\nlong so that no background refresh falls inside the measurement."),
+		labconf.D(fmt.Sprintf("%s:%d", strings.TrimSuffix(staticZone, "."), b.p.Port)).With(
+			labconf.D("bind", b.server),
+			labconf.D("file", zoneFile),
+			metrics,
+			labconf.D("errors"),
+		).Commented("The baseline: a static zone whose answers have the same size."),
+	)
 }
 
 // The answers are sent uncompressed: CoreDNS (request.Scrub, through
@@ -344,29 +337,14 @@ func (b *bench) start(ctx context.Context) error {
 		c.Close()
 	}
 
-	b.log = &evalrun.TailLog{Max: 400}
-	logFile, err := os.Create(filepath.Join(b.dir, "coredns.log"))
+	// Its own process group, so that it can be stopped with its children;
+	// killed if this process dies without cleaning up.
+	b.coredns, err = proc.Start([]string{b.p.CoreDNS, "-conf", filepath.Join(b.dir, "Corefile")},
+		proc.Options{Name: "CoreDNS", Dir: b.dir, Log: filepath.Join(b.dir, "coredns.log"), TailLines: 400})
 	if err != nil {
 		return err
 	}
-	b.cmd = exec.Command(b.p.CoreDNS, "-conf", filepath.Join(b.dir, "Corefile"))
-	b.cmd.Dir = b.dir
-	b.cmd.Stdout = io.MultiWriter(b.log, logFile)
-	b.cmd.Stderr = b.cmd.Stdout
-	// Its own process group, so that it can be stopped with its children;
-	// killed if this process dies without cleaning up.
-	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := b.cmd.Start(); err != nil {
-		logFile.Close()
-		return err
-	}
-	b.commands = append(b.commands, strings.Join(b.cmd.Args, " "))
-	b.exited = make(chan struct{})
-	go func() {
-		_ = b.cmd.Wait()
-		logFile.Close()
-		close(b.exited)
-	}()
+	b.commands = append(b.commands, strings.Join(b.coredns.Argv, " "))
 
 	// CoreDNS answers the static zone as soon as it is up.
 	if err := evalrun.WaitFor(ctx, "CoreDNS to answer", 15*time.Second, b.alive, func() error {
@@ -422,15 +400,8 @@ func (b *bench) close() {
 	for _, n := range b.nodes {
 		n.Close()
 	}
-	if b.cmd != nil && b.cmd.Process != nil {
-		pid := b.cmd.Process.Pid
-		_ = syscall.Kill(-pid, syscall.SIGTERM)
-		select {
-		case <-b.exited:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			<-b.exited
-		}
+	if b.coredns != nil {
+		_ = b.coredns.Stop(5 * time.Second)
 	}
 	if b.dir != "" {
 		os.RemoveAll(b.dir)
@@ -439,12 +410,10 @@ func (b *bench) close() {
 
 // alive reports an error if CoreDNS has exited.
 func (b *bench) alive() error {
-	select {
-	case <-b.exited:
-		return fmt.Errorf("CoreDNS exited; its log ends:\n%s", b.log.String())
-	default:
+	if b.coredns == nil {
 		return nil
 	}
+	return b.coredns.Exited()
 }
 
 // query asks CoreDNS for name A from the client address, as dnsperf does (no
@@ -719,7 +688,7 @@ type cpuSnap struct {
 
 func (b *bench) cpu() cpuSnap {
 	var s cpuSnap
-	if raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", b.cmd.Process.Pid)); err == nil {
+	if raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", b.coredns.Pid())); err == nil {
 		// Fields after the parenthesised command name; utime and stime are
 		// fields 14 and 15 of the whole line.
 		if i := strings.LastIndexByte(string(raw), ')'); i >= 0 {

@@ -66,7 +66,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 		return nil, err
 	}
 	fmt.Printf("CoreDNS (pid %d) serves %s and %s on %v; DSHT nodes on %v–%v:%d (3 HTTP proxies, 2 name servers) join the coral node at %v:%d\n",
-		b.cmd.Process.Pid, coralZone, staticZone, b.dnsAddr, addrPlus(b.server, 1), addrPlus(b.server, len(nodeServices)), dhtPort, b.server, dhtPort)
+		b.coredns.Pid(), coralZone, staticZone, b.dnsAddr, addrPlus(b.server, 1), addrPlus(b.server, len(nodeServices)), dhtPort, b.server, dhtPort)
 	m0, err := b.scrape()
 	if err != nil {
 		return nil, err

@@ -9,16 +9,16 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/eval/internal/evalrun"
+	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/proc"
 )
 
 // Fixed parts of the set-up.
@@ -38,7 +38,7 @@ type proxy struct {
 	l1, l2    int // cluster index at levels 1 and 2
 	dir       string
 	caddyfile string
-	srv       *server
+	srv       *proc.Process
 }
 
 func (x *proxy) l1Name() string { return fmt.Sprintf("region-%c", 'a'+x.l1) }
@@ -85,7 +85,7 @@ func newNetwork(p params, dir string) (*network, error) {
 	boot := netip.AddrPortFrom(nw.proxies[0].addr, dhtPort)
 	for _, x := range nw.proxies {
 		x.caddyfile = nw.caddyfileText(x, boot)
-		if err := os.WriteFile(filepath.Join(x.dir, "Caddyfile"), []byte(x.caddyfile), 0o644); err != nil {
+		if err := labconf.WriteFile(filepath.Join(x.dir, "Caddyfile"), x.caddyfile); err != nil {
 			return nil, err
 		}
 	}
@@ -100,43 +100,28 @@ func (nw *network) caddyfileText(x *proxy, boot netip.AddrPort) string {
 	if nw.p.Debug {
 		level = "DEBUG"
 	}
-	bootLine := ""
+	admin := netip.AddrPortFrom(x.addr, adminPort)
+	node := labconf.Node{Listen: netip.AddrPortFrom(x.addr, dhtPort), KeyFile: nw.keyFile, Levels: levelsLine,
+		Clusters: map[int]string{1: x.l1Name(), 2: x.l2Name()}}
 	if x.i != 0 {
-		bootLine = fmt.Sprintf("\n\t\tbootstrap %v", boot)
+		node.Bootstrap = []netip.AddrPort{boot}
 	}
-	return fmt.Sprintf(`# Flash-crowd proxy %[1]d: level-1 cluster %[2]s, level-2 cluster %[3]s.
-{
-	admin %[4]v:%[5]d {
-		origins %[4]v:%[5]d
-	}
-	persist_config off
-	auto_https off
-	log {
-		output stderr
-		format json
-		level %[6]s
-	}
-	coral {
-		listen %[4]v:%[7]d%[8]s
-		key_file %[9]s
-		levels %[10]s
-		cluster 1 %[2]s
-		cluster 2 %[3]s
-	}
-}
-
-http://:%[11]d {
-	bind %[4]v
-	coral_proxy %[12]s {
-		cache_dir %[13]s
-		cache_size 256MiB
-		allow_origins %[14]s.0/24
-		allow_peers %[14]s.0/24
-		peer_address %[4]v:%[11]d
-	}
-}
-`, x.i, x.l1Name(), x.l2Name(), x.addr, adminPort, level, dhtPort, bootLine, nw.keyFile, levelsLine,
-		nw.p.Port, zone, filepath.Join(x.dir, "cache"), nw.p.Net)
+	peers := nw.p.Net + ".0/24"
+	return labconf.Caddy{
+		Comment:      fmt.Sprintf("Flash-crowd proxy %d: level-1 cluster %s, level-2 cluster %s.", x.i, x.l1Name(), x.l2Name()),
+		Admin:        admin,
+		AdminOrigins: []string{admin.String()},
+		HTTPSOff:     true,
+		Options: []labconf.Directive{labconf.D("log").With(
+			labconf.D("output", "stderr"), labconf.D("format", "json"), labconf.D("level", level))},
+		Coral: node,
+		Sites: []labconf.Directive{labconf.D(fmt.Sprintf("http://:%d", nw.p.Port)).With(
+			labconf.D("bind", x.addr),
+			labconf.Proxy{Zone: zone, CacheDir: filepath.Join(x.dir, "cache"), CacheSize: "256MiB",
+				AllowOrigins: []string{peers}, AllowPeers: []string{peers},
+				PeerAddress: netip.AddrPortFrom(x.addr, uint16(nw.p.Port)).String()}.Directive(),
+		)},
+	}.String()
 }
 
 // checkFree fails when an address the set-up needs is taken.
@@ -163,15 +148,15 @@ func (nw *network) checkFree(origin netip.AddrPort) error {
 // start runs every proxy, proxy 0 (the bootstrap node) first.
 func (nw *network) start(ctx context.Context) error {
 	for _, x := range nw.proxies {
-		env := append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(x.dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(x.dir, "config"))
-		srv, err := startServer(fmt.Sprintf("caddy-%02d", x.i), x.dir,
-			[]string{nw.p.Caddy, "run", "--config", filepath.Join(x.dir, "Caddyfile"), "--adapter", "caddyfile"}, env)
+		name := fmt.Sprintf("caddy-%02d", x.i)
+		srv, err := proc.Start(labconf.CaddyArgv(nw.p.Caddy, filepath.Join(x.dir, "Caddyfile")), proc.Options{
+			Name: name, Dir: x.dir, Env: labconf.CaddyEnv(x.dir), Log: filepath.Join(x.dir, name+".log"), TailLines: 20})
 		if err != nil {
 			return err
 		}
 		x.srv = srv
 		if x.i == 0 {
-			if err := evalrun.WaitFor(ctx, "proxy 0's admin API", 20*time.Second, srv.alive, func() error {
+			if err := evalrun.WaitFor(ctx, "proxy 0's admin API", 20*time.Second, srv.Exited, func() error {
 				_, err := proxyStatus(ctx, x)
 				return err
 			}); err != nil {
@@ -187,7 +172,7 @@ func (nw *network) stop() {
 	var wg sync.WaitGroup
 	for _, x := range nw.proxies {
 		if x.srv != nil {
-			wg.Go(x.srv.stop)
+			wg.Go(func() { _ = x.srv.Stop(5 * time.Second) })
 		}
 	}
 	wg.Wait()
@@ -197,7 +182,7 @@ func (nw *network) stop() {
 func (nw *network) alive() error {
 	for _, x := range nw.proxies {
 		if x.srv != nil {
-			if err := x.srv.alive(); err != nil {
+			if err := x.srv.Exited(); err != nil {
 				return err
 			}
 		}
@@ -354,73 +339,4 @@ func probeHTTP(ctx context.Context, x *proxy, port int) bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusMisdirectedRequest
-}
-
-// --- processes ---------------------------------------------------------------
-
-// server is a child process in a process group of its own.
-type server struct {
-	name    string
-	argv    []string
-	cmd     *exec.Cmd
-	logPath string
-	exited  chan struct{}
-}
-
-func startServer(name, dir string, argv, env []string) (*server, error) {
-	s := &server{name: name, argv: argv, logPath: filepath.Join(dir, name+".log")}
-	logFile, err := os.Create(s.logPath)
-	if err != nil {
-		return nil, err
-	}
-	s.cmd = exec.Command(argv[0], argv[1:]...)
-	s.cmd.Dir = dir
-	s.cmd.Env = env
-	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
-	// Its own process group, so a terminal's Ctrl-C reaches only this
-	// command, which then stops it; killed if this process dies without
-	// cleaning up.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	s.exited = make(chan struct{})
-	go func() {
-		_ = s.cmd.Wait()
-		logFile.Close()
-		close(s.exited)
-	}()
-	return s, nil
-}
-
-func (s *server) alive() error {
-	select {
-	case <-s.exited:
-		return fmt.Errorf("%s exited (%v); its log ends:\n%s", s.name, s.cmd.ProcessState, tailFile(s.logPath, 20))
-	default:
-		return nil
-	}
-}
-
-// stop ends the process group: SIGTERM, then SIGKILL after 5 s.
-func (s *server) stop() {
-	pid := s.cmd.Process.Pid
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-s.exited
-	}
-}
-
-// tailFile returns the last n lines of a file.
-func tailFile(path string, n int) string {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

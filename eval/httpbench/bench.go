@@ -14,15 +14,15 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
+	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/proc"
 )
 
 // Fixed parts of the set-up.
@@ -44,7 +44,7 @@ type target struct {
 	name string // coral, file, nginx
 	addr netip.AddrPort
 	host string // Host header for wrk and checks ("": the address)
-	srv  *server
+	srv  *proc.Process
 }
 
 func (t *target) url(path string) string { return "http://" + t.addr.String() + path }
@@ -62,8 +62,8 @@ type bench struct {
 	p       params
 	dir     string
 	origin  *origin
-	caddy   *server
-	nginx   *server
+	caddy   *proc.Process
+	nginx   *proc.Process
 	targets []*target // coral, file[, nginx]
 	files   string    // file_server's root
 
@@ -114,7 +114,7 @@ func newBench(p params) (*bench, error) {
 	file := &target{name: "file", addr: netip.AddrPortFrom(addrs[1], port+1)}
 	b.targets = []*target{coral, file}
 	b.caddyfile = b.caddyfileText(addrs[1])
-	if err := os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(b.caddyfile), 0o644); err != nil {
+	if err := labconf.WriteFile(filepath.Join(dir, "Caddyfile"), b.caddyfile); err != nil {
 		b.close()
 		return nil, err
 	}
@@ -147,40 +147,29 @@ func (b *bench) target(name string) *target {
 // caddyfileText is Caddy's configuration: the coral app, coral_proxy and
 // file_server, no access logs (Caddy's default), no TLS.
 func (b *bench) caddyfileText(addr netip.Addr) string {
-	return fmt.Sprintf(`# One Caddy for both: coral_proxy (under test) and file_server (the
-# baseline) serving the same bytes. No access logs, no TLS.
-{
-	admin %[1]v:%[6]d {
-		origins %[1]v:%[6]d
-	}
-	persist_config off
-	auto_https off
-	coral {
-		listen %[1]v:%[7]d
-	}
-}
-
-# coral_proxy: the origin's objects, from the on-disk cache once fetched.
-# Requests carry Host %[8]s.
-http://:%[2]d {
-	bind %[1]v
-	coral_proxy %[9]s {
-		cache_dir %[3]s
-		cache_size 1GiB
-		allow_origins 127.0.0.0/8
-		# The per-client limiter runs, as by default, but never refuses:
-		# wrk is a single client.
-		rate_limit 1000000 1000000
-	}
-}
-
-# file_server: the same bytes from files.
-http://:%[4]d {
-	bind %[1]v
-	root * %[5]s
-	file_server
-}
-`, addr, b.p.Port, filepath.Join(b.dir, "coral-cache"), b.p.Port+1, b.files, adminPort, dhtPort, b.target("coral").host, zone)
+	admin := netip.AddrPortFrom(addr, adminPort)
+	return labconf.Caddy{
+		Comment:      "One Caddy for both: coral_proxy (under test) and file_server (the\nbaseline) serving the same bytes. No access logs, no TLS.",
+		Admin:        admin,
+		AdminOrigins: []string{admin.String()},
+		HTTPSOff:     true,
+		Coral:        labconf.Node{Listen: netip.AddrPortFrom(addr, dhtPort)},
+		Sites: []labconf.Directive{
+			labconf.D(fmt.Sprintf("http://:%d", b.p.Port)).With(
+				labconf.D("bind", addr),
+				labconf.Proxy{Zone: zone, CacheDir: filepath.Join(b.dir, "coral-cache"), CacheSize: "1GiB",
+					AllowOrigins: []string{"127.0.0.0/8"},
+					// The per-client limiter runs, as by default, but never
+					// refuses: wrk is a single client.
+					RateLimit: "1000000 1000000"}.Directive(),
+			).Commented("coral_proxy: the origin's objects, from the on-disk cache once fetched.\nRequests carry Host " + b.target("coral").host + "."),
+			labconf.D(fmt.Sprintf("http://:%d", b.p.Port+1)).With(
+				labconf.D("bind", addr),
+				labconf.D("root", "*", b.files),
+				labconf.D("file_server"),
+			).Commented("file_server: the same bytes from files."),
+		},
+	}.String()
 }
 
 // nginxConfText is nginx's configuration: proxy_cache in front of the
@@ -263,14 +252,13 @@ func (b *bench) start(ctx context.Context) error {
 
 	// Caddy's data and configuration directories go to the temporary
 	// directory, not the user's.
-	env := append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(b.dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(b.dir, "config"))
-	b.caddy, err = startServer("caddy", b.dir, []string{b.p.Caddy, "run", "--config", filepath.Join(b.dir, "Caddyfile"), "--adapter", "caddyfile"}, env)
+	b.caddy, err = startServer("caddy", b.dir, labconf.CaddyArgv(b.p.Caddy, filepath.Join(b.dir, "Caddyfile")), labconf.CaddyEnv(b.dir))
 	if err != nil {
 		return err
 	}
-	b.commands = append(b.commands, b.caddy.argv)
+	b.commands = append(b.commands, shellJoin(b.caddy.Argv))
 	b.target("coral").srv, b.target("file").srv = b.caddy, b.caddy
-	if err := evalrun.WaitFor(ctx, "Caddy to answer", 20*time.Second, b.caddy.alive, func() error {
+	if err := evalrun.WaitFor(ctx, "Caddy to answer", 20*time.Second, b.caddy.Exited, func() error {
 		_, err := get(b.target("file"), "/"+sizeName(b.p.Sizes[0]))
 		return err
 	}); err != nil {
@@ -282,9 +270,9 @@ func (b *bench) start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		b.commands = append(b.commands, b.nginx.argv)
+		b.commands = append(b.commands, shellJoin(b.nginx.Argv))
 		t.srv = b.nginx
-		if err := evalrun.WaitFor(ctx, "nginx to answer", 20*time.Second, b.nginx.alive, func() error {
+		if err := evalrun.WaitFor(ctx, "nginx to answer", 20*time.Second, b.nginx.Exited, func() error {
 			_, err := get(t, "/nonexistent")
 			return err
 		}); err != nil {
@@ -299,9 +287,9 @@ func (b *bench) start(ctx context.Context) error {
 
 // close stops everything start started and removes the files.
 func (b *bench) close() {
-	for _, s := range []*server{b.nginx, b.caddy} {
+	for _, s := range []*proc.Process{b.nginx, b.caddy} {
 		if s != nil {
-			s.stop()
+			_ = s.Stop(5 * time.Second)
 		}
 	}
 	if b.origin != nil {
@@ -314,11 +302,11 @@ func (b *bench) close() {
 
 // alive reports an error if a server has exited.
 func (b *bench) alive() error {
-	for _, s := range []*server{b.caddy, b.nginx} {
+	for _, s := range []*proc.Process{b.caddy, b.nginx} {
 		if s == nil {
 			continue
 		}
-		if err := s.alive(); err != nil {
+		if err := s.Exited(); err != nil {
 			return err
 		}
 	}
@@ -455,65 +443,11 @@ func get(t *target, path string) (*response, error) {
 
 // --- processes ------------------------------------------------------------------
 
-// server is a child process in a process group of its own.
-type server struct {
-	name   string
-	argv   string
-	cmd    *exec.Cmd
-	log    *evalrun.TailLog
-	exited chan struct{}
-}
-
-func startServer(name, dir string, argv, env []string) (*server, error) {
-	s := &server{name: name, argv: shellJoin(argv), log: &evalrun.TailLog{Max: 200}}
-	logFile, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		return nil, err
-	}
-	s.cmd = exec.Command(argv[0], argv[1:]...)
-	s.cmd.Dir = dir
-	s.cmd.Env = env
-	s.cmd.Stdout = io.MultiWriter(s.log, logFile)
-	s.cmd.Stderr = s.cmd.Stdout
-	// Its own process group, so that it is stopped with its children
-	// (nginx's workers); killed if this process dies without cleaning up.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	s.exited = make(chan struct{})
-	go func() {
-		_ = s.cmd.Wait()
-		logFile.Close()
-		close(s.exited)
-	}()
-	return s, nil
-}
-
-func (s *server) pid() int { return s.cmd.Process.Pid }
-
-func (s *server) alive() error {
-	select {
-	case <-s.exited:
-		return fmt.Errorf("%s exited (%v); its output ends:\n%s", s.name, s.cmd.ProcessState, s.log.String())
-	default:
-		return nil
-	}
-}
-
-// stop ends the process group: SIGTERM, then SIGKILL after 5 s.
-func (s *server) stop() {
-	pid := s.pid()
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-s.exited
-	}
-	// Workers that outlived their master.
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+// startServer starts a server (Caddy, nginx) in a process group of its own,
+// so that it is stopped with its children (nginx's workers), its output in
+// dir/NAME.log; it is killed if this process dies without cleaning up.
+func startServer(name, dir string, argv, env []string) (*proc.Process, error) {
+	return proc.Start(argv, proc.Options{Name: name, Dir: dir, Env: env, Log: filepath.Join(dir, name+".log"), TailLines: 200})
 }
 
 // --- CPU accounting --------------------------------------------------------
@@ -534,10 +468,10 @@ func (b *bench) cpu() cpuSnap {
 	var s cpuSnap
 	groups := map[int]*float64{}
 	if b.caddy != nil {
-		groups[b.caddy.pid()] = &s.caddy
+		groups[b.caddy.Pid()] = &s.caddy
 	}
 	if b.nginx != nil {
-		groups[b.nginx.pid()] = &s.nginx
+		groups[b.nginx.Pid()] = &s.nginx
 	}
 	groupCPU(groups)
 	s.self = evalrun.SelfCPU()

@@ -130,9 +130,9 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 		return nil, err
 	}
 	fmt.Printf("Origin on %v (this process); Caddy (pid %d): coral_proxy on %v (Host %s), file_server on %v, DSHT node on %v:%d",
-		b.origin.addr, b.caddy.pid(), b.target("coral").addr, b.target("coral").host, b.target("file").addr, b.target("coral").addr.Addr(), dhtPort)
+		b.origin.addr, b.caddy.Pid(), b.target("coral").addr, b.target("coral").host, b.target("file").addr, b.target("coral").addr.Addr(), dhtPort)
 	if t := b.target("nginx"); t != nil {
-		fmt.Printf("; nginx (pid %d) on %v", b.nginx.pid(), t.addr)
+		fmt.Printf("; nginx (pid %d) on %v", b.nginx.Pid(), t.addr)
 	}
 	fmt.Println()
 

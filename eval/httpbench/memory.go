@@ -190,7 +190,7 @@ func (b *bench) caddyHeap() (heap, rss int64, err error) {
 			if err != nil {
 				return 0, 0, err
 			}
-			return int64(f), vmRSS(b.caddy.pid()), nil
+			return int64(f), vmRSS(b.caddy.Pid()), nil
 		}
 	}
 	return 0, 0, errors.New("caddy's /metrics has no go_memstats_heap_inuse_bytes")

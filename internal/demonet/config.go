@@ -6,7 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/coralcdn/coral/test/resolverlab"
+	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/resolvers"
 )
 
 // The zones and names of the demo.
@@ -84,9 +85,9 @@ func nsName(addr netip.Addr) string {
 
 // zones returns the fake root's zone (delegating the Coral zones to every
 // node and OriginZone to itself) and OriginZone.
-func zones(l Layout, nodes int) (root, origin resolverlab.Zone, err error) {
+func zones(l Layout, nodes int) (root, origin resolvers.Zone, err error) {
 	var b strings.Builder
-	b.WriteString(resolverlab.RootZone([]netip.Addr{l.Root()}))
+	b.WriteString(resolvers.RootZone([]netip.Addr{l.Root()}))
 	for _, zone := range []string{CoralZone, AliasZone} {
 		for i := range nodes {
 			fmt.Fprintf(&b, "%s. 172800 IN NS %s\n", zone, nsName(l.Node(i)))
@@ -97,10 +98,10 @@ func zones(l Layout, nodes int) (root, origin resolverlab.Zone, err error) {
 	}
 	fmt.Fprintf(&b, "%s. 172800 IN NS ns1.%s.\n", OriginZone, OriginZone)
 	fmt.Fprintf(&b, "ns1.%s. 172800 IN A %s\n", OriginZone, l.Root())
-	if root, err = resolverlab.ParseZone(".", b.String()); err != nil {
+	if root, err = resolvers.ParseZone(".", b.String()); err != nil {
 		return
 	}
-	origin, err = resolverlab.ParseZone(OriginZone, fmt.Sprintf(`$TTL 300
+	origin, err = resolvers.ParseZone(OriginZone, fmt.Sprintf(`$TTL 300
 @        IN SOA ns1 hostmaster 1 3600 600 86400 60
 @        IN NS  ns1
 ns1      IN A   %s
@@ -135,47 +136,38 @@ const ClusterAll = "demo"
 // both zones on port 53 of the node's address, its DSHT node on
 // PortDHTCoreDNS, clusters pinned (RTTs on loopback are all ~0, so
 // measurement would put everything in one cluster), resolvers classified
-// by region instead of measured, and the liveness knobs lowered.
+// by region instead of measured (level 2 in their own region, 1
+// elsewhere; others are level 0), and the liveness knobs lowered.
 func corefile(s nodeSpec) string {
-	var boot []string
-	for _, b := range s.bootstrap {
-		boot = append(boot, b.String())
+	coral := labconf.CoralPlugin{
+		Zone:  CoralZone,
+		Alias: AliasZone,
+		Node: labconf.Node{Listen: netip.AddrPortFrom(s.addr, PortDHTCoreDNS), Bootstrap: s.bootstrap,
+			KeyFile: s.keyFile, Clusters: map[int]string{1: ClusterAll, 2: s.region}},
+		Probe:      "none",
+		AnswerTTL:  AnswerTTL,
+		LiveWithin: LiveWithin,
+		CheckEvery: CheckInterval,
 	}
-	var classify strings.Builder
 	for _, r := range s.resolvers {
 		level := 1
 		if r.region == s.region {
 			level = 2
 		}
-		fmt.Fprintf(&classify, "        classify %s/32 %d\n", r.addr, level)
+		coral.Classify = append(coral.Classify, fmt.Sprintf("%s/32 %d", r.addr, level))
 	}
-	bootLine := ""
-	if len(boot) > 0 {
-		bootLine = "        bootstrap " + strings.Join(boot, " ") + "\n"
-	}
-	return fmt.Sprintf(`# written by internal/demonet: node %[1]d (%[2]s), region %[3]s
-%[4]s %[5]s {
-    bind %[2]s
-    coral %[4]s {
-        alias %[5]s
-        listen %[2]s:%[6]d
-%[7]s        key_file %[8]s
-        cluster 1 %[9]s
-        cluster 2 %[3]s
-        # Loopback RTTs say nothing: resolvers are placed by region instead
-        # (level 2 in their own region, 1 elsewhere); others are level 0.
-        probe none
-%[10]s        answer_ttl %[11]d
-        live_within %[12]s
-        check_interval %[13]s
-    }
-    log
-    errors
-    ready %[2]s:%[14]d
-    prometheus %[2]s:%[15]d
+	return labconf.Corefile(header(s), labconf.D(CoralZone, AliasZone).With(
+		labconf.D("bind", s.addr),
+		coral.Directive(),
+		labconf.D("log"),
+		labconf.D("errors"),
+		labconf.D("ready", netip.AddrPortFrom(s.addr, PortReady)),
+		labconf.D("prometheus", netip.AddrPortFrom(s.addr, PortMetrics)),
+	))
 }
-`, s.index, s.addr, s.region, CoralZone, AliasZone, PortDHTCoreDNS, bootLine, s.keyFile, ClusterAll,
-		classify.String(), AnswerTTL, LiveWithin, CheckInterval, PortReady, PortMetrics)
+
+func header(s nodeSpec) string {
+	return fmt.Sprintf("written by internal/demonet: node %d (%s), region %s", s.index, s.addr, s.region)
 }
 
 // StatusSite gives the extra Caddyfile site block of each Caddy node: its
@@ -183,66 +175,54 @@ func corefile(s nodeSpec) string {
 // the node's own address, port 80, and the page's URL. Requests for the
 // bare address get the page; every Coralized host still goes to the
 // proxy (Caddy tries the site with a host first). It is a variable so
-// that a program can move the page or leave it out (return "", "").
-var StatusSite = func(addr netip.Addr) (siteBlock, url string) {
-	return fmt.Sprintf("\n# The node's status page; every other host goes to the proxy.\nhttp://%[1]s {\n\tbind %[1]s\n\tcoral_status\n}\n", addr),
+// that a program can move the page or leave it out (return an empty
+// Directive and "").
+var StatusSite = func(addr netip.Addr) (site labconf.Directive, url string) {
+	return labconf.D("http://"+addr.String()).With(labconf.D("bind", addr), labconf.D("coral_status")).
+			Commented("The node's status page; every other host goes to the proxy."),
 		fmt.Sprintf("http://%s/", addr)
 }
 
 // caddyfile is the node's Caddy configuration: the coral app (its DSHT
 // node on PortDHTCaddy, the same clusters as the node's CoreDNS) and
-// coral_proxy for the alias zone on port 80 of the node's address.
+// coral_proxy for the alias zone on port 80 of the node's address (the
+// settings that differ from the defaults are explained in README.md).
 func caddyfile(s nodeSpec) string {
-	var boot []string
-	for _, b := range s.bootstrap {
-		boot = append(boot, b.String())
-	}
-	bootLine := ""
-	if len(boot) > 0 {
-		bootLine = "\t\tbootstrap " + strings.Join(boot, " ") + "\n"
-	}
+	admin := netip.AddrPortFrom(s.addr, PortAdmin)
 	status, _ := StatusSite(s.addr)
-	return fmt.Sprintf(`# written by internal/demonet: node %[1]d (%[2]s), region %[3]s
-{
-	admin %[2]s:%[4]d {
-		origins %[2]s:%[4]d localhost:%[4]d
-	}
-	auto_https off
-	skip_install_trust
-	persist_config off
-	grace_period 2s
-	log {
-		exclude admin.api
-	}
-	coral {
-		listen %[2]s:%[5]d
-%[6]s		key_file %[7]s
-		cluster 1 %[8]s
-		cluster 2 %[3]s
-	}
-}
-
-:%[9]d {
-	bind %[2]s
-	log
-	coral_proxy %[10]s {
-		cache_dir %[11]s
-		cache_size 256MiB
-		# Only the demo origin; everything else on loopback or private
-		# addresses stays refused.
-		allow_origins %[12]s/32
-		# The demo's peers are on loopback, which references may not
-		# name unless listed.
-		allow_peers 127.0.0.0/8
-		# Honour short max-age (the default minimum is 5 min), so copies go
-		# stale within seconds and stale serving can be seen.
-		min_ttl 0
-		origin_timeout 5s
-		rate_limit 100 200
-	}
-}
-%[13]s`, s.index, s.addr, s.region, PortAdmin, PortDHTCaddy, bootLine, s.keyFile, ClusterAll,
-		PortHTTP, AliasZone, filepath.Join(s.dir, "cache"), s.layout.Origin(), status)
+	return labconf.Caddy{
+		Comment:      header(s),
+		Admin:        admin,
+		AdminOrigins: []string{admin.String(), fmt.Sprintf("localhost:%d", PortAdmin)},
+		HTTPSOff:     true,
+		SkipTrust:    true,
+		Grace:        "2s",
+		Options:      []labconf.Directive{labconf.D("log").With(labconf.D("exclude", "admin.api"))},
+		Coral: labconf.Node{Listen: netip.AddrPortFrom(s.addr, PortDHTCaddy), Bootstrap: s.bootstrap,
+			KeyFile: s.keyFile, Clusters: map[int]string{1: ClusterAll, 2: s.region}},
+		Sites: []labconf.Directive{
+			labconf.D(fmt.Sprintf(":%d", PortHTTP)).With(
+				labconf.D("bind", s.addr),
+				labconf.D("log"),
+				labconf.Proxy{
+					Zone:      AliasZone,
+					CacheDir:  filepath.Join(s.dir, "cache"),
+					CacheSize: "256MiB",
+					// Only the demo origin: everything else on loopback or
+					// private addresses stays refused. The peers are on
+					// loopback, which references may not name unless
+					// listed.
+					AllowOrigins: []string{s.layout.Origin().String() + "/32"},
+					AllowPeers:   []string{"127.0.0.0/8"},
+					RateLimit:    "100 200",
+					// min_ttl 0 honours short max-age (the default minimum
+					// is 5 min), so copies go stale within seconds.
+					Extra: []labconf.Directive{labconf.D("min_ttl", "0"), labconf.D("origin_timeout", "5s")},
+				}.Directive(),
+			),
+			status,
+		},
+	}.String()
 }
 
 // resolvConf is the resolver configuration Caddy sees (in a mount

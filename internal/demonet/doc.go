@@ -3,9 +3,9 @@
 // test/demonet: N nodes, each a bin/coredns with the coral plugin and a
 // bin/caddy with the coral app and coral_proxy on one address, joined into
 // one DSHT with a generated network key and pinned into two clusters; a
-// fake DNS root (resolverlab.Authority) that delegates the Coral zones to
+// fake DNS root (resolvers.Authority) that delegates the Coral zones to
 // the nodes and serves the origin's zone; recursive resolvers
-// (resolverlab.Start); and an in-process origin web site.
+// (resolvers.Start); and an in-process origin web site.
 //
 //	n, err := demonet.Start(ctx, demonet.Options{})  // 127.0.80.0/24, 6 nodes, Unbound
 //	defer n.Stop()

@@ -11,9 +11,10 @@
 // ([Matrix.Place]) and turns the result into a per-datagram one-way delay
 // function ([Latency]) for an in-memory network.
 //
-// The measured data set has no licence, so it is only ever read from outside
-// the repository (see [DataDir]); everything here, including the tests, works
-// without it by falling back to the synthetic world ([Load]).
+// The measured data set has no licence, so it is never part of the
+// repository: $CORAL_RTT_DATA names its directory ([DataDir]; unset by
+// default). Everything here, including the tests, works without it by
+// falling back to the synthetic world ([Load]).
 package topology
 
 import (

@@ -13,61 +13,27 @@ import (
 	"strings"
 )
 
-// EnvDataDir names the environment variable that overrides where [DataDir]
-// looks for the WonderProxy data set.
+// EnvDataDir names the environment variable that says where the
+// WonderProxy data set is: a directory holding its pings.csv and
+// servers.csv. Unset or empty, the default, there is none, and [Load] uses
+// the synthetic world. The data set has no licence, so it is never part of
+// the repository.
 const EnvDataDir = "CORAL_RTT_DATA"
 
-// dataDirFromModule is where the data set lives relative to the directory
-// holding go.mod. It sits outside the repository on purpose: the data has no
-// licence and must never be committed.
-var dataDirFromModule = filepath.Join("..", "shared", "data", "wonderproxy-2020-07")
-
-// DataDir returns the directory holding the WonderProxy data set, or "" if
-// it cannot be found.
-//
-// If $CORAL_RTT_DATA is set and non-empty it is returned as is, without
-// checking it: an explicit setting that is wrong should fail loudly in
+// DataDir returns the directory holding the WonderProxy data set: the value
+// of $CORAL_RTT_DATA ([EnvDataDir]), or "" when it is unset or empty (the
+// default: no data set). The value is returned as is, without checking it:
+// an explicit setting that is wrong should fail loudly in
 // [LoadWonderProxy] rather than silently fall back to synthetic data.
-// Otherwise DataDir walks up from the working directory to the nearest
-// directory containing go.mod (the module root, wherever `go test` runs
-// from) and returns ../shared/data/wonderproxy-2020-07 relative to it if
-// that directory holds pings.csv and servers.csv.
-func DataDir() string {
-	if dir := os.Getenv(EnvDataDir); dir != "" {
-		return dir
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for dir := wd; ; {
-		if fileExists(filepath.Join(dir, "go.mod")) {
-			data := filepath.Join(dir, dataDirFromModule)
-			if fileExists(filepath.Join(data, "pings.csv")) && fileExists(filepath.Join(data, "servers.csv")) {
-				return data
-			}
-			return ""
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-}
+func DataDir() string { return os.Getenv(EnvDataDir) }
 
-func fileExists(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular()
-}
-
-// Load returns the WonderProxy matrix when [DataDir] finds the data set, and
+// Load returns the WonderProxy matrix when [DataDir] names the data set, and
 // Synthetic(250, seed) otherwise, so that simulations run everywhere but use
 // measured latencies where they can. The seed only affects the synthetic
 // fallback; the measured matrix is fixed. Check Matrix.Source to see which
 // one you got.
 //
-// Load panics if the data set is found but cannot be read: results computed
+// Load panics if the data set named cannot be read: results computed
 // on the fallback are not comparable with results on the real data, so a
 // broken data directory must not go unnoticed.
 func Load(seed uint64) *Matrix {
@@ -80,7 +46,7 @@ func loadFrom(dir string, seed uint64) *Matrix {
 	}
 	m, err := LoadWonderProxy(dir)
 	if err != nil {
-		panic(fmt.Sprintf("topology: RTT data set found but unusable (unset %s or fix it): %v", EnvDataDir, err))
+		panic(fmt.Sprintf("topology: RTT data set in $%s unusable (unset it or fix it): %v", EnvDataDir, err))
 	}
 	return m
 }

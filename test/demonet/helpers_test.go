@@ -22,7 +22,7 @@ import (
 	"time"
 
 	dn "github.com/coralcdn/coral/internal/demonet"
-	"github.com/coralcdn/coral/test/resolverlab"
+	"github.com/coralcdn/coral/internal/resolvers"
 )
 
 // prefix is this package's /24: the demo itself (make demo) uses
@@ -32,8 +32,8 @@ var prefix = netip.MustParsePrefix("127.0.81.0/24")
 // The resolvers the tests start: Unbound and BIND are required; Knot
 // Resolver and PowerDNS Recursor join when installed.
 var (
-	requiredKinds = []resolverlab.Kind{resolverlab.Unbound, resolverlab.BIND}
-	optionalKinds = []resolverlab.Kind{resolverlab.Knot, resolverlab.PowerDNS}
+	requiredKinds = []resolvers.Kind{resolvers.Unbound, resolvers.BIND}
+	optionalKinds = []resolvers.Kind{resolvers.Knot, resolvers.PowerDNS}
 )
 
 var shared struct {
@@ -84,7 +84,7 @@ func network(t *testing.T) *dn.Net {
 func startShared() {
 	kinds := slices.Clone(requiredKinds)
 	for _, k := range optionalKinds {
-		if resolverlab.Available(k) == nil {
+		if resolvers.Available(k) == nil {
 			kinds = append(kinds, k)
 		}
 	}

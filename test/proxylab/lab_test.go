@@ -18,9 +18,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/proc"
 )
 
 // Every process of the lab listens on its own loopback address in
@@ -42,21 +44,19 @@ func ciRun() bool { return os.Getenv("CI") == "true" }
 // CI=true. It warns when the module's sources are newer than the binary.
 func caddyBinary(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("../..")
+	bin, err := labconf.Binary("caddy")
+	if err != nil {
+		if ciRun() {
+			t.Fatal(err.Error() + " (CI=true, so this is a failure, not a skip)")
+		}
+		t.Skip(err)
+	}
+	st, err := os.Stat(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(root, "bin", "caddy")
-	st, err := os.Stat(bin)
-	if err != nil {
-		msg := "bin/caddy missing: run `make caddy` first"
-		if ciRun() {
-			t.Fatal(msg + " (CI=true, so this is a failure, not a skip)")
-		}
-		t.Skip(msg)
-	}
 	staleOnce.Do(func() {
-		if newer := newerSource(root, st.ModTime()); newer != "" {
+		if newer := newerSource(filepath.Dir(filepath.Dir(bin)), st.ModTime()); newer != "" {
 			t.Logf("warning: %s is newer than bin/caddy; `make caddy` to test the current code", newer)
 		}
 	})
@@ -117,19 +117,48 @@ func hostsSupported() string {
 // proxy is one bin/caddy process: a coral app (DSHT node) and a
 // coral_proxy site.
 type proxy struct {
-	name    string
-	ip      netip.Addr
-	cmd     *exec.Cmd
-	logPath string
-	exited  chan struct{} // closed when the process has been waited for
-	waitErr error
+	name string
+	ip   netip.Addr
+	proc *proc.Process
 }
 
 func (p *proxy) base() string {
 	return "http://" + netip.AddrPortFrom(p.ip, httpPort).String()
 }
 
-func (p *proxy) pid() int { return p.cmd.Process.Pid }
+func (p *proxy) pid() int { return p.proc.Pid() }
+
+// caddyfile is a proxy's configuration: the admin API on ip (accepting its
+// own address as Host too, as `caddy reload --address` sends it), the coral
+// app on ip:dhtPort joining through boot, and coral_proxy on ip:httpPort.
+func caddyfile(dir string, ip, boot netip.Addr, opts proxyOptions) string {
+	admin := netip.AddrPortFrom(ip, adminPort)
+	node := labconf.Node{Listen: netip.AddrPortFrom(ip, dhtPort)}
+	if boot.IsValid() {
+		node.Bootstrap = []netip.AddrPort{netip.AddrPortFrom(boot, dhtPort)}
+	}
+	px := labconf.Proxy{Zone: zone, CacheDir: filepath.Join(dir, "cache"), RateLimit: "off"}
+	if !opts.noAllowOrigins {
+		px.AllowOrigins = []string{"127.0.0.0/8"}
+	}
+	if !opts.noAllowPeers {
+		px.AllowPeers = []string{"127.0.0.0/8"}
+	}
+	for _, line := range opts.extra {
+		f := strings.Fields(line)
+		px.Extra = append(px.Extra, labconf.D(f[0], f[1:]))
+	}
+	return labconf.Caddy{
+		Admin:        admin,
+		AdminOrigins: []string{fmt.Sprintf("localhost:%d", adminPort), admin.String()},
+		HTTPSOff:     true,
+		SkipTrust:    true,
+		Grace:        "1s",
+		Options:      []labconf.Directive{labconf.D("log").With(labconf.D("exclude", "admin.api"))},
+		Coral:        node,
+		Sites:        []labconf.Directive{labconf.D(fmt.Sprintf(":%d", httpPort)).With(labconf.D("bind", ip), px.Directive())},
+	}.String()
+}
 
 // startProxy writes a Caddyfile into a temporary directory and starts
 // bin/caddy on it. boot is the DSHT node to join through (none for the
@@ -138,55 +167,11 @@ func startProxy(t *testing.T, name string, ip, boot netip.Addr, opts proxyOption
 	t.Helper()
 	bin := caddyBinary(t)
 	dir := t.TempDir()
-	var bootLine, allow string
-	if boot.IsValid() {
-		bootLine = "bootstrap " + netip.AddrPortFrom(boot, dhtPort).String()
-	}
-	if !opts.noAllowOrigins {
-		allow = "allow_origins 127.0.0.0/8"
-	}
-	if !opts.noAllowPeers {
-		allow += "\n\t\tallow_peers 127.0.0.0/8"
-	}
-	// The admin API accepts its own address as Host too, as `caddy reload
-	// --address` sends it.
-	caddyfile := fmt.Sprintf(`{
-	admin %[1]s:%[2]d {
-		origins localhost:%[2]d %[1]s:%[2]d
-	}
-	auto_https off
-	skip_install_trust
-	persist_config off
-	grace_period 1s
-	log {
-		exclude admin.api
-	}
-	coral {
-		listen %[1]s:%[3]d
-		%[4]s
-	}
-}
-:%[5]d {
-	bind %[1]s
-	coral_proxy %[6]s {
-		cache_dir %[7]s
-		%[8]s
-		rate_limit off
-		%[9]s
-	}
-}
-`, ip, adminPort, dhtPort, bootLine, httpPort, zone, filepath.Join(dir, "cache"), allow, strings.Join(opts.extra, "\n\t\t"))
 	cfgPath := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(cfgPath, []byte(caddyfile), 0o644); err != nil {
+	if err := labconf.WriteFile(cfgPath, caddyfile(dir, ip, boot, opts)); err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{name: name, ip: ip, logPath: filepath.Join(dir, "caddy.log"), exited: make(chan struct{})}
-	logf, err := os.Create(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	args := []string{bin, "run", "--config", cfgPath, "--adapter", "caddyfile"}
+	args := labconf.CaddyArgv(bin, cfgPath)
 	if len(opts.hosts) > 0 {
 		etcHosts, err := os.ReadFile("/etc/hosts")
 		if err != nil {
@@ -200,22 +185,15 @@ func startProxy(t *testing.T, name string, ip, boot netip.Addr, opts proxyOption
 		args = append([]string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
 			`mount --bind "$1" /etc/hosts && shift && exec "$@"`, "sh", hostsPath}, args...)
 	}
-	p.cmd = exec.Command(args[0], args[1:]...)
-	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	// Caddy's data and config directories (and anything else it might
-	// write under HOME) stay in the temporary directory.
-	p.cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
-	// If the test binary dies, so does Caddy, rather than holding the
-	// addresses the next run needs.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	// write under HOME) stay in the temporary directory. If the test binary
+	// dies, so does Caddy, rather than holding the addresses the next run
+	// needs.
+	pr, err := proc.Start(args, proc.Options{Name: name, Dir: dir, Env: labconf.CaddyEnv(dir), Log: filepath.Join(dir, "caddy.log")})
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.exited)
-	}()
+	p := &proxy{name: name, ip: ip, proc: pr}
 	t.Cleanup(func() {
 		p.stop()
 		if t.Failed() || os.Getenv("PROXYLAB_LOG") != "" {
@@ -226,49 +204,25 @@ func startProxy(t *testing.T, name string, ip, boot netip.Addr, opts proxyOption
 }
 
 // running reports whether the process is still there.
-func (p *proxy) running() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (p *proxy) running() bool { return p.proc.Running() }
 
 // stop sends SIGTERM and waits (SIGKILL after 10 s).
-func (p *proxy) stop() {
-	if !p.running() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
+func (p *proxy) stop() { _ = p.proc.Stop(10 * time.Second) }
 
 // kill sends SIGKILL and waits for the process to be gone.
-func (p *proxy) kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.exited
-}
+func (p *proxy) kill() { p.proc.Kill() }
 
-// dumpLog prints the last n lines of the process's stderr.
+// dumpLog prints the last n lines of the process's stderr (all of them
+// with PROXYLAB_LOG set).
 func (p *proxy) dumpLog(t *testing.T, n int) {
-	b, err := os.ReadFile(p.logPath)
-	if err != nil {
-		t.Logf("--- %s (%s): no log: %v", p.name, p.ip, err)
-		return
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	log := p.proc.Log()
+	lines := strings.Count(strings.TrimRight(log, "\n"), "\n") + 1
 	if os.Getenv("PROXYLAB_LOG") != "" {
-		n = len(lines)
+		n = lines
 	}
-	from := max(0, len(lines)-n)
-	t.Logf("--- %s (%s, pid %d, exit %v) log, lines %d-%d of %d:\n%s", p.name, p.ip, p.pid(), p.waitErr,
-		from+1, len(lines), len(lines), strings.Join(lines[from:], "\n"))
+	from := max(0, lines-n)
+	t.Logf("--- %s (%s, pid %d, exit %v) log, lines %d-%d of %d:\n%s", p.name, p.ip, p.pid(), p.proc.ExitError(),
+		from+1, lines, lines, proc.TailLines(log, n))
 }
 
 // coralStatus is the part of the admin API's GET /coral/status this lab
@@ -399,7 +353,7 @@ func waitFor(t *testing.T, what string, within time.Duration, procs []*proxy, co
 		}
 		for _, p := range procs {
 			if !p.running() {
-				t.Fatalf("%s: %s (%s) exited: %v (last: %v)", what, p.name, p.ip, p.waitErr, err)
+				t.Fatalf("%s: %s (%s) exited: %v (last: %v)", what, p.name, p.ip, p.proc.ExitError(), err)
 			}
 		}
 		if time.Now().After(deadline) {

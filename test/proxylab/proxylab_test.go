@@ -682,7 +682,7 @@ func TestReloadKeepsNodeAndCache(t *testing.T) {
 	}
 
 	// A changed handler configuration (a rate limit instead of none).
-	cfgPath := filepath.Join(filepath.Dir(p.logPath), "Caddyfile")
+	cfgPath := filepath.Join(filepath.Dir(p.proc.LogFile), "Caddyfile")
 	cfg, err := os.ReadFile(cfgPath)
 	if err != nil {
 		t.Fatal(err)
@@ -729,7 +729,7 @@ func TestReloadKeepsNodeAndCache(t *testing.T) {
 	if n := o.count(path); n != 1 {
 		t.Errorf("origin asked %d times, want 1", n)
 	}
-	log, err := os.ReadFile(p.logPath)
+	log, err := os.ReadFile(p.proc.LogFile)
 	if err != nil {
 		t.Fatal(err)
 	}

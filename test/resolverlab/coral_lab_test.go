@@ -17,7 +17,6 @@ package resolverlab
 //	127.0.62.11–.14   the resolvers (minimisation on), .21–.24 (off)
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -28,7 +27,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,6 +36,9 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/resolvers"
 	"github.com/miekg/dns"
 )
 
@@ -54,16 +55,12 @@ const labDHTPort = 4000
 // corednsBinary finds bin/coredns; in CI its absence is a failure.
 func corednsBinary(t *testing.T) string {
 	t.Helper()
-	bin, err := filepath.Abs("../../bin/coredns")
+	bin, err := labconf.Binary("coredns")
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		msg := "bin/coredns missing: run `make coredns` first"
 		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
+			t.Fatal(err)
 		}
-		t.Skip(msg)
+		t.Skip(err)
 	}
 	return bin
 }
@@ -73,17 +70,10 @@ type corednsProc struct {
 	name     string
 	addr     netip.Addr
 	corefile string
-	cmd      *exec.Cmd
-	mu       sync.Mutex
-	log      strings.Builder
-	done     chan struct{}
+	proc     *proc.Process
 }
 
-func (p *corednsProc) logText() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
+func (p *corednsProc) logText() string { return p.proc.Log() }
 
 // queriesFor returns the log lines of queries whose name contains label.
 func (p *corednsProc) queriesFor(label string) []string {
@@ -97,71 +87,49 @@ func (p *corednsProc) queriesFor(label string) []string {
 	return out
 }
 
-func startCoreDNS(t *testing.T, bin, name string, addr netip.Addr, keyFile string, boot []netip.Addr, extra string) *corednsProc {
+// startCoreDNS runs one Coral name server for both zones on addr, its DSHT
+// node joining through the others of boot, with the given clusters and
+// resolver classifications.
+func startCoreDNS(t *testing.T, bin, name string, addr netip.Addr, keyFile string, boot []netip.Addr, clusters map[int]string, classify ...string) *corednsProc {
 	t.Helper()
-	var bs []string
+	var bs []netip.AddrPort
 	for _, b := range boot {
 		if b != addr {
-			bs = append(bs, netip.AddrPortFrom(b, labDHTPort).String())
+			bs = append(bs, netip.AddrPortFrom(b, labDHTPort))
 		}
 	}
-	corefile := fmt.Sprintf(`nyucd.test nyud.test {
-    bind %[1]s
-    coral nyucd.test {
-        alias nyud.test
-        listen %[1]s:%[2]d
-        bootstrap %[3]s
-        key_file %[4]s
-        check_interval 1s
-        live_within 5s
-%[5]s
-    }
-    log
-    errors
-    ready %[1]s:8181
-    prometheus %[1]s:9153
-}
-`, addr, labDHTPort, strings.Join(bs, " "), keyFile, extra)
+	corefile := labconf.Corefile("", labconf.D("nyucd.test", "nyud.test").With(
+		labconf.D("bind", addr),
+		labconf.CoralPlugin{
+			Zone:       "nyucd.test",
+			Alias:      "nyud.test",
+			Node:       labconf.Node{Listen: netip.AddrPortFrom(addr, labDHTPort), Bootstrap: bs, KeyFile: keyFile, Clusters: clusters},
+			Classify:   classify,
+			LiveWithin: "5s",
+			CheckEvery: "1s",
+		}.Directive(),
+		labconf.D("log"),
+		labconf.D("errors"),
+		labconf.D("ready", addr.String()+":8181"),
+		labconf.D("prometheus", addr.String()+":9153"),
+	))
 	dir := t.TempDir()
 	path := filepath.Join(dir, "Corefile")
-	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
+	if err := labconf.WriteFile(path, corefile); err != nil {
 		t.Fatal(err)
 	}
-	p := &corednsProc{name: name, addr: addr, corefile: path, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, "-conf", path)
-	pr, pw, err := os.Pipe()
+	pr, err := proc.Start([]string{bin, "-conf", path}, proc.Options{Name: name, Dir: dir, Log: filepath.Join(dir, "coredns.log")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd.Stdout, p.cmd.Stderr = pw, pw
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-		}
-	}()
+	p := &corednsProc{name: name, addr: addr, corefile: path, proc: pr}
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-		<-p.done
+		pr.Kill()
 		if t.Failed() {
-			t.Logf("--- %s (%s) log, last 60 lines:\n%s", name, addr, tail(p.logText(), 60))
+			t.Logf("--- %s (%s) log, last 60 lines:\n%s", name, addr, pr.LogTail(60))
 		}
 	})
 	return p
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -272,7 +240,7 @@ func startProxyNode(t *testing.T, addr netip.Addr, key *coraldht.Key, cluster st
 type coralLab struct {
 	far  *corednsProc
 	near []*corednsProc
-	root *Authority
+	root *resolvers.Authority
 }
 
 func startCoralLab(t *testing.T) *coralLab {
@@ -291,18 +259,18 @@ func startCoralLab(t *testing.T) *coralLab {
 	}
 	all := append([]netip.Addr{labFar}, labNear...)
 	lab := &coralLab{}
-	lab.far = startCoreDNS(t, bin, "far", labFar, keyFile, all, "        cluster 1 far\n        cluster 2 far\n        classify 127.0.0.0/8 0")
+	lab.far = startCoreDNS(t, bin, "far", labFar, keyFile, all, map[int]string{1: "far", 2: "far"}, "127.0.0.0/8 0")
 	for i, a := range labNear {
-		lab.near = append(lab.near, startCoreDNS(t, bin, fmt.Sprintf("near%d", i+1), a, keyFile, all, "        cluster 1 near\n        cluster 2 near"))
+		lab.near = append(lab.near, startCoreDNS(t, bin, fmt.Sprintf("near%d", i+1), a, keyFile, all, map[int]string{1: "near", 2: "near"}))
 	}
 	startProxyNode(t, labFarHTTP, key, "far", all)
 	startProxyNode(t, labNearHTTP, key, "near", all)
 
-	rootZone := RootZone([]netip.Addr{labRoot}) +
+	rootZone := resolvers.RootZone([]netip.Addr{labRoot}) +
 		"nyucd.test. 172800 IN NS ns-127-0-69-1.nyucd.test.\n" +
 		"ns-127-0-69-1.nyucd.test. 172800 IN A 127.0.69.1\n" +
 		"nyud.test. 172800 IN NS ns-127-0-69-1.nyucd.test.\n"
-	lab.root, err = StartAuthority(labRoot, MustParseZone(".", rootZone))
+	lab.root, err = resolvers.StartAuthority(labRoot, resolvers.MustParseZone(".", rootZone))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,10 +312,10 @@ func startCoralLab(t *testing.T) *coralLab {
 // TestCoralLab resolves fresh Coralized names through every resolver, with
 // QNAME minimisation on and off.
 func TestCoralLab(t *testing.T) {
-	requireLab(t, Kinds...)
+	requireLab(t, resolvers.Kinds...)
 	lab := startCoralLab(t)
 	for _, qmin := range []bool{true, false} {
-		for i, kind := range Kinds {
+		for i, kind := range resolvers.Kinds {
 			mode := "qmin"
 			base := 11
 			if !qmin {
@@ -357,7 +325,7 @@ func TestCoralLab(t *testing.T) {
 				addr := netip.AddrFrom4([4]byte{127, 0, 62, byte(base + i)})
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				r, err := Start(ctx, kind, Options{Addr: addr, RootHints: []netip.Addr{labRoot}, QNameMinimisation: qmin, Dir: t.TempDir()})
+				r, err := resolvers.Start(ctx, kind, resolvers.Options{Addr: addr, RootHints: []netip.Addr{labRoot}, QNameMinimisation: qmin, Dir: t.TempDir()})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -373,7 +341,7 @@ func TestCoralLab(t *testing.T) {
 	}
 }
 
-func (lab *coralLab) resolveFresh(t *testing.T, kind Kind, mode string, addr netip.Addr, qmin bool, r *Resolver) {
+func (lab *coralLab) resolveFresh(t *testing.T, kind resolvers.Kind, mode string, addr netip.Addr, qmin bool, r *resolvers.Resolver) {
 	allowed := []netip.Addr{labNearHTTP, labFarHTTP}
 	for n := 1; n <= 4; n++ {
 		label := fmt.Sprintf("w%d-%s-%s", n, kind, mode)
@@ -425,10 +393,10 @@ func (lab *coralLab) resolveFresh(t *testing.T, kind Kind, mode string, addr net
 		// Unbound does neither (it scrubs NS from answers' authority
 		// sections) and asks the servers the parent lists, here F, once per
 		// name.
-		if kind != Unbound && len(farAlias) > 0 {
+		if kind != resolvers.Unbound && len(farAlias) > 0 {
 			t.Errorf("%s: the far server was asked in the alias zone:\n%s", name, strings.Join(farAlias, "\n"))
 		}
-		if kind == Unbound && len(farAlias) > 1 {
+		if kind == resolvers.Unbound && len(farAlias) > 1 {
 			t.Errorf("%s: %d alias queries at the far server, want at most one", name, len(farAlias))
 		}
 	}
@@ -454,7 +422,7 @@ func (lab *coralLab) resolveFresh(t *testing.T, kind Kind, mode string, addr net
 	}
 	wg.Wait()
 	if l := strings.ToLower(r.Log()); strings.Contains(l, "lame") {
-		t.Errorf("%s logged a lame delegation", kind)
+		t.Errorf("%s logged a lame delegation:\n%s", kind, grepLines(r.Log(), "lame"))
 	}
 }
 
@@ -600,6 +568,11 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
+// restarting is in the line CoreDNS logs when it restarts a DSHT node in
+// place ("... restarting the DSHT node", or "... restarting the node in
+// place on the same socket").
+const restarting = "restarting the "
+
 // TestCoralReload reloads a running server (SIGUSR1) twice: with the node's
 // settings unchanged, and with them changed. The DSHT node must survive the
 // first (same socket, still joined, its peers still known) and be restarted
@@ -618,7 +591,7 @@ func TestCoralReload(t *testing.T) {
 		if err := os.WriteFile(p.corefile, []byte(edit(string(b))), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		if err := p.proc.Signal(syscall.SIGUSR1); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "reload of "+p.name, 10*time.Second, func() error {
@@ -636,8 +609,8 @@ func TestCoralReload(t *testing.T) {
 	reload(func(s string) string {
 		return strings.Replace(s, "live_within 5s", "live_within 5s\n        answers 1", 1)
 	}, "Reloading complete")
-	if strings.Contains(p.logText(), "restarting the DSHT node") || strings.Contains(p.logText(), "address already in use") {
-		t.Errorf("an unchanged node was restarted:\n%s", tail(p.logText(), 20))
+	if strings.Contains(p.logText(), restarting) || strings.Contains(p.logText(), "address already in use") {
+		t.Errorf("an unchanged node was restarted:\n%s", p.proc.LogTail(20))
 	}
 	waitFor(t, "one proxy per answer", 5*time.Second, func() error {
 		r, err := ask(p.addr, "x.example.com.http.l2.l1.l0.nyucd.test", dns.TypeA)
@@ -656,8 +629,8 @@ func TestCoralReload(t *testing.T) {
 	// Changed node settings (the levels): the node restarts on its socket.
 	reload(func(s string) string {
 		return strings.Replace(s, "check_interval 1s", "check_interval 1s\n        levels 60ms 20ms 5ms", 1)
-	}, "restarting the DSHT node")
+	}, restarting)
 	if strings.Contains(p.logText(), "address already in use") {
-		t.Errorf("the restarted node could not bind:\n%s", tail(p.logText(), 20))
+		t.Errorf("the restarted node could not bind:\n%s", p.proc.LogTail(20))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coralcdn/coral/internal/resolvers"
 	"github.com/miekg/dns"
 )
 
@@ -24,14 +25,14 @@ var (
 
 // requireLab skips the test when resolvers cannot run here, or fails it
 // when CI=true (where they must).
-func requireLab(t *testing.T, kinds ...Kind) {
+func requireLab(t *testing.T, kinds ...resolvers.Kind) {
 	t.Helper()
 	var why []string
 	if os.Geteuid() != 0 {
 		why = append(why, "not root: the lab binds port 53 on 127.0.50.0/24")
 	} else {
 		for _, k := range kinds {
-			if err := Available(k); err != nil {
+			if err := resolvers.Available(k); err != nil {
 				why = append(why, fmt.Sprintf("%s: %v", k, err))
 			}
 		}
@@ -48,12 +49,12 @@ func requireLab(t *testing.T, kinds ...Kind) {
 
 // startFakeDNS starts the fake root (delegating example.test.) and the
 // example.test. authority.
-func startFakeDNS(t *testing.T) (root, example *Authority) {
+func startFakeDNS(t *testing.T) (root, example *resolvers.Authority) {
 	t.Helper()
-	rootZone := MustParseZone(".", RootZone([]netip.Addr{rootAddr})+
+	rootZone := resolvers.MustParseZone(".", resolvers.RootZone([]netip.Addr{rootAddr})+
 		"example.test. 172800 IN NS ns1.example.test.\n"+
 		"ns1.example.test. 172800 IN A "+exampleAddr.String()+"\n")
-	exampleZone := MustParseZone("example.test.", `
+	exampleZone := resolvers.MustParseZone("example.test.", `
 $TTL 3600
 @    IN SOA ns1 hostmaster 1 3600 600 86400 60
 @    IN NS  ns1
@@ -61,12 +62,12 @@ ns1  IN A   `+exampleAddr.String()+`
 www  IN A   192.0.2.1
 `)
 	var err error
-	root, err = StartAuthority(rootAddr, rootZone)
+	root, err = resolvers.StartAuthority(rootAddr, rootZone)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { root.Close() })
-	example, err = StartAuthority(exampleAddr, exampleZone)
+	example, err = resolvers.StartAuthority(exampleAddr, exampleZone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestAuthority(t *testing.T) {
 // it resolves www.example.test. through the delegation, from its own
 // address, and that FlushCache empties its cache.
 func TestResolvers(t *testing.T) {
-	requireLab(t, Kinds...)
+	requireLab(t, resolvers.Kinds...)
 	start := time.Now()
 	root, example := startFakeDNS(t)
 
@@ -151,7 +152,7 @@ func TestResolvers(t *testing.T) {
 	addr := firstResolverAddr
 	var mu sync.Mutex
 	used := map[netip.Addr]bool{}
-	for _, kind := range Kinds {
+	for _, kind := range resolvers.Kinds {
 		for _, tc := range cases {
 			a := addr
 			addr = addr.Next()
@@ -160,7 +161,7 @@ func TestResolvers(t *testing.T) {
 				mu.Lock()
 				used[a] = true
 				mu.Unlock()
-				testResolver(t, kind, Options{
+				testResolver(t, kind, resolvers.Options{
 					Addr:              a,
 					RootHints:         []netip.Addr{rootAddr},
 					QNameMinimisation: tc.qmin,
@@ -175,7 +176,7 @@ func TestResolvers(t *testing.T) {
 		// come from the address of a resolver that ran.
 		mu.Lock()
 		defer mu.Unlock()
-		for _, auth := range []*Authority{root, example} {
+		for _, auth := range []*resolvers.Authority{root, example} {
 			for _, q := range auth.Queries() {
 				if !used[q.From.Addr()] {
 					t.Errorf("authority %s got a query from %s, not a resolver address: %s", auth.Addr, q.From, q)
@@ -189,19 +190,19 @@ func TestResolvers(t *testing.T) {
 // TestStartFailure checks that Start reports a resolver that cannot bind
 // its address promptly, with the resolver's own explanation.
 func TestStartFailure(t *testing.T) {
-	requireLab(t, Kinds...)
-	for i, kind := range Kinds {
+	requireLab(t, resolvers.Kinds...)
+	for i, kind := range resolvers.Kinds {
 		addr := netip.AddrFrom4([4]byte{127, 0, 50, byte(100 + i)})
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			// Hold UDP and TCP port 53 on the address.
-			busy, err := StartAuthority(addr)
+			busy, err := resolvers.StartAuthority(addr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer busy.Close()
 			t0 := time.Now()
-			r, err := Start(t.Context(), kind, Options{
+			r, err := resolvers.Start(t.Context(), kind, resolvers.Options{
 				Addr:         addr,
 				RootHints:    []netip.Addr{rootAddr},
 				Dir:          t.TempDir(),
@@ -222,10 +223,10 @@ func TestStartFailure(t *testing.T) {
 	}
 }
 
-func testResolver(t *testing.T, kind Kind, o Options, root, example *Authority) {
+func testResolver(t *testing.T, kind resolvers.Kind, o resolvers.Options, root, example *resolvers.Authority) {
 	addr, qmin := o.Addr, o.QNameMinimisation
 	t0 := time.Now()
-	r, err := Start(t.Context(), kind, o)
+	r, err := resolvers.Start(t.Context(), kind, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +322,7 @@ func testResolver(t *testing.T, kind Kind, o Options, root, example *Authority) 
 		queryLog(root, addr), queryLog(example, addr))
 }
 
-func queryLog(a *Authority, from netip.Addr) string {
+func queryLog(a *resolvers.Authority, from netip.Addr) string {
 	var b strings.Builder
 	for _, q := range a.QueriesFrom(from) {
 		fmt.Fprintf(&b, "  @%s %s\n", a.Addr, q)

@@ -1,7 +1,6 @@
 package statuspage
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,18 +8,19 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coralcdn/coral/internal/headless"
+	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/proc"
 )
 
 // The lab's addresses, all in 127.0.90.0/24. eval/httpbench uses
@@ -49,15 +49,15 @@ func need(t *testing.T, msg string) {
 // caddyBinary finds bin/caddy and checks that it has coral_status.
 func caddyBinary(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("../..")
+	bin, err := labconf.Binary("caddy")
+	if err != nil {
+		need(t, err.Error())
+	}
+	st, err := os.Stat(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(root, "bin", "caddy")
-	st, err := os.Stat(bin)
-	if err != nil {
-		need(t, "bin/caddy missing: run `make caddy` first")
-	}
+	root := filepath.Dir(filepath.Dir(bin))
 	out, err := exec.Command(bin, "list-modules").Output()
 	if err != nil {
 		t.Fatalf("bin/caddy list-modules: %v", err)
@@ -100,83 +100,38 @@ func startOrigin(t *testing.T) (port int) {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// caddyProc is the bin/caddy process and its output.
-type caddyProc struct {
-	cmd    *exec.Cmd
-	mu     sync.Mutex
-	out    bytes.Buffer
-	exited chan struct{}
-}
-
-func (p *caddyProc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *caddyProc) log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
 // startCaddy runs bin/caddy with the status page on the node's own
 // address and the proxy for every other host, both on nodeIP:httpPort.
-func startCaddy(t *testing.T, bin string) *caddyProc {
+func startCaddy(t *testing.T, bin string) *proc.Process {
 	t.Helper()
 	dir := t.TempDir()
-	caddyfile := fmt.Sprintf(`{
-	admin off
-	persist_config off
-	skip_install_trust
-	default_bind %[1]s
-	http_port %[2]d
-	grace_period 1s
-	coral {
-		listen %[1]s:%[3]d
-	}
-}
-http://%[1]s:%[2]d {
-	coral_status {
-		recent %[4]d
-	}
-}
-:%[2]d {
-	coral_proxy %[5]s {
-		cache_dir %[6]s
-		allow_origins %[7]s/32
-	}
-}
-`, nodeIP, httpPort, dhtPort, recentN, zone, filepath.Join(dir, "cache"), originIP)
+	site := func(addr string, d labconf.Directive) labconf.Directive { return labconf.D(addr).With(d) }
+	caddyfile := labconf.Caddy{
+		SkipTrust: true,
+		Grace:     "1s",
+		Options:   []labconf.Directive{labconf.D("default_bind", nodeIP), labconf.D("http_port", httpPort)},
+		Coral:     labconf.Node{Listen: netip.AddrPortFrom(netip.MustParseAddr(nodeIP), dhtPort)},
+		Sites: []labconf.Directive{
+			site(fmt.Sprintf("http://%s:%d", nodeIP, httpPort), labconf.D("coral_status").With(labconf.D("recent", recentN))),
+			site(fmt.Sprintf(":%d", httpPort), labconf.Proxy{Zone: zone, CacheDir: filepath.Join(dir, "cache"),
+				AllowOrigins: []string{originIP + "/32"}}.Directive()),
+		},
+	}.String()
 	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(caddyfile), 0o644); err != nil {
+	if err := labconf.WriteFile(path, caddyfile); err != nil {
 		t.Fatal(err)
 	}
-	p := &caddyProc{exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
-	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	// Caddy's data and config directories stay in the temporary directory.
-	p.cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
-	// If the test binary dies, so does Caddy.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	// Caddy's data and config directories stay in the temporary directory;
+	// if the test binary dies, so does Caddy.
+	p, err := proc.Start(labconf.CaddyArgv(bin, path), proc.Options{Name: "bin/caddy", Dir: dir,
+		Env: labconf.CaddyEnv(dir), Log: filepath.Join(dir, "caddy.log")})
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		p.cmd.Wait()
-		close(p.exited)
-	}()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
+		_ = p.Stop(10 * time.Second)
 		if t.Failed() {
-			t.Logf("bin/caddy log:\n%s", p.log())
+			t.Logf("bin/caddy log:\n%s", p.Log())
 		}
 	})
 	return p
@@ -215,7 +170,7 @@ func statusJSON(base string) (statusDoc, error) {
 }
 
 // waitFor polls the status JSON until ok accepts it.
-func waitFor(t *testing.T, p *caddyProc, base, what string, ok func(statusDoc) bool) statusDoc {
+func waitFor(t *testing.T, p *proc.Process, base, what string, ok func(statusDoc) bool) statusDoc {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -223,10 +178,8 @@ func waitFor(t *testing.T, p *caddyProc, base, what string, ok func(statusDoc) b
 		if err == nil && ok(doc) {
 			return doc
 		}
-		select {
-		case <-p.exited:
+		if !p.Running() {
 			t.Fatalf("bin/caddy exited while waiting for %s", what)
-		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("waiting for %s: last answer %+v, %v", what, doc, err)

@@ -71,16 +71,6 @@ func TestWaitFor(t *testing.T) {
 	}
 }
 
-func TestTailLog(t *testing.T) {
-	l := &TailLog{Max: 2}
-	for _, s := range []string{"one\ntw", "o\nthree\n", "fo"} {
-		l.Write([]byte(s))
-	}
-	if got := l.String(); got != "two\nthree\nfo" {
-		t.Errorf("TailLog = %q", got)
-	}
-}
-
 func TestCPUCounters(t *testing.T) {
 	b0, s0 := MachineBusy(), SelfCPU()
 	// Spin until this process has used 50 ms of CPU (or 5 s have passed).

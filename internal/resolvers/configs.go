@@ -1,6 +1,6 @@
 //go:build linux
 
-package resolverlab
+package resolvers
 
 import (
 	"context"
@@ -24,7 +24,7 @@ func (r *Resolver) configUnbound(o Options, sockDir string) ([]string, error) {
 	}
 	conf := filepath.Join(o.Dir, "unbound.conf")
 	ctl := filepath.Join(sockDir, "unbound.ctl")
-	text := fmt.Sprintf(`# written by resolverlab
+	text := fmt.Sprintf(`# written by resolvers
 server:
 	directory: %[1]q
 	chroot: ""
@@ -88,8 +88,8 @@ func (r *Resolver) configBIND(o Options) ([]string, error) {
 	if o.Debug {
 		severity, debug = "dynamic", "10"
 	}
-	key := fmt.Sprintf("key \"resolverlab\" {\n\talgorithm hmac-sha256;\n\tsecret %q;\n};\n", secret)
-	text := fmt.Sprintf(`# written by resolverlab
+	key := fmt.Sprintf("key \"resolvers\" {\n\talgorithm hmac-sha256;\n\tsecret %q;\n};\n", secret)
+	text := fmt.Sprintf(`# written by resolvers
 options {
 	directory %[1]q;
 	pid-file %[2]q;
@@ -111,7 +111,7 @@ options {
 
 %[8]s
 controls {
-	inet %[6]s port 953 allow { 127.0.0.0/8; } keys { "resolverlab"; };
+	inet %[6]s port 953 allow { 127.0.0.0/8; } keys { "resolvers"; };
 };
 
 zone "." {
@@ -149,7 +149,7 @@ logging {
 	if err := writeFile(conf, text); err != nil {
 		return nil, err
 	}
-	rndc := fmt.Sprintf("%soptions {\n\tdefault-key \"resolverlab\";\n\tdefault-server %s;\n\tdefault-port 953;\n};\n", key, o.Addr)
+	rndc := fmt.Sprintf("%soptions {\n\tdefault-key \"resolvers\";\n\tdefault-server %s;\n\tdefault-port 953;\n};\n", key, o.Addr)
 	if err := writeFile(rndcConf, rndc); err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func (r *Resolver) configKnot(o Options, sockDir string) ([]string, error) {
 	if !o.QNameMinimisation {
 		qmin = "option('NO_MINIMIZE', true)\n"
 	}
-	text := fmt.Sprintf(`-- written by resolverlab
+	text := fmt.Sprintf(`-- written by resolvers
 log_target('stderr')
 %[1]s
 net.ipv6 = false
@@ -234,7 +234,7 @@ func (r *Resolver) configPowerDNS(o Options, sockDir string) ([]string, error) {
 	if o.Debug {
 		loglevel = 9
 	}
-	text := fmt.Sprintf(`# written by resolverlab
+	text := fmt.Sprintf(`# written by resolvers
 daemon=no
 write-pid=yes
 socket-dir=%[1]s

@@ -1,4 +1,4 @@
-package resolverlab
+package resolvers
 
 import (
 	"encoding/binary"

@@ -1,9 +1,10 @@
 //go:build linux
 
-// Package resolverlab starts real recursive resolvers (Unbound, BIND,
+// Package resolvers starts real recursive resolvers (Unbound, BIND,
 // Knot Resolver, PowerDNS Recursor, as packaged by Debian) as child processes
-// against a fake DNS root on loopback, for integration tests of authoritative
-// DNS code. install-deps.sh in this directory installs them; README.md
+// against a fake DNS root on loopback: the harness of the resolver lab
+// (test/resolverlab) and of the demo network (internal/demonet).
+// test/resolverlab/install-deps.sh installs them; test/resolverlab/README.md
 // describes the configurations and each resolver's quirks.
 //
 // Each resolver gets a generated configuration in Options.Dir that keeps its
@@ -21,7 +22,7 @@
 //
 // Resolvers need root (port 53; BIND also gets its address added to lo)
 // and IPv4 loopback addresses.
-package resolverlab
+package resolvers
 
 import (
 	"context"
@@ -37,8 +38,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
+
 	"time"
+
+	"github.com/coralcdn/coral/internal/proc"
 
 	"github.com/miekg/dns"
 )
@@ -153,9 +156,7 @@ type Resolver struct {
 	Config  string // path of its generated configuration file
 	LogFile string // its stdout, stderr and log output
 
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when the process has exited
-	waitErr error         // valid after done
+	proc *proc.Process
 
 	flush func(ctx context.Context) error
 
@@ -173,22 +174,22 @@ func Start(ctx context.Context, kind Kind, o Options) (*Resolver, error) {
 		return nil, err
 	}
 	if !o.Addr.Is4() && !o.Addr.Is4In6() {
-		return nil, fmt.Errorf("resolverlab: Addr %v: only IPv4 is supported", o.Addr)
+		return nil, fmt.Errorf("resolvers: Addr %v: only IPv4 is supported", o.Addr)
 	}
 	o.Addr = o.Addr.Unmap()
 	if len(o.RootHints) == 0 || len(o.RootHints) > 26 {
-		return nil, fmt.Errorf("resolverlab: need 1 to 26 RootHints, got %d", len(o.RootHints))
+		return nil, fmt.Errorf("resolvers: need 1 to 26 RootHints, got %d", len(o.RootHints))
 	}
 	hints := make([]netip.Addr, len(o.RootHints))
 	for i, h := range o.RootHints {
 		if !h.Is4() && !h.Is4In6() {
-			return nil, fmt.Errorf("resolverlab: RootHints %v: only IPv4 is supported", h)
+			return nil, fmt.Errorf("resolvers: RootHints %v: only IPv4 is supported", h)
 		}
 		hints[i] = h.Unmap()
 	}
 	o.RootHints = hints
 	if o.Dir == "" {
-		return nil, errors.New("resolverlab: Options.Dir is required")
+		return nil, errors.New("resolvers: Options.Dir is required")
 	}
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
@@ -202,7 +203,7 @@ func Start(ctx context.Context, kind Kind, o Options) (*Resolver, error) {
 		o.StartTimeout = 20 * time.Second
 	}
 
-	r := &Resolver{Kind: kind, Addr: o.Addr, Dir: o.Dir, done: make(chan struct{})}
+	r := &Resolver{Kind: kind, Addr: o.Addr, Dir: o.Dir}
 	r.LogFile = filepath.Join(o.Dir, string(kind)+".log")
 	if err := os.WriteFile(filepath.Join(o.Dir, "root.hints"), []byte(rootHintsFile(o.RootHints)), 0o644); err != nil {
 		return nil, err
@@ -245,28 +246,12 @@ func Start(ctx context.Context, kind Kind, o Options) (*Resolver, error) {
 		r.runCleanup()
 		return nil, err
 	}
-	logf, err := os.OpenFile(r.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		r.runCleanup()
-		return nil, err
-	}
-	fmt.Fprintf(logf, "### resolverlab: %s %s\n", bin, strings.Join(args, " "))
-	r.cmd = exec.Command(bin, args...)
-	r.cmd.Dir = o.Dir
-	r.cmd.Stdin = nil
-	r.cmd.Stdout = logf
-	r.cmd.Stderr = logf
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	err = r.cmd.Start()
-	logf.Close() // the child has its own copy
+	r.proc, err = proc.Start(append([]string{bin}, args...), proc.Options{
+		Name: string(kind), Dir: o.Dir, Log: r.LogFile, Banner: "resolvers"})
 	if err != nil {
 		r.runCleanup()
 		return nil, fmt.Errorf("start %s: %w", kind, err)
 	}
-	go func() {
-		r.waitErr = r.cmd.Wait()
-		close(r.done)
-	}()
 
 	sctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
@@ -312,8 +297,8 @@ func (r *Resolver) waitReady(ctx context.Context) error {
 			}
 			lastErr = err
 			select {
-			case <-r.done:
-				return fmt.Errorf("exited before answering: %v", r.waitErr)
+			case <-r.proc.Done():
+				return fmt.Errorf("exited before answering: %v", r.proc.ExitError())
 			case <-ctx.Done():
 				return fmt.Errorf("no %s answer before deadline: %v (last probe: %v)", network, ctx.Err(), lastErr)
 			case <-time.After(backoff):
@@ -321,48 +306,24 @@ func (r *Resolver) waitReady(ctx context.Context) error {
 			backoff = min(backoff*2, 200*time.Millisecond)
 		}
 	}
-	select {
-	case <-r.done:
-		return fmt.Errorf("exited right after answering: %v", r.waitErr)
-	default:
+	if !r.Running() {
+		return fmt.Errorf("exited right after answering: %v", r.proc.ExitError())
 	}
 	return nil
 }
 
 // Running reports whether the process is still running.
-func (r *Resolver) Running() bool {
-	select {
-	case <-r.done:
-		return false
-	default:
-		return true
-	}
-}
+func (r *Resolver) Running() bool { return r.proc.Running() }
 
 // Stop terminates the resolver (SIGTERM, then SIGKILL after 3 s) and waits
 // for it. It reports an error if the process had already died on its own.
 // Idempotent.
 func (r *Resolver) Stop() error {
 	r.stopOnce.Do(func() {
-		select {
-		case <-r.done:
-			if r.waitErr != nil {
-				r.stopErr = fmt.Errorf("%s exited unexpectedly: %w", r.Kind, r.waitErr)
-			} else {
-				r.stopErr = fmt.Errorf("%s exited unexpectedly", r.Kind)
-			}
-		default:
-			pgid := -r.cmd.Process.Pid
-			_ = syscall.Kill(pgid, syscall.SIGTERM)
-			select {
-			case <-r.done:
-			case <-time.After(3 * time.Second):
-				_ = syscall.Kill(pgid, syscall.SIGKILL)
-				<-r.done
-			}
-			// Whatever is left in its process group (nothing, normally).
-			_ = syscall.Kill(pgid, syscall.SIGKILL)
+		if err := r.proc.Exited(); err != nil {
+			r.stopErr = fmt.Errorf("%s exited unexpectedly: %w", r.Kind, r.proc.ExitError())
 		}
+		_ = r.proc.Stop(3 * time.Second)
 		r.runCleanup()
 	})
 	return r.stopErr
@@ -377,13 +338,7 @@ func (r *Resolver) runCleanup() {
 
 // Log returns everything the resolver logged so far (stdout, stderr and
 // its log output all go to LogFile).
-func (r *Resolver) Log() string {
-	b, err := os.ReadFile(r.LogFile)
-	if err != nil {
-		return fmt.Sprintf("(reading %s: %v)", r.LogFile, err)
-	}
-	return string(b)
-}
+func (r *Resolver) Log() string { return r.proc.Log() }
 
 // LogTail returns at most the last n bytes of Log, for failure messages.
 func (r *Resolver) LogTail(n int) string {
@@ -430,7 +385,7 @@ func control(ctx context.Context, tool string, args ...string) (string, error) {
 // rootHintsFile renders a named.root-style hints file.
 func rootHintsFile(roots []netip.Addr) string {
 	var b strings.Builder
-	b.WriteString("; fake root hints written by resolverlab\n")
+	b.WriteString("; fake root hints written by resolvers\n")
 	for i := range roots {
 		fmt.Fprintf(&b, ".\t3600000\tIN\tNS\t%s\n", RootServerName(i))
 	}

@@ -1,4 +1,4 @@
-package resolverlab
+package resolvers
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ import (
 // different names.
 func RootServerName(i int) string {
 	if i < 0 || i >= 26 {
-		panic(fmt.Sprintf("resolverlab: root server index %d out of range", i))
+		panic(fmt.Sprintf("resolvers: root server index %d out of range", i))
 	}
 	return fmt.Sprintf("%c.root-servers.test.", 'a'+i)
 }
