@@ -1,7 +1,6 @@
 package coraldht
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -180,13 +179,19 @@ type message struct {
 	Payload   []byte
 }
 
-var (
-	errShort      = errors.New("truncated")
-	errTrailing   = errors.New("trailing bytes")
-	errMagic      = errors.New("not a Coral datagram")
-	errVersion    = errors.New("unsupported protocol version")
-	errUnknown    = errors.New("unknown message type")
-	errBadField   = errors.New("field out of range")
-	errIDMismatch = errors.New("node ID is not SHA-1 of its address")
-	errTooLong    = errors.New("longer than a datagram")
+// wireError is why a datagram does not decode (or a message does not
+// encode); decodeError wraps it with the field.
+type wireError string
+
+func (e wireError) Error() string { return string(e) }
+
+const (
+	errShort      wireError = "truncated"
+	errTrailing   wireError = "trailing bytes"
+	errMagic      wireError = "not a Coral datagram"
+	errVersion    wireError = "unsupported protocol version"
+	errUnknown    wireError = "unknown message type"
+	errBadField   wireError = "field out of range"
+	errIDMismatch wireError = "node ID is not SHA-1 of its address"
+	errTooLong    wireError = "longer than a datagram"
 )

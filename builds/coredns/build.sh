@@ -31,28 +31,9 @@ grep -qs '^module github.com/coralcdn/coral$' "$root/go.mod" \
 export CGO_ENABLED=0 GO111MODULE=on GOWORK=off GOFLAGS=
 
 # --- up to date? --------------------------------------------------------------
-# The inputs are the files the binary is built from: the Go files (tests
-# excluded) and embedded files of our packages it imports, their
-# directories (a deleted file changes the directory), go.mod, go.sum and
-# these scripts. If go list fails (a broken tree), every file of
-# ours counts, and the build reports the error.
-if [ "${FORCE:-0}" != 1 ] && [ -f "$out" ]; then
-	if inputs=$(cd "$root" && go list -deps -f '{{if .Module}}{{if eq .Module.Path "github.com/coralcdn/coral"}}{{.Dir}}
-{{range .GoFiles}}{{$.Dir}}/{{.}}
-{{end}}{{range .EmbedFiles}}{{$.Dir}}/{{.}}
-{{end}}{{end}}{{end}}' ./plugin/coredns 2>/dev/null); then
-		newer=$(printf '%s\n' "$inputs" "$root/go.mod" "$root/go.sum" "$here/build.sh" \
-			| xargs -d '\n' -I{} find {} -maxdepth 0 -newer "$out" -print 2>/dev/null || true)
-		newer=${newer%%$'\n'*} # the first one
-	else
-		newer=$root
-	fi
-	if [ -z "$newer" ]; then
-		log "bin/coredns is up to date (FORCE=1 to rebuild)"
-		exit 0
-	fi
-	log "rebuilding: $newer is newer than bin/coredns"
-fi
+# shellcheck source=../uptodate.sh
+. "$here/../uptodate.sh"
+exit_if_up_to_date "$out" ./plugin/coredns "$here/build.sh" "$here/../uptodate.sh"
 
 # --- CoreDNS source from the module cache ----------------------------------------
 # Run in a throwaway module holding a copy of coral's go.sum: the download is

@@ -230,6 +230,33 @@ func (o optionArgs) prefixes() ([]string, error) {
 	return o.args, nil
 }
 
+// durationOption parses one duration into the field field names.
+func durationOption(field func(*Handler) *caddy.Duration) func(*Handler, optionArgs) error {
+	return func(h *Handler, o optionArgs) (err error) {
+		*field(h), err = o.duration()
+		return err
+	}
+}
+
+// ttlOption parses one duration into an optional field (nil: the
+// default).
+func ttlOption(field func(*Handler) **caddy.Duration) func(*Handler, optionArgs) error {
+	return func(h *Handler, o optionArgs) error {
+		v, err := o.duration()
+		*field(h) = &v
+		return err
+	}
+}
+
+// prefixOption adds address prefixes to the list field names.
+func prefixOption(field func(*Handler) *[]string) func(*Handler, optionArgs) error {
+	return func(h *Handler, o optionArgs) error {
+		p, err := o.prefixes()
+		*field(h) = append(*field(h), p...)
+		return err
+	}
+}
+
 // proxyOptions parse the options of the coral_proxy block, by name.
 var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 	"cache_dir": func(h *Handler, o optionArgs) (err error) {
@@ -267,24 +294,10 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		h.ForwardFields = append(h.ForwardFields, o.args...)
 		return nil
 	},
-	"allow_origins": func(h *Handler, o optionArgs) error {
-		p, err := o.prefixes()
-		h.AllowOrigins = append(h.AllowOrigins, p...)
-		return err
-	},
-	"allow_peers": func(h *Handler, o optionArgs) error {
-		p, err := o.prefixes()
-		h.AllowPeers = append(h.AllowPeers, p...)
-		return err
-	},
-	"download_timeout": func(h *Handler, o optionArgs) (err error) {
-		h.DownloadTimeout, err = o.duration()
-		return err
-	},
-	"download_wait": func(h *Handler, o optionArgs) (err error) {
-		h.DownloadWait, err = o.duration()
-		return err
-	},
+	"allow_origins":    prefixOption(func(h *Handler) *[]string { return &h.AllowOrigins }),
+	"allow_peers":      prefixOption(func(h *Handler) *[]string { return &h.AllowPeers }),
+	"download_timeout": durationOption(func(h *Handler) *caddy.Duration { return &h.DownloadTimeout }),
+	"download_wait":    durationOption(func(h *Handler) *caddy.Duration { return &h.DownloadWait }),
 	"max_downloads": func(h *Handler, o optionArgs) (err error) {
 		if len(o.args) < 1 || len(o.args) > 2 {
 			return o.d.Errf("max_downloads takes N [PER_ORIGIN]")
@@ -305,24 +318,10 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		}
 		return o.d.Errf("origin_scheme: %q; want http, https or auto", h.OriginScheme)
 	},
-	"default_ttl": func(h *Handler, o optionArgs) error {
-		v, err := o.duration()
-		h.DefaultTTL = &v
-		return err
-	},
-	"min_ttl": func(h *Handler, o optionArgs) error {
-		v, err := o.duration()
-		h.MinTTL = &v
-		return err
-	},
-	"origin_timeout": func(h *Handler, o optionArgs) (err error) {
-		h.OriginTimeout, err = o.duration()
-		return err
-	},
-	"peer_timeout": func(h *Handler, o optionArgs) (err error) {
-		h.PeerTimeout, err = o.duration()
-		return err
-	},
+	"default_ttl":    ttlOption(func(h *Handler) **caddy.Duration { return &h.DefaultTTL }),
+	"min_ttl":        ttlOption(func(h *Handler) **caddy.Duration { return &h.MinTTL }),
+	"origin_timeout": durationOption(func(h *Handler) *caddy.Duration { return &h.OriginTimeout }),
+	"peer_timeout":   durationOption(func(h *Handler) *caddy.Duration { return &h.PeerTimeout }),
 	"blacklist": func(h *Handler, o optionArgs) (err error) {
 		if len(o.args) < 1 || len(o.args) > 2 {
 			return o.d.Errf("blacklist takes a file and optionally how often to check it")

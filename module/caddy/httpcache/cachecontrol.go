@@ -120,6 +120,10 @@ func parseCacheControlValue(s string) CacheControl {
 
 // apply records one directive.
 func (cc *CacheControl) apply(name, val string, hasVal bool) {
+	if flag, ok := flagDirectives[name]; ok {
+		*flag(cc) = true
+		return
+	}
 	switch name {
 	case "no-store":
 		cc.NoStore = true
@@ -135,20 +139,6 @@ func (cc *CacheControl) apply(name, val string, hasVal bool) {
 		} else {
 			cc.Private = true
 		}
-	case "public":
-		cc.Public = true
-	case "must-revalidate":
-		cc.MustRevalidate = true
-	case "proxy-revalidate":
-		cc.ProxyRevalidate = true
-	case "must-understand":
-		cc.MustUnderstand = true
-	case "no-transform":
-		cc.NoTransform = true
-	case "immutable":
-		cc.Immutable = true
-	case "only-if-cached":
-		cc.OnlyIfCached = true
 	case "max-age":
 		// Invalid counts as 0: RFC 9111 §4.2.1 encourages treating
 		// invalid freshness information as stale.
@@ -178,6 +168,18 @@ func (cc *CacheControl) apply(name, val string, hasVal bool) {
 			cc.MinFresh, cc.HasMinFresh = d, true
 		}
 	}
+}
+
+// flagDirectives are the directives without a value, by name, and the
+// field each sets.
+var flagDirectives = map[string]func(*CacheControl) *bool{
+	"public":           func(cc *CacheControl) *bool { return &cc.Public },
+	"must-revalidate":  func(cc *CacheControl) *bool { return &cc.MustRevalidate },
+	"proxy-revalidate": func(cc *CacheControl) *bool { return &cc.ProxyRevalidate },
+	"must-understand":  func(cc *CacheControl) *bool { return &cc.MustUnderstand },
+	"no-transform":     func(cc *CacheControl) *bool { return &cc.NoTransform },
+	"immutable":        func(cc *CacheControl) *bool { return &cc.Immutable },
+	"only-if-cached":   func(cc *CacheControl) *bool { return &cc.OnlyIfCached },
 }
 
 func setMinDelta(v *time.Duration, has *bool, d time.Duration) {
