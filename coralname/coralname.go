@@ -137,6 +137,11 @@ func (zs Zones) parseOrigin(rel string) (o Origin, detail string, err error) {
 		if len(rel) > MaxLabelLen {
 			return bad("label longer than 63 characters")
 		}
+		if rel[0] == '_' {
+			// Reserved: "_acme-challenge" is where the zone's ACME
+			// challenge values are, and no web host starts with '_'.
+			return bad("a one-label name starting with '_' is reserved")
+		}
 		rel, o.OneLabel = decodeOneLabel(rel), true
 	}
 	for _, z := range zs {

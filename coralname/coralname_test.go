@@ -217,6 +217,8 @@ func TestOneLabel(t *testing.T) {
 		{"example-com-0080.nyud.net", "", 0, ErrBadHost}, // port with a leading zero
 		{"example-123.nyud.net", "", 0, ErrBadHost},      // 123 is a port: single-label origin
 		{"www-example-com-nyud-net.nyud.net", "", 0, ErrLoop},
+		{"_acme-challenge.nyud.net", "", 0, ErrBadHost}, // reserved, not origin _acme.challenge
+		{"_a-example-com.nyud.net", "", 0, ErrBadHost},
 		{strings.Repeat("a", 60) + "-com.nyud.net", "", 0, ErrBadHost}, // 64 characters
 	} {
 		o, err := ParseHost(tc.host, "nyud.net")

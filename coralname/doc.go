@@ -28,7 +28,10 @@
 // origin that does not fit (a long name, a port) can only be written in
 // the dotted form; a longer label is ErrBadHost. Both forms name the same
 // origin, so they share one cache key and one copy. A single label without
-// '-' is a single-label origin, refused as before.
+// '-' is a single-label origin, refused as before. A single label starting
+// with '_' is reserved: "_acme-challenge.nyud.net" is where the zone's ACME
+// DNS-01 challenge values are published (package coraldht/acmetxt), not an
+// origin named "_acme.challenge".
 //
 // The part before the zone, "www.example.com.8080", is the origin part.
 // The proxy finds it in the Host header (ParseHost). The DNS plugin finds

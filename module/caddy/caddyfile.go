@@ -128,6 +128,7 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    allow_peers    PREFIX...     # private peer addresses allowed anyway
 //	    forward_fields FIELD...      # request fields sent to origins besides the defaults
 //	    origin_scheme  http|https|auto
+//	    https_redirect [PORT]        # one-label names over http → https
 //	    default_ttl    DURATION
 //	    min_ttl        DURATION
 //	    origin_timeout DURATION
@@ -307,6 +308,20 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		}
 		h.MaxDownloadsPerOrigin, err = o.positive(o.args[1], "per origin ")
 		return err
+	},
+	"https_redirect": func(h *Handler, o optionArgs) (err error) {
+		if len(o.args) > 1 {
+			return o.d.Errf("https_redirect takes at most a port")
+		}
+		h.HTTPSRedirect = true
+		if len(o.args) == 1 {
+			p, ok := parsePortLabel(o.args[0])
+			if !ok {
+				return o.d.Errf("https_redirect: port %q: want 1-65535", o.args[0])
+			}
+			h.HTTPSPort = p
+		}
+		return nil
 	},
 	"origin_scheme": func(h *Handler, o optionArgs) (err error) {
 		if h.OriginScheme, err = o.one(); err != nil {

@@ -90,17 +90,21 @@ type Target struct {
 	Scheme   string // how the proxy fetches the origin: "http" (default) or "https"
 	Path     string // escaped path as received (r.URL.EscapedPath())
 	RawQuery string // query as received, without '?'
+	// OneLabel says the request named the origin in the one-label form
+	// (www-example-com.nyud.net), which a wildcard certificate covers.
+	// It changes nothing about the object (same key, same origin URL).
+	OneLabel bool
 }
 
 // ParseTarget parses a Coralized request: host is the Host header, zone the
 // alias zone, path the escaped request path and rawQuery its query. The
 // scheme is "http", as Coralized URLs are.
 func ParseTarget(host, zone, path, rawQuery string) (Target, error) {
-	origin, port, err := ParseCoralized(host, zone)
+	o, err := coralname.ParseHost(host, zone)
 	if err != nil {
-		return Target{}, err
+		return Target{}, hostError(err)
 	}
-	return Target{Host: origin, Port: port, Scheme: "http", Path: path, RawQuery: rawQuery}, nil
+	return Target{Host: o.Host, Port: o.Port, Scheme: "http", Path: path, RawQuery: rawQuery, OneLabel: o.OneLabel}, nil
 }
 
 // NormalizedURL is NormalizeURL of t.

@@ -77,6 +77,16 @@ type Handler struct {
 	// URL itself).
 	OriginScheme string `json:"origin_scheme,omitempty"`
 
+	// HTTPSRedirect sends plain-HTTP requests for one-label Coralized
+	// names (www-example-com.nyud.net, the form a wildcard certificate
+	// covers) to the same URL over https with 308 Permanent Redirect.
+	// Turn it on where this Caddy also serves the zone's wildcard over
+	// TLS. Dotted names (www.example.com.nyud.net) stay on http: no
+	// certificate can cover them. Default off.
+	HTTPSRedirect bool `json:"https_redirect,omitempty"`
+	// HTTPSPort is the port the redirects name. Default 443.
+	HTTPSPort int `json:"https_port,omitempty"`
+
 	// DefaultTTL is how long a response without freshness information is
 	// fresh. Default 12h. MinTTL is the least a cached response is fresh,
 	// overriding no-cache and shorter max-age. Default 5m. Both 0 gives
@@ -400,7 +410,9 @@ func (h *Handler) selfAddr() netip.AddrPort {
 // learnPeerAddr fills in this proxy's HTTP address from the first request:
 // the node's IP and the port the request came in on.
 func (h *Handler) learnPeerAddr(r *http.Request) {
-	if h.eng.peerAddr.Load() != nil || h.eng.node == nil {
+	if h.eng.peerAddr.Load() != nil || h.eng.node == nil || r.TLS != nil {
+		// Peers speak plain HTTP: a port that answers with TLS is not
+		// their way in.
 		return
 	}
 	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
@@ -431,6 +443,9 @@ func (h *Handler) Validate() error {
 	}
 	if h.MaxObjectSize < 0 || h.MaxObjectSize > h.CacheSize && h.CacheSize > 0 {
 		return fmt.Errorf("coral_proxy: max_object_size %d must be positive and at most cache_size %d", h.MaxObjectSize, h.CacheSize)
+	}
+	if h.HTTPSPort < 0 || h.HTTPSPort > 65535 {
+		return fmt.Errorf("coral_proxy: https_port %d: want 1-65535", h.HTTPSPort)
 	}
 	if h.MaxObjects < 0 || h.MaxDownloads < 0 || h.MaxDownloadsPerOrigin < 0 {
 		return errors.New("coral_proxy: max_objects and max_downloads must be positive")

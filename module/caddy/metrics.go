@@ -42,6 +42,7 @@ const (
 	metricCollapsed = "collapsed" // joined a download already under way
 	metricStale     = "stale"     // served stale (origin unreachable, stale-if-error, ...)
 	metricRefused   = "refused"   // refused: not Coralized, forbidden origin, method, only-if-cached miss
+	metricRedirect  = "redirect"  // a one-label name over http sent to https (https_redirect)
 
 	// source of requests_total and bytes_served_total (also "peer-l<level>").
 	metricLocal  = "local"
@@ -323,10 +324,10 @@ func requestCounts() []requestCount {
 }
 
 func cacheStatusRank(s string) int {
-	if i := slices.Index([]string{metricHit, metricMiss, metricCollapsed, metricStale, metricRefused}, s); i >= 0 {
+	if i := slices.Index([]string{metricHit, metricMiss, metricCollapsed, metricStale, metricRefused, metricRedirect}, s); i >= 0 {
 		return i
 	}
-	return 5
+	return 6
 }
 
 func sourceRank(s string) int {
@@ -392,7 +393,7 @@ func fetchOutcome(status int, err error) string {
 
 func metricCacheStatus(s string) string {
 	switch s {
-	case metricHit, metricMiss, metricCollapsed, metricStale, metricRefused:
+	case metricHit, metricMiss, metricCollapsed, metricStale, metricRefused, metricRedirect:
 		return s
 	}
 	return metricOther

@@ -218,7 +218,7 @@ func TestMetricsLabelValues(t *testing.T) {
 			t.Errorf("metricSource(%q) = %q, want %q", in, got, want)
 		}
 	}
-	for _, s := range []string{"hit", "miss", "collapsed", "stale", "refused"} {
+	for _, s := range []string{"hit", "miss", "collapsed", "stale", "refused", "redirect"} {
 		if got := metricCacheStatus(s); got != s {
 			t.Errorf("metricCacheStatus(%q) = %q", s, got)
 		}

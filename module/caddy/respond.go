@@ -32,6 +32,9 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 		hdr[k] = vals[len(vals)-len(v) : len(vals) : len(vals)]
 	}
 	delete(hdr, "Set-Cookie")
+	if !toPeer {
+		h.localizeLocation(hdr, r)
+	}
 	vals = setOwnValue(hdr, vals, "Via", "1.1 coral")
 	vals = setOwnValue(hdr, vals, "Cache-Status", cacheStatusValue(status, source))
 	now := h.eng.now()
@@ -159,13 +162,14 @@ func lastModified(h http.Header) time.Time {
 }
 
 // serveDirect streams a response that is not cached.
-func (h *Handler) serveDirect(w http.ResponseWriter, resp *http.Response, source string) error {
+func (h *Handler) serveDirect(w http.ResponseWriter, r *http.Request, resp *http.Response, source string) error {
 	defer resp.Body.Close()
 	hdr := w.Header()
 	for k, v := range storedHeader(resp.Header) {
 		hdr[k] = v
 	}
 	hdr.Del(httpcache.CoralOnlyField)
+	h.localizeLocation(hdr, r)
 	hdr.Set("Via", "1.1 coral")
 	hdr.Set("Cache-Status", fmt.Sprintf(`coral; fwd=uri-miss; stored=false; detail=%q`, source))
 	w.WriteHeader(resp.StatusCode)

@@ -24,6 +24,10 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 	case err != nil:
 		return caddyhttp.Error(StatusForHostError(err), err)
 	}
+	if h.HTTPSRedirect && r.TLS == nil && target.OneLabel {
+		acct.set(metricRedirect, "none")
+		return h.redirectToHTTPS(w, r, target)
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		return caddyhttp.Error(http.StatusMethodNotAllowed, fmt.Errorf("coral_proxy serves GET and HEAD only"))
@@ -243,7 +247,7 @@ wait:
 			// The response may not be shared; fetch our own copy.
 			return h.fetchOwn(w, r, fr, acct)
 		}
-		return h.serveDirect(w, d.direct, d.source)
+		return h.serveDirect(w, r, d.direct, d.source)
 	}
 	// The object may have landed under a variant key (the response
 	// varies), which lookup finds through the URL's entry.
@@ -292,7 +296,7 @@ func (h *Handler) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchReque
 	if err != nil {
 		return fetchFailed(acct, err)
 	}
-	return h.serveDirect(w, resp, "origin")
+	return h.serveDirect(w, r, resp, "origin")
 }
 
 // writeInterim relays an interim response to the client: its fields are

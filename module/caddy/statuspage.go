@@ -223,7 +223,8 @@ func statusKindOf(cacheStatus, source string) string {
 		return "stale"
 	case metricCollapsed:
 		return "collapsed"
-	case metricRefused:
+	case metricRefused, metricRedirect:
+		// A redirect to https serves nothing either.
 		return "refused"
 	case metricMiss:
 		switch {

@@ -39,6 +39,9 @@ type Coral struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	closers []func() error
+	// challenges answers the alias zone's ACME challenge (nil without an
+	// alias zone).
+	challenges *challenges
 }
 
 // settings are the response knobs, all parsed from the Corefile.
@@ -297,6 +300,8 @@ func (b *builder) respond(p parsedName) string {
 		return b.nodata(min(p.level, b.level()), b.c.set.negTTL)
 	case kindProxy:
 		switch {
+		case p.challenge:
+			return b.challenge(b.state.QName(), min(p.level, b.level()))
 		case p.above:
 			return b.nodata(min(p.level, b.level()), b.c.set.negTTL)
 		case p.badOrigin:
@@ -403,6 +408,9 @@ func (b *builder) aliasBelow(p parsedName) string {
 		Target: target,
 	})
 	top := len(s.levelApex) - 1
+	if p.challenge {
+		return b.challenge(target, min(top, b.level()))
+	}
 	if p.badOrigin {
 		// No address for an origin the proxy refuses; NODATA where names
 		// may lie below (coralname.Zones.Above), else NXDOMAIN.

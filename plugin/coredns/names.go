@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/coralcdn/coral/coraldht/acmetxt"
 	"github.com/coralcdn/coral/coralname"
 	"github.com/miekg/dns"
 )
@@ -63,6 +64,9 @@ type parsedName struct {
 	// above marks a bad origin part that may still lie above Coralized
 	// names (coralname.Zones.Above): NODATA, not NXDOMAIN.
 	above bool
+	// challenge marks "_acme-challenge" below the alias zone (kindAliasBelow)
+	// or the DNAME target (kindProxy): TXT from the DSHT (challenge.go).
+	challenge bool
 }
 
 // scheme holds the zone names of one plugin instance, lower case and fully
@@ -203,6 +207,11 @@ func lastLabel(s string) (rest, label string) {
 // coralized places a Coralized name whose origin part is rel: the proxy's
 // grammar (coralname), with loops through either of our zones refused.
 func (s *scheme) coralized(kind nameKind, level int, rel string) parsedName {
+	if rel == acmetxt.Label && s.alias != "" {
+		// Not an origin: where the alias zone's ACME challenge values are
+		// (challenge.go).
+		return parsedName{kind: kind, level: level, rel: rel, challenge: true}
+	}
 	o, err := s.zones.ParseOrigin(rel)
 	return parsedName{kind: kind, level: level, rel: rel, origin: o, badOrigin: err != nil, above: err != nil && s.zones.Above(rel)}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coraldht/acmetxt"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
@@ -534,6 +535,9 @@ func (c *Coral) start() error {
 		observe:    observeProbe,
 		now:        time.Now,
 		ctx:        ctx,
+	}
+	if cfg.alias != "" {
+		c.challenges = newChallenges(cfg.alias, func() acmetxt.Getter { return entry.node })
 	}
 	c.tracker = newTracker(entry.node, len(cfg.levels)+1, cfg.checkInterval, cfg.liveWithin, cfg.syncWait)
 	c.tracker.book = entry.names
