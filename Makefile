@@ -16,7 +16,7 @@ build:
 # root. `make demo DEMO_SMOKE=1` runs those commands once, checks them and
 # exits 0 or 1. The DSHT on its own: `go run ./cmd/dhtdemo`.
 demo: coredns caddy
-	@bash builds/apt-install.sh demo "unbound unbound-control dig curl" unbound dnsutils curl
+	@bash builds/apt-install.sh demo "unbound unbound-control dig curl openssl" unbound dnsutils curl openssl
 	$(GO) run ./cmd/coraldemo $(if $(filter-out 0,$(DEMO_SMOKE)),-smoke)
 
 # Everything: formatting, vet, staticcheck (pinned in go.mod), go.mod drift,

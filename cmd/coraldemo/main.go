@@ -108,8 +108,8 @@ func printNetwork(n *demonet.Net) {
 	}
 	fmt.Printf("  nodes       cluster %s: %s\n", demonet.RegionEast, strings.Join(byRegion[demonet.RegionEast], " "))
 	fmt.Printf("              cluster %s: %s\n", demonet.RegionWest, strings.Join(byRegion[demonet.RegionWest], " "))
-	fmt.Printf("              each: CoreDNS (coral plugin) on :%d, Caddy (coral_proxy) on :%d, admin API on :%d,\n",
-		demonet.PortDNS, demonet.PortHTTP, demonet.PortAdmin)
+	fmt.Printf("              each: CoreDNS (coral plugin) on :%d, Caddy (coral_proxy) on :%d and :%d, admin API on :%d,\n",
+		demonet.PortDNS, demonet.PortHTTP, demonet.PortHTTPS, demonet.PortAdmin)
 	fmt.Printf("              CoreDNS metrics on :%d, DSHT nodes on UDP :%d (CoreDNS) and :%d (Caddy)\n",
 		demonet.PortMetrics, demonet.PortDHTCoreDNS, demonet.PortDHTCaddy)
 	for _, r := range n.Resolvers {
@@ -117,7 +117,9 @@ func printNetwork(n *demonet.Net) {
 	}
 	fmt.Printf("  fake root   %s: delegates %s and %s to the nodes, serves %s\n", l.Root(), demonet.AliasZone, demonet.CoralZone, demonet.OriginZone)
 	fmt.Printf("  origin      http://%s/ on %s: a page with three images, /about.html, /news.html\n", demonet.OriginName, n.Origin.Addr)
+	fmt.Printf("  ACME CA     %s (dns-01 only; root certificate %s)\n", n.ACMEDirectory(), n.CARoot)
 	fmt.Printf("  Coralized   %s\n", n.URL("/"))
+	fmt.Printf("              %s (one label, HTTPS: curl --cacert %s ...)\n", n.HTTPSURL("/"), n.CARoot)
 	if n.OriginNote != "" {
 		fmt.Printf("              (%s)\n", n.OriginNote)
 	}

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/internal/labconf"
 	"github.com/coralcdn/coral/internal/proc"
@@ -41,17 +44,31 @@ var lastModified = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // target is one server under test.
 type target struct {
-	name string // coral, file, nginx
-	addr netip.AddrPort
-	host string // Host header for wrk and checks ("": the address)
-	srv  *proc.Process
+	name   string // coral, file, nginx; over TLS coral-tls, file-tls
+	server string // what answers: coral (coral_proxy), file (file_server), nginx
+	addr   netip.AddrPort
+	// host is the name the target is asked for. Over HTTP it is the Host
+	// header ("": the address). Over TLS it is the URL's host, and so the
+	// SNI and, with the port, the Host header, as wrk sends them.
+	host  string
+	tls   bool
+	roots *x509.CertPool // over TLS: Caddy's local CA, read once Caddy has made it
+	srv   *proc.Process
 }
 
-func (t *target) url(path string) string { return "http://" + t.addr.String() + path }
+func (t *target) url(path string) string {
+	if t.tls {
+		return "https://" + t.hostHeader() + path
+	}
+	return "http://" + t.addr.String() + path
+}
 
 // hostHeader is the Host the target is asked for.
 func (t *target) hostHeader() string {
-	if t.host != "" {
+	switch {
+	case t.tls:
+		return net.JoinHostPort(t.host, strconv.Itoa(int(t.addr.Port())))
+	case t.host != "":
 		return t.host
 	}
 	return t.addr.String()
@@ -64,8 +81,11 @@ type bench struct {
 	origin  *origin
 	caddy   *proc.Process
 	nginx   *proc.Process
-	targets []*target // coral, file[, nginx]
+	targets []*target // coral, file[, coral-tls, file-tls][, nginx]
 	files   string    // file_server's root
+	// wrkScript is the Lua script that points wrk at Caddy's address for
+	// the TLS targets' names (tls.go); "" without TLS.
+	wrkScript string
 
 	caddyfile string
 	nginxConf string
@@ -84,55 +104,75 @@ func newBench(p params) (*bench, error) {
 	if addrs[0] == addrs[1] || addrs[0] == addrs[2] || addrs[1] == addrs[2] {
 		return nil, errors.New("-origin-addr, -caddy-addr and -nginx-addr must differ")
 	}
-	if p.Port < 1 || p.Port > 65534 || p.Port == adminPort || p.Port+1 == adminPort {
-		return nil, fmt.Errorf("-port %d: want 1..65534, clear of the admin port %d", p.Port, adminPort)
+	// Caddy's sites take Port and the next one, and over TLS the two after.
+	lastPort := p.Port + 1
+	if p.TLS {
+		lastPort = p.Port + 3
+	}
+	if p.Port < 1 || lastPort > 65535 || (adminPort >= p.Port && adminPort <= lastPort) {
+		return nil, fmt.Errorf("-port %d: want 1..%d, Caddy's ports %d..%d clear of the admin port %d", p.Port, 65535-(lastPort-p.Port), p.Port, lastPort, adminPort)
 	}
 	dir, err := os.MkdirTemp("", "coral-httpbench-")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
 	b := &bench{p: p, dir: dir, files: filepath.Join(dir, "files")}
-	b.origin = newOrigin(p.Sizes)
-	if err := os.Mkdir(b.files, 0o755); err != nil {
+	if err := b.setUp(addrs); err != nil {
 		b.close()
 		return nil, err
+	}
+	return b, nil
+}
+
+// setUp writes the files, the configurations and, over TLS, wrk's script,
+// and lays out the targets: the origin on addrs[0], Caddy on addrs[1],
+// nginx on addrs[2].
+func (b *bench) setUp(addrs []netip.Addr) error {
+	p := b.p
+	b.origin = newOrigin(p.Sizes)
+	if err := os.Mkdir(b.files, 0o755); err != nil {
+		return err
 	}
 	for _, size := range p.Sizes {
 		path := filepath.Join(b.files, sizeName(size))
 		if err := os.WriteFile(path, b.origin.bodies["/"+sizeName(size)], 0o644); err != nil {
-			b.close()
-			return nil, err
+			return err
 		}
 		if err := os.Chtimes(path, lastModified, lastModified); err != nil {
-			b.close()
-			return nil, err
+			return err
 		}
 	}
 	port := uint16(p.Port)
 	b.origin.addr = netip.AddrPortFrom(addrs[0], port)
-	coral := &target{name: "coral", addr: netip.AddrPortFrom(addrs[1], port), host: fmt.Sprintf("%v.%d.%s", addrs[0], p.Port, zone)}
-	file := &target{name: "file", addr: netip.AddrPortFrom(addrs[1], port+1)}
-	b.targets = []*target{coral, file}
+	origin := coralname.Origin{Host: addrs[0].String(), Port: p.Port}
+	b.targets = []*target{
+		{name: "coral", server: "coral", addr: netip.AddrPortFrom(addrs[1], port), host: coralname.Coralize(origin, zone)},
+		{name: "file", server: "file", addr: netip.AddrPortFrom(addrs[1], port+1)},
+	}
+	if p.TLS {
+		tlsTargets, err := b.tlsTargets(origin, addrs[1])
+		if err != nil {
+			return err
+		}
+		b.targets = append(b.targets, tlsTargets...)
+	}
 	b.caddyfile = b.caddyfileText(addrs[1])
-	if err := labconf.WriteFile(filepath.Join(dir, "Caddyfile"), b.caddyfile); err != nil {
-		b.close()
-		return nil, err
+	if err := labconf.WriteFile(filepath.Join(b.dir, "Caddyfile"), b.caddyfile); err != nil {
+		return fmt.Errorf("Caddyfile: %w", err)
 	}
 	if p.Nginx != "" {
-		b.targets = append(b.targets, &target{name: "nginx", addr: netip.AddrPortFrom(addrs[2], port)})
+		b.targets = append(b.targets, &target{name: "nginx", server: "nginx", addr: netip.AddrPortFrom(addrs[2], port)})
 		b.nginxConf = b.nginxConfText(addrs[2])
 		for _, d := range []string{"nginx", "nginx/tmp", "nginx/cache"} {
-			if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-				b.close()
-				return nil, err
+			if err := os.Mkdir(filepath.Join(b.dir, d), 0o755); err != nil {
+				return err
 			}
 		}
-		if err := os.WriteFile(filepath.Join(dir, "nginx", "nginx.conf"), []byte(b.nginxConf), 0o644); err != nil {
-			b.close()
-			return nil, err
+		if err := os.WriteFile(filepath.Join(b.dir, "nginx", "nginx.conf"), []byte(b.nginxConf), 0o644); err != nil {
+			return fmt.Errorf("nginx.conf: %w", err)
 		}
 	}
-	return b, nil
+	return nil
 }
 
 func (b *bench) target(name string) *target {
@@ -145,10 +185,11 @@ func (b *bench) target(name string) *target {
 }
 
 // caddyfileText is Caddy's configuration: the coral app, coral_proxy and
-// file_server, no access logs (Caddy's default), no TLS.
+// file_server over HTTP and, with -tls, over TLS (addTLSSites), no access logs
+// (Caddy's default).
 func (b *bench) caddyfileText(addr netip.Addr) string {
 	admin := netip.AddrPortFrom(addr, adminPort)
-	return labconf.Caddy{
+	conf := labconf.Caddy{
 		Comment:      "One Caddy for both: coral_proxy (under test) and file_server (the\nbaseline) serving the same bytes. No access logs, no TLS.",
 		Admin:        admin,
 		AdminOrigins: []string{admin.String()},
@@ -157,11 +198,7 @@ func (b *bench) caddyfileText(addr netip.Addr) string {
 		Sites: []labconf.Directive{
 			labconf.D(fmt.Sprintf("http://:%d", b.p.Port)).With(
 				labconf.D("bind", addr),
-				labconf.Proxy{Zone: zone, CacheDir: filepath.Join(b.dir, "coral-cache"), CacheSize: "1GiB",
-					AllowOrigins: []string{"127.0.0.0/8"},
-					// The per-client limiter runs, as by default, but never
-					// refuses: wrk is a single client.
-					RateLimit: "1000000 1000000"}.Directive(),
+				b.proxyDirective(),
 			).Commented("coral_proxy: the origin's objects, from the on-disk cache once fetched.\nRequests carry Host " + b.target("coral").host + "."),
 			labconf.D(fmt.Sprintf("http://:%d", b.p.Port+1)).With(
 				labconf.D("bind", addr),
@@ -169,7 +206,22 @@ func (b *bench) caddyfileText(addr netip.Addr) string {
 				labconf.D("file_server"),
 			).Commented("file_server: the same bytes from files."),
 		},
-	}.String()
+	}
+	if b.p.TLS {
+		b.addTLSSites(&conf, addr)
+	}
+	return conf.String()
+}
+
+// proxyDirective is coral_proxy's configuration, the same over HTTP and
+// TLS: one cache directory, so one store (coral_proxy shares a store among
+// the handlers that name its directory) and one cache key per object.
+func (b *bench) proxyDirective() labconf.Directive {
+	return labconf.Proxy{Zone: zone, CacheDir: filepath.Join(b.dir, "coral-cache"), CacheSize: "1GiB",
+		AllowOrigins: []string{"127.0.0.0/8"},
+		// The per-client limiter runs, as by default, but never
+		// refuses: wrk is a single client.
+		RateLimit: "1000000 1000000"}.Directive()
 }
 
 // nginxConfText is nginx's configuration: proxy_cache in front of the
@@ -257,12 +309,21 @@ func (b *bench) start(ctx context.Context) error {
 		return err
 	}
 	b.commands = append(b.commands, shellJoin(b.caddy.Argv))
-	b.target("coral").srv, b.target("file").srv = b.caddy, b.caddy
+	for _, t := range b.targets {
+		if t.server != "nginx" {
+			t.srv = b.caddy
+		}
+	}
 	if err := evalrun.WaitFor(ctx, "Caddy to answer", 20*time.Second, b.caddy.Exited, func() error {
 		_, err := get(b.target("file"), "/"+sizeName(b.p.Sizes[0]))
 		return err
 	}); err != nil {
 		return err
+	}
+	if b.p.TLS {
+		if err := b.waitTLS(ctx); err != nil {
+			return err
+		}
 	}
 	if t := b.target("nginx"); t != nil {
 		d := filepath.Join(b.dir, "nginx")
@@ -397,6 +458,7 @@ type response struct {
 	BodyBytes   int         `json:"body_bytes"`
 	WireBytes   int         `json:"wire_bytes"`
 	BodySHA256  string      `json:"body_sha256"`
+	TLS         string      `json:"tls,omitempty"` // over TLS: version, cipher suite, certificate
 	body        []byte
 }
 
@@ -413,9 +475,10 @@ func (c *countingConn) Read(p []byte) (int, error) {
 }
 
 // get sends the request wrk sends (GET, HTTP/1.1, Host, nothing else) on a
-// new connection and reads one response, counting its bytes.
+// new connection, over TLS for a TLS target, and reads one response,
+// counting its bytes (over TLS, the bytes inside it, as wrk counts them).
 func get(t *target, path string) (*response, error) {
-	conn, err := net.DialTimeout("tcp", t.addr.String(), 5*time.Second)
+	conn, err := dial(t)
 	if err != nil {
 		return nil, err
 	}
@@ -437,8 +500,12 @@ func get(t *target, path string) (*response, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(body)
-	return &response{Status: resp.StatusCode, Header: resp.Header, HeaderBytes: headerBytes, BodyBytes: len(body),
-		WireBytes: cc.n - br.Buffered(), BodySHA256: hex.EncodeToString(sum[:]), body: body}, nil
+	r := &response{Status: resp.StatusCode, Header: resp.Header, HeaderBytes: headerBytes, BodyBytes: len(body),
+		WireBytes: cc.n - br.Buffered(), BodySHA256: hex.EncodeToString(sum[:]), body: body}
+	if tc, ok := conn.(*tls.Conn); ok {
+		r.TLS = tlsSummary(tc.ConnectionState())
+	}
+	return r, nil
 }
 
 // --- processes ------------------------------------------------------------------

@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
@@ -88,15 +87,87 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	if err := findTools(&p); err != nil {
 		return nil, err
 	}
-	rep = &report{
+	rep = newReport(p, command)
+	b, err := newBench(p)
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	b.describe(rep)
+	if err := b.start(ctx); err != nil {
+		return nil, err
+	}
+	b.printSetUp()
+	if err := b.warmCaches(rep); err != nil {
+		return nil, err
+	}
+	if err := b.warmupRuns(ctx, rep); err != nil {
+		return nil, err
+	}
+	if err := b.throughput(ctx, rep); err != nil {
+		return nil, err
+	}
+	// Still hits, still the same bytes.
+	for _, size := range p.Sizes {
+		for _, t := range b.targets {
+			s, err := b.check(t, size, "after")
+			if err != nil {
+				return nil, err
+			}
+			rep.Responses = append(rep.Responses, s)
+		}
+	}
+	if p.Profile != "" {
+		for _, size := range p.Sizes {
+			for _, name := range []string{"coral", "file"} {
+				path, err := b.profile(ctx, b.target(name), size)
+				if err != nil {
+					return nil, err
+				}
+				rep.Profiles = append(rep.Profiles, path)
+			}
+		}
+	}
+	if err := b.memory(ctx, rep); err != nil {
+		return nil, err
+	}
+	rep.Commands = b.commands
+	rep.Host.LoadAvgAfter = evalrun.LoadAvg()
+	b.close()
+
+	summarize(rep, b.targets)
+	printReport(os.Stdout, rep)
+
+	rep.Wall = time.Since(wallStart).Seconds()
+	fmt.Printf("\nWall time %.0f s\n", rep.Wall)
+	if err := sim.WriteJSON(filepath.Join(p.Out, "httpbench.json"), rep); err != nil {
+		return nil, fmt.Errorf("writing the results: %w", err)
+	}
+	if err := plotBars(filepath.Join(p.Out, "httpbench.png"), rep); err != nil {
+		return nil, fmt.Errorf("plotting the results: %w", err)
+	}
+	fmt.Printf("Wrote %s/httpbench.json and httpbench.png\n", p.Out)
+	if !rep.PassCheck {
+		return rep, fmt.Errorf("%w: %s", errChecks, strings.Join(rep.Problems, "; "))
+	}
+	if !rep.PassRatio || (rep.PassTLSRatio != nil && !*rep.PassTLSRatio) {
+		return rep, fmt.Errorf("%w: coral_proxy below %.1f× file_server", errBelowTarget, targetRatio)
+	}
+	return rep, nil
+}
+
+// newReport starts the results with the tools, the machine and the
+// parameters, and prints what is measured.
+func newReport(p params, command string) *report {
+	rep := &report{
 		Command: command,
 		Tools: tools{
-			Load:  "wrk --latency, keep-alive connections, GET with only a Host header",
+			Load:  "wrk --latency, keep-alive connections, GET with only a Host header (over TLS: SNI and Host from the URL's name, no ALPN, HTTP/1.1)",
 			Caddy: evalrun.FirstLine(exec.Command(p.Caddy, "version")),
 			Wrk:   evalrun.FirstLine(exec.Command(p.Wrk, "-v")),
 		},
 		Host: host{CPUs: runtime.NumCPU(), Kernel: evalrun.Kernel(), LoadAvgBefore: evalrun.LoadAvg(), GoVersion: runtime.Version()},
-		Params: jsonPar{Sizes: p.Sizes, Rounds: p.Rounds, Duration: p.Duration.String(), Warmup: p.Warmup.String(),
+		Params: jsonPar{Sizes: p.Sizes, Rounds: p.Rounds, Duration: p.Duration.String(), Warmup: p.Warmup.String(), TLS: p.TLS,
 			Threads: p.Threads, Conns: p.Conns, Repeat: p.Repeat, IndexObjects: p.IndexObjects, ProxyObjects: p.ProxyObjects, ProxySettle: p.ProxySettle.String(), Quiet: p.Quiet.String()},
 	}
 	if p.Nginx != "" {
@@ -106,18 +177,21 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 			rep.Params.NginxWorkers = fmt.Sprint(p.NginxWorkers)
 		}
 	}
-	fmt.Printf("coral_proxy vs file_server (one %s, %s)", p.Caddy, rep.Tools.Caddy)
+	fmt.Printf("coral_proxy vs file_server (one %s, %s", p.Caddy, rep.Tools.Caddy)
+	if p.TLS {
+		fmt.Printf("; over HTTP and over TLS")
+	}
+	fmt.Printf(")")
 	if p.Nginx != "" {
-		fmt.Printf(" and nginx proxy_cache (%s)", rep.Tools.Nginx)
+		fmt.Printf(" and nginx proxy_cache (%s, over HTTP)", rep.Tools.Nginx)
 	}
 	fmt.Printf(" under %s; %d CPUs, load average %s\n", rep.Tools.Wrk, rep.Host.CPUs, rep.Host.LoadAvgBefore)
 	fmt.Printf("Command: %s\n\n", command)
+	return rep
+}
 
-	b, err := newBench(p)
-	if err != nil {
-		return nil, err
-	}
-	defer b.close()
+// describe records the set-up in the results.
+func (b *bench) describe(rep *report) {
 	rep.Caddyfile, rep.NginxConf = b.caddyfile, b.nginxConf
 	rep.Params.Origin = b.origin.addr.String()
 	rep.Params.Coral = b.target("coral").addr.String()
@@ -126,31 +200,47 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	if t := b.target("nginx"); t != nil {
 		rep.Params.Nginx = t.addr.String()
 	}
-	if err := b.start(ctx); err != nil {
-		return nil, err
+	if c, f := b.target("coral-tls"), b.target("file-tls"); c != nil && f != nil {
+		rep.Params.CoralTLS, rep.Params.CoralTLSName = c.addr.String(), c.host
+		rep.Params.FileTLS, rep.Params.FileTLSName = f.addr.String(), f.host
+		if raw, err := os.ReadFile(b.wrkScript); err == nil {
+			rep.WrkScript = string(raw)
+		}
 	}
+}
+
+// printSetUp prints where everything runs.
+func (b *bench) printSetUp() {
+	coral := b.target("coral")
 	fmt.Printf("Origin on %v (this process); Caddy (pid %d): coral_proxy on %v (Host %s), file_server on %v, DSHT node on %v:%d",
-		b.origin.addr, b.caddy.Pid(), b.target("coral").addr, b.target("coral").host, b.target("file").addr, b.target("coral").addr.Addr(), dhtPort)
+		b.origin.addr, b.caddy.Pid(), coral.addr, coral.host, b.target("file").addr, coral.addr.Addr(), dhtPort)
+	if c, f := b.target("coral-tls"), b.target("file-tls"); c != nil && f != nil {
+		fmt.Printf("; over TLS coral_proxy %s and file_server %s, both on %v (Caddy's local CA; wrk -s %s)",
+			c.url("/"), f.url("/"), c.addr.Addr(), b.wrkScript)
+	}
 	if t := b.target("nginx"); t != nil {
 		fmt.Printf("; nginx (pid %d) on %v", b.nginx.Pid(), t.addr)
 	}
 	fmt.Println()
+}
 
-	// Warm the caches: a first request fetches; one of the next, within 5
-	// s, must hit (the client may have the whole body a moment before the
-	// cache commits it), and every body must be the origin's.
-	for _, size := range p.Sizes {
+// warmCaches fills the caches: a first request fetches; one of the next,
+// within 5 s, must hit (the client may have the whole body a moment before
+// the cache commits it), and every body must be the origin's.
+func (b *bench) warmCaches(rep *report) error {
+	for _, size := range b.p.Sizes {
 		for _, t := range b.targets {
-			if t.name != "file" {
+			if t.server != "file" {
 				if _, err := get(t, "/"+sizeName(size)); err != nil {
-					return nil, fmt.Errorf("warming %s %s: %w", t.name, sizeName(size), err)
+					return fmt.Errorf("warming %s %s: %w", t.name, sizeName(size), err)
 				}
 			}
 			var s *sample
+			var err error
 			deadline := time.Now().Add(5 * time.Second)
 			for {
 				if s, err = b.check(t, size, "before"); err != nil {
-					return nil, err
+					return err
 				}
 				if s.Hit || time.Now().After(deadline) {
 					break
@@ -161,25 +251,35 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 		}
 	}
 	printResponses(os.Stdout, rep.Responses)
-	if err := responseProblems(rep.Responses); err != nil {
-		return nil, err
-	}
+	return responseProblems(rep.Responses)
+}
 
-	if p.Warmup > 0 {
-		fmt.Printf("Warm-up: %v per target and size (not counted):", p.Warmup)
-		for _, size := range p.Sizes {
-			for _, t := range b.targets {
-				r, err := b.runWrk(ctx, "warmup", 0, t, size, p.Warmup, nil)
-				if err != nil {
-					return nil, err
-				}
-				rep.Warmup = append(rep.Warmup, r)
-				fmt.Printf(" %s %s %.0f/s;", t.name, sizeName(size), r.RPS)
+// warmupRuns is a short unmeasured wrk run per target and size.
+func (b *bench) warmupRuns(ctx context.Context, rep *report) error {
+	if b.p.Warmup <= 0 {
+		return nil
+	}
+	fmt.Printf("Warm-up: %v per target and size (not counted):", b.p.Warmup)
+	for _, size := range b.p.Sizes {
+		for _, t := range b.targets {
+			r, err := b.runWrk(ctx, "warmup", 0, t, size, b.p.Warmup, nil)
+			if err != nil {
+				return err
 			}
+			rep.Warmup = append(rep.Warmup, r)
+			fmt.Printf(" %s %s %.0f/s;", t.name, sizeName(size), r.RPS)
 		}
-		fmt.Println()
 	}
+	fmt.Println()
+	return nil
+}
 
+// throughput runs the measured rounds: in each, for each size, one run per
+// target, the targets' order rotated from round to round and the sizes'
+// alternated. A round's runs of one size are repeated, up to -repeat
+// times, when other processes took CPU during any of them.
+func (b *bench) throughput(ctx context.Context, rep *report) error {
+	p := b.p
 	fmt.Printf("Throughput: %d rounds of %v per target and size, wrk -t %d -c %d --latency\n", p.Rounds, p.Duration, p.Threads, p.Conns)
 	for round := 1; round <= p.Rounds; round++ {
 		sizes := slices.Clone(p.Sizes)
@@ -187,17 +287,15 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 			slices.Reverse(sizes)
 		}
 		for _, size := range sizes {
-			// A round's runs of one size are repeated, up to -repeat
-			// times, when other processes took CPU during any of them.
 			for attempt := 0; ; attempt++ {
 				var runs []*run
 				worst := 0.0
 				for _, t := range rotate(b.targets, round-1) {
 					r, err := b.runWrk(ctx, "throughput", round, t, size, p.Duration, nil)
 					if err != nil {
-						return nil, err
+						return err
 					}
-					fmt.Printf("  round %d %-4s %-5s %8.0f req/s %7.1f MiB/s  p50 %6.3f ms  p99 %6.3f ms  server %5.1f µs CPU/req  origin requests %d  other CPU %.1f s\n",
+					fmt.Printf("  round %d %-4s %-9s %8.0f req/s %7.1f MiB/s  p50 %6.3f ms  p99 %6.3f ms  server %5.1f µs CPU/req  origin requests %d  other CPU %.1f s\n",
 						round, sizeName(size), t.name, r.RPS, r.TransferMiBs, r.P50, r.P99, r.CPUPerRequest, r.OriginRequests, r.OtherCPU)
 					runs = append(runs, r)
 					worst = max(worst, r.OtherCPU/r.Wall)
@@ -217,95 +315,57 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 			}
 		}
 	}
+	return nil
+}
 
-	// Still hits, still the same bytes.
-	for _, size := range p.Sizes {
-		for _, t := range b.targets {
-			s, err := b.check(t, size, "after")
-			if err != nil {
-				return nil, err
-			}
-			rep.Responses = append(rep.Responses, s)
-		}
-	}
-
-	if p.Profile != "" {
-		for _, size := range p.Sizes {
-			for _, name := range []string{"coral", "file"} {
-				path, err := b.profile(ctx, b.target(name), size)
-				if err != nil {
-					return nil, err
-				}
-				rep.Profiles = append(rep.Profiles, path)
-			}
-		}
-	}
-
+// memory measures the proxy's memory per cached object and the index's,
+// then the proxy's again once the DSHT node's per-key load records have
+// expired.
+func (b *bench) memory(ctx context.Context, rep *report) error {
+	p := b.p
 	var fetched time.Time
+	var err error
 	if p.ProxyObjects > 0 {
 		fmt.Printf("Proxy memory: fetching %d distinct %d-byte objects through coral_proxy ...\n", p.ProxyObjects, objBytes)
-		rep.Proxy, err = b.proxyMemory(ctx, p.ProxyObjects)
-		if err != nil {
-			return nil, err
+		if rep.Proxy, err = b.proxyMemory(ctx, p.ProxyObjects); err != nil {
+			return err
 		}
 		fetched = time.Now()
 	}
 	// The index measurement runs in this process while Caddy sits idle.
 	if p.IndexObjects > 0 {
 		fmt.Printf("Index memory: %d objects into a diskcache.Store in this process ...\n", p.IndexObjects)
-		rep.Index, err = indexMemory(ctx, p.IndexObjects)
-		if err != nil {
-			return nil, err
+		if rep.Index, err = indexMemory(ctx, p.IndexObjects); err != nil {
+			return err
 		}
 	}
-	if rep.Proxy != nil && p.ProxySettle > 0 {
-		wait := time.Until(fetched.Add(p.ProxySettle))
-		fmt.Printf("Proxy memory: waiting %.0f s more for the DSHT node's per-key load records to expire ...\n", max(wait, 0).Seconds())
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait):
+	if rep.Proxy == nil || p.ProxySettle <= 0 {
+		return nil
+	}
+	wait := time.Until(fetched.Add(p.ProxySettle))
+	fmt.Printf("Proxy memory: waiting %.0f s more for the DSHT node's per-key load records to expire ...\n", max(wait, 0).Seconds())
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(wait):
+	}
+	if err := b.alive(); err != nil {
+		return err
+	}
+	heap, rss, err := b.caddyHeap()
+	if err != nil {
+		return err
+	}
+	px := rep.Proxy
+	px.SettledAfter = time.Since(fetched).Seconds()
+	px.HeapSettled, px.RSSSettled = heap, rss
+	px.SettledPerObject = float64(heap-px.HeapBefore) / float64(px.Objects)
+	if p.Profile != "" {
+		if px.SettledHeapProfile, err = b.saveHeapProfile("settled"); err != nil {
+			return err
 		}
-		if err := b.alive(); err != nil {
-			return nil, err
-		}
-		heap, rss, err := b.caddyHeap()
-		if err != nil {
-			return nil, err
-		}
-		px := rep.Proxy
-		px.SettledAfter = time.Since(fetched).Seconds()
-		px.HeapSettled, px.RSSSettled = heap, rss
-		px.SettledPerObject = float64(heap-px.HeapBefore) / float64(px.Objects)
-		if p.Profile != "" {
-			if px.SettledHeapProfile, err = b.saveHeapProfile("settled"); err != nil {
-				return nil, err
-			}
-		}
 	}
-	rep.Commands = b.commands
-	rep.Host.LoadAvgAfter = evalrun.LoadAvg()
-	b.close()
-
-	summarize(rep, b.targets)
-	printReport(os.Stdout, rep)
-
-	rep.Wall = time.Since(wallStart).Seconds()
-	fmt.Printf("\nWall time %.0f s\n", rep.Wall)
-	if err := sim.WriteJSON(filepath.Join(p.Out, "httpbench.json"), rep); err != nil {
-		return nil, err
-	}
-	if err := plotBars(filepath.Join(p.Out, "httpbench.png"), rep); err != nil {
-		return nil, err
-	}
-	fmt.Printf("Wrote %s/httpbench.json and httpbench.png\n", p.Out)
-	if !rep.PassCheck {
-		return rep, fmt.Errorf("%w: %s", errChecks, strings.Join(rep.Problems, "; "))
-	}
-	if !rep.PassRatio {
-		return rep, fmt.Errorf("%w: coral_proxy below %.1f× file_server", errBelowTarget, targetRatio)
-	}
-	return rep, nil
+	return nil
 }
 
 // rotate returns ts rotated left by k.
@@ -324,7 +384,7 @@ func (b *bench) check(t *target, size int, when string) (*sample, error) {
 	}
 	s := &sample{When: when, Target: t.name, Size: size, response: *r}
 	s.Same = r.Status == http.StatusOK && bytes.Equal(r.body, b.origin.bodies[path])
-	switch t.name {
+	switch t.server {
 	case "coral":
 		s.Cache = r.Header.Get("Cache-Status")
 		s.Hit = s.Cache == `coral; hit; detail="local"`
@@ -355,95 +415,30 @@ func responseProblems(ss []*sample) error {
 
 // summarize fills in the per-size results and the checks.
 func summarize(rep *report, targets []*target) {
-	sizes := rep.Params.Sizes
-	for _, size := range sizes {
-		ss := &sizeSumm{Size: size, Targets: map[string]*targetSumm{}}
-		byRound := map[int]map[string]*run{}
-		per := map[string][]*run{}
-		for _, r := range rep.Throughput {
-			if r.Size != size {
-				continue
-			}
-			if byRound[r.Round] == nil {
-				byRound[r.Round] = map[string]*run{}
-			}
-			byRound[r.Round][r.Target] = r
-			per[r.Target] = append(per[r.Target], r)
-		}
-		for _, t := range targets {
-			runs := per[t.name]
-			ts := &targetSumm{}
-			var mib, p50, p99, cpu []float64
-			for _, r := range runs {
-				ts.RPS = append(ts.RPS, r.RPS)
-				mib, p50, p99, cpu = append(mib, r.TransferMiBs), append(p50, r.P50), append(p99, r.P99), append(cpu, r.CPUPerRequest)
-			}
-			ts.MedianRPS, ts.MedianMiBs, ts.MedianP50, ts.MedianP99, ts.MedianCPUPerR = evalrun.Median(ts.RPS), evalrun.Median(mib), evalrun.Median(p50), evalrun.Median(p99), evalrun.Median(cpu)
-			for _, s := range rep.Responses {
-				if s.Target == t.name && s.Size == size && s.When == "before" {
-					ts.WireBytes, ts.HeaderBytes = s.WireBytes, s.HeaderBytes
-				}
-			}
-			ss.Targets[t.name] = ts
-		}
-		var coralOverNginx []float64
-		for round := 1; round <= rep.Params.Rounds; round++ {
-			c, f, n := byRound[round]["coral"], byRound[round]["file"], byRound[round]["nginx"]
-			if c != nil && f != nil && f.RPS > 0 {
-				ss.Ratios = append(ss.Ratios, c.RPS/f.RPS)
-			}
-			if n != nil && f != nil && f.RPS > 0 {
-				ss.NginxRatios = append(ss.NginxRatios, n.RPS/f.RPS)
-			}
-			if n != nil && c != nil && n.RPS > 0 {
-				coralOverNginx = append(coralOverNginx, c.RPS/n.RPS)
-			}
-		}
-		ss.MedianRatio = evalrun.Median(ss.Ratios)
-		if len(ss.NginxRatios) > 0 {
-			ss.MedianNginxRatio, ss.CoralOverNginx = evalrun.Median(ss.NginxRatios), evalrun.Median(coralOverNginx)
-		}
-		ss.Pass = ss.MedianRatio >= targetRatio
-		rep.Summary = append(rep.Summary, ss)
+	for _, size := range rep.Params.Sizes {
+		rep.Summary = append(rep.Summary, summarizeSize(rep, targets, size))
 	}
 	rep.PassRatio = len(rep.Summary) > 0
+	passTLS := len(rep.Summary) > 0
 	for _, ss := range rep.Summary {
 		rep.PassRatio = rep.PassRatio && ss.Pass
+		passTLS = passTLS && ss.PassTLS != nil && *ss.PassTLS
+	}
+	if rep.Params.TLS {
+		rep.PassTLSRatio = &passTLS
 	}
 
-	// Every measured response a hit: the origin saw nothing, coral_proxy
-	// counted only hits, wrk saw no error; and the responses before and
-	// after were hits of the right bytes.
+	servers := map[string]string{}
+	for _, t := range targets {
+		servers[t.name] = t.server
+	}
 	for _, r := range slices.Concat(rep.Warmup, rep.Throughput, rep.Disturbed) {
-		var what []string
-		if r.OriginRequests != 0 {
-			what = append(what, fmt.Sprintf("the origin got %d requests", r.OriginRequests))
-		}
-		if n := r.ErrConnect + r.ErrRead + r.ErrWrite + r.ErrTimeout; n != 0 {
-			what = append(what, fmt.Sprintf("socket errors: connect %d, read %d, write %d, timeout %d", r.ErrConnect, r.ErrRead, r.ErrWrite, r.ErrTimeout))
-		}
-		if r.Target == "coral" {
-			hits, other := 0.0, 0.0
-			for k, v := range r.CoralRequests {
-				if k == "hit" {
-					hits += v
-				} else {
-					other += v
-				}
-			}
-			if other != 0 || hits < float64(r.Requests) || hits > float64(r.Requests)+float64(rep.Params.Conns) {
-				what = append(what, fmt.Sprintf("coral_proxy counted %v for %d requests", r.CoralRequests, r.Requests))
-			}
-		}
-		if r.Non2xx != 0 {
-			what = append(what, fmt.Sprintf("%d non-2xx responses", r.Non2xx))
+		if what := runProblems(r, servers[r.Target], rep.Params.Conns); len(what) > 0 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s run of %s %s (round %d): %s", r.Phase, r.Target, sizeName(r.Size), r.Round, strings.Join(what, ", ")))
 		}
 		if r.Disturbed {
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("round %d of %s %s counted although other processes used over %.2f CPUs during it (-repeat %d exhausted)",
 				r.Round, r.Target, sizeName(r.Size), disturbedCores, rep.Params.Repeat))
-		}
-		if len(what) > 0 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s run of %s %s (round %d): %s", r.Phase, r.Target, sizeName(r.Size), r.Round, strings.Join(what, ", ")))
 		}
 	}
 	if err := responseProblems(rep.Responses); err != nil {
@@ -455,112 +450,93 @@ func summarize(rep *report, targets []*target) {
 	rep.PassCheck = len(rep.Problems) == 0
 }
 
-func fmtFloats(v []float64, f string) string {
-	var parts []string
-	for _, x := range v {
-		parts = append(parts, fmt.Sprintf(f, x))
-	}
-	return strings.Join(parts, " ")
-}
-
-// printResponses prints what each target answers, counted on the wire.
-func printResponses(w io.Writer, ss []*sample) {
-	fmt.Fprintf(w, "\nResponses (one GET as wrk sends it, counted on the wire):\n")
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  when\ttarget\tobject\tstatus\theader B\tbody B\torigin's bytes\tcache")
-	for _, s := range ss {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%d\t%v\t%s\n", s.When, s.Target, sizeName(s.Size), s.Status, s.HeaderBytes, s.BodyBytes, s.Same, s.Cache)
-	}
-	tw.Flush()
-	fmt.Fprintln(w)
-}
-
-// printReport prints the tables.
-func printReport(w io.Writer, rep *report) {
-	printResponses(w, rep.Responses)
-	fmt.Fprintf(w, "Throughput (wrk -t %d -c %d --latency, %s per run; CPU from /proc; other = processes other than the servers, wrk and this one):\n",
-		rep.Params.Threads, rep.Params.Conns, rep.Params.Duration)
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tobject\ttarget\treq/s\tMiB/s\tB/resp\tp50 ms\tp75 ms\tp90 ms\tp99 ms\tmax ms\tserver µs CPU/req\twrk CPU s\tother CPU s\torigin reqs\tquiet wait s\t")
+// summarizeSize is one size's medians over rounds and its ratios: each
+// round's coral/file, over HTTP and over TLS, and nginx's.
+func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
+	ss := &sizeSumm{Size: size, Targets: map[string]*targetSumm{}}
+	byRound := map[int]map[string]*run{}
+	per := map[string][]*run{}
 	for _, r := range rep.Throughput {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f\t%.1f\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%.0f\t\n", r.Round, sizeName(r.Size), r.Target, r.RPS,
-			r.TransferMiBs, r.BytesPerResponse, r.P50, r.P75, r.P90, r.P99, r.MaxLatMs, r.CPUPerRequest, r.WrkCPU, r.OtherCPU, r.OriginRequests, r.QuietWait)
+		if r.Size != size {
+			continue
+		}
+		if byRound[r.Round] == nil {
+			byRound[r.Round] = map[string]*run{}
+		}
+		byRound[r.Round][r.Target] = r
+		per[r.Target] = append(per[r.Target], r)
 	}
-	tw.Flush()
-
-	fmt.Fprintf(w, "\nMedians over %d rounds:\n", rep.Params.Rounds)
-	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "object\ttarget\treq/s\tvs file\tMiB/s\tp50 ms\tp99 ms\tserver µs CPU/req\tresponse B\t")
-	for _, ss := range rep.Summary {
-		file := ss.Targets["file"]
-		for _, name := range []string{"coral", "file", "nginx"} {
-			ts := ss.Targets[name]
-			if ts == nil {
-				continue
+	for _, t := range targets {
+		ts := &targetSumm{}
+		var mib, p50, p99, cpu []float64
+		for _, r := range per[t.name] {
+			ts.RPS = append(ts.RPS, r.RPS)
+			mib, p50, p99, cpu = append(mib, r.TransferMiBs), append(p50, r.P50), append(p99, r.P99), append(cpu, r.CPUPerRequest)
+		}
+		ts.MedianRPS, ts.MedianMiBs, ts.MedianP50, ts.MedianP99, ts.MedianCPUPerR = evalrun.Median(ts.RPS), evalrun.Median(mib), evalrun.Median(p50), evalrun.Median(p99), evalrun.Median(cpu)
+		for _, s := range rep.Responses {
+			if s.Target == t.name && s.Size == size && s.When == "before" {
+				ts.WireBytes, ts.HeaderBytes = s.WireBytes, s.HeaderBytes
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.3f\t%.1f\t%.3f\t%.3f\t%.1f\t%d\t\n", sizeLabel(ss.Size), name, ts.MedianRPS, ts.MedianRPS/file.MedianRPS,
-				ts.MedianMiBs, ts.MedianP50, ts.MedianP99, ts.MedianCPUPerR, ts.WireBytes)
+		}
+		ss.Targets[t.name] = ts
+	}
+	// ratio appends a's req/s over b's in one round, when both ran.
+	ratio := func(to *[]float64, runs map[string]*run, a, b string) {
+		if ra, rb := runs[a], runs[b]; ra != nil && rb != nil && rb.RPS > 0 {
+			*to = append(*to, ra.RPS/rb.RPS)
 		}
 	}
-	tw.Flush()
-	for _, ss := range rep.Summary {
-		fmt.Fprintf(w, "  %s: coral/file by round %s, median %.3f (target ≥ %.1f: %s)", sizeLabel(ss.Size), fmtFloats(ss.Ratios, "%.3f"), ss.MedianRatio, targetRatio, evalrun.PassFail(ss.Pass))
-		if len(ss.NginxRatios) > 0 {
-			fmt.Fprintf(w, "; nginx/file %s, median %.3f; coral/nginx median %.3f", fmtFloats(ss.NginxRatios, "%.3f"), ss.MedianNginxRatio, ss.CoralOverNginx)
-		}
-		fmt.Fprintln(w)
+	var coralOverNginx []float64
+	for round := 1; round <= rep.Params.Rounds; round++ {
+		runs := byRound[round]
+		ratio(&ss.Ratios, runs, "coral", "file")
+		ratio(&ss.NginxRatios, runs, "nginx", "file")
+		ratio(&coralOverNginx, runs, "coral", "nginx")
+		ratio(&ss.TLSRatios, runs, "coral-tls", "file-tls")
 	}
+	ss.MedianRatio = evalrun.Median(ss.Ratios)
+	ss.Pass = ss.MedianRatio >= targetRatio
+	if len(ss.NginxRatios) > 0 {
+		ss.MedianNginxRatio, ss.CoralOverNginx = evalrun.Median(ss.NginxRatios), evalrun.Median(coralOverNginx)
+	}
+	if rep.Params.TLS {
+		ss.MedianTLSRatio = evalrun.Median(ss.TLSRatios)
+		pass := len(ss.TLSRatios) > 0 && ss.MedianTLSRatio >= targetRatio
+		ss.PassTLS = &pass
+	}
+	return ss
+}
 
-	if ix := rep.Index; ix != nil {
-		fmt.Fprintf(w, "\nCache index memory (diskcache.Store in this process, in %s, %d objects with %d-byte keys and %d-byte bodies, heap in use after GC; %.1f s to insert):\n",
-			ix.Dir, ix.Objects, ix.KeyBytes, ix.BodyBytes, ix.InsertSeconds)
-		for _, s := range ix.Steps {
-			fmt.Fprintf(w, "  %7d objects: +%6.2f MiB, %5.0f B/object\n", s.Objects, float64(s.HeapBytes)/(1<<20), s.PerObject)
+// runProblems lists what shows that not every response of a wrk run was a
+// hit: the origin saw requests, coral_proxy counted other than hits, wrk
+// saw errors or non-2xx responses. server is the target's (coral, file,
+// nginx); conns is wrk's -c, the most requests cut off at the run's end.
+func runProblems(r *run, server string, conns int) []string {
+	var what []string
+	if r.OriginRequests != 0 {
+		what = append(what, fmt.Sprintf("the origin got %d requests", r.OriginRequests))
+	}
+	if n := r.ErrConnect + r.ErrRead + r.ErrWrite + r.ErrTimeout; n != 0 {
+		what = append(what, fmt.Sprintf("socket errors: connect %d, read %d, write %d, timeout %d", r.ErrConnect, r.ErrRead, r.ErrWrite, r.ErrTimeout))
+	}
+	if server == "coral" {
+		hits, other := 0.0, 0.0
+		for k, v := range r.CoralRequests {
+			if k == "hit" {
+				hits += v
+			} else {
+				other += v
+			}
 		}
-		fmt.Fprintf(w, "  %.0f B/object with all in (%.0f B/object marginal from the first quarter on); %.0f B/object after reopening (index rebuilt from disk); empty store %d B\n",
-			ix.PerObject, ix.Marginal, ix.ReopenPerObject, ix.EmptyStoreBytes)
-		if h := ix.Hot; h != nil {
-			fmt.Fprintf(w, "  hot set after reading every object twice: %d objects' metadata in memory (estimated %.1f MiB, limit %.0f MiB), heap +%.1f MiB (%.0f B/entry)\n",
-				h.Entries, float64(h.Estimated)/(1<<20), float64(h.Limit)/(1<<20), float64(h.HeapBytes)/(1<<20), h.PerEntry)
+		if other != 0 || hits < float64(r.Requests) || hits > float64(r.Requests)+float64(conns) {
+			what = append(what, fmt.Sprintf("coral_proxy counted %v for %d requests", r.CoralRequests, r.Requests))
 		}
 	}
-	if px := rep.Proxy; px != nil {
-		fmt.Fprintf(w, "\nWhole proxy (Caddy's heap in use after GC, via its admin endpoint, before and after caching %d distinct %d-byte objects through coral_proxy in %.1f s: %d misses, %d origin fetches):\n",
-			px.Objects, px.BodyBytes, px.Seconds, px.Misses, px.OriginFetches)
-		fmt.Fprintf(w, "  heap %.1f → %.1f MiB: %.0f B/object (cache index, DSHT references and anything else kept per object); RSS %.1f → %.1f MiB (%.0f B/object)\n",
-			float64(px.HeapBefore)/(1<<20), float64(px.HeapAfter)/(1<<20), px.PerObject, float64(px.RSSBefore)/(1<<20), float64(px.RSSAfter)/(1<<20), px.RSSPerObject)
-		if px.SettledAfter > 0 {
-			fmt.Fprintf(w, "  %.0f s after the fetch (the DSHT node prunes its per-key load records 2 min after a key's last request): heap %.1f MiB, %.0f B/object; RSS %.1f MiB\n",
-				px.SettledAfter, float64(px.HeapSettled)/(1<<20), px.SettledPerObject, float64(px.RSSSettled)/(1<<20))
-		}
-		if px.HeapProfile != "" {
-			fmt.Fprintf(w, "  heap profiles (go tool pprof -sample_index=inuse_space -top FILE): %s %s\n", px.HeapProfile, px.SettledHeapProfile)
-		}
+	if r.Non2xx != 0 {
+		what = append(what, fmt.Sprintf("%d non-2xx responses", r.Non2xx))
 	}
-
-	fmt.Fprintf(w, "\nChecks (every measured response a hit: no origin request, only hits in caddy_coral_requests_total, no socket error or non-2xx in any wrk run; hits of the origin's bytes before and after): %s\n", evalrun.PassFail(rep.PassCheck))
-	for _, pr := range rep.Problems {
-		fmt.Fprintf(w, "  PROBLEM: %s\n", pr)
-	}
-	if len(rep.Disturbed) > 0 {
-		fmt.Fprintf(w, "Repeated %d runs that other processes disturbed (kept in the JSON as disturbed_runs, not counted)\n", len(rep.Disturbed))
-	}
-	for _, wn := range rep.Warnings {
-		fmt.Fprintf(w, "  WARNING: %s\n", wn)
-	}
-	var parts []string
-	for _, ss := range rep.Summary {
-		parts = append(parts, fmt.Sprintf("%s %.3f", sizeLabel(ss.Size), ss.MedianRatio))
-	}
-	fmt.Fprintf(w, "Acceptance: coral_proxy/file_server cache-hit req/s %s, target ≥ %.1f: %s\n", strings.Join(parts, ", "), targetRatio, evalrun.PassFail(rep.PassRatio))
-	fmt.Fprintf(w, "Load average before %s, after %s (%d CPUs: the servers and wrk share them)\n", rep.Host.LoadAvgBefore, rep.Host.LoadAvgAfter, rep.Host.CPUs)
-	fmt.Fprintf(w, "\nCommands:\n")
-	for _, c := range rep.Commands {
-		fmt.Fprintf(w, "  %s\n", c)
-	}
-	if len(rep.Profiles) > 0 {
-		fmt.Fprintf(w, "CPU profiles (go tool pprof -top FILE): %s\n", strings.Join(rep.Profiles, " "))
-	}
+	return what
 }
 
 // profile takes a CPU profile of Caddy during one more unmeasured run

@@ -1,14 +1,16 @@
 // Command httpbench measures coral_proxy's cache-hit path with wrk against
 // Caddy's own file_server serving the same bytes from files: one bin/caddy
-// process, one run, the same load for both. Debian's nginx with proxy_cache
-// in front of the same origin is measured alongside, in the same run.
+// process, one run, the same load for both, over HTTP and over TLS. Debian's
+// nginx with proxy_cache in front of the same origin is measured alongside,
+// in the same run, over HTTP only.
 //
-//	go run ./eval/httpbench [-rounds 3] [-duration 10s] [-c 32] [-out docs/eval]
+//	go run ./eval/httpbench [-rounds 3] [-duration 10s] [-c 32] [-tls=false] [-out docs/eval]
 //
 // It needs bin/caddy (make caddy), wrk and nginx; when wrk or nginx is
 // missing and it runs as root, it installs them first with
 // eval/httpbench/install-deps.sh (apt-get install wrk nginx; -install=false
-// to refuse). -nginx= leaves nginx out.
+// to refuse). -nginx= leaves nginx out; -tls=false leaves the TLS targets
+// out (and Caddy's automatic HTTPS off, as before they were added).
 //
 // The set-up, all on loopback:
 //
@@ -16,9 +18,15 @@
 //     serves /1k and /100k (fixed pseudo-random bytes, Cache-Control
 //     max-age=86400) and counts the requests it gets;
 //   - bin/caddy (make caddy) runs the coral app (its DSHT node on
-//     127.0.90.2:4000, alone) and two sites on 127.0.90.2: coral_proxy on
-//     :8080, reached with Host 127.0.90.1.8080.nyud.test, and file_server on
-//     :8081, whose root holds the same bytes as files /1k and /100k;
+//     127.0.90.2:4000, alone) and sites on 127.0.90.2: coral_proxy on
+//     :8080, reached with Host 127.0.90.1.8080.nyud.test (the dotted
+//     Coralized name), and file_server on :8081, whose root holds the same
+//     bytes as files /1k and /100k; with -tls also coral_proxy over TLS on
+//     :8082 (site *.nyud.test), reached as
+//     https://127-0-90-1-8080.nyud.test:8082/ (the one-label name, which a
+//     wildcard certificate covers; the same cache directory, so the same
+//     store and cache keys as over HTTP), and file_server over TLS on :8083
+//     (site files.test), reached as https://files.test:8083/;
 //   - nginx (Debian's, apt-get install nginx) on 127.0.90.3:8080 with
 //     proxy_cache in front of the origin, from a generated configuration in
 //     a temporary directory (nginx -p DIR -c DIR/nginx.conf -e DIR/error.log
@@ -26,16 +34,36 @@
 //     tcp_nopush off (Debian's nginx.conf turns it on; over loopback it
 //     stalls every 100 KiB response for a 40 ms delayed ACK).
 //
+// Over TLS, the certificates come from Caddy's own local CA (tls internal:
+// a wildcard *.nyud.test and files.test), made in Caddy's data directory
+// inside the bench's temporary directory (labconf.CaddyEnv), with
+// skip_install_trust so that nothing touches the system's trust store, and
+// auto_https disable_redirects so that no HTTP->HTTPS redirect listens on
+// port 80 (the http:// sites are as without -tls). The checks in this
+// process verify the certificates against that CA's root
+// (pki/authorities/local/root.crt), with the target's name as the SNI. wrk
+// takes the SNI and the Host header from the URL's host, so its URL carries
+// the name; the names are in no DNS and no /etc/hosts, and wrk has no
+// --resolve, so a Lua script (wrk -s, in the temporary directory and in
+// the JSON) replaces wrk.resolve, which wrk calls once before the run, with
+// a lookup of Caddy's address. That needs no root, no mount namespace and
+// no certificate for an IP address, and changes nothing per request: the
+// script has no request or response function, so wrk still sends one
+// prebuilt request. wrk offers no ALPN protocol, so both TLS targets speak
+// HTTP/1.1 over TLS 1.3, as the checks do; wrk does not verify the
+// certificate, the checks do.
+//
 // Before measuring, each cache is warmed by one request per object, and the
-// next request must be a hit (coral: Cache-Status: coral; hit;
-// detail="local"; nginx: X-Cache-Status: HIT); every target's body must be
-// the origin's bytes. Then:
+// next request must be a hit (coral_proxy, over HTTP and over TLS:
+// Cache-Status: coral; hit; detail="local"; nginx: X-Cache-Status: HIT);
+// every target's body must be the origin's bytes. Then:
 //
 //   - warm-up: a short unmeasured wrk run per target and size;
 //   - throughput: -rounds rounds; in each, for each object size, one wrk run
 //     (-t -c, --latency) per target, the targets' order rotated from round
-//     to round (coral/file/nginx, file/nginx/coral, nginx/coral/file) and the
-//     sizes' order alternated;
+//     to round (coral/file/coral-tls/file-tls/nginx, then
+//     file/coral-tls/file-tls/nginx/coral, ...) and the sizes' order
+//     alternated;
 //   - proxy memory: -proxy-objects distinct small objects are fetched through
 //     coral_proxy (each a miss: an origin fetch, a DSHT put+get, a disk
 //     write), and Caddy's heap in use after a GC (its admin endpoint's
@@ -63,9 +91,10 @@
 // wrk must see no error and no non-2xx response.
 //
 // Acceptance (issue 5): coral_proxy's cache-hit throughput ≥ 0.9× file_server's
-// (median over rounds of the per-round ratio) for both object sizes. The
-// command writes its results either way, and exits with status 1 if a
-// check failed or the acceptance was not met.
+// (median over rounds of the per-round ratio) for both object sizes; and,
+// with -tls, the same over TLS: coral-tls ≥ 0.9× file-tls. The command
+// writes its results either way, and exits with status 1 if a check failed
+// or an acceptance was not met.
 package main
 
 import (
@@ -106,6 +135,7 @@ type params struct {
 	Repeat       int           // the most times a round's runs of one size are repeated when disturbed
 	Profile      string        // directory for CPU profiles of Caddy (empty: none)
 	Install      bool          // run install-deps.sh when wrk or nginx is missing (as root)
+	TLS          bool          // also coral_proxy and file_server over TLS, on Port+2 and Port+3
 	Out          string
 }
 
@@ -130,6 +160,7 @@ func defaultParams() params {
 		Quiet:        60 * time.Second,
 		Repeat:       2,
 		Install:      true,
+		TLS:          true,
 		Out:          "docs/eval",
 	}
 }
@@ -145,7 +176,7 @@ func main() {
 	flag.StringVar(&p.OriginAddr, "origin-addr", p.OriginAddr, "loopback address of the origin (served by this command)")
 	flag.StringVar(&p.CaddyAddr, "caddy-addr", p.CaddyAddr, "loopback address of Caddy's sites, admin endpoint (:2019) and DSHT node (UDP :4000)")
 	flag.StringVar(&p.NginxAddr, "nginx-addr", p.NginxAddr, "loopback address of nginx")
-	flag.IntVar(&p.Port, "port", p.Port, "TCP port of the origin, coral_proxy and nginx; file_server gets the next one")
+	flag.IntVar(&p.Port, "port", p.Port, "TCP port of the origin, coral_proxy and nginx; file_server gets the next one, and with -tls coral_proxy and file_server over TLS the two after")
 	flag.Var((*sizeList)(&p.Sizes), "sizes", "object sizes in bytes, space-separated (k suffix: KiB)")
 	flag.IntVar(&p.Rounds, "rounds", p.Rounds, "throughput rounds (one wrk run per target and size each)")
 	flag.DurationVar(&p.Duration, "duration", p.Duration, "length of one measured wrk run")
@@ -160,6 +191,7 @@ func main() {
 	flag.IntVar(&p.Repeat, "repeat", p.Repeat, "repeat a round's runs of one size, at most this many times, when other processes used over 0.25 CPUs during one of them")
 	flag.StringVar(&p.Profile, "profile", p.Profile, "directory for CPU profiles of Caddy under load (an extra unmeasured coral and file run per size) and its heap profile after the proxy-memory fetch (empty: none)")
 	flag.BoolVar(&p.Install, "install", p.Install, "when wrk or nginx is missing and this runs as root, install them with eval/httpbench/install-deps.sh")
+	flag.BoolVar(&p.TLS, "tls", p.TLS, "also measure coral_proxy and file_server over TLS (Caddy's local CA), on -port+2 and -port+3")
 	flag.StringVar(&p.Out, "out", p.Out, "directory for httpbench.json and httpbench.png")
 	flag.Parse()
 

@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"math"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -111,6 +116,89 @@ func TestGetCounts(t *testing.T) {
 	}
 }
 
+// TestGetTLS checks that get speaks TLS with the target's name as the SNI,
+// verifies the certificate against the target's roots, sends wrk's Host
+// (name:port) and counts the bytes inside TLS.
+func TestGetTLS(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Host", r.Host)
+		w.Header().Set("X-SNI", r.TLS.ServerName)
+		w.Write([]byte("hello"))
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake below
+	srv.StartTLS()
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	addr := netip.MustParseAddrPort(srv.Listener.Addr().String())
+	// httptest's certificate is for example.com, among others.
+	tg := &target{name: "file-tls", server: "file", host: "example.com", tls: true, roots: roots, addr: addr}
+	r, err := get(tg, "/1k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantHost := fmt.Sprintf("example.com:%d", addr.Port())
+	if r.Header.Get("X-Host") != wantHost || r.Header.Get("X-SNI") != "example.com" || string(r.body) != "hello" {
+		t.Errorf("response %+v", r)
+	}
+	if r.WireBytes != r.HeaderBytes+r.BodyBytes || !strings.HasPrefix(r.TLS, "TLS 1.3") {
+		t.Errorf("counted %d+%d=%d bytes, TLS %q", r.HeaderBytes, r.BodyBytes, r.WireBytes, r.TLS)
+	}
+	if tg.url("/1k") != "https://"+wantHost+"/1k" {
+		t.Errorf("url %s", tg.url("/1k"))
+	}
+	// A name the certificate does not cover fails: nothing skips the check.
+	bad := *tg
+	bad.host = "files.test"
+	if _, err := get(&bad, "/1k"); err == nil {
+		t.Error("certificate for the wrong name accepted")
+	}
+}
+
+// TestTLSSetUp checks the configuration and wrk's command line of the TLS
+// targets without running anything.
+func TestTLSSetUp(t *testing.T) {
+	p := defaultParams()
+	p.Nginx = ""
+	b, err := newBench(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	c, f := b.target("coral-tls"), b.target("file-tls")
+	if c == nil || f == nil || c.host != "127-0-90-1-8080.nyud.test" || c.addr.String() != "127.0.90.2:8082" || f.addr.String() != "127.0.90.2:8083" {
+		t.Fatalf("TLS targets %+v %+v", c, f)
+	}
+	for _, want := range []string{"auto_https disable_redirects", "skip_install_trust", "https://*.nyud.test:8082 {", "https://files.test:8083 {", "tls internal", "http://:8080 {", "http://:8081 {"} {
+		if !strings.Contains(b.caddyfile, want) {
+			t.Errorf("Caddyfile lacks %q:\n%s", want, b.caddyfile)
+		}
+	}
+	if strings.Contains(b.caddyfile, "auto_https off") {
+		t.Errorf("Caddyfile turns automatic HTTPS off, which the internal issuer needs:\n%s", b.caddyfile)
+	}
+	args := strings.Join(b.wrkArgs(c, 1024, time.Second), " ")
+	if !strings.HasSuffix(args, "-s "+b.wrkScript+" https://127-0-90-1-8080.nyud.test:8082/1k") || strings.Contains(args, "Host:") {
+		t.Errorf("wrk %s", args)
+	}
+	if got := strings.Join(b.wrkArgs(b.target("coral"), 1024, time.Second), " "); !strings.HasSuffix(got, "-H Host: 127.0.90.1.8080.nyud.test http://127.0.90.2:8080/1k") {
+		t.Errorf("wrk over HTTP %s", got)
+	}
+	if root, err := caddyRootPath([]string{"XDG_DATA_HOME=/d"}); err != nil || root != "/d/caddy/pki/authorities/local/root.crt" {
+		t.Errorf("root %q %v", root, err)
+	}
+
+	p.TLS = false
+	b2, err := newBench(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.close()
+	if len(b2.targets) != 2 || !strings.Contains(b2.caddyfile, "auto_https off") || strings.Contains(b2.caddyfile, "https://") {
+		t.Errorf("-tls=false: %d targets, Caddyfile:\n%s", len(b2.targets), b2.caddyfile)
+	}
+}
+
 // TestIndexMemorySmall runs the index measurement on a few objects.
 func TestIndexMemorySmall(t *testing.T) {
 	res, err := indexMemory(context.Background(), 2000)
@@ -161,17 +249,37 @@ func TestExperimentShort(t *testing.T) {
 	if err := json.Unmarshal(raw, &back); err != nil {
 		t.Fatal(err)
 	}
-	want := 2
+	want := 4 // coral, file, coral-tls, file-tls
 	if p.Nginx != "" {
-		want = 3
+		want++
 	}
-	if len(back.Throughput) != want*len(p.Sizes) || len(back.Summary) != len(p.Sizes) || back.Index == nil || back.Proxy == nil || !back.PassCheck {
+	if len(back.Throughput) != want*len(p.Sizes) || len(back.Summary) != len(p.Sizes) || back.Index == nil || back.Proxy == nil || !back.PassCheck || back.PassTLSRatio == nil {
 		t.Fatalf("report incomplete: %s", raw)
 	}
 	for _, ss := range rep.Summary {
-		if c := ss.Targets["coral"]; c == nil || c.MedianRPS <= 0 || c.WireBytes < ss.Size {
-			t.Errorf("%d: coral %+v", ss.Size, c)
+		for _, name := range []string{"coral", "coral-tls"} {
+			if c := ss.Targets[name]; c == nil || c.MedianRPS <= 0 || c.WireBytes < ss.Size {
+				t.Errorf("%d: %s %+v", ss.Size, name, c)
+			}
 		}
+		if len(ss.TLSRatios) != 1 || ss.PassTLS == nil {
+			t.Errorf("%d: TLS ratios %v", ss.Size, ss.TLSRatios)
+		}
+		t.Logf("%s: coral/file %.3f, over TLS %.3f (1 s runs)", sizeLabel(ss.Size), ss.MedianRatio, ss.MedianTLSRatio)
+	}
+	// Over TLS, every check was a hit under the one-label name, with a
+	// certificate from Caddy's local CA.
+	tlsHits := 0
+	for _, s := range back.Responses {
+		if s.Target == "coral-tls" && s.Hit && s.Same && strings.Contains(s.TLS, "*.nyud.test") {
+			tlsHits++
+		}
+	}
+	if tlsHits != 2*len(p.Sizes) {
+		t.Errorf("%d coral-tls hits before and after, want %d: %+v", tlsHits, 2*len(p.Sizes), back.Responses)
+	}
+	if back.Params.CoralTLSName != "127-0-92-1-8180.nyud.test" || !strings.Contains(back.WrkScript, "127.0.92.2") {
+		t.Errorf("TLS set-up: name %q, script %q", back.Params.CoralTLSName, back.WrkScript)
 	}
 	if st, err := os.Stat(filepath.Join(p.Out, "httpbench.png")); err != nil || st.Size() == 0 {
 		t.Errorf("httpbench.png: %v", err)

@@ -14,21 +14,25 @@ import (
 )
 
 var (
+	// Over TLS, the same hue as over HTTP, lighter.
 	targetColors = map[string]color.RGBA{
-		"coral": {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-		"file":  {R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
-		"nginx": {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+		"coral":     {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+		"file":      {R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
+		"coral-tls": {R: 0x8f, G: 0xbf, B: 0xe6, A: 0xff},
+		"file-tls":  {R: 0xc4, G: 0xc4, B: 0xc4, A: 0xff},
+		"nginx":     {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 	}
 	limitColor = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
-	targetName = map[string]string{"coral": "coral_proxy (hit)", "file": "file_server", "nginx": "nginx proxy_cache (hit)"}
+	targetName = map[string]string{"coral": "coral_proxy (hit)", "file": "file_server", "nginx": "nginx proxy_cache (hit)",
+		"coral-tls": "coral_proxy over TLS (hit)", "file-tls": "file_server over TLS"}
 )
 
 // plotBars draws two panels: the median req/s per size and target with
-// every round's value as a dot, and the same relative to file_server with
-// the 0.9 acceptance line.
+// every round's value as a dot, and the same relative to file_server (over
+// TLS, to file_server over TLS) with the 0.9 acceptance line.
 func plotBars(path string, rep *report) error {
 	var names []string
-	for _, n := range []string{"coral", "file", "nginx"} {
+	for _, n := range targetOrder {
 		if len(rep.Summary) > 0 && rep.Summary[0].Targets[n] != nil {
 			names = append(names, n)
 		}
@@ -41,8 +45,16 @@ func plotBars(path string, rep *report) error {
 	abs.Title.Text = fmt.Sprintf("Cache-hit throughput, wrk -t%d -c%d, %d × %s (median, dots: rounds)", rep.Params.Threads, rep.Params.Conns, rep.Params.Rounds, rep.Params.Duration)
 	abs.Y.Label.Text = "requests per second"
 	rel.Title.Text = "Relative to file_server (median of per-round ratios)"
+	if rep.Params.TLS {
+		rel.Title.Text = "Relative to file_server over the same protocol (median of per-round ratios)"
+	}
 	rel.Y.Label.Text = "req/s ÷ file_server's req/s"
+	// Narrower bars with the TLS pair, so that a size's group keeps about
+	// the same width.
 	width := vg.Points(26)
+	if len(names) > 3 {
+		width = vg.Points(17)
+	}
 	maxRel, maxAbs := 1.0, 0.0
 	for i, n := range names {
 		var vals, ratios plotter.Values
@@ -53,6 +65,8 @@ func plotBars(path string, rep *report) error {
 			switch n {
 			case "coral":
 				ratios = append(ratios, ss.MedianRatio)
+			case "coral-tls":
+				ratios = append(ratios, ss.MedianTLSRatio)
 			case "nginx":
 				ratios = append(ratios, ss.MedianNginxRatio)
 			default:

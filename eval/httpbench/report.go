@@ -2,12 +2,15 @@ package main
 
 // report is httpbench.json.
 type report struct {
-	Command   string   `json:"command"`
-	Tools     tools    `json:"tools"`
-	Host      host     `json:"host"`
-	Params    jsonPar  `json:"params"`
-	Caddyfile string   `json:"caddyfile"`
-	NginxConf string   `json:"nginx_conf,omitempty"`
+	Command   string  `json:"command"`
+	Tools     tools   `json:"tools"`
+	Host      host    `json:"host"`
+	Params    jsonPar `json:"params"`
+	Caddyfile string  `json:"caddyfile"`
+	NginxConf string  `json:"nginx_conf,omitempty"`
+	// WrkScript is the Lua script of the TLS targets' wrk runs (-s): it
+	// connects to Caddy's address whatever the URL's host.
+	WrkScript string   `json:"wrk_script,omitempty"`
 	Commands  []string `json:"commands"` // the Caddy, nginx and wrk command lines, in order
 
 	// Responses: one request per target and size before and after the
@@ -26,8 +29,11 @@ type report struct {
 	Problems  []string `json:"problems,omitempty"`
 	Warnings  []string `json:"warnings,omitempty"`
 	PassRatio bool     `json:"pass_coral_ge_0_9_file"`
-	PassCheck bool     `json:"pass_checks"`
-	Wall      float64  `json:"wall_seconds"`
+	// PassTLSRatio is the same over TLS: coral-tls ≥ 0.9× file-tls for
+	// every size (absent without -tls).
+	PassTLSRatio *bool   `json:"pass_tls_coral_ge_0_9_file,omitempty"`
+	PassCheck    bool    `json:"pass_checks"`
+	Wall         float64 `json:"wall_seconds"`
 }
 
 type tools struct {
@@ -52,6 +58,11 @@ type jsonPar struct {
 	CoralHost    string `json:"coral_host_header"`
 	File         string `json:"file_server"`
 	Nginx        string `json:"nginx,omitempty"`
+	TLS          bool   `json:"tls"`
+	CoralTLS     string `json:"coral_proxy_tls,omitempty"` // address:port
+	CoralTLSName string `json:"coral_tls_name,omitempty"`  // the URL's host: SNI and Host
+	FileTLS      string `json:"file_server_tls,omitempty"`
+	FileTLSName  string `json:"file_tls_name,omitempty"`
 	Sizes        []int  `json:"object_bytes"`
 	Rounds       int    `json:"rounds"`
 	Duration     string `json:"run_duration"`
@@ -81,7 +92,7 @@ type sample struct {
 type run struct {
 	Phase  string `json:"phase"` // warmup, throughput, profile
 	Round  int    `json:"round,omitempty"`
-	Target string `json:"target"` // coral, file, nginx
+	Target string `json:"target"` // coral, file, nginx, coral-tls, file-tls
 	Size   int    `json:"object_bytes"`
 	Argv   string `json:"wrk_command"`
 
@@ -140,7 +151,12 @@ type sizeSumm struct {
 	NginxRatios      []float64 `json:"nginx_over_file_by_round,omitempty"`
 	MedianNginxRatio float64   `json:"median_nginx_over_file,omitempty"`
 	CoralOverNginx   float64   `json:"median_coral_over_nginx,omitempty"`
-	Pass             bool      `json:"pass"`
+	Pass             bool      `json:"pass"` // over HTTP
+	// Over TLS: coral-tls's req/s over file-tls's, per round and the
+	// median, and whether that median meets the same acceptance.
+	TLSRatios      []float64 `json:"coral_tls_over_file_tls_by_round,omitempty"`
+	MedianTLSRatio float64   `json:"median_coral_tls_over_file_tls,omitempty"`
+	PassTLS        *bool     `json:"pass_tls,omitempty"`
 }
 
 type targetSumm struct {

@@ -20,7 +20,12 @@ import (
 func (b *bench) wrkArgs(t *target, size int, d time.Duration) []string {
 	args := []string{"-t", strconv.Itoa(b.p.Threads), "-c", strconv.Itoa(b.p.Conns),
 		"-d", fmt.Sprintf("%ds", max(1, int(d.Round(time.Second).Seconds()))), "--timeout", "5s", "--latency"}
-	if t.host != "" {
+	switch {
+	case t.tls:
+		// The name is the URL's host (SNI, Host); the script connects to
+		// Caddy's address (wrkResolveScript).
+		args = append(args, "-s", b.wrkScript)
+	case t.host != "":
 		args = append(args, "-H", "Host: "+t.host)
 	}
 	return append(args, t.url("/"+sizeName(size)))
@@ -66,7 +71,7 @@ func (b *bench) runWrk(ctx context.Context, phase string, round int, t *target, 
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = outFile, &stderr
 	var m0 map[string]float64
-	if t.name == "coral" {
+	if t.server == "coral" {
 		if m0, err = b.coralRequests(); err != nil {
 			return nil, err
 		}

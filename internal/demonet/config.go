@@ -121,6 +121,7 @@ type nodeSpec struct {
 	bootstrap []netip.AddrPort // DSHT nodes to join through (not itself)
 	resolvers []resolverSpec   // for classify
 	layout    Layout
+	https     httpsSpec
 }
 
 type resolverSpec struct {
@@ -184,44 +185,48 @@ var StatusSite = func(addr netip.Addr) (site labconf.Directive, url string) {
 }
 
 // caddyfile is the node's Caddy configuration: the coral app (its DSHT
-// node on PortDHTCaddy, the same clusters as the node's CoreDNS) and
-// coral_proxy for the alias zone on port 80 of the node's address (the
-// settings that differ from the defaults are explained in README.md).
+// node on PortDHTCaddy, the same clusters as the node's CoreDNS),
+// coral_proxy for the alias zone on port 80 of the node's address, and on
+// port 443 for one-label names with the wildcard certificate (https.go;
+// the settings that differ from the defaults are explained in README.md).
 func caddyfile(s nodeSpec) string {
 	admin := netip.AddrPortFrom(s.addr, PortAdmin)
 	status, _ := StatusSite(s.addr)
+	proxy := labconf.Proxy{
+		Zone:      AliasZone,
+		CacheDir:  filepath.Join(s.dir, "cache"),
+		CacheSize: "256MiB",
+		// Only the demo origin: everything else on loopback or private
+		// addresses stays refused. The peers are on loopback, which
+		// references may not name unless listed.
+		AllowOrigins: []string{s.layout.Origin().String() + "/32"},
+		AllowPeers:   []string{"127.0.0.0/8"},
+		// Peers fetch over plain HTTP; say where, as the first request
+		// may come over HTTPS.
+		PeerAddress: netip.AddrPortFrom(s.addr, PortHTTP).String(),
+		RateLimit:   "100 200",
+		// min_ttl 0 honours short max-age (the default minimum is 5
+		// min), so copies go stale within seconds; one-label names over
+		// http go to https.
+		Extra: []labconf.Directive{labconf.D("min_ttl", "0"), labconf.D("origin_timeout", "5s"), labconf.D("https_redirect")},
+	}.Directive()
+	sites := []labconf.Directive{
+		labconf.D(fmt.Sprintf("http://:%d", PortHTTP)).With(labconf.D("bind", s.addr), labconf.D("log"), proxy),
+		status,
+	}
 	return labconf.Caddy{
 		Comment:      header(s),
 		Admin:        admin,
 		AdminOrigins: []string{admin.String(), fmt.Sprintf("localhost:%d", PortAdmin)},
-		HTTPSOff:     true,
-		SkipTrust:    true,
-		Grace:        "2s",
-		Options:      []labconf.Directive{labconf.D("log").With(labconf.D("exclude", "admin.api"))},
+		// No skip_install_trust: it would configure the pki app, whose
+		// local CA every node would create at once in the shared
+		// storage. No site uses the local CA (their issuer is the demo's
+		// ACME CA), so no pki app runs and nothing is installed.
+		Grace:   "2s",
+		Options: append([]labconf.Directive{labconf.D("log").With(labconf.D("exclude", "admin.api"))}, s.https.globalOptions()...),
 		Coral: labconf.Node{Listen: netip.AddrPortFrom(s.addr, PortDHTCaddy), Bootstrap: s.bootstrap,
 			KeyFile: s.keyFile, Clusters: map[int]string{1: ClusterAll, 2: s.region}},
-		Sites: []labconf.Directive{
-			labconf.D(fmt.Sprintf(":%d", PortHTTP)).With(
-				labconf.D("bind", s.addr),
-				labconf.D("log"),
-				labconf.Proxy{
-					Zone:      AliasZone,
-					CacheDir:  filepath.Join(s.dir, "cache"),
-					CacheSize: "256MiB",
-					// Only the demo origin: everything else on loopback or
-					// private addresses stays refused. The peers are on
-					// loopback, which references may not name unless
-					// listed.
-					AllowOrigins: []string{s.layout.Origin().String() + "/32"},
-					AllowPeers:   []string{"127.0.0.0/8"},
-					RateLimit:    "100 200",
-					// min_ttl 0 honours short max-age (the default minimum
-					// is 5 min), so copies go stale within seconds.
-					Extra: []labconf.Directive{labconf.D("min_ttl", "0"), labconf.D("origin_timeout", "5s")},
-				}.Directive(),
-			),
-			status,
-		},
+		Sites: append(sites, s.https.sites(s.addr, proxy)...),
 	}.String()
 }
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -133,7 +134,9 @@ func testSpec(t *testing.T, i int) nodeSpec {
 	l := Layout{Prefix: netip.MustParsePrefix("127.0.80.0/24")}
 	return nodeSpec{index: i, addr: l.Node(i), region: Region(i, 6), dir: t.TempDir(), keyFile: "/run/network.key",
 		bootstrap: []netip.AddrPort{netip.AddrPortFrom(l.Node(0), PortDHTCoreDNS)},
-		resolvers: []resolverSpec{{l.Resolver(0), RegionEast}, {l.Resolver(1), RegionWest}}, layout: l}
+		resolvers: []resolverSpec{{l.Resolver(0), RegionEast}, {l.Resolver(1), RegionWest}}, layout: l,
+		https: httpsSpec{directory: "https://127.0.80.253/acme/local/directory", root: "/run/ca/root.crt", storage: "/run/certs",
+			resolver: l.Resolver(0), renewInterval: 5 * time.Second, renewalRatio: 0.75}}
 }
 
 func TestCorefile(t *testing.T) {
@@ -155,7 +158,10 @@ func TestCaddyfile(t *testing.T) {
 	for _, want := range []string{
 		"admin 127.0.80.11:2019", "listen 127.0.80.11:4001", "bootstrap 127.0.80.10:4000", "cluster 2 east",
 		"bind 127.0.80.11", "coral_proxy nyud.test", "allow_origins 127.0.80.2/32", "min_ttl 0",
-		"http://127.0.80.11 {", "coral_status",
+		"http://127.0.80.11 {", "coral_status", "https_redirect", "peer_address 127.0.80.11:80",
+		"acme_ca https://127.0.80.253/acme/local/directory", "acme_ca_root /run/ca/root.crt", "storage file_system /run/certs",
+		"renew_interval 5s", "renewal_window_ratio 0.75", "https://*.nyud.test:443 {", "https://nyud.test:443 {",
+		"dns coral", "resolvers 127.0.80.3:53",
 	} {
 		if !strings.Contains(c, want) {
 			t.Errorf("Caddyfile lacks %q:\n%s", want, c)
@@ -175,10 +181,44 @@ func TestCaddyfile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("caddy adapt: %v\n%s", err, out)
 	}
-	for _, want := range []string{`"handler":"coral_proxy"`, `"handler":"coral_status"`, `"coral":{`} {
+	for _, want := range []string{`"handler":"coral_proxy"`, `"handler":"coral_status"`, `"coral":{`,
+		`"provider":{"name":"coral"}`, `"https_redirect":true`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("adapted config lacks %s", want)
 		}
+	}
+	// No pki app: its local CA would be created by every node at once in
+	// the shared certificate storage.
+	if strings.Contains(string(out), `"pki":`) {
+		t.Errorf("adapted config has a pki app:\n%s", out)
+	}
+}
+
+// TestCACaddyfile: the CA validates dns-01 only, through the demo's
+// resolver, for the alias zone and its wildcard only; Caddy parses it.
+func TestCACaddyfile(t *testing.T) {
+	l := Layout{Prefix: netip.MustParsePrefix("127.0.80.0/24")}
+	c := caCaddyfile(l.CA(), l.Resolver(0), 5*time.Minute)
+	for _, want := range []string{"https://127.0.80.253 {", "bind 127.0.80.253", "tls internal", "acme_server {",
+		"lifetime 5m0s", "resolvers 127.0.80.3:53", "challenges dns-01", "allow_wildcard_names", "domains nyud.test *.nyud.test"} {
+		if !strings.Contains(c, want) {
+			t.Errorf("the CA's Caddyfile lacks %q:\n%s", want, c)
+		}
+	}
+	if strings.Contains(c, "coral {") {
+		t.Errorf("the CA runs a coral app:\n%s", c)
+	}
+	_, caddy, _ := Binaries()
+	if _, err := os.Stat(caddy); caddy == "" || err != nil {
+		t.Skipf("no bin/caddy (%q): %v", caddy, err)
+	}
+	path := filepath.Join(t.TempDir(), "Caddyfile")
+	if err := os.WriteFile(path, []byte(c), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(caddy, "adapt", "--config", path, "--adapter", "caddyfile").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"handler":"acme_server"`) || !strings.Contains(string(out), `"dns-01"`) {
+		t.Fatalf("caddy adapt: %v\n%s", err, out)
 	}
 }
 

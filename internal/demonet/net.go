@@ -42,6 +42,15 @@ type Options struct {
 	// CoreDNS and Caddy are the binaries (default: bin/coredns and
 	// bin/caddy of the repository around the working directory).
 	CoreDNS, Caddy string
+	// CertLifetime is the lifetime of the certificates the demo's ACME CA
+	// issues (default 12h; at least 5m, the CA's minimum).
+	CertLifetime time.Duration
+	// RenewInterval and RenewalRatio are the nodes' renew_interval (how
+	// often Caddy checks its certificates; default Caddy's 10m) and
+	// renewal_window_ratio (the part of a certificate's lifetime left
+	// when it is renewed; default Caddy's 1/3), for tests of renewal.
+	RenewInterval time.Duration
+	RenewalRatio  float64
 	// StartTimeout bounds Start (default 2 min).
 	StartTimeout time.Duration
 	// Logf, if set, gets progress messages.
@@ -100,6 +109,10 @@ type Net struct {
 	KeyFile string
 	// Root is the fake DNS root, which also serves OriginZone.
 	Root *resolvers.Authority
+	// CA is the demo's ACME CA (a bin/caddy with acme_server), and CARoot
+	// the file with its root certificate, which clients trust.
+	CA     *proc.Process
+	CARoot string
 	// Origin is the origin web server.
 	Origin    *Origin
 	Resolvers []*Resolver
@@ -212,6 +225,15 @@ func (o *Options) defaults() error {
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 2 * time.Minute
 	}
+	if o.CertLifetime == 0 {
+		o.CertLifetime = 12 * time.Hour
+	}
+	if o.CertLifetime < 5*time.Minute {
+		return fmt.Errorf("demonet: certificate lifetime %v: the CA issues for at least 5m", o.CertLifetime)
+	}
+	if o.RenewalRatio < 0 || o.RenewalRatio >= 1 {
+		return fmt.Errorf("demonet: renewal ratio %v: want 0 (Caddy's default) to below 1", o.RenewalRatio)
+	}
 	return nil
 }
 
@@ -257,7 +279,7 @@ func start(ctx context.Context, o Options) (_ *Net, err error) {
 			}
 		}
 	}()
-	for _, step := range []func(context.Context) error{n.makeDir, n.startRootAndOrigin, n.startResolvers, n.startNodes} {
+	for _, step := range []func(context.Context) error{n.makeDir, n.startRootAndOrigin, n.startResolvers, n.startCA, n.startNodes} {
 		if err = step(ctx); err != nil {
 			return n, err
 		}
@@ -388,7 +410,8 @@ func (n *Net) newNode(i int, specs []resolverSpec, wrap []string) (*Node, error)
 		return nil, err
 	}
 	s := nodeSpec{index: i, addr: nd.Addr, region: nd.Region, dir: nd.Dir, keyFile: n.KeyFile,
-		resolvers: specs, layout: l}
+		resolvers: specs, layout: l, https: httpsSpec{directory: n.ACMEDirectory(), root: n.CARoot,
+			storage: n.certStorage(), resolver: n.Resolvers[0].Addr, renewInterval: o.RenewInterval, renewalRatio: o.RenewalRatio}}
 	// Every node joins through the first two nodes' CoreDNS DSHT nodes;
 	// the first of those has no bootstrap: it starts the network.
 	var boot []netip.AddrPort
@@ -526,6 +549,14 @@ func (n *Net) Stop() error {
 				mu.Unlock()
 			})
 		}
+	}
+	if n.CA != nil {
+		wg.Go(func() {
+			err := n.CA.Stop(5 * time.Second)
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		})
 	}
 	wg.Wait()
 	for _, r := range n.Resolvers {

@@ -56,6 +56,11 @@ func (n *Net) WaitReady(ctx context.Context) error {
 			return err
 		}
 	}
+	for _, nd := range live {
+		if err := n.waitHTTPS(ctx, nd); err != nil {
+			return err
+		}
+	}
 	for _, nd := range n.Nodes {
 		if !nd.CoreDNS.Running() {
 			continue
@@ -107,6 +112,9 @@ func (n *Net) unexpectedExits() error {
 				errs = append(errs, p.Exited())
 			}
 		}
+	}
+	if n.CA != nil {
+		errs = append(errs, n.CA.Exited())
 	}
 	for _, r := range n.Resolvers {
 		if r != nil && !r.Running() {

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -28,7 +29,8 @@ func Binary() (string, error) {
 // fresh profile under dir, and returns its standard output. Chromium's
 // helper processes run in a process group of their own, killed whole when
 // ctx ends and afterwards, so none outlive the call. As root it needs
-// --no-sandbox, which is always given.
+// --no-sandbox, which is always given. After Trust(dir, ...), Chromium
+// trusts the given CA.
 func Run(ctx context.Context, bin, dir string, args ...string) ([]byte, error) {
 	all := append([]string{
 		"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -37,6 +39,9 @@ func Run(ctx context.Context, bin, dir string, args ...string) ([]byte, error) {
 	}, args...)
 	cmd := exec.CommandContext(ctx, bin, all...)
 	cmd.Dir = dir
+	if _, err := os.Stat(nssDB(dir)); err == nil {
+		cmd.Env = append(os.Environ(), "HOME="+filepath.Join(dir, "home"))
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -51,6 +56,33 @@ func Run(ctx context.Context, bin, dir string, args ...string) ([]byte, error) {
 	}
 	return stdout.Bytes(), nil
 }
+
+// Trust makes the Chromium runs under dir trust the CA whose root
+// certificate (PEM) is in rootFile, as a user does who imports it: on
+// Linux Chromium reads trust anchors from the NSS database in
+// $HOME/.pki/nssdb, which this creates with NSS's certutil under dir
+// (Run then sets HOME). Nothing outside dir changes.
+func Trust(dir, name, rootFile string) error {
+	certutil, err := exec.LookPath("certutil")
+	if err != nil {
+		return fmt.Errorf("certutil missing (apt-get install libnss3-tools; make deps): %w", err)
+	}
+	db := nssDB(dir)
+	if err := os.MkdirAll(db, 0o700); err != nil {
+		return err
+	}
+	for _, args := range [][]string{
+		{"-N", "-d", "sql:" + db, "--empty-password"},
+		{"-A", "-d", "sql:" + db, "-n", name, "-t", "C,,", "-i", rootFile},
+	} {
+		if out, err := exec.Command(certutil, args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("certutil %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+func nssDB(dir string) string { return filepath.Join(dir, "home", ".pki", "nssdb") }
 
 // Tail is the last n bytes of s.
 func Tail(s string, n int) string {

@@ -203,7 +203,8 @@ type Caddy struct {
 	Grace string
 	// Options are further global options (default_bind, http_port, log).
 	Options []Directive
-	// Coral is the coral app's DSHT node.
+	// Coral is the coral app's DSHT node; without Listen there is no
+	// coral app (a Caddy that is not a Coral node).
 	Coral Node
 	// Sites are the site blocks.
 	Sites []Directive
@@ -225,7 +226,7 @@ func (c Caddy) String() string {
 		If(c.Grace != "", D("grace_period", c.Grace)),
 	}
 	global = append(global, c.Options...)
-	global = append(global, D("coral").With(c.Coral.Directives()...))
+	global = append(global, If(c.Coral.Listen.IsValid(), D("coral").With(c.Coral.Directives()...)))
 	return Caddyfile(c.Comment, append([]Directive{D("").With(global...)}, c.Sites...)...)
 }
 

@@ -124,6 +124,7 @@ func runID(t *testing.T) string {
 
 // response is what curl got.
 type response struct {
+	Proto    string // "HTTP/1.1", "HTTP/2"
 	Status   int
 	Header   http.Header
 	Body     []byte
@@ -164,9 +165,11 @@ func curl(t *testing.T, args ...string) (*response, error) {
 	// -D holds every response's header block; keep the last.
 	blocks := strings.Split(strings.TrimRight(string(hb), "\r\n"), "\r\n\r\n")
 	tp := textproto.NewReader(bufio.NewReader(strings.NewReader(blocks[len(blocks)-1] + "\r\n\r\n")))
-	if _, err := tp.ReadLine(); err != nil { // the status line
+	status, err := tp.ReadLine()
+	if err != nil {
 		return nil, err
 	}
+	r.Proto, _, _ = strings.Cut(status, " ")
 	mh, err := tp.ReadMIMEHeader()
 	if err != nil {
 		return nil, fmt.Errorf("parsing curl's headers: %v\n%s", err, hb)
