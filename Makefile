@@ -61,9 +61,12 @@ fuzz:
 	for target in FuzzParseName FuzzServeDNS FuzzCookieCheck FuzzDNSMatchesProxy; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./plugin/coredns || exit 1; \
 	done
-	for target in FuzzParseCoralized FuzzCacheKey FuzzParseCacheControl FuzzDecodeReference FuzzNoServeRedirect FuzzRequestThroughProxy \
-			FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL FuzzTargetedCacheControl FuzzParseHTTPDate; do \
+	for target in FuzzParseCoralized FuzzCacheKey FuzzDecodeReference FuzzNoServeRedirect FuzzRequestThroughProxy \
+			FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL FuzzLocalizeLocation; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy || exit 1; \
+	done
+	for target in FuzzParseCacheControl FuzzTargetedCacheControl FuzzParseHTTPDate; do \
+		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/httpcache || exit 1; \
 	done
 	$(GO) test -run=NONE -fuzz='^FuzzDecodeMeta$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
 

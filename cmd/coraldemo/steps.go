@@ -110,22 +110,7 @@ func tryCommands(n *demonet.Net) []step {
 		check: want(expect...),
 	})
 
-	one := n.CoralHostOneLabel()
-	steps = append(steps, step{
-		what: fmt.Sprintf("HTTPS: the one-label name (%s) with the zone's wildcard certificate, which the\n  # network got from the demo's ACME CA through DNS-01 answered by its own name servers; trust the CA's root", one),
-		cmd: fmt.Sprintf("curl -sS -o /dev/null --cacert %s --resolve %s:%d:%s -w '%%{http_version} %%{http_code} %%header{cache-status}\\n' %s\n",
-			n.CARoot, one, demonet.PortHTTPS, first, n.HTTPSURL(demonet.PathJPEG)) +
-			fmt.Sprintf("openssl s_client -connect %s:%d -servername %s -CAfile %s </dev/null 2>/dev/null | openssl x509 -noout -issuer -ext subjectAltName\n",
-				first, demonet.PortHTTPS, one, n.CARoot) +
-			fmt.Sprintf("openssl s_client -connect %s:%d -servername %s -CAfile %s </dev/null 2>/dev/null | grep -m1 'Verify return code'",
-				first, demonet.PortHTTPS, one, n.CARoot),
-		check: want(`(?m)^2 200 coral; hit; detail="local"$`, `issuer=.*Coral demo CA`, `DNS:\*\.`+regexp.QuoteMeta(demonet.AliasZone), `Verify return code: 0 \(ok\)`),
-	})
-	steps = append(steps, step{
-		what:  "The one-label name over plain http goes to https (308); the dotted name stays on http",
-		cmd:   fmt.Sprintf("curl -sS -o /dev/null --resolve %s:80:%s -w '%%{http_code} %%{redirect_url}\\n' http://%s/", one, first, one),
-		check: want(`^308 ` + regexp.QuoteMeta(n.HTTPSURL("/")) + `\n`),
-	})
+	steps = append(steps, httpsSteps(n, first)...)
 
 	steps = append(steps, step{
 		what: "Cookies never pass: send one; the origin's access log shows what reached it (cookie=\"\")",
@@ -166,6 +151,30 @@ func tryCommands(n *demonet.Net) []step {
 		cmd:   fmt.Sprintf("curl -sS http://%s:%d/metrics | grep '^coredns_coral_live_proxies'", first, demonet.PortMetrics),
 		check: want(`coredns_coral_live_proxies\{level="0",node="` + regexp.QuoteMeta(first.String()) + `:\d+"\} \d+`),
 	})
+	return steps
+}
+
+// httpsSteps show the one-label name over HTTPS, with the certificate the
+// network got from the demo CA, and the redirect from plain http.
+func httpsSteps(n *demonet.Net, first netip.Addr) []step {
+	var steps []step
+	one := n.CoralHostOneLabel()
+	steps = append(steps, step{
+		what: fmt.Sprintf("HTTPS: the one-label name (%s) with the zone's wildcard certificate, which the\n  # network got from the demo's ACME CA through DNS-01 answered by its own name servers; trust the CA's root", one),
+		cmd: fmt.Sprintf("curl -sS -o /dev/null --cacert %s --resolve %s:%d:%s -w '%%{http_version} %%{http_code} %%header{cache-status}\\n' %s\n",
+			n.CARoot, one, demonet.PortHTTPS, first, n.HTTPSURL(demonet.PathJPEG)) +
+			fmt.Sprintf("openssl s_client -connect %s:%d -servername %s -CAfile %s </dev/null 2>/dev/null | openssl x509 -noout -issuer -ext subjectAltName\n",
+				first, demonet.PortHTTPS, one, n.CARoot) +
+			fmt.Sprintf("openssl s_client -connect %s:%d -servername %s -CAfile %s </dev/null 2>/dev/null | grep -m1 'Verify return code'",
+				first, demonet.PortHTTPS, one, n.CARoot),
+		check: want(`(?m)^2 200 coral; hit; detail="local"$`, `issuer=.*Coral demo CA`, `DNS:\*\.`+regexp.QuoteMeta(demonet.AliasZone), `Verify return code: 0 \(ok\)`),
+	})
+	steps = append(steps, step{
+		what:  "The one-label name over plain http goes to https (308); the dotted name stays on http",
+		cmd:   fmt.Sprintf("curl -sS -o /dev/null --resolve %s:80:%s -w '%%{http_code} %%{redirect_url}\\n' http://%s/", one, first, one),
+		check: want(`^308 ` + regexp.QuoteMeta(n.HTTPSURL("/")) + `\n`),
+	})
+
 	return steps
 }
 
