@@ -158,7 +158,7 @@ func (b *bench) setUp(addrs []netip.Addr) error {
 	}
 	b.caddyfile = b.caddyfileText(addrs[1])
 	if err := labconf.WriteFile(filepath.Join(b.dir, "Caddyfile"), b.caddyfile); err != nil {
-		return fmt.Errorf("Caddyfile: %w", err)
+		return fmt.Errorf("writing the Caddyfile: %w", err)
 	}
 	if p.Nginx != "" {
 		b.targets = append(b.targets, &target{name: "nginx", server: "nginx", addr: netip.AddrPortFrom(addrs[2], port)})

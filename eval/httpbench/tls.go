@@ -104,7 +104,7 @@ func caddyRootPath(env []string) (string, error) {
 		}
 	}
 	if data == "" {
-		return "", errors.New("Caddy's environment sets no XDG_DATA_HOME: its data directory would be the user's")
+		return "", errors.New("no XDG_DATA_HOME in the environment of Caddy: its data directory would be the user's")
 	}
 	return filepath.Join(data, "caddy", "pki", "authorities", "local", "root.crt"), nil
 }
@@ -117,11 +117,11 @@ func (b *bench) loadRoots() error {
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("Caddy's local CA: %w", err)
+		return fmt.Errorf("the local CA of Caddy: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(raw) {
-		return fmt.Errorf("Caddy's local CA: no certificate in %s", path)
+		return fmt.Errorf("the local CA of Caddy: no certificate in %s", path)
 	}
 	for _, t := range b.targets {
 		if t.tls {
