@@ -98,6 +98,31 @@ func TestStandards(t *testing.T) {
 	}()
 	rawHost := coralName(rawLn.Addr().String())
 
+	// An origin that answers each path once and then closes every
+	// connection without a response: "the origin cannot be reached" for
+	// the stale cases. Its own address, so the proxy's origin-down memory
+	// (keyed by host and port) does not touch the cases above.
+	var answered sync.Map
+	downLn, err := net.Listen("tcp", netip.AddrPortFrom(originIP, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	downSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.add(r.URL.Path)
+		if _, again := answered.LoadOrStore(r.URL.Path, true); again {
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+			}
+			return
+		}
+		w.Header().Set("Date", date())
+		w.Header().Set("Cache-Control", strings.TrimPrefix(r.URL.Path, "/"))
+		io.WriteString(w, "stored once")
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = downSrv.Serve(downLn) }()
+	t.Cleanup(func() { downSrv.Close() })
+	downHost := coralName(downLn.Addr().String())
+
 	p := startOne(t, netip.MustParseAddr("127.0.79.20"), proxyOptions{extra: []string{"default_ttl 0", "min_ttl 0"}})
 	c := newClient(t)
 	twice := func(host, path string) (first, second *http.Response, body string) {
@@ -171,6 +196,25 @@ func TestStandards(t *testing.T) {
 		}
 		if te := second.Header.Get("Transfer-Encoding"); te != "" {
 			t.Errorf("Transfer-Encoding %q stored", te)
+		}
+	})
+	t.Run("RFC 9111 §4.2.4 no-cache is never served stale", func(t *testing.T) {
+		// The path is the Cache-Control the origin sends. Both copies are
+		// stale at once (max-age=0); the origin then drops the connection.
+		// Without no-cache the stale copy is served (disconnected, §4.2.4);
+		// with it the client gets an error, not the copy.
+		_, second, body := twice(downHost, "/max-age=0")
+		if second.StatusCode != http.StatusOK || body != "stored once" || !strings.Contains(second.Header.Get("Cache-Status"), "fwd=stale") {
+			t.Errorf("max-age=0, origin gone: %d %q %q; want the stale copy", second.StatusCode, body, second.Header.Get("Cache-Status"))
+		}
+		_, second, body = twice(downHost, "/no-cache")
+		if second.StatusCode != http.StatusBadGateway || body == "stored once" {
+			t.Errorf("no-cache, origin gone: %d %q %q; want 502, never the stored copy", second.StatusCode, body, second.Header.Get("Cache-Status"))
+		}
+		// Two uses, each at the origin; Go's transport may retry the
+		// dropped GET once on a new connection, so at least two.
+		if asked.get("/no-cache") < 2 {
+			t.Errorf("origin asked %d times for /no-cache; no-cache revalidates every use", asked.get("/no-cache"))
 		}
 	})
 	t.Run("RFC 9111 §4.4 unsafe methods", func(t *testing.T) {
