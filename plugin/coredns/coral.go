@@ -517,17 +517,54 @@ func (b *builder) nsSet(owner string, level int, inAnswer bool) {
 		// sweep found too few others.
 		servers = append(servers, coraldht.NodeInfo{Contact: coraldht.Contact{Addr: netip.AddrPortFrom(b.c.self, 53)}, Self: true})
 	}
+	// A delegation wants two servers (RFC 2182 §5): a resolver caches the
+	// set for ns_ttl, and if its only server dies, the resolver has no
+	// answer for that long (it does not go back to the parent). So a
+	// cluster with one live name server is topped up with the nearest of
+	// the levels below; every Coral server answers for every level zone.
+	want := min(o.count, minNSSet)
+	for l := level - 1; len(servers) < want && l >= 0; l-- {
+		lower := o
+		lower.level = l
+		for _, ni := range b.c.tracker.pick(lower) {
+			if len(servers) < want && !containsAddr(servers, ni.Addr.Addr()) {
+				servers = append(servers, ni)
+			}
+		}
+	}
+	ttl := b.c.set.nsTTL
+	if len(servers) < want {
+		// This server knows no other (a network starting up, or cut
+		// off): the set is provisional, so resolvers ask again after
+		// retry_ttl and get the full set once the sweep has found it.
+		ttl = min(ttl, b.c.set.retryTTL)
+	}
 	for _, ni := range servers {
 		a := ni.Addr.Addr().Unmap()
 		host := b.c.hostName(a)
-		ns := &dns.NS{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: b.c.set.nsTTL}, Ns: host}
+		ns := &dns.NS{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: ttl}, Ns: host}
 		if inAnswer {
 			b.m.Answer = append(b.m.Answer, ns)
 		} else {
 			b.m.Ns = append(b.m.Ns, ns)
 		}
-		b.m.Extra = append(b.m.Extra, addrRR(host, a, b.c.set.nsTTL))
+		b.m.Extra = append(b.m.Extra, addrRR(host, a, ttl))
 	}
+}
+
+// minNSSet is the size of the smallest NS set handed out while this node
+// knows that many name servers (RFC 2182 §5), unless nameservers is
+// smaller.
+const minNSSet = 2
+
+func containsAddr(nodes []coraldht.NodeInfo, a netip.Addr) bool {
+	a = a.Unmap()
+	for _, ni := range nodes {
+		if ni.Addr.Addr().Unmap() == a {
+			return true
+		}
+	}
+	return false
 }
 
 // maxHostNames bounds the remembered name server host names.

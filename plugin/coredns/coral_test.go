@@ -572,3 +572,56 @@ func TestSeededTrackerAcrossNodeRestart(t *testing.T) {
 		}
 	})
 }
+
+// TestNameServerSetNeverOfOne: a referral names two servers whenever this
+// node knows two (RFC 2182 §5), topping a one-server cluster up from the
+// levels below; a set of one (this node knows no other name server) gets
+// retry_ttl, not ns_ttl, so a resolver does not stay locked for an hour
+// onto one server that may die. Found when Unbound in test/demonet was
+// locked onto the single server a node named at start-up and went silent
+// when that node was killed.
+func TestNameServerSetNeverOfOne(t *testing.T) {
+	dnsOnly := func(members []coraldht.NodeInfo) []coraldht.NodeInfo {
+		return slices.DeleteFunc(slices.Clone(members), func(ni coraldht.NodeInfo) bool { return ni.Services.Has(coraldht.ServiceDNS) })
+	}
+	for _, tc := range []struct {
+		name        string
+		world       func(w *fakeNodes)
+		nameservers int
+		want        []string
+		ttl         uint32
+	}{
+		{"cluster of two", func(*fakeNodes) {}, 2, []string{"127.0.0.2", "127.0.2.1"}, 3600},
+		{"alone at level 2: topped up from level 1", func(w *fakeNodes) { w.members[2] = dnsOnly(w.members[2]) }, 2,
+			[]string{"127.0.0.2", "127.0.1.1"}, 3600},
+		{"alone at levels 2 and 1: from level 0", func(w *fakeNodes) {
+			w.members[2], w.members[1] = dnsOnly(w.members[2]), dnsOnly(w.members[1])
+		}, 2, []string{"127.0.0.2", "127.0.9.1"}, 3600},
+		{"no other name server known: provisional", func(w *fakeNodes) {
+			for l := range w.members {
+				w.members[l] = dnsOnly(w.members[l])
+			}
+		}, 2, []string{"127.0.0.2"}, 10},
+		{"nameservers 1 is the operator's choice", func(w *fakeNodes) { w.members[2] = dnsOnly(w.members[2]) }, 1,
+			[]string{"127.0.0.2"}, 3600},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := testWorld()
+			tc.world(w)
+			c := testCoral(t, w)
+			c.set.nameservers = tc.nameservers
+			r, glue := query(c, "10.2.0.1", "l2.l1.l0.nyucd.test.", dns.TypeA, additional)
+			if r.Authoritative || len(r.Ns) != len(tc.want) {
+				t.Fatalf("want a referral with %d NS, got AA %v and %v", len(tc.want), r.Authoritative, r.Ns)
+			}
+			if strings.Join(glue, " ") != strings.Join(tc.want, " ") {
+				t.Errorf("name servers %v, want %v", glue, tc.want)
+			}
+			for _, rr := range append(slices.Clone(r.Ns), r.Extra...) {
+				if rr.Header().Rrtype != dns.TypeOPT && rr.Header().Ttl != tc.ttl {
+					t.Errorf("%s: TTL %d, want %d", rr.Header().Name, rr.Header().Ttl, tc.ttl)
+				}
+			}
+		})
+	}
+}
