@@ -57,25 +57,7 @@ func startTestProxies(t *testing.T, n int) []*testProxy {
 		h := &Handler{Zone: "nyud.test", PeerTimeout: 3e9, logger: zap.NewNop()}
 		loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 		h.setup(store, node, loopback, loopback, httpcache.DefaultPolicy())
-		ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if err := h.ServeHTTP(w, r, nil); err != nil {
-				var he caddyhttp.HandlerError
-				if errors.As(err, &he) {
-					http.Error(w, he.Error(), he.StatusCode)
-					return
-				}
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-			}
-		}))
-		srv.Listener = ln
-		srv.Start()
-		t.Cleanup(srv.Close)
-		ap := netip.MustParseAddrPort(ln.Addr().String())
-		h.eng.peerAddr.Store(&ap)
+		srv := serveAsPeer(t, h, ip)
 		out = append(out, &testProxy{h: h, node: node, srv: srv})
 		boot = append(boot, node.Addr())
 	}
@@ -439,4 +421,30 @@ func TestPeerFreshnessField(t *testing.T) {
 			t.Errorf("%q: %s, want %s", tc.vals, got, tc.want)
 		}
 	}
+}
+
+// serveAsPeer serves h on ip (a free port) as Caddy would, a handler error
+// becoming its status code, and makes that address h's peer address.
+func serveAsPeer(t testing.TB, h *Handler, ip netip.Addr) *httptest.Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h.ServeHTTP(w, r, nil); err != nil {
+			var he caddyhttp.HandlerError
+			if errors.As(err, &he) {
+				http.Error(w, he.Error(), he.StatusCode)
+				return
+			}
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	}))
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	ap := netip.MustParseAddrPort(ln.Addr().String())
+	h.eng.peerAddr.Store(&ap)
+	return srv
 }

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
@@ -154,25 +153,7 @@ func startPurgeProxies(t *testing.T, n, first int, network bool) []*purgeProxy {
 		h.storeKey = h.CacheDir
 		refs := newRefTable(store, node)
 		h.eng.refs = refs
-		ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if err := h.ServeHTTP(w, r, nil); err != nil {
-				var he caddyhttp.HandlerError
-				if errors.As(err, &he) {
-					http.Error(w, he.Error(), he.StatusCode)
-					return
-				}
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-			}
-		}))
-		srv.Listener = ln
-		srv.Start()
-		t.Cleanup(srv.Close)
-		ap := netip.MustParseAddrPort(ln.Addr().String())
-		h.eng.peerAddr.Store(&ap)
+		srv := serveAsPeer(t, h, ip)
 		p := &purgeProxy{h: h, node: node, srv: srv, refs: refs}
 		if node != nil {
 			node.HandleApp(purgeKind, peerPurgeHandler(func() []adminCacheRef { return []adminCacheRef{p.cacheRef()} }))
