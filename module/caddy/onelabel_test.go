@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddytest"
@@ -69,6 +70,7 @@ func TestOneLabelOverHTTPS(t *testing.T) {
 	}
 	plain := noFollow(&http.Client{})
 	secure := noFollow(tlsClient(t, httpsPort))
+	waitForCertificate(t, httpsPort, oneLabel)
 
 	// Over http: one-label → https (with the path and query as sent);
 	// dotted → served.
@@ -135,6 +137,37 @@ func tlsClient(t *testing.T, port int) *http.Client {
 			return d.DialContext(ctx, network, fmt.Sprintf("127.0.0.1:%d", port))
 		},
 	}}
+}
+
+// waitForCertificate returns once a TLS handshake for name succeeds at
+// 127.0.0.1:port. Caddy obtains managed certificates (tls internal too) in
+// the background after it starts, so until the wildcard is issued a
+// handshake ends in "tls: internal error"; on a loaded machine that takes
+// seconds. There is no event a test can wait on, so it retries the
+// handshake itself, the thing the test needs, until a generous deadline.
+func waitForCertificate(t *testing.T, port int, name string) {
+	t.Helper()
+	pem, err := os.ReadFile(filepath.Join(caddy.AppDataDir(), "pki", "authorities", "local", "root.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		d := tls.Dialer{Config: &tls.Config{RootCAs: roots, ServerName: name}}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		conn, err := d.DialContext(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		cancel()
+		if err == nil {
+			conn.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no certificate for %s after 60 s: %v", name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func do(t *testing.T, c *http.Client, rawURL, host string) *http.Response {
