@@ -86,6 +86,9 @@ func setup(c *caddy.Controller) error {
 	if err := checkBlockZones(c, cfg); err != nil {
 		return plugin.Error("coral", err)
 	}
+	if cfg.alias != "" && len(cfg.set.caa) == 0 {
+		log.Warningf("no caa lines: any CA may issue certificates for names in %s, by any challenge the proxies relay; see the README's CAA paragraph", cfg.alias)
+	}
 	if port := dnsserver.GetConfig(c).Port; port != "53" {
 		log.Warningf("this server block listens on port %s; resolvers reach the name servers coral hands out on port 53", port)
 	}
