@@ -82,7 +82,7 @@ func (ch *challenges) lookup(ctx context.Context) ([]string, error) {
 // answer (resolvers then ask another server).
 func (b *builder) challenge(owner string, k int) string {
 	qtype := b.state.QType()
-	if qtype != dns.TypeTXT && qtype != dns.TypeANY || b.c.challenges == nil {
+	if qtype != dns.TypeTXT || b.c.challenges == nil {
 		return b.nodata(k, challengeNegTTL)
 	}
 	values, err := b.c.challenges.lookup(b.ctx)

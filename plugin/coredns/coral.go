@@ -29,7 +29,8 @@ type Coral struct {
 	classifier *classifier
 	tracker    *tracker
 	cookies    *serverCookies
-	self       netip.Addr // this server's advertised address (SOA MNAME, its own NS glue)
+	rrl        *rateLimiter // nil: responses are not rate limited
+	self       netip.Addr   // this server's advertised address (SOA MNAME, its own NS glue)
 
 	hosts     sync.Map // netip.Addr → its ns-… host name, built once per server
 	hostCount atomic.Int32
@@ -46,12 +47,13 @@ type Coral struct {
 
 // settings are the response knobs, all parsed from the Corefile.
 type settings struct {
-	answerTTL   []uint32 // per level
-	nsTTL       uint32   // NS, glue, DNAME and CNAME
-	negTTL      uint32   // NXDOMAIN and NODATA
-	retryTTL    uint32   // NODATA for a level zone above the resolver's level
-	answers     int      // proxies per answer
-	nameservers int      // name servers per NS set
+	answerTTL   []uint32      // per level
+	nsTTL       uint32        // NS, glue, DNAME and CNAME
+	negTTL      uint32        // NXDOMAIN and NODATA
+	retryTTL    uint32        // NODATA for a level zone above the resolver's level
+	answers     int           // proxies per answer
+	nameservers int           // name servers per NS set
+	caa         []caaProperty // the zone apexes' CAA records
 }
 
 // Name implements plugin.Handler.
@@ -101,7 +103,7 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	if rcode != dns.RcodeSuccess {
 		m := new(dns.Msg)
 		m.SetRcode(r, rcode)
-		c.write(w, &state, m, clientCookie, client)
+		c.send(server, w, &state, m, kind, clientCookie, client, verdict)
 		queryCount.WithLabelValues(server, "none", kind).Inc()
 		return dns.RcodeSuccess, nil
 	}
@@ -113,7 +115,7 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 
 	b := builder{c: c, m: m, state: &state, ctx: ctx, client: client}
 	kind = b.respond(p)
-	c.write(w, &state, m, clientCookie, client)
+	c.send(server, w, &state, m, kind, clientCookie, client, verdict)
 	queryCount.WithLabelValues(server, b.levelLabel(), kind).Inc()
 	return dns.RcodeSuccess, nil
 }
@@ -151,6 +153,27 @@ func screen(r *dns.Msg, proto string) (int, string) {
 		return dns.RcodeNotImplemented, respNotImp
 	}
 	return dns.RcodeSuccess, ""
+}
+
+// send writes m, of metric kind kind, unless response rate limiting holds
+// it back. Only UDP is limited: over TCP, and with a valid server cookie
+// (RFC 7873: one this server gave that address), the client has shown that
+// it owns its address, so it is no reflector's victim. A dropped response is
+// no response at all: CoreDNS writes nothing for a plugin that returns
+// success without writing.
+func (c *Coral) send(server string, w dns.ResponseWriter, state *request.Request, m *dns.Msg, kind string, clientCookie []byte, client netip.Addr, verdict cookieVerdict) {
+	if c.rrl != nil && state.Proto() == "udp" && verdict != cookieValid {
+		cat := rrlCategoryOf(kind)
+		switch c.rrl.decide(client, cat) {
+		case rrlDrop:
+			rrlDropped.WithLabelValues(server, cat.String()).Inc()
+			return
+		case rrlSlip:
+			rrlSlipped.WithLabelValues(server, cat.String()).Inc()
+			m = slipped(state.Req)
+		}
+	}
+	c.write(w, state, m, clientCookie, client)
 }
 
 // write sends m. A response to an EDNS request carries an OPT with this
@@ -284,6 +307,16 @@ func (b *builder) levelLabel() string {
 
 // respond fills in the response for p and returns its metric kind.
 func (b *builder) respond(p parsedName) string {
+	switch b.state.QType() {
+	case dns.TypeANY:
+		if kind, ok := b.anyAnswer(p); ok {
+			return kind
+		}
+	case dns.TypeCAA:
+		if kind, ok := b.caaAt(p); ok {
+			return kind
+		}
+	}
 	switch p.kind {
 	case kindNX:
 		if p.level < 0 {
@@ -319,7 +352,7 @@ func (b *builder) respond(p parsedName) string {
 // coralApex answers for the coral zone's apex.
 func (b *builder) coralApex() string {
 	switch b.state.QType() {
-	case dns.TypeSOA, dns.TypeANY:
+	case dns.TypeSOA:
 		b.m.Answer = append(b.m.Answer, b.soa(-1, b.c.set.negTTL))
 		return respAnswer
 	case dns.TypeNS:
@@ -345,7 +378,10 @@ func (b *builder) nsHostAddr(a netip.Addr) string {
 		b.m.Authoritative = false
 		return respServFail
 	}
-	if (qtype == dns.TypeA || qtype == dns.TypeANY) && a.Is4() || (qtype == dns.TypeAAAA || qtype == dns.TypeANY) && a.Is6() {
+	if qtype == dns.TypeANY {
+		return b.hinfoAny() // RFC 8482
+	}
+	if qtype == dns.TypeA && a.Is4() || qtype == dns.TypeAAAA && a.Is6() {
 		b.m.Answer = append(b.m.Answer, addrRR(b.state.QName(), a, b.c.set.nsTTL))
 		return respAnswer
 	}
@@ -377,7 +413,7 @@ func (b *builder) levelApex(k int) string {
 // aliasApex answers for the alias zone's apex.
 func (b *builder) aliasApex() string {
 	switch b.state.QType() {
-	case dns.TypeSOA, dns.TypeANY:
+	case dns.TypeSOA:
 		b.m.Answer = append(b.m.Answer, b.aliasSOA())
 		return respAnswer
 	case dns.TypeNS:
@@ -407,6 +443,11 @@ func (b *builder) aliasBelow(p parsedName) string {
 		Hdr:    dns.RR_Header{Name: b.state.QName(), Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: b.c.set.nsTTL},
 		Target: target,
 	})
+	if qtype == dns.TypeANY {
+		// ANY matches the CNAME, so the answer ends there (RFC 1034
+		// §4.3.2), without the NS set: minimal, as RFC 8482 asks.
+		return respAnswer
+	}
 	top := len(s.levelApex) - 1
 	if p.challenge {
 		return b.challenge(target, min(top, b.level()))
@@ -450,16 +491,10 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 		family = 4
 	case dns.TypeAAAA:
 		family = 6
-	case dns.TypeANY:
-		family = 4 // RFC 8482: one RRset is enough
 	default:
 		return b.nodata(zone, b.c.set.negTTL)
 	}
 	used, nodes := b.c.pickProxies(b.ctx, b.level(), b.client, family)
-	if len(nodes) == 0 && qtype == dns.TypeANY {
-		family = 6
-		used, nodes = b.c.pickProxies(b.ctx, b.level(), b.client, family)
-	}
 	if len(nodes) == 0 {
 		return b.nodata(zone, b.c.set.retryTTL)
 	}

@@ -247,3 +247,89 @@ func checkAnswer(t *testing.T, c *Coral, r *dns.Msg, serves, above, fits bool) {
 		t.Fatalf("%s: %s with %d addresses; want %s\n%v", r.Question[0].Name, dns.RcodeToString[resp.Rcode], addrs, dns.RcodeToString[want], resp)
 	}
 }
+
+// FuzzParseCAA feeds caa lines (split at spaces) to the parser: it must
+// refuse or accept without panicking, and what it accepts must be valid
+// CAA properties that survive the wire unchanged.
+func FuzzParseCAA(f *testing.F) {
+	for _, s := range []string{
+		"letsencrypt.org",
+		"letsencrypt.org validationmethods=dns-01 accounturi=https://acme-v02.api.letsencrypt.org/acme/acct/1",
+		"issuewild sectigo.com validationmethods=dns-01,tls-alpn-01",
+		"issue pki.goog", "iodef mailto:security@example.net", "iodef https://example.net/caa",
+		"LetsEncrypt.ORG.", "a..b", "letsencrypt.org accounturi=https://a.test/x;y", "iodef mailto:",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		props, err := parseCAA(strings.Fields(line))
+		if err != nil {
+			return
+		}
+		if len(props) == 0 || len(props) > 2 {
+			t.Fatalf("%q: %d properties", line, len(props))
+		}
+		for _, p := range props {
+			switch p.tag {
+			case "issue", "issuewild":
+				issuer, _, _ := strings.Cut(p.value, ";")
+				if checkIssuer(issuer) != nil {
+					t.Fatalf("%q: accepted issuer %q", line, issuer)
+				}
+			case "iodef":
+				if checkIodef(p.value) != nil {
+					t.Fatalf("%q: accepted iodef %q", line, p.value)
+				}
+			default:
+				t.Fatalf("%q: tag %q", line, p.tag)
+			}
+			for i := 0; i < len(p.value); i++ {
+				if c := p.value[i]; c < 0x20 || c > 0x7e {
+					t.Fatalf("%q: value %q holds %#x", line, p.value, c)
+				}
+			}
+			rr := &dns.CAA{Hdr: dns.RR_Header{Name: "nyud.test.", Rrtype: dns.TypeCAA, Class: dns.ClassINET}, Tag: p.tag, Value: p.value}
+			m := new(dns.Msg)
+			m.SetQuestion("nyud.test.", dns.TypeCAA)
+			m.Answer = []dns.RR{rr}
+			b, err := m.Pack()
+			if err != nil {
+				t.Fatalf("%q: does not pack: %v", line, err)
+			}
+			back := new(dns.Msg)
+			if err := back.Unpack(b); err != nil {
+				t.Fatalf("%q: does not unpack: %v", line, err)
+			}
+			got := back.Answer[0].(*dns.CAA)
+			if got.Tag != p.tag || got.Value != p.value {
+				t.Fatalf("%q: %s %q came back as %s %q", line, p.tag, p.value, got.Tag, got.Value)
+			}
+		}
+	})
+}
+
+// FuzzParseRRL feeds rrl lines to the parser: no panic, and an accepted
+// configuration is within the documented bounds.
+func FuzzParseRRL(f *testing.F) {
+	for _, s := range []string{
+		"20", "50 nxdomains 10 errors 5 slip 0 window 5s table 1000", "1 slip 1 table 256",
+		"0", "10 slip", "10 window 1.5s", "10 table 2000000", "10 slip 1 slip 2",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		cfg, err := parseRRL(strings.Fields(line))
+		if err != nil {
+			return
+		}
+		for _, r := range cfg.rates {
+			if r < 1 || r > maxRRLRate {
+				t.Fatalf("%q: rate %v", line, r)
+			}
+		}
+		if cfg.slip < 0 || cfg.slip > maxRRLSlip || cfg.window < time.Second || cfg.window > maxRRLWindow ||
+			cfg.table < minRRLTable || cfg.table > maxRRLTable || cfg.table&(cfg.table-1) != 0 {
+			t.Fatalf("%q: out of bounds: %+v", line, cfg)
+		}
+	})
+}

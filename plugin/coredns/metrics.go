@@ -63,6 +63,20 @@ var (
 		Help:      "Coral name servers of this node's cluster heard from within live_within at the last sweep, by node and level.",
 	}, []string{"node", "level"})
 
+	rrlDropped = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "coral",
+		Name:      "rrl_dropped_total",
+		Help:      "UDP responses not sent because their client network was over its rrl rate, by category (responses, nxdomains, errors).",
+	}, []string{"server", "category"})
+
+	rrlSlipped = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "coral",
+		Name:      "rrl_slipped_total",
+		Help:      "UDP responses over the rrl rate sent as an empty truncated response instead (slip), by category (responses, nxdomains, errors).",
+	}, []string{"server", "category"})
+
 	staleAnswers = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "coral",

@@ -42,6 +42,8 @@ type config struct {
 	checkInterval time.Duration
 	syncWait      time.Duration
 
+	rrl *rrlConfig // nil: no response rate limiting
+
 	set settings
 }
 
@@ -83,6 +85,9 @@ func setup(c *caddy.Controller) error {
 	}
 	if err := checkBlockZones(c, cfg); err != nil {
 		return plugin.Error("coral", err)
+	}
+	if cfg.alias != "" && len(cfg.set.caa) == 0 {
+		log.Warningf("no caa lines: any CA may issue certificates for names in %s, by any challenge the proxies relay; see the README's CAA paragraph", cfg.alias)
 	}
 	if port := dnsserver.GetConfig(c).Port; port != "53" {
 		log.Warningf("this server block listens on port %s; resolvers reach the name servers coral hands out on port 53", port)
@@ -331,6 +336,19 @@ func (cfg *config) parseProperty(c *caddy.Controller, prop string, args []string
 			}
 			*answerTTLs = append(*answerTTLs, d)
 		}
+	case "caa":
+		props, perr := parseCAA(args)
+		if perr == nil {
+			cfg.set.caa, perr = addCAA(cfg.set.caa, props)
+		}
+		if perr != nil {
+			err = c.Err(perr.Error())
+		}
+	case "rrl":
+		cfg.rrl, err = parseRRL(args)
+		if err != nil {
+			err = c.Err(err.Error())
+		}
 	case "ns_ttl":
 		err = parseTTLInto(c, prop, args, &cfg.set.nsTTL)
 	case "negative_ttl":
@@ -483,7 +501,11 @@ func newCoral(cfg *config) *Coral {
 	// survives reloads; until then (tests) a fresh one.
 	var secret [16]byte
 	_, _ = rand.Read(secret[:])
-	return &Coral{scheme: sch, set: cfg.set, cfg: cfg, cookies: newServerCookies(secret)}
+	c := &Coral{scheme: sch, set: cfg.set, cfg: cfg, cookies: newServerCookies(secret)}
+	if cfg.rrl != nil {
+		c.rrl = newRateLimiter(*cfg.rrl, time.Now)
+	}
+	return c
 }
 
 // start runs at server start-up: it takes the DSHT node from the registry

@@ -2,6 +2,7 @@ package coral
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,146 @@ func TestSetupChecksBlockZones(t *testing.T) {
 	c.ServerBlockKeys = []string{"nyucd.test:53", "dns://nyud.test"}
 	if err := checkBlockZones(c, &config{zone: "nyucd.test.", alias: "nyud.test."}); err != nil {
 		t.Errorf("both zones present: %v", err)
+	}
+}
+
+func TestParseCAA(t *testing.T) {
+	const listen = "listen 127.0.0.2:4000\n"
+	const acct = "https://acme-v02.api.letsencrypt.org/acme/acct/12345"
+	for _, tc := range []struct {
+		name, lines string
+		want        []caaProperty
+	}{
+		{"issuer alone is issue and issuewild", "caa letsencrypt.org",
+			[]caaProperty{{"issue", "letsencrypt.org"}, {"issuewild", "letsencrypt.org"}}},
+		{"parameters in the order given", "caa letsencrypt.org validationmethods=dns-01 accounturi=" + acct,
+			[]caaProperty{
+				{"issue", "letsencrypt.org; validationmethods=dns-01; accounturi=" + acct},
+				{"issuewild", "letsencrypt.org; validationmethods=dns-01; accounturi=" + acct}}},
+		{"issuer case and trailing dot", "caa LetsEncrypt.ORG.",
+			[]caaProperty{{"issue", "letsencrypt.org"}, {"issuewild", "letsencrypt.org"}}},
+		{"issuewild only", "caa issuewild sectigo.com validationmethods=dns-01,tls-alpn-01",
+			[]caaProperty{{"issuewild", "sectigo.com; validationmethods=dns-01,tls-alpn-01"}}},
+		{"issue and iodef", "caa issue pki.goog\ncaa iodef mailto:security@example.net\ncaa iodef https://example.net/caa",
+			[]caaProperty{{"issue", "pki.goog"}, {"iodef", "mailto:security@example.net"}, {"iodef", "https://example.net/caa"}}},
+		{"two CAs", "caa letsencrypt.org\ncaa issue pki.goog",
+			[]caaProperty{{"issue", "letsencrypt.org"}, {"issuewild", "letsencrypt.org"}, {"issue", "pki.goog"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parse(caddy.NewTestController("dns", "coral nyucd.test {\n"+listen+tc.lines+"\n}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(cfg.set.caa, tc.want) {
+				t.Errorf("caa %v, want %v", cfg.set.caa, tc.want)
+			}
+		})
+	}
+	cfg, err := parse(caddy.NewTestController("dns", "coral nyucd.test {\n"+listen+"}"))
+	if err != nil || cfg.set.caa != nil {
+		t.Errorf("default: no CAA records, got %v (%v)", cfg.set.caa, err)
+	}
+}
+
+func TestParseCAAErrors(t *testing.T) {
+	const listen = "listen 127.0.0.2:4000\n"
+	long := strings.Repeat("a", 200)
+	for _, tc := range []struct {
+		name, line, want string
+	}{
+		{"no issuer", "caa", "caa needs an issuer"},
+		{"tag without issuer", "caa issue", "issuer's domain name is missing"},
+		{"issuer with a space", `caa "lets encrypt.org"`, "want the CA's domain name"},
+		{"issuer with a semicolon", "caa letsencrypt.org;", "want the CA's domain name"},
+		{"issuer label hyphen", "caa -le.org", "want the CA's domain name"},
+		{"issuer empty label", "caa letsencrypt..org", "want the CA's domain name"},
+		{"issuer label too long", "caa " + strings.Repeat("a", 64) + ".org", "want the CA's domain name"},
+		{"parameter without value", "caa letsencrypt.org accounturi", "want NAME=VALUE"},
+		{"parameter empty value", "caa letsencrypt.org validationmethods=", "want NAME=VALUE"},
+		{"unknown parameter", "caa letsencrypt.org policy=strict", `"policy": want accounturi or validationmethods`},
+		{"parameter twice", "caa letsencrypt.org validationmethods=dns-01 validationmethods=http-01", "validationmethods given twice"},
+		{"accounturi http", "caa letsencrypt.org accounturi=http://acme.test/acct/1", "want the ACME account's https URL"},
+		{"accounturi relative", "caa letsencrypt.org accounturi=/acct/1", "want the ACME account's https URL"},
+		{"accounturi semicolon", "caa letsencrypt.org accounturi=https://acme.test/a;b", "want the ACME account's https URL"},
+		{"methods empty element", "caa letsencrypt.org validationmethods=dns-01,", "want method names"},
+		{"methods bad name", "caa letsencrypt.org validationmethods=dns_01", "want method names"},
+		{"methods twice", "caa letsencrypt.org validationmethods=dns-01,dns-01", "dns-01 given twice"},
+		{"iodef no URL", "caa iodef", "iodef takes one URI"},
+		{"iodef two URLs", "caa iodef mailto:a@example.net mailto:b@example.net", "iodef takes one URI"},
+		{"iodef ftp", "caa iodef ftp://example.net/", "want a mailto:, http: or https: URL"},
+		{"iodef mailto without address", "caa iodef mailto:", "want a mailto:, http: or https: URL"},
+		{"duplicate", "caa issue pki.goog\ncaa issue PKI.goog", `caa issue "pki.goog" given twice`},
+		{"too many", "caa a.test\ncaa b.test\ncaa c.test\ncaa d.test\ncaa e.test", "10 records, at most 8"},
+		{"too big", "caa issue a.test accounturi=https://" + long + "\ncaa issue b.test accounturi=https://" + long +
+			"\ncaa issue c.test accounturi=https://" + long + "\ncaa issue d.test accounturi=https://" + long +
+			"\ncaa issue e.test accounturi=https://" + long, "at most 1000 fit one UDP answer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(caddy.NewTestController("dns", "coral nyucd.test {\n"+listen+tc.line+"\n}"))
+			if err == nil {
+				t.Fatalf("no error, want one containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseRRL(t *testing.T) {
+	const listen = "listen 127.0.0.2:4000\n"
+	for _, tc := range []struct {
+		name, line string
+		want       *rrlConfig
+	}{
+		{"off by default", "", nil},
+		{"defaults", "rrl 20", &rrlConfig{rates: [3]float64{20, 20, 20}, slip: 2, window: 15 * time.Second, table: 16384}},
+		{"every option", "rrl 50 nxdomains 10 errors 5 slip 0 window 5s table 1000",
+			&rrlConfig{rates: [3]float64{50, 10, 5}, slip: 0, window: 5 * time.Second, table: 1024}},
+		{"slip every one", "rrl 1 slip 1 table 256", &rrlConfig{rates: [3]float64{1, 1, 1}, slip: 1, window: 15 * time.Second, table: 256}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parse(caddy.NewTestController("dns", "coral nyucd.test {\n"+listen+tc.line+"\n}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (cfg.rrl == nil) != (tc.want == nil) || cfg.rrl != nil && *cfg.rrl != *tc.want {
+				t.Errorf("rrl %+v, want %+v", cfg.rrl, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseRRLErrors(t *testing.T) {
+	const listen = "listen 127.0.0.2:4000\n"
+	for _, tc := range []struct {
+		name, line, want string
+	}{
+		{"no rate", "rrl", "rrl needs RESPONSES_PER_SECOND"},
+		{"rate zero", "rrl 0", `rrl "0": want responses per second, 1 to 1000000`},
+		{"rate fraction", "rrl 2.5", "want responses per second"},
+		{"rate huge", "rrl 1000001", "want responses per second"},
+		{"option without value", "rrl 10 slip", "rrl slip: missing its value"},
+		{"unknown option", "rrl 10 burst 5", `unknown option "burst"`},
+		{"option twice", "rrl 10 slip 1 slip 2", "rrl slip given twice"},
+		{"nxdomains zero", "rrl 10 nxdomains 0", "rrl nxdomains"},
+		{"errors bad", "rrl 10 errors many", "rrl errors"},
+		{"slip negative", "rrl 10 slip -1", "want 0 (drop every limited response) to 10"},
+		{"slip big", "rrl 10 slip 11", "to 10"},
+		{"window short", "rrl 10 window 500ms", "whole seconds from 1s to 1h"},
+		{"window fraction", "rrl 10 window 1.5s", "whole seconds"},
+		{"window long", "rrl 10 window 2h", "1s to 1h"},
+		{"table small", "rrl 10 table 100", "want 256 to 1048576 buckets"},
+		{"table huge", "rrl 10 table 2000000", "want 256 to 1048576 buckets"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(caddy.NewTestController("dns", "coral nyucd.test {\n"+listen+tc.line+"\n}"))
+			if err == nil {
+				t.Fatalf("no error, want one containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not contain %q", err, tc.want)
+			}
+		})
 	}
 }
