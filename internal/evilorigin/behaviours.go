@@ -466,6 +466,29 @@ var Policies = map[string]PolicyFunc{
 			poison(r, st)
 		}
 	},
+	// error-on-unkeyed-short: as error-on-unkeyed, but the 200 is fresh
+	// for 2 s only (s-maxage, which min_ttl does not stretch), so caches
+	// keep going back — and the first to ask may be evil.
+	"error-on-unkeyed-short": func(r *response) {
+		if isEvil(r.req) {
+			r.add("Cache-Control", "max-age=3600")
+			poison(r, http.StatusInternalServerError)
+			return
+		}
+		r.add("Cache-Control", "s-maxage=2")
+	},
+	// vary-ua-error: Vary: User-Agent, a 200 fresh for 2 s, or, for an
+	// evil request (two User-Agent lines among them), a 500 fresh for an
+	// hour with the Poison body.
+	"vary-ua-error": func(r *response) {
+		r.add("Vary", "User-Agent")
+		if isEvil(r.req) {
+			r.add("Cache-Control", "max-age=3600")
+			poison(r, http.StatusInternalServerError)
+			return
+		}
+		r.add("Cache-Control", "s-maxage=2")
+	},
 	// vary-then-error: 200 with Vary: Accept-Language, or, for an evil
 	// request, a 404 without Vary, fresh for an hour, with the Poison body.
 	"vary-then-error": func(r *response) {

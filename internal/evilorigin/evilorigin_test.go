@@ -341,6 +341,30 @@ func TestCatalogue(t *testing.T) {
 				}
 			}
 		},
+		"error-on-unkeyed-short": func(t *testing.T) {
+			raw, _ := exchange(t, s, path("error-on-unkeyed-short"), 10*sec, 1<<20)
+			head, _ := split(t, raw)
+			if status(t, head) != 200 || field(t, head, "Cache-Control")[0] != "s-maxage=2" {
+				t.Errorf("honest: %q", head)
+			}
+			raw, _ = exchange(t, s, path("error-on-unkeyed-short"), 10*sec, 1<<20, "User-Agent: evil")
+			head, body := split(t, raw)
+			if status(t, head) != 500 || field(t, head, "Cache-Control")[0] != "max-age=3600" || string(body) != Poison {
+				t.Errorf("evil: %q", head)
+			}
+		},
+		"vary-ua-error": func(t *testing.T) {
+			raw, _ := exchange(t, s, path("vary-ua-error"), 10*sec, 1<<20, "User-Agent: a")
+			head, _ := split(t, raw)
+			if status(t, head) != 200 || field(t, head, "Vary")[0] != "User-Agent" {
+				t.Errorf("honest: %q", head)
+			}
+			raw, _ = exchange(t, s, path("vary-ua-error"), 10*sec, 1<<20, "User-Agent: a", "User-Agent: a")
+			head, body := split(t, raw)
+			if status(t, head) != 500 || field(t, head, "Vary")[0] != "User-Agent" || string(body) != Poison {
+				t.Errorf("two User-Agent lines: %q", head)
+			}
+		},
 		"vary-then-error": func(t *testing.T) {
 			raw, _ := exchange(t, s, path("vary-then-error"), 10*sec, 1<<20)
 			head, _ := split(t, raw)

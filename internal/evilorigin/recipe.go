@@ -199,6 +199,8 @@ var Catalogue = []Behaviour{
 	{"vary-explosion", ClassVary, "Vary: User-Agent, Accept, Accept-Language; a body per value", Recipe{Policy: "vary-explosion", N: 4 << 10}},
 	{"vary-star", ClassVary, "Vary: * on a cacheable response", Recipe{Policy: "vary-star"}},
 	{"error-on-unkeyed", ClassUnkeyed, "a cacheable 500 when User-Agent or Accept says evil (or comes twice), else a cacheable 200", Recipe{Policy: "error-on-unkeyed"}},
+	{"error-on-unkeyed-short", ClassUnkeyed, "error-on-unkeyed with the 200 fresh for 2 s, so caches revalidate", Recipe{Policy: "error-on-unkeyed-short"}},
+	{"vary-ua-error", ClassUnkeyed, "Vary: User-Agent, a 200 fresh for 2 s, a cacheable 500 for an evil User-Agent or two User-Agent lines", Recipe{Policy: "vary-ua-error"}},
 	{"vary-then-error", ClassUnkeyed, "a 200 with Vary: Accept-Language; a cacheable 404 without Vary for an evil User-Agent", Recipe{Policy: "vary-then-error"}},
 }
 
