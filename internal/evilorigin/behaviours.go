@@ -70,25 +70,16 @@ var Heads = map[string]HeadFunc{
 		return nil
 	},
 	// endless: the status line and the fields, then fields without end.
-	"endless": func(w *wire, r *response) error {
-		var b bytes.Buffer
-		headBytes(&b, r)
-		if _, err := w.Write(bytes.TrimSuffix(b.Bytes(), []byte("\r\n"))); err != nil {
-			return err
+	"endless": func(w *wire, r *response) error { return endlessHead(w, r) },
+	// endless-on-retry: a plain head the first time a target is asked
+	// for, endless ones after: a client that reads the head twice (Go's
+	// transport refuses "gzip, chunked", then the proxy fetches again with
+	// its own reader) meets the endless one on its second read.
+	"endless-on-retry": func(w *wire, r *response) error {
+		if r.req.Nth == 1 {
+			return writeHead(w, r)
 		}
-		pad := strings.Repeat("e", 100)
-		var chunk bytes.Buffer
-		for i := 0; w.written < MaxEndless; {
-			chunk.Reset()
-			for range 300 {
-				fmt.Fprintf(&chunk, "X-Endless-%d: %s\r\n", i, pad)
-				i++
-			}
-			if _, err := w.Write(chunk.Bytes()); err != nil {
-				return err
-			}
-		}
-		return errDropped
+		return endlessHead(w, r)
 	},
 	// huge-field: one field of HeadN bytes (1 MiB).
 	"huge-field": func(w *wire, r *response) error {
@@ -110,6 +101,29 @@ var Heads = map[string]HeadFunc{
 		}
 		return writeHead(w, r)
 	},
+}
+
+// endlessHead writes the status line and the fields, then fields without
+// end (up to MaxEndless).
+func endlessHead(w *wire, r *response) error {
+	var b bytes.Buffer
+	headBytes(&b, r)
+	if _, err := w.Write(bytes.TrimSuffix(b.Bytes(), []byte("\r\n"))); err != nil {
+		return err
+	}
+	pad := strings.Repeat("e", 100)
+	var chunk bytes.Buffer
+	for i := 0; w.written < MaxEndless; {
+		chunk.Reset()
+		for range 300 {
+			fmt.Fprintf(&chunk, "X-Endless-%d: %s\r\n", i, pad)
+			i++
+		}
+		if _, err := w.Write(chunk.Bytes()); err != nil {
+			return err
+		}
+	}
+	return errDropped
 }
 
 func headBytes(b *bytes.Buffer, r *response) {

@@ -180,7 +180,7 @@ var Catalogue = []Behaviour{
 	{"endless-headers", ClassHeaders, "header fields without end, as fast as they are read", Recipe{Head: "endless"}},
 	{"huge-field", ClassHeaders, "one header field of 1 MiB", Recipe{Head: "huge-field"}},
 	{"many-fields", ClassHeaders, "20,000 header fields", Recipe{Head: "many-fields"}},
-	{"te-gzip-endless-headers", ClassFraming, "Transfer-Encoding: gzip, chunked and header fields without end", Recipe{Head: "endless", Framing: "gzip-chunked"}},
+	{"te-gzip-endless-headers", ClassFraming, "Transfer-Encoding: gzip, chunked; asked again (as a proxy does when its HTTP client refuses the coding), header fields without end", Recipe{Head: "endless-on-retry", Framing: "gzip-chunked"}},
 	{"short-length", ClassFraming, "Content-Length twice the body, then the connection closes", Recipe{Framing: "short-length"}},
 	{"long-length", ClassFraming, "Content-Length half the body, the whole body sent", Recipe{Framing: "long-length"}},
 	{"length-and-chunked", ClassFraming, "both Content-Length and Transfer-Encoding: chunked", Recipe{Framing: "length-and-chunked"}},

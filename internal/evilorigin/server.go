@@ -46,6 +46,9 @@ type Request struct {
 	Raw []byte
 	// Host is the Host field.
 	Host string
+	// Nth counts the requests for this Target the server has read, this
+	// one included (1 for the first).
+	Nth int64
 }
 
 // Server is a running evil origin.
@@ -55,6 +58,7 @@ type Server struct {
 
 	requests atomic.Int64
 	byPath   sync.Map // path -> *atomic.Int64
+	byTarget sync.Map // request target -> *atomic.Int64
 
 	mu     sync.Mutex
 	conns  map[net.Conn]chan struct{} // closed when dropped
@@ -165,6 +169,8 @@ func (s *Server) serve(w *wire) {
 	s.requests.Add(1)
 	v, _ := s.byPath.LoadOrStore(req.Path, new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
+	v, _ = s.byTarget.LoadOrStore(req.Target, new(atomic.Int64))
+	req.Nth = v.(*atomic.Int64).Add(1)
 	r, err := ParseRecipe(req.Query)
 	if err != nil {
 		msg := err.Error() + "\n"

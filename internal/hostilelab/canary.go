@@ -125,9 +125,9 @@ func (c *canary) one(i int) probe {
 }
 
 // fetch GETs target from p for host and checks status 200 and the body.
-func (c *canary) fetch(kind string, p *Proxy, host, target string, want []byte, fields ...string) probe {
+func (c *canary) fetch(kind string, p *Proxy, host, target string, want []byte, fields ...string) (pr probe) {
 	start := time.Now()
-	pr := probe{kind: kind}
+	pr.kind = kind
 	defer func() { pr.latency = time.Since(start) }()
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+p.Addr()+target, nil)
 	if err != nil {

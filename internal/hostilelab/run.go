@@ -5,6 +5,7 @@ package hostilelab
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -76,7 +77,7 @@ func (l *Lab) Warm() []string {
 	c := &canary{lab: l, client: newCanaryClient()}
 	defer c.client.CloseIdleConnections()
 	var errs []string
-	for i := range 64 {
+	for i := range 4 * 4 * len(Victims) {
 		if p := c.one(i); p.err != "" {
 			errs = append(errs, p.err)
 		}
@@ -84,11 +85,34 @@ func (l *Lab) Warm() []string {
 	return errs
 }
 
+// newEvil replaces the evil origin with a fresh one on a port of its own,
+// so what the proxies remember of one class's origin (an https redirect,
+// a port marked down, its download slots) does not carry over into the
+// next class, and warms the new one's victims.
+func (l *Lab) newEvil() error {
+	if l.Evil != nil {
+		_ = l.Evil.Close()
+	}
+	ip := l.Proxy.IP.As4()
+	ip[3] = 3
+	var err error
+	if l.Evil, err = evilorigin.Listen(netip.AddrFrom4(ip), 0); err != nil {
+		return err
+	}
+	if errs := l.Warm(); len(errs) > 0 {
+		return fmt.Errorf("warming up before the attack: %d failures, first: %s", len(errs), errs[0])
+	}
+	return nil
+}
+
 // Run attacks with class for d and checks bounds; seed picks the random
 // choices. It fails only when the lab itself cannot go on (a proxy died
 // is a Result, not an error).
 func (l *Lab) Run(ctx context.Context, class Class, d time.Duration, seed uint64, b Bounds) (Result, error) {
 	res := Result{Class: class.Name, Seed: seed, Duration: d, CacheSize: l.cfg.CacheSize}
+	if err := l.newEvil(); err != nil {
+		return res, err
+	}
 	idle, err := l.Proxy.Sample()
 	if err != nil {
 		return res, err
