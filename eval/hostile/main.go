@@ -90,6 +90,10 @@ func run(ctx context.Context, caddy string, seed uint64, d time.Duration, only s
 	if _, err := os.Stat(caddy); err != nil {
 		return 0, fmt.Errorf("%s: %v (run `make caddy`)", caddy, err)
 	}
+	caddy, err := filepath.Abs(caddy) // the proxies run in directories of their own
+	if err != nil {
+		return 0, err
+	}
 	var run []hostilelab.Class
 	if only == "" {
 		run = hostilelab.Classes

@@ -24,27 +24,33 @@ type Class struct {
 	// Defects are the known defects of issue 19 this class can show,
 	// numbered as in DEFECTS (README.md).
 	Defects []int
-	run     func(ctx context.Context, a *attack)
+	// SameOrigin says the evil origin's other objects (the victims, a
+	// no-store object) must stay available during the class: true where
+	// the attack comes from clients or one path, false where the origin
+	// itself is broken (the proxy may then rightly give up on it, and
+	// serves no stale copy where s-maxage forbids it).
+	SameOrigin bool
+	run        func(ctx context.Context, a *attack)
 }
 
 // Classes are the attack classes, in the order they run.
 var Classes = []Class{
-	{"headers", "origin heads that are slow, endless, huge or have 20,000 fields", nil, func(ctx context.Context, a *attack) {
+	{"headers", "origin heads that are slow, endless, huge or have 20,000 fields", nil, false, func(ctx context.Context, a *attack) {
 		a.fetchRecipes(ctx, 4, 30*time.Second, "slow-headers", "endless-headers", "huge-field", "many-fields")
 	}},
-	{"framing", "Transfer-Encoding and Content-Length lies: gzip, chunked with an endless head, short and long lengths, both fields, bad chunks", []int{1}, func(ctx context.Context, a *attack) {
+	{"framing", "Transfer-Encoding and Content-Length lies: gzip, chunked with an endless head, short and long lengths, both fields, bad chunks", []int{1}, false, func(ctx context.Context, a *attack) {
 		a.fetchRecipes(ctx, 4, 30*time.Second, "te-gzip-endless-headers", "short-length", "long-length", "length-and-chunked", "bad-chunks")
 	}},
-	{"bombs", "1 GiB of zeros as gzip transfer coding and as gzip content coding", nil, func(ctx context.Context, a *attack) {
+	{"bombs", "1 GiB of zeros as gzip transfer coding and as gzip content coding", nil, false, func(ctx context.Context, a *attack) {
 		a.fetchRecipes(ctx, 2, 30*time.Second, "te-gzip-bomb", "ce-gzip-bomb")
 	}},
-	{"bodies", "bodies without end, that stall half-way or trickle", nil, func(ctx context.Context, a *attack) {
+	{"bodies", "bodies without end, that stall half-way or trickle", nil, false, func(ctx context.Context, a *attack) {
 		a.fetchRecipes(ctx, 4, 30*time.Second, "endless-body", "endless-close", "stall-body", "trickle-body")
 	}},
-	{"redirects", "302 to itself, chains without end, one path's 301 to https", []int{6}, func(ctx context.Context, a *attack) {
+	{"redirects", "302 to itself, chains without end, one path's 301 to https", []int{6}, true, func(ctx context.Context, a *attack) {
 		a.fetchRecipes(ctx, 2, 10*time.Second, "redirect-self", "redirect-chain", "redirect-https")
 	}},
-	{"validators", "304s to unconditional requests, 304s without validators on revalidation", nil, func(ctx context.Context, a *attack) {
+	{"validators", "304s to unconditional requests, 304s without validators on revalidation", nil, true, func(ctx context.Context, a *attack) {
 		a.workers(ctx, 2, func(ctx context.Context, w, i int) {
 			r, _ := evilorigin.Lookup("304-always")
 			a.get(ctx, a.lab.Proxy, a.lab.EvilHost(), r.Recipe.Path(fmt.Sprintf("/a/304/%d", i%8)), 10*time.Second)
@@ -53,7 +59,7 @@ var Classes = []Class{
 			sleep(ctx, 100*time.Millisecond)
 		})
 	}},
-	{"vary", "a new variant per request (random User-Agent, Accept, Accept-Language), Vary: *", nil, func(ctx context.Context, a *attack) {
+	{"vary", "a new variant per request (random User-Agent, Accept, Accept-Language), Vary: *", nil, true, func(ctx context.Context, a *attack) {
 		a.workers(ctx, 4, func(ctx context.Context, w, i int) {
 			r, _ := evilorigin.Lookup("vary-explosion")
 			if i%10 == 9 {
@@ -64,7 +70,7 @@ var Classes = []Class{
 				"Accept-Language", fmt.Sprintf("l%d", a.rng(w).IntN(1000)))
 		})
 	}},
-	{"unkeyed", "the victims asked for with an evil User-Agent or Accept, two User-Agent lines, a folded User-Agent (CPDoS)", []int{3, 7}, func(ctx context.Context, a *attack) {
+	{"unkeyed", "the victims asked for with an evil User-Agent or Accept, two User-Agent lines, a folded User-Agent (CPDoS)", []int{3, 7}, true, func(ctx context.Context, a *attack) {
 		a.workers(ctx, 3, func(ctx context.Context, w, i int) {
 			v := Victims[i%3] // the cached victims, not the no-store one
 			target := v.Recipe.Path(v.Path)
@@ -81,7 +87,7 @@ var Classes = []Class{
 			sleep(ctx, 50*time.Millisecond)
 		})
 	}},
-	{"stalled-readers", "readers that never read large objects replaced every second (6 MiB, s-maxage=1)", []int{2}, func(ctx context.Context, a *attack) {
+	{"stalled-readers", "readers that never read large objects replaced every second (6 MiB, s-maxage=1)", []int{2}, true, func(ctx context.Context, a *attack) {
 		big := evilorigin.Recipe{Policy: "short", N: 6 << 20}
 		for i := 0; ctx.Err() == nil && i < 400; i++ {
 			a.stalledReader(ctx, a.lab.Proxy, a.lab.EvilHost(), big.Path(fmt.Sprintf("/a/big/%d", i%6)))
@@ -89,7 +95,7 @@ var Classes = []Class{
 		}
 		<-ctx.Done()
 	}},
-	{"abandoned", "downloads of trickling objects abandoned after their head, 8 at a time", []int{4}, func(ctx context.Context, a *attack) {
+	{"abandoned", "downloads of trickling objects abandoned after their head, 8 at a time", []int{4}, true, func(ctx context.Context, a *attack) {
 		a.workers(ctx, 8, func(ctx context.Context, w, i int) {
 			r, _ := evilorigin.Lookup("trickle-body")
 			rc := r.Recipe
@@ -98,7 +104,7 @@ var Classes = []Class{
 			sleep(ctx, 100*time.Millisecond)
 		})
 	}},
-	{"slowloris", "300 client connections sending their request head one field a second", nil, func(ctx context.Context, a *attack) {
+	{"slowloris", "300 client connections sending their request head one field a second", nil, true, func(ctx context.Context, a *attack) {
 		for i := 0; ctx.Err() == nil && i < 300; i++ {
 			a.slowloris(ctx, a.lab.Proxy, a.lab.HonestHost())
 			if i%50 == 49 {
@@ -107,7 +113,7 @@ var Classes = []Class{
 		}
 		<-ctx.Done()
 	}},
-	{"mix", "combinations of every dimension chosen by evilorigin.Mix from the seed, through the proxy and its peer", []int{1, 2, 3, 4, 6}, func(ctx context.Context, a *attack) {
+	{"mix", "combinations of every dimension chosen by evilorigin.Mix from the seed, through the proxy and its peer", []int{1, 2, 3, 4, 6}, false, func(ctx context.Context, a *attack) {
 		a.workers(ctx, 4, func(ctx context.Context, w, i int) {
 			s := a.seed*1_000_003 + uint64(w)*10_007 + uint64(i)
 			via := a.lab.Proxy

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,6 +59,11 @@ type probe struct {
 	kind    string
 	latency time.Duration
 	err     string // "" when it succeeded
+	// changed: the answer was not the object but some other response
+	// presented as it: other bytes with 200, the poison body, or an error
+	// served from the cache. A failure without it is the object being
+	// unavailable (a 502 or 503, a timeout).
+	changed bool
 }
 
 // canary fetches honest objects and the victims, one at a time, until
@@ -151,8 +157,10 @@ func (c *canary) fetch(kind string, p *Proxy, host, target string, want []byte, 
 		pr.err = fmt.Sprintf("%s %s via %s: body: %v", host, target, p.Name, err)
 	case resp.StatusCode != http.StatusOK:
 		pr.err = fmt.Sprintf("%s %s via %s: %s (%s): %.80q", host, target, p.Name, resp.Status, resp.Header.Get("Cache-Status"), body)
+		pr.changed = string(body) == evilorigin.Poison || strings.Contains(resp.Header.Get("Cache-Status"), "hit")
 	case !bytes.Equal(body, want):
 		pr.err = fmt.Sprintf("%s %s via %s: %d bytes, not the object's %d (%s): %.80q", host, target, p.Name, len(body), len(want), resp.Header.Get("Cache-Status"), body)
+		pr.changed = true
 	}
 	return pr
 }
@@ -161,6 +169,9 @@ func (c *canary) fetch(kind string, p *Proxy, host, target string, want []byte, 
 type CanaryStats struct {
 	Requests int
 	Failures int
+	// Changed are the failures that were another response presented as
+	// the object (see probe.changed); the others were unavailability.
+	Changed  int
 	P99, Max time.Duration
 	// FirstErrors are up to three failures, as they were seen.
 	FirstErrors []string
@@ -176,6 +187,9 @@ func (c *canary) finish() map[string]CanaryStats {
 	for _, p := range c.probes {
 		s := out[p.kind]
 		s.Requests++
+		if p.changed {
+			s.Changed++
+		}
 		if p.err != "" {
 			s.Failures++
 			if len(s.FirstErrors) < 3 {

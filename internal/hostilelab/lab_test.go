@@ -78,12 +78,16 @@ func TestCheck(t *testing.T) {
 		"disk":      {func(r *Result) { r.Peak.Disk = 64<<20 + b.DiskSlack + 1 }, "peak disk"},
 		"canary":    {func(r *Result) { r.Canary[ProbeHonest] = CanaryStats{Requests: 10, Failures: 1} }, "canary failures"},
 		"p99":       {func(r *Result) { r.Canary[ProbeHonest] = CanaryStats{Requests: 10, P99: 3 * time.Second} }, "canary p99"},
-		"victim":    {func(r *Result) { r.Canary[ProbeVictim] = CanaryStats{Requests: 10, Failures: 2} }, "victims changed"},
-		"same-host": {func(r *Result) { r.Canary[ProbeSameHost] = CanaryStats{Requests: 10, Failures: 2} }, "same-host failures"},
-		"leak":      {func(r *Result) { r.After.Goroutines = 151 }, "goroutines"},
-		"fds":       {func(r *Result) { r.After.FDs = 53 }, "open files"},
-		"died":      {func(r *Result) { r.Exited = "proxy exited: signal: killed\nlog" }, "a proxy died"},
-		"idle":      {func(r *Result) { r.Canary = map[string]CanaryStats{} }, "no request"},
+		"victim":    {func(r *Result) { r.Canary[ProbeVictim] = CanaryStats{Requests: 10, Failures: 2, Changed: 1} }, "victims changed"},
+		"same-host": {func(r *Result) { r.SameOrigin = true; r.Canary[ProbeSameHost] = CanaryStats{Requests: 10, Failures: 2} }, "same-origin objects unavailable"},
+		"unavailable victim": {func(r *Result) {
+			r.SameOrigin = true
+			r.Canary[ProbeVictim] = CanaryStats{Requests: 10, Failures: 2}
+		}, "same-origin objects unavailable"},
+		"leak": {func(r *Result) { r.After.Goroutines = 151 }, "goroutines"},
+		"fds":  {func(r *Result) { r.After.FDs = 53 }, "open files"},
+		"died": {func(r *Result) { r.Exited = "proxy exited: signal: killed\nlog" }, "a proxy died"},
+		"idle": {func(r *Result) { r.Canary = map[string]CanaryStats{} }, "no request"},
 	} {
 		r := ok
 		r.Canary = map[string]CanaryStats{ProbeHonest: ok.Canary[ProbeHonest]}
@@ -92,6 +96,13 @@ func TestCheck(t *testing.T) {
 		if len(v) != 1 || !strings.Contains(v[0], tc.want) {
 			t.Errorf("%s: %q, want one violation about %q", name, v, tc.want)
 		}
+	}
+	// Without SameOrigin, the evil origin's objects may be unavailable.
+	r := ok
+	r.Canary = map[string]CanaryStats{ProbeHonest: ok.Canary[ProbeHonest], ProbeSameHost: {Requests: 5, Failures: 5},
+		ProbeVictim: {Requests: 5, Failures: 5}}
+	if v := r.check(b); len(v) != 0 {
+		t.Errorf("unavailable same-origin objects without SameOrigin: %q", v)
 	}
 	if !strings.Contains(Table([]Result{ok}), "ok") {
 		t.Error("the table does not say ok")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,6 +65,9 @@ type Result struct {
 
 	// Canary is per probe kind (honest, victim, same-host).
 	Canary map[string]CanaryStats `json:"canary"`
+	// SameOrigin is the class's SameOrigin: whether the evil origin's
+	// other objects had to stay available.
+	SameOrigin bool `json:"same_origin_checked"`
 	// Exited is set when the proxy or its peer died.
 	Exited string `json:"exited,omitempty"`
 	// Violations are the broken invariants, each a sentence.
@@ -109,7 +113,7 @@ func (l *Lab) newEvil() error {
 // choices. It fails only when the lab itself cannot go on (a proxy died
 // is a Result, not an error).
 func (l *Lab) Run(ctx context.Context, class Class, d time.Duration, seed uint64, b Bounds) (Result, error) {
-	res := Result{Class: class.Name, Seed: seed, Duration: d, CacheSize: l.cfg.CacheSize}
+	res := Result{Class: class.Name, Seed: seed, Duration: d, CacheSize: l.cfg.CacheSize, SameOrigin: class.SameOrigin}
 	if err := l.newEvil(); err != nil {
 		return res, err
 	}
@@ -170,14 +174,17 @@ func (r *Result) check(b Bounds) []string {
 		v = append(v, fmt.Sprintf("peak disk %s (%s in unlinked open files), bound cache_size %s + %s",
 			MiB(r.Peak.Disk), MiB(r.Peak.Unlinked), MiB(r.CacheSize), MiB(b.DiskSlack)))
 	}
-	for _, kind := range []string{ProbeHonest, ProbeVictim, ProbeSameHost} {
-		s := r.Canary[kind]
-		if s.Failures > 0 {
-			what := map[string]string{ProbeHonest: "canary failures", ProbeVictim: "victims changed", ProbeSameHost: "same-host failures"}[kind]
-			v = append(v, fmt.Sprintf("%s: %d of %d, first: %s", what, s.Failures, s.Requests, strings.Join(s.FirstErrors, " | ")))
-		}
-		if kind == ProbeHonest && s.Requests == 0 {
-			v = append(v, "the canary made no request")
+	if h := r.Canary[ProbeHonest]; h.Failures > 0 {
+		v = append(v, fmt.Sprintf("canary failures: %d of %d, first: %s", h.Failures, h.Requests, strings.Join(h.FirstErrors, " | ")))
+	} else if h.Requests == 0 {
+		v = append(v, "the canary made no request")
+	}
+	if vs := r.Canary[ProbeVictim]; vs.Changed > 0 {
+		v = append(v, fmt.Sprintf("victims changed: %d of %d, first: %s", vs.Changed, vs.Requests, strings.Join(vs.FirstErrors, " | ")))
+	}
+	if r.SameOrigin {
+		if n, of, first := r.sameOriginUnavailable(); n > 0 {
+			v = append(v, fmt.Sprintf("same-origin objects unavailable: %d of %d, first: %s", n, of, strings.Join(first, " | ")))
 		}
 	}
 	if p99 := r.Canary[ProbeHonest].P99; p99 > b.CanaryP99 {
@@ -192,6 +199,14 @@ func (r *Result) check(b Bounds) []string {
 	return v
 }
 
+// sameOriginUnavailable counts the victims' and the same-host object's
+// failures that were not a changed response.
+func (r *Result) sameOriginUnavailable() (n, of int, first []string) {
+	v, h := r.Canary[ProbeVictim], r.Canary[ProbeSameHost]
+	first = append(slices.Clone(v.FirstErrors), h.FirstErrors...)
+	return v.Failures - v.Changed + h.Failures, v.Requests + h.Requests, first[:min(3, len(first))]
+}
+
 func firstLine(s string) string {
 	l, _, _ := strings.Cut(s, "\n")
 	return l
@@ -203,20 +218,25 @@ func MiB(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 // Table prints results, one row per class.
 func Table(rs []Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-16s %7s %7s %9s %9s %7s %6s %7s %8s %8s %7s %6s  %s\n",
-		"class", "reqs", "origin", "RSS+peak", "disk", "unlink", "fds", "gorout", "canary", "p99", "victim", "host", "verdict")
+	fmt.Fprintf(&b, "%-16s %7s %7s %9s %9s %7s %6s %7s %8s %8s %7s %8s  %s\n",
+		"class", "reqs", "origin", "RSS+peak", "disk", "unlink", "fds", "gorout", "canary", "p99", "changed", "unavail", "verdict")
 	for _, r := range rs {
-		h, v, s := r.Canary[ProbeHonest], r.Canary[ProbeVictim], r.Canary[ProbeSameHost]
+		h, v := r.Canary[ProbeHonest], r.Canary[ProbeVictim]
+		un, of, _ := r.sameOriginUnavailable()
+		unavail := fmt.Sprintf("%d/%d", un, of)
+		if !r.SameOrigin {
+			unavail = "(" + unavail + ")"
+		}
 		verdict := "ok"
 		if len(r.Violations) > 0 {
 			verdict = fmt.Sprintf("%d broken", len(r.Violations))
 		}
-		fmt.Fprintf(&b, "%-16s %7d %7d %9s %9s %7s %6d %7d %8s %8s %7s %6s  %s\n",
+		fmt.Fprintf(&b, "%-16s %7d %7d %9s %9s %7s %6d %7d %8s %8s %7s %8s  %s\n",
 			r.Class, r.Requests, r.OriginRequests,
 			MiB(r.Peak.RSS-r.Idle.RSS), MiB(r.Peak.Disk), MiB(r.Peak.Unlinked),
 			r.Peak.FDs, r.Peak.Goroutines,
 			fmt.Sprintf("%d/%d", h.Failures, h.Requests), h.P99.Round(time.Millisecond),
-			fmt.Sprintf("%d/%d", v.Failures, v.Requests), fmt.Sprintf("%d/%d", s.Failures, s.Requests), verdict)
+			fmt.Sprintf("%d/%d", v.Changed, v.Requests), unavail, verdict)
 	}
 	return b.String()
 }
