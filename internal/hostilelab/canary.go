@@ -86,17 +86,23 @@ func newCanaryClient() *http.Client {
 	}
 }
 
+// startCanary starts two probing loops: the honest objects, and the evil
+// origin's victims, so that a victim that takes its whole timeout does not
+// thin out the honest probes.
 func (l *Lab) startCanary() *canary {
 	c := &canary{lab: l, client: newCanaryClient(), stop: make(chan struct{}), done: make(chan struct{})}
-	go c.loop()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); c.loop(c.honest) }()
+	go func() { defer wg.Done(); c.loop(c.victim) }()
+	go func() { wg.Wait(); close(c.done) }()
 	return c
 }
 
-func (c *canary) loop() {
-	defer close(c.done)
+func (c *canary) loop(one func(i int) probe) {
 	defer c.client.CloseIdleConnections()
 	for i := 0; ; i++ {
-		c.record(c.one(i))
+		c.record(one(i))
 		select {
 		case <-c.stop:
 			return
@@ -111,14 +117,17 @@ func (c *canary) record(p probe) {
 	c.mu.Unlock()
 }
 
-// one is the i-th probe: mostly honest objects, through the proxy and the
-// peer in turn; every fourth a victim.
-func (c *canary) one(i int) probe {
+// victim is the i-th probe of the victims.
+func (c *canary) victim(i int) probe {
+	v := Victims[i%len(Victims)]
+	return c.fetch(v.Kind, c.lab.Proxy, c.lab.EvilHost(), v.Recipe.Path(v.Path), evilorigin.Content(v.Path, v.Recipe.N), v.Fields...)
+}
+
+// honest is the i-th probe of the honest objects: cacheable ones through
+// the proxy and the peer in turn, and every eighth a no-store one (an
+// origin fetch) through the proxy.
+func (c *canary) honest(i int) probe {
 	l := c.lab
-	if i%4 == 3 {
-		v := Victims[(i/4)%len(Victims)]
-		return c.fetch(v.Kind, l.Proxy, l.EvilHost(), v.Recipe.Path(v.Path), evilorigin.Content(v.Path, v.Recipe.N), v.Fields...)
-	}
 	via := l.Proxy
 	if i%2 == 1 {
 		via = l.Peer

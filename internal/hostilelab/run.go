@@ -81,8 +81,13 @@ func (l *Lab) Warm() []string {
 	c := &canary{lab: l, client: newCanaryClient()}
 	defer c.client.CloseIdleConnections()
 	var errs []string
-	for i := range 4 * 4 * len(Victims) {
-		if p := c.one(i); p.err != "" {
+	for i := range 32 {
+		if p := c.honest(i); p.err != "" {
+			errs = append(errs, p.err)
+		}
+	}
+	for i := range 2 * len(Victims) {
+		if p := c.victim(i); p.err != "" {
 			errs = append(errs, p.err)
 		}
 	}
