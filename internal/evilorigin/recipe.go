@@ -262,31 +262,45 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // Content is the honest body of path: n bytes that depend on the path only,
-// so a client can check every byte it got.
+// so a client can check every byte it got. It is a block of contentBlock
+// pseudo-random bytes seeded by the path, repeated: cheap to make at the
+// rates the lab needs, and no two paths share a block.
 func Content(path string, n int64) []byte {
 	b := make([]byte, n)
 	newContentStream(path).fill(b)
 	return b
 }
 
+const contentBlock = 64 << 10
+
 // contentStream produces Content(path, ...) in pieces.
-type contentStream struct{ rng *rand.PCG }
+type contentStream struct {
+	block []byte
+	off   int
+}
 
 func newContentStream(path string) *contentStream {
 	h := fnv.New64a()
 	h.Write([]byte(path))
-	return &contentStream{rand.NewPCG(h.Sum64(), 1)}
+	rng := rand.NewPCG(h.Sum64(), 1)
+	block := make([]byte, contentBlock)
+	for i := 0; i < len(block); i += 8 {
+		v := rng.Uint64()
+		for j := i; j < i+8; j++ {
+			block[j] = contentAlphabet[v%uint64(len(contentAlphabet))]
+			v >>= 8
+		}
+	}
+	return &contentStream{block: block}
 }
 
 const contentAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789\n"
 
 // fill writes the next len(b) bytes of the content into b.
 func (s *contentStream) fill(b []byte) {
-	for i := 0; i < len(b); i += 8 {
-		v := s.rng.Uint64()
-		for j := i; j < min(i+8, len(b)); j++ {
-			b[j] = contentAlphabet[v%uint64(len(contentAlphabet))]
-			v >>= 8
-		}
+	for len(b) > 0 {
+		k := copy(b, s.block[s.off:])
+		b = b[k:]
+		s.off = (s.off + k) % len(s.block)
 	}
 }

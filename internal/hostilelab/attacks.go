@@ -87,10 +87,15 @@ var Classes = []Class{
 			sleep(ctx, 50*time.Millisecond)
 		})
 	}},
-	{"stalled-readers", "readers that never read large objects replaced every second (6 MiB, s-maxage=1)", []int{2}, true, func(ctx context.Context, a *attack) {
-		big := evilorigin.Recipe{Policy: "short", N: 6 << 20}
+	{"stalled-readers", "readers that never read, every 100 ms, of 6 MiB objects: in turn one of 4 replaced every second (s-maxage=1) and a new one", []int{2}, true, func(ctx context.Context, a *attack) {
 		for i := 0; ctx.Err() == nil && i < 400; i++ {
-			a.stalledReader(ctx, a.lab.Proxy, a.lab.EvilHost(), big.Path(fmt.Sprintf("/a/big/%d", i%6)))
+			big := evilorigin.Recipe{Policy: "short", N: 6 << 20}
+			path := fmt.Sprintf("/a/big/%d", (i/2)%4)
+			if i%2 == 1 {
+				big.Tag = fmt.Sprintf("%d-%d", a.seed, i)
+				path = "/a/big/new"
+			}
+			a.stalledReader(ctx, a.lab.Proxy, a.lab.EvilHost(), big.Path(path))
 			sleep(ctx, 100*time.Millisecond)
 		}
 		<-ctx.Done()
