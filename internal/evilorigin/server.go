@@ -61,7 +61,7 @@ type Server struct {
 	byTarget sync.Map // request target -> *atomic.Int64
 
 	mu     sync.Mutex
-	conns  map[net.Conn]chan struct{} // closed when dropped
+	conns  map[net.Conn]*wire
 	closed bool
 	wg     sync.WaitGroup
 }
@@ -76,7 +76,7 @@ func Listen(ip netip.Addr, port int) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, addr: netip.MustParseAddrPort(ln.Addr().String()), conns: map[net.Conn]chan struct{}{}}
+	s := &Server{ln: ln, addr: netip.MustParseAddrPort(ln.Addr().String()), conns: map[net.Conn]*wire{}}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -97,11 +97,19 @@ func (s *Server) RequestsFor(path string) int64 {
 }
 
 // Drop closes every open connection: every behaviour in progress ends.
-func (s *Server) Drop() {
+func (s *Server) Drop() { s.DropIf(func(*Request) bool { return true }) }
+
+// DropIf closes the connections whose request drop approves (a connection
+// whose request head has not been read yet is dropped only by Drop).
+func (s *Server) DropIf(drop func(*Request) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for c, done := range s.conns {
-		close(done)
+	for c, w := range s.conns {
+		req := w.req.Load()
+		if req == nil && !drop(nil) || req != nil && !drop(req) {
+			continue
+		}
+		close(w.done)
 		_ = c.Close()
 		delete(s.conns, c)
 	}
@@ -129,22 +137,22 @@ func (s *Server) accept() {
 			time.Sleep(10 * time.Millisecond) // EMFILE and the like: don't spin
 			continue
 		}
-		done := make(chan struct{})
+		w := &wire{Conn: c, done: make(chan struct{})}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			_ = c.Close()
 			return
 		}
-		s.conns[c] = done
+		s.conns[c] = w
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			s.serve(&wire{Conn: c, done: done})
+			s.serve(w)
 			s.mu.Lock()
-			if d, ok := s.conns[c]; ok {
-				close(d)
+			if _, ok := s.conns[c]; ok {
+				close(w.done)
 				delete(s.conns, c)
 			}
 			s.mu.Unlock()
@@ -166,6 +174,7 @@ func (s *Server) serve(w *wire) {
 		}
 		return
 	}
+	w.req.Store(req)
 	s.requests.Add(1)
 	v, _ := s.byPath.LoadOrStore(req.Path, new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
@@ -234,6 +243,7 @@ type wire struct {
 	net.Conn
 	done    chan struct{}
 	written int64
+	req     atomic.Pointer[Request] // once read
 }
 
 func (w *wire) Write(b []byte) (int, error) {

@@ -71,6 +71,10 @@ type probe struct {
 type canary struct {
 	lab    *Lab
 	client *http.Client
+	// ctx ends the probe in flight when the canary stops (such a probe is
+	// not recorded).
+	ctx    context.Context
+	cancel context.CancelFunc
 	stop   chan struct{}
 	done   chan struct{}
 	mu     sync.Mutex
@@ -91,6 +95,7 @@ func newCanaryClient() *http.Client {
 // thin out the honest probes.
 func (l *Lab) startCanary() *canary {
 	c := &canary{lab: l, client: newCanaryClient(), stop: make(chan struct{}), done: make(chan struct{})}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); c.loop(c.honest) }()
@@ -102,7 +107,11 @@ func (l *Lab) startCanary() *canary {
 func (c *canary) loop(one func(i int) probe) {
 	defer c.client.CloseIdleConnections()
 	for i := 0; ; i++ {
-		c.record(one(i))
+		p := one(i)
+		if c.ctx.Err() != nil {
+			return // stopped in flight: not a result
+		}
+		c.record(p)
 		select {
 		case <-c.stop:
 			return
@@ -144,7 +153,11 @@ func (c *canary) fetch(kind string, p *Proxy, host, target string, want []byte, 
 	start := time.Now()
 	pr.kind = kind
 	defer func() { pr.latency = time.Since(start) }()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+p.Addr()+target, nil)
+	ctx := c.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Addr()+target, nil)
 	if err != nil {
 		pr.err = err.Error()
 		return pr
@@ -188,6 +201,7 @@ type CanaryStats struct {
 
 func (c *canary) finish() map[string]CanaryStats {
 	close(c.stop)
+	c.cancel()
 	<-c.done
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -135,7 +135,9 @@ func (l *Lab) Run(ctx context.Context, class Class, d time.Duration, seed uint64
 	class.run(actx, a)
 	cancel()
 	a.closeAll()
-	l.Evil.Drop()
+	// End what the attack left at the origin, but not the canary's own
+	// fetches of the victims.
+	l.Evil.DropIf(func(r *evilorigin.Request) bool { return r != nil && !strings.HasPrefix(r.Path, "/victim/") })
 	res.Requests, res.Errors = a.requests.Load(), a.errors.Load()
 	res.OriginRequests = l.Evil.Requests() - originBefore
 
