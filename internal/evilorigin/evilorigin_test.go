@@ -431,8 +431,8 @@ func TestBadRecipes(t *testing.T) {
 // TestMix: a seed gives one recipe, every choice of every dimension comes
 // up within a few hundred seeds, and the origin serves any of them.
 func TestMix(t *testing.T) {
-	if Mix(7) != Mix(7) {
-		t.Error("Mix(7) twice: two recipes")
+	if a, b := Mix(7), Mix(7); a != b {
+		t.Errorf("Mix(7) twice: %v and %v", a, b)
 	}
 	if Mix(7) == Mix(8) {
 		t.Error("Mix(7) and Mix(8) are one recipe")

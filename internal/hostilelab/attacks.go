@@ -38,8 +38,11 @@ var Classes = []Class{
 	{"headers", "origin heads that are slow, endless, huge or have 20,000 fields", nil, false, func(ctx context.Context, a *attack) {
 		a.fetchRecipes(ctx, 4, 30*time.Second, "slow-headers", "endless-headers", "huge-field", "many-fields")
 	}},
-	{"framing", "Transfer-Encoding and Content-Length lies: gzip, chunked with an endless head, short and long lengths, both fields, bad chunks", []int{1}, false, func(ctx context.Context, a *attack) {
-		a.fetchRecipes(ctx, 4, 30*time.Second, "te-gzip-endless-headers", "short-length", "long-length", "length-and-chunked", "bad-chunks")
+	{"framing", "Transfer-Encoding and Content-Length lies: 4 clients on gzip, chunked with an endless head, 4 on short and long lengths, both fields, bad chunks", []int{1}, false, func(ctx context.Context, a *attack) {
+		var wg sync.WaitGroup
+		wg.Go(func() { a.fetchRecipes(ctx, 4, 30*time.Second, "te-gzip-endless-headers") })
+		a.fetchRecipes(ctx, 4, 30*time.Second, "short-length", "long-length", "length-and-chunked", "bad-chunks")
+		wg.Wait()
 	}},
 	{"bombs", "1 GiB of zeros as gzip transfer coding and as gzip content coding", nil, false, func(ctx context.Context, a *attack) {
 		a.fetchRecipes(ctx, 2, 30*time.Second, "te-gzip-bomb", "ce-gzip-bomb")
