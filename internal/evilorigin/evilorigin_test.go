@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -522,6 +523,24 @@ func TestDropEndsEverything(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Error("Close did not return within 10 s")
+	}
+}
+
+// TestTLSRefusedAtOnce: a TLS client (a proxy that thinks the origin
+// speaks https) gets an error at once, not after ReadTimeout.
+func TestTLSRefusedAtOnce(t *testing.T) {
+	s := start(t)
+	began := time.Now()
+	c, err := tls.Dial("tcp", s.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+	if err == nil {
+		c.Close()
+		t.Fatal("a TLS handshake succeeded")
+	}
+	if d := time.Since(began); d > ReadTimeout/2 {
+		t.Errorf("the handshake failed after %v, want at once (ReadTimeout is %v)", d, ReadTimeout)
+	}
+	if s.Requests() != 0 {
+		t.Errorf("counted %d requests", s.Requests())
 	}
 }
 

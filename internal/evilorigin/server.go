@@ -189,7 +189,10 @@ func (s *Server) serve(w *wire) {
 	_ = respond(w, req, r)
 }
 
-var errHeadTooLong = errors.New("evilorigin: request head too long")
+var (
+	errHeadTooLong = errors.New("evilorigin: request head too long")
+	errTLS         = errors.New("evilorigin: a TLS handshake on plain HTTP")
+)
 
 // readRequest reads one request head (at most MaxRequestHead bytes within
 // ReadTimeout) and ignores any body.
@@ -198,6 +201,12 @@ func readRequest(c net.Conn) (*Request, error) {
 		return nil, err
 	}
 	br := bufio.NewReaderSize(io.LimitReader(c, MaxRequestHead+1), 4096)
+	// A TLS handshake (a client that was told this origin speaks https)
+	// is refused at once rather than after ReadTimeout of waiting for a
+	// request head that will never come.
+	if first, err := br.Peek(1); err == nil && first[0] == 0x16 {
+		return nil, errTLS
+	}
 	var raw bytes.Buffer
 	for {
 		line, err := br.ReadSlice('\n')

@@ -31,7 +31,7 @@ var knownDefects = map[string]struct {
 	defect string
 	shows  []string
 }{
-	"framing":         {"issue 19 defect 1 (unbounded header read on Transfer-Encoding: gzip, chunked)", []string{"peak RSS"}},
+	"framing":         {"issue 19 defect 1 (unbounded header read on Transfer-Encoding: gzip, chunked)", []string{"peak RSS", "canary p99"}},
 	"redirects":       {"issue 19 defect 6 (one path's https redirect switches the whole host)", []string{"same-origin objects unavailable"}},
 	"unkeyed":         {"issue 19 defect 3 (CPDoS: an error page for an unkeyed field replaces a fresh response or wipes a Vary index)", []string{"victims changed"}},
 	"stalled-readers": {"issue 19 defect 2 (disk not bounded by cache_size with stalled readers of replaced versions)", []string{"peak disk"}},
