@@ -69,6 +69,7 @@ fuzz:
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/httpcache || exit 1; \
 	done
 	$(GO) test -run=NONE -fuzz='^FuzzDecodeMeta$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
+	$(GO) test -run=NONE -fuzz='^FuzzParseRecipe$$' -fuzztime=$(FUZZTIME) ./internal/evilorigin
 
 # The experiments behind docs/evaluation.md (several minutes).
 eval:
