@@ -110,6 +110,12 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 	}
 	e.metrics.peerFetch("ok")
 	resp.Header.Del("Cache-Status")
+	if p.Left > 0 {
+		// Fresh no longer than the reference that led here lives on:
+		// its owner put it for as long as its copy was fresh.
+		bound := min(peerFreshness(resp.Header), p.Left)
+		resp.Header[peerFreshnessField] = []string{formatAge(bound)}
+	}
 	return resp, nil
 }
 
