@@ -403,7 +403,7 @@ func TestAddValidators(t *testing.T) {
 	lm := httpDate(freshT0)
 	stored := ccHdr("ETag", `W/"v1"`, "Last-Modified", lm)
 	dst := ccHdr("If-None-Match", `"client"`, "If-Range", `"x"`, "Accept", "*/*")
-	if !AddValidators(dst, stored) {
+	if !AddValidators(dst, stored, freshT0) {
 		t.Fatal("AddValidators reported nothing added")
 	}
 	// RFC 9111 §4.3.1.
@@ -412,8 +412,13 @@ func TestAddValidators(t *testing.T) {
 		t.Fatalf("got %v, want %v", dst, want)
 	}
 	dst = ccHdr("If-Modified-Since", lm)
-	if AddValidators(dst, ccHdr("Last-Modified", "garbage")) || len(dst) != 0 {
+	if AddValidators(dst, ccHdr("Last-Modified", "garbage"), freshT0) || len(dst) != 0 {
 		t.Fatalf("no validators: got %v", dst)
+	}
+	// RFC 9110 §8.8.2.1: a Last-Modified in the future is no validator.
+	dst = http.Header{}
+	if AddValidators(dst, ccHdr("Last-Modified", httpDate(freshT0.Add(time.Hour))), freshT0) || len(dst) != 0 {
+		t.Fatalf("future Last-Modified: got %v", dst)
 	}
 }
 
