@@ -110,6 +110,14 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 	}
 	e.metrics.peerFetch("ok")
 	resp.Header.Del("Cache-Status")
+	if p.Complete && p.Left > 0 {
+		// Fresh no longer than the complete reference that led here
+		// lives on: its owner put it for as long as its copy was fresh.
+		// (A reference put while downloading lives 20 s, renewed, and
+		// says nothing about freshness.)
+		bound := min(peerFreshness(resp.Header), p.Left)
+		resp.Header[peerFreshnessField] = []string{formatAge(bound)}
+	}
 	return resp, nil
 }
 

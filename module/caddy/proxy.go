@@ -305,6 +305,7 @@ func (e *engine) run(fr fetchRequest, d *download) {
 			if err != nil || r.Addr == self {
 				continue
 			}
+			r.Left = v.TTL
 			if !e.peerGuard.permitted(r.Addr.Addr()) {
 				// Any member may put any value: a reference to a
 				// private or loopback address would make this proxy
@@ -392,6 +393,11 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 	if source != "origin" {
 		freshFor = min(freshFor, peerFreshness(resp.Header))
 	}
+	if e.wouldHideFresh(fr, key, fields, resp.StatusCode, now) {
+		// This request gets it; everyone else keeps the fresh copies.
+		d.direct = resp
+		return
+	}
 	if fields != "" && !e.writeVaryIndex(fr, fields, now, freshFor) {
 		d.direct = resp
 		return
@@ -449,12 +455,15 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 	// Complete: later requests find it in the cache and must not join
 	// this download while it puts its reference.
 	e.finish(fr.key, d)
-	if e.node != nil && self.IsValid() {
-		ref := reference{Addr: self, DHT: e.node.Addr(), Complete: true}
-		ttl := refGoodTTL
-		if resp.StatusCode >= 400 {
-			ref.Negative, ttl = true, refNegativeTTL
-		}
+	// The reference lives no longer than the copy is fresh: a peer that
+	// follows it takes that as the most the copy may be fresh (askPeer).
+	ttl := refGoodTTL
+	if resp.StatusCode >= 400 {
+		ttl = refNegativeTTL
+	}
+	ttl = min(ttl, meta.Expires.Sub(e.now()))
+	if e.node != nil && self.IsValid() && ttl >= time.Second {
+		ref := reference{Addr: self, DHT: e.node.Addr(), Complete: true, Negative: resp.StatusCode >= 400}
 		putCtx, cancelPut := context.WithTimeout(context.Background(), 5*time.Second)
 		if _, err := e.node.Put(putCtx, dhtKey, ref.encode(), ttl); err == nil {
 			e.refs.put(fr.baseKey, ref, ttl)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 )
 
 // A reference is what a proxy stores in the DSHT under an object's key:
@@ -44,6 +45,11 @@ type reference struct {
 	// DHT is the UDP address of the proxy's DSHT node, where it takes app
 	// messages (purges); invalid in a version 1 reference.
 	DHT netip.AddrPort
+	// Left is how long the reference had left in the DSHT when it was
+	// found (not part of the value; 0 when unknown). A proxy puts its
+	// complete reference for no longer than its copy is fresh, so a copy
+	// taken through the reference is fresh no longer than this.
+	Left time.Duration
 }
 
 const (

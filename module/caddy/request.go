@@ -147,8 +147,13 @@ var neverForwarded = func() map[string]bool {
 // origins and peers: the allow-listed fields (forwardFields), and the
 // fields listed in vary (a stored Vary index's lower-case, comma-separated
 // field names), less neverForwarded and anything the client's Connection
-// field names. It is also what a stored variant is keyed by (VaryKey), so
-// a field the origin never saw can never select a variant.
+// field names. Each field is one line, its lines combined and normalized
+// (httpcache.NormalizeFieldValue): originRequestHeader sends exactly
+// these values, and a stored variant is keyed by them (VaryKey), so the
+// origin's response is stored under the key of what the origin was sent,
+// and a field the origin never saw can never select a variant. (Two
+// User-Agent lines used to be keyed joined while the origin got only the
+// first.)
 func forwardedView(in http.Header, allow []string, vary string) http.Header {
 	out := make(http.Header, len(allow)+2)
 	hop := connectionFields(in)
@@ -158,7 +163,7 @@ func forwardedView(in http.Header, allow []string, vary string) http.Header {
 			return
 		}
 		if v, ok := in[k]; ok {
-			out[k] = v
+			out[k] = []string{httpcache.NormalizeFieldValue(v)}
 		}
 	}
 	for _, k := range allow {
@@ -190,9 +195,11 @@ func connectionFields(h http.Header) map[string]bool {
 }
 
 // originRequestHeader is the header of a request to an origin or a peer:
-// view (from forwardedView) plus Via, X-Forwarded-For with the client's
-// address as this proxy saw it (never the client's own claim), and a
-// User-Agent naming the proxy after the client's.
+// view (from forwardedView, one line per field) plus Via, X-Forwarded-For
+// with the client's address as this proxy saw it (never the client's own
+// claim), and a User-Agent naming the proxy after the client's (the same
+// suffix always, so the variant key, computed from view, still tells
+// apart exactly the values the origin tells apart).
 func originRequestHeader(view http.Header, clientIP, ua string) http.Header {
 	h := view.Clone()
 	if h == nil {

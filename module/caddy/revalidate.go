@@ -22,10 +22,22 @@ func (e *engine) staleExtension() time.Duration {
 // response: it replaces the copy. Failure (unreachable, or 403, 404, 408,
 // 500, 502, 503, 504) where the copy allows it: the stale copy is served and
 // its expiry extended, so a dead origin does not take its content with it.
+//
+// Only a copy the origin itself sent is revalidated with its validators: a
+// copy from a peer carries whatever validators the peer wrote, and the
+// origin's 304 would then confirm a body it never sent (and the peer's
+// headers would decide how long it stays fresh). A peer's copy is fetched
+// again unconditionally: after at most maxPeerFreshness, what the origin
+// sends replaces it.
 func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, readyOnce func()) {
 	m := fr.stale.Clone()
+	conditional := fromOrigin(m)
+	var adjust func(http.Header)
+	if conditional {
+		adjust = func(h http.Header) { httpcache.AddValidators(h, m.Header, m.Stored) }
+	}
 	requested := e.now()
-	resp, err := e.fetchFromOriginWith(ctx, fr, func(h http.Header) { httpcache.AddValidators(h, m.Header) })
+	resp, err := e.fetchFromOriginWith(ctx, fr, adjust)
 	now := e.now()
 	if err == nil {
 		resp.Body = newIdleTimeoutBody(resp.Body, e.originTimeout, d.cancel)
@@ -38,13 +50,18 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 	switch {
 	case err == nil && status == http.StatusNotModified:
 		resp.Body.Close()
-		if httpcache.Freshen(m.Header, storedHeader(resp.Header)) {
+		if conditional && httpcache.Freshen(m.Header, storedHeader(resp.Header)) {
 			// The 304 is the response now: its age is the copy's age.
 			age := httpcache.CorrectedInitialAge(resp.Header, requested, now)
 			freshFor, _ := httpcache.Lifetime(policy, now, m.Status, m.Header)
 			m.Stored, m.Expires = now, now.Add(freshFor-age)
 			m.Extra[ageField] = formatAge(age)
 			if e.store.UpdateMeta(fr.key, m) == nil {
+				if fr.key != fr.baseKey {
+					if index, ok := e.store.Peek(fr.baseKey); ok && index.Extra[varyIndexField] != "" {
+						e.noteFreshVariant(fr.baseKey, index, m.Expires)
+					}
+				}
 				d.revalidated, d.source = true, "origin"
 				return
 			}
@@ -59,7 +76,10 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 		resp.Body = newIdleTimeoutBody(resp.Body, e.originTimeout, d.cancel)
 		d.source = "origin"
 		e.keep(ctx, fr, d, resp, "origin", requested, readyOnce)
-	case policy.StaleOnError(status, m.Header, staleness(policy, m, now)):
+	case (conditional || status == 0 || status >= 500) && policy.StaleOnError(status, m.Header, staleness(policy, m, now)):
+		// A peer's copy outlives a failing origin (unreachable, 5xx), but
+		// not an origin that answers 403 or 404: the origin is there and
+		// never sent this copy.
 		if resp != nil {
 			resp.Body.Close()
 		}
@@ -76,6 +96,10 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 		e.keep(ctx, fr, d, resp, "origin", requested, readyOnce)
 	}
 }
+
+// fromOrigin reports whether a stored copy came from the origin itself
+// (fetched, or revalidated, by this proxy), not from a peer.
+func fromOrigin(m diskcache.Meta) bool { return m.Extra["source"] == "origin" }
 
 // ageField is the Meta.Extra entry that keeps a stored response's
 // corrected initial age (RFC 9111 §4.2.3), in whole seconds: its age when

@@ -45,10 +45,12 @@ func variantKey(base, varyKey string) string {
 }
 
 // writeVaryIndex makes the URL's entry an index of variants varying on
-// fields, unless it already is one. It reports whether the index is in
-// place.
+// fields, unless it already is one, and notes that one of its variants is
+// fresh for freshFor from now (noteFreshVariant). It reports whether the
+// index is in place.
 func (e *engine) writeVaryIndex(fr fetchRequest, fields string, now time.Time, freshFor time.Duration) bool {
 	if m, ok := e.store.Peek(fr.baseKey); ok && m.Extra[varyIndexField] == fields {
+		e.noteFreshVariant(fr.baseKey, m, now.Add(freshFor))
 		return true
 	}
 	m := diskcache.Meta{
@@ -70,4 +72,55 @@ func (e *engine) writeVaryIndex(fr fetchRequest, fields string, now time.Time, f
 		return false
 	}
 	return true
+}
+
+// An index's Expires is when the last of its variants stored or
+// revalidated so far stops being fresh: while it is in the future, some
+// variant may still be served, and the index must not be wiped by a
+// response without Vary (wouldHideFresh). The index itself is read
+// whatever its age.
+
+// noteFreshVariant moves the expiry of the index m (stored under base)
+// to until, if that is later.
+func (e *engine) noteFreshVariant(base string, m diskcache.Meta, until time.Time) {
+	if !until.After(m.Expires) {
+		return
+	}
+	m = m.Clone()
+	m.Expires = until
+	if err := e.store.UpdateMeta(base, m); err != nil {
+		e.logger.Debug("vary index expiry not extended", zap.String("url", m.Extra["url"]), zap.Error(err))
+	}
+}
+
+// wouldHideFresh reports whether storing a response with status, varying
+// on fields (varyFields), under key would replace or hide a fresh copy
+// that others are being served, which a response provoked by request
+// fields outside the cache key (a firewall refusing a User-Agent) must
+// never do ("Your Cache Has Fallen", Nguyen et al., CCS 2019):
+//
+//   - an error (400 and above) never replaces a fresh success, whether
+//     it would land on the same key or write a Vary index over it;
+//   - an error, or a response without Vary, never rewrites a Vary index
+//     that still has fresh variants (the index's Expires), which would
+//     hide them all.
+//
+// Such a response still answers the request that brought it, uncached.
+// A stale copy is replaced as before: that is what revalidation is for.
+func (e *engine) wouldHideFresh(fr fetchRequest, key, fields string, status int, now time.Time) bool {
+	isError := status >= 400
+	if base, ok := e.store.Peek(fr.baseKey); ok && now.Before(base.Expires) {
+		switch index := base.Extra[varyIndexField]; {
+		case index != "" && index != fields && (isError || fields == ""):
+			return true
+		case index == "" && isError && base.Status < 400:
+			return true
+		}
+	}
+	if isError && key != fr.baseKey {
+		if m, ok := e.store.Peek(key); ok && now.Before(m.Expires) && m.Status < 400 {
+			return true
+		}
+	}
+	return false
 }

@@ -10,11 +10,16 @@
 //   - Policy{} (all zero) is strict RFC 9111 with no heuristic freshness:
 //     a response without s-maxage, max-age or Expires has lifetime 0.
 //     DefaultPolicy() is Coral's: 12 h for success and redirects without
-//     freshness information, 15 min for cacheable errors (404, 410, …), and
-//     a 5 min minimum that overrides no-cache and short max-age/Expires.
+//     freshness information, 15 min for errors cacheable by default (404,
+//     410, …), and a 5 min minimum for non-errors that overrides no-cache
+//     and short max-age/Expires.
 //     NegativeTTL 0 falls back to DefaultTTL, so setting DefaultTTL and
 //     MinTTL to 0 is enough for strict behaviour.
-//   - The minimum (MinTTL) never applies to no-store or private responses,
+//   - The minimum (MinTTL) never applies to errors (status 400 and above),
+//     which a request can provoke with fields outside the cache key (a
+//     firewall refusing a scanner's User-Agent): an error is kept only as
+//     long as its own headers say, or NegativeTTL when it is cacheable by
+//     default. Nor does it apply to no-store or private responses,
 //     nor where the origin insists on revalidation by a shared cache:
 //     must-revalidate, proxy-revalidate, or s-maxage (which carries
 //     proxy-revalidate's meaning, RFC 9111 §5.2.2.10). It is measured as
@@ -26,12 +31,14 @@
 //     §15.1 (200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501) always;
 //     any other final status only with explicit freshness (max-age,
 //     s-maxage, Expires) or "public"; with a Policy whose MinTTL > 0 also
-//     302, 307 and 403 (temporary redirects and Forbidden, which Coral
-//     caches for MinTTL). 206 is never stored (the proxy fetches whole
-//     objects) and 304 only freshens a stored response.
+//     302 and 307 (temporary redirects, which Coral caches for MinTTL).
+//     403 is not among them: without explicit freshness it is never
+//     stored. 206 is never stored (the proxy fetches whole objects) and
+//     304 only freshens a stored response.
 //   - Heuristic lifetimes are flat (Policy), not the Last-Modified fraction
 //     of RFC 9111 §4.2.2: 2xx and permanent 3xx get DefaultTTL, 4xx and 5xx
-//     NegativeTTL, temporary redirects (302, 303, 307) nothing but MinTTL.
+//     NegativeTTL (those cacheable by default or public; others none),
+//     temporary redirects (302, 303, 307) nothing but MinTTL.
 //     Last-Modified is not consulted.
 //   - Duplicate or conflicting directive values: the most conservative
 //     wins (RFC 9111 §4.2.1 allows treating such responses as stale): the

@@ -110,7 +110,8 @@ func TestStorable(t *testing.T) {
 		{"coral: 302 stored for MinTTL", coralPolicy, ccHdr(), 302, ccHdr(), true},
 		{"coral: 307 stored for MinTTL", coralPolicy, ccHdr(), 307, ccHdr(), true},
 		{"§3 403 needs explicit freshness (strict)", strictPolicy, ccHdr(), 403, ccHdr(), false},
-		{"coral: 403 stored for MinTTL", coralPolicy, ccHdr(), 403, ccHdr(), true},
+		{"coral: 403 without freshness is not stored (CPDoS)", coralPolicy, ccHdr(), 403, ccHdr(), false},
+		{"coral: 403 with max-age is stored", coralPolicy, ccHdr(), 403, ccHdr("Cache-Control", "max-age=60"), true},
 		{"coral: 500 not stored", coralPolicy, ccHdr(), 500, ccHdr(), false},
 		{"coral: 503 not stored", coralPolicy, ccHdr(), 503, ccHdr(), false},
 		{"§3 500 with s-maxage", strictPolicy, ccHdr(), 500, ccHdr("Cache-Control", "s-maxage=10"), true},
@@ -185,7 +186,11 @@ func TestLifetime(t *testing.T) {
 		{"coral: NegativeTTL for 404", coralPolicy, 404, ccHdr(), 15 * time.Minute, false},
 		{"coral: NegativeTTL for 410", coralPolicy, 410, ccHdr(), 15 * time.Minute, false},
 		{"coral: 302 gets MinTTL", coralPolicy, 302, ccHdr(), 5 * time.Minute, false},
-		{"coral: 403 gets MinTTL", coralPolicy, 403, ccHdr(), 5 * time.Minute, false},
+		{"coral: 403 gets no MinTTL (CPDoS)", coralPolicy, 403, ccHdr(), 0, false},
+		{"coral: 403 max-age=10 is not stretched to MinTTL", coralPolicy, 403, ccHdr("Cache-Control", "max-age=10"), 10 * time.Second, true},
+		{"coral: 404 max-age=10 is not stretched to MinTTL", coralPolicy, 404, ccHdr("Cache-Control", "max-age=10"), 10 * time.Second, true},
+		{"coral: 404 no-cache is not stretched to MinTTL", coralPolicy, 404, ccHdr("Cache-Control", "no-cache"), 0, true},
+		{"coral: 400 gets nothing", coralPolicy, 400, ccHdr(), 0, false},
 		{"coral: 500 gets nothing", coralPolicy, 500, ccHdr(), 0, false},
 		{"coral: public 500 gets nothing (transient)", coralPolicy, 500, ccHdr("Cache-Control", "public"), 0, false},
 		{"coral: 503 max-age=1 is not stretched to MinTTL", coralPolicy, 503, ccHdr("Cache-Control", "max-age=1"), time.Second, true},
@@ -213,7 +218,7 @@ func TestLifetime(t *testing.T) {
 		{"§5.2.2.3 must-understand no-store", coralPolicy, 200, ccHdr("Cache-Control", "no-store, must-understand, max-age=60"), 5 * time.Minute, true},
 		{"§1.2.2 clamp", strictPolicy, 200, ccHdr("Cache-Control", "max-age=999999999999"), MaxDelta, true},
 		{"NegativeTTL 0 falls back to DefaultTTL", Policy{DefaultTTL: time.Hour, MinTTL: time.Minute}, 404, ccHdr(), time.Hour, false},
-		{"negative NegativeTTL: errors get MinTTL only", Policy{DefaultTTL: time.Hour, MinTTL: time.Minute, NegativeTTL: -1}, 404, ccHdr(), time.Minute, false},
+		{"negative NegativeTTL: errors get nothing, not even MinTTL", Policy{DefaultTTL: time.Hour, MinTTL: time.Minute, NegativeTTL: -1}, 404, ccHdr(), 0, false},
 		{"strict with NegativeTTL 0", Policy{}, 404, ccHdr(), 0, false},
 		{"MinTTL only with DefaultTTL 0", Policy{MinTTL: time.Minute}, 200, ccHdr(), time.Minute, false},
 	}
@@ -366,9 +371,9 @@ func TestVaryKey(t *testing.T) {
 		ok   bool
 	}{
 		{"none", "", req, "", true},
-		{"§4.1 one field", "Accept-Encoding", req, `accept-encoding="gzip,br,zstd"`, true},
+		{"§4.1 one field", "Accept-Encoding", req, `accept-encoding="gzip, br, zstd"`, true},
 		{"§4.1 names are case-insensitive and sorted", "accept-language, ACCEPT-ENCODING", req,
-			"accept-encoding=\"gzip,br,zstd\"\naccept-language=\"en\"", true},
+			"accept-encoding=\"gzip, br, zstd\"\naccept-language=\"en\"", true},
 		{"duplicates", "Accept-Language, accept-language,,", req, `accept-language="en"`, true},
 		{"§4.1 absent differs from empty", "X-Empty, X-Absent", req, "x-absent!\nx-empty=\"\"", true},
 		{"§4.1 star", "Accept, *", req, "", false},
@@ -398,7 +403,7 @@ func TestAddValidators(t *testing.T) {
 	lm := httpDate(freshT0)
 	stored := ccHdr("ETag", `W/"v1"`, "Last-Modified", lm)
 	dst := ccHdr("If-None-Match", `"client"`, "If-Range", `"x"`, "Accept", "*/*")
-	if !AddValidators(dst, stored) {
+	if !AddValidators(dst, stored, freshT0) {
 		t.Fatal("AddValidators reported nothing added")
 	}
 	// RFC 9111 §4.3.1.
@@ -407,8 +412,13 @@ func TestAddValidators(t *testing.T) {
 		t.Fatalf("got %v, want %v", dst, want)
 	}
 	dst = ccHdr("If-Modified-Since", lm)
-	if AddValidators(dst, ccHdr("Last-Modified", "garbage")) || len(dst) != 0 {
+	if AddValidators(dst, ccHdr("Last-Modified", "garbage"), freshT0) || len(dst) != 0 {
 		t.Fatalf("no validators: got %v", dst)
+	}
+	// RFC 9110 §8.8.2.1: a Last-Modified in the future is no validator.
+	dst = http.Header{}
+	if AddValidators(dst, ccHdr("Last-Modified", httpDate(freshT0.Add(time.Hour))), freshT0) || len(dst) != 0 {
+		t.Fatalf("future Last-Modified: got %v", dst)
 	}
 }
 

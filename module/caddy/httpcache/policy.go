@@ -14,18 +14,22 @@ type Policy struct {
 	// without freshness information (no s-maxage, max-age or Expires).
 	// Coral: 12h. 0: no heuristic freshness.
 	DefaultTTL time.Duration
-	// MinTTL is the least lifetime of any stored response, overriding
-	// no-cache and short max-age/Expires, but not no-store, private,
-	// must-revalidate, proxy-revalidate or s-maxage. With MinTTL > 0, 302,
-	// 307 and 403 without freshness information are stored for MinTTL.
-	// Coral: 5m. 0: none.
+	// MinTTL is the least lifetime of any stored response that is not an
+	// error (status below 400), overriding no-cache and short
+	// max-age/Expires, but not no-store, private, must-revalidate,
+	// proxy-revalidate or s-maxage. With MinTTL > 0, 302 and 307 without
+	// freshness information are stored for MinTTL. Coral: 5m. 0: none.
 	MinTTL time.Duration
-	// NegativeTTL is the lifetime of a cacheable 4xx or 5xx response
-	// (404, 405, 410, 414, 501, or any with "public") without freshness
-	// information. Coral: 15m, the DSHT's negative-reference TTL. 0: the
-	// same as DefaultTTL (so a Policy with only DefaultTTL and MinTTL set
-	// treats all statuses alike); negative: no heuristic freshness for
-	// errors.
+	// NegativeTTL is the lifetime of an error that is cacheable by
+	// default (404, 405, 410, 414, 501) or marked "public", without
+	// freshness information. Coral: 15m, the DSHT's negative-reference
+	// TTL. 0: the same as DefaultTTL (so a Policy with only DefaultTTL and
+	// MinTTL set treats those statuses alike); negative: no heuristic
+	// freshness for errors. Other errors (403, 400, 406, …) get no
+	// heuristic freshness and MinTTL never raises an error's lifetime:
+	// an error a request provoked with fields that are not part of the
+	// cache key (a User-Agent a firewall refuses) must not be served to
+	// everyone ("Your Cache Has Fallen", Nguyen et al., CCS 2019).
 	NegativeTTL time.Duration
 }
 
@@ -75,9 +79,10 @@ func explicitFreshness(cc CacheControl, respHeader http.Header) bool {
 }
 
 // coralStatus: stored without freshness information only under a Policy
-// with MinTTL.
+// with MinTTL. (403 was, until a 403 that a scanner's User-Agent provoked
+// was served to every browser for MinTTL.)
 func coralStatus(status int) bool {
-	return status == 302 || status == 307 || status == 403
+	return status == 302 || status == 307
 }
 
 // understoodStatus: statuses whose caching requirements this cache
@@ -98,7 +103,7 @@ func Storable(reqHeader http.Header, status int, respHeader http.Header) (ok boo
 // an understood status), unqualified private, requests with Authorization
 // unless the response has public, s-maxage or must-revalidate (§3.5), and
 // Vary: *. It then needs explicit freshness, "public", a heuristically
-// cacheable status, or (with p.MinTTL > 0) 302, 307 or 403. A qualified
+// cacheable status, or (with p.MinTTL > 0) 302 or 307. A qualified
 // private or no-cache does not prevent storing: remove those fields with
 // StripQualifiedFields.
 func (p Policy) Storable(reqHeader http.Header, status int, respHeader http.Header) (ok bool, reason string) {
@@ -162,11 +167,11 @@ func varyStar(h http.Header) bool {
 // Date; unqualified no-cache makes it 0. fromHeaders reports that one of
 // those decided. Otherwise the Policy's heuristic applies (see Policy) when
 // the status is heuristically cacheable or the response is public. Finally
-// p.MinTTL raises the result, except for no-store, private,
-// must-revalidate, proxy-revalidate and s-maxage, and except for statuses
-// that are neither explicitly fresh, public, cacheable by default nor
-// 302/307/403. Lifetime assumes Storable said yes; it is 0 for no-store
-// and private.
+// p.MinTTL raises the result, except for errors (status 400 and above),
+// no-store, private, must-revalidate, proxy-revalidate and s-maxage, and
+// except for statuses that are neither explicitly fresh, public,
+// cacheable by default nor 302/307. Lifetime assumes Storable said yes;
+// it is 0 for no-store and private.
 func Lifetime(p Policy, now time.Time, status int, respHeader http.Header) (freshFor time.Duration, fromHeaders bool) {
 	cc := ParseResponseCacheControl(respHeader)
 	if cc.Private || (cc.NoStore && !(cc.MustUnderstand && understoodStatus(status))) {
@@ -202,7 +207,7 @@ func Lifetime(p Policy, now time.Time, status int, respHeader http.Header) (fres
 	case !explicit && eligible:
 		freshFor = p.heuristic(status)
 	}
-	if p.MinTTL > freshFor && (eligible || coralStatus(status)) &&
+	if p.MinTTL > freshFor && status < 400 && (eligible || coralStatus(status)) &&
 		!cc.MustRevalidate && !cc.ProxyRevalidate && !cc.HasSMaxAge {
 		freshFor = p.MinTTL
 	}

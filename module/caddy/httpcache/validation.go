@@ -9,11 +9,12 @@ import (
 )
 
 // AddValidators prepares dst, the headers of a request to the origin, to
-// revalidate a stored response with headers stored (RFC 9111 §4.3.1): it
-// removes any conditional fields the client sent and sets If-None-Match
-// from the stored ETag and If-Modified-Since from the stored
-// Last-Modified (when a valid date). It reports whether it set either.
-func AddValidators(dst, stored http.Header) bool {
+// revalidate a stored response with headers stored, received at received
+// (RFC 9111 §4.3.1): it removes any conditional fields the client sent and
+// sets If-None-Match from the stored ETag and If-Modified-Since from the
+// stored Last-Modified (ValidLastModified). It reports whether it set
+// either.
+func AddValidators(dst, stored http.Header, received time.Time) bool {
 	for _, k := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range"} {
 		dst.Del(k)
 	}
@@ -22,11 +23,29 @@ func AddValidators(dst, stored http.Header) bool {
 		dst.Set("If-None-Match", tag)
 		added = true
 	}
-	if lm, ok := headerDate(stored, "Last-Modified"); ok {
+	if lm, ok := ValidLastModified(stored, received); ok {
 		dst.Set("If-Modified-Since", lm.UTC().Format(http.TimeFormat))
 		added = true
 	}
 	return added
+}
+
+// ValidLastModified returns a stored response's Last-Modified if it can
+// serve as a validator: a valid HTTP-date no later than the response's
+// Date nor than when it was received. A date in the future is no
+// validator (RFC 9110 §8.8.2.1: an origin never sends one): many servers
+// (Python's http.server, Express) answer 304 to any If-Modified-Since
+// later than their file, so a forged future date would make the origin
+// confirm a copy it never sent.
+func ValidLastModified(stored http.Header, received time.Time) (time.Time, bool) {
+	lm, ok := headerDate(stored, "Last-Modified")
+	if !ok || lm.After(received) {
+		return time.Time{}, false
+	}
+	if date, ok := headerDate(stored, "Date"); ok && lm.After(date) {
+		return time.Time{}, false
+	}
+	return lm, true
 }
 
 // NotModified evaluates a client's conditional GET or HEAD against a

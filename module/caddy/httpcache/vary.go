@@ -40,19 +40,22 @@ func VaryKey(vary string, reqHeader http.Header) (string, bool) {
 			continue
 		}
 		b.WriteByte('=')
-		b.WriteString(strconv.Quote(normalizeFieldValue(vals)))
+		b.WriteString(strconv.Quote(NormalizeFieldValue(vals)))
 	}
 	return b.String(), true
 }
 
-// normalizeFieldValue combines field lines with "," and trims each list
-// element, collapsing inner runs of whitespace to one space.
-func normalizeFieldValue(vals []string) string {
+// NormalizeFieldValue combines field lines into one value: the elements
+// between commas, each trimmed with inner runs of whitespace collapsed to
+// one space, joined with ", " (RFC 9110 §5.3 and RFC 9111 §4.1 allow both).
+// It is idempotent, so a proxy that sends the origin this value and keys
+// a variant by it keys the variant by exactly what the origin got.
+func NormalizeFieldValue(vals []string) string {
 	var parts []string
 	for _, v := range vals {
 		for _, e := range strings.Split(v, ",") {
 			parts = append(parts, strings.Join(strings.Fields(e), " "))
 		}
 	}
-	return strings.Join(parts, ",")
+	return strings.Join(parts, ", ")
 }
