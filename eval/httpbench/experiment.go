@@ -526,6 +526,9 @@ func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 		ratio(&coralOverNginx, runs, "coral", "nginx")
 		ratio(&ss.TLSRatios, runs, "coral-tls", "file-tls")
 		ratio(&ss.BaselineRatios, runs, "coral", "coral-old")
+		if n, o := runs["coral"], runs["coral-old"]; n != nil && o != nil && n.CPUPerRequest > 0 {
+			ss.BaselineCPURatios = append(ss.BaselineCPURatios, o.CPUPerRequest/n.CPUPerRequest)
+		}
 	}
 	ss.MedianRatio = evalrun.Median(ss.Ratios)
 	ss.Pass = ss.MedianRatio >= targetRatio
@@ -534,6 +537,7 @@ func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 	}
 	if rep.Params.Baseline != "" {
 		ss.MedianBaselineRatio = evalrun.Median(ss.BaselineRatios)
+		ss.MedianBaselineCPURatio = evalrun.Median(ss.BaselineCPURatios)
 		pass := len(ss.BaselineRatios) > 0 && ss.MedianBaselineRatio >= baselineRatio
 		ss.PassBaseline = &pass
 	}

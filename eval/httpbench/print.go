@@ -128,7 +128,8 @@ func printThroughput(w io.Writer, rep *report) {
 			fmt.Fprintf(w, "; nginx/file %s, median %.3f; coral/nginx median %.3f", fmtFloats(ss.NginxRatios, "%.3f"), ss.MedianNginxRatio, ss.CoralOverNginx)
 		}
 		if ss.PassBaseline != nil {
-			fmt.Fprintf(w, "; new/old (coral/coral-old) %s, median %.3f", fmtFloats(ss.BaselineRatios, "%.3f"), ss.MedianBaselineRatio)
+			fmt.Fprintf(w, "; new/old (coral/coral-old) %s, median %.3f; server CPU per request old/new %s, median %.3f",
+				fmtFloats(ss.BaselineRatios, "%.3f"), ss.MedianBaselineRatio, fmtFloats(ss.BaselineCPURatios, "%.3f"), ss.MedianBaselineCPURatio)
 		}
 		fmt.Fprintln(w)
 	}

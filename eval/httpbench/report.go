@@ -169,7 +169,13 @@ type sizeSumm struct {
 	// old, per round and the median.
 	BaselineRatios      []float64 `json:"new_over_old_by_round,omitempty"`
 	MedianBaselineRatio float64   `json:"median_new_over_old,omitempty"`
-	PassBaseline        *bool     `json:"pass_new_ge_old,omitempty"`
+	// Per round, coral-old's server CPU per request over coral's (above 1:
+	// the new build spends less on a hit), and the median: on a busy
+	// machine it varies less than req/s, which other processes' CPU use
+	// moves more.
+	BaselineCPURatios      []float64 `json:"old_over_new_cpu_per_request_by_round,omitempty"`
+	MedianBaselineCPURatio float64   `json:"median_old_over_new_cpu_per_request,omitempty"`
+	PassBaseline           *bool     `json:"pass_new_ge_old,omitempty"`
 }
 
 type targetSumm struct {
