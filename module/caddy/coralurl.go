@@ -220,10 +220,13 @@ func lowerASCII(s string) string { return coralname.LowerASCII(s) }
 // CacheKey is the object's key: SHA-1 (hex) of NormalizeURL of the same
 // arguments. The DSHT key is the same 160 bits (hex-decode it).
 func CacheKey(scheme, host string, port int, path, rawQuery string) string {
-	sum := sha1.Sum([]byte(NormalizeURL(scheme, host, port, path, rawQuery)))
+	// Every hit computes a key: the URL is built on the stack when it fits,
+	// so the key string is the one allocation.
+	var buf [256]byte
+	sum := sha1.Sum(appendNormalizedURL(buf[:0], scheme, host, port, path, rawQuery))
 	var key [2 * sha1.Size]byte
 	hex.Encode(key[:], sum[:])
-	return string(key[:]) // every hit computes a key: one allocation, not two
+	return string(key[:])
 }
 
 // NormalizeURL returns the string CacheKey hashes, the scheme-relative
@@ -250,25 +253,25 @@ func CacheKey(scheme, host string, port int, path, rawQuery string) string {
 // NormalizeURL is idempotent in its components: feeding its host, path and
 // query back in gives the same string.
 func NormalizeURL(scheme, host string, port int, path, rawQuery string) string {
-	// The parts are usually normal already (normalizePercent and
-	// removeDotSegments then return them as they are), so the string is
-	// built with one allocation.
-	host, path, q := normalizeHost(host), normalizePath(path), normalizeQuery(rawQuery)
-	var b strings.Builder
-	b.Grow(2 + len(host) + 6 + len(path) + 1 + len(q))
-	b.WriteString("//")
-	b.WriteString(host)
+	return string(appendNormalizedURL(nil, scheme, host, port, path, rawQuery))
+}
+
+// appendNormalizedURL appends NormalizeURL's string to dst. The parts are
+// usually normal already (normalizePercent and removeDotSegments then
+// return them as they are), so nothing else is allocated.
+func appendNormalizedURL(dst []byte, scheme, host string, port int, path, rawQuery string) []byte {
+	dst = append(dst, "//"...)
+	dst = append(dst, normalizeHost(host)...)
 	if port > 0 && port != schemeDefaultPort(lowerASCII(scheme)) {
-		var digits [20]byte
-		b.WriteByte(':')
-		b.Write(strconv.AppendInt(digits[:0], int64(port), 10))
+		dst = append(dst, ':')
+		dst = strconv.AppendInt(dst, int64(port), 10)
 	}
-	b.WriteString(path)
-	if q != "" {
-		b.WriteByte('?')
-		b.WriteString(q)
+	dst = append(dst, normalizePath(path)...)
+	if q := normalizeQuery(rawQuery); q != "" {
+		dst = append(dst, '?')
+		dst = append(dst, q...)
 	}
-	return b.String()
+	return dst
 }
 
 func schemeDefaultPort(scheme string) int {
