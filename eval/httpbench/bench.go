@@ -44,7 +44,7 @@ var lastModified = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // target is one server under test.
 type target struct {
-	name   string // coral, file, nginx; over TLS coral-tls, file-tls
+	name   string // coral, file, nginx; over TLS coral-tls, file-tls; the A/B's coral-old
 	server string // what answers: coral (coral_proxy), file (file_server), nginx
 	addr   netip.AddrPort
 	// host is the name the target is asked for. Over HTTP it is the Host
@@ -81,28 +81,32 @@ type bench struct {
 	origin  *origin
 	caddy   *proc.Process
 	nginx   *proc.Process
-	targets []*target // coral, file[, coral-tls, file-tls][, nginx]
-	files   string    // file_server's root
+	base    *proc.Process // the -baseline Caddy (nil: no A/B)
+	targets []*target     // coral, file[, coral-tls, file-tls][, nginx][, coral-old]
+	files   string        // file_server's root
 	// wrkScript is the Lua script that points wrk at Caddy's address for
 	// the TLS targets' names (tls.go); "" without TLS.
 	wrkScript string
 
-	caddyfile string
-	nginxConf string
-	commands  []string
+	caddyfile     string
+	baseCaddyfile string // the -baseline Caddy's: caddyfile's HTTP sites on its address
+	nginxConf     string
+	commands      []string
 }
 
 func newBench(p params) (*bench, error) {
 	var addrs []netip.Addr
-	for _, s := range []string{p.OriginAddr, p.CaddyAddr, p.NginxAddr} {
+	for _, s := range []string{p.OriginAddr, p.CaddyAddr, p.NginxAddr, p.BaselineAddr} {
 		a, err := netip.ParseAddr(s)
 		if err != nil || !a.Is4() || !a.IsLoopback() {
 			return nil, fmt.Errorf("address %q: want an IPv4 loopback address (127.0.0.0/8)", s)
 		}
+		for _, other := range addrs {
+			if a == other {
+				return nil, errors.New("-origin-addr, -caddy-addr, -nginx-addr and -baseline-addr must differ")
+			}
+		}
 		addrs = append(addrs, a)
-	}
-	if addrs[0] == addrs[1] || addrs[0] == addrs[2] || addrs[1] == addrs[2] {
-		return nil, errors.New("-origin-addr, -caddy-addr and -nginx-addr must differ")
 	}
 	// Caddy's sites take Port and the next one, and over TLS the two after.
 	lastPort := p.Port + 1
@@ -126,7 +130,7 @@ func newBench(p params) (*bench, error) {
 
 // setUp writes the files, the configurations and, over TLS, wrk's script,
 // and lays out the targets: the origin on addrs[0], Caddy on addrs[1],
-// nginx on addrs[2].
+// nginx on addrs[2], the -baseline Caddy on addrs[3].
 func (b *bench) setUp(addrs []netip.Addr) error {
 	p := b.p
 	b.origin = newOrigin(p.Sizes)
@@ -156,7 +160,7 @@ func (b *bench) setUp(addrs []netip.Addr) error {
 		}
 		b.targets = append(b.targets, tlsTargets...)
 	}
-	b.caddyfile = b.caddyfileText(addrs[1])
+	b.caddyfile = b.caddyfileText(addrs[1], b.dir, p.TLS)
 	if err := labconf.WriteFile(filepath.Join(b.dir, "Caddyfile"), b.caddyfile); err != nil {
 		return fmt.Errorf("writing the Caddyfile: %w", err)
 	}
@@ -172,6 +176,9 @@ func (b *bench) setUp(addrs []netip.Addr) error {
 			return fmt.Errorf("nginx.conf: %w", err)
 		}
 	}
+	if p.Baseline != "" {
+		return b.setUpBaseline(addrs[3], origin)
+	}
 	return nil
 }
 
@@ -184,10 +191,10 @@ func (b *bench) target(name string) *target {
 	return nil
 }
 
-// caddyfileText is Caddy's configuration: the coral app, coral_proxy and
-// file_server over HTTP and, with -tls, over TLS (addTLSSites), no access logs
-// (Caddy's default).
-func (b *bench) caddyfileText(addr netip.Addr) string {
+// caddyfileText is the configuration of a Caddy on addr whose data lives in
+// dir: the coral app, coral_proxy and file_server over HTTP and, withTLS,
+// over TLS (addTLSSites), no access logs (Caddy's default).
+func (b *bench) caddyfileText(addr netip.Addr, dir string, withTLS bool) string {
 	admin := netip.AddrPortFrom(addr, adminPort)
 	conf := labconf.Caddy{
 		Comment:      "One Caddy for both: coral_proxy (under test) and file_server (the\nbaseline) serving the same bytes. No access logs, no TLS.",
@@ -198,7 +205,7 @@ func (b *bench) caddyfileText(addr netip.Addr) string {
 		Sites: []labconf.Directive{
 			labconf.D(fmt.Sprintf("http://:%d", b.p.Port)).With(
 				labconf.D("bind", addr),
-				b.proxyDirective(),
+				b.proxyDirective(dir),
 			).Commented("coral_proxy: the origin's objects, from the on-disk cache once fetched.\nRequests carry Host " + b.target("coral").host + "."),
 			labconf.D(fmt.Sprintf("http://:%d", b.p.Port+1)).With(
 				labconf.D("bind", addr),
@@ -207,7 +214,7 @@ func (b *bench) caddyfileText(addr netip.Addr) string {
 			).Commented("file_server: the same bytes from files."),
 		},
 	}
-	if b.p.TLS {
+	if withTLS {
 		b.addTLSSites(&conf, addr)
 	}
 	return conf.String()
@@ -215,9 +222,10 @@ func (b *bench) caddyfileText(addr netip.Addr) string {
 
 // proxyDirective is coral_proxy's configuration, the same over HTTP and
 // TLS: one cache directory, so one store (coral_proxy shares a store among
-// the handlers that name its directory) and one cache key per object.
-func (b *bench) proxyDirective() labconf.Directive {
-	return labconf.Proxy{Zone: zone, CacheDir: filepath.Join(b.dir, "coral-cache"), CacheSize: "1GiB",
+// the handlers that name its directory) and one cache key per object. Its
+// cache is in dir.
+func (b *bench) proxyDirective(dir string) labconf.Directive {
+	return labconf.Proxy{Zone: zone, CacheDir: filepath.Join(dir, "coral-cache"), CacheSize: "1GiB",
 		AllowOrigins: []string{"127.0.0.0/8"},
 		// The per-client limiter runs, as by default, but never
 		// refuses: wrk is a single client.
@@ -284,8 +292,13 @@ func (b *bench) start(ctx context.Context) error {
 	for _, t := range b.targets {
 		tcp = append(tcp, t.addr)
 	}
-	caddyAddr := b.target("coral").addr.Addr()
-	tcp = append(tcp, netip.AddrPortFrom(caddyAddr, adminPort))
+	caddyAddrs := []netip.Addr{b.target("coral").addr.Addr()}
+	if t := b.target("coral-old"); t != nil {
+		caddyAddrs = append(caddyAddrs, t.addr.Addr())
+	}
+	for _, a := range caddyAddrs {
+		tcp = append(tcp, netip.AddrPortFrom(a, adminPort), netip.AddrPortFrom(a, uint16(b.p.Port+1)))
+	}
 	for _, a := range tcp {
 		ln, err := net.Listen("tcp", a.String())
 		if err != nil {
@@ -293,11 +306,14 @@ func (b *bench) start(ctx context.Context) error {
 		}
 		ln.Close()
 	}
-	c, err := net.ListenPacket("udp", fmt.Sprintf("%v:%d", caddyAddr, dhtPort))
-	if err != nil {
-		return fmt.Errorf("UDP %v:%d is taken (another run?): %v", caddyAddr, dhtPort, err)
+	for _, a := range caddyAddrs {
+		c, err := net.ListenPacket("udp", fmt.Sprintf("%v:%d", a, dhtPort))
+		if err != nil {
+			return fmt.Errorf("UDP %v:%d is taken (another run?): %v", a, dhtPort, err)
+		}
+		c.Close()
 	}
-	c.Close()
+	var err error
 	if err := b.origin.start(); err != nil {
 		return fmt.Errorf("origin: %w", err)
 	}
@@ -310,7 +326,7 @@ func (b *bench) start(ctx context.Context) error {
 	}
 	b.commands = append(b.commands, shellJoin(b.caddy.Argv))
 	for _, t := range b.targets {
-		if t.server != "nginx" {
+		if t.server != "nginx" && t.name != "coral-old" {
 			t.srv = b.caddy
 		}
 	}
@@ -324,6 +340,9 @@ func (b *bench) start(ctx context.Context) error {
 		if err := b.waitTLS(ctx); err != nil {
 			return err
 		}
+	}
+	if err := b.startBaseline(ctx); err != nil {
+		return err
 	}
 	if t := b.target("nginx"); t != nil {
 		d := filepath.Join(b.dir, "nginx")
@@ -348,7 +367,7 @@ func (b *bench) start(ctx context.Context) error {
 
 // close stops everything start started and removes the files.
 func (b *bench) close() {
-	for _, s := range []*proc.Process{b.nginx, b.caddy} {
+	for _, s := range []*proc.Process{b.nginx, b.caddy, b.base} {
 		if s != nil {
 			_ = s.Stop(5 * time.Second)
 		}
@@ -363,7 +382,7 @@ func (b *bench) close() {
 
 // alive reports an error if a server has exited.
 func (b *bench) alive() error {
-	for _, s := range []*proc.Process{b.caddy, b.nginx} {
+	for _, s := range []*proc.Process{b.caddy, b.nginx, b.base} {
 		if s == nil {
 			continue
 		}
@@ -527,9 +546,13 @@ const clockTick = 100.0
 type cpuSnap struct {
 	caddy float64 // Caddy's process group
 	nginx float64 // nginx's: master and workers
+	base  float64 // the -baseline Caddy's
 	self  float64 // this process: the origin, the checks
 	busy  float64 // the whole machine, not idle
 }
+
+// servers is the CPU time of every server: the Caddys and nginx.
+func (s cpuSnap) servers() float64 { return s.caddy + s.nginx + s.base }
 
 func (b *bench) cpu() cpuSnap {
 	var s cpuSnap
@@ -539,6 +562,9 @@ func (b *bench) cpu() cpuSnap {
 	}
 	if b.nginx != nil {
 		groups[b.nginx.Pid()] = &s.nginx
+	}
+	if b.base != nil {
+		groups[b.base.Pid()] = &s.base
 	}
 	groupCPU(groups)
 	s.self = evalrun.SelfCPU()
@@ -590,7 +616,7 @@ func groupCPU(groups map[int]*float64) {
 const quietCores = 0.15
 
 // waitQuiet waits, at most -quiet, until the rest of the machine (everything
-// but Caddy, nginx and this process) uses under quietCores of CPU over a
+// but the Caddys, nginx and this process) uses under quietCores of CPU over a
 // second: on a shared machine a neighbour's build would otherwise land in
 // one run and not another. It returns how long it waited and the last share
 // seen.
@@ -607,7 +633,7 @@ func (b *bench) waitQuiet(ctx context.Context) (time.Duration, float64, error) {
 		case <-time.After(time.Second):
 		}
 		c1 := b.cpu()
-		busy := ((c1.busy - c0.busy) - (c1.caddy - c0.caddy) - (c1.nginx - c0.nginx) - (c1.self - c0.self)) / time.Since(t0).Seconds()
+		busy := ((c1.busy - c0.busy) - c1.servers() + c0.servers() - (c1.self - c0.self)) / time.Since(t0).Seconds()
 		if busy < quietCores || time.Since(start) >= b.p.Quiet {
 			return time.Since(start), max(busy, 0), nil
 		}

@@ -36,6 +36,14 @@ func findTools(p *params) error {
 	if p.Caddy, err = filepath.Abs(p.Caddy); err != nil {
 		return err
 	}
+	if p.Baseline != "" {
+		if _, err := os.Stat(p.Baseline); err != nil {
+			return fmt.Errorf("-baseline: %v", err)
+		}
+		if p.Baseline, err = filepath.Abs(p.Baseline); err != nil {
+			return err
+		}
+	}
 	var missing []string
 	if _, err := exec.LookPath(p.Wrk); err != nil {
 		missing = append(missing, p.Wrk)
@@ -119,7 +127,10 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	}
 	if p.Profile != "" {
 		for _, size := range p.Sizes {
-			for _, name := range []string{"coral", "file"} {
+			for _, name := range []string{"coral", "file", "coral-old"} {
+				if b.target(name) == nil {
+					continue
+				}
 				path, err := b.profile(ctx, b.target(name), size)
 				if err != nil {
 					return nil, err
@@ -153,6 +164,9 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	if !rep.PassRatio || (rep.PassTLSRatio != nil && !*rep.PassTLSRatio) {
 		return rep, fmt.Errorf("%w: coral_proxy below %.1f× file_server", errBelowTarget, targetRatio)
 	}
+	if rep.PassBaseline != nil && !*rep.PassBaseline {
+		return rep, fmt.Errorf("%w: coral_proxy's hits below %.1f× the baseline build's", errBelowTarget, baselineRatio)
+	}
 	return rep, nil
 }
 
@@ -170,6 +184,9 @@ func newReport(p params, command string) *report {
 		Params: jsonPar{Sizes: p.Sizes, Rounds: p.Rounds, Duration: p.Duration.String(), Warmup: p.Warmup.String(), TLS: p.TLS,
 			Threads: p.Threads, Conns: p.Conns, Repeat: p.Repeat, IndexObjects: p.IndexObjects, ProxyObjects: p.ProxyObjects, ProxySettle: p.ProxySettle.String(), Quiet: p.Quiet.String()},
 	}
+	if p.Baseline != "" {
+		rep.Tools.Baseline = p.Baseline + ": " + evalrun.FirstLine(exec.Command(p.Baseline, "version"))
+	}
 	if p.Nginx != "" {
 		rep.Tools.Nginx = evalrun.FirstLine(exec.Command(p.Nginx, "-v"))
 		rep.Params.NginxWorkers = "auto"
@@ -185,6 +202,9 @@ func newReport(p params, command string) *report {
 	if p.Nginx != "" {
 		fmt.Printf(" and nginx proxy_cache (%s, over HTTP)", rep.Tools.Nginx)
 	}
+	if p.Baseline != "" {
+		fmt.Printf("; A/B of coral_proxy's hits against %s", rep.Tools.Baseline)
+	}
 	fmt.Printf(" under %s; %d CPUs, load average %s\n", rep.Tools.Wrk, rep.Host.CPUs, rep.Host.LoadAvgBefore)
 	fmt.Printf("Command: %s\n\n", command)
 	return rep
@@ -192,13 +212,16 @@ func newReport(p params, command string) *report {
 
 // describe records the set-up in the results.
 func (b *bench) describe(rep *report) {
-	rep.Caddyfile, rep.NginxConf = b.caddyfile, b.nginxConf
+	rep.Caddyfile, rep.NginxConf, rep.BaselineCaddyfile = b.caddyfile, b.nginxConf, b.baseCaddyfile
 	rep.Params.Origin = b.origin.addr.String()
 	rep.Params.Coral = b.target("coral").addr.String()
 	rep.Params.CoralHost = b.target("coral").host
 	rep.Params.File = b.target("file").addr.String()
 	if t := b.target("nginx"); t != nil {
 		rep.Params.Nginx = t.addr.String()
+	}
+	if t := b.target("coral-old"); t != nil {
+		rep.Params.Baseline = t.addr.String()
 	}
 	if c, f := b.target("coral-tls"), b.target("file-tls"); c != nil && f != nil {
 		rep.Params.CoralTLS, rep.Params.CoralTLSName = c.addr.String(), c.host
@@ -220,6 +243,9 @@ func (b *bench) printSetUp() {
 	}
 	if t := b.target("nginx"); t != nil {
 		fmt.Printf("; nginx (pid %d) on %v", b.nginx.Pid(), t.addr)
+	}
+	if t := b.target("coral-old"); t != nil {
+		fmt.Printf("; the baseline Caddy (pid %d): coral_proxy on %v", b.base.Pid(), t.addr)
 	}
 	fmt.Println()
 }
@@ -420,12 +446,17 @@ func summarize(rep *report, targets []*target) {
 	}
 	rep.PassRatio = len(rep.Summary) > 0
 	passTLS := len(rep.Summary) > 0
+	passBase := len(rep.Summary) > 0
 	for _, ss := range rep.Summary {
 		rep.PassRatio = rep.PassRatio && ss.Pass
 		passTLS = passTLS && ss.PassTLS != nil && *ss.PassTLS
+		passBase = passBase && ss.PassBaseline != nil && *ss.PassBaseline
 	}
 	if rep.Params.TLS {
 		rep.PassTLSRatio = &passTLS
+	}
+	if rep.Params.Baseline != "" {
+		rep.PassBaseline = &passBase
 	}
 
 	servers := map[string]string{}
@@ -494,11 +525,21 @@ func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 		ratio(&ss.NginxRatios, runs, "nginx", "file")
 		ratio(&coralOverNginx, runs, "coral", "nginx")
 		ratio(&ss.TLSRatios, runs, "coral-tls", "file-tls")
+		ratio(&ss.BaselineRatios, runs, "coral", "coral-old")
+		if n, o := runs["coral"], runs["coral-old"]; n != nil && o != nil && n.CPUPerRequest > 0 {
+			ss.BaselineCPURatios = append(ss.BaselineCPURatios, o.CPUPerRequest/n.CPUPerRequest)
+		}
 	}
 	ss.MedianRatio = evalrun.Median(ss.Ratios)
 	ss.Pass = ss.MedianRatio >= targetRatio
 	if len(ss.NginxRatios) > 0 {
 		ss.MedianNginxRatio, ss.CoralOverNginx = evalrun.Median(ss.NginxRatios), evalrun.Median(coralOverNginx)
+	}
+	if rep.Params.Baseline != "" {
+		ss.MedianBaselineRatio = evalrun.Median(ss.BaselineRatios)
+		ss.MedianBaselineCPURatio = evalrun.Median(ss.BaselineCPURatios)
+		pass := len(ss.BaselineRatios) > 0 && ss.MedianBaselineRatio >= baselineRatio
+		ss.PassBaseline = &pass
 	}
 	if rep.Params.TLS {
 		ss.MedianTLSRatio = evalrun.Median(ss.TLSRatios)

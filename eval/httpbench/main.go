@@ -90,9 +90,25 @@
 // must see no request during any measured run (every response a hit), and
 // wrk must see no error and no non-2xx response.
 //
+// An A/B of two builds (-baseline PATH): a second Caddy, the binary at
+// PATH (an older bin/caddy, say), runs the same Caddyfile (coral_proxy and
+// file_server over HTTP, each Caddy with its own cache directory, data
+// directory and DSHT node) on -baseline-addr (127.0.90.4). Its coral_proxy
+// is one more target, coral-old, warmed and checked as coral is, and
+// measured in the same rounds, its runs alternated with the others'; each
+// round gives new/old, coral's req/s over coral-old's, and the median of
+// those is printed per size. Both Caddy processes run throughout; the one
+// not under load is idle. Without -tls=false the TLS sites are in -caddy's
+// Caddyfile only (an older build may not know one-label names). For the A/B
+// alone:
+//
+//	go run ./eval/httpbench -baseline /path/to/old/caddy -tls=false -nginx= \
+//	    -index-objects 0 -proxy-objects 0 -out /tmp/ab
+//
 // Acceptance (issue 5): coral_proxy's cache-hit throughput ≥ 0.9× file_server's
 // (median over rounds of the per-round ratio) for both object sizes; and,
-// with -tls, the same over TLS: coral-tls ≥ 0.9× file-tls. The command
+// with -tls, the same over TLS: coral-tls ≥ 0.9× file-tls; with -baseline
+// (issue 19), new/old ≥ 1.0 for every size. The command
 // writes its results either way, and exits with status 1 if a check failed
 // or an acceptance was not met.
 package main
@@ -134,6 +150,8 @@ type params struct {
 	Quiet        time.Duration // the longest to wait before a run for other processes to go quiet
 	Repeat       int           // the most times a round's runs of one size are repeated when disturbed
 	Profile      string        // directory for CPU profiles of Caddy (empty: none)
+	Baseline     string        // a second Caddy binary with coral for the A/B (empty: none)
+	BaselineAddr string        // its sites, admin endpoint and DSHT node
 	Install      bool          // run install-deps.sh when wrk or nginx is missing (as root)
 	TLS          bool          // also coral_proxy and file_server over TLS, on Port+2 and Port+3
 	Out          string
@@ -147,6 +165,7 @@ func defaultParams() params {
 		OriginAddr:   "127.0.90.1",
 		CaddyAddr:    "127.0.90.2",
 		NginxAddr:    "127.0.90.3",
+		BaselineAddr: "127.0.90.4",
 		Port:         8080,
 		Sizes:        []int{1 << 10, 100 << 10},
 		Rounds:       3,
@@ -167,6 +186,11 @@ func defaultParams() params {
 
 // targetRatio is the acceptance: coral req/s over file_server req/s.
 const targetRatio = 0.9
+
+// baselineRatio is the A/B's acceptance (issue 19): coral_proxy's hits in
+// -caddy at least as fast as in -baseline, the build before the hardening
+// that bounded them.
+const baselineRatio = 1.0
 
 func main() {
 	p := defaultParams()
@@ -190,6 +214,8 @@ func main() {
 	flag.DurationVar(&p.Quiet, "quiet", p.Quiet, "before each run, wait at most this long for other processes to use under 0.15 CPUs (1 s samples; 0: don't wait)")
 	flag.IntVar(&p.Repeat, "repeat", p.Repeat, "repeat a round's runs of one size, at most this many times, when other processes used over 0.25 CPUs during one of them")
 	flag.StringVar(&p.Profile, "profile", p.Profile, "directory for CPU profiles of Caddy under load (an extra unmeasured coral and file run per size) and its heap profile after the proxy-memory fetch (empty: none)")
+	flag.StringVar(&p.Baseline, "baseline", p.Baseline, "a second Caddy binary with coral (an older build) run beside -caddy with the same Caddyfile on -baseline-addr: its coral_proxy hits (target coral-old) alternate with -caddy's, and new/old req/s is printed per size (empty: none)")
+	flag.StringVar(&p.BaselineAddr, "baseline-addr", p.BaselineAddr, "loopback address of the -baseline Caddy's sites, admin endpoint and DSHT node")
 	flag.BoolVar(&p.Install, "install", p.Install, "when wrk or nginx is missing and this runs as root, install them with eval/httpbench/install-deps.sh")
 	flag.BoolVar(&p.TLS, "tls", p.TLS, "also measure coral_proxy and file_server over TLS (Caddy's local CA), on -port+2 and -port+3")
 	flag.StringVar(&p.Out, "out", p.Out, "directory for httpbench.json and httpbench.png")

@@ -286,6 +286,59 @@ func TestExperimentShort(t *testing.T) {
 	}
 }
 
+// TestExperimentBaseline runs the A/B (-baseline) with bin/caddy on both
+// sides: a second Caddy on its own address, its coral_proxy target
+// coral-old measured in the same round, and new/old per size.
+func TestExperimentBaseline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two Caddys and wrk")
+	}
+	bin, err := filepath.Abs("../../bin/caddy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Skip("no bin/caddy (make caddy)")
+	}
+	if _, err := exec.LookPath("wrk"); err != nil {
+		t.Skip("no wrk (eval/httpbench/install-deps.sh)")
+	}
+	p := defaultParams()
+	p.Caddy, p.Baseline, p.Nginx, p.TLS = bin, bin, "", false
+	p.OriginAddr, p.CaddyAddr, p.NginxAddr, p.BaselineAddr, p.Port = "127.0.93.1", "127.0.93.2", "127.0.93.3", "127.0.93.4", 8280
+	p.Rounds, p.Duration, p.Warmup, p.Quiet, p.Install = 1, time.Second, 0, 0, false
+	p.IndexObjects, p.ProxyObjects = 0, 0
+	p.Out = t.TempDir()
+	rep, err := experiment(context.Background(), p, "test")
+	if errors.Is(err, errBelowTarget) {
+		t.Logf("below target in a 1 s run: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Throughput) != 3*len(p.Sizes) || !rep.PassCheck || rep.PassBaseline == nil || rep.PassTLSRatio != nil {
+		t.Fatalf("report incomplete: %+v", rep)
+	}
+	if !strings.Contains(rep.BaselineCaddyfile, "127.0.93.4") || strings.Contains(rep.BaselineCaddyfile, "127.0.93.2") || rep.Params.Baseline != "127.0.93.4:8280" {
+		t.Errorf("baseline set-up: %q at %q", rep.BaselineCaddyfile, rep.Params.Baseline)
+	}
+	for _, ss := range rep.Summary {
+		old := ss.Targets["coral-old"]
+		if old == nil || old.MedianRPS <= 0 || len(ss.BaselineRatios) != 1 || ss.MedianBaselineRatio <= 0 || len(ss.BaselineCPURatios) != 1 || ss.PassBaseline == nil {
+			t.Errorf("%d: coral-old %+v, new/old %v, CPU old/new %v", ss.Size, old, ss.BaselineRatios, ss.BaselineCPURatios)
+		}
+		t.Logf("%s: new/old %.3f with the same binary (1 s runs)", sizeLabel(ss.Size), ss.MedianBaselineRatio)
+	}
+	oldHits := 0
+	for _, s := range rep.Responses {
+		if s.Target == "coral-old" && s.Hit && s.Same {
+			oldHits++
+		}
+	}
+	if oldHits != 2*len(p.Sizes) {
+		t.Errorf("%d coral-old hits before and after, want %d", oldHits, 2*len(p.Sizes))
+	}
+}
+
 func TestParseCoralRequests(t *testing.T) {
 	m := parseCoralRequests(`# HELP caddy_coral_requests_total Requests
 caddy_coral_requests_total{cache_status="hit",source="local"} 1.5e+06

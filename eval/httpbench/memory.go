@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -198,8 +199,13 @@ func (b *bench) caddyHeap() (heap, rss int64, err error) {
 
 // adminGet fetches a path of Caddy's admin endpoint.
 func (b *bench) adminGet(path string) ([]byte, error) {
+	return adminGetAt(b.target("coral").addr.Addr(), path)
+}
+
+// adminGetAt fetches a path of the admin endpoint of the Caddy on addr.
+func adminGetAt(addr netip.Addr, path string) ([]byte, error) {
 	c := http.Client{Timeout: 30 * time.Second}
-	url := fmt.Sprintf("http://%v:%d%s", b.target("coral").addr.Addr(), adminPort, path)
+	url := fmt.Sprintf("http://%v:%d%s", addr, adminPort, path)
 	resp, err := c.Get(url)
 	if err != nil {
 		return nil, err
@@ -215,10 +221,11 @@ func (b *bench) adminGet(path string) ([]byte, error) {
 	return raw, nil
 }
 
-// coralRequests reads caddy_coral_requests_total from Caddy's /metrics,
-// summed by cache status (hit, miss, collapsed, stale, refused).
-func (b *bench) coralRequests() (map[string]float64, error) {
-	raw, err := b.adminGet("/metrics")
+// coralRequests reads caddy_coral_requests_total from the /metrics of the
+// Caddy serving t, summed by cache status (hit, miss, collapsed, stale,
+// refused).
+func (b *bench) coralRequests(t *target) (map[string]float64, error) {
+	raw, err := adminGetAt(t.addr.Addr(), "/metrics")
 	if err != nil {
 		return nil, err
 	}

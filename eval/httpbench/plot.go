@@ -21,10 +21,11 @@ var (
 		"coral-tls": {R: 0x8f, G: 0xbf, B: 0xe6, A: 0xff},
 		"file-tls":  {R: 0xc4, G: 0xc4, B: 0xc4, A: 0xff},
 		"nginx":     {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+		"coral-old": {R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 	}
 	limitColor = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
 	targetName = map[string]string{"coral": "coral_proxy (hit)", "file": "file_server", "nginx": "nginx proxy_cache (hit)",
-		"coral-tls": "coral_proxy over TLS (hit)", "file-tls": "file_server over TLS"}
+		"coral-tls": "coral_proxy over TLS (hit)", "file-tls": "file_server over TLS", "coral-old": "coral_proxy, -baseline build (hit)"}
 )
 
 // plotBars draws two panels: the median req/s per size and target with
@@ -69,6 +70,9 @@ func plotBars(path string, rep *report) error {
 				ratios = append(ratios, ss.MedianTLSRatio)
 			case "nginx":
 				ratios = append(ratios, ss.MedianNginxRatio)
+			case "coral-old":
+				// Of the medians: the A/B's ratio is coral's over this.
+				ratios = append(ratios, ts.MedianRPS/ss.Targets["file"].MedianRPS)
 			default:
 				ratios = append(ratios, 1)
 			}

@@ -11,7 +11,7 @@ import (
 
 // targetOrder is the order of the targets in the tables and the plot: the
 // pairs under comparison side by side.
-var targetOrder = []string{"coral", "file", "coral-tls", "file-tls", "nginx"}
+var targetOrder = []string{"coral", "coral-old", "file", "coral-tls", "file-tls", "nginx"}
 
 // baseline is the target a target's req/s is compared with: file_server
 // over the same protocol (nginx speaks only HTTP).
@@ -73,6 +73,13 @@ func printReport(w io.Writer, rep *report) {
 		tlsParts = append(tlsParts, fmt.Sprintf("%s %.3f", sizeLabel(ss.Size), ss.MedianTLSRatio))
 	}
 	fmt.Fprintf(w, "Acceptance: coral_proxy/file_server cache-hit req/s %s, target ≥ %.1f: %s\n", strings.Join(parts, ", "), targetRatio, evalrun.PassFail(rep.PassRatio))
+	if rep.PassBaseline != nil {
+		var ab []string
+		for _, ss := range rep.Summary {
+			ab = append(ab, fmt.Sprintf("%s %.3f", sizeLabel(ss.Size), ss.MedianBaselineRatio))
+		}
+		fmt.Fprintf(w, "Acceptance of the A/B: coral_proxy's cache-hit req/s new/old (this build over %s) %s, target ≥ %.1f: %s\n", rep.Tools.Baseline, strings.Join(ab, ", "), baselineRatio, evalrun.PassFail(*rep.PassBaseline))
+	}
 	if rep.PassTLSRatio != nil {
 		fmt.Fprintf(w, "Acceptance over TLS: coral_proxy/file_server cache-hit req/s %s, target ≥ %.1f: %s\n", strings.Join(tlsParts, ", "), targetRatio, evalrun.PassFail(*rep.PassTLSRatio))
 	}
@@ -119,6 +126,10 @@ func printThroughput(w io.Writer, rep *report) {
 		}
 		if len(ss.NginxRatios) > 0 {
 			fmt.Fprintf(w, "; nginx/file %s, median %.3f; coral/nginx median %.3f", fmtFloats(ss.NginxRatios, "%.3f"), ss.MedianNginxRatio, ss.CoralOverNginx)
+		}
+		if ss.PassBaseline != nil {
+			fmt.Fprintf(w, "; new/old (coral/coral-old) %s, median %.3f; server CPU per request old/new %s, median %.3f",
+				fmtFloats(ss.BaselineRatios, "%.3f"), ss.MedianBaselineRatio, fmtFloats(ss.BaselineCPURatios, "%.3f"), ss.MedianBaselineCPURatio)
 		}
 		fmt.Fprintln(w)
 	}

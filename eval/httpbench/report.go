@@ -7,7 +7,9 @@ type report struct {
 	Host      host    `json:"host"`
 	Params    jsonPar `json:"params"`
 	Caddyfile string  `json:"caddyfile"`
-	NginxConf string  `json:"nginx_conf,omitempty"`
+	// BaselineCaddyfile is the -baseline Caddy's (the A/B's old build).
+	BaselineCaddyfile string `json:"baseline_caddyfile,omitempty"`
+	NginxConf         string `json:"nginx_conf,omitempty"`
 	// WrkScript is the Lua script of the TLS targets' wrk runs (-s): it
 	// connects to Caddy's address whatever the URL's host.
 	WrkScript string   `json:"wrk_script,omitempty"`
@@ -31,7 +33,10 @@ type report struct {
 	PassRatio bool     `json:"pass_coral_ge_0_9_file"`
 	// PassTLSRatio is the same over TLS: coral-tls ≥ 0.9× file-tls for
 	// every size (absent without -tls).
-	PassTLSRatio *bool   `json:"pass_tls_coral_ge_0_9_file,omitempty"`
+	PassTLSRatio *bool `json:"pass_tls_coral_ge_0_9_file,omitempty"`
+	// PassBaseline is the A/B's: new/old ≥ 1.0 for every size (absent
+	// without -baseline).
+	PassBaseline *bool   `json:"pass_new_ge_old,omitempty"`
 	PassCheck    bool    `json:"pass_checks"`
 	Wall         float64 `json:"wall_seconds"`
 }
@@ -39,8 +44,10 @@ type report struct {
 type tools struct {
 	Load  string `json:"load"`
 	Caddy string `json:"caddy_version"`
-	Nginx string `json:"nginx_version,omitempty"`
-	Wrk   string `json:"wrk_version"`
+	// Baseline is the -baseline binary's path and version.
+	Baseline string `json:"baseline_caddy,omitempty"`
+	Nginx    string `json:"nginx_version,omitempty"`
+	Wrk      string `json:"wrk_version"`
 }
 
 type host struct {
@@ -58,6 +65,7 @@ type jsonPar struct {
 	CoralHost    string `json:"coral_host_header"`
 	File         string `json:"file_server"`
 	Nginx        string `json:"nginx,omitempty"`
+	Baseline     string `json:"baseline_coral_proxy,omitempty"` // the A/B's coral-old: address:port
 	TLS          bool   `json:"tls"`
 	CoralTLS     string `json:"coral_proxy_tls,omitempty"` // address:port
 	CoralTLSName string `json:"coral_tls_name,omitempty"`  // the URL's host: SNI and Host
@@ -92,7 +100,7 @@ type sample struct {
 type run struct {
 	Phase  string `json:"phase"` // warmup, throughput, profile
 	Round  int    `json:"round,omitempty"`
-	Target string `json:"target"` // coral, file, nginx, coral-tls, file-tls
+	Target string `json:"target"` // coral, file, nginx, coral-tls, file-tls, coral-old
 	Size   int    `json:"object_bytes"`
 	Argv   string `json:"wrk_command"`
 
@@ -130,7 +138,7 @@ type run struct {
 
 	ServerCPU     float64 `json:"server_cpu_s"` // the target's server: Caddy, or nginx's master and workers
 	CPUPerRequest float64 `json:"server_cpu_us_per_request"`
-	IdleServerCPU float64 `json:"idle_server_cpu_s"` // the other server, not under load
+	IdleServerCPU float64 `json:"idle_server_cpu_s"` // the other servers, not under load
 	WrkCPU        float64 `json:"wrk_cpu_s"`
 	SelfCPU       float64 `json:"this_process_cpu_s"`
 	OtherCPU      float64 `json:"other_processes_cpu_s"`
@@ -157,6 +165,17 @@ type sizeSumm struct {
 	TLSRatios      []float64 `json:"coral_tls_over_file_tls_by_round,omitempty"`
 	MedianTLSRatio float64   `json:"median_coral_tls_over_file_tls,omitempty"`
 	PassTLS        *bool     `json:"pass_tls,omitempty"`
+	// The A/B (-baseline): coral's req/s over coral-old's, new build over
+	// old, per round and the median.
+	BaselineRatios      []float64 `json:"new_over_old_by_round,omitempty"`
+	MedianBaselineRatio float64   `json:"median_new_over_old,omitempty"`
+	// Per round, coral-old's server CPU per request over coral's (above 1:
+	// the new build spends less on a hit), and the median: on a busy
+	// machine it varies less than req/s, which other processes' CPU use
+	// moves more.
+	BaselineCPURatios      []float64 `json:"old_over_new_cpu_per_request_by_round,omitempty"`
+	MedianBaselineCPURatio float64   `json:"median_old_over_new_cpu_per_request,omitempty"`
+	PassBaseline           *bool     `json:"pass_new_ge_old,omitempty"`
 }
 
 type targetSumm struct {

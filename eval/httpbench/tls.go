@@ -80,7 +80,7 @@ func (b *bench) addTLSSites(conf *labconf.Caddy, addr netip.Addr) {
 		labconf.D(fmt.Sprintf("https://*.%s:%d", zone, coralTLS.addr.Port())).With(
 			labconf.D("bind", addr),
 			labconf.D("tls", "internal"),
-			b.proxyDirective(),
+			b.proxyDirective(b.dir),
 		).Commented("coral_proxy over TLS, with a wildcard certificate from Caddy's local CA.\n"+
 			"Requests use the one-label name "+coralTLS.host+" (SNI and Host);\n"+
 			"the same cache directory, so the same store and cache keys, as over HTTP."),

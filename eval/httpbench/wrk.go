@@ -72,7 +72,7 @@ func (b *bench) runWrk(ctx context.Context, phase string, round int, t *target, 
 	cmd.Stdout, cmd.Stderr = outFile, &stderr
 	var m0 map[string]float64
 	if t.server == "coral" {
-		if m0, err = b.coralRequests(); err != nil {
+		if m0, err = b.coralRequests(t); err != nil {
 			return nil, err
 		}
 	}
@@ -86,7 +86,7 @@ func (b *bench) runWrk(ctx context.Context, phase string, round int, t *target, 
 	o1 := b.origin.requests.Load()
 	outFile.Close()
 	if m0 != nil && werr == nil {
-		m1, err := b.coralRequests()
+		m1, err := b.coralRequests(t)
 		if err != nil {
 			return nil, err
 		}
@@ -123,16 +123,13 @@ func (b *bench) runWrk(ctx context.Context, phase string, round int, t *target, 
 		r.ServerCPU = c1.caddy - c0.caddy
 	case b.nginx:
 		r.ServerCPU = c1.nginx - c0.nginx
+	case b.base:
+		r.ServerCPU = c1.base - c0.base
 	}
 	r.CPUPerRequest = 1e6 * r.ServerCPU / float64(r.Requests)
 	r.WrkCPU = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	r.SelfCPU = c1.self - c0.self
-	idle := 0.0 // the server not under load
-	if t.srv == b.caddy {
-		idle = c1.nginx - c0.nginx
-	} else {
-		idle = c1.caddy - c0.caddy
-	}
+	idle := c1.servers() - c0.servers() - r.ServerCPU // the servers not under load
 	r.IdleServerCPU = idle
 	r.OtherCPU = max(0, (c1.busy-c0.busy)-r.ServerCPU-idle-r.WrkCPU-r.SelfCPU)
 	if r.Requests > 0 {

@@ -220,8 +220,13 @@ func lowerASCII(s string) string { return coralname.LowerASCII(s) }
 // CacheKey is the object's key: SHA-1 (hex) of NormalizeURL of the same
 // arguments. The DSHT key is the same 160 bits (hex-decode it).
 func CacheKey(scheme, host string, port int, path, rawQuery string) string {
-	sum := sha1.Sum([]byte(NormalizeURL(scheme, host, port, path, rawQuery)))
-	return hex.EncodeToString(sum[:])
+	// Every hit computes a key: the URL is built on the stack when it fits,
+	// so the key string is the one allocation.
+	var buf [256]byte
+	sum := sha1.Sum(appendNormalizedURL(buf[:0], scheme, host, port, path, rawQuery))
+	var key [2 * sha1.Size]byte
+	hex.Encode(key[:], sum[:])
+	return string(key[:])
 }
 
 // NormalizeURL returns the string CacheKey hashes, the scheme-relative
@@ -248,19 +253,25 @@ func CacheKey(scheme, host string, port int, path, rawQuery string) string {
 // NormalizeURL is idempotent in its components: feeding its host, path and
 // query back in gives the same string.
 func NormalizeURL(scheme, host string, port int, path, rawQuery string) string {
-	var b strings.Builder
-	b.WriteString("//")
-	b.WriteString(normalizeHost(host))
+	return string(appendNormalizedURL(nil, scheme, host, port, path, rawQuery))
+}
+
+// appendNormalizedURL appends NormalizeURL's string to dst. The parts are
+// usually normal already (normalizePercent and removeDotSegments then
+// return them as they are), so nothing else is allocated.
+func appendNormalizedURL(dst []byte, scheme, host string, port int, path, rawQuery string) []byte {
+	dst = append(dst, "//"...)
+	dst = append(dst, normalizeHost(host)...)
 	if port > 0 && port != schemeDefaultPort(lowerASCII(scheme)) {
-		b.WriteByte(':')
-		b.WriteString(strconv.Itoa(port))
+		dst = append(dst, ':')
+		dst = strconv.AppendInt(dst, int64(port), 10)
 	}
-	b.WriteString(normalizePath(path))
+	dst = append(dst, normalizePath(path)...)
 	if q := normalizeQuery(rawQuery); q != "" {
-		b.WriteByte('?')
-		b.WriteString(q)
+		dst = append(dst, '?')
+		dst = append(dst, q...)
 	}
-	return b.String()
+	return dst
 }
 
 func schemeDefaultPort(scheme string) int {
@@ -318,6 +329,9 @@ func normalizeQuery(q string) string {
 // allowed is false are encoded. With lower, ASCII letters that are not part
 // of an escape are lower-cased. The result is a fixed point.
 func normalizePercent(s string, allowed func(byte) bool, lower bool) string {
+	if isNormalPercent(s, allowed, lower) {
+		return s // what the loop below would build, without building it
+	}
 	const hexUpper = "0123456789ABCDEF"
 	var b strings.Builder
 	b.Grow(len(s) + 8)
@@ -352,9 +366,25 @@ func normalizePercent(s string, allowed func(byte) bool, lower bool) string {
 	return b.String()
 }
 
+// isNormalPercent reports whether normalizePercent(s, allowed, lower)
+// is s itself: no '%', every byte allowed and, with lower, no upper-case
+// letter.
+func isNormalPercent(s string, allowed func(byte) bool, lower bool) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '%' || !allowed(c) || lower && 'A' <= c && c <= 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
 // removeDotSegments implements RFC 3986 §5.2.4 for a path starting with
 // '/'. The result starts with '/' and has no "." or ".." segments.
 func removeDotSegments(p string) string {
+	if !strings.Contains(p, "/.") {
+		return p // no segment can be "." or "..": nothing to remove
+	}
 	segs := strings.Split(p[1:], "/")
 	out := make([]string, 0, len(segs))
 	trailing := false

@@ -273,11 +273,30 @@ func (m *proxyMetrics) request(cacheStatus, source string, bytes int64) {
 	if m == nil {
 		return
 	}
+	if cacheStatus == metricHit && source == metricLocal {
+		// Every hit: the series found once, not by hashing its labels
+		// under the vector's lock on each request.
+		localHits.once.Do(func() {
+			localHits.requests = coralRequests.WithLabelValues(metricHit, metricLocal)
+			localHits.bytes = coralBytesServed.WithLabelValues(metricLocal)
+		})
+		localHits.requests.Inc()
+		if bytes > 0 {
+			localHits.bytes.Add(float64(bytes))
+		}
+		return
+	}
 	cacheStatus, source = metricCacheStatus(cacheStatus), metricSource(source)
 	coralRequests.WithLabelValues(cacheStatus, source).Inc()
 	if bytes > 0 && source != metricNone {
 		coralBytesServed.WithLabelValues(source).Add(float64(bytes))
 	}
+}
+
+// localHits are the series of local hits, looked up on the first.
+var localHits struct {
+	once            sync.Once
+	requests, bytes prometheus.Counter
 }
 
 // requestCount is one series of requests_total.

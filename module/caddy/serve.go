@@ -85,7 +85,8 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 		}
 		// Stale: revalidate with the origin. Within stale-while-
 		// revalidate the stale copy is served at once meanwhile.
-		fr.stale = &m
+		stale := m // a copy: taking m's address would move it to the heap on every hit
+		fr.stale = &stale
 		if swr, _ := httpcache.StaleWindows(m.Header); h.eng.now().Sub(m.Expires) < swr {
 			// In the background, if a download slot is free now.
 			_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), fr, 0)

@@ -68,6 +68,9 @@ func ParseRequestCacheControl(h http.Header) CacheControl {
 }
 
 func parseCacheControlValue(s string) CacheControl {
+	if s == "" {
+		return CacheControl{} // most requests: no allocation (cc below escapes)
+	}
 	var cc CacheControl
 	for i := 0; i < len(s); {
 		// Skip separators and whitespace.
