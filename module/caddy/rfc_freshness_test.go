@@ -93,9 +93,14 @@ func TestRFCFreshness(t *testing.T) {
 			{resp: status(599, "Cache-Control", "max-age=60, no-store, must-understand"), origin: true, want: rfcWant{status: 599}},
 			{origin: true, want: rfcWant{status: 200}},
 		}},
-		{name: "a 404 is cacheable by default (Coral's negative TTL)", section: "RFC 9110 §15.1, Coral policy", coral: true, steps: []rfcStep{
-			{resp: status(404), origin: true, want: rfcWant{status: 404}},
+		{name: "a 404 the origin declares fresh is kept as long as it says", section: "RFC 9110 §15.1, Coral policy", coral: true, steps: []rfcStep{
+			{resp: status(404, "Cache-Control", "max-age=900"), origin: true, want: rfcWant{status: 404}},
 			{advance: 14 * time.Minute, origin: false, want: rfcWant{status: 404}},
+			{advance: 2 * time.Minute, origin: true},
+		}},
+		{name: "a bare 404 gets no heuristic freshness (a request can provoke it)", section: "RFC 9111 §4.2.2, CPDoS", coral: true, steps: []rfcStep{
+			{resp: status(404), origin: true, want: rfcWant{status: 404}},
+			{origin: true},
 		}},
 		{name: "private is never stored", section: "RFC 9111 §5.2.2.7", coral: true, steps: []rfcStep{
 			{resp: with("Cache-Control", "private, max-age=3600"), origin: true},

@@ -10,16 +10,16 @@
 //   - Policy{} (all zero) is strict RFC 9111 with no heuristic freshness:
 //     a response without s-maxage, max-age or Expires has lifetime 0.
 //     DefaultPolicy() is Coral's: 12 h for success and redirects without
-//     freshness information, 15 min for errors cacheable by default (404,
-//     410, …), and a 5 min minimum for non-errors that overrides no-cache
-//     and short max-age/Expires.
+//     freshness information, nothing for errors without it (a bare 404
+//     can be provoked as easily as a 403), and a 5 min minimum for
+//     non-errors that overrides no-cache and short max-age/Expires.
 //     NegativeTTL 0 falls back to DefaultTTL, so setting DefaultTTL and
 //     MinTTL to 0 is enough for strict behaviour.
 //   - The minimum (MinTTL) never applies to errors (status 400 and above),
 //     which a request can provoke with fields outside the cache key (a
 //     firewall refusing a scanner's User-Agent): an error is kept only as
-//     long as its own headers say, or NegativeTTL when it is cacheable by
-//     default. Nor does it apply to no-store or private responses,
+//     long as its own headers say (or NegativeTTL, when a Policy sets
+//     one, for those cacheable by default). Nor does it apply to no-store or private responses,
 //     nor where the origin insists on revalidation by a shared cache:
 //     must-revalidate, proxy-revalidate, or s-maxage (which carries
 //     proxy-revalidate's meaning, RFC 9111 §5.2.2.10). It is measured as

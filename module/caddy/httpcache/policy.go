@@ -22,8 +22,10 @@ type Policy struct {
 	MinTTL time.Duration
 	// NegativeTTL is the lifetime of an error that is cacheable by
 	// default (404, 405, 410, 414, 501) or marked "public", without
-	// freshness information. Coral: 15m, the DSHT's negative-reference
-	// TTL. 0: the same as DefaultTTL (so a Policy with only DefaultTTL and
+	// freshness information. Coral: negative, none: an error is kept only
+	// as long as the origin's own headers say, because a bare 404 or 410
+	// can be provoked with fields outside the cache key as easily as a
+	// 403. 0: the same as DefaultTTL (so a Policy with only DefaultTTL and
 	// MinTTL set treats those statuses alike); negative: no heuristic
 	// freshness for errors. Other errors (403, 400, 406, …) get no
 	// heuristic freshness and MinTTL never raises an error's lifetime:
@@ -33,10 +35,10 @@ type Policy struct {
 	NegativeTTL time.Duration
 }
 
-// DefaultPolicy returns Coral's policy: DefaultTTL 12h, MinTTL 5m,
-// NegativeTTL 15m.
+// DefaultPolicy returns Coral's policy: DefaultTTL 12h, MinTTL 5m, and
+// no heuristic lifetime for errors (NegativeTTL -1).
 func DefaultPolicy() Policy {
-	return Policy{DefaultTTL: 12 * time.Hour, MinTTL: 5 * time.Minute, NegativeTTL: 15 * time.Minute}
+	return Policy{DefaultTTL: 12 * time.Hour, MinTTL: 5 * time.Minute, NegativeTTL: -1}
 }
 
 // ForRequest returns the policy for a response to a request with headers
