@@ -324,7 +324,6 @@ func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peer
 		origin:          &http.Client{Transport: originTransport(guard, time.Duration(h.OriginTimeout), time.Duration(h.OriginTimeout)), CheckRedirect: noRedirects},
 		peer:            &http.Client{Transport: peerTransport, CheckRedirect: noRedirects},
 		failures:        newOriginFailures(3, 30*time.Second),
-		httpsUpgrades:   newBoundedMap[int](maxRemembered),
 		tooLarge:        newBoundedMap[time.Time](maxRemembered),
 		purged:          newBoundedMap[time.Time](maxRemembered),
 		slots:           newDownloadSlots(orDefault(h.MaxDownloads, defaultMaxDownloads), orDefault(h.MaxDownloadsPerOrigin, defaultMaxDownloadsPerOrigin)),
@@ -341,6 +340,7 @@ func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peer
 		guard:           guard,
 		peerGuard:       peerGuard,
 	}
+	h.eng.httpsUpgrades = newHTTPSUpgrades(maxRemembered, h.eng.now)
 }
 
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }

@@ -485,36 +485,6 @@ func TestOriginDownByPort(t *testing.T) {
 	}
 }
 
-// TestHTTPSUpgradeUsesRedirectPort: an origin on an http port that
-// redirects to the https form of the URL on another port is fetched over
-// https on that port (it used to be tried on the http port).
-func TestHTTPSUpgradeUsesRedirectPort(t *testing.T) {
-	tlsOrigin := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "max-age=60")
-		io.WriteString(w, "secure "+r.RequestURI)
-	}))
-	defer tlsOrigin.Close()
-	tlsPort := netip.MustParseAddrPort(tlsOrigin.Listener.Addr().String()).Port()
-	plain := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, fmt.Sprintf("https://127.0.0.1:%d%s", tlsPort, r.RequestURI), http.StatusMovedPermanently)
-	})
-	p := startLocalProxy(t, 0, nil)
-	p.h.eng.origin.Transport.(*http.Transport).TLSClientConfig = tlsOrigin.Client().Transport.(*http.Transport).TLSClientConfig
-	for i, path := range []string{"/a?x=1", "/b"} {
-		resp, body := p.get(t, plain.coralHost(), path)
-		if resp.StatusCode != http.StatusOK || body != "secure "+path {
-			t.Fatalf("%s: %d %q", path, resp.StatusCode, body)
-		}
-		// The second request goes to https at once.
-		if n := len(plain.requests()); n != 1 {
-			t.Errorf("request %d: the http port was asked %d times, want 1", i+1, n)
-		}
-	}
-	if port, ok := p.h.eng.httpsUpgrades.get(plain.hostPort()); !ok || port != int(tlsPort) {
-		t.Errorf("remembered upgrade: %d %v, want port %d", port, ok, tlsPort)
-	}
-}
-
 // TestHTTPSUpgradesBounded: the memory of upgraded origins stays within
 // its bound however many origins redirect.
 func TestHTTPSUpgradesBounded(t *testing.T) {

@@ -251,6 +251,27 @@ func (b *boundedMap[V]) put(k string, v V) {
 	b.m[k] = v
 }
 
+// update sets k to what f makes of its current value (ok: there is one),
+// in one step.
+func (b *boundedMap[V]) update(k string, f func(v V, ok bool) V) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.m[k]
+	if !ok && len(b.m) >= b.maxEntries {
+		for old := range b.m {
+			delete(b.m, old)
+			break
+		}
+	}
+	b.m[k] = f(v, ok)
+}
+
+func (b *boundedMap[V]) delete(k string) {
+	b.mu.Lock()
+	delete(b.m, k)
+	b.mu.Unlock()
+}
+
 func (b *boundedMap[V]) len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

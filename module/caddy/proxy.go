@@ -112,10 +112,10 @@ type engine struct {
 	// peerGuard decides which addresses in DSHT references may be asked:
 	// public ones, and those allow_peers lists.
 	peerGuard originGuard
-	// httpsUpgrades remembers origins (host and http port) that redirected
-	// to the https form of a URL, and the https port they named (0: 443),
-	// so later fetches go to https at once.
-	httpsUpgrades *boundedMap[int]
+	// httpsUpgrades remembers URLs and origins (host and http port) that
+	// redirected to the https form of a URL, so later fetches go to https
+	// at once.
+	httpsUpgrades *httpsUpgrades
 	// tooLarge remembers, until when, objects whose download outgrew
 	// max_object_size: they are relayed uncached meanwhile rather than
 	// fetched into the cache, and cut off, again and again.

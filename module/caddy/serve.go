@@ -32,6 +32,9 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 		w.Header().Set("Allow", "GET, HEAD")
 		return caddyhttp.Error(http.StatusMethodNotAllowed, fmt.Errorf("coral_proxy serves GET and HEAD only"))
 	}
+	if isACMEChallenge(target.OriginURL().Path) {
+		return caddyhttp.Error(http.StatusForbidden, errACMEChallenge)
+	}
 	if a, ok := OriginAddr(target.Host); ok && !h.eng.guard.permitted(a) {
 		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("origin %s: %w", target.Host, errOriginForbidden))
 	}
@@ -121,6 +124,26 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 		return notCached(w, "only-if-cached")
 	}
 	return h.download(w, r, fr, acct)
+}
+
+// acmeChallengePath is where ACME HTTP-01 validation looks (RFC 8555
+// §8.3).
+const acmeChallengePath = "/.well-known/acme-challenge"
+
+// errACMEChallenge is why a request for acmeChallengePath under a
+// Coralized name is refused: relayed from the origin, it would let
+// whoever runs the origin validate the Coralized name (a name inside the
+// operator's zone) with a CA, and get a certificate for it. The proxy's
+// own certificates are validated over DNS (DNS-01), never through here.
+var errACMEChallenge = errors.New("coral_proxy: ACME HTTP-01 challenges (" + acmeChallengePath + "/) are not relayed for Coralized names")
+
+// isACMEChallenge reports whether p, the path fetched from the origin
+// (normalized and unescaped, so neither dot segments nor escapes hide it),
+// is under acmeChallengePath, in any letter case (some origin servers
+// match paths without case).
+func isACMEChallenge(p string) bool {
+	return len(p) >= len(acmeChallengePath) && strings.EqualFold(p[:len(acmeChallengePath)], acmeChallengePath) &&
+		(len(p) == len(acmeChallengePath) || p[len(acmeChallengePath)] == '/')
 }
 
 // errAuthorization is why a request with credentials is refused.
