@@ -65,8 +65,11 @@ type download struct {
 	key, storeKey string
 	// holders counts the requests waiting for or reading this download
 	// (clients, and peers streaming it); guarded by engine.mu. When the
-	// last one goes, the download is cancelled unless nearlyDone.
-	holders int
+	// last one goes, the download is cancelled unless nearlyDone or
+	// background (started for nobody: a stale-while-revalidate refresh).
+	holders    int
+	background bool
+	abandoned  atomic.Bool // cancelled by letGo
 	// received and expected count the body's bytes as they arrive and as
 	// declared (-1: not known yet, or never).
 	received, expected atomic.Int64
@@ -245,6 +248,8 @@ func (e *engine) startDownload(ctx context.Context, fr fetchRequest, wait time.D
 	d.expected.Store(-1)
 	if hold {
 		d.holders = 1
+	} else {
+		d.background = true
 	}
 	dctx, cancel := e.downloadContext()
 	d.cancel = cancel
@@ -280,10 +285,11 @@ func (e *engine) letGo(d *download) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	d.holders--
-	if d.holders > 0 || e.inflight[d.key] != d || d.nearlyDone() {
+	if d.holders > 0 || d.background || e.inflight[d.key] != d || d.nearlyDone() {
 		return
 	}
 	e.finishLocked(d)
+	d.abandoned.Store(true)
 	d.cancel()
 }
 
@@ -509,7 +515,7 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 		err = fmt.Errorf("no data for %s after %d bytes", ib.timeout, n)
 	} else if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("download_timeout %s reached after %d bytes", e.downloadTimeout, n)
-	} else if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+	} else if errors.Is(err, context.Canceled) && d.abandoned.Load() {
 		err = fmt.Errorf("%w after %d bytes", errAbandoned, n)
 	}
 	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
