@@ -87,7 +87,7 @@ func reloadConfig(port int, listen netip.AddrPort, dir, nodeSettings string) str
 	:%[1]d {
 		coral_proxy nyud.test {
 			cache_dir %[3]s
-			allow_origins 127.0.0.0/8
+			allow_origins 127.0.0.0/8 127.0.0.1 # the origins run in this process: its own address, listed alone
 		}
 	}`, port, listen, dir, nodeSettings)
 }

@@ -134,7 +134,7 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    origin_timeout DURATION
 //	    peer_timeout   DURATION
 //	    download_timeout DURATION    # default 10m
-//	    max_downloads  N [PER_ORIGIN] # default 256 32
+//	    max_downloads  N [PER_ORIGIN [PER_CLIENT]] # default 256 32 8
 //	    download_wait  DURATION      # default 10s
 //	    peer_address   IP:PORT
 //	    blacklist      FILE [POLL]
@@ -300,13 +300,16 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 	"download_timeout": durationOption(func(h *Handler) *caddy.Duration { return &h.DownloadTimeout }),
 	"download_wait":    durationOption(func(h *Handler) *caddy.Duration { return &h.DownloadWait }),
 	"max_downloads": func(h *Handler, o optionArgs) (err error) {
-		if len(o.args) < 1 || len(o.args) > 2 {
-			return o.d.Errf("max_downloads takes N [PER_ORIGIN]")
+		if len(o.args) < 1 || len(o.args) > 3 {
+			return o.d.Errf("max_downloads takes N [PER_ORIGIN [PER_CLIENT]]")
 		}
 		if h.MaxDownloads, err = o.positive(o.args[0], ""); err != nil || len(o.args) == 1 {
 			return err
 		}
-		h.MaxDownloadsPerOrigin, err = o.positive(o.args[1], "per origin ")
+		if h.MaxDownloadsPerOrigin, err = o.positive(o.args[1], "per origin "); err != nil || len(o.args) == 2 {
+			return err
+		}
+		h.MaxDownloadsPerClient, err = o.positive(o.args[2], "per client ")
 		return err
 	},
 	"https_redirect": func(h *Handler, o optionArgs) (err error) {

@@ -19,6 +19,16 @@ import (
 // download already running need no slot, and neither do requests served
 // from the cache; a background revalidation (stale-while-revalidate) that
 // finds no free slot is skipped, and the stale copy is served.
+//
+// Two more rules keep one client from holding an origin's slots (see
+// download.holders in proxy.go):
+//
+//   - a download no client is waiting for any more is cancelled, and its
+//     slot freed, unless it is nearly done (nearlyDone); a peer proxy
+//     streaming the object from this one is a client like any other;
+//   - one client address (an IPv4 address or IPv6 /64, as for rate_limit)
+//     holds at most max_downloads_per_client of one origin's slots at once,
+//     counting the downloads it started that still run.
 const (
 	// defaultMaxDownloads: 256 downloads at once per proxy. On a busy
 	// proxy most requests are hits or join a running download, so
@@ -32,6 +42,17 @@ const (
 	// held back, while no single origin (a slow one, or one an attacker
 	// controls) can take more than an eighth of the proxy's slots.
 	defaultMaxDownloadsPerOrigin = 32
+	// defaultMaxDownloadsPerClient: 8 of one origin's slots for one client
+	// address: more than the six connections a browser opens to one host,
+	// with room for a few users behind one NAT, while it takes four
+	// addresses to take an origin's 32.
+	defaultMaxDownloadsPerClient = 8
+	// nearlyDonePercent: a download with at least this share of its
+	// declared length received is finished although no client waits for
+	// it any more: the rest costs at most a tenth of the object, and the
+	// next client finds it whole in the cache. One of unknown length is
+	// never nearly done.
+	nearlyDonePercent = 90
 	// defaultDownloadWait: how long a request waits for a slot. A slot
 	// frees when a download ends, usually within a few seconds; a client
 	// still waiting after 10 s is better told to come back (Retry-After)
@@ -49,42 +70,54 @@ const (
 // within download_wait.
 var errDownloadsBusy = errors.New("coral_proxy: too many downloads in progress; try again shortly")
 
-// downloadSlots counts downloads in progress, in all and per origin.
-// A nil *downloadSlots has no bounds.
+// downloadSlots counts downloads in progress, in all, per origin, and per
+// client address and origin. A nil *downloadSlots has no bounds.
 type downloadSlots struct {
 	mu        sync.Mutex
 	total     int // bound on all downloads
 	perOrigin int // bound per origin
+	perClient int // bound per client address and origin
 	running   int
 	byOrigin  map[string]int
+	byClient  map[clientOrigin]int
 	// freed is closed (and replaced) whenever a slot is released, waking
 	// every waiter to try again.
 	freed chan struct{}
 }
 
-func newDownloadSlots(total, perOrigin int) *downloadSlots {
-	return &downloadSlots{total: total, perOrigin: perOrigin, byOrigin: make(map[string]int), freed: make(chan struct{})}
+// clientOrigin is a client address (rateKey, as a string; "" for none)
+// and an origin.
+type clientOrigin struct{ client, origin string }
+
+func newDownloadSlots(total, perOrigin, perClient int) *downloadSlots {
+	return &downloadSlots{total: total, perOrigin: perOrigin, perClient: perClient,
+		byOrigin: make(map[string]int), byClient: make(map[clientOrigin]int), freed: make(chan struct{})}
 }
 
-func (s *downloadSlots) takeLocked(origin string) bool {
-	if s.running >= s.total || s.byOrigin[origin] >= s.perOrigin {
+func (s *downloadSlots) takeLocked(origin, client string) bool {
+	co := clientOrigin{client, origin}
+	if s.running >= s.total || s.byOrigin[origin] >= s.perOrigin || client != "" && s.byClient[co] >= s.perClient {
 		return false
 	}
 	s.running++
 	s.byOrigin[origin]++
+	if client != "" {
+		s.byClient[co]++
+	}
 	return true
 }
 
-// acquire takes a slot for origin, waiting at most wait for one to free:
-// errDownloadsBusy after that, ctx's error if ctx ends first.
-func (s *downloadSlots) acquire(ctx context.Context, origin string, wait time.Duration) error {
+// acquire takes a slot of origin for client ("": not bounded per client),
+// waiting at most wait for one to free: errDownloadsBusy after that, ctx's
+// error if ctx ends first.
+func (s *downloadSlots) acquire(ctx context.Context, origin, client string, wait time.Duration) error {
 	if s == nil {
 		return nil
 	}
 	var timer *time.Timer
 	for {
 		s.mu.Lock()
-		if s.takeLocked(origin) {
+		if s.takeLocked(origin, client) {
 			s.mu.Unlock()
 			if timer != nil {
 				timer.Stop()
@@ -110,8 +143,8 @@ func (s *downloadSlots) acquire(ctx context.Context, origin string, wait time.Du
 	}
 }
 
-// release gives back a slot taken for origin.
-func (s *downloadSlots) release(origin string) {
+// release gives back a slot taken for origin and client.
+func (s *downloadSlots) release(origin, client string) {
 	if s == nil {
 		return
 	}
@@ -121,6 +154,13 @@ func (s *downloadSlots) release(origin string) {
 		s.byOrigin[origin] = n
 	} else {
 		delete(s.byOrigin, origin)
+	}
+	if co := (clientOrigin{client, origin}); client != "" {
+		if n := s.byClient[co] - 1; n > 0 {
+			s.byClient[co] = n
+		} else {
+			delete(s.byClient, co)
+		}
 	}
 	close(s.freed)
 	s.freed = make(chan struct{})

@@ -13,7 +13,7 @@ import (
 // fetchFromOrigin gets the object from the origin server. When the origin
 // redirects to the https form of the same URL, the proxy follows that
 // itself (verifying the certificate) instead of handing the redirect to the
-// client, which would loop through the Coralized name.
+// client, which would loop through the Coralized name (httpsupgrade.go).
 func (e *engine) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Response, error) {
 	return e.fetchFromOriginWith(ctx, fr, nil)
 }
@@ -21,9 +21,10 @@ func (e *engine) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Re
 // fetchFromOriginWith is fetchFromOrigin with a hook that adjusts the
 // request header (validators for a revalidation).
 func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjust func(http.Header)) (*http.Response, error) {
-	u := fr.originURL()
-	if port, ok := e.httpsUpgrades.get(endpoint(u)); ok && u.Scheme == "http" {
-		u = fr.httpsURL(port)
+	plain := fr.originURL()
+	u := plain
+	if u.Scheme == "http" && e.httpsUpgrades.upgraded(plain) {
+		u = fr.httpsURL()
 	}
 	for range 2 {
 		ep := endpoint(u)
@@ -50,46 +51,30 @@ func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjus
 			if isConnectFailure(err) && !errors.Is(err, errOriginForbidden) {
 				e.failures.failed(ep)
 			}
+			if u != plain && ctx.Err() == nil {
+				// The https the URL was upgraded to does not work: ask
+				// over plain http again next time.
+				e.httpsUpgrades.forget(plain)
+			}
 			return nil, err
 		}
 		e.failures.succeeded(ep)
-		if u.Scheme == "http" && isRedirect(resp.StatusCode) {
-			if port, ok := httpsUpgradePort(u, resp); ok {
-				resp.Body.Close()
-				e.httpsUpgrades.put(ep, port)
-				u = fr.httpsURL(port)
-				continue
-			}
+		if u.Scheme == "http" && isRedirect(resp.StatusCode) && redirectsToHTTPS(u, resp) {
+			resp.Body.Close()
+			e.httpsUpgrades.record(u)
+			u = fr.httpsURL()
+			continue
 		}
 		return resp, nil
 	}
 	return nil, errors.New("origin redirected in a loop")
 }
 
-// httpsURL is the origin URL over https on port (0: 443).
-func (fr *fetchRequest) httpsURL(port int) *url.URL {
+// httpsURL is the origin URL over https on port 443.
+func (fr *fetchRequest) httpsURL() *url.URL {
 	t := fr.target
-	t.Scheme, t.Port = "https", port
+	t.Scheme, t.Port = "https", 0
 	return t.OriginURL()
-}
-
-// httpsUpgradePort reports whether resp, the answer to a GET of the http
-// URL u, redirects to the https form of u (the same host and request
-// target), and the redirect's port (0: the default).
-func httpsUpgradePort(u *url.URL, resp *http.Response) (port int, ok bool) {
-	loc, err := resp.Location()
-	if err != nil || !strings.EqualFold(loc.Scheme, "https") || loc.User != nil ||
-		!strings.EqualFold(loc.Hostname(), u.Hostname()) || loc.RequestURI() != u.RequestURI() {
-		return 0, false
-	}
-	if p := loc.Port(); p != "" {
-		n, ok := parsePortLabel(p)
-		if !ok {
-			return 0, false
-		}
-		port = n
-	}
-	return port, true
 }
 
 // newGet is a GET request for u with header h, built from the URL as is

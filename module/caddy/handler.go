@@ -51,7 +51,10 @@ type Handler struct {
 
 	// AllowOrigins lists address prefixes of origins the proxy may fetch
 	// from although they are private, loopback or otherwise not public.
-	// By default such origins are refused.
+	// By default such origins are refused, and so are the node's own
+	// addresses (its interfaces', its listeners', its advertised ones),
+	// which only an entry of that address alone (a bare address, /32 or
+	// /128) allows.
 	AllowOrigins []string `json:"allow_origins,omitempty"`
 
 	// ForwardFields are request fields passed to origins (and peers)
@@ -112,9 +115,12 @@ type Handler struct {
 	// host and port. A request that would start one more waits up to
 	// DownloadWait for a slot, then gets 503 with Retry-After. Requests
 	// served from the cache, or joining a download already running, need
-	// no slot. Defaults 256, 32 and 10s.
+	// no slot. Defaults 256, 32 and 10s. MaxDownloadsPerClient bounds the
+	// slots of one origin that downloads started by one client address
+	// (IPv4, or IPv6 /64) hold at once. Default 8.
 	MaxDownloads          int            `json:"max_downloads,omitempty"`
 	MaxDownloadsPerOrigin int            `json:"max_downloads_per_origin,omitempty"`
+	MaxDownloadsPerClient int            `json:"max_downloads_per_client,omitempty"`
 	DownloadWait          caddy.Duration `json:"download_wait,omitempty"`
 
 	// PeerAddress is the HTTP address other proxies use to reach this one.
@@ -207,6 +213,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	guard.self = newSelfAddresses(time.Now, interfaceAddrs, dhtAddrs, h.advertisedAddrs,
+		func() []netip.Addr { return processListenerAddrs("/proc") })
 	peerGuard, err := newGuard("allow_peers", h.AllowPeers)
 	if err != nil {
 		return err
@@ -324,10 +332,9 @@ func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peer
 		origin:          &http.Client{Transport: originTransport(guard, time.Duration(h.OriginTimeout), time.Duration(h.OriginTimeout)), CheckRedirect: noRedirects},
 		peer:            &http.Client{Transport: peerTransport, CheckRedirect: noRedirects},
 		failures:        newOriginFailures(3, 30*time.Second),
-		httpsUpgrades:   newBoundedMap[int](maxRemembered),
 		tooLarge:        newBoundedMap[time.Time](maxRemembered),
 		purged:          newBoundedMap[time.Time](maxRemembered),
-		slots:           newDownloadSlots(orDefault(h.MaxDownloads, defaultMaxDownloads), orDefault(h.MaxDownloadsPerOrigin, defaultMaxDownloadsPerOrigin)),
+		slots:           newDownloadSlots(orDefault(h.MaxDownloads, defaultMaxDownloads), orDefault(h.MaxDownloadsPerOrigin, defaultMaxDownloadsPerOrigin), orDefault(h.MaxDownloadsPerClient, defaultMaxDownloadsPerClient)),
 		downloadWait:    durationOr(h.DownloadWait, defaultDownloadWait),
 		downloadTimeout: durationOr(h.DownloadTimeout, defaultDownloadTimeout),
 		policy:          policy,
@@ -341,6 +348,7 @@ func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peer
 		guard:           guard,
 		peerGuard:       peerGuard,
 	}
+	h.eng.httpsUpgrades = newHTTPSUpgrades(maxRemembered, h.eng.now)
 }
 
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -407,6 +415,18 @@ func (h *Handler) selfAddr() netip.AddrPort {
 	return netip.AddrPort{}
 }
 
+// advertisedAddrs is the address this proxy gives peers (peer_address,
+// or learned), for the node's own addresses.
+func (h *Handler) advertisedAddrs() []netip.Addr {
+	if h.eng == nil {
+		return nil
+	}
+	if p := h.eng.peerAddr.Load(); p != nil {
+		return []netip.Addr{p.Addr()}
+	}
+	return nil
+}
+
 // learnPeerAddr fills in this proxy's HTTP address from the first request:
 // the node's IP and the port the request came in on.
 func (h *Handler) learnPeerAddr(r *http.Request) {
@@ -447,7 +467,7 @@ func (h *Handler) Validate() error {
 	if h.HTTPSPort < 0 || h.HTTPSPort > 65535 {
 		return fmt.Errorf("coral_proxy: https_port %d: want 1-65535", h.HTTPSPort)
 	}
-	if h.MaxObjects < 0 || h.MaxDownloads < 0 || h.MaxDownloadsPerOrigin < 0 {
+	if h.MaxObjects < 0 || h.MaxDownloads < 0 || h.MaxDownloadsPerOrigin < 0 || h.MaxDownloadsPerClient < 0 {
 		return errors.New("coral_proxy: max_objects and max_downloads must be positive")
 	}
 	return nil

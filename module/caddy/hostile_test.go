@@ -72,6 +72,14 @@ type localProxy struct {
 // MiB); configure adjusts the Handler's settings before setup.
 func startLocalProxy(t testing.TB, cacheSize int64, configure func(*Handler)) *localProxy {
 	t.Helper()
+	loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	return startGuardedProxy(t, cacheSize, configure, loopback)
+}
+
+// startGuardedProxy is startLocalProxy with guard deciding which origins
+// may be fetched (peers: all of loopback).
+func startGuardedProxy(t testing.TB, cacheSize int64, configure func(*Handler), guard originGuard) *localProxy {
+	t.Helper()
 	if cacheSize == 0 {
 		cacheSize = 64 << 20
 	}
@@ -85,7 +93,7 @@ func startLocalProxy(t testing.TB, cacheSize int64, configure func(*Handler)) *l
 	}
 	t.Cleanup(func() { store.Close() })
 	loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	h.setup(store, nil, loopback, loopback, h.policy())
+	h.setup(store, nil, guard, loopback, h.policy())
 	if err := h.provisionAbuse(); err != nil {
 		t.Fatal(err)
 	}
@@ -441,26 +449,26 @@ func TestDownloadBounds(t *testing.T) {
 // TestDownloadSlotsWait: a request waits for a slot that frees within
 // download_wait, and gives up when its client leaves.
 func TestDownloadSlotsWait(t *testing.T) {
-	s := newDownloadSlots(1, 1)
-	if err := s.acquire(context.Background(), "o", 0); err != nil {
+	s := newDownloadSlots(1, 1, 1)
+	if err := s.acquire(context.Background(), "o", "c", 0); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	go func() { got <- s.acquire(context.Background(), "o", time.Minute) }()
-	s.release("o")
+	go func() { got <- s.acquire(context.Background(), "o", "c", time.Minute) }()
+	s.release("o", "c")
 	if err := <-got; err != nil {
 		t.Fatalf("waiting for a freed slot: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { got <- s.acquire(ctx, "o", time.Minute) }()
+	go func() { got <- s.acquire(ctx, "o", "c", time.Minute) }()
 	cancel()
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a waiter whose client left: %v", err)
 	}
-	if err := s.acquire(context.Background(), "o", time.Millisecond); !errors.Is(err, errDownloadsBusy) {
+	if err := s.acquire(context.Background(), "o", "c", time.Millisecond); !errors.Is(err, errDownloadsBusy) {
 		t.Fatalf("no free slot: %v, want errDownloadsBusy", err)
 	}
-	s.release("o")
+	s.release("o", "c")
 	if all, one := s.inUse("o"); all != 0 || one != 0 {
 		t.Fatalf("in use after release: %d %d", all, one)
 	}
@@ -482,36 +490,6 @@ func TestOriginDownByPort(t *testing.T) {
 	}
 	if resp, body := p.get(t, origin.coralHost(), "/"); resp.StatusCode != http.StatusOK || body != "up" {
 		t.Errorf("the same host on its working port: %d %q", resp.StatusCode, body)
-	}
-}
-
-// TestHTTPSUpgradeUsesRedirectPort: an origin on an http port that
-// redirects to the https form of the URL on another port is fetched over
-// https on that port (it used to be tried on the http port).
-func TestHTTPSUpgradeUsesRedirectPort(t *testing.T) {
-	tlsOrigin := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "max-age=60")
-		io.WriteString(w, "secure "+r.RequestURI)
-	}))
-	defer tlsOrigin.Close()
-	tlsPort := netip.MustParseAddrPort(tlsOrigin.Listener.Addr().String()).Port()
-	plain := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, fmt.Sprintf("https://127.0.0.1:%d%s", tlsPort, r.RequestURI), http.StatusMovedPermanently)
-	})
-	p := startLocalProxy(t, 0, nil)
-	p.h.eng.origin.Transport.(*http.Transport).TLSClientConfig = tlsOrigin.Client().Transport.(*http.Transport).TLSClientConfig
-	for i, path := range []string{"/a?x=1", "/b"} {
-		resp, body := p.get(t, plain.coralHost(), path)
-		if resp.StatusCode != http.StatusOK || body != "secure "+path {
-			t.Fatalf("%s: %d %q", path, resp.StatusCode, body)
-		}
-		// The second request goes to https at once.
-		if n := len(plain.requests()); n != 1 {
-			t.Errorf("request %d: the http port was asked %d times, want 1", i+1, n)
-		}
-	}
-	if port, ok := p.h.eng.httpsUpgrades.get(plain.hostPort()); !ok || port != int(tlsPort) {
-		t.Errorf("remembered upgrade: %d %v, want port %d", port, ok, tlsPort)
 	}
 }
 

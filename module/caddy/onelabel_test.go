@@ -40,7 +40,7 @@ func TestOneLabelOverHTTPS(t *testing.T) {
 	httpsPort := 9180 + int(testProxyPort.Add(1))
 	dir := t.TempDir()
 	tester := caddytest.NewTester(t)
-	proxy := fmt.Sprintf("coral_proxy nyud.test {\n cache_dir %s\n allow_origins 127.0.0.0/8\n https_redirect %d\n }", dir, httpsPort)
+	proxy := fmt.Sprintf("coral_proxy nyud.test {\n cache_dir %s\n allow_origins 127.0.0.0/8 127.0.0.1\n https_redirect %d\n }", dir, httpsPort)
 	tester.InitServer(fmt.Sprintf(`{
 		skip_install_trust
 		admin localhost:2999

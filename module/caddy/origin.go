@@ -25,6 +25,19 @@ var errOriginForbidden = errors.New("coral_proxy: origin address not allowed")
 // allow_origins), and peers named by DSHT references (with allow_peers).
 type originGuard struct {
 	allow []netip.Prefix
+	// self, if set, is the node's own addresses, refused unless allow
+	// lists the very address (selfaddr.go).
+	self *selfAddresses
+}
+
+// listsExactly reports whether allow has an entry that is ip alone.
+func (g originGuard) listsExactly(ip netip.Addr) bool {
+	for _, p := range g.allow {
+		if p.IsSingleIP() && p.Addr() == ip {
+			return true
+		}
+	}
+	return false
 }
 
 // notGlobal are the special-purpose ranges of the IANA IPv4 and IPv6
@@ -73,13 +86,17 @@ func embeddedIPv4(ip netip.Addr) (netip.Addr, bool) {
 }
 
 // permitted reports whether the proxy may connect to ip: an address
-// allow lists, or a globally reachable one. Private, loopback,
+// allow lists, or a globally reachable one, but never one of the node's
+// own addresses unless allow lists that address alone. Private, loopback,
 // link-local, multicast, unspecified and every range in notGlobal are
 // refused, and so are NAT64 and 6to4 addresses whose IPv4 address would
 // be (a NAT64 gateway or 6to4 relay would otherwise carry the request to
 // it).
 func (g originGuard) permitted(ip netip.Addr) bool {
 	ip = ip.Unmap().WithZone("")
+	if g.self.contains(ip) {
+		return g.listsExactly(ip)
+	}
 	for _, p := range g.allow {
 		if p.Contains(ip) {
 			return true
@@ -249,6 +266,27 @@ func (b *boundedMap[V]) put(k string, v V) {
 		}
 	}
 	b.m[k] = v
+}
+
+// update sets k to what f makes of its current value (ok: there is one),
+// in one step.
+func (b *boundedMap[V]) update(k string, f func(v V, ok bool) V) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.m[k]
+	if !ok && len(b.m) >= b.maxEntries {
+		for old := range b.m {
+			delete(b.m, old)
+			break
+		}
+	}
+	b.m[k] = f(v, ok)
+}
+
+func (b *boundedMap[V]) delete(k string) {
+	b.mu.Lock()
+	delete(b.m, k)
+	b.mu.Unlock()
 }
 
 func (b *boundedMap[V]) len() int {

@@ -55,8 +55,24 @@ type download struct {
 	revalidated, stale bool
 	// cancel ends the fetch: its requests and connections.
 	cancel context.CancelFunc
-	// origin is the download slot this download holds (downloadSlots).
-	origin string
+	// origin and client name the download slot this download holds
+	// (downloadSlots): the origin, and the address of the client that
+	// started it.
+	origin, client string
+	// key is the in-flight key the download runs under; storeKey, if
+	// different, the key it stores the object under (a variant's), where
+	// it is found as well.
+	key, storeKey string
+	// holders counts the requests waiting for or reading this download
+	// (clients, and peers streaming it); guarded by engine.mu. When the
+	// last one goes, the download is cancelled unless nearlyDone or
+	// background (started for nobody: a stale-while-revalidate refresh).
+	holders    int
+	background bool
+	abandoned  atomic.Bool // cancelled by letGo
+	// received and expected count the body's bytes as they arrive and as
+	// declared (-1: not known yet, or never).
+	received, expected atomic.Int64
 	// interim carries the origin's interim responses (1xx but 100 and
 	// 101) to the request that started the download, which relays them
 	// (RFC 9110 §15.2: a proxy forwards them). They are never stored.
@@ -112,10 +128,10 @@ type engine struct {
 	// peerGuard decides which addresses in DSHT references may be asked:
 	// public ones, and those allow_peers lists.
 	peerGuard originGuard
-	// httpsUpgrades remembers origins (host and http port) that redirected
-	// to the https form of a URL, and the https port they named (0: 443),
-	// so later fetches go to https at once.
-	httpsUpgrades *boundedMap[int]
+	// httpsUpgrades remembers URLs and origins (host and http port) that
+	// redirected to the https form of a URL, so later fetches go to https
+	// at once.
+	httpsUpgrades *httpsUpgrades
 	// tooLarge remembers, until when, objects whose download outgrew
 	// max_object_size: they are relayed uncached meanwhile rather than
 	// fetched into the cache, and cut off, again and again.
@@ -167,6 +183,9 @@ type fetchRequest struct {
 	allow     []string
 	varyIndex string
 	clientIP  string
+	// client is the client's address as download slots count it
+	// (rateKey; "": not counted).
+	client string
 	// stale is the stored copy's metadata when this fetch revalidates it.
 	stale *diskcache.Meta
 }
@@ -205,42 +224,113 @@ func endpoint(u *url.URL) string {
 // startDownload returns the download for fr.key, starting one if none runs
 // (started). Starting one takes a download slot: when none is free it waits
 // at most wait for one (0: not at all), and returns errDownloadsBusy after
-// that, or ctx's error when ctx (the request's) ends first.
-func (e *engine) startDownload(ctx context.Context, fr fetchRequest, wait time.Duration) (d *download, started bool, err error) {
-	if d := e.inflightFor(fr.key); d != nil {
+// that, or ctx's error when ctx (the request's) ends first. With hold, the
+// download is held for the caller, who must letGo of it.
+func (e *engine) startDownload(ctx context.Context, fr fetchRequest, wait time.Duration, hold bool) (d *download, started bool, err error) {
+	if d := e.holdInflight(fr.key, hold); d != nil {
 		return d, false, nil
 	}
 	origin := fr.originSlot()
-	if err := e.slots.acquire(ctx, origin, wait); err != nil {
+	if err := e.slots.acquire(ctx, origin, fr.client, wait); err != nil {
 		return nil, false, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if d, ok := e.inflight[fr.key]; ok {
-		e.slots.release(origin) // another request started it meanwhile
+		e.slots.release(origin, fr.client) // another request started it meanwhile
+		if hold {
+			d.holders++
+		}
 		return d, false, nil
 	}
-	d = &download{ready: make(chan struct{}), done: make(chan struct{}), origin: origin, interim: make(chan interimResponse)}
+	d = &download{ready: make(chan struct{}), done: make(chan struct{}), origin: origin, client: fr.client,
+		key: fr.key, interim: make(chan interimResponse)}
+	d.expected.Store(-1)
+	if hold {
+		d.holders = 1
+	} else {
+		d.background = true
+	}
+	dctx, cancel := e.downloadContext()
+	d.cancel = cancel
 	e.inflight[fr.key] = d
-	go e.run(fr, d)
+	go e.run(dctx, fr, d)
 	return d, true, nil
 }
 
 // inflightFor returns the download running for key, if any.
 func (e *engine) inflightFor(key string) *download {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.inflight[key]
+	return e.holdInflight(key, false)
 }
 
-// finish takes d out of the in-flight table (if it is still the download
-// there for key).
-func (e *engine) finish(key string, d *download) {
+// holdInflight returns the download running for key, if any, held for the
+// caller (who must letGo of it) if hold.
+func (e *engine) holdInflight(key string, hold bool) *download {
 	e.mu.Lock()
-	if e.inflight[key] == d {
-		delete(e.inflight, key)
+	defer e.mu.Unlock()
+	d := e.inflight[key]
+	if d != nil && hold {
+		d.holders++
 	}
+	return d
+}
+
+// letGo ends the caller's hold on d. A download that still runs, that
+// nobody holds any more and that is not nearly done is cancelled: it
+// leaves the in-flight table at once and frees its slot as it ends.
+func (e *engine) letGo(d *download) {
+	if d == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d.holders--
+	if d.holders > 0 || d.background || e.inflight[d.key] != d || d.nearlyDone() {
+		return
+	}
+	e.finishLocked(d)
+	d.abandoned.Store(true)
+	d.cancel()
+}
+
+// nearlyDone reports whether at least nearlyDonePercent of d's declared
+// length has arrived.
+func (d *download) nearlyDone() bool {
+	want := d.expected.Load()
+	return want > 0 && d.received.Load()*100 >= want*nearlyDonePercent
+}
+
+// finish takes d out of the in-flight table (where it is still the
+// download for its keys).
+func (e *engine) finish(d *download) {
+	e.mu.Lock()
+	e.finishLocked(d)
 	e.mu.Unlock()
+}
+
+func (e *engine) finishLocked(d *download) {
+	for _, k := range []string{d.key, d.storeKey} {
+		if k != "" && e.inflight[k] == d {
+			delete(e.inflight, k)
+		}
+	}
+}
+
+// storingAs notes that d stores its object under key, so requests for
+// that key find and hold it.
+func (e *engine) storingAs(d *download, key string) {
+	if key == d.key {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.inflight[d.key] != d {
+		return // already cancelled or finished
+	}
+	d.storeKey = key
+	if _, ok := e.inflight[key]; !ok {
+		e.inflight[key] = d
+	}
 }
 
 func (e *engine) now() time.Time { return e.clock() }
@@ -255,9 +345,10 @@ func (e *engine) downloadContext() (context.Context, context.CancelFunc) {
 	return context.WithCancel(context.Background())
 }
 
-// run performs one download: references first, then peers, then the
-// origin. It never runs twice for one key at once (startDownload).
-func (e *engine) run(fr fetchRequest, d *download) {
+// run performs one download in ctx (ended by d.cancel): references first,
+// then peers, then the origin. It never runs twice for one key at once
+// (startDownload).
+func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 	readyOnce := sync.OnceFunc(func() { close(d.ready) })
 	// Deferred calls run last first: the download leaves the in-flight
 	// table before its waiters are released, so a request that comes after
@@ -265,21 +356,20 @@ func (e *engine) run(fr fetchRequest, d *download) {
 	// finished download.
 	defer close(d.done)
 	defer readyOnce()
-	defer e.finish(fr.key, d)
-	ctx, cancel := e.downloadContext()
-	d.cancel = cancel
+	defer e.finish(d)
+	cancel := d.cancel
 	defer func() {
 		if d.direct != nil {
 			// Handed to its requester unread: the fetch, and its download
 			// slot, live until the requester closes the body.
 			d.direct.Body = &cancelOnClose{ReadCloser: d.direct.Body, cancel: func() {
 				cancel()
-				e.slots.release(d.origin)
+				e.slots.release(d.origin, d.client)
 			}}
 			return
 		}
 		cancel()
-		e.slots.release(d.origin)
+		e.slots.release(d.origin, d.client)
 	}()
 
 	fr.forwarded()
@@ -414,6 +504,7 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 	if resp.ContentLength >= 0 {
 		meta.Size = resp.ContentLength
 	}
+	e.storingAs(d, key)
 	w, err := e.store.Create(key, meta)
 	if err != nil {
 		// The cache cannot take it (full of downloads, or too large): the
@@ -422,13 +513,16 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 		d.direct = resp
 		return
 	}
+	d.expected.Store(resp.ContentLength)
 	readyOnce()
-	n, err := io.Copy(w, resp.Body)
+	n, err := io.Copy(w, &countingReader{r: resp.Body, n: &d.received})
 	resp.Body.Close()
 	if ib, ok := resp.Body.(*idleTimeoutBody); ok && err != nil && ib.fired.Load() {
 		err = fmt.Errorf("no data for %s after %d bytes", ib.timeout, n)
 	} else if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("download_timeout %s reached after %d bytes", e.downloadTimeout, n)
+	} else if errors.Is(err, context.Canceled) && d.abandoned.Load() {
+		err = fmt.Errorf("%w after %d bytes", errAbandoned, n)
 	}
 	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
 		err = fmt.Errorf("body ended after %d of %d bytes", n, resp.ContentLength)
@@ -441,9 +535,13 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 			// uncached from now on rather than cut every client off.
 			e.tooLarge.put(key, now.Add(tooLargeMemory))
 		}
-		e.finish(fr.key, d)
+		e.finish(d)
 		w.Abort(err)
-		e.logger.Warn("download aborted", zap.String("url", meta.Extra["url"]), zap.Error(err))
+		if errors.Is(err, errAbandoned) {
+			e.logger.Debug("download abandoned", zap.String("url", meta.Extra["url"]), zap.Error(err))
+		} else {
+			e.logger.Warn("download aborted", zap.String("url", meta.Extra["url"]), zap.Error(err))
+		}
 		return
 	}
 	meta.Size = n
@@ -454,7 +552,7 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 	}
 	// Complete: later requests find it in the cache and must not join
 	// this download while it puts its reference.
-	e.finish(fr.key, d)
+	e.finish(d)
 	// The reference lives no longer than the copy is fresh: a peer that
 	// follows it takes that as the most the copy may be fresh (askPeer).
 	ttl := refGoodTTL
@@ -470,6 +568,22 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 		}
 		cancelPut()
 	}
+}
+
+// errAbandoned is why a download was cancelled: no client waited for it
+// any more (letGo).
+var errAbandoned = errors.New("abandoned: no client wants it any more")
+
+// countingReader counts the bytes read through it into n.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n.Add(int64(k))
+	return k, err
 }
 
 // tooLargeMemory is how long an object that outgrew max_object_size

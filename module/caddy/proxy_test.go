@@ -87,7 +87,7 @@ func proxyConfig(port int, dir string, options ...string) string {
 	:%d {
 		coral_proxy nyud.test {
 			cache_dir %s
-			allow_origins 127.0.0.0/8
+			allow_origins 127.0.0.0/8 127.0.0.1 # the origins run in this process: its own address, listed alone
 			%s
 		}
 	}`, port, 4100+port%100, port, dir, strings.Join(options, "\n"))

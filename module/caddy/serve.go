@@ -32,6 +32,9 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 		w.Header().Set("Allow", "GET, HEAD")
 		return caddyhttp.Error(http.StatusMethodNotAllowed, fmt.Errorf("coral_proxy serves GET and HEAD only"))
 	}
+	if isACMEChallenge(target.OriginURL().Path) {
+		return caddyhttp.Error(http.StatusForbidden, errACMEChallenge)
+	}
 	if a, ok := OriginAddr(target.Host); ok && !h.eng.guard.permitted(a) {
 		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("origin %s: %w", target.Host, errOriginForbidden))
 	}
@@ -42,6 +45,9 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 	}
 	key := target.Key()
 	fr := fetchRequest{key: key, baseKey: key, target: target, scheme: scheme, header: r.Header, allow: h.eng.forward, clientIP: clientIP(r)}
+	if a := requestClientAddr(r); a.IsValid() {
+		fr.client = rateKey(a).String()
+	}
 	if done, err := h.abuse.admit(w, r, target.Host, func() string { return fr.originURL().String() }); done {
 		return err
 	}
@@ -57,7 +63,10 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 	if rd, m, ok := h.lookup(r.Context(), &fr); ok {
 		if !rd.Complete() {
 			if h.eng.now().Before(m.Expires) {
-				// Being downloaded right now: join it.
+				// Being downloaded right now: join it, and hold it while
+				// reading (a peer streaming it too: see letGo).
+				d := h.eng.holdInflight(fr.key, true)
+				defer h.eng.letGo(d)
 				acct.set("collapsed", m.Extra["source"])
 				return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", m.Extra["source"], onlyIfCached)
 			}
@@ -89,7 +98,7 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 		fr.stale = &stale
 		if swr, _ := httpcache.StaleWindows(m.Header); h.eng.now().Sub(m.Expires) < swr {
 			// In the background, if a download slot is free now.
-			_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), fr, 0)
+			_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), fr, 0, false)
 			if rd, ok := h.store.GetContext(r.Context(), fr.key); ok {
 				acct.set("stale", "local")
 				return h.serveStored(w, r, rd, "hit; fwd=stale", "stale-while-revalidate", onlyIfCached)
@@ -101,7 +110,8 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 		// A peer (or a client) that wants no origin fetch. A download under
 		// way here still counts: wait for it, a little. The bound breaks the
 		// rare cycle of two proxies each waiting on the other.
-		if d := h.eng.inflightFor(fr.key); d != nil {
+		if d := h.eng.holdInflight(fr.key, true); d != nil {
+			defer h.eng.letGo(d)
 			t := time.NewTimer(time.Duration(h.PeerTimeout))
 			defer t.Stop()
 			select {
@@ -124,6 +134,26 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 	return h.download(w, r, fr, acct)
 }
 
+// acmeChallengePath is where ACME HTTP-01 validation looks (RFC 8555
+// §8.3).
+const acmeChallengePath = "/.well-known/acme-challenge"
+
+// errACMEChallenge is why a request for acmeChallengePath under a
+// Coralized name is refused: relayed from the origin, it would let
+// whoever runs the origin validate the Coralized name (a name inside the
+// operator's zone) with a CA, and get a certificate for it. The proxy's
+// own certificates are validated over DNS (DNS-01), never through here.
+var errACMEChallenge = errors.New("coral_proxy: ACME HTTP-01 challenges (" + acmeChallengePath + "/) are not relayed for Coralized names")
+
+// isACMEChallenge reports whether p, the path fetched from the origin
+// (normalized and unescaped, so neither dot segments nor escapes hide it),
+// is under acmeChallengePath, in any letter case (some origin servers
+// match paths without case).
+func isACMEChallenge(p string) bool {
+	return len(p) >= len(acmeChallengePath) && strings.EqualFold(p[:len(acmeChallengePath)], acmeChallengePath) &&
+		(len(p) == len(acmeChallengePath) || p[len(acmeChallengePath)] == '/')
+}
+
 // errAuthorization is why a request with credentials is refused.
 var errAuthorization = errors.New("coral_proxy: Coral serves public content and never forwards credentials (Authorization)")
 
@@ -135,10 +165,14 @@ func notCached(w http.ResponseWriter, why string) error {
 }
 
 // download starts (or joins) the download for fr and serves what it
-// brings. A request that finds every download slot taken for download_wait
-// gets 503 with Retry-After.
+// brings, holding it meanwhile (a download nobody holds is cancelled). A
+// request that finds every download slot taken for download_wait gets 503
+// with Retry-After.
 func (h *Handler) download(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
-	d, started, err := h.eng.startDownload(r.Context(), fr, h.eng.downloadWait)
+	d, started, err := h.eng.startDownload(r.Context(), fr, h.eng.downloadWait, true)
+	if err == nil {
+		defer h.eng.letGo(d)
+	}
 	if errors.Is(err, errDownloadsBusy) {
 		acct.set("refused", "none")
 		w.Header().Set("Retry-After", retryAfterSeconds(h.eng.downloadWait))
@@ -289,10 +323,10 @@ wait:
 // response may not be shared (no-store, private, stale as it arrived). It
 // takes a download slot of its own: it is a download like any other.
 func (h *Handler) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
-	if err := h.eng.slots.acquire(r.Context(), fr.originSlot(), h.eng.downloadWait); err != nil {
+	if err := h.eng.slots.acquire(r.Context(), fr.originSlot(), fr.client, h.eng.downloadWait); err != nil {
 		return fetchFailed(acct, err)
 	}
-	defer h.eng.slots.release(fr.originSlot())
+	defer h.eng.slots.release(fr.originSlot(), fr.client)
 	resp, err := h.eng.fetchFromOrigin(r.Context(), fr)
 	if err != nil {
 		return fetchFailed(acct, err)

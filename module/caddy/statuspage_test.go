@@ -414,7 +414,7 @@ func statusPageConfig(port int, dir string) string {
 	:%[1]d {
 		coral_proxy nyud.test {
 			cache_dir %[2]s
-			allow_origins 127.0.0.0/8
+			allow_origins 127.0.0.0/8 127.0.0.1 # the origins run in this process: its own address, listed alone
 		}
 	}`, port, dir)
 }

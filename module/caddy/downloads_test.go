@@ -1,0 +1,232 @@
+package coralcaddy
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// slowBigOrigin serves 1 MiB objects: first bytes at once, the rest when
+// release is closed. gone gets a value for every request the proxy gave
+// up on (its context ended before release).
+type slowBigOrigin struct {
+	*recordingOrigin
+	release chan struct{}
+	gone    chan string
+}
+
+const slowBigSize = 1 << 20
+
+func newSlowBigOrigin(t *testing.T) *slowBigOrigin {
+	o := &slowBigOrigin{release: make(chan struct{}), gone: make(chan string, 100)}
+	o.recordingOrigin = newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		first := slowBigSize / 100
+		if f, err := strconv.Atoi(r.URL.Query().Get("first")); err == nil {
+			first = f
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(slowBigSize))
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Write(make([]byte, first))
+		w.(http.Flusher).Flush()
+		select {
+		case <-o.release:
+			w.Write(make([]byte, slowBigSize-first))
+		case <-r.Context().Done():
+			o.gone <- r.URL.RequestURI()
+		}
+	})
+	// Before the origin's own Close, which waits for its handlers.
+	t.Cleanup(func() { o.open() })
+	return o
+}
+
+func (o *slowBigOrigin) open() {
+	select {
+	case <-o.release:
+	default:
+		close(o.release)
+	}
+}
+
+// openFrom sends a GET for path through p from the local address from
+// and returns once the response header is in; cancel abandons it.
+func (p *localProxy) openFrom(t *testing.T, from, host, path string, hdr ...string) (resp *http.Response, cancel func()) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+	c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err = c.Do(req)
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	return resp, func() { stop(); resp.Body.Close() }
+}
+
+// waitGone waits for the origin to see n requests given up.
+func (o *slowBigOrigin) waitGone(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for i := range n {
+		select {
+		case <-o.gone:
+		case <-deadline.C:
+			t.Fatalf("after %s the proxy had given up %d of the %d downloads no client waits for", within, i, n)
+		}
+	}
+}
+
+// TestAbandonedDownloadsCancelled: downloads whose clients left are
+// cancelled, and their slots serve the next client. Clients that abandon
+// requests for distinct URLs of a big, slow object used to hold every
+// slot of the origin for download_timeout; the next user got 503.
+func TestAbandonedDownloadsCancelled(t *testing.T) {
+	o := newSlowBigOrigin(t)
+	p := startLocalProxy(t, 0, func(h *Handler) {
+		h.MaxDownloadsPerOrigin, h.MaxDownloadsPerClient = 4, 4
+		h.DownloadWait = caddy3s
+	})
+	for i := range 4 {
+		resp, cancel := p.openFrom(t, "127.0.0.1", o.coralHost(), "/big?i="+strconv.Itoa(i))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+		if _, err := io.ReadFull(resp.Body, make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	o.waitGone(t, 4, 10*time.Second)
+	resp, cancel := p.openFrom(t, "127.0.0.1", o.coralHost(), "/big?next")
+	defer cancel()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the next client: %d, want 200", resp.StatusCode)
+	}
+	if _, ok := p.store.Get(CacheKey("http", "127.0.0.1", o.port(), "/big", "i=0")); ok {
+		t.Error("an abandoned download is in the cache")
+	}
+}
+
+func (o *recordingOrigin) port() int {
+	ap, _ := net.ResolveTCPAddr("tcp", o.hostPort())
+	return ap.Port
+}
+
+// TestNearlyDoneAndPeerHeldDownloadsFinish: a download that is nearly
+// done when its client leaves, or that a peer is still streaming, is
+// finished and cached.
+func TestNearlyDoneAndPeerHeldDownloadsFinish(t *testing.T) {
+	o := newSlowBigOrigin(t)
+	p := startLocalProxy(t, 0, nil)
+	host := o.coralHost()
+	// Nearly done: 95% arrived.
+	resp, cancel := p.openFrom(t, "127.0.0.1", host, "/big?first="+strconv.Itoa(slowBigSize*95/100))
+	if _, err := io.ReadFull(resp.Body, make([]byte, slowBigSize*95/100)); err != nil {
+		t.Fatal(err)
+	}
+	nearly := p.h.eng.inflightFor(CacheKey("http", "127.0.0.1", o.port(), "/big", "first="+strconv.Itoa(slowBigSize*95/100)))
+	if nearly == nil {
+		t.Fatal("no download running")
+	}
+	cancel()
+	// A peer (only-if-cached) joins a download its client then leaves.
+	resp, cancelClient := p.openFrom(t, "127.0.0.1", host, "/big?peer")
+	resp.Body.Read(make([]byte, 100))
+	peer, cancelPeer := p.openFrom(t, "127.0.0.2", host, "/big?peer", "Cache-Control", "only-if-cached")
+	defer cancelPeer()
+	if peer.StatusCode != http.StatusOK {
+		t.Fatalf("peer: %d", peer.StatusCode)
+	}
+	peerHeld := p.h.eng.inflightFor(CacheKey("http", "127.0.0.1", o.port(), "/big", "peer"))
+	cancelClient()
+	waitHolders(t, p.h.eng, nearly, 0)
+	waitHolders(t, p.h.eng, peerHeld, 1)
+	o.open()
+	n, err := io.Copy(io.Discard, peer.Body)
+	if err != nil || n != slowBigSize {
+		t.Errorf("the peer got %d bytes (%v), want %d", n, err, slowBigSize)
+	}
+	<-nearly.done
+	<-peerHeld.done
+	for _, q := range []string{"first=" + strconv.Itoa(slowBigSize*95/100), "peer"} {
+		rd, ok := p.store.Get(CacheKey("http", "127.0.0.1", o.port(), "/big", q))
+		if !ok || !rd.Complete() {
+			t.Errorf("?%s is not cached whole", q)
+		}
+		if ok {
+			rd.Close()
+		}
+	}
+	select {
+	case u := <-o.gone:
+		t.Errorf("%s was given up", u)
+	default:
+	}
+}
+
+// waitHolders waits until d is held by n requests: the handler lets go
+// when it sees its client gone, which the test cannot wait for otherwise.
+func waitHolders(t *testing.T, e *engine, d *download, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.mu.Lock()
+		h := d.holders
+		e.mu.Unlock()
+		if h == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("download held by %d, want %d", h, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDownloadSlotsPerClient: one client address holds at most
+// max_downloads_per_client of an origin's slots; another address gets
+// one meanwhile.
+func TestDownloadSlotsPerClient(t *testing.T) {
+	o := newSlowBigOrigin(t)
+	p := startLocalProxy(t, 0, func(h *Handler) {
+		h.MaxDownloadsPerClient = 2
+		h.DownloadWait = caddy.Duration(300 * time.Millisecond)
+	})
+	for i := range 2 {
+		resp, cancel := p.openFrom(t, "127.0.0.1", o.coralHost(), "/big?c="+strconv.Itoa(i))
+		defer cancel()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	resp, cancel := p.openFrom(t, "127.0.0.1", o.coralHost(), "/big?c=third")
+	cancel()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a third download for one client: %d, want 503", resp.StatusCode)
+	}
+	resp, cancel = p.openFrom(t, "127.0.0.2", o.coralHost(), "/big?other")
+	cancel()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("another client: %d, want 200", resp.StatusCode)
+	}
+	s := newDownloadSlots(10, 10, 1)
+	if s.acquire(context.Background(), "o", "a", 0) != nil || s.acquire(context.Background(), "o", "a", 0) == nil ||
+		s.acquire(context.Background(), "p", "a", 0) != nil || s.acquire(context.Background(), "o", "", 0) != nil {
+		t.Error("per client: one slot per client and origin, none counted for no client")
+	}
+}
