@@ -312,7 +312,7 @@ func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peer
 		Proxy:                  nil,
 		DialContext:            (&net.Dialer{Timeout: time.Duration(h.PeerTimeout), Control: h.peerControl}).DialContext,
 		ResponseHeaderTimeout:  time.Duration(h.PeerTimeout),
-		MaxResponseHeaderBytes: 64 << 10,
+		MaxResponseHeaderBytes: maxHeadBytes,
 		MaxIdleConnsPerHost:    8,
 		DisableCompression:     true,
 	}
@@ -330,6 +330,7 @@ func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peer
 		slots:           newDownloadSlots(orDefault(h.MaxDownloads, defaultMaxDownloads), orDefault(h.MaxDownloadsPerOrigin, defaultMaxDownloadsPerOrigin)),
 		downloadWait:    durationOr(h.DownloadWait, defaultDownloadWait),
 		downloadTimeout: durationOr(h.DownloadTimeout, defaultDownloadTimeout),
+		maxObject:       store.Stats().MaxObjectBytes,
 		policy:          policy,
 		clock:           time.Now,
 		logger:          h.logger,
