@@ -10,17 +10,20 @@ import (
 )
 
 // openUnlinked sums the space allocated to the files rs hold open that
-// no longer have a name: what the disk holds for them beyond the
-// directory.
+// no longer have a name (each file once, however many readers have it):
+// what the disk holds for them beyond the directory.
 func openUnlinked(t *testing.T, rs []*Reader) int64 {
 	t.Helper()
 	var n int64
+	seen := map[[2]uint64]bool{}
 	for _, r := range rs {
 		var st syscall.Stat_t
 		if err := syscall.Fstat(int(r.f.Fd()), &st); err != nil {
 			t.Fatal(err)
 		}
-		if st.Nlink == 0 {
+		id := [2]uint64{uint64(st.Dev), uint64(st.Ino)}
+		if st.Nlink == 0 && !seen[id] {
+			seen[id] = true
 			n += int64(st.Blocks) * 512
 		}
 	}
