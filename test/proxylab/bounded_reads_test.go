@@ -210,15 +210,18 @@ func stalledClient(t *testing.T, p *proxy, host, path string) net.Conn {
 
 // diskUse is what the cache takes on disk: the space allocated to the
 // files under dir, and to the files process pid holds open under dir that
-// have been unlinked.
+// have been unlinked. Each file counts once (by inode), however many
+// clients read it, and when the store unlinks it between the two scans.
 func diskUse(t *testing.T, dir string, pid int) (files, unlinked int64) {
 	t.Helper()
+	seen := map[[2]uint64]bool{}
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return nil
 		}
 		var st syscall.Stat_t
-		if syscall.Lstat(p, &st) == nil {
+		if syscall.Lstat(p, &st) == nil && !seen[[2]uint64{st.Dev, st.Ino}] {
+			seen[[2]uint64{st.Dev, st.Ino}] = true
 			files += st.Blocks * 512
 		}
 		return nil
@@ -228,16 +231,14 @@ func diskUse(t *testing.T, dir string, pid int) (files, unlinked int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[[2]uint64]bool{} // a file many clients read is counted once
 	for _, e := range ents {
 		target, err := os.Readlink(filepath.Join(fdDir, e.Name()))
 		if err != nil || !strings.HasPrefix(target, dir+"/") || !strings.HasSuffix(target, " (deleted)") {
 			continue
 		}
 		var st syscall.Stat_t
-		id := [2]uint64{st.Dev, st.Ino}
 		if syscall.Stat(filepath.Join(fdDir, e.Name()), &st) == nil && st.Nlink == 0 {
-			if id = [2]uint64{st.Dev, st.Ino}; !seen[id] {
+			if id := [2]uint64{st.Dev, st.Ino}; !seen[id] {
 				seen[id] = true
 				unlinked += st.Blocks * 512
 			}
