@@ -58,12 +58,13 @@ func TestTransferCodedHeadBounded(t *testing.T) {
 	c := newClient(t)
 	c.Timeout = 15 * time.Second // well within origin_timeout, whatever the load
 	resp, body, err := fetch(c, p, host, "/endless")
-	if err != nil {
-		t.Fatalf("no answer within %v (origin_timeout 20s): %v; the origin sent %d bytes of head", c.Timeout, err, endless.Load())
+	_, hwm, merr := memory(p.pid())
+	if merr != nil {
+		t.Fatal(merr)
 	}
-	_, hwm, err := memory(p.pid())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("no answer within %v (origin_timeout 20s): %v; the origin sent %d bytes of head; RSS %d MiB before, peak %d MiB",
+			c.Timeout, err, endless.Load(), rss0>>20, hwm>>20)
 	}
 	t.Logf("502 after the origin sent %d bytes of head; RSS %d MiB before, peak %d MiB", endless.Load(), rss0>>20, hwm>>20)
 	if resp.StatusCode != http.StatusBadGateway {
