@@ -134,6 +134,7 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    origin_timeout DURATION
 //	    peer_timeout   DURATION
 //	    download_timeout DURATION    # default 10m
+//	    write_idle_timeout DURATION|off # default 30s; off: the server's own
 //	    max_downloads  N [PER_ORIGIN [PER_CLIENT]] # default 256 32 8
 //	    download_wait  DURATION      # default 10s
 //	    peer_address   IP:PORT
@@ -340,6 +341,14 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 	"min_ttl":        ttlOption(func(h *Handler) **caddy.Duration { return &h.MinTTL }),
 	"origin_timeout": durationOption(func(h *Handler) *caddy.Duration { return &h.OriginTimeout }),
 	"peer_timeout":   durationOption(func(h *Handler) *caddy.Duration { return &h.PeerTimeout }),
+	"write_idle_timeout": func(h *Handler, o optionArgs) (err error) {
+		if len(o.args) == 1 && o.args[0] == "off" {
+			h.WriteIdleTimeout = -1
+			return nil
+		}
+		h.WriteIdleTimeout, err = o.duration()
+		return err
+	},
 	"blacklist": func(h *Handler, o optionArgs) (err error) {
 		if len(o.args) < 1 || len(o.args) > 2 {
 			return o.d.Errf("blacklist takes a file and optionally how often to check it")

@@ -5,7 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
 )
@@ -28,6 +30,17 @@ func TestCaddyfileAdapt(t *testing.T) {
 		}
 		if !caddytest.CompareAdapt(t, f, in, "caddyfile", strings.TrimSpace(want)) {
 			t.Errorf("%s: adapted JSON differs", f)
+		}
+	}
+}
+
+// TestCaddyfileWriteIdleTimeout: write_idle_timeout takes a duration, or
+// off (negative: the server's own setting).
+func TestCaddyfileWriteIdleTimeout(t *testing.T) {
+	for in, want := range map[string]caddy.Duration{"10s": caddy.Duration(10 * time.Second), "off": -1} {
+		var h Handler
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("coral_proxy nyud.test {\n write_idle_timeout " + in + "\n}")); err != nil || h.WriteIdleTimeout != want {
+			t.Errorf("write_idle_timeout %s: %v, %v; want %v", in, h.WriteIdleTimeout, err, want)
 		}
 	}
 }
@@ -57,6 +70,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"bad wait", "coral_proxy nyud.test {\n download_wait later\n}", "not a duration"},
 		{"cookie forwarded", "coral_proxy nyud.test {\n forward_fields Cookie\n}", "never forwarded"},
 		{"no fields", "coral_proxy nyud.test {\n forward_fields\n}", "at least one"},
+		{"bad write idle timeout", "coral_proxy nyud.test {\n write_idle_timeout never\n}", "not a duration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h Handler

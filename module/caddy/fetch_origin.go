@@ -40,7 +40,13 @@ func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjus
 		if tr, ok := e.origin.Transport.(*http.Transport); ok && refusedTransferCoding(err) {
 			// Valid HTTP/1.1 that net/http does not take: see
 			// transfercoding.go.
-			resp, err = fetchTransferCoded(ctx, tr, newGet(ctx, u, h), e.originTimeout)
+			resp, err = fetchTransferCoded(ctx, tr, newGet(ctx, u, h), e.originTimeout, e.maxObject)
+		}
+		if err == nil {
+			if err = checkHeadFields(resp.Header); err != nil {
+				resp.Body.Close()
+				resp = nil
+			}
 		}
 		status := 0
 		if err == nil {

@@ -110,6 +110,15 @@ type Handler struct {
 	// silence). Default 10m.
 	DownloadTimeout caddy.Duration `json:"download_timeout,omitempty"`
 
+	// WriteIdleTimeout is how long a write of a response to a client may
+	// make no progress (the client reads nothing) before the client is
+	// dropped; it is renewed as bytes flow, so a slow but steady client is
+	// never cut off. A client that stops reading cannot hold a cached
+	// version on disk for longer. It overrides the server's own
+	// write_idle_timeout for coral_proxy's responses; negative leaves that
+	// in charge. Default 30s.
+	WriteIdleTimeout caddy.Duration `json:"write_idle_timeout,omitempty"`
+
 	// MaxDownloads bounds the downloads (from peers or origins) this
 	// proxy runs at once, and MaxDownloadsPerOrigin those from one origin
 	// host and port. A request that would start one more waits up to
@@ -204,6 +213,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	if h.PeerTimeout == 0 {
 		h.PeerTimeout = caddy.Duration(defaultPeerTimeout)
+	}
+	if h.WriteIdleTimeout == 0 {
+		h.WriteIdleTimeout = caddy.Duration(defaultWriteIdleTimeout)
 	}
 	if h.OriginScheme == "" {
 		h.OriginScheme = "auto"
@@ -320,7 +332,7 @@ func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peer
 		Proxy:                  nil,
 		DialContext:            (&net.Dialer{Timeout: time.Duration(h.PeerTimeout), Control: h.peerControl}).DialContext,
 		ResponseHeaderTimeout:  time.Duration(h.PeerTimeout),
-		MaxResponseHeaderBytes: 64 << 10,
+		MaxResponseHeaderBytes: maxHeadBytes,
 		MaxIdleConnsPerHost:    8,
 		DisableCompression:     true,
 	}
@@ -337,6 +349,7 @@ func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peer
 		slots:           newDownloadSlots(orDefault(h.MaxDownloads, defaultMaxDownloads), orDefault(h.MaxDownloadsPerOrigin, defaultMaxDownloadsPerOrigin), orDefault(h.MaxDownloadsPerClient, defaultMaxDownloadsPerClient)),
 		downloadWait:    durationOr(h.DownloadWait, defaultDownloadWait),
 		downloadTimeout: durationOr(h.DownloadTimeout, defaultDownloadTimeout),
+		maxObject:       store.Stats().MaxObjectBytes,
 		policy:          policy,
 		clock:           time.Now,
 		logger:          h.logger,
@@ -489,6 +502,8 @@ func (h *Handler) Cleanup() error {
 
 // ServeHTTP serves a Coralized request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	w, done := h.idleWrites(w, r)
+	defer done()
 	bc := &bodyCounter{ResponseWriter: w}
 	acct := &requestAccount{cacheStatus: "refused", source: "none"}
 	defer func() { h.metrics.request(acct.cacheStatus, acct.source, bc.n) }()

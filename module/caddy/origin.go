@@ -140,7 +140,7 @@ func originTransport(g originGuard, connectTimeout, headerTimeout time.Duration)
 		DialContext:            d.DialContext,
 		TLSHandshakeTimeout:    connectTimeout,
 		ResponseHeaderTimeout:  headerTimeout,
-		MaxResponseHeaderBytes: 64 << 10,
+		MaxResponseHeaderBytes: maxHeadBytes,
 		MaxIdleConns:           256,
 		MaxIdleConnsPerHost:    8,
 		IdleConnTimeout:        90 * time.Second,

@@ -96,6 +96,11 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 	req := newGet(ctx, u, h)
 	req.Host = fr.target.CoralHost(e.zone)
 	resp, err := e.peer.Do(req)
+	if err == nil {
+		if err = checkHeadFields(resp.Header); err != nil {
+			resp.Body.Close()
+		}
+	}
 	if err != nil {
 		e.metrics.peerFetch(fetchOutcome(0, err))
 		return nil, err

@@ -91,10 +91,18 @@ type interimResponse struct {
 const interimWait = time.Second
 
 // traceInterim returns ctx with a trace that passes the interim responses
-// of a request to d's requester.
+// of a request to d's requester, at most maxInterimResponses of them: the
+// one after that ends the fetch.
 func traceInterim(ctx context.Context, d *download) context.Context {
+	var limit interimLimiter
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		Got1xxResponse: func(code int, header textproto.MIMEHeader) error {
+			if err := limit.next(); err != nil {
+				return err
+			}
+			if err := checkHeadFields(http.Header(header)); err != nil {
+				return err
+			}
 			if code == http.StatusContinue || code == http.StatusSwitchingProtocols {
 				return nil
 			}
@@ -151,6 +159,9 @@ type engine struct {
 	// downloadTimeout bounds a whole download, however steadily its
 	// bytes trickle in (originTimeout bounds each silence).
 	downloadTimeout time.Duration
+	// maxObject is the cache's bound on one object (max_object_size),
+	// which also bounds a transfer-coded body as it is decoded.
+	maxObject int64
 	// clock is time.Now; tests replace it to move time on.
 	clock func() time.Time
 	// refs renews the long-lived references of requested objects.

@@ -29,7 +29,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
@@ -50,11 +49,25 @@ func refusedTransferCoding(err error) bool {
 	return strings.Contains(s, "unsupported transfer encoding") || strings.Contains(s, "too many transfer encodings")
 }
 
+// Decoding is bounded like everything else read from an origin: the head
+// by readHead (responsehead.go); the decoded body to maxDecoded bytes
+// (max_object_size), counted as they are decoded, and to
+// maxTransferCodingRatio times the bytes received plus
+// transferCodingAllowance, so that a small compressed stream cannot make
+// the proxy produce, relay or store many times more than the origin sent.
+const (
+	maxTransferCodingRatio  = 100
+	transferCodingAllowance = 1 << 20
+)
+
+// errTransferCodingBound is why a decoded body is cut off.
+var errTransferCodingBound = errors.New("coral_proxy: transfer-coded body decodes beyond the proxy's bounds")
+
 // fetchTransferCoded GETs req on a connection of its own through tr's
 // dialer and TLS settings, and returns the response with its transfer
-// codings undone (see the file comment). The header must arrive within
-// headerTimeout.
-func fetchTransferCoded(ctx context.Context, tr *http.Transport, req *http.Request, headerTimeout time.Duration) (*http.Response, error) {
+// codings undone (see the file comment), its decoded body bounded to
+// maxDecoded bytes. The header must arrive within headerTimeout.
+func fetchTransferCoded(ctx context.Context, tr *http.Transport, req *http.Request, headerTimeout time.Duration, maxDecoded int64) (*http.Response, error) {
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), strconv.Itoa(schemeDefaultPort(req.URL.Scheme)))
@@ -88,69 +101,42 @@ func fetchTransferCoded(ctx context.Context, tr *http.Transport, req *http.Reque
 	if err := out.Write(conn); err != nil {
 		return fail(err)
 	}
-	if headerTimeout > 0 {
-		_ = conn.SetReadDeadline(time.Now().Add(headerTimeout))
+	if headerTimeout <= 0 {
+		headerTimeout = defaultOriginTimeout
 	}
-	br := bufio.NewReader(conn)
-	resp, codings, err := readResponseHead(br)
+	resp, codings, br, src, err := readHead(conn, headerTimeout)
 	if err != nil {
 		return fail(err)
 	}
-	_ = conn.SetReadDeadline(time.Time{})
 	body, err := undoTransferCodings(br, codings)
 	if err != nil {
 		return fail(err)
 	}
 	resp.Request = req
-	resp.Body = &connBody{Reader: body, close: func() error { stop(); return conn.Close() }}
+	bounded := &decodeBound{r: body, src: src, max: maxDecoded}
+	resp.Body = &connBody{Reader: bounded, close: func() error { stop(); return conn.Close() }}
 	return resp, nil
 }
 
-// readResponseHead reads a response's status line and header, skipping
-// interim (1xx) responses, and returns the response (without a body) and
-// the transfer codings of its Transfer-Encoding lines, in the order
-// applied.
-func readResponseHead(br *bufio.Reader) (*http.Response, []string, error) {
-	tp := textproto.NewReader(br)
-	for {
-		line, err := tp.ReadLine()
-		if err != nil {
-			return nil, nil, err
-		}
-		proto, status, ok := strings.Cut(line, " ")
-		if !ok || !strings.HasPrefix(proto, "HTTP/1.") {
-			return nil, nil, fmt.Errorf("coral_proxy: malformed status line %q", quoteTarget(line))
-		}
-		code, err := strconv.Atoi(strings.TrimSpace(status[:min(3, len(status))]))
-		if err != nil || code < 100 || code > 999 {
-			return nil, nil, fmt.Errorf("coral_proxy: malformed status line %q", quoteTarget(line))
-		}
-		mh, err := tp.ReadMIMEHeader()
-		if err != nil {
-			return nil, nil, err
-		}
-		if code < 200 {
-			continue
-		}
-		h := http.Header(mh)
-		var codings []string
-		for _, v := range h.Values("Transfer-Encoding") {
-			for c := range strings.SplitSeq(v, ",") {
-				if c = strings.ToLower(strings.TrimSpace(c)); c != "" {
-					codings = append(codings, c)
-				}
-			}
-		}
-		// With a Transfer-Encoding, Content-Length means nothing (RFC
-		// 9112 §6.3); neither is part of the decoded response.
-		h.Del("Transfer-Encoding")
-		h.Del("Content-Length")
-		resp := &http.Response{
-			Status: status, StatusCode: code, Proto: proto, ProtoMajor: 1, ProtoMinor: int(proto[len(proto)-1] - '0'),
-			Header: h, ContentLength: -1, Close: true,
-		}
-		return resp, codings, nil
+// decodeBound ends a decoded body at the bounds of the file comment.
+type decodeBound struct {
+	r       io.Reader
+	src     *sourceCounter // the bytes received
+	decoded int64
+	max     int64 // <= 0: no bound but the ratio
+}
+
+func (d *decodeBound) Read(p []byte) (int, error) {
+	n, err := d.r.Read(p)
+	d.decoded += int64(n)
+	if d.max > 0 && d.decoded > d.max {
+		return n, fmt.Errorf("%w: more than %d bytes (max_object_size)", errTransferCodingBound, d.max)
 	}
+	if d.decoded > maxTransferCodingRatio*d.src.n+transferCodingAllowance {
+		return n, fmt.Errorf("%w: %d bytes from %d received (at most %d times as many, plus %d)",
+			errTransferCodingBound, d.decoded, d.src.n, maxTransferCodingRatio, transferCodingAllowance)
+	}
+	return n, err
 }
 
 // undoTransferCodings returns the body read from br with codings undone:

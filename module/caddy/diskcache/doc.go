@@ -95,7 +95,8 @@
 // took 37.8 MiB.) A complete object is charged its two files, at least
 // two blocks; a write in progress, its body as far as written. Not charged:
 // the Store's own files (FORMAT, lock, lru: three blocks), a metadata file
-// being replaced by UpdateMeta (one block, for a moment), and directories:
+// being replaced by UpdateMeta (one block, for a moment), the bytes of one
+// Write under way when Delete or Close takes its object away, and directories:
 // objects/ and its 256 shards take a block each whatever MaxBytes is (1 MiB
 // with 4 KiB blocks), and their entries 2 to 3% of MaxBytes when it is
 // full of the smallest objects (TestDiskUsageSmallObjects).
@@ -128,11 +129,16 @@
 // to what it finds, so a cache written by an older version that counted
 // bytes is evicted down to them.
 //
-// Bytes + WritingBytes (Stats) never exceed MaxBytes. Get and Commit count
-// as use. Evicting an object that is being read is allowed: on Linux an
-// open file stays readable after unlink, so those readers finish normally,
-// and the kernel frees the space when the last one closes (so the disk may
-// briefly hold more than MaxBytes).
+// A version removed (replaced, deleted, evicted, aborted) while Readers
+// have it open stays readable, and on disk, until the last of them
+// closes: its body stays charged meanwhile (Stats.UnlinkedBytes), and a
+// complete object with open Readers is not evicted for room, which would
+// free nothing. So Bytes + WritingBytes + UnlinkedBytes (Stats) never
+// exceed MaxBytes, and that bounds what the disk really holds however long
+// readers keep their files; when Readers hold it all, Writes fail with
+// ErrFull until they close. The caller bounds how long a Reader may stall
+// (coral_proxy drops a client that reads nothing for write_idle_timeout).
+// Get and Commit count as use.
 //
 // # Memory
 //

@@ -1,7 +1,5 @@
 package diskcache
 
-import ()
-
 // makeRoomLocked evicts least recently used complete versions (never keep)
 // until need more bytes fit within MaxBytes and the entry count is within
 // MaxEntries. It evicts nothing and returns false if need cannot fit even
@@ -10,17 +8,20 @@ import ()
 // MaxWritingBytes by their callers (reserve), not here.
 func (s *Store) makeRoomLocked(need int64, keep *entry) ([]version, bool) {
 	floor := int64(0)
-	if keep != nil && keep.gen != 0 {
+	if keep != nil && keep.gen != 0 && keep.readers == 0 {
 		floor = s.accounted(keep)
 	}
 	limit := s.opt.MaxBytes - need // no overflow: need is at most a few objects
-	if s.pending+floor > limit {
+	// Versions with Readers take their space however they are removed
+	// (held.go): evicting them frees nothing.
+	if s.pending+s.orphaned+s.held+floor > limit {
 		return nil, false
 	}
 	var out []version
-	for s.bytes+s.pending > limit || s.count > s.maxEntries {
+	for s.bytes+s.pending+s.orphaned > limit || s.count > s.maxEntries {
+		bytesOver := s.bytes+s.pending+s.orphaned > limit
 		e := s.tail
-		if e == keep && e != nil {
+		for e != nil && (e == keep || (bytesOver && e.readers > 0)) {
 			e = e.prev
 		}
 		if e == nil {
@@ -41,6 +42,12 @@ func (s *Store) dropLocked(e *entry) version {
 	s.hotDropLocked(e)
 	s.unlink(e)
 	s.bytes -= s.accounted(e)
+	if e.readers > 0 {
+		// Unlinked, but its body stays on disk until its Readers close.
+		s.held -= s.accounted(e)
+		s.orphanLocked(v, int(e.readers), s.blocks(e.size))
+		e.readers = 0
+	}
 	e.gen, e.size, e.metaLen = 0, 0, 0
 	if e.w == nil {
 		delete(s.index, e.key)
@@ -55,6 +62,10 @@ func (s *Store) detachLocked(w *Writer, cause error) {
 		return
 	}
 	w.detached = cause
+	// Its body is unlinked by Abort; what was written stays on disk
+	// until the write's Readers close.
+	s.orphanLocked(version{w.key, w.gen}, w.readers, w.reserved)
+	w.readers = 0
 	if e := s.index[w.key]; e != nil && e.w == w {
 		e.w = nil
 		if e.gen == 0 {

@@ -44,14 +44,17 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 			break
 		}
 		if w := e.w; w != nil {
+			w.readers++ // before the file is open: see held.go
 			s.mu.Unlock()
 			if r, err := w.newReader(ctx); err == nil {
 				s.hits.Add(1)
 				return r, true
 			}
+			s.release(key, w.gen)
 			continue
 		}
 		gen := e.gen
+		s.holdLocked(e)
 		e.used = s.now().UnixNano()
 		s.moveToFront(e)
 		m, hot := s.hotGetLocked(e)
@@ -68,6 +71,7 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 			s.hits.Add(1)
 			return r, true
 		}
+		s.release(key, gen)
 		if !errors.Is(err, fs.ErrNotExist) {
 			s.log.Warn("diskcache: dropping unreadable object", "key", key, "err", err)
 			s.corrupt.Add(1)
@@ -94,7 +98,7 @@ func (s *Store) openHot(ctx context.Context, key string, gen uint64, m Meta) (*R
 	if err != nil {
 		return nil, err
 	}
-	return s.newReader(ctx, key, f, nil, m), nil
+	return s.newReader(ctx, key, gen, f, nil, m), nil
 }
 
 // openVersion opens a complete version: body first, so that the metadata
@@ -131,7 +135,7 @@ func (s *Store) openVersion(ctx context.Context, key string, gen uint64, e *entr
 		s.hotAdmitLocked(e, m)
 	}
 	s.mu.Unlock()
-	return s.newReader(ctx, key, f, nil, m), nil
+	return s.newReader(ctx, key, gen, f, nil, m), nil
 }
 
 // Peek returns the metadata Get would return (of the write in progress, if
@@ -223,8 +227,7 @@ func (s *Store) updateMeta(key, name string, m Meta) ([]version, error) {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: no room for %d more bytes of metadata", ErrFull, delta)
 	}
-	s.bytes += delta
-	e.metaLen = int32(len(b))
+	s.setMetaLenLocked(e, int32(len(b)))
 	s.mu.Unlock()
 	err = s.writeFileAtomic(s.metaPath(name, gen), b)
 	s.at("update:renamed")
@@ -241,8 +244,7 @@ func (s *Store) updateMeta(key, name string, m Meta) ([]version, error) {
 		// (the difference is a few header bytes either way), and let the
 		// next Get read whichever it is.
 		if current {
-			s.bytes -= delta
-			e.metaLen = oldLen
+			s.setMetaLenLocked(e, oldLen)
 			s.hotDropLocked(e)
 		}
 		s.mu.Unlock()

@@ -26,6 +26,7 @@ import (
 type Reader struct {
 	s      *Store
 	key    string
+	gen    uint64 // the version read, counted until Close (held.go)
 	f      *os.File
 	ctx    context.Context
 	w      *Writer // nil if complete when opened
@@ -43,12 +44,12 @@ var _ interface {
 	io.WriterTo
 } = (*Reader)(nil)
 
-func (s *Store) newReader(ctx context.Context, key string, f *os.File, w *Writer, m Meta) *Reader {
+func (s *Store) newReader(ctx context.Context, key string, gen uint64, f *os.File, w *Writer, m Meta) *Reader {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	s.readers.Add(1)
-	r := &Reader{s: s, key: key, f: f, ctx: ctx, w: w, meta: m}
+	r := &Reader{s: s, key: key, gen: gen, f: f, ctx: ctx, w: w, meta: m}
 	if w != nil {
 		r.closed = make(chan struct{})
 	}
@@ -101,6 +102,7 @@ func (r *Reader) Close() error {
 			close(r.closed)
 		}
 		r.f.Close()
+		r.s.release(r.key, r.gen)
 		r.s.readers.Add(-1)
 	})
 	return nil

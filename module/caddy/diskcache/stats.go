@@ -10,16 +10,22 @@ type Stats struct {
 	Bytes        int64 // their bodies and metadata files, in whole blocks
 	Writing      int   // writes in progress
 	WritingBytes int64 // held by them: written so far, in whole blocks
-	MaxBytes     int64
-	MaxEntries   int   // in effect: Options.MaxEntries or its default
-	Readers      int64 // open Readers
-	Hits         int64 // Gets that returned a Reader
-	Misses       int64
-	Evictions    int64 // complete objects evicted for room (not replaced or deleted)
-	EvictedBytes int64
-	Commits      int64
-	Aborts       int64
-	Corrupt      int64 // damaged objects discarded, at Open or on Get
+	// UnlinkedBytes are the bodies of versions removed (replaced,
+	// deleted, evicted, aborted) while Readers had them open, in whole
+	// blocks: they stay on disk until those Readers close, and count
+	// against MaxBytes meanwhile. UnlinkedVersions is how many.
+	UnlinkedBytes    int64
+	UnlinkedVersions int
+	MaxBytes         int64
+	MaxEntries       int   // in effect: Options.MaxEntries or its default
+	Readers          int64 // open Readers
+	Hits             int64 // Gets that returned a Reader
+	Misses           int64
+	Evictions        int64 // complete objects evicted for room (not replaced or deleted)
+	EvictedBytes     int64
+	Commits          int64
+	Aborts           int64
+	Corrupt          int64 // damaged objects discarded, at Open or on Get
 	// The bounds in effect, defaults applied (see Options), and the unit
 	// each file is charged in (see the package docs, "Bounds and
 	// eviction").
@@ -40,6 +46,7 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	st := Stats{
 		Entries: s.count, Bytes: s.bytes, Writing: s.writing, WritingBytes: s.pending,
+		UnlinkedBytes: s.orphaned, UnlinkedVersions: len(s.orphans),
 		MaxBytes: s.opt.MaxBytes, MaxEntries: s.maxEntries,
 		MaxObjectBytes: s.maxObject, MaxWritingBytes: s.maxWriting, BlockBytes: s.block,
 		HotEntries: len(s.hot) - len(s.hotFree), HotBytes: s.hotBytes,

@@ -96,7 +96,14 @@ type Store struct {
 	bytes      int64  // charged bytes of complete versions (files in whole blocks)
 	pending    int64  // bytes held by writes in progress (written so far, in whole blocks)
 	writing    int    // writes in progress
-	ops        sync.WaitGroup
+	// Versions Readers hold open (held.go): held is the part of bytes
+	// that complete versions with Readers take (eviction cannot free it),
+	// orphaned what unlinked versions with Readers still take, each in
+	// orphans.
+	held     int64
+	orphaned int64
+	orphans  map[version]*orphan
+	ops      sync.WaitGroup
 
 	// The hot set (hot.go): decoded metadata of recently read versions.
 	hot      []hotSlot
@@ -125,6 +132,7 @@ type entry struct {
 	used       int64  // last Get or Commit, Unix nanoseconds
 	metaLen    int32  // its metadata file length
 	hot        int32  // 1 + its slot in the hot set; 0 or hotSeen: metadata not cached
+	readers    int32  // open Readers of the complete version (held.go)
 }
 
 // accounted is what e's complete version is charged: its body and its

@@ -30,6 +30,7 @@ type Writer struct {
 	// Guarded by s.mu.
 	reserved int64 // bytes of s.pending held for this write: its body so far, in whole blocks
 	detached error // set when Delete or Close took the write away
+	readers  int   // open Readers of this version while it is written (held.go)
 
 	// Guarded by mu; shared with readers.
 	mu      sync.Mutex
@@ -323,6 +324,12 @@ func (w *Writer) Commit(final Meta) error {
 	e.gen, e.size, e.metaLen, e.used = w.gen, w.n, int32(len(mb)), s.now().UnixNano()
 	s.pushFront(e)
 	s.bytes += s.accounted(e) // what w.reserved was: moved, not added
+	if w.readers > 0 {
+		// Its Readers read the complete version now.
+		e.readers = int32(w.readers)
+		w.readers = 0
+		s.held += s.accounted(e)
+	}
 	victims, _ := s.makeRoomLocked(0, e)
 	s.mu.Unlock()
 	s.commits.Add(1)
@@ -422,7 +429,8 @@ func (w *Writer) currentMeta() Meta {
 }
 
 // newReader opens a reader of the write; after Commit it is an ordinary
-// reader of the complete version.
+// reader of the complete version. The caller counted it in w.readers
+// (held.go).
 func (w *Writer) newReader(ctx context.Context) (*Reader, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -434,7 +442,7 @@ func (w *Writer) newReader(ctx context.Context) (*Reader, error) {
 		return nil, err
 	}
 	if w.state == committed {
-		return w.s.newReader(ctx, w.key, f, nil, w.final), nil
+		return w.s.newReader(ctx, w.key, w.gen, f, nil, w.final), nil
 	}
-	return w.s.newReader(ctx, w.key, f, w, Meta{}), nil
+	return w.s.newReader(ctx, w.key, w.gen, f, w, Meta{}), nil
 }
