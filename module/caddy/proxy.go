@@ -194,9 +194,10 @@ type fetchRequest struct {
 	allow     []string
 	varyIndex string
 	clientIP  string
-	// client is the client's address as download slots count it
-	// (rateKey; "": not counted).
-	client string
+	// clientAddr is the requesting client's address (invalid: none, as
+	// for a background refresh); clientKey turns it into what download
+	// slots count, only when a download needs a slot.
+	clientAddr netip.Addr
 	// stale is the stored copy's metadata when this fetch revalidates it.
 	stale *diskcache.Meta
 }
@@ -207,6 +208,15 @@ func (fr *fetchRequest) forwarded() http.Header {
 		fr.view = forwardedView(fr.header, fr.allow, fr.varyIndex)
 	}
 	return fr.view
+}
+
+// clientKey is the client address as download slots count it (rateKey;
+// "": not counted).
+func (fr *fetchRequest) clientKey() string {
+	if !fr.clientAddr.IsValid() {
+		return ""
+	}
+	return rateKey(fr.clientAddr).String()
 }
 
 // originURL is the URL fetched from the origin (before any https upgrade).
@@ -242,19 +252,19 @@ func (e *engine) startDownload(ctx context.Context, fr fetchRequest, wait time.D
 		return d, false, nil
 	}
 	origin := fr.originSlot()
-	if err := e.slots.acquire(ctx, origin, fr.client, wait); err != nil {
+	if err := e.slots.acquire(ctx, origin, fr.clientKey(), wait); err != nil {
 		return nil, false, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if d, ok := e.inflight[fr.key]; ok {
-		e.slots.release(origin, fr.client) // another request started it meanwhile
+		e.slots.release(origin, fr.clientKey()) // another request started it meanwhile
 		if hold {
 			d.holders++
 		}
 		return d, false, nil
 	}
-	d = &download{ready: make(chan struct{}), done: make(chan struct{}), origin: origin, client: fr.client,
+	d = &download{ready: make(chan struct{}), done: make(chan struct{}), origin: origin, client: fr.clientKey(),
 		key: fr.key, interim: make(chan interimResponse)}
 	d.expected.Store(-1)
 	if hold {

@@ -126,6 +126,9 @@ func TestProxyEndToEnd(t *testing.T) {
 			<-o.gate // hold the response until the crowd has gathered
 			w.Write(body)
 		case "/missing":
+			w.Header().Set("Cache-Control", "max-age=60")
+			http.NotFound(w, r)
+		case "/provoked":
 			http.NotFound(w, r)
 		default:
 			w.Write([]byte("page " + r.URL.Path))
@@ -182,15 +185,21 @@ func TestProxyEndToEnd(t *testing.T) {
 		t.Errorf("range: %d %q", resp.StatusCode, b)
 	}
 
-	// Negative caching: a 404 is cached too.
+	// Negative caching: a 404 the origin declares fresh is cached too; a
+	// bare one is not (a request can provoke it with unkeyed fields).
 	for range 3 {
-		resp, _ = get(t, base, host, "/missing")
-		if resp.StatusCode != http.StatusNotFound {
-			t.Errorf("/missing: %d", resp.StatusCode)
+		for _, path := range []string{"/missing", "/provoked"} {
+			resp, _ = get(t, base, host, path)
+			if resp.StatusCode != http.StatusNotFound {
+				t.Errorf("%s: %d", path, resp.StatusCode)
+			}
 		}
 	}
 	if n := o.count("/missing"); n != 1 {
 		t.Errorf("origin asked for /missing %d times, want 1", n)
+	}
+	if n := o.count("/provoked"); n != 3 {
+		t.Errorf("origin asked for the bare 404 /provoked %d times, want 3 (not cached)", n)
 	}
 }
 

@@ -32,7 +32,7 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 		w.Header().Set("Allow", "GET, HEAD")
 		return caddyhttp.Error(http.StatusMethodNotAllowed, fmt.Errorf("coral_proxy serves GET and HEAD only"))
 	}
-	if isACMEChallenge(target.OriginURL().Path) {
+	if mayNameACMEChallenge(target.Path) && isACMEChallenge(target.OriginURL().Path) {
 		return caddyhttp.Error(http.StatusForbidden, errACMEChallenge)
 	}
 	if a, ok := OriginAddr(target.Host); ok && !h.eng.guard.permitted(a) {
@@ -45,9 +45,7 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 	}
 	key := target.Key()
 	fr := fetchRequest{key: key, baseKey: key, target: target, scheme: scheme, header: r.Header, allow: h.eng.forward, clientIP: clientIP(r)}
-	if a := requestClientAddr(r); a.IsValid() {
-		fr.client = rateKey(a).String()
-	}
+	fr.clientAddr = requestClientAddr(r)
 	if done, err := h.abuse.admit(w, r, target.Host, func() string { return fr.originURL().String() }); done {
 		return err
 	}
@@ -149,6 +147,22 @@ var errACMEChallenge = errors.New("coral_proxy: ACME HTTP-01 challenges (" + acm
 // (normalized and unescaped, so neither dot segments nor escapes hide it),
 // is under acmeChallengePath, in any letter case (some origin servers
 // match paths without case).
+// mayNameACMEChallenge is false for a request path that cannot normalize
+// to the ACME challenge path: one with neither an escape nor "well-known"
+// in any case. It spares a hit building the origin URL just to check.
+func mayNameACMEChallenge(p string) bool {
+	if strings.IndexByte(p, '%') >= 0 {
+		return true
+	}
+	const word = "well-known"
+	for i := 0; i+len(word) <= len(p); i++ {
+		if strings.EqualFold(p[i:i+len(word)], word) {
+			return true
+		}
+	}
+	return false
+}
+
 func isACMEChallenge(p string) bool {
 	return len(p) >= len(acmeChallengePath) && strings.EqualFold(p[:len(acmeChallengePath)], acmeChallengePath) &&
 		(len(p) == len(acmeChallengePath) || p[len(acmeChallengePath)] == '/')
@@ -323,10 +337,10 @@ wait:
 // response may not be shared (no-store, private, stale as it arrived). It
 // takes a download slot of its own: it is a download like any other.
 func (h *Handler) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
-	if err := h.eng.slots.acquire(r.Context(), fr.originSlot(), fr.client, h.eng.downloadWait); err != nil {
+	if err := h.eng.slots.acquire(r.Context(), fr.originSlot(), fr.clientKey(), h.eng.downloadWait); err != nil {
 		return fetchFailed(acct, err)
 	}
-	defer h.eng.slots.release(fr.originSlot(), fr.client)
+	defer h.eng.slots.release(fr.originSlot(), fr.clientKey())
 	resp, err := h.eng.fetchFromOrigin(r.Context(), fr)
 	if err != nil {
 		return fetchFailed(acct, err)

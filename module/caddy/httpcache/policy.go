@@ -142,6 +142,11 @@ func (p Policy) Storable(reqHeader http.Header, status int, respHeader http.Head
 		return true, "explicit freshness"
 	case TransientStatus(status):
 		return false, "status " + strconv.Itoa(status) + " is stored only with explicit freshness"
+	case status >= 400 && p.NegativeTTL < 0:
+		// Stored, it would be stale at once, and an origin's error on
+		// revalidation serves the stale copy: a provoked error would
+		// reach others after all.
+		return false, "an error without explicit freshness (no negative TTL)"
 	case cc.Public:
 		return true, "public"
 	case heuristicStatus(status):
