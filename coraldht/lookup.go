@@ -119,10 +119,14 @@ func usable(c *candidate) bool {
 // first run of equal cpl after them.
 func (ls *lookupState) closestTo(t ID) *candidate {
 	p := CommonPrefixLen(t, ls.p.key)
+	reserved := ls.reservedFor(t)
 	var best *candidate
 	i := 0
 	for ; i < len(ls.sorted) && ls.sorted[i].cpl >= p; i++ {
 		c := ls.sorted[i]
+		if c == reserved {
+			continue
+		}
 		if usable(c) && (best == nil || CompareDistance(t, c.ID, best.ID) < 0) {
 			best = c
 		}
@@ -132,7 +136,7 @@ func (ls *lookupState) closestTo(t ID) *candidate {
 	}
 	for ; i < len(ls.sorted); i++ {
 		c := ls.sorted[i]
-		if !usable(c) {
+		if !usable(c) || c == reserved {
 			continue
 		}
 		if best == nil {
@@ -143,7 +147,37 @@ func (ls *lookupState) closestTo(t ID) *candidate {
 			best = c
 		}
 	}
+	if best == nil && reserved != nil && usable(reserved) {
+		return reserved // no other way on
+	}
 	return best
+}
+
+// reservedFor returns the candidate a put's walk must not take as its hop
+// toward the intermediate target t: the node nearest the key, while it has
+// not been contacted and t is not yet the key itself. In the balanced ID
+// tree behind the paper's load bound, the node nearest the key is nearest
+// no other target, so only walks that got past a node one digit away
+// (which throttles to β a minute) reach it. Real IDs are unevenly spread:
+// when the key's nearest node sits alone in a sparse part of the space, it
+// is also the nearest node to every target in the empty region around it,
+// and walks from far away jumped straight to it on their first hop, each
+// bringing its own β. Reserving it makes those walks stop one node short,
+// at the nearest nodes around the key, whose leaks are what reaches it.
+func (ls *lookupState) reservedFor(t ID) *candidate {
+	if ls.p.kind != lookupPut || ls.n.cfg.PlainDHT || t == ls.p.key {
+		return nil
+	}
+	for _, c := range ls.sorted {
+		if c.state == candFailed {
+			continue
+		}
+		if c.state == candNew || c.state == candSuspect {
+			return c
+		}
+		return nil
+	}
+	return nil
 }
 
 func (ls *lookupState) canSend() bool {

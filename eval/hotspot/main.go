@@ -5,10 +5,14 @@
 // workload then runs on a plain DHT (greedy routing, store at the closest
 // node) for comparison, and optionally over a range of network sizes.
 //
-//	go run ./eval/hotspot [-n 494] [-minutes 4] [-sweep] [-out docs/eval]
+//	go run ./eval/hotspot [-n 494] [-minutes 4] [-sweep] [-seeds "1 2 3"] [-topologies both] [-out docs/eval]
 //
 // It runs in virtual time on coraldht's in-memory network with latencies
 // from the WonderProxy RTT matrix (or a synthetic one), 3 nodes per site.
+// With -seeds and -topologies the main run is repeated on each topology and
+// seed (different node addresses, hence IDs, and different keys), and the
+// closest and the busiest node of every hot key are reported against the
+// bound.
 package main
 
 import (
@@ -47,6 +51,8 @@ var (
 	flagOut     = flag.String("out", "docs/eval", "directory for hotspot.json and the PNG figures")
 	flagReplot  = flag.Bool("replot", false, "only redraw the PNG figures from -out's hotspot.json")
 	flagMemProf = flag.String("memprofile", "", "write a heap profile, taken at the end of the main run's workload, to this file")
+	flagSeeds   = flag.String("seeds", "", "seeds for repeated main runs, e.g. \"1 2 3 4 5\" (empty: -seed only)")
+	flagTopos   = flag.String("topologies", "", "topologies for the repeated main runs: synthetic, wonderproxy (needs $CORAL_RTT_DATA) or both (empty: whichever the data gives)")
 )
 
 // run is one workload on one network.
@@ -65,11 +71,23 @@ type run struct {
 	ClosestSteady float64   `json:"closest_steady_per_min"` // mean over keys
 	ClosestWorst  float64   `json:"closest_steady_worst_key"`
 	ClosestByKey  []float64 `json:"closest_steady_by_key"`
-	MaxSteady     float64   `json:"max_steady_per_min"`          // busiest node, any key
-	Silent        float64   `json:"nodes_receiving_no_put_rpcs"` // mean over keys
-	QueueDrops    uint64    `json:"datagrams_dropped_at_full_queues"`
-	Lost          uint64    `json:"datagrams_lost_otherwise"`
-	WallSeconds   float64   `json:"wall_seconds"`
+	MaxSteady     float64   `json:"max_steady_per_min"` // busiest node, any key
+	// BusiestByKey is, per hot key, the steady load of the node receiving
+	// the most put RPCs for it, and BusiestRank that node's distance rank
+	// to the key (0 = closest).
+	BusiestByKey []float64 `json:"busiest_steady_by_key"`
+	BusiestRank  []int     `json:"busiest_rank_by_key"`
+	Silent       float64   `json:"nodes_receiving_no_put_rpcs"` // mean over keys
+	QueueDrops   uint64    `json:"datagrams_dropped_at_full_queues"`
+	Lost         uint64    `json:"datagrams_lost_otherwise"`
+	WallSeconds  float64   `json:"wall_seconds"`
+}
+
+// repeat is the main run on one topology with one seed.
+type repeat struct {
+	Topology string `json:"topology"`
+	Seed     uint64 `json:"seed"`
+	Run      *run   `json:"run"`
 }
 
 type minute struct {
@@ -92,7 +110,13 @@ type report struct {
 	PlainOver float64 `json:"plain_over_coral_closest,omitempty"`
 	Sweep     []*run  `json:"sweep,omitempty"`
 	SweepGrow float64 `json:"sweep_largest_over_smallest,omitempty"`
-	PeakRSS   uint64  `json:"peak_rss_bytes"`
+	// SweepBusiestGrow is the busiest node's load at the largest size over
+	// that at the smallest; log2 of the sizes grows by SweepLogGrow.
+	SweepBusiestGrow float64 `json:"sweep_busiest_largest_over_smallest,omitempty"`
+	SweepLogGrow     float64 `json:"sweep_log2_ratio,omitempty"`
+	// Repeats are the main run on every topology and seed asked for.
+	Repeats []*repeat `json:"repeats,omitempty"`
+	PeakRSS uint64    `json:"peak_rss_bytes"`
 }
 
 func main() {
@@ -134,18 +158,64 @@ func splitFields(s string) []string {
 	return out
 }
 
+// matrices returns the topologies for the repeated runs, by name.
+func matrices(seed uint64) ([]*topology.Matrix, error) {
+	names := splitFields(*flagTopos)
+	if len(names) == 1 && names[0] == "both" {
+		names = []string{topology.SourceSynthetic, "wonderproxy"}
+	}
+	if len(names) == 0 {
+		return []*topology.Matrix{topology.Load(seed)}, nil
+	}
+	var out []*topology.Matrix
+	for _, name := range names {
+		switch name {
+		case topology.SourceSynthetic:
+			out = append(out, topology.Synthetic(250, seed))
+		case "wonderproxy", topology.SourceWonderProxy:
+			if topology.DataDir() == "" {
+				return nil, fmt.Errorf("-topologies %s: $%s is not set", name, topology.EnvDataDir)
+			}
+			m, err := topology.LoadWonderProxy(topology.DataDir())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+		default:
+			return nil, fmt.Errorf("-topologies: unknown topology %q (synthetic, wonderproxy or both)", name)
+		}
+	}
+	return out, nil
+}
+
 func experiment(sizes []int) error {
-	m := topology.Load(*flagSeed)
+	var seeds []uint64
+	for _, f := range splitFields(*flagSeeds) {
+		var v uint64
+		if _, err := fmt.Sscan(f, &v); err != nil {
+			return fmt.Errorf("bad -seeds entry %q", f)
+		}
+		seeds = append(seeds, v)
+	}
+	if len(seeds) == 0 {
+		seeds = []uint64{*flagSeed}
+	}
+	*flagSeed = seeds[0]
+	ms, err := matrices(seeds[0])
+	if err != nil {
+		return err
+	}
+	m := ms[0]
 	beta := coraldht.DefaultConfig().Leak
 	rep := &report{Topology: m.Source, PerSite: *flagPerSite, Rate: *flagRate, Keys: *flagKeys, TTL: flagTTL.String(), Beta: beta}
 	fmt.Printf("Hot-spot experiment (paper Fig. 8): topology %s, %d nodes/site, %d hot keys, %g put/get pairs/s per node and key, TTL %v, %d virtual minutes per run\n\n",
 		m.Source, *flagPerSite, *flagKeys, *flagRate, *flagTTL, *flagMinutes)
 
-	var err error
 	if rep.Coral, err = hotspot(m, *flagN, false); err != nil {
 		return err
 	}
 	printRun(rep.Coral)
+	rep.Repeats = append(rep.Repeats, &repeat{Topology: m.Source, Seed: seeds[0], Run: rep.Coral})
 	if *flagPlain {
 		if rep.Plain, err = hotspot(m, *flagN, true); err != nil {
 			return err
@@ -169,20 +239,29 @@ func experiment(sizes []int) error {
 		}
 		first, last := rep.Sweep[0], rep.Sweep[len(rep.Sweep)-1]
 		rep.SweepGrow = last.ClosestSteady / math.Max(first.ClosestSteady, 1)
-		fmt.Printf("  load(%d) / load(%d) = %.2f (log2 ratio %.2f)\n\n", last.N, first.N, rep.SweepGrow,
-			math.Log2(float64(last.N))/math.Log2(float64(first.N)))
+		rep.SweepBusiestGrow = last.MaxSteady / math.Max(first.MaxSteady, 1)
+		rep.SweepLogGrow = math.Log2(float64(last.N)) / math.Log2(float64(first.N))
+		fmt.Printf("  closest node: load(%d) / load(%d) = %.2f; busiest node: %.2f (log2 ratio %.2f)\n\n", last.N, first.N, rep.SweepGrow,
+			rep.SweepBusiestGrow, rep.SweepLogGrow)
+	}
+	if err := repeats(rep, ms, seeds); err != nil {
+		return err
 	}
 	rep.PeakRSS = sim.PeakRSS()
 	fmt.Printf("Peak RSS %.0f MiB\n", float64(rep.PeakRSS)/(1<<20))
 
-	if err := sim.WriteJSON(filepath.Join(*flagOut, "hotspot.json"), rep); err != nil {
-		return err
-	}
-	if err := plotAll(rep); err != nil {
+	if err := writeReport(rep); err != nil {
 		return err
 	}
 	fmt.Printf("Wrote %s/hotspot.json and the PNG figures\n", *flagOut)
 	return nil
+}
+
+func writeReport(rep *report) error {
+	if err := sim.WriteJSON(filepath.Join(*flagOut, "hotspot.json"), rep); err != nil {
+		return err
+	}
+	return plotAll(rep)
 }
 
 func plotAll(rep *report) error {
@@ -190,8 +269,61 @@ func plotAll(rep *report) error {
 		return err
 	}
 	if len(rep.Sweep) > 0 {
-		return plotSweep(filepath.Join(*flagOut, "hotspot-sweep.png"), rep.Sweep)
+		if err := plotSweep(filepath.Join(*flagOut, "hotspot-sweep.png"), rep.Sweep); err != nil {
+			return err
+		}
 	}
+	if len(rep.Repeats) > 1 {
+		return plotRepeats(filepath.Join(*flagOut, "hotspot-seeds.png"), rep.Repeats)
+	}
+	return nil
+}
+
+// repeats runs the main size on every topology and seed not yet run, then
+// prints the closest and busiest node of each hot key beside the bound.
+func repeats(rep *report, ms []*topology.Matrix, seeds []uint64) error {
+	// Seeds outermost, so that a run cut short has covered every topology
+	// about equally; the JSON and figures are rewritten after each run.
+	for si, seed := range seeds {
+		for mi, m := range ms {
+			if mi == 0 && si == 0 {
+				continue // the main run
+			}
+			if m.Source == topology.SourceSynthetic {
+				m = topology.Synthetic(250, seed) // what -seed gives
+			}
+			*flagSeed = seed
+			r, err := hotspot(m, *flagN, false)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("[%s, seed %d] ", m.Source, seed)
+			printRun(r)
+			rep.Repeats = append(rep.Repeats, &repeat{Topology: m.Source, Seed: seed, Run: r})
+			if err := writeReport(rep); err != nil {
+				return err
+			}
+		}
+	}
+	*flagSeed = seeds[0]
+	if len(rep.Repeats) < 2 {
+		return nil
+	}
+	fmt.Printf("Closest and busiest node per hot key, n = %d, steady put RPCs/min (bound β·⌈log2 n⌉ = %d)\n", *flagN, rep.Coral.Predict)
+	fmt.Printf("  %-20s  %4s  %-20s  %-26s  %s\n", "topology", "seed", "closest, per key", "busiest (its rank), per key", "within bound")
+	for _, rp := range rep.Repeats {
+		r := rp.Run
+		busiest := make([]string, len(r.BusiestByKey))
+		for k, v := range r.BusiestByKey {
+			busiest[k] = fmt.Sprintf("%.0f (%d)", v, r.BusiestRank[k])
+		}
+		ok := "yes"
+		if r.ClosestWorst > float64(r.Predict) {
+			ok = "NO"
+		}
+		fmt.Printf("  %-20s  %4d  %-20s  %-26s  %s\n", rp.Topology, rp.Seed, fmtFloats(r.ClosestByKey), strings.Join(busiest, ", "), ok)
+	}
+	fmt.Println()
 	return nil
 }
 
@@ -221,8 +353,8 @@ func printRun(r *run) {
 		fmt.Printf(" %d:%.0f", i, v)
 	}
 	fmt.Println()
-	fmt.Printf("  steady state (minutes 2–%d): closest node %.1f/min (per key %s), busiest %.1f/min; %.0f of %d nodes received none\n",
-		len(r.Minutes), r.ClosestSteady, fmtFloats(r.ClosestByKey), r.MaxSteady, r.Silent, r.N)
+	fmt.Printf("  steady state (minutes 2–%d): closest node %.1f/min (per key %s), busiest %.1f/min (per key %s); %.0f of %d nodes received none\n",
+		len(r.Minutes), r.ClosestSteady, fmtFloats(r.ClosestByKey), r.MaxSteady, fmtFloats(r.BusiestByKey), r.Silent, r.N)
 	fmt.Printf("  put failures %d, get failures %d over %d pairs; %d datagrams dropped at full queues; %.1f s wall\n\n", r.PutFails, r.GetFails, r.Pairs, r.QueueDrops, r.WallSeconds)
 }
 
@@ -325,6 +457,7 @@ func hotspot(m *topology.Matrix, n int, plain bool) (*run, error) {
 		for mi := range r.Minutes {
 			r.Minutes[mi].Closest += float64(perNode[k][order[0]][mi]) / float64(len(keys))
 		}
+		busiest, busiestRank := -1.0, 0
 		for rank, i := range order {
 			var sum uint64
 			steady := perNode[k][i][1:]
@@ -334,6 +467,9 @@ func hotspot(m *topology.Matrix, n int, plain bool) (*run, error) {
 			avg := float64(sum) / float64(max(len(steady), 1))
 			r.Steady[rank] += avg / float64(len(keys))
 			r.MaxSteady = math.Max(r.MaxSteady, avg)
+			if avg > busiest {
+				busiest, busiestRank = avg, rank
+			}
 			if sum == 0 && perNode[k][i][0] == 0 {
 				r.Silent += 1 / float64(len(keys))
 			}
@@ -342,6 +478,8 @@ func hotspot(m *topology.Matrix, n int, plain bool) (*run, error) {
 				r.ClosestWorst = math.Max(r.ClosestWorst, avg)
 			}
 		}
+		r.BusiestByKey = append(r.BusiestByKey, busiest)
+		r.BusiestRank = append(r.BusiestRank, busiestRank)
 	}
 	r.ClosestSteady = r.Steady[0]
 	ns := s.Net.Stats()

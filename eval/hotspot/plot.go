@@ -71,9 +71,9 @@ func plotCurve(path string, rep *report) error {
 // plotSweep draws the closest node's load against network size.
 func plotSweep(path string, runs []*run) error {
 	p := plot.New()
-	p.Title.Text = "Load on the node closest to a hot key vs network size"
+	p.Title.Text = "Load on the closest and the busiest node for a hot key vs network size"
 	p.X.Label.Text = "nodes (log scale)"
-	p.Y.Label.Text = "put RPCs per minute at the closest node"
+	p.Y.Label.Text = "put RPCs per minute"
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	var got, pred plotter.XYs
@@ -102,6 +102,18 @@ func plotSweep(path string, runs []*run) error {
 	ws.Shape = draw.TriangleGlyph{}
 	p.Add(wl, ws)
 	p.Legend.Add("closest node, worst hot key", wl, ws)
+	var busiest plotter.XYs
+	for _, r := range runs {
+		busiest = append(busiest, plotter.XY{X: float64(r.N), Y: r.MaxSteady})
+	}
+	bl, bs, err := plotter.NewLinePoints(busiest)
+	if err != nil {
+		return err
+	}
+	bl.Color, bs.Color = boundColor, boundColor
+	bs.Shape = draw.SquareGlyph{}
+	p.Add(bl, bs)
+	p.Legend.Add("busiest node, any hot key", bl, bs)
 	b, err := plotter.NewLine(pred)
 	if err != nil {
 		return err
@@ -114,4 +126,58 @@ func plotSweep(path string, runs []*run) error {
 	p.Legend.Left = true
 	p.Y.Min = 0
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
+}
+
+// plotRepeats draws, for every topology and seed, the closest and the
+// busiest node of each hot key beside the bound.
+func plotRepeats(path string, reps []*repeat) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Put RPCs per minute on a hot key, n = %d: every topology, seed and key", reps[0].Run.N)
+	p.X.Label.Text = "run (topology / seed)"
+	p.Y.Label.Text = "put RPCs received per minute (steady)"
+	var closest, busiest plotter.XYs
+	labels := make([]plot.Tick, len(reps))
+	for i, rp := range reps {
+		x := float64(i + 1)
+		for _, v := range rp.Run.ClosestByKey {
+			closest = append(closest, plotter.XY{X: x - 0.1, Y: v})
+		}
+		for _, v := range rp.Run.BusiestByKey {
+			busiest = append(busiest, plotter.XY{X: x + 0.1, Y: v})
+		}
+		name := rp.Topology
+		if len(name) > 5 {
+			name = name[:5]
+		}
+		labels[i] = plot.Tick{Value: x, Label: fmt.Sprintf("%s/%d", name, rp.Seed)}
+	}
+	cs, err := plotter.NewScatter(closest)
+	if err != nil {
+		return err
+	}
+	cs.Color, cs.Shape = coralColor, draw.CircleGlyph{}
+	p.Add(cs)
+	p.Legend.Add("closest node, each hot key", cs)
+	bs, err := plotter.NewScatter(busiest)
+	if err != nil {
+		return err
+	}
+	bs.Color, bs.Shape = plainColor, draw.TriangleGlyph{}
+	p.Add(bs)
+	p.Legend.Add("busiest node, each hot key", bs)
+	bound := plotter.NewFunction(func(float64) float64 { return float64(reps[0].Run.Predict) })
+	bound.Color = boundColor
+	bound.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(bound)
+	p.Legend.Add(fmt.Sprintf("beta * ceil(log2 n) = %d", reps[0].Run.Predict), bound)
+	p.Legend.Top = true
+	p.X.Tick.Marker = plot.ConstantTicks(labels)
+	p.X.Min, p.X.Max = 0.5, float64(len(reps))+0.5
+	p.Y.Min = 0
+	hi := float64(reps[0].Run.Predict) * 1.5
+	for _, rp := range reps {
+		hi = math.Max(hi, rp.Run.MaxSteady)
+	}
+	p.Y.Max = hi * 1.15
+	return p.Save(9*vg.Inch, 4.5*vg.Inch, path)
 }
