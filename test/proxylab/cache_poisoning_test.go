@@ -73,7 +73,11 @@ func TestCachePoisoningByRequest(t *testing.T) {
 		ua := r.Header.Get("User-Agent")
 		switch {
 		case r.URL.Path == "/missing":
-			http.NotFound(w, r) // no Cache-Control: cacheable by default
+			w.Header().Set("Cache-Control", "max-age=600") // declared cacheable
+			http.NotFound(w, r)
+			return
+		case r.URL.Path == "/provoked":
+			http.NotFound(w, r) // no Cache-Control: a request could have provoked it
 			return
 		case r.URL.Path == "/ua":
 			w.Header().Set("Cache-Control", "max-age=3600")
@@ -123,15 +127,20 @@ func TestCachePoisoningByRequest(t *testing.T) {
 		}
 	})
 
-	t.Run("a 404 is still kept", func(t *testing.T) {
+	t.Run("a 404 the origin declares fresh is still kept, a bare one not", func(t *testing.T) {
 		for i := range 2 {
-			if resp, _ := rawGet(t, p, "/missing", host); resp.StatusCode != http.StatusNotFound {
-				t.Fatalf("request %d: %d, want 404", i, resp.StatusCode)
+			for _, path := range []string{"/missing", "/provoked"} {
+				if resp, _ := rawGet(t, p, path, host); resp.StatusCode != http.StatusNotFound {
+					t.Fatalf("%s, request %d: %d, want 404", path, i, resp.StatusCode)
+				}
+				waitDownloads(t, p)
 			}
-			waitDownloads(t, p)
 		}
 		if n := len(o.requests("/missing")); n != 1 {
-			t.Errorf("the origin was asked %d times for a 404, want once (negative caching)", n)
+			t.Errorf("the origin was asked %d times for a 404 with max-age, want once (negative caching)", n)
+		}
+		if n := len(o.requests("/provoked")); n != 2 {
+			t.Errorf("the origin was asked %d times for a bare 404, want every time (not stored)", n)
 		}
 	})
 

@@ -3,6 +3,7 @@
 package diskcache
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -139,4 +140,47 @@ func TestHeldNotEvicted(t *testing.T) {
 	if _, ok := s.Peek("held"); ok {
 		t.Error("the least recently used object was not evicted once its reader closed")
 	}
+}
+
+// TestCreateRefusedWhenReadersHoldTheRoom: when the versions Readers hold
+// leave no room for a declared size, Create fails with ErrFull at once (the
+// caller relays the response uncached) instead of a Write failing midway
+// and cutting off the clients already reading the object.
+func TestCreateRefusedWhenReadersHoldTheRoom(t *testing.T) {
+	o := testOptions(t, 1<<20)
+	o.MaxObjectBytes = 256 << 10
+	s := openStore(t, o)
+	body := strings.Repeat("h", 200<<10)
+	var readers []*Reader
+	for i := range 4 {
+		key := fmt.Sprintf("held-%d", i)
+		put(t, s, key, body)
+		r, ok := s.Get(key)
+		if !ok {
+			t.Fatal("miss")
+		}
+		readers = append(readers, r)
+	}
+	// 800 KiB held of 1 MiB: a declared 250 KiB cannot fit.
+	w, err := s.Create("new", Meta{Status: 200, Size: 250 << 10})
+	if !errors.Is(err, ErrFull) {
+		if err == nil {
+			_, err = w.Write([]byte(strings.Repeat("n", 250<<10)))
+			w.Close()
+		}
+		t.Fatalf("Create with readers holding the room: %v, want ErrFull from Create itself", err)
+	}
+	// One that fits is taken.
+	w, err = s.Create("small", Meta{Status: 200, Size: 100 << 10})
+	if err != nil {
+		t.Fatalf("Create of what fits: %v", err)
+	}
+	w.Close()
+	for _, r := range readers {
+		r.Close()
+	}
+	if w, err = s.Create("new", Meta{Status: 200, Size: 250 << 10}); err != nil {
+		t.Fatalf("Create once the readers closed: %v", err)
+	}
+	w.Close()
 }

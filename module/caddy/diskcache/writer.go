@@ -66,8 +66,9 @@ const (
 // m.Size exceeds MaxObjectBytes, ErrFull if the space held by writes in
 // progress leaves less than m.Size (or one block, if m.Size is -1 or 0)
 // within MaxWritingBytes, or as many writes are in progress as that has
-// blocks. Passing that check reserves nothing: a later Write may still
-// find MaxWritingBytes taken by other writes.
+// blocks, or when the versions Readers hold open leave no room for m.Size
+// within MaxBytes even after evicting everything else. Passing those
+// checks reserves nothing: a later Write may still find the room taken.
 func (s *Store) Create(key string, m Meta) (*Writer, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
@@ -132,6 +133,15 @@ func (s *Store) Create(key string, m Meta) (*Writer, error) {
 		s.mu.Unlock()
 		return fail(fmt.Errorf("%w: %d writes in progress hold %d bytes, %d more wanted, limit %d",
 			ErrFull, writing, pending, want, s.maxWriting))
+	}
+	// Nor when what Readers hold (complete versions being read, which are
+	// never evicted, and unlinked ones still open) leaves no room for the
+	// declared size: this write would fail midway and cut off the clients
+	// reading it, where failing now lets them get it whole, uncached.
+	if room := s.opt.MaxBytes - s.pending - s.orphaned - s.held; want > room {
+		s.mu.Unlock()
+		return fail(fmt.Errorf("%w: readers hold %d bytes, writes %d; no room for %d more, limit %d",
+			ErrFull, s.held+s.orphaned, s.pending, want, s.opt.MaxBytes))
 	}
 	if e == nil {
 		e = &entry{key: key}
