@@ -300,3 +300,37 @@ func TestFutureLastModifiedIsNoValidator(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorDoesNotReplaceStaleSuccess: an origin that answers one
+// request's unkeyed fields with an error it marks fresh for an hour, while
+// its page is fresh for moments only (s-maxage, which min_ttl does not
+// stretch), used to have that error replace the page as soon as the page
+// went stale and a scanner was the one to revalidate it: every browser
+// then got the scanner's 500 as a hit. An error never replaces a stored
+// success, stale or not.
+func TestErrorDoesNotReplaceStaleSuccess(t *testing.T) {
+	origin := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.Header.Get("User-Agent"), "sqlmap") {
+			w.Header().Set("Cache-Control", "max-age=3600")
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, "poisoned")
+			return
+		}
+		w.Header().Set("Cache-Control", "s-maxage=0")
+		io.WriteString(w, "page")
+	})
+	p := startLocalProxy(t, 0, nil)
+	host := origin.coralHost()
+	if _, body := p.get(t, host, "/", "User-Agent", chromeUA); body != "page" {
+		t.Fatalf("first browser: %q", body)
+	}
+	p.idle(t)
+	if resp, _ := p.get(t, host, "/", "User-Agent", "sqlmap/1.8"); resp.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("the scanner got %d, want the origin's 500", resp.StatusCode)
+	}
+	p.idle(t)
+	resp, body := p.get(t, host, "/", "User-Agent", chromeUA)
+	if resp.StatusCode != http.StatusOK || body != "page" {
+		t.Errorf("a browser after the scanner got %d %q (Cache-Status %q), want the page", resp.StatusCode, body, resp.Header.Get("Cache-Status"))
+	}
+}

@@ -94,31 +94,39 @@ func (e *engine) noteFreshVariant(base string, m diskcache.Meta, until time.Time
 }
 
 // wouldHideFresh reports whether storing a response with status, varying
-// on fields (varyFields), under key would replace or hide a fresh copy
-// that others are being served, which a response provoked by request
-// fields outside the cache key (a firewall refusing a User-Agent) must
-// never do ("Your Cache Has Fallen", Nguyen et al., CCS 2019):
+// on fields (varyFields), under key would replace or hide a copy that
+// others are being served, which a response provoked by request fields
+// outside the cache key (a firewall refusing a User-Agent) must never do
+// ("Your Cache Has Fallen", Nguyen et al., CCS 2019):
 //
-//   - an error (400 and above) never replaces a fresh success, whether
-//     it would land on the same key or write a Vary index over it;
-//   - an error, or a response without Vary, never rewrites a Vary index
-//     that still has fresh variants (the index's Expires), which would
-//     hide them all.
+//   - an error (400 and above) never replaces a stored success, fresh or
+//     stale, whether it would land on the same key or write a Vary index
+//     over it: an origin that fails for one request's unkeyed fields may
+//     mark its error fresh for an hour, and a success that has just gone
+//     stale is exactly what the next request revalidates;
+//   - an error never rewrites a Vary index, and a response without Vary
+//     never rewrites one that still has fresh variants (the index's
+//     Expires), which would hide them all.
 //
 // Such a response still answers the request that brought it, uncached.
-// A stale copy is replaced as before: that is what revalidation is for.
+// The price: while a stale success is stored, an origin that really
+// turned the URL into an error is asked again on every miss (as a stale
+// copy is revalidated anyway), until the copy is evicted or the origin
+// sends a success again.
 func (e *engine) wouldHideFresh(fr fetchRequest, key, fields string, status int, now time.Time) bool {
 	isError := status >= 400
-	if base, ok := e.store.Peek(fr.baseKey); ok && now.Before(base.Expires) {
+	if base, ok := e.store.Peek(fr.baseKey); ok {
 		switch index := base.Extra[varyIndexField]; {
-		case index != "" && index != fields && (isError || fields == ""):
+		case index != "" && index != fields && isError:
+			return true
+		case index != "" && index != fields && fields == "" && now.Before(base.Expires):
 			return true
 		case index == "" && isError && base.Status < 400:
 			return true
 		}
 	}
 	if isError && key != fr.baseKey {
-		if m, ok := e.store.Peek(key); ok && now.Before(m.Expires) && m.Status < 400 {
+		if m, ok := e.store.Peek(key); ok && m.Status < 400 {
 			return true
 		}
 	}
