@@ -648,6 +648,18 @@ func TestUndeclaredTooLarge(t *testing.T) {
 	// was reading the download as it arrived, or whole if it came after.
 	t.Logf("first request: %d, %d bytes, %v", resp.StatusCode, len(b), err)
 	p.idle(t)
+	// When the first client's request ended before the download reached
+	// max_object_size (it got a 502 or a cut body for another reason on a
+	// loaded machine), the download was abandoned without learning the
+	// size: the next request may be cut off once more. Not a third time.
+	if resp, err := p.srv.Client().Do(req.Clone(context.Background())); err == nil {
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(got) != body {
+			t.Logf("second request cut off too: %d, %d bytes, %v", resp.StatusCode, len(got), err)
+		}
+		p.idle(t)
+	}
 	for range 2 {
 		resp, got := p.get(t, origin.coralHost(), "/big")
 		if resp.StatusCode != http.StatusOK || got != body || !strings.Contains(resp.Header.Get("Cache-Status"), "stored=false") {

@@ -127,6 +127,10 @@ func TestStalledReadersDiskBounded(t *testing.T) {
 	o := newOrigin(t)
 	p := startOne(t, netip.MustParseAddr("127.0.79.42"), proxyOptions{extra: []string{
 		"cache_size 32MiB", "max_object_size 8MiB", "min_ttl 0", "write_idle_timeout 2m",
+		// All the stalled clients come from 127.0.0.1: the per-client
+		// bound on download slots (8 of an origin's by default) would
+		// refuse the ninth relayed download, and this test is about disk.
+		"max_downloads 256 64 64",
 	}})
 	// The proxy runs in its directory; the lab's Caddyfile puts the cache
 	// in "cache" there.
