@@ -135,7 +135,7 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    peer_timeout   DURATION
 //	    download_timeout DURATION    # default 10m
 //	    write_idle_timeout DURATION|off # default 30s; off: the server's own
-//	    max_downloads  N [PER_ORIGIN [PER_CLIENT]] # default 256 32 8
+//	    max_downloads  N [PER_ORIGIN [PER_CLIENT]] # default 256 32 16
 //	    download_wait  DURATION      # default 10s
 //	    peer_address   IP:PORT
 //	    blacklist      FILE [POLL]

@@ -42,11 +42,12 @@ const (
 	// held back, while no single origin (a slow one, or one an attacker
 	// controls) can take more than an eighth of the proxy's slots.
 	defaultMaxDownloadsPerOrigin = 32
-	// defaultMaxDownloadsPerClient: 8 of one origin's slots for one client
-	// address: more than the six connections a browser opens to one host,
-	// with room for a few users behind one NAT, while it takes four
-	// addresses to take an origin's 32.
-	defaultMaxDownloadsPerClient = 8
+	// defaultMaxDownloadsPerClient: 16 of one origin's slots for one client
+	// address: room for a page's objects fetched at once by the users
+	// behind one NAT (with 8, one client asking for a page's 12 objects at
+	// once had four of them refused with 503 in eval/flashcrowd's start
+	// burst), while one address can still take only half an origin's 32.
+	defaultMaxDownloadsPerClient = 16
 	// nearlyDonePercent: a download with at least this share of its
 	// declared length received is finished although no client waits for
 	// it any more: the rest costs at most a tenth of the object, and the

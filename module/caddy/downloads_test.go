@@ -230,3 +230,21 @@ func TestDownloadSlotsPerClient(t *testing.T) {
 		t.Error("per client: one slot per client and origin, none counted for no client")
 	}
 }
+
+// TestDownloadSlotsPerClientDefaultFitsAPage: with the defaults, one
+// client address (a NAT's users, or eval/flashcrowd's start burst) may
+// fetch a page's dozen objects of one origin at once. With a default of 8
+// the ninth to twelfth waited download_wait and got 503.
+func TestDownloadSlotsPerClientDefaultFitsAPage(t *testing.T) {
+	o := newSlowBigOrigin(t)
+	p := startLocalProxy(t, 0, func(h *Handler) {
+		h.DownloadWait = caddy.Duration(300 * time.Millisecond)
+	})
+	for i := range 12 {
+		resp, cancel := p.openFrom(t, "127.0.0.1", o.coralHost(), "/big?page="+strconv.Itoa(i))
+		defer cancel()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("object %d of a page, all from one address: %d", i, resp.StatusCode)
+		}
+	}
+}

@@ -126,7 +126,7 @@ type Handler struct {
 	// served from the cache, or joining a download already running, need
 	// no slot. Defaults 256, 32 and 10s. MaxDownloadsPerClient bounds the
 	// slots of one origin that downloads started by one client address
-	// (IPv4, or IPv6 /64) hold at once. Default 8.
+	// (IPv4, or IPv6 /64) hold at once. Default 16.
 	MaxDownloads          int            `json:"max_downloads,omitempty"`
 	MaxDownloadsPerOrigin int            `json:"max_downloads_per_origin,omitempty"`
 	MaxDownloadsPerClient int            `json:"max_downloads_per_client,omitempty"`
