@@ -330,8 +330,14 @@ func normalizeQuery(q string) string {
 // of an escape are lower-cased. The result is a fixed point.
 func normalizePercent(s string, allowed func(byte) bool, lower bool) string {
 	if isNormalPercent(s, allowed, lower) {
-		return s // what the loop below would build, without building it
+		return s // what percentNormalized would build, without building it
 	}
+	return percentNormalized(s, allowed, lower)
+}
+
+// percentNormalized is normalizePercent without its shortcut: the general
+// algorithm, which FuzzNormalizeShortcuts holds the shortcut to.
+func percentNormalized(s string, allowed func(byte) bool, lower bool) string {
 	const hexUpper = "0123456789ABCDEF"
 	var b strings.Builder
 	b.Grow(len(s) + 8)
@@ -385,6 +391,12 @@ func removeDotSegments(p string) string {
 	if !strings.Contains(p, "/.") {
 		return p // no segment can be "." or "..": nothing to remove
 	}
+	return dotSegmentsRemoved(p)
+}
+
+// dotSegmentsRemoved is removeDotSegments without its shortcut: the
+// general algorithm, which FuzzNormalizeShortcuts holds the shortcut to.
+func dotSegmentsRemoved(p string) string {
 	segs := strings.Split(p[1:], "/")
 	out := make([]string, 0, len(segs))
 	trailing := false
