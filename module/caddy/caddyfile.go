@@ -124,6 +124,7 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    cache_size     SIZE          # e.g. 1GiB
 //	    max_object_size SIZE         # default cache_size / 8
 //	    max_objects    N             # default cache_size / 8KiB
+//	    memory_cache_size SIZE|off   # small hot bodies in memory; default 16MiB
 //	    allow_origins  PREFIX...     # private origins allowed anyway
 //	    allow_peers    PREFIX...     # private peer addresses allowed anyway
 //	    forward_fields FIELD...      # request fields sent to origins besides the defaults
@@ -276,6 +277,17 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		v, err := o.one()
 		if err == nil {
 			h.MaxObjectSize, err = o.size(v, "64MiB")
+		}
+		return err
+	},
+	"memory_cache_size": func(h *Handler, o optionArgs) error {
+		v, err := o.one()
+		switch {
+		case err != nil:
+		case v == "off":
+			h.MemoryCacheSize = -1
+		default:
+			h.MemoryCacheSize, err = o.size(v, "16MiB (or off)")
 		}
 		return err
 	},

@@ -45,6 +45,17 @@ func TestCaddyfileWriteIdleTimeout(t *testing.T) {
 	}
 }
 
+// TestCaddyfileMemoryCacheSize: memory_cache_size takes a size, or off
+// (-1: no bodies in memory).
+func TestCaddyfileMemoryCacheSize(t *testing.T) {
+	for in, want := range map[string]int64{"4MiB": 4 << 20, "off": -1} {
+		var h Handler
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("coral_proxy nyud.test {\n memory_cache_size " + in + "\n}")); err != nil || h.MemoryCacheSize != want {
+			t.Errorf("memory_cache_size %s: %v, %v; want %v", in, h.MemoryCacheSize, err, want)
+		}
+	}
+}
+
 func TestCaddyfileErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, input, want string
@@ -54,6 +65,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"unknown option", "coral_proxy nyud.test {\n colour blue\n}", `unknown coral_proxy option "colour"`},
 		{"bad size", "coral_proxy nyud.test {\n cache_size lots\n}", "not a size"},
 		{"zero size", "coral_proxy nyud.test {\n cache_size 0\n}", "not a size"},
+		{"bad memory size", "coral_proxy nyud.test {\n memory_cache_size some\n}", "not a size"},
 		{"bad prefix", "coral_proxy nyud.test {\n allow_origins 10.0.0.0/33\n}", "not a prefix"},
 		{"no prefix", "coral_proxy nyud.test {\n allow_origins\n}", "at least one"},
 		{"bad scheme", "coral_proxy nyud.test {\n origin_scheme ftp\n}", "want http, https or auto"},

@@ -49,6 +49,12 @@ type Handler struct {
 	// CacheSize / 8 KiB, as many as fit at their smallest (two blocks).
 	MaxObjects int `json:"max_objects,omitempty"`
 
+	// MemoryCacheSize bounds the bodies of small, often-read objects
+	// (16 KiB or less) the cache also keeps in memory, so that a hit on
+	// one reads no file. Default 16 MiB; -1 keeps none. (The decoded
+	// metadata of often-read objects takes up to another 16 MiB.)
+	MemoryCacheSize int64 `json:"memory_cache_size,omitempty"`
+
 	// AllowOrigins lists address prefixes of origins the proxy may fetch
 	// from although they are private, loopback or otherwise not public.
 	// By default such origins are refused, and so are the node's own
@@ -245,7 +251,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	val, _, err := stores.LoadOrNew(dir, func() (caddy.Destructor, error) {
-		s, err := diskcache.Open(diskcache.Options{Dir: dir, MaxBytes: h.CacheSize, MaxObjectBytes: h.MaxObjectSize, MaxEntries: h.MaxObjects})
+		s, err := diskcache.Open(diskcache.Options{Dir: dir, MaxBytes: h.CacheSize, MaxObjectBytes: h.MaxObjectSize, MaxEntries: h.MaxObjects, HotBodyBytes: h.MemoryCacheSize})
 		if err != nil {
 			return nil, err
 		}
@@ -473,6 +479,9 @@ func (h *Handler) Validate() error {
 	}
 	if h.CacheSize < 0 {
 		return errors.New("coral_proxy: cache_size must be positive")
+	}
+	if h.MemoryCacheSize < -1 {
+		return errors.New("coral_proxy: memory_cache_size must be a size, or -1 for none")
 	}
 	if h.MaxObjectSize < 0 || h.MaxObjectSize > h.CacheSize && h.CacheSize > 0 {
 		return fmt.Errorf("coral_proxy: max_object_size %d must be positive and at most cache_size %d", h.MaxObjectSize, h.CacheSize)

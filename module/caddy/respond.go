@@ -47,7 +47,7 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 		if !plainRequest(r, hdr) {
 			// Ranges and conditional requests are answered from the cache.
 			// The file itself, so that bodies go out with sendfile.
-			http.ServeContent(w, r, "", lastModified(m.Header), rd.File())
+			http.ServeContent(w, r, "", lastModified(m.Header), rd.Content())
 			return nil
 		}
 		// What ServeContent sends for a request without conditions or

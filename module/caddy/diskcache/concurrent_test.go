@@ -94,7 +94,7 @@ func TestCutThrough(t *testing.T) {
 		if err := <-waitCh; err != nil {
 			t.Fatal(err)
 		}
-		if !r.Complete() || r.Size() != 12 || r.File() == nil || r.Meta().Size != 12 {
+		if !r.Complete() || r.Size() != 12 || r.Content() == nil || r.Meta().Size != 12 {
 			t.Fatalf("after commit: complete %v size %d", r.Complete(), r.Size())
 		}
 	})

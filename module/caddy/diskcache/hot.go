@@ -16,15 +16,34 @@ package diskcache
 // Replacement is CLOCK (second chance): a Get sets its slot's reference bit,
 // and the hand evicting for room clears set bits and takes the first slot
 // whose bit is clear, so entries read again since the hand last passed stay.
+//
+// Small bodies: a version in the hot set of at most HotBodyMaxSize bytes
+// also gets its body in memory at its next Get (read from the file that
+// Get opened), within Options.HotBodyBytes, so that its hits open, read
+// and close no file and take no hold on the version (a Reader of memory
+// keeps no file on disk). The body goes with the slot, and also on its
+// own, by a second CLOCK hand, when bodies need room.
+//
 // Everything here is guarded by s.mu.
 
 // DefaultHotMetaBytes is Options.HotMetaBytes when zero.
 const DefaultHotMetaBytes = 16 << 20
 
-// hotSlot holds one entry's decoded metadata.
+// DefaultHotBodyBytes is Options.HotBodyBytes when zero: 1,024 bodies of
+// HotBodyMaxSize, many more of the small objects that make up most of a
+// page.
+const DefaultHotBodyBytes = 16 << 20
+
+// HotBodyMaxSize is the largest body kept in memory. Larger ones go out
+// with sendfile, whose cost does not grow with the body, from the page
+// cache; below it a hit's open, read and close are most of its work.
+const HotBodyMaxSize = 16 << 10
+
+// hotSlot holds one entry's decoded metadata, and maybe its body.
 type hotSlot struct {
 	e    *entry // nil: free
 	m    Meta
+	body []byte // nil: not in memory; never modified once set
 	cost int64
 	ref  bool
 }
@@ -33,14 +52,68 @@ type hotSlot struct {
 // the next one caches it.
 const hotSeen = -1
 
-// hotGetLocked returns e's cached metadata and marks it used.
-func (s *Store) hotGetLocked(e *entry) (Meta, bool) {
+// hotGetLocked returns e's cached metadata and body (nil if not in
+// memory) and marks them used.
+func (s *Store) hotGetLocked(e *entry) (Meta, []byte, bool) {
 	if e.hot <= 0 {
-		return Meta{}, false
+		return Meta{}, nil, false
 	}
 	h := &s.hot[e.hot-1]
 	h.ref = true
-	return h.m, true
+	return h.m, h.body, true
+}
+
+// wantsBody reports whether a version of size bytes whose metadata is in
+// the hot set should have its body read into memory.
+func (s *Store) wantsBody(size int64) bool {
+	return s.hotBodyMax > 0 && size >= 0 && size <= HotBodyMaxSize && size <= s.hotBodyMax/8
+}
+
+// hotBodyPutLocked keeps body as the body of e's version gen, if e still
+// holds it in the hot set without one.
+func (s *Store) hotBodyPutLocked(e *entry, gen uint64, body []byte) {
+	if e.hot <= 0 || e.gen != gen || s.index[e.key] != e {
+		return
+	}
+	h := &s.hot[e.hot-1]
+	if h.body != nil || int64(len(body)) != h.m.Size {
+		return
+	}
+	h.body = body
+	s.hotBody += bodyCost(body)
+	s.hotBodies++
+	s.hotBodyEvictLocked(e)
+}
+
+// bodyCost is what a body kept in memory is charged: its allocation.
+func bodyCost(b []byte) int64 { return allocSize(cap(b)) }
+
+// hotBodyDropLocked forgets the body of slot h.
+func (s *Store) hotBodyDropLocked(h *hotSlot) {
+	if h.body == nil {
+		return
+	}
+	s.hotBody -= bodyCost(h.body)
+	s.hotBodies--
+	h.body = nil
+}
+
+// hotBodyEvictLocked makes the bodies fit their budget, sparing keep's. Its
+// hand passes over bodies read since it last came by once (clearing no
+// reference bit: that is the metadata hand's job) and takes them on its
+// second turn.
+func (s *Store) hotBodyEvictLocked(keep *entry) {
+	for turns := 2 * len(s.hot); s.hotBody > s.hotBodyMax && turns > 0; turns-- {
+		if s.bodyHand >= len(s.hot) {
+			s.bodyHand = 0
+		}
+		h := &s.hot[s.bodyHand]
+		s.bodyHand++
+		if h.body == nil || h.e == keep || (h.ref && turns > len(s.hot)) {
+			continue
+		}
+		s.hotBodyDropLocked(h)
+	}
 }
 
 // hotAdmitLocked is called with the metadata a Get read from e's file: the
@@ -99,6 +172,7 @@ func (s *Store) hotDropLocked(e *entry) {
 	}
 	i := e.hot - 1
 	s.hotBytes -= s.hot[i].cost
+	s.hotBodyDropLocked(&s.hot[i])
 	s.hot[i] = hotSlot{}
 	s.hotFree = append(s.hotFree, i)
 	e.hot = 0

@@ -353,6 +353,7 @@ func TestVersionPath(t *testing.T) {
 // says is an error, never a short success.
 func TestWriteToSmall(t *testing.T) {
 	o := testOptions(t, 1<<20)
+	o.HotBodyBytes = -1 // the file's copy, not memory's (TestHotBodyFromMemory)
 	s := openStore(t, o)
 	body := strings.Repeat("0123456789", 100)
 	put(t, s, key1, body)

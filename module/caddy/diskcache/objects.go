@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 )
@@ -54,16 +55,22 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 			continue
 		}
 		gen := e.gen
-		s.holdLocked(e)
 		e.used = s.now().UnixNano()
 		s.moveToFront(e)
-		m, hot := s.hotGetLocked(e)
+		m, body, hot := s.hotGetLocked(e)
+		if body != nil {
+			// In memory: no file, so no hold on the version either.
+			s.mu.Unlock()
+			s.hits.Add(1)
+			return s.newMemReader(key, m, body), true
+		}
+		s.holdLocked(e)
 		epoch := s.metaEpoch
 		s.mu.Unlock()
 		var r *Reader
 		var err error
 		if hot {
-			r, err = s.openHot(ctx, key, gen, m)
+			r, err = s.openHot(ctx, key, gen, e, m)
 		} else {
 			r, err = s.openVersion(ctx, key, gen, e, epoch)
 		}
@@ -93,10 +100,23 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 // openHot opens the body of a complete version whose metadata is in the hot
 // set: no metadata file, no stat. The metadata is what this Store wrote or
 // checked itself, and the Store owns the directory.
-func (s *Store) openHot(ctx context.Context, key string, gen uint64, m Meta) (*Reader, error) {
+//
+// A body small enough to keep in memory (wantsBody) is read whole from the
+// file here and offered to the hot set, and the Reader reads that copy.
+func (s *Store) openHot(ctx context.Context, key string, gen uint64, e *entry, m Meta) (*Reader, error) {
 	f, err := openRead(s.bodyPath(fileName(key), gen))
 	if err != nil {
 		return nil, err
+	}
+	if s.wantsBody(m.Size) {
+		body := make([]byte, m.Size)
+		n, err := f.ReadAt(body, 0)
+		if n == len(body) && (err == nil || err == io.EOF) {
+			s.mu.Lock()
+			s.hotBodyPutLocked(e, gen, body)
+			s.mu.Unlock()
+		}
+		// On a short read the file Reader below reports it.
 	}
 	return s.newReader(ctx, key, gen, f, nil, m), nil
 }

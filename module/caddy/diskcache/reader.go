@@ -1,6 +1,7 @@
 package diskcache
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +12,8 @@ import (
 	"sync/atomic"
 )
 
-// Reader reads one version of an object, from its own file descriptor.
+// Reader reads one version of an object, from its own file descriptor, or
+// from the copy in memory of a small hot body (see hot.go).
 //
 // A Reader of a complete object reads the file directly. A Reader of an
 // object being written (cut-through) returns the bytes already on disk at
@@ -26,8 +28,9 @@ import (
 type Reader struct {
 	s      *Store
 	key    string
-	gen    uint64 // the version read, counted until Close (held.go)
-	f      *os.File
+	gen    uint64   // the version read, counted until Close (held.go)
+	f      *os.File // nil when reading mem
+	mem    []byte   // the body in memory, shared: never modified
 	ctx    context.Context
 	w      *Writer // nil if complete when opened
 	meta   Meta    // if complete when opened
@@ -56,6 +59,28 @@ func (s *Store) newReader(ctx context.Context, key string, gen uint64, f *os.Fil
 	return r
 }
 
+// newMemReader reads body, the in-memory body of key's complete version
+// described by m. It holds no file and no version (Close releases nothing).
+func (s *Store) newMemReader(key string, m Meta, body []byte) *Reader {
+	s.readers.Add(1)
+	return &Reader{s: s, key: key, mem: body, ctx: context.Background(), meta: m}
+}
+
+// readAt reads the body at off, from memory or the file.
+func (r *Reader) readAt(p []byte, off int64) (int, error) {
+	if r.f != nil {
+		return r.f.ReadAt(p, off)
+	}
+	if off >= int64(len(r.mem)) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.mem[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
 // Meta returns the object's metadata: for an object still being written
 // the Meta given to Create (Size -1 unless declared), once committed the
 // final one. Treat it as read-only (see Meta).
@@ -81,13 +106,18 @@ func (r *Reader) Complete() bool {
 	return r.w.state == committed
 }
 
-// File returns the body file of a complete object (nil while it is being
-// written), for callers that want the *os.File itself, such as
-// http.ServeContent. Do not close it; the Reader uses positional reads and
-// keeps its own offset, but WriteTo seeks the file. WriteTo already copies
-// with sendfile/copy_file_range when the destination supports it.
-func (r *Reader) File() *os.File {
-	if !r.Complete() {
+// Content returns the body of a complete object as an io.ReadSeeker of its
+// own, for callers such as http.ServeContent (nil while it is being
+// written): the *os.File itself, so that copies to a TCP connection use
+// sendfile, or for a body in memory a bytes.Reader of it. Do not close it;
+// the Reader uses positional reads and keeps its own offset, but WriteTo
+// seeks the file. WriteTo already copies with sendfile/copy_file_range when
+// the destination supports it.
+func (r *Reader) Content() io.ReadSeeker {
+	switch {
+	case r.mem != nil:
+		return bytes.NewReader(r.mem)
+	case !r.Complete():
 		return nil
 	}
 	return r.f
@@ -101,8 +131,10 @@ func (r *Reader) Close() error {
 		if r.closed != nil {
 			close(r.closed)
 		}
-		r.f.Close()
-		r.s.release(r.key, r.gen)
+		if r.f != nil {
+			r.f.Close()
+			r.s.release(r.key, r.gen)
+		}
 		r.s.readers.Add(-1)
 	})
 	return nil
@@ -166,7 +198,7 @@ func (r *Reader) ReadContext(ctx context.Context, p []byte) (int, error) {
 	if r.off >= end {
 		return 0, io.EOF
 	}
-	n, err := r.f.ReadAt(p[:min(int64(len(p)), end-r.off)], r.off)
+	n, err := r.readAt(p[:min(int64(len(p)), end-r.off)], r.off)
 	r.off += int64(n)
 	if err == io.EOF { // shorter than its metadata or the writer says
 		err = fmt.Errorf("diskcache: %q: %w", r.key, io.ErrUnexpectedEOF)
@@ -191,7 +223,7 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 		if pos >= end {
 			return total, io.EOF
 		}
-		n, err := r.f.ReadAt(p[total:total+int(min(int64(len(p)-total), end-pos))], pos)
+		n, err := r.readAt(p[total:total+int(min(int64(len(p)-total), end-pos))], pos)
 		total += n
 		if err == io.EOF {
 			return total, fmt.Errorf("diskcache: %q: %w", r.key, io.ErrUnexpectedEOF)
@@ -251,6 +283,15 @@ func (r *Reader) WriteTo(dst io.Writer) (int64, error) {
 			return total, nil
 		}
 		want := end - r.off
+		if r.mem != nil {
+			// In memory: one write, however large.
+			n, err := dst.Write(r.mem[r.off:end])
+			r.off += int64(n)
+			if err == nil && int64(n) < want {
+				err = io.ErrShortWrite
+			}
+			return total + int64(n), err
+		}
 		complete := r.Complete()
 		if want <= smallWrite && complete {
 			n, err := r.writeSmall(dst, want)
@@ -297,7 +338,7 @@ func (r *Reader) writeSmall(dst io.Writer, want int64) (int64, error) {
 	buf := smallBufs.Get().(*[smallWrite]byte)
 	defer smallBufs.Put(buf)
 	p := buf[:want]
-	n, err := r.f.ReadAt(p, r.off)
+	n, err := r.readAt(p, r.off)
 	switch {
 	case n < len(p) && (err == nil || err == io.EOF):
 		err = fmt.Errorf("diskcache: %q: %w", r.key, io.ErrUnexpectedEOF)

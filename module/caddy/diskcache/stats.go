@@ -39,6 +39,10 @@ type Stats struct {
 	// HotBytes of heap (within Options.HotMetaBytes).
 	HotEntries int
 	HotBytes   int64
+	// HotBodies of them also have their body in memory, HotBodyBytes in
+	// all (within Options.HotBodyBytes).
+	HotBodies    int
+	HotBodyBytes int64
 }
 
 // Stats returns a snapshot of the store's counters.
@@ -50,6 +54,7 @@ func (s *Store) Stats() Stats {
 		MaxBytes: s.opt.MaxBytes, MaxEntries: s.maxEntries,
 		MaxObjectBytes: s.maxObject, MaxWritingBytes: s.maxWriting, BlockBytes: s.block,
 		HotEntries: len(s.hot) - len(s.hotFree), HotBytes: s.hotBytes,
+		HotBodies: s.hotBodies, HotBodyBytes: s.hotBody,
 	}
 	s.mu.Unlock()
 	st.MetaReads = s.metaReads.Load()

@@ -54,6 +54,11 @@ type Options struct {
 	// A Get of an object in this hot set reads no metadata file. Default
 	// (0) 16 MiB; negative: none, every Get reads the metadata file.
 	HotMetaBytes int64
+	// HotBodyBytes bounds the bodies kept in memory for objects in the hot
+	// set that are at most HotBodyMaxSize bytes long: a Get of one of them
+	// opens no file at all (see the package docs, "Memory"). Default
+	// (zero): DefaultHotBodyBytes; negative: none.
+	HotBodyBytes int64
 	// NoSync skips fsync. A process crash still never exposes a partial
 	// object, but after a power failure a committed body may have lost
 	// data. For tests and for caches on tmpfs.
@@ -111,6 +116,11 @@ type Store struct {
 	hand     int     // CLOCK hand
 	hotBytes int64   // estimated bytes held
 	hotMax   int64
+	// Bodies of small hot versions (hot.go), within hotBodyMax.
+	hotBody    int64
+	hotBodies  int
+	hotBodyMax int64
+	bodyHand   int
 	// metaEpoch changes whenever UpdateMeta replaces a metadata file, so a
 	// Get that read the file before cannot cache what it read.
 	metaEpoch uint64
@@ -196,6 +206,12 @@ func Open(o Options) (*Store, error) {
 		s.hotMax = DefaultHotMetaBytes
 	case s.hotMax < 0:
 		s.hotMax = 0
+	}
+	switch s.hotBodyMax = o.HotBodyBytes; {
+	case s.hotBodyMax == 0:
+		s.hotBodyMax = DefaultHotBodyBytes
+	case s.hotBodyMax < 0:
+		s.hotBodyMax = 0
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

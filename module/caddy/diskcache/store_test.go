@@ -56,8 +56,8 @@ func TestPutGet(t *testing.T) {
 		m.Extra["sha256"] != want.Extra["sha256"] || m.Stored.IsZero() {
 		t.Fatalf("meta %+v", m)
 	}
-	if !r.Complete() || r.Size() != 12 || r.File() == nil {
-		t.Fatalf("Complete %v Size %d File %v", r.Complete(), r.Size(), r.File())
+	if !r.Complete() || r.Size() != 12 || r.Content() == nil {
+		t.Fatalf("Complete %v Size %d File %v", r.Complete(), r.Size(), r.Content())
 	}
 	b, err := io.ReadAll(r)
 	if err != nil || string(b) != "hello, world" {
@@ -155,7 +155,7 @@ func TestReplaceKeepsOldVersionForItsReaders(t *testing.T) {
 		t.Fatalf("Get during write: ok %v complete %v", ok, cur.Complete())
 	}
 	defer cur.Close()
-	if cur.File() != nil {
+	if cur.Content() != nil {
 		t.Fatal("File of an incomplete object")
 	}
 	if m, ok := s.Peek(key1); !ok || m.Size != -1 {
