@@ -25,13 +25,15 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 	// reallocates: one allocation for them all and the fields set here.
 	vals := make([]string, 0, len(m.Header)+5)
 	for k, v := range m.Header {
-		if !toPeer && k == httpcache.CoralOnlyField {
-			continue // for Coral proxies only (targeted.go)
+		if !toPeer && k == httpcache.CoralOnlyField || k == "Set-Cookie" {
+			// Coral-only: for Coral proxies only (targeted.go).
+			// Set-Cookie: a cookie is one client's, never shared.
+			continue
 		}
 		vals = append(vals, v...)
 		hdr[k] = vals[len(vals)-len(v) : len(vals) : len(vals)]
 	}
-	delete(hdr, "Set-Cookie")
+	delete(hdr, "Set-Cookie") // one set before the handler ran
 	if !toPeer {
 		h.localizeLocation(hdr, r)
 	}

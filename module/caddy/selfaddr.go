@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht/host"
@@ -47,7 +48,15 @@ type selfAddresses struct {
 	sources []func() []netip.Addr
 	now     func() time.Time
 
+	// snap is the set and when it was read; a request reads it without a
+	// lock. The one request that finds it stale reads the sources again
+	// (refresh, under mu) while others go on with the old set: only the
+	// first read ever waits.
+	snap atomic.Pointer[selfSnapshot]
 	mu   sync.Mutex
+}
+
+type selfSnapshot struct {
 	set  map[netip.Addr]bool
 	read time.Time
 }
@@ -62,20 +71,41 @@ func (s *selfAddresses) contains(ip netip.Addr) bool {
 	if s == nil {
 		return false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if now := s.now(); s.set == nil || now.Sub(s.read) >= selfRefresh || now.Before(s.read) {
-		set := make(map[netip.Addr]bool)
-		for _, src := range s.sources {
-			for _, a := range src() {
-				if a.IsValid() {
-					set[a.Unmap().WithZone("")] = true
-				}
+	snap := s.snap.Load()
+	switch {
+	case snap == nil:
+		s.mu.Lock()
+		if snap = s.snap.Load(); snap == nil {
+			snap = s.refreshLocked()
+		}
+		s.mu.Unlock()
+	case s.stale(snap) && s.mu.TryLock():
+		if snap = s.snap.Load(); s.stale(snap) {
+			snap = s.refreshLocked()
+		}
+		s.mu.Unlock()
+	}
+	return snap.set[ip]
+}
+
+func (s *selfAddresses) stale(snap *selfSnapshot) bool {
+	now := s.now()
+	return now.Sub(snap.read) >= selfRefresh || now.Before(snap.read)
+}
+
+// refreshLocked reads the sources again; s.mu is held.
+func (s *selfAddresses) refreshLocked() *selfSnapshot {
+	set := make(map[netip.Addr]bool)
+	for _, src := range s.sources {
+		for _, a := range src() {
+			if a.IsValid() {
+				set[a.Unmap().WithZone("")] = true
 			}
 		}
-		s.set, s.read = set, now
 	}
-	return s.set[ip]
+	snap := &selfSnapshot{set: set, read: s.now()}
+	s.snap.Store(snap)
+	return snap
 }
 
 // interfaceAddrs are the addresses of the machine's network interfaces.

@@ -47,7 +47,21 @@ type CacheControl struct {
 // any case and whitespace, quoted values (with commas and escapes inside),
 // and repeated directives (see the file comment on conflicts).
 func ParseCacheControl(h http.Header) CacheControl {
-	return parseCacheControlValue(strings.Join(h.Values("Cache-Control"), ","))
+	// h["Cache-Control"], not h.Values: the key is canonical already, and
+	// most requests have none (nothing to canonicalize, join or parse).
+	return parseCacheControlValue(joinFieldLines(h["Cache-Control"]))
+}
+
+// joinFieldLines joins a field's lines into one list, without allocating
+// for the usual zero or one line.
+func joinFieldLines(vs []string) string {
+	switch len(vs) {
+	case 0:
+		return ""
+	case 1:
+		return vs[0]
+	}
+	return strings.Join(vs, ",")
 }
 
 // ParseRequestCacheControl is ParseCacheControl for a request, which also
@@ -55,8 +69,8 @@ func ParseCacheControl(h http.Header) CacheControl {
 // (RFC 9111 §5.4, for HTTP/1.0 clients).
 func ParseRequestCacheControl(h http.Header) CacheControl {
 	cc := ParseCacheControl(h)
-	if len(h.Values("Cache-Control")) == 0 {
-		for _, v := range h.Values("Pragma") {
+	if len(h["Cache-Control"]) == 0 {
+		for _, v := range h["Pragma"] {
 			for _, d := range strings.Split(v, ",") {
 				if strings.EqualFold(strings.TrimSpace(d), "no-cache") {
 					cc.NoCache = true
