@@ -168,6 +168,22 @@
 // or adds the cached copy, and a version leaves the hot set with the
 // version (replaced, deleted, evicted, found gone).
 //
+// Small bodies (HotBodyMaxSize, 16 KiB, or less) of objects in the hot set
+// are kept in memory too, within Options.HotBodyBytes (default 16 MiB;
+// Stats.HotBodyBytes): the first Get after the metadata entered the hot set
+// reads the body whole from the file it opened, and later Gets open no
+// file at all. For a small object, opening, reading and closing its file
+// were most of a hit's work (three system calls and four allocations, two
+// thirds of the handler's time for 1 KiB in coral_proxy's BenchmarkHit); a
+// larger body still goes out with sendfile, whose cost does not grow with
+// it. A Reader of memory holds no file, so it keeps nothing on disk and
+// takes no hold on its version: the version can be replaced or evicted
+// while it reads, and the body it reads stays valid (it is never
+// modified). Bodies leave with their slot, or alone by a second CLOCK hand
+// when the bodies need room; so like the metadata, a body in memory is
+// trusted while the store runs and a change to its file behind the
+// store's back goes unnoticed until the version leaves the hot set.
+//
 // Why not keep every object's metadata with its index entry: decoded, the
 // metadata coral_proxy stores (five header fields, two Extra entries) takes
 // about 1.2 KB of heap (two maps, their value slices and strings;
