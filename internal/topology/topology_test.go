@@ -715,18 +715,44 @@ func TestLatencyConcurrent(t *testing.T) {
 	m := Synthetic(30, 1)
 	nodes := m.Place(90, 3, 1)
 	lat := Latency(m, nodes)
-	done := make(chan time.Duration)
+	// What each goroutine must find: the same pairs, asked one by one
+	// before any concurrency (a latency function that caches or computes
+	// lazily must give every caller the same answers).
+	want := make([]time.Duration, 4)
+	for g := range want {
+		for i := range nodes {
+			want[g] += lat(nodes[(i+g)%len(nodes)].Addr, nodes[i].Addr)
+		}
+	}
+	if want[1] <= 0 {
+		t.Fatalf("sum of latencies %v, want positive", want[1])
+	}
+	lat = Latency(m, nodes) // fresh: its first uses are concurrent
+	got := make([]time.Duration, 4)
+	done := make(chan struct{})
 	for g := range 4 {
 		go func() {
-			var sum time.Duration
-			for i := range nodes {
-				sum += lat(nodes[(i+g)%len(nodes)].Addr, nodes[i].Addr)
+			defer func() { done <- struct{}{} }()
+			for range 3 {
+				var sum time.Duration
+				for i := range nodes {
+					sum += lat(nodes[(i+g)%len(nodes)].Addr, nodes[i].Addr)
+				}
+				if got[g] != 0 && sum != got[g] {
+					got[g] = -1 // changed between rounds
+					return
+				}
+				got[g] = sum
 			}
-			done <- sum
 		}()
 	}
 	for range 4 {
 		<-done
+	}
+	for g := range got {
+		if got[g] != want[g] {
+			t.Errorf("goroutine %d: sum of latencies %v, want %v (as asked one by one)", g, got[g], want[g])
+		}
 	}
 }
 
