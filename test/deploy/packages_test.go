@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/coralcdn/coral/internal/labconf"
 )
@@ -114,6 +116,46 @@ func TestPackages(t *testing.T) {
 	t.Run("InstallRemovePurge", func(t *testing.T) { testInstallRemovePurge(t, first) })
 }
 
+// errDpkgLocked is a dpkg run that found another dpkg or apt at work.
+var errDpkgLocked = errors.New("dpkg lock held by another process")
+
+// lockError returns errDpkgLocked when a command failed only because dpkg's
+// lock was taken, else err.
+func lockError(err error, out []byte) error {
+	if err != nil && bytes.Contains(out, []byte("dpkg frontend lock was locked")) {
+		return errDpkgLocked
+	}
+	return err
+}
+
+// retryDpkgLock runs f again while it fails on dpkg's lock (an apt-get of
+// the machine's own, or of a test's deps), for up to 10 minutes.
+func retryDpkgLock(f func() error) error {
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		err := f()
+		if !errors.Is(err, errDpkgLocked) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// dpkg runs dpkg with args, waiting out another holder of its lock, and
+// fails the test if it fails.
+func dpkg(t *testing.T, args ...string) {
+	t.Helper()
+	var out []byte
+	err := retryDpkgLock(func() error {
+		var err error
+		out, err = exec.Command("dpkg", args...).CombinedOutput()
+		return lockError(err, out)
+	})
+	if err != nil {
+		t.Fatalf("dpkg %q: %v\n%s", args, err, out)
+	}
+}
+
 func fileSum(t *testing.T, path string) [32]byte {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -185,7 +227,7 @@ func testInstallRemovePurge(t *testing.T, debs []string) {
 		t.Fatal(err)
 	}
 
-	runOut(t, "", "dpkg", "-i", debs[0], debs[1])
+	dpkg(t, "-i", debs[0], debs[1])
 
 	for _, f := range []string{"/usr/bin/coral-coredns", "/usr/bin/coral-caddy",
 		"/lib/systemd/system/coral-dns.service", "/lib/systemd/system/coral-proxy.service",
@@ -241,7 +283,7 @@ func testInstallRemovePurge(t *testing.T, debs []string) {
 		}
 	}
 
-	runOut(t, "", "dpkg", "-r", "coral-dns", "coral-proxy")
+	dpkg(t, "-r", "coral-dns", "coral-proxy")
 	for _, f := range []string{"/usr/bin/coral-coredns", "/usr/bin/coral-caddy",
 		"/lib/systemd/system/coral-dns.service", "/lib/systemd/system/coral-proxy.service"} {
 		if exists(f) {
@@ -257,7 +299,7 @@ func testInstallRemovePurge(t *testing.T, debs []string) {
 		t.Errorf("dpkg -r removed the coral user: %v", err)
 	}
 
-	runOut(t, "", "dpkg", "--purge", "coral-dns", "coral-proxy")
+	dpkg(t, "--purge", "coral-dns", "coral-proxy")
 	for _, f := range []string{"/etc/coral", "/var/lib/coral-proxy", "/var/cache/coral-proxy", "/var/lib/coral-dns",
 		"/usr/share/coral-dns", "/usr/share/coral-proxy"} {
 		if exists(f) {
