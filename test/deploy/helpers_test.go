@@ -42,6 +42,18 @@ func needTool(t *testing.T, name, from string) string {
 	return ""
 }
 
+// systemdAnalyze returns the path of systemd-analyze, or skips the test
+// where it is absent (a machine without systemd), CI included: nothing
+// installs it for a test.
+func systemdAnalyze(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not installed (Debian package systemd)")
+	}
+	return path
+}
+
 // runOut runs a command and returns its combined output, failing the test
 // when it does not exit 0.
 func runOut(t *testing.T, dir string, name string, args ...string) string {

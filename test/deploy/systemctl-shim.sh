@@ -2,7 +2,7 @@
 # systemctl for TestWalkthrough's lab, where no systemd runs: start, stop,
 # reload, enable --now and disable --now of the installed units, carried
 # out as systemd would for what the units say: ExecStart and ExecReload
-# ($MAINPID), User and Group, Environment, WorkingDirectory,
+# ($MAINPID), User and Group, the user's HOME and Environment, WorkingDirectory,
 # StateDirectory and CacheDirectory (created, owned by the user), the
 # ambient capabilities and NoNewPrivileges. The sandboxing directives are
 # left to systemd-analyze (TestUnitsSecurity). A node's pid files and logs
@@ -29,7 +29,12 @@ for unit in "$@"; do
 	user=$(val User)
 	group=$(val Group)
 	caps=$(val AmbientCapabilities | tr 'A-Z' 'a-z' | sed -e 's/cap_/+/g' -e 's/ /,/g')
-	mapfile -t env < <(val Environment)
+	# As systemd does for User=: HOME, USER, LOGNAME and SHELL from the
+	# user's entry (for coral, HOME=/nonexistent), then the unit's
+	# Environment= lines over them.
+	IFS=: read -r _ _ _ _ _ home shell < <(getent passwd "$user")
+	env=("HOME=$home" "USER=$user" "LOGNAME=$user" "SHELL=$shell")
+	mapfile -t -O 4 env < <(val Environment)
 	pidfile=$run/$unit.pid
 	as_unit() {
 		env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "${env[@]}" \

@@ -84,7 +84,7 @@ func verify(t *testing.T, analyze, root string) (string, error) {
 }
 
 func TestUnitsVerify(t *testing.T) {
-	analyze := needTool(t, "systemd-analyze", "Debian package systemd")
+	analyze := systemdAnalyze(t)
 	out, err := verify(t, analyze, unitRoot(t, nil))
 	if err != nil || out != "" {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
@@ -107,7 +107,7 @@ func TestUnitsVerify(t *testing.T) {
 var exposureLine = regexp.MustCompile(`Overall exposure level for (\S+): ([0-9.]+) (\S+)`)
 
 func TestUnitsSecurity(t *testing.T) {
-	analyze := needTool(t, "systemd-analyze", "Debian package systemd")
+	analyze := systemdAnalyze(t)
 	root := unitRoot(t, nil)
 	for _, u := range units {
 		out, err := exec.Command(analyze, "security", "--offline=yes", "--root="+root, u.name).CombinedOutput()

@@ -403,6 +403,16 @@ coral-caddy adapt --config /etc/coral/Caddyfile --adapter caddyfile >/dev/null
 		l.run(i, "verify", blocks["verify"])
 	}
 	t.Logf("three nodes verified in %v", time.Since(start).Round(time.Second))
+	// Caddy keeps its storage and autosave in the state directory: the
+	// user's home is /nonexistent.
+	for i := range labNodes {
+		if p := filepath.Join(l.nodeDir(i), "lib-coral-proxy/caddy/autosave.json"); !exists(p) {
+			t.Errorf("node %d: no autosave.json in /var/lib/coral-proxy/caddy", i+1)
+		}
+		if b, _ := os.ReadFile(filepath.Join(l.nodeDir(i), "run-coral-lab/coral-proxy.log")); strings.Contains(string(b), "/nonexistent") {
+			t.Errorf("node %d: Caddy tried the user's home:\n%s", i+1, b)
+		}
+	}
 
 	// From outside: through the resolver, the Coralized name resolves to
 	// the fleet's proxies, and the proxies share what they fetched.
