@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,9 +22,45 @@ import (
 // packageNames are the packages deploy/build-packages.sh builds.
 var packageNames = []string{"coral-dns", "coral-proxy"}
 
+// built holds the packages built once for the tests that install them, in
+// a directory TestMain removes.
+var built struct {
+	once sync.Once
+	dir  string
+	debs []string
+	err  string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// sharedPackages returns the packages, building them on first use.
+func sharedPackages(t *testing.T) []string {
+	t.Helper()
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "coral-packages-")
+		if err != nil {
+			built.err = err.Error()
+			return
+		}
+		built.dir = dir
+		built.debs, built.err = runBuild(dir)
+	})
+	if built.err != "" {
+		t.Fatal(built.err)
+	}
+	return built.debs
+}
+
 // buildPackages runs deploy/build-packages.sh into a new directory and
-// returns the .deb files, coral-dns's first.
-func buildPackages(t *testing.T, env ...string) []string {
+// returns the .deb files, coral-dns's first; shared, the packages every
+// test of the package gets.
+func buildPackages(t *testing.T, shared bool) []string {
 	t.Helper()
 	for _, b := range []string{"coredns", "caddy"} {
 		if _, err := labconf.Binary(b); err != nil {
@@ -33,25 +70,39 @@ func buildPackages(t *testing.T, env ...string) []string {
 			t.Skip(err)
 		}
 	}
-	out := t.TempDir()
-	cmd := exec.Command("bash", repoFile(t, "deploy/build-packages.sh"), out)
-	cmd.Env = append(os.Environ(), env...)
+	if shared {
+		return sharedPackages(t)
+	}
+	debs, err := runBuild(t.TempDir())
+	if err != "" {
+		t.Fatal(err)
+	}
+	return debs
+}
+
+// runBuild runs deploy/build-packages.sh into out.
+func runBuild(out string) (debs []string, problem string) {
+	root, err := labconf.RepoRoot(".")
+	if err != nil {
+		return nil, err.Error()
+	}
+	cmd := exec.Command("bash", filepath.Join(root, "deploy/build-packages.sh"), out)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("build-packages.sh: %v\n%s", err, stderr.String())
+		return nil, fmt.Sprintf("build-packages.sh: %v\n%s", err, stderr.String())
 	}
-	debs := strings.Fields(string(stdout))
+	debs = strings.Fields(string(stdout))
 	if len(debs) != len(packageNames) {
-		t.Fatalf("build-packages.sh printed %q, want %d packages", debs, len(packageNames))
+		return nil, fmt.Sprintf("build-packages.sh printed %q, want %d packages", debs, len(packageNames))
 	}
 	for i, d := range debs {
 		if !strings.HasPrefix(filepath.Base(d), packageNames[i]+"_") {
-			t.Fatalf("package %d is %s, want %s", i, d, packageNames[i])
+			return nil, fmt.Sprintf("package %d is %s, want %s", i, d, packageNames[i])
 		}
 	}
-	return debs
+	return debs, ""
 }
 
 // dpkgAllowed says why this machine's packages may not be changed, or "":
@@ -83,8 +134,8 @@ func dpkgAllowed() string {
 // what they hold, and installs, removes and purges them where allowed.
 func TestPackages(t *testing.T) {
 	needTool(t, "dpkg-deb", "Debian package dpkg")
-	first := buildPackages(t)
-	second := buildPackages(t)
+	first := buildPackages(t, true)
+	second := buildPackages(t, false)
 	for i := range first {
 		a, b := fileSum(t, first[i]), fileSum(t, second[i])
 		if a != b {

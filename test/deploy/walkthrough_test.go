@@ -320,7 +320,7 @@ func TestWalkthrough(t *testing.T) {
 	}
 	blocks := guideBlocks(t)
 	start := time.Now()
-	debs := buildPackages(t)
+	debs := buildPackages(t, true)
 	t.Logf("packages built in %v", time.Since(start).Round(time.Second))
 
 	l := &lab{t: t, work: t.TempDir(), nodes: labNodes}
