@@ -289,6 +289,29 @@ func TestAlertRules(t *testing.T) {
 	runOut(t, dir, promtool, "check", "rules", "coral.rules.yml")
 	runOut(t, dir, promtool, "test", "rules", "coral.rules.test.yml")
 
+	// Every alert has a test in which it fires.
+	rules, err := os.ReadFile(filepath.Join(dir, "coral.rules.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests, err := os.ReadFile(filepath.Join(dir, "coral.rules.test.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := map[string]bool{}
+	for _, m := range regexp.MustCompile(`alertname: (\w+)\n\s+exp_alerts:\n\s+- exp_labels`).FindAllStringSubmatch(string(tests), -1) {
+		fired[m[1]] = true
+	}
+	alerts := regexp.MustCompile(`(?m)^\s+- alert: (\w+)$`).FindAllStringSubmatch(string(rules), -1)
+	if len(alerts) == 0 {
+		t.Fatal("no alerts found in coral.rules.yml")
+	}
+	for _, m := range alerts {
+		if !fired[m[1]] {
+			t.Errorf("alert %s has no test in which it fires", m[1])
+		}
+	}
+
 	var b strings.Builder
 	b.WriteString("groups:\n  - name: dashboard\n    rules:\n")
 	i := 0
