@@ -257,8 +257,9 @@ func exists(path string) bool {
 // testInstallRemovePurge installs both packages with dpkg -i on a
 // machine where root wrote the network key with umask 077, as the guide
 // says, and checks the files, the user, that the user can read the key,
-// and the binaries' versions; then dpkg -r keeps the configuration, and
-// dpkg --purge leaves nothing behind.
+// and the binaries' versions; then purging coral-dns alone keeps what
+// coral-proxy needs, dpkg -r keeps the configuration, and purging the last
+// package leaves nothing behind.
 func testInstallRemovePurge(t *testing.T, debs []string) {
 	if why := dpkgAllowed(); why != "" {
 		t.Skip("dpkg -i: " + why)
@@ -334,14 +335,30 @@ func testInstallRemovePurge(t *testing.T, debs []string) {
 		}
 	}
 
-	dpkg(t, "-r", "coral-dns", "coral-proxy")
-	for _, f := range []string{"/usr/bin/coral-coredns", "/usr/bin/coral-caddy",
-		"/lib/systemd/system/coral-dns.service", "/lib/systemd/system/coral-proxy.service"} {
+	// Purging one package takes its own files; what both use (the key,
+	// /etc/coral, the user) stays while the other is installed.
+	dpkg(t, "--purge", "coral-dns")
+	for _, f := range []string{"/usr/bin/coral-coredns", "/lib/systemd/system/coral-dns.service", "/etc/coral/Corefile", "/var/lib/coral-dns"} {
+		if exists(f) {
+			t.Errorf("%s still there after dpkg --purge coral-dns", f)
+		}
+	}
+	for _, f := range []string{key, "/etc/coral/Caddyfile", "/usr/bin/coral-caddy", "/var/cache/coral-proxy/objects"} {
+		if !exists(f) {
+			t.Errorf("dpkg --purge coral-dns removed %s, which coral-proxy uses", f)
+		}
+	}
+	if _, err := user.Lookup("coral"); err != nil {
+		t.Errorf("dpkg --purge coral-dns removed the coral user, which coral-proxy runs as: %v", err)
+	}
+
+	dpkg(t, "-r", "coral-proxy")
+	for _, f := range []string{"/usr/bin/coral-caddy", "/lib/systemd/system/coral-proxy.service"} {
 		if exists(f) {
 			t.Errorf("%s still there after dpkg -r", f)
 		}
 	}
-	for _, f := range []string{key, "/etc/coral/Corefile", "/etc/coral/Caddyfile", "/var/cache/coral-proxy/objects"} {
+	for _, f := range []string{key, "/etc/coral/Caddyfile", "/etc/coral/blacklist", "/var/cache/coral-proxy/objects"} {
 		if !exists(f) {
 			t.Errorf("dpkg -r removed %s; only --purge should", f)
 		}
@@ -350,7 +367,7 @@ func testInstallRemovePurge(t *testing.T, debs []string) {
 		t.Errorf("dpkg -r removed the coral user: %v", err)
 	}
 
-	dpkg(t, "--purge", "coral-dns", "coral-proxy")
+	dpkg(t, "--purge", "coral-proxy")
 	for _, f := range []string{"/etc/coral", "/var/lib/coral-proxy", "/var/cache/coral-proxy", "/var/lib/coral-dns",
 		"/usr/share/coral-dns", "/usr/share/coral-proxy"} {
 		if exists(f) {
