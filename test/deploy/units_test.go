@@ -193,6 +193,14 @@ func TestUnitsPromises(t *testing.T) {
 			}
 		}
 	}
+	// Go sizes its listen backlog from /proc/sys/net/core/somaxconn
+	// (4096 on current kernels); ProcSubset=pid hides /proc/sys, and the
+	// backlog falls back to 128, too short for a flash crowd.
+	for name := range want {
+		if v := unitDirectives(t, name)["ProcSubset"]; slices.Contains(v, "pid") {
+			t.Errorf("%s: ProcSubset=pid hides /proc/sys/net/core/somaxconn from Go", name)
+		}
+	}
 	// Caddy's storage and autosave go under XDG_DATA_HOME and
 	// XDG_CONFIG_HOME; with neither set, a user without a home gets
 	// "mkdir /nonexistent".
