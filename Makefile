@@ -3,7 +3,7 @@
 GO       ?= go
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test fmt-check vet lint tidy-check unit deps fuzz eval coredns bin/coredns caddy bin/caddy clean
+.PHONY: all build demo test fmt-check vet lint tidy-check unit deps fuzz eval coredns bin/coredns caddy bin/caddy packages clean
 
 all: build
 
@@ -40,12 +40,13 @@ tidy-check:
 	$(GO) mod tidy -diff
 
 # From Debian: the resolvers, dig and dnsperf for the resolver lab,
-# Chromium for the status page test, and curl for the demo network tests.
+# Chromium for the status page test, curl for the demo network tests, and
+# promtool for the alert rules (test/deploy).
 # Without root it only reports what is missing; those tests then skip (and
 # fail under CI=true).
 deps:
 	@for s in test/resolverlab/install-deps.sh test/statuspage/install-deps.sh \
-			test/demonet/install-deps.sh; do \
+			test/demonet/install-deps.sh test/deploy/install-deps.sh; do \
 		if [ "$$(id -u)" -eq 0 ]; then bash $$s || exit 1; \
 		else bash $$s || echo "deps: not root; the tests that need what $$s installs will skip"; fi; \
 	done
@@ -94,6 +95,11 @@ coredns bin/coredns:
 # builds/caddy/README.md). Phony for the same reason as coredns.
 caddy bin/caddy:
 	bash builds/caddy/build.sh
+
+# The .deb packages coral-dns and coral-proxy (deploy/, nfpm from go.mod's
+# tool directive), reproducibly, into bin/packages; see docs/operations.md.
+packages: coredns caddy
+	bash deploy/build-packages.sh bin/packages
 
 clean:
 	rm -rf bin
