@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/template"
 
@@ -75,7 +76,9 @@ var (
 		{name: "trafficserver", label: "Apache Traffic Server", addr: netip.MustParseAddr("127.0.160.3"),
 			find: lookPath("traffic_server", "trafficserver"),
 			version: func(bin string) string {
-				return strings.TrimPrefix(evalrun.FirstLine(exec.Command(bin, "-V")), "Traffic Server ")
+				// "Traffic Server 9.2.9 Apr  4 2026 14:52:39 HOST"
+				f := strings.Fields(strings.TrimPrefix(evalrun.FirstLine(exec.Command(bin, "-V")), "Traffic Server "))
+				return strings.Join(f[:min(1, len(f))], "")
 			},
 			setup: setupTrafficServer},
 		{name: "squid", label: "Squid", addr: netip.MustParseAddr("127.0.160.4"),
@@ -182,9 +185,16 @@ func setupTrafficServer(bin string, d confData) ([]string, []string, error) {
 	if err := os.CopyFS(etc, os.DirFS(debianTrafficServer)); err != nil {
 		return nil, nil, fmt.Errorf("copying Debian's configuration: %w", err)
 	}
+	// Traffic Server refuses to run as root: then it runs as Debian's
+	// trafficserver user, who must own its directory.
 	u, err := user.Current()
 	if err != nil {
 		return nil, nil, err
+	}
+	if u.Uid == "0" {
+		if u, err = user.Lookup(trafficServerUser); err != nil {
+			return nil, nil, fmt.Errorf("running as root needs the %s user (Debian's trafficserver package): %w", trafficServerUser, err)
+		}
 	}
 	d.User = u.Username
 	for _, f := range []string{"remap.config", "storage.config", "ip_allow.yaml"} {
@@ -203,7 +213,26 @@ func setupTrafficServer(bin string, d confData) ([]string, []string, error) {
 	if err := render("trafficserver/runroot.yaml", runroot, d); err != nil {
 		return nil, nil, err
 	}
+	if u.Uid != strconv.Itoa(os.Geteuid()) {
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := chownTree(d.Dir, uid, gid); err != nil {
+			return nil, nil, err
+		}
+	}
 	return []string{bin, "--run-root=" + runroot}, nil, nil
+}
+
+// trafficServerUser is who Traffic Server runs as when started as root.
+const trafficServerUser = "trafficserver"
+
+func chownTree(dir string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	})
 }
 
 // mergeRecords appends the CONFIG lines of ours to the records.config at

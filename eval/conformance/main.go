@@ -53,7 +53,7 @@ func main() {
 	}
 	suiteDir := flag.String("suite", os.Getenv("CACHE_TESTS_DIR"), "the cache-tests checkout (default $CACHE_TESTS_DIR)")
 	impls := flag.String("impl", strings.Join(names, ","), "implementations to run, comma-separated: "+strings.Join(names, ", "))
-	out := flag.String("out", "docs/eval/conformance", "directory for the result files, relative to the repository root; empty: write none")
+	out := flag.String("out", "docs/eval/conformance", "directory for the result files, relative to the repository root unless absolute; empty: write none")
 	node := flag.String("node", "node", "the Node.js binary")
 	keep := flag.Bool("keep", false, "keep the run's directory (configurations, logs) and say where it is")
 	verbose := flag.Bool("v", false, "list every required test an implementation did not pass")
@@ -132,8 +132,8 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	var outDir string
-	if o.out != "" {
+	outDir := o.out
+	if o.out != "" && !filepath.IsAbs(o.out) {
 		wd, err := os.Getwd()
 		if err != nil {
 			return err
@@ -146,6 +146,11 @@ func run(ctx context.Context, o options) error {
 	}
 	work, err := os.MkdirTemp("", "conformance-")
 	if err != nil {
+		return err
+	}
+	// Squid and Traffic Server started as root run as users of their own,
+	// who must reach their directories inside.
+	if err := os.Chmod(work, 0o755); err != nil {
 		return err
 	}
 	if o.keep {
@@ -219,6 +224,10 @@ func runCache(ctx context.Context, s *suite, c cache, tests []Test, work string)
 	if err := os.MkdirAll(d.Dir, 0o755); err != nil {
 		return r, err
 	}
+	listen := netip.AddrPortFrom(c.addr, cachePort).String()
+	if err := notListening(listen); err != nil {
+		return r, err
+	}
 	argv, env, err := c.setup(bin, d)
 	if err != nil {
 		return r, err
@@ -228,7 +237,6 @@ func runCache(ctx context.Context, s *suite, c cache, tests []Test, work string)
 		return r, err
 	}
 	defer p.Stop(10 * time.Second)
-	listen := netip.AddrPortFrom(c.addr, cachePort).String()
 	if err := waitListening(ctx, c.name, listen, p); err != nil {
 		return r, err
 	}

@@ -108,6 +108,9 @@ func (s *suite) tests() ([]Test, error) {
 // startOrigin runs the suite's origin server on addr:port, logging to
 // dir/origin.log, and waits until it accepts connections.
 func (s *suite) startOrigin(ctx context.Context, addr string, port int, dir string) (*proc.Process, error) {
+	if err := notListening(net.JoinHostPort(addr, strconv.Itoa(port))); err != nil {
+		return nil, err
+	}
 	env := append(os.Environ(),
 		"npm_config_protocol=http", "npm_config_port="+strconv.Itoa(port),
 		"npm_config_pidfile="+filepath.Join(dir, "origin.pid"),
@@ -122,6 +125,18 @@ func (s *suite) startOrigin(ctx context.Context, addr string, port int, dir stri
 		return nil, err
 	}
 	return p, nil
+}
+
+// notListening returns an error if something already accepts connections
+// on addr (another run, a cache left over): it would answer in place of
+// the one started.
+func notListening(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil
+	}
+	c.Close()
+	return fmt.Errorf("%s is already in use (another run of eval/conformance?)", addr)
 }
 
 // waitListening waits until addr accepts a TCP connection, or p dies.
