@@ -65,7 +65,7 @@ type Score struct {
 	Optimal  Count `json:"optimal"`
 	// Checks are informational: "yes" answers of all checks.
 	Checks  Count    `json:"checks"`
-	Results []Result `json:"results"`
+	Results []Result `json:"results,omitempty"`
 }
 
 // rawResult is one entry of the client's output: true, or
