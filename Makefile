@@ -70,6 +70,7 @@ fuzz:
 	done
 	$(GO) test -run=NONE -fuzz='^FuzzDecodeMeta$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
 	$(GO) test -run=NONE -fuzz='^FuzzParseRecipe$$' -fuzztime=$(FUZZTIME) ./internal/evilorigin
+	$(GO) test -run=NONE -fuzz='^FuzzParseAndScore$$' -fuzztime=$(FUZZTIME) ./eval/conformance
 
 # The experiments behind docs/evaluation.md (several minutes).
 eval:

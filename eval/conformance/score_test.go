@@ -181,3 +181,26 @@ func TestSelectCaches(t *testing.T) {
 		t.Error("empty list: no error")
 	}
 }
+
+// The client's output is parsed and scored without panicking, whatever it
+// is; what parses scores every listed test exactly once.
+func FuzzParseAndScore(f *testing.F) {
+	f.Add([]byte(`{"a": true, "b": ["Setup", "retry"], "c": ["Assertion", "x"]}`))
+	f.Add([]byte(`{"a": false, "b": ["AbortError"], "c": null}`))
+	f.Add([]byte(`{"c": [1, 2]}`))
+	tests := []Test{{ID: "a", Kind: "check"}, {ID: "b", DependsOn: []string{"a"}},
+		{ID: "c", Kind: "optimal", DependsOn: []string{"b", "a"}}}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		m, err := ParseResults(raw)
+		if err != nil {
+			return
+		}
+		s, err := ScoreResults(tests, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Results) != len(tests) || s.Required.Of+s.Optimal.Of+s.Checks.Of != len(tests) {
+			t.Fatalf("scored %d results, counts %+v %+v %+v", len(s.Results), s.Required, s.Optimal, s.Checks)
+		}
+	})
+}

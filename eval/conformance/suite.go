@@ -56,7 +56,7 @@ func openSuite(dir, node, work string) (*suite, error) {
 		return nil, fmt.Errorf("%s: dependencies missing; run `npm install --omit=dev` there", dir)
 	}
 	if node, err = exec.LookPath(node); err != nil {
-		return nil, fmt.Errorf("Node.js: %w (Debian package nodejs)", err)
+		return nil, fmt.Errorf("no node binary: %w (Debian package nodejs)", err)
 	}
 	s := &suite{dir: dir, node: node, helpers: filepath.Join(work, "node")}
 	if err := os.MkdirAll(s.helpers, 0o755); err != nil {
