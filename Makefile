@@ -3,7 +3,7 @@
 GO       ?= go
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test fmt-check vet lint tidy-check unit deps fuzz eval coredns bin/coredns caddy bin/caddy packages clean
+.PHONY: all build demo test fmt-check vet lint tidy-check unit deps fuzz eval conformance coredns bin/coredns caddy bin/caddy packages clean
 
 all: build
 
@@ -71,6 +71,7 @@ fuzz:
 	done
 	$(GO) test -run=NONE -fuzz='^FuzzDecodeMeta$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
 	$(GO) test -run=NONE -fuzz='^FuzzParseRecipe$$' -fuzztime=$(FUZZTIME) ./internal/evilorigin
+	$(GO) test -run=NONE -fuzz='^FuzzParseAndScore$$' -fuzztime=$(FUZZTIME) ./eval/conformance
 
 # The experiments behind docs/evaluation.md (several minutes).
 eval:
@@ -83,6 +84,23 @@ eval:
 	bash builds/caddy/build.sh
 	$(GO) run ./eval/httpbench
 	$(GO) run ./eval/flashcrowd
+
+# RFC 9111 conformance (docs/evaluation.md): the cache-tests suite, kept
+# outside the repository, against bin/caddy's coral_proxy in strict mode
+# and Debian's Traffic Server, Squid and nginx (installed here as root;
+# one that is missing is skipped), about 5 minutes. CACHE_TESTS_DIR names a
+# clone of https://github.com/http-tests/cache-tests with
+# `npm install --omit=dev` done in it. Writes docs/eval/conformance/. Not
+# part of `make test`.
+conformance:
+	@if [ -z "$(CACHE_TESTS_DIR)" ]; then \
+		echo "conformance: set CACHE_TESTS_DIR to a clone of https://github.com/http-tests/cache-tests"; \
+		echo "  (git clone https://github.com/http-tests/cache-tests && cd cache-tests && npm install --omit=dev;"; \
+		echo "  docs/evaluation.md names the commit of the committed results)"; \
+		exit 1; fi
+	@if [ "$$(id -u)" -eq 0 ]; then bash eval/conformance/install-deps.sh; fi
+	bash builds/caddy/build.sh
+	CACHE_TESTS_DIR="$(CACHE_TESTS_DIR)" $(GO) run ./eval/conformance
 
 # CoreDNS v1.15.0 with the coral plugin, reproducibly, into bin/coredns
 # (see builds/coredns/README.md). Both names are phony on purpose: the script
