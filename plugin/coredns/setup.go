@@ -44,6 +44,12 @@ type config struct {
 
 	rrl *rrlConfig // nil: no response rate limiting
 
+	// drain: at shutdown (not a reload), how long the node stays up out of
+	// the name servers handed out before the server stops; 0: none.
+	// drainFile: while this file exists the node is draining.
+	drain     time.Duration
+	drainFile string
+
 	set settings
 }
 
@@ -95,6 +101,11 @@ func setup(c *caddy.Controller) error {
 	cr := newCoral(cfg)
 	c.OnStartup(cr.start)
 	c.OnShutdown(cr.stop)
+	if c.Get(restartFailedKey{}) == nil {
+		// Once per server instance, however many coral blocks it has.
+		c.Set(restartFailedKey{}, true)
+		c.OnRestartFailed(reloadFailed)
+	}
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		cr.Next = next
 		return cr
@@ -316,6 +327,14 @@ func (cfg *config) parseProperty(c *caddy.Controller, prop string, args []string
 		if err = need(1); err == nil {
 			cfg.syncWait, err = parseDuration(c, prop, args[0])
 		}
+	case "drain":
+		if err = need(1); err == nil {
+			cfg.drain, err = parseDuration(c, prop, args[0])
+		}
+	case "drain_file":
+		if err = need(1); err == nil {
+			cfg.drainFile = args[0]
+		}
 	case "answers":
 		if err = need(1); err == nil {
 			cfg.set.answers, err = parseCount(c, prop, args[0], 16)
@@ -518,9 +537,10 @@ func (c *Coral) start() error {
 		return plugin.Error("coral", err)
 	}
 	registerDHTCollector()
+	reloadSucceeded(configHash(cfg))
 	c.entry = entry
 	c.cookies = newServerCookies(entry.cookie)
-	c.self = entry.node.Addr().Addr().Unmap()
+	c.self = entry.node().Addr().Addr().Unmap()
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	var probe probeFunc
@@ -559,9 +579,9 @@ func (c *Coral) start() error {
 		ctx:        ctx,
 	}
 	if cfg.alias != "" {
-		c.challenges = newChallenges(cfg.alias, func() acmetxt.Getter { return entry.node })
+		c.challenges = newChallenges(cfg.alias, func() acmetxt.Getter { return entry.node() })
 	}
-	c.tracker = newTracker(entry.node, len(cfg.levels)+1, cfg.checkInterval, cfg.liveWithin, cfg.syncWait)
+	c.tracker = newTracker(runningNode{entry}, len(cfg.levels)+1, cfg.checkInterval, cfg.liveWithin, cfg.syncWait)
 	c.tracker.book = entry.names
 	c.tracker.bookWindow = nsWindow(cfg.set.nsTTL)
 	c.tracker.joined = entry.joined.Load
@@ -576,10 +596,16 @@ func (c *Coral) start() error {
 		c.tracker.keepSeed = func(set *liveSet) bool { return set.empty() && !entry.joined.Load() }
 	}
 	c.done = make(chan struct{})
+	c.drainDone = make(chan struct{})
 	go func() {
 		defer close(c.done)
 		c.tracker.run(ctx)
 	}()
+	go func() {
+		defer close(c.drainDone)
+		c.watchDrainFile(ctx)
+	}()
+	addDrainer(c)
 	return nil
 }
 
@@ -589,8 +615,10 @@ func (c *Coral) stop() error {
 	if c.cancel == nil {
 		return nil
 	}
+	removeDrainer(c)
 	c.cancel()
 	<-c.done
+	<-c.drainDone
 	c.classifier.background.Wait()
 	for _, f := range c.closers {
 		_ = f()
