@@ -56,7 +56,9 @@ const (
 	metricTimeout   = "timeout"    // connect or response-header timeout
 	metricForbidden = "forbidden"  // origin: the address guard refused it
 	metricBackoff   = "backoff"    // origin: recently unreachable; not tried
-	metricError     = "error"      // any other failure
+	// peer: a reference to an address allow_peers does not permit; skipped
+	metricRefusedAddress = "refused_address"
+	metricError          = "error" // any other failure
 
 	metricOther = "other"
 )
@@ -82,7 +84,7 @@ var (
 		Namespace: metricNamespace,
 		Subsystem: metricSubsystem,
 		Name:      "peer_fetches_total",
-		Help:      "Fetches from peer proxies by outcome (ok, not_cached, timeout, error).",
+		Help:      "Fetches from peer proxies by outcome (ok, not_cached, timeout, error, refused_address: a peer on an address allow_peers does not permit, skipped).",
 	}, []string{"outcome"})
 
 	coralBytesServed = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -434,7 +436,7 @@ func (m *proxyMetrics) peerFetch(outcome string) {
 		return
 	}
 	switch outcome {
-	case metricOK, metricNotCached, metricTimeout, metricError:
+	case metricOK, metricNotCached, metricTimeout, metricError, metricRefusedAddress:
 	default:
 		outcome = metricOther
 	}

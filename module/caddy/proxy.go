@@ -435,7 +435,9 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 				// Any member may put any value: a reference to a
 				// private or loopback address would make this proxy
 				// send requests into its own network.
-				e.metrics.peerFetch("refused_address")
+				e.metrics.peerFetch(metricRefusedAddress)
+				logRefusal(e.logger, causePeer, "skipped a peer on an address allow_peers does not permit (private or loopback); list its network in allow_peers if the proxies talk over it",
+					zap.Stringer("peer", r.Addr), zap.String("url", fr.target.OriginURL().String()))
 				continue
 			}
 			peers = append(peers, r)
