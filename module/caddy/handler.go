@@ -263,6 +263,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.storeKey = dir
 	entry := val.(*storeEntry)
+	if msg := cacheSizeWarning(dir, h.CacheSize, entry.Store.Stats().Bytes); msg != "" {
+		h.logger.Warn(msg)
+	}
 	h.setup(entry.Store, nil, guard, peerGuard, policy)
 	h.eng.nodeFunc = runningNode
 	h.eng.refs = entry.refs
