@@ -31,13 +31,14 @@ func TestFailedReloadLeavesNodeRunning(t *testing.T) {
 
 	viaPeer := func(path string) {
 		t.Helper()
+		uri := path + "?size=1000"
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, _, err := fetch(c, pa, o.coralHost(), path); err != nil {
+		if _, _, err := fetch(c, pa, o.coralHost(), uri); err != nil {
 			t.Fatal(err)
 		}
 		waitDownloads(t, pa)
-		resp, err := c.Do(request(ctx, pb, o.coralHost(), path))
+		resp, err := c.Do(request(ctx, pb, o.coralHost(), uri))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +48,7 @@ func TestFailedReloadLeavesNodeRunning(t *testing.T) {
 			t.Errorf("%s at B: Cache-Status %q, origin asked %d times; want it from the peer", path, resp.Header.Get("Cache-Status"), o.count(path))
 		}
 	}
-	viaPeer("/reload/before?size=1000")
+	viaPeer("/reload/before")
 	before, err := pb.status()
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func TestFailedReloadLeavesNodeRunning(t *testing.T) {
 			t.Errorf("B's /metrics after the failed reload lacks %q", m)
 		}
 	}
-	viaPeer("/reload/after?size=1000")
+	viaPeer("/reload/after")
 }
 
 // metrics is the process's /metrics, as Prometheus scrapes it.
