@@ -172,12 +172,17 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.run = &appRun{}
 	a.config = &configDigest{}
 	opts, err := a.nodeOptions()
-	if err != nil {
-		return err
+	if err == nil {
+		opts.Logger = slog.New(zapslog.NewHandler(a.logger.Core()))
+		if err = host.Check(opts); err != nil {
+			err = fmt.Errorf("coral: %w", err)
+		}
 	}
-	opts.Logger = slog.New(zapslog.NewHandler(a.logger.Core()))
-	if err := host.Check(opts); err != nil {
-		return fmt.Errorf("coral: %w", err)
+	if err != nil {
+		// Caddy cleans up an app that failed to provision before it
+		// cancels the configuration: count the failure here.
+		reloads.failed("", err)
+		return err
 	}
 	a.opts = opts
 	a.config.add("app", a)

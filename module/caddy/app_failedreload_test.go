@@ -103,6 +103,20 @@ func TestFailedReloadKeepsNode(t *testing.T) {
 	if again := coralStatus(t); !again.Node.Started.Equal(*before.Node.Started) {
 		t.Error("reloading the unchanged good configuration restarted the node")
 	}
+
+	// A key file that does not exist fails the coral app's own
+	// provisioning (Caddy cleans it up at once): counted too.
+	failures := expositionValue(adminGet(t, "/metrics"), "caddy_coral_reload_failures_total ")
+	noKey := strings.Replace(failedReloadConfig(port, listen, bootstrap, dir, ""), "bootstrap", "key_file /nonexistent/network.key\n\t\t\tbootstrap", 1)
+	if code, body := adminPost(t, "/load", noKey); code == http.StatusOK {
+		t.Fatalf("a reload with a missing key file succeeded: %s", body)
+	}
+	if v := expositionValue(adminGet(t, "/metrics"), "caddy_coral_reload_failures_total "); v == failures {
+		t.Errorf("a failed reload (missing key file) was not counted: failures %s, then %s", failures, v)
+	}
+	if again := coralStatus(t); !again.Node.Started.Equal(*before.Node.Started) || !again.Node.Joined {
+		t.Error("a reload with a missing key file touched the node")
+	}
 }
 
 // TestKeyChangeSeenByReload (issue 22, defect 2): the Caddyfile adapter

@@ -119,7 +119,10 @@ func (r *reloadLog) failed(hash string, err error) {
 	r.seen, r.ok = true, false
 	r.at = time.Now()
 	r.failures++
-	r.err = fmt.Sprintf("%v (configuration %s)", err, hash)
+	r.err = err.Error()
+	if hash != "" {
+		r.err += " (configuration " + hash + ")"
+	}
 }
 
 // adminReload is the "reload" object of /coral/status.
