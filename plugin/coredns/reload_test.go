@@ -161,3 +161,28 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestDrainOnShutdown: with drain set, the shutdown hook drains the node
+// and holds the shutdown for the drain's duration; without, it returns at
+// once.
+func TestDrainOnShutdown(t *testing.T) {
+	cfg := parseTest(t, "coral nyucd.test {\nlisten 127.0.140.25:4100\ndrain 200ms\n}")
+	cr := newCoral(cfg)
+	if err := cr.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cr.stop()
+	start := time.Now()
+	if err := drainOnShutdown(caddy.ShutdownEvent, nil); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 200*time.Millisecond {
+		t.Errorf("the shutdown was held %v, want the 200ms drain", took)
+	}
+	if !cr.entry.handle.Draining() || cr.Ready() {
+		t.Error("not draining after the shutdown hook")
+	}
+	if err := drainOnShutdown(caddy.InstanceStartupEvent, nil); err != nil {
+		t.Error(err)
+	}
+}

@@ -190,7 +190,11 @@ func parseBlock(c *caddy.Controller) (*config, error) {
 	if len(args) != 1 {
 		return nil, c.Errf("coral takes exactly one argument, the coral zone (got %d)", len(args))
 	}
-	cfg.zone = plugin.Host(args[0]).NormalizeExact()[0]
+	zone, err := zoneName(c, "coral", args[0])
+	if err != nil {
+		return nil, err
+	}
+	cfg.zone = zone
 	var answerTTLs []time.Duration
 	for c.NextBlock() {
 		prop := c.Val()
@@ -207,6 +211,15 @@ func parseBlock(c *caddy.Controller) (*config, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// zoneName normalizes a zone argument, which must name one zone.
+func zoneName(c *caddy.Controller, prop, arg string) (string, error) {
+	zs := plugin.Host(arg).NormalizeExact()
+	if len(zs) != 1 {
+		return "", c.Errf("%s %q: want one zone name", prop, arg)
+	}
+	return zs[0], nil
 }
 
 // needArgs checks that prop has n arguments.
@@ -292,7 +305,7 @@ func (cfg *config) parseProperty(c *caddy.Controller, prop string, args []string
 	switch prop {
 	case "alias":
 		if err = need(1); err == nil {
-			cfg.alias = plugin.Host(args[0]).NormalizeExact()[0]
+			cfg.alias, err = zoneName(c, prop, args[0])
 		}
 	case "classify":
 		if err = need(2); err == nil {
