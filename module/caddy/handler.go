@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -197,6 +198,11 @@ const (
 	proxyVersion         = "CoralWebPrx/2.0"
 )
 
+// validating reports whether this process is `caddy validate`, which
+// provisions a configuration to check it and never runs it (the Caddy
+// command line's subcommand is always its first argument).
+var validating = len(os.Args) > 1 && os.Args[1] == "validate"
+
 // Provision finds the coral app (and so the DSHT node), opens the cache
 // and builds the fetch engine.
 func (h *Handler) Provision(ctx caddy.Context) error {
@@ -247,6 +253,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	dir, err := filepath.Abs(h.CacheDir)
 	if err != nil {
 		return err
+	}
+	if validating {
+		// `caddy validate`: a running Caddy holds the cache's lock, and
+		// validation must not take it; check what can be checked.
+		if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+			return fmt.Errorf("coral_proxy: cache_dir %s is not a directory", dir)
+		}
+		h.app.config.add("coral_proxy", h)
+		return h.provisionAbuse()
 	}
 	val, _, err := stores.LoadOrNew(dir, func() (caddy.Destructor, error) {
 		s, err := diskcache.Open(diskcache.Options{Dir: dir, MaxBytes: h.CacheSize, MaxObjectBytes: h.MaxObjectSize, MaxEntries: h.MaxObjects})
