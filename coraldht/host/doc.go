@@ -22,6 +22,9 @@
 // and counts as joined at once; it still bootstraps in the background once
 // others have found it, which starts its clustering.
 //
+// Check validates options and reads the key file without binding
+// anything, for configuration checks.
+//
 // Options.Validate holds the rules every server shares, once: among them
 // that a node off loopback needs a network key file (KeyFile), since the
 // key authenticates every datagram.
@@ -49,10 +52,17 @@
 // configuration acquires the node, before the old configuration has
 // stopped. Until it stops, the old configuration still holds the node it
 // started with, now closed (operations on it return coraldht.ErrClosed);
-// Handle.Node and Handle.Instance always return the running one. Release
-// never restarts a node, so a reload that fails after its configuration
-// acquired the node leaves the node running with the new settings until
-// the next reload. The logger (Options.Logger) is not a node setting: a
+// Handle.Node and Handle.Instance always return the running one. Servers
+// acquire at the point where the new configuration is known good (CoreDNS
+// in OnStartup, Caddy in the app's Start), so a configuration that fails
+// to load never touches the node. Should it fail later, after acquiring
+// (another app failing to start), its Release restarts the node with the
+// settings of the newest remaining holder: the configuration that keeps
+// running gets back the node it configured, with fresh tables.
+//
+// A drain (Handle.SetDraining) restarts the node in place without its
+// services, so that the nodes which hand it out (CoreDNS's live sets) drop
+// it, while it keeps serving; it lasts across reloads until undone. The logger (Options.Logger) is not a node setting: a
 // change of logger alone does not restart the node.
 //
 // On platforms without descriptor duplication (not Unix) a restart closes

@@ -13,15 +13,16 @@ import (
 // slot is one listen address: its socket, the node running on it and the
 // handles that hold it.
 type slot struct {
-	listen netip.AddrPort
-	sock   *socket
-	plan   plan // the running node's; guarded by mu
-	inst   atomic.Pointer[Instance]
-	refs   int                  // guarded by mu
-	values map[reflect.Type]any // Attached; guarded by mu
+	listen   netip.AddrPort
+	sock     *socket
+	plan     plan // the running node's settings, before draining; guarded by mu
+	inst     atomic.Pointer[Instance]
+	holders  []*Handle            // in Acquire order; guarded by mu
+	values   map[reflect.Type]any // Attached; guarded by mu
+	draining bool                 // guarded by mu
 }
 
-// mu guards slots and every slot's plan, refs and values. Starting,
+// mu guards slots and every slot's plan, holders, values and draining. Starting,
 // restarting and stopping nodes happen under it, so they never interleave.
 var (
 	mu    sync.Mutex
@@ -35,6 +36,7 @@ var betweenRuns func()
 // A Handle is one holder's reference to the node on a listen address.
 type Handle struct {
 	s        *slot
+	plan     plan // the settings this holder acquired the node with
 	released atomic.Bool
 }
 
@@ -63,8 +65,16 @@ func Acquire(opts Options) (*Handle, error) {
 			return nil, err
 		}
 	}
-	s.refs++
-	return &Handle{s: s}, nil
+	h := &Handle{s: s, plan: p}
+	s.holders = append(s.holders, h)
+	return h, nil
+}
+
+// Check validates opts and reads the key file, as Acquire does first,
+// without binding or touching any node: a configuration check.
+func Check(opts Options) error {
+	_, err := opts.plan()
+	return err
 }
 
 func openSlot(p plan) (*slot, error) {
@@ -80,13 +90,18 @@ func openSlot(p plan) (*slot, error) {
 	return s, nil
 }
 
-// start starts a node with p's settings on the slot's socket.
+// start starts a node with p's settings on the slot's socket, without the
+// node's services while the slot is draining.
 func (s *slot) start(p plan) error {
 	tr, err := s.sock.transport()
 	if err != nil {
 		return err
 	}
-	inst, err := startInstance(p, tr)
+	run := p
+	if s.draining {
+		run.cfg.Services = 0
+	}
+	inst, err := startInstance(run, tr)
 	if err != nil {
 		return err
 	}
@@ -98,7 +113,11 @@ func (s *slot) start(p plan) error {
 // restart replaces the running node with one with p's settings. Should the
 // new node fail to start, the previous settings start again.
 func (s *slot) restart(p plan) error {
-	p.log.Info("node settings changed; restarting the node in place on the same socket")
+	return s.restartWhy(p, "node settings changed; restarting the node in place on the same socket")
+}
+
+func (s *slot) restartWhy(p plan, why string) error {
+	p.log.Info(why)
 	s.inst.Load().stop()
 	if betweenRuns != nil {
 		betweenRuns()
@@ -123,6 +142,12 @@ func (h *Handle) Node() *coraldht.Node { return h.Instance().Node() }
 // Release drops the handle's reference; the last one stops the node and
 // closes the socket. It reports whether it did. Calls after the first are
 // no-ops.
+//
+// When the newest holder lets go while older ones remain, and the node
+// runs with its settings but none of the others', the configuration that
+// brought those settings failed after acquiring the node (a server stops
+// the new configuration and keeps the old one): the node restarts with
+// the settings of the newest remaining holder, which is still running.
 func (h *Handle) Release() (closed bool) {
 	if !h.released.CompareAndSwap(false, true) {
 		return false
@@ -130,13 +155,47 @@ func (h *Handle) Release() (closed bool) {
 	mu.Lock()
 	defer mu.Unlock()
 	s := h.s
-	if s.refs--; s.refs > 0 {
+	newest := len(s.holders) > 0 && s.holders[len(s.holders)-1] == h
+	s.holders = slices.DeleteFunc(s.holders, func(x *Handle) bool { return x == h })
+	if len(s.holders) > 0 {
+		if back := s.holders[len(s.holders)-1].plan; newest && !s.plan.st.equal(back.st) && h.plan.st.equal(s.plan.st) &&
+			!slices.ContainsFunc(s.holders, func(x *Handle) bool { return x.plan.st.equal(s.plan.st) }) {
+			_ = s.restartWhy(back, "the configuration that changed the node settings stopped; restarting the node with the previous settings")
+		}
 		return false
 	}
 	s.inst.Load().stop()
 	s.sock.close()
 	delete(slots, s.listen)
 	return true
+}
+
+// SetDraining takes the node out of service, or back in: while draining
+// it runs without its services (Options.Services), so peers that hear from
+// it, and the CoreDNS nodes that check their cluster's members, stop
+// handing it out. Changing it restarts the node in place (see Reloads in
+// the package documentation); the state lasts until changed again or the
+// last Release, across reloads.
+func (h *Handle) SetDraining(on bool) error {
+	mu.Lock()
+	defer mu.Unlock()
+	s := h.s
+	if h.released.Load() || s.draining == on {
+		return nil
+	}
+	s.draining = on
+	why := "draining: restarting the node in place without its services"
+	if !on {
+		why = "drain ended: restarting the node in place with its services"
+	}
+	return s.restartWhy(s.plan, why)
+}
+
+// Draining reports whether the node is draining (SetDraining).
+func (h *Handle) Draining() bool {
+	mu.Lock()
+	defer mu.Unlock()
+	return h.s.draining
 }
 
 // Attached returns the value of type T attached to the handle's listen

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -78,13 +79,25 @@ func (i *Instance) join(ctx context.Context, boot []netip.AddrPort, log *slog.Lo
 	defer close(i.loopDone)
 	err := i.node.JoinRetrying(ctx, boot, func(err error, in time.Duration) {
 		if len(boot) > 0 {
-			log.Warn("bootstrap failed; retrying", "err", err, "in", in)
+			log.Warn(bootstrapFailure(err), "bootstrap", boot, "err", err, "in", in)
 		}
 	})
 	if err == nil {
 		i.markJoined()
 		log.Info("node joined the network", "contacts", i.node.Levels()[0].Contacts)
 	}
+}
+
+// noAnswerHint is the bootstrap failure message when no bootstrap node
+// answered: a node with another network key drops every datagram without
+// a reply, so a wrong key looks exactly like an unreachable address.
+const noAnswerHint = "no answer from bootstrap: check UDP reachability and that the network key matches"
+
+func bootstrapFailure(err error) string {
+	if errors.Is(err, coraldht.ErrNoResponse) || errors.Is(err, coraldht.ErrTimeout) {
+		return noAnswerHint + "; retrying"
+	}
+	return "bootstrap failed; retrying"
 }
 
 func (i *Instance) markJoined() {

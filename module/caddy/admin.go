@@ -35,6 +35,9 @@ func init() {
 //	                    network=1 (also at the proxies that hold a copy,
 //	                    asked over the DSHT), network=all, timeout=10s;
 //	                    see purge.go
+//	GET /coral/health   200 when joined and not draining, else 503
+//	POST /coral/drain   take the node out of DNS answers; DELETE: undo;
+//	                    see reload.go
 //
 // Like the rest of Caddy's admin API these answer only on the admin
 // address, subject to its origin checks and, when configured, its remote
@@ -55,7 +58,21 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/coral/status", Handler: caddy.AdminHandlerFunc(a.handleStatus)},
 		{Pattern: "/coral/cache", Handler: caddy.AdminHandlerFunc(a.handleCache)},
 		{Pattern: "/coral/purge", Handler: caddy.AdminHandlerFunc(a.handlePurge)},
+		{Pattern: "/coral/health", Handler: caddy.AdminHandlerFunc(a.handleHealth)},
+		{Pattern: "/coral/drain", Handler: caddy.AdminHandlerFunc(a.handleDrain)},
 	}
+}
+
+// Provision registers the coral metrics on the configuration's registry.
+// Caddy replaces its admin server, and /metrics with it, before it
+// provisions the apps: should the configuration fail, /metrics goes on
+// serving its registry, which must still show the node and caches that
+// keep running (see coralCollector).
+func (a *AdminAPI) Provision(ctx caddy.Context) error {
+	if _, err := newProxyMetrics(ctx.GetMetricsRegistry(), nil, nil); err != nil {
+		return err
+	}
+	return nil
 }
 
 // The running apps and handlers, in the order they were provisioned. A
@@ -75,12 +92,36 @@ func registerApp(a *App) {
 	if !slices.Contains(adminRegistry.apps, a) {
 		adminRegistry.apps = append(adminRegistry.apps, a)
 	}
-	if a != nil && a.entry != nil && a.entry.node != nil {
-		// Other proxies' purges arrive as app messages to the node; the
-		// handler finds the caches through this registry, so registering
-		// it again on every reload changes nothing.
-		a.entry.node.HandleApp(purgeKind, peerPurgeHandler(adminCaches))
+	if e := a.current(); e != nil && e.node != nil && a.run == nil {
+		// An app built by hand (tests); current registers the purge
+		// handler on every node it sees.
+		e.node.HandleApp(purgeKind, peerPurgeHandler(adminCaches))
 	}
+}
+
+// runningNode is the DSHT node of the newest started coral app, as it runs
+// now, or nil.
+func runningNode() *coraldht.Node {
+	if e := runningEntry(); e != nil {
+		return e.node
+	}
+	return nil
+}
+
+// runningApp is the newest started coral app with a node, or nil.
+func runningApp() (*App, *nodeEntry) {
+	apps, _ := adminRegistered()
+	for i := len(apps) - 1; i >= 0; i-- {
+		if e := apps[i].current(); e != nil && e.node != nil {
+			return apps[i], e
+		}
+	}
+	return nil, nil
+}
+
+func runningEntry() *nodeEntry {
+	_, e := runningApp()
+	return e
 }
 
 // unregisterApp removes the app; call it first thing in App.Cleanup.
@@ -217,6 +258,7 @@ type adminStatus struct {
 	DHT           *adminDHT    `json:"dht"`
 	Caches        []adminCache `json:"caches"`
 	RecentFetches []adminFetch `json:"recent_fetches"`
+	Reload        *adminReload `json:"reload,omitempty"` // null before the first configuration started
 }
 
 type adminNode struct {
@@ -225,6 +267,7 @@ type adminNode struct {
 	Listen    string     `json:"listen"`
 	Bootstrap []string   `json:"bootstrap,omitempty"`
 	Joined    bool       `json:"joined"`
+	Draining  bool       `json:"draining"`          // POST /coral/drain
 	Started   *time.Time `json:"started,omitempty"` // when the node started (it outlives reloads)
 }
 
@@ -311,7 +354,7 @@ func (a *AdminAPI) handleStatus(w http.ResponseWriter, r *http.Request) error {
 }
 
 func adminBuildStatus() adminStatus {
-	st := adminStatus{Levels: []adminLevel{}, Caches: adminCacheStats(), RecentFetches: adminLastFetches()}
+	st := adminStatus{Levels: []adminLevel{}, Caches: adminCacheStats(), RecentFetches: adminLastFetches(), Reload: reloads.status()}
 	apps, _ := adminRegistered()
 	for i := len(apps) - 1; i >= 0; i-- {
 		if st.setNode(apps[i]) {
@@ -324,14 +367,15 @@ func adminBuildStatus() adminStatus {
 // setNode fills in a's node, its levels and its counters, and reports
 // whether a has a node.
 func (st *adminStatus) setNode(a *App) bool {
-	if a == nil || a.entry == nil || a.entry.node == nil {
+	e := a.current()
+	if e == nil || e.node == nil {
 		return false
 	}
-	n := a.entry.node
+	n := e.node
 	st.Node = &adminNode{ID: n.ID().String(), Address: n.Addr().String(), Listen: a.Listen,
-		Bootstrap: a.Bootstrap, Joined: a.entry.joined.Load()}
-	if !a.entry.start.IsZero() {
-		t := a.entry.start
+		Bootstrap: a.Bootstrap, Joined: e.joined.Load(), Draining: a.draining()}
+	if !e.start.IsZero() {
+		t := e.start
 		st.Node.Started = &t
 	}
 	st.Levels = []adminLevel{}
@@ -567,4 +611,5 @@ func adminJSON(w http.ResponseWriter, v any) error {
 var (
 	_ caddy.Module      = (*AdminAPI)(nil)
 	_ caddy.AdminRouter = (*AdminAPI)(nil)
+	_ caddy.Provisioner = (*AdminAPI)(nil)
 )

@@ -1,12 +1,15 @@
 package coralcaddy
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,11 +26,18 @@ func init() {
 
 // App is the Caddy app "coral": it holds this server's Coral DSHT node,
 // which must outlive configuration reloads (its UDP socket, routing tables,
-// clusters and the references it stores for others). coral_proxy handlers
-// find it through the context. The node lives in coraldht/host, one per
-// listen address: a reload provisions the new app (taking a second hold on
-// the same node) before the old one is cleaned up, and a reload that
-// changes the node settings restarts the node in place on the same socket.
+// clusters and the references it stores for others). The node lives in
+// coraldht/host, one per listen address.
+//
+// Provision only checks the node settings (and reads the key file); the
+// node is taken in Start, once every app of the configuration has been
+// provisioned. A reload that fails to provision (a missing blacklist file,
+// a bad origin rule) therefore never touches the running node, and
+// `caddy validate` binds nothing. A reload that changes the node settings
+// restarts the node in place on the same socket when it starts. Handlers
+// and the admin API reach the node through the newest started app
+// (runningNode), never a node saved at provisioning, so they follow
+// restarts and drains.
 type App struct {
 	// Listen is the UDP address of the DSHT node, for example
 	// "192.0.2.10:4000". Required.
@@ -45,6 +55,12 @@ type App struct {
 	// network. Required unless Listen is a loopback address.
 	KeyFile string `json:"key_file,omitempty"`
 
+	// KeyFileSHA256 is the SHA-256 of the key file when the Caddyfile was
+	// adapted. Only its change matters: it makes `caddy reload` see a new
+	// key in the same file, which the Caddyfile's text alone would not
+	// show ("config is unchanged"). The key file itself is what counts.
+	KeyFileSHA256 string `json:"key_file_sha256,omitempty"`
+
 	// Levels are the RTT thresholds of cluster levels 1..n, decreasing.
 	// Default 60ms and 20ms.
 	Levels []caddy.Duration `json:"levels,omitempty"`
@@ -53,9 +69,20 @@ type App struct {
 	// cluster name), for policy or tests.
 	Clusters map[string]string `json:"clusters,omitempty"`
 
-	handle *host.Handle
-	entry  *nodeEntry // the node as this configuration provisioned it
+	opts   host.Options
+	ctx    caddy.Context
 	logger *zap.Logger
+	config *configDigest // this configuration's hash, for the reload metrics
+	run    *appRun       // from Provision
+	entry  *nodeEntry    // apps built by hand (tests): their node
+}
+
+// appRun is the app's hold on the node, from Start.
+type appRun struct {
+	mu      sync.Mutex
+	handle  *host.Handle
+	entry   *nodeEntry // the node as it runs now; see current
+	started atomic.Bool
 }
 
 // CaddyModule returns the Caddy module information.
@@ -63,17 +90,18 @@ func (App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "coral", New: func() caddy.Module { return new(App) }}
 }
 
-// nodeEntry is the node as a configuration provisioned it, for the admin
-// API, the metrics and the status page.
+// nodeEntry is one run of the app's node, for the admin API, the metrics
+// and the status page.
 type nodeEntry struct {
 	node   *coraldht.Node
 	joined atomic.Bool
 	start  time.Time     // when the node started (its uptime, for coral_status)
 	done   chan struct{} // closed once joined is final: joined, or the node stopped
+	inst   *host.Instance
 }
 
 func newNodeEntry(inst *host.Instance) *nodeEntry {
-	e := &nodeEntry{node: inst.Node(), start: inst.Started(), done: make(chan struct{})}
+	e := &nodeEntry{node: inst.Node(), start: inst.Started(), done: make(chan struct{}), inst: inst}
 	e.joined.Store(inst.Joined())
 	go func() {
 		defer close(e.done)
@@ -84,6 +112,41 @@ func newNodeEntry(inst *host.Instance) *nodeEntry {
 		}
 	}()
 	return e
+}
+
+// current is the node as it runs now: after a restart (a newer
+// configuration's or a drain), the new one. Nil before Start. Apps built
+// by hand (tests) have an entry and no handle.
+func (a *App) current() *nodeEntry {
+	if a == nil {
+		return nil
+	}
+	if a.run == nil {
+		return a.entry
+	}
+	r := a.run
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.handle == nil {
+		return nil
+	}
+	if inst := r.handle.Instance(); r.entry == nil || r.entry.inst != inst {
+		r.entry = newNodeEntry(inst)
+		// Other proxies' purges arrive as app messages to the node; the
+		// handler finds the caches through the admin registry.
+		r.entry.node.HandleApp(purgeKind, peerPurgeHandler(adminCaches))
+	}
+	return r.entry
+}
+
+// handle is the app's hold on the node; nil before Start.
+func (a *App) handle() *host.Handle {
+	if a == nil || a.run == nil {
+		return nil
+	}
+	a.run.mu.Lock()
+	defer a.run.mu.Unlock()
+	return a.run.handle
 }
 
 // nodes lists the DSHT nodes running in this process by listen address.
@@ -101,22 +164,31 @@ func (runningNodes) Range(f func(listen, inst any) bool) {
 	}
 }
 
-// Provision takes the node, starting or restarting it as its settings
-// require.
+// Provision checks the node settings and reads the key file; the node is
+// taken in Start.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
+	a.ctx = ctx
+	a.run = &appRun{}
+	a.config = &configDigest{}
 	opts, err := a.nodeOptions()
+	if err == nil {
+		opts.Logger = slog.New(zapslog.NewHandler(a.logger.Core()))
+		if err = host.Check(opts); err != nil {
+			err = fmt.Errorf("coral: %w", err)
+		}
+	}
 	if err != nil {
+		// Caddy cleans up an app that failed to provision before it
+		// cancels the configuration: count the failure here.
+		reloads.failed("", err)
 		return err
 	}
-	opts.Logger = slog.New(zapslog.NewHandler(a.logger.Core()))
-	h, err := host.Acquire(opts)
-	if err != nil {
-		return fmt.Errorf("coral: %w", err)
+	a.opts = opts
+	a.config.add("app", a)
+	if a.KeyFile != "" {
+		a.config.addFile(a.KeyFile)
 	}
-	a.handle = h
-	a.entry = newNodeEntry(h.Instance())
-	registerApp(a)
 	return nil
 }
 
@@ -159,25 +231,79 @@ func (a *App) nodeOptions() (host.Options, error) {
 	return o, nil
 }
 
-// Node is the app's DSHT node.
-func (a *App) Node() *coraldht.Node { return a.entry.node }
-
-// Joined reports whether the node has joined the network.
-func (a *App) Joined() bool { return a.entry.joined.Load() }
-
-// Start implements caddy.App; the node is already running.
-func (a *App) Start() error { return nil }
-
-// Stop implements caddy.App.
-func (a *App) Stop() error { return nil }
-
-// Cleanup releases this configuration's hold on the node.
-func (a *App) Cleanup() error {
-	unregisterApp(a)
-	if a.handle != nil {
-		a.handle.Release()
+// Node is the app's DSHT node as it runs now; before Start, the node
+// running on its listen address (the previous configuration's), if any.
+func (a *App) Node() *coraldht.Node {
+	if e := a.current(); e != nil {
+		return e.node
+	}
+	for _, inst := range host.Running() {
+		if inst.Listen() == a.opts.Listen {
+			return inst.Node()
+		}
 	}
 	return nil
+}
+
+// Joined reports whether the node has joined the network.
+func (a *App) Joined() bool {
+	e := a.current()
+	return e != nil && e.joined.Load()
+}
+
+// Start takes the node: it starts it, shares the running one, or restarts
+// it in place when the settings changed. Everything else in the
+// configuration has been provisioned by now.
+func (a *App) Start() error {
+	h, err := host.Acquire(a.opts)
+	if err != nil {
+		reloads.failed(a.config.sum(), fmt.Errorf("coral: %w", err))
+		return fmt.Errorf("coral: %w", err)
+	}
+	a.run.mu.Lock()
+	a.run.handle = h
+	a.run.mu.Unlock()
+	a.run.started.Store(true)
+	a.current()
+	registerApp(a)
+	reloads.succeeded(a.config.sum())
+	return nil
+}
+
+// Stop implements caddy.App; Cleanup releases the node.
+func (a *App) Stop() error { return nil }
+
+// Cleanup releases this configuration's hold on the node, and counts the
+// configuration as failed if it never started (or was stopped because
+// another app failed to start).
+func (a *App) Cleanup() error {
+	unregisterApp(a)
+	if a.ctx.Context != nil {
+		if cause := context.Cause(a.ctx); a.run != nil && configFailed(cause, a.run.started.Load()) {
+			reloads.failed(a.config.sum(), cause)
+		}
+	}
+	if h := a.handle(); h != nil {
+		h.Release()
+	}
+	return nil
+}
+
+// configFailed tells a configuration that failed from one that stopped
+// normally (replaced, or the end of `caddy validate`), by the cause Caddy
+// cancels its context with.
+func configFailed(cause error, started bool) bool {
+	if cause == nil {
+		return false
+	}
+	msg := cause.Error()
+	switch {
+	case strings.HasPrefix(msg, "configuration start error"):
+		return true
+	case msg == "validation complete" || msg == "stopping apps":
+		return false
+	}
+	return !started
 }
 
 // Interface guards.

@@ -56,6 +56,9 @@ func TestAppShareAndRestart(t *testing.T) {
 		if err := a.Provision(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if err := a.Start(); err != nil {
+			t.Fatal(err)
+		}
 		return a
 	}
 	const listen = "127.0.3.73:4000"
@@ -64,9 +67,13 @@ func TestAppShareAndRestart(t *testing.T) {
 	if a1.Node() != a2.Node() || !a2.Joined() {
 		t.Fatal("the same settings did not share the node")
 	}
+	first := a1.Node()
 	a3 := provision(&App{Listen: listen, Clusters: map[string]string{"2": "rack"}})
-	if a3.Node() == a1.Node() || !a3.Node().Levels()[2].Pinned || a3.Node().Addr() != a1.Node().Addr() {
+	if a3.Node() == first || !a3.Node().Levels()[2].Pinned || a3.Node().Addr() != first.Addr() {
 		t.Fatal("changed settings did not restart the node in place")
+	}
+	if a1.Node() != a3.Node() {
+		t.Error("the older app does not follow the restarted node")
 	}
 	a1.Cleanup()
 	a2.Cleanup()

@@ -63,7 +63,11 @@ func parseGlobalCoral(d *caddyfile.Dispenser, existing any) (any, error) {
 		case "advertise":
 			app.Advertise, err = one()
 		case "key_file":
-			app.KeyFile, err = one()
+			if app.KeyFile, err = one(); err == nil {
+				// The key's digest in the adapted JSON makes `caddy
+				// reload` see a new key in the same file.
+				app.KeyFileSHA256 = fileSHA256(app.KeyFile)
+			}
 		case "bootstrap":
 			if len(args) == 0 {
 				return nil, d.Errf("bootstrap needs at least one IP:PORT")
@@ -366,6 +370,9 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 			return o.d.Errf("blacklist takes a file and optionally how often to check it")
 		}
 		h.Blacklist = o.args[0]
+		// Like the key file's: a changed list is a changed configuration
+		// to `caddy reload` (the poll would pick it up anyway).
+		h.BlacklistSHA256 = fileSHA256(h.Blacklist)
 		if len(o.args) == 2 {
 			h.BlacklistPoll, err = o.positiveDuration(o.args[1])
 		}

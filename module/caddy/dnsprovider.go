@@ -108,14 +108,18 @@ func (p *DNSProvider) DeleteRecords(ctx context.Context, zone string, recs []lib
 func (a *App) waitJoined(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	e := a.current()
+	if e == nil {
+		return errNodeStopped
+	}
 	select {
-	case <-a.entry.done:
+	case <-e.done:
 	case <-t.C:
 		return fmt.Errorf("the DSHT node has not joined the network after %v", d)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if !a.entry.joined.Load() {
+	if !e.joined.Load() {
 		return errNodeStopped
 	}
 	return nil

@@ -29,6 +29,9 @@ func TestDNSProviderPublishes(t *testing.T) {
 		if err := a.Provision(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if err := a.Start(); err != nil {
+			t.Fatal(err)
+		}
 		defer a.Cleanup()
 	}
 	p := &DNSProvider{app: caddyNode, logger: zap.NewNop()}
@@ -73,6 +76,9 @@ func TestDNSProviderNeedsApp(t *testing.T) {
 
 	lonely := &App{Listen: "127.0.3.82:4000", Bootstrap: []string{"127.0.3.83:4000"}} // nobody there
 	if err := lonely.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lonely.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer lonely.Cleanup()

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -148,6 +149,10 @@ type Handler struct {
 	// every BlacklistPoll (default 10s). Default: none.
 	Blacklist     string         `json:"blacklist,omitempty"`
 	BlacklistPoll caddy.Duration `json:"blacklist_poll,omitempty"`
+	// BlacklistSHA256 is the blacklist's SHA-256 when the Caddyfile was
+	// adapted, so that `caddy reload` sees a changed list; see
+	// App.KeyFileSHA256.
+	BlacklistSHA256 string `json:"blacklist_sha256,omitempty"`
 
 	// RateLimit is the requests per second one client (an IPv4 address or
 	// IPv6 /64) may make, with bursts of RateBurst; beyond that, 429.
@@ -198,6 +203,11 @@ const (
 	defaultPeerTimeout   = 3 * time.Second
 	proxyVersion         = "CoralWebPrx/2.0"
 )
+
+// validating reports whether this process is `caddy validate`, which
+// provisions a configuration to check it and never runs it (the Caddy
+// command line's subcommand is always its first argument).
+var validating = len(os.Args) > 1 && os.Args[1] == "validate"
 
 // Provision finds the coral app (and so the DSHT node), opens the cache
 // and builds the fetch engine.
@@ -250,12 +260,22 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	if validating {
+		// `caddy validate`: a running Caddy holds the cache's lock, and
+		// validation must not take it; check what can be checked.
+		if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+			return fmt.Errorf("coral_proxy: cache_dir %s is not a directory", dir)
+		}
+		h.app.config.add("coral_proxy", h)
+		return h.provisionAbuse()
+	}
 	val, _, err := stores.LoadOrNew(dir, func() (caddy.Destructor, error) {
 		s, err := diskcache.Open(diskcache.Options{Dir: dir, MaxBytes: h.CacheSize, MaxObjectBytes: h.MaxObjectSize, MaxEntries: h.MaxObjects, HotBodyBytes: h.MemoryCacheSize})
 		if err != nil {
 			return nil, err
 		}
-		refs := newRefTable(s, h.app.Node())
+		refs := newRefTable(s, nil)
+		refs.nodeFunc = runningNode
 		refs.run(time.Minute)
 		return &storeEntry{Store: s, refs: refs}, nil
 	})
@@ -264,7 +284,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.storeKey = dir
 	entry := val.(*storeEntry)
-	h.setup(entry.Store, h.app.Node(), guard, peerGuard, policy)
+	if msg := cacheSizeWarning(dir, h.CacheSize, entry.Store.Stats().Bytes); msg != "" {
+		h.logger.Warn(msg)
+	}
+	h.setup(entry.Store, nil, guard, peerGuard, policy)
+	h.eng.nodeFunc = runningNode
 	h.eng.refs = entry.refs
 	if peerAddr.IsValid() {
 		h.eng.peerAddr.Store(&peerAddr)
@@ -275,6 +299,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.eng.metrics = h.metrics
 	if err := h.provisionAbuse(); err != nil {
 		return err
+	}
+	h.app.config.add("coral_proxy", h)
+	if h.Blacklist != "" {
+		h.app.config.addFile(h.Blacklist)
 	}
 	registerProxy(h)
 	return nil
@@ -304,7 +332,7 @@ func (h *Handler) provisionAbuse() error {
 		logger := h.logger
 		bl, err := newBlacklist(h.Blacklist, every, func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) })
 		if err != nil {
-			return fmt.Errorf("coral_proxy: blacklist: %w", err)
+			return err // it names coral_proxy, the blacklist and the file
 		}
 		a.blacklist = bl
 	}
@@ -449,7 +477,8 @@ func (h *Handler) advertisedAddrs() []netip.Addr {
 // learnPeerAddr fills in this proxy's HTTP address from the first request:
 // the node's IP and the port the request came in on.
 func (h *Handler) learnPeerAddr(r *http.Request) {
-	if h.eng.peerAddr.Load() != nil || h.eng.node == nil || r.TLS != nil {
+	node := h.eng.dhtNode()
+	if h.eng.peerAddr.Load() != nil || node == nil || r.TLS != nil {
 		// Peers speak plain HTTP: a port that answers with TLS is not
 		// their way in.
 		return
@@ -462,7 +491,7 @@ func (h *Handler) learnPeerAddr(r *http.Request) {
 	if err != nil {
 		return
 	}
-	ip := h.eng.node.Addr().Addr()
+	ip := node.Addr().Addr()
 	ap := netip.AddrPortFrom(ip, lap.Port())
 	h.eng.peerAddr.CompareAndSwap(nil, &ap)
 }

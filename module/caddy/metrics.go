@@ -56,7 +56,9 @@ const (
 	metricTimeout   = "timeout"    // connect or response-header timeout
 	metricForbidden = "forbidden"  // origin: the address guard refused it
 	metricBackoff   = "backoff"    // origin: recently unreachable; not tried
-	metricError     = "error"      // any other failure
+	// peer: a reference to an address allow_peers does not permit; skipped
+	metricRefusedAddress = "refused_address"
+	metricError          = "error" // any other failure
 
 	metricOther = "other"
 )
@@ -82,7 +84,7 @@ var (
 		Namespace: metricNamespace,
 		Subsystem: metricSubsystem,
 		Name:      "peer_fetches_total",
-		Help:      "Fetches from peer proxies by outcome (ok, not_cached, timeout, error).",
+		Help:      "Fetches from peer proxies by outcome (ok, not_cached, timeout, error, refused_address: a peer on an address allow_peers does not permit, skipped).",
 	}, []string{"outcome"})
 
 	coralBytesServed = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -111,8 +113,44 @@ var (
 // CoreDNS plugin's coredns_coral_dht_*.
 var dhtDescs = dhtmetrics.New(metricNamespace, metricSubsystem)
 
+// The configuration loads (reload.go) and the drain.
+var (
+	descReloadSuccess  = metricDesc("reload_success", "1 if the last configuration load that reached the coral app succeeded, 0 if it failed (the previous configuration keeps running).")
+	descReloadTime     = metricDesc("reload_timestamp_seconds", "When the last configuration load that reached the coral app happened, successful or not (Unix time).")
+	descReloadOKTime   = metricDesc("reload_success_timestamp_seconds", "When the last successful configuration load happened (Unix time).")
+	descReloadFailures = metricDesc("reload_failures_total", "Configuration loads that failed after reaching the coral app.")
+	descConfigInfo     = metricDesc("config_info", "The running configuration: its hash (coral settings, key file and blacklist contents) as a label; always 1.", "hash")
+	descDraining       = metricDesc("draining", "1 while the node is draining (POST /coral/drain): out of DNS answers.")
+)
+
 var coralDescs = []*prometheus.Desc{
 	descCacheBytes, descCacheMaxBytes, descCacheObjects, descDownloads, descCacheEvictions,
+	descReloadSuccess, descReloadTime, descReloadOKTime, descReloadFailures, descConfigInfo, descDraining,
+}
+
+// collectReloads reads the reload log, once a configuration has reached
+// the coral app.
+func collectReloads(ch chan<- prometheus.Metric) {
+	r := &reloads
+	r.mu.Lock()
+	seen, ok, at, okAt, hash, failures := r.seen, r.ok, r.at, r.okAt, r.hash, r.failures
+	r.mu.Unlock()
+	if !seen {
+		return
+	}
+	success := 0.0
+	if ok {
+		success = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descReloadSuccess, prometheus.GaugeValue, success)
+	ch <- prometheus.MustNewConstMetric(descReloadTime, prometheus.GaugeValue, float64(at.UnixNano())/1e9)
+	if !okAt.IsZero() {
+		ch <- prometheus.MustNewConstMetric(descReloadOKTime, prometheus.GaugeValue, float64(okAt.UnixNano())/1e9)
+	}
+	ch <- prometheus.MustNewConstMetric(descReloadFailures, prometheus.CounterValue, float64(failures))
+	if hash != "" {
+		ch <- prometheus.MustNewConstMetric(descConfigInfo, prometheus.GaugeValue, 1, hash)
+	}
 }
 
 // coralCollector reads the gauges and the DSHT counters at scrape time.
@@ -148,6 +186,16 @@ func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
 		apps = append(apps, a)
 	}
 	c.mu.Unlock()
+	if len(stores) == 0 && len(apps) == 0 {
+		// A registry whose configuration is gone: a failed reload's,
+		// which Caddy's /metrics goes on serving. Read what runs.
+		for _, cr := range adminCaches() {
+			stores = append(stores, cr.store)
+		}
+		if a, _ := runningApp(); a != nil {
+			apps = append(apps, a)
+		}
+	}
 
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
@@ -173,9 +221,16 @@ func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descCacheEvictions, float64(sum.Evictions))
 	}
 
+	collectReloads(ch)
+	draining := 0.0
+	if a, _ := runningApp(); a != nil && a.draining() {
+		draining = 1
+	}
+	gauge(descDraining, draining)
+
 	seen := map[*coraldht.Node]bool{}
 	for _, a := range apps {
-		e := a.entry
+		e := a.current()
 		if e == nil || e.node == nil || seen[e.node] {
 			continue
 		}
@@ -381,7 +436,7 @@ func (m *proxyMetrics) peerFetch(outcome string) {
 		return
 	}
 	switch outcome {
-	case metricOK, metricNotCached, metricTimeout, metricError:
+	case metricOK, metricNotCached, metricTimeout, metricError, metricRefusedAddress:
 	default:
 		outcome = metricOther
 	}

@@ -118,10 +118,23 @@ func traceInterim(ctx context.Context, d *download) context.Context {
 	})
 }
 
+// dhtNode is the DSHT node to use now: the one running for the newest
+// configuration, which a restart in place or a drain replaces, rather than
+// the one that ran when the handler was provisioned.
+func (e *engine) dhtNode() *coraldht.Node {
+	if e.nodeFunc != nil {
+		return e.nodeFunc()
+	}
+	return e.node
+}
+
 // engine does the fetching for one handler.
 type engine struct {
 	store *diskcache.Store
-	node  *coraldht.Node
+	// node is a fixed DSHT node (handlers set up outside Caddy); nodeFunc,
+	// when set, finds the node running now (see dhtNode).
+	node     *coraldht.Node
+	nodeFunc func() *coraldht.Node
 	// How long an origin or a peer may keep a response body silent.
 	originTimeout, peerTimeout time.Duration
 	origin                     *http.Client
@@ -406,8 +419,9 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 	selfRef := e.selfReference(self)
 	var peers []reference
 	peerLevel := -1
-	if e.node != nil && self.IsValid() {
-		res, err := e.node.PutGet(ctx, dhtKey, selfRef.encode(), refFetchingTTL)
+	node := e.dhtNode()
+	if node != nil && self.IsValid() {
+		res, err := node.PutGet(ctx, dhtKey, selfRef.encode(), refFetchingTTL)
 		if err != nil {
 			e.logger.Debug("put+get failed; going to the origin", zap.Error(err))
 		}
@@ -421,7 +435,9 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 				// Any member may put any value: a reference to a
 				// private or loopback address would make this proxy
 				// send requests into its own network.
-				e.metrics.peerFetch("refused_address")
+				e.metrics.peerFetch(metricRefusedAddress)
+				logRefusal(e.logger, causePeer, "skipped a peer on an address allow_peers does not permit (private or loopback); list its network in allow_peers if the proxies talk over it",
+					zap.Stringer("peer", r.Addr), zap.String("url", fr.target.OriginURL().String()))
 				continue
 			}
 			peers = append(peers, r)
@@ -439,7 +455,7 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 				case <-renewCtx.Done():
 					return
 				case <-t.C:
-					_, _ = e.node.Put(renewCtx, dhtKey, selfRef.encode(), refFetchingTTL)
+					_, _ = node.Put(renewCtx, dhtKey, selfRef.encode(), refFetchingTTL)
 				}
 			}
 		}()
@@ -581,10 +597,10 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 		ttl = refNegativeTTL
 	}
 	ttl = min(ttl, meta.Expires.Sub(e.now()))
-	if e.node != nil && self.IsValid() && ttl >= time.Second {
-		ref := reference{Addr: self, DHT: e.node.Addr(), Complete: true, Negative: resp.StatusCode >= 400}
+	if node := e.dhtNode(); node != nil && self.IsValid() && ttl >= time.Second {
+		ref := reference{Addr: self, DHT: node.Addr(), Complete: true, Negative: resp.StatusCode >= 400}
 		putCtx, cancelPut := context.WithTimeout(context.Background(), 5*time.Second)
-		if _, err := e.node.Put(putCtx, dhtKey, ref.encode(), ttl); err == nil {
+		if _, err := node.Put(putCtx, dhtKey, ref.encode(), ttl); err == nil {
 			e.refs.put(fr.baseKey, ref, ttl)
 		}
 		cancelPut()

@@ -238,13 +238,7 @@ func boolParam(v string, err error) (bool, error) {
 
 // adminDHTNode is the DSHT node of the newest running coral app, or nil.
 func adminDHTNode() *coraldht.Node {
-	apps, _ := adminRegistered()
-	for i := len(apps) - 1; i >= 0; i-- {
-		if a := apps[i]; a != nil && a.entry != nil && a.entry.node != nil {
-			return a.entry.node
-		}
-	}
-	return nil
+	return runningNode()
 }
 
 // purgeNetwork asks the other proxies to purge spec (see the file

@@ -70,8 +70,8 @@ var errBadReference = errors.New("coral_proxy: malformed DSHT reference")
 // address self and, when it has one, its DSHT node's address.
 func (e *engine) selfReference(self netip.AddrPort) reference {
 	r := reference{Addr: self}
-	if e.node != nil {
-		r.DHT = e.node.Addr()
+	if node := e.dhtNode(); node != nil {
+		r.DHT = node.Addr()
 	}
 	return r
 }

@@ -19,7 +19,10 @@ type refTable struct {
 	refs  map[string]*refState
 	store *diskcache.Store
 	node  *coraldht.Node
-	now   func() time.Time
+	// nodeFunc, when set, finds the node running now: the table outlives
+	// configurations, and so restarts of the node.
+	nodeFunc func() *coraldht.Node
+	now      func() time.Time
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -37,6 +40,13 @@ const renewAhead = 2 * time.Minute
 
 func newRefTable(store *diskcache.Store, node *coraldht.Node) *refTable {
 	return &refTable{refs: make(map[string]*refState), store: store, node: node, now: time.Now}
+}
+
+func (t *refTable) dhtNode() *coraldht.Node {
+	if t.nodeFunc != nil {
+		return t.nodeFunc()
+	}
+	return t.node
 }
 
 // put records a reference just put for key.
@@ -128,7 +138,9 @@ func (t *refTable) run(interval time.Duration) {
 			}
 			for key, s := range t.due() {
 				pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-				_, _ = t.node.Put(pctx, coraldht.KeyFor(key), s.ref.encode(), s.ttl)
+				if node := t.dhtNode(); node != nil {
+					_, _ = node.Put(pctx, coraldht.KeyFor(key), s.ref.encode(), s.ttl)
+				}
 				pcancel()
 			}
 		}

@@ -36,7 +36,7 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 		return caddyhttp.Error(http.StatusForbidden, errACMEChallenge)
 	}
 	if a, ok := OriginAddr(target.Host); ok && !h.eng.guard.permitted(a) {
-		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("origin %s: %w", target.Host, errOriginForbidden))
+		return h.refuseWithBody(w, caddyhttp.Error(http.StatusForbidden, fmt.Errorf("origin %s: %w", target.Host, errOriginForbidden)))
 	}
 	h.learnPeerAddr(r)
 	scheme := "http"
@@ -47,7 +47,7 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 	fr := fetchRequest{key: key, baseKey: key, target: target, scheme: scheme, header: r.Header, allow: h.eng.forward, clientIP: clientIP(r)}
 	fr.clientAddr = requestClientAddr(r)
 	if done, err := h.abuse.admit(w, r, target.Host, func() string { return fr.originURL().String() }); done {
-		return err
+		return h.refuseWithBody(w, err)
 	}
 	if _, ok := r.Header["Authorization"]; ok {
 		// Coral serves public content: credentials are never forwarded,

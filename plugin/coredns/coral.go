@@ -40,6 +40,8 @@ type Coral struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	closers []func() error
+	// drainDone is closed when the drain_file watch has returned.
+	drainDone chan struct{}
 	// challenges answers the alias zone's ACME challenge (nil without an
 	// alias zone).
 	challenges *challenges

@@ -92,7 +92,15 @@ func observeProbe(outcome string, d time.Duration) {
 
 func recordLive(node string, set *liveSet, t *tracker) {
 	now := t.now()
+	joined := t.joined == nil || t.joined()
 	count := func(list []coraldht.NodeInfo) float64 {
+		if !joined {
+			// A node that has not joined (a wrong network key, its
+			// bootstrap unreachable) answers from nobody it has heard
+			// first-hand: whatever an earlier sweep left must not read as
+			// live proxies.
+			return 0
+		}
 		n := 0
 		for _, ni := range list {
 			if ni.Self || now.Sub(ni.LastHeard) <= t.liveWithin {
@@ -127,7 +135,7 @@ func (dhtCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	registry.Unlock()
 	for _, e := range entries {
-		dhtDescs.Collect(ch, e.listen, e.node, e.joined.Load())
+		dhtDescs.Collect(ch, e.listen, e.node(), e.joined.Load())
 	}
 }
 

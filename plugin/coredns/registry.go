@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coraldht/host"
@@ -39,15 +40,32 @@ func newNodeState() *nodeState {
 	return st
 }
 
-// nodeEntry is one instance's hold on the node: the node as it was when
-// the instance started, and the state of its listen address.
+// nodeEntry is one instance's hold on the node and the state of its
+// listen address. The node is read through the handle at each use, so
+// that a restart in place (a newer configuration's, or a drain) is
+// followed.
 type nodeEntry struct {
 	*nodeState
 	listen string
-	node   *coraldht.Node
-	joined loadFunc
+	joined loadFunc // the running node has joined
 	handle *host.Handle
 }
+
+// node is the node running now.
+func (e *nodeEntry) node() *coraldht.Node { return e.handle.Node() }
+
+// runningNode is the nodeSource of the node running on an entry's listen
+// address now.
+type runningNode struct{ e *nodeEntry }
+
+func (r runningNode) Nodes(ctx context.Context, level, count int, target netip.Addr, services coraldht.Services) []coraldht.NodeInfo {
+	return r.e.node().Nodes(ctx, level, count, target, services)
+}
+func (r runningNode) Ping(ctx context.Context, addr netip.AddrPort) (time.Duration, error) {
+	return r.e.node().Ping(ctx, addr)
+}
+func (r runningNode) Levels() []coraldht.LevelInfo           { return r.e.node().Levels() }
+func (r runningNode) RoutingTable(l int) []coraldht.NodeInfo { return r.e.node().RoutingTable(l) }
 
 // loadFunc reads a flag, like an atomic.Bool's Load.
 type loadFunc func() bool
@@ -87,8 +105,8 @@ func acquireNode(cfg *config) (*nodeEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	inst := h.Instance()
-	e := &nodeEntry{nodeState: host.Attached(h, newNodeState), listen: cfg.listen, node: inst.Node(), joined: inst.Joined, handle: h}
+	e := &nodeEntry{nodeState: host.Attached(h, newNodeState), listen: cfg.listen, handle: h,
+		joined: func() bool { return h.Instance().Joined() }}
 	registry.nodes[cfg.listen] = e
 	return e, nil
 }

@@ -51,19 +51,23 @@ func TestRegistryAcrossReloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e1.node != e2.node || e1.nodeState != e2.nodeState {
-		t.Fatalf("same settings: nodes %p %p; want one shared node", e1.node, e2.node)
+	if e1.node() != e2.node() || e1.nodeState != e2.nodeState {
+		t.Fatalf("same settings: nodes %p %p; want one shared node", e1.node(), e2.node())
 	}
+	first := e1.node()
 	releaseNode(e1)
-	if closedNode(e1.node) {
+	if closedNode(first) {
 		t.Fatal("node closed while still referenced")
 	}
 	e3, err := acquireNode(c) // a reload that changes the levels
 	if err != nil {
 		t.Fatalf("changed settings on the same address: %v", err)
 	}
-	if e3.node == e1.node || len(e3.node.Levels()) != 2 || e3.node.Addr() != e1.node.Addr() {
+	if e3.node() == first || len(e3.node().Levels()) != 2 || e3.node().Addr() != first.Addr() {
 		t.Fatalf("changed settings kept the old node")
+	}
+	if e2.node() != e3.node() {
+		t.Error("the older instance does not follow the restarted node")
 	}
 	if e3.rtts != e1.rtts {
 		t.Errorf("RTT cache lost across the restart")
@@ -74,7 +78,7 @@ func TestRegistryAcrossReloads(t *testing.T) {
 	if e3.cookie != e1.cookie || e3.live.Load() != seen {
 		t.Errorf("cookie secret or live set lost across the restart")
 	}
-	if !closedNode(e1.node) {
+	if !closedNode(first) {
 		t.Error("replaced node still open")
 	}
 	registry.Lock()
@@ -84,14 +88,15 @@ func TestRegistryAcrossReloads(t *testing.T) {
 		t.Error("the metrics see the replaced node")
 	}
 	releaseNode(e2) // the old instance stopping
-	if closedNode(e3.node) {
+	if closedNode(e3.node()) {
 		t.Fatal("the old instance's release closed the restarted node")
 	}
+	last := e3.node()
 	releaseNode(e3)
 	registry.Lock()
 	_, still := registry.nodes["127.0.3.1:4100"]
 	registry.Unlock()
-	if still || !closedNode(e3.node) {
+	if still || !closedNode(last) {
 		t.Error("entry kept after its last release")
 	}
 }

@@ -44,6 +44,12 @@ type config struct {
 
 	rrl *rrlConfig // nil: no response rate limiting
 
+	// drain: at shutdown (not a reload), how long the node stays up out of
+	// the name servers handed out before the server stops; 0: none.
+	// drainFile: while this file exists the node is draining.
+	drain     time.Duration
+	drainFile string
+
 	set settings
 }
 
@@ -95,6 +101,11 @@ func setup(c *caddy.Controller) error {
 	cr := newCoral(cfg)
 	c.OnStartup(cr.start)
 	c.OnShutdown(cr.stop)
+	if c.Get(restartFailedKey{}) == nil {
+		// Once per server instance, however many coral blocks it has.
+		c.Set(restartFailedKey{}, true)
+		c.OnRestartFailed(reloadFailed)
+	}
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		cr.Next = next
 		return cr
@@ -179,7 +190,11 @@ func parseBlock(c *caddy.Controller) (*config, error) {
 	if len(args) != 1 {
 		return nil, c.Errf("coral takes exactly one argument, the coral zone (got %d)", len(args))
 	}
-	cfg.zone = plugin.Host(args[0]).NormalizeExact()[0]
+	zone, err := zoneName(c, "coral", args[0])
+	if err != nil {
+		return nil, err
+	}
+	cfg.zone = zone
 	var answerTTLs []time.Duration
 	for c.NextBlock() {
 		prop := c.Val()
@@ -196,6 +211,15 @@ func parseBlock(c *caddy.Controller) (*config, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// zoneName normalizes a zone argument, which must name one zone.
+func zoneName(c *caddy.Controller, prop, arg string) (string, error) {
+	zs := plugin.Host(arg).NormalizeExact()
+	if len(zs) != 1 {
+		return "", c.Errf("%s %q: want one zone name", prop, arg)
+	}
+	return zs[0], nil
 }
 
 // needArgs checks that prop has n arguments.
@@ -281,7 +305,7 @@ func (cfg *config) parseProperty(c *caddy.Controller, prop string, args []string
 	switch prop {
 	case "alias":
 		if err = need(1); err == nil {
-			cfg.alias = plugin.Host(args[0]).NormalizeExact()[0]
+			cfg.alias, err = zoneName(c, prop, args[0])
 		}
 	case "classify":
 		if err = need(2); err == nil {
@@ -315,6 +339,14 @@ func (cfg *config) parseProperty(c *caddy.Controller, prop string, args []string
 	case "sync_wait":
 		if err = need(1); err == nil {
 			cfg.syncWait, err = parseDuration(c, prop, args[0])
+		}
+	case "drain":
+		if err = need(1); err == nil {
+			cfg.drain, err = parseDuration(c, prop, args[0])
+		}
+	case "drain_file":
+		if err = need(1); err == nil {
+			cfg.drainFile = args[0]
 		}
 	case "answers":
 		if err = need(1); err == nil {
@@ -518,9 +550,10 @@ func (c *Coral) start() error {
 		return plugin.Error("coral", err)
 	}
 	registerDHTCollector()
+	reloadSucceeded(configHash(cfg))
 	c.entry = entry
 	c.cookies = newServerCookies(entry.cookie)
-	c.self = entry.node.Addr().Addr().Unmap()
+	c.self = entry.node().Addr().Addr().Unmap()
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	var probe probeFunc
@@ -559,9 +592,9 @@ func (c *Coral) start() error {
 		ctx:        ctx,
 	}
 	if cfg.alias != "" {
-		c.challenges = newChallenges(cfg.alias, func() acmetxt.Getter { return entry.node })
+		c.challenges = newChallenges(cfg.alias, func() acmetxt.Getter { return entry.node() })
 	}
-	c.tracker = newTracker(entry.node, len(cfg.levels)+1, cfg.checkInterval, cfg.liveWithin, cfg.syncWait)
+	c.tracker = newTracker(runningNode{entry}, len(cfg.levels)+1, cfg.checkInterval, cfg.liveWithin, cfg.syncWait)
 	c.tracker.book = entry.names
 	c.tracker.bookWindow = nsWindow(cfg.set.nsTTL)
 	c.tracker.joined = entry.joined.Load
@@ -576,10 +609,16 @@ func (c *Coral) start() error {
 		c.tracker.keepSeed = func(set *liveSet) bool { return set.empty() && !entry.joined.Load() }
 	}
 	c.done = make(chan struct{})
+	c.drainDone = make(chan struct{})
 	go func() {
 		defer close(c.done)
 		c.tracker.run(ctx)
 	}()
+	go func() {
+		defer close(c.drainDone)
+		c.watchDrainFile(ctx)
+	}()
+	addDrainer(c)
 	return nil
 }
 
@@ -589,8 +628,10 @@ func (c *Coral) stop() error {
 	if c.cancel == nil {
 		return nil
 	}
+	removeDrainer(c)
 	c.cancel()
 	<-c.done
+	<-c.drainDone
 	c.classifier.background.Wait()
 	for _, f := range c.closers {
 		_ = f()

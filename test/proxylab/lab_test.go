@@ -120,6 +120,7 @@ type proxy struct {
 	name string
 	ip   netip.Addr
 	proc *proc.Process
+	dir  string // its Caddyfile, cache and log
 }
 
 func (p *proxy) base() string {
@@ -193,7 +194,7 @@ func startProxy(t *testing.T, name string, ip, boot netip.Addr, opts proxyOption
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{name: name, ip: ip, proc: pr}
+	p := &proxy{name: name, ip: ip, proc: pr, dir: dir}
 	t.Cleanup(func() {
 		p.stop()
 		if t.Failed() || os.Getenv("PROXYLAB_LOG") != "" {
@@ -229,8 +230,10 @@ func (p *proxy) dumpLog(t *testing.T, n int) {
 // reads (module/caddy/admin.go).
 type coralStatus struct {
 	Node *struct {
-		Address string `json:"address"`
-		Joined  bool   `json:"joined"`
+		Address   string    `json:"address"`
+		Joined    bool      `json:"joined"`
+		Started   time.Time `json:"started"`
+		Bootstrap []string  `json:"bootstrap"`
 	} `json:"node"`
 	Levels []struct {
 		Level    int    `json:"level"`

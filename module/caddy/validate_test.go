@@ -1,0 +1,68 @@
+package coralcaddy
+
+import (
+	"encoding/json"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
+)
+
+// TestValidateBindsNothing (issue 22, defect 7): `caddy validate` (caddy.Validate)
+// checks the coral app without binding its DSHT port: it succeeds while a
+// running node holds the address, and starts no node.
+func TestValidateBindsNothing(t *testing.T) {
+	const listen = "127.0.140.40:4000"
+	busy, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(listen)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	raw, err := json.Marshal(map[string]any{"listen": listen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &caddy.Config{Admin: &caddy.AdminConfig{Disabled: true}, AppsRaw: caddy.ModuleMap{"coral": raw}}
+	if err := caddy.Validate(cfg); err != nil {
+		t.Errorf("validate with the DSHT port in use: %v", err)
+	}
+	if n := nodeAt(listen); n != nil {
+		t.Error("validate started a node")
+	}
+
+	bad, _ := json.Marshal(map[string]any{"listen": "127.0.140.41:4000", "key_file": "/nonexistent/network.key"})
+	if err := caddy.Validate(&caddy.Config{Admin: &caddy.AdminConfig{Disabled: true}, AppsRaw: caddy.ModuleMap{"coral": bad}}); err == nil {
+		t.Error("validate accepted a key file that does not exist")
+	}
+}
+
+// TestValidateLeavesCacheAlone: `caddy validate` on a live node passes
+// although the running Caddy holds the cache's lock, and still checks the
+// blacklist.
+func TestValidateLeavesCacheAlone(t *testing.T) {
+	dir := t.TempDir()
+	store, err := diskcache.Open(diskcache.Options{Dir: dir, MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	saved := validating
+	validating = true
+	defer func() { validating = saved }()
+	cfg := func(handler map[string]any) *caddy.Config {
+		app, _ := json.Marshal(map[string]any{"listen": "127.0.140.42:4000"})
+		httpApp, _ := json.Marshal(map[string]any{"servers": map[string]any{"s": map[string]any{
+			"listen": []string{"127.0.140.42:9375"}, "routes": []any{map[string]any{"handle": []any{handler}}}}}})
+		return &caddy.Config{Admin: &caddy.AdminConfig{Disabled: true}, AppsRaw: caddy.ModuleMap{"coral": app, "http": httpApp}}
+	}
+	if err := caddy.Validate(cfg(map[string]any{"handler": "coral_proxy", "zone": "nyud.test", "cache_dir": dir})); err != nil {
+		t.Errorf("validate with the cache in use: %v", err)
+	}
+	if err := caddy.Validate(cfg(map[string]any{"handler": "coral_proxy", "zone": "nyud.test", "cache_dir": dir,
+		"blacklist": filepath.Join(dir, "missing")})); err == nil {
+		t.Error("validate accepted a missing blacklist")
+	}
+}

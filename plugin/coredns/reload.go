@@ -1,0 +1,100 @@
+package coral
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Reloads and drains, made visible. A CoreDNS reload (SIGUSR1, or the
+// reload plugin) that fails keeps the old configuration running and only
+// logs "Restart failed"; coral counts it (the old instance's
+// OnRestartFailed) so that an alert can see it, and exports the running
+// configuration's hash.
+
+var (
+	reloadSuccess = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "coral", Name: "reload_success",
+		Help: "1 if the last configuration load succeeded, 0 if a reload failed (the previous configuration keeps running).",
+	})
+	reloadTime = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "coral", Name: "reload_timestamp_seconds",
+		Help: "When the last configuration load happened, successful or not (Unix time).",
+	})
+	reloadSuccessTime = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "coral", Name: "reload_success_timestamp_seconds",
+		Help: "When the last successful configuration load happened (Unix time).",
+	})
+	reloadFailures = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "coral", Name: "reload_failures_total",
+		Help: "Configuration reloads that failed (SIGUSR1 or the reload plugin); the previous configuration kept running.",
+	})
+	configInfo = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "coral", Name: "config_info",
+		Help: "The running configuration: its hash (the coral blocks' settings and the key files' contents) as a label; always 1.",
+	}, []string{"hash"})
+	drainingGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "coral", Name: "draining",
+		Help: "1 while the node is draining (drain_file exists, or the server is shutting down with drain set): out of the name servers handed out.",
+	}, []string{"node"})
+)
+
+// restartFailedKey marks a server instance whose OnRestartFailed counts
+// failed reloads.
+type restartFailedKey struct{}
+
+// configHash is the hash of a coral block's settings and its key file's
+// contents: a new key in the same file is a new configuration.
+func configHash(cfg *config) string {
+	h := sha256.New()
+	flat := *cfg
+	flat.rrl = nil // a pointer: its value, not its address
+	fmt.Fprintf(h, "%+v\n", flat)
+	if cfg.rrl != nil {
+		fmt.Fprintf(h, "%+v\n", *cfg.rrl)
+	}
+	if cfg.keyFile != "" {
+		if b, err := os.ReadFile(cfg.keyFile); err == nil {
+			h.Write(b)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// reloadState is the running configuration's hash.
+var reloadState struct {
+	sync.Mutex
+	hash string
+}
+
+// reloadSucceeded records a configuration that started.
+func reloadSucceeded(hash string) {
+	reloadState.Lock()
+	defer reloadState.Unlock()
+	if reloadState.hash != "" && reloadState.hash != hash {
+		configInfo.DeleteLabelValues(reloadState.hash)
+	}
+	reloadState.hash = hash
+	configInfo.WithLabelValues(hash).Set(1)
+	now := float64(time.Now().UnixNano()) / 1e9
+	reloadSuccess.Set(1)
+	reloadTime.Set(now)
+	reloadSuccessTime.Set(now)
+}
+
+// reloadFailed records a reload that failed: the running instance's
+// OnRestartFailed.
+func reloadFailed() error {
+	reloadFailures.Inc()
+	reloadSuccess.Set(0)
+	reloadTime.Set(float64(time.Now().UnixNano()) / 1e9)
+	log.Error("reload failed: the previous configuration keeps running (coredns_coral_reload_success 0)")
+	return nil
+}
