@@ -490,14 +490,8 @@ coral-caddy adapt --config /etc/coral/Caddyfile --adapter caddyfile >/dev/null
 	}
 
 	// Drain node 3: the name servers stop naming it while it still runs.
-	// The drain is part of issue 22's server work; a build without it
-	// answers 404 on GET /coral/drain, and the step is left out.
 	takeOut := time.Now()
-	if resp, err := http.Get("http://" + labNodes[2] + ":2019/coral/drain"); err != nil {
-		t.Fatal(err)
-	} else if resp.Body.Close(); resp.StatusCode == http.StatusNotFound {
-		t.Log("drain: this build has no /coral/drain; the guide's drain step was not run")
-	} else {
+	{
 		l.run(2, "drain", blocks["drain"])
 		if addrs, err := lookupA(labNodes[0], coralized); err != nil || slices.Contains(addrs, labNodes[2]) {
 			t.Errorf("after the drain node 1 answers %v %v, still naming node 3", addrs, err)
