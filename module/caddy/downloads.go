@@ -173,18 +173,21 @@ func (s *downloadSlots) acquire(ctx context.Context, origin, client string, wait
 		}
 		victim, recheck := s.stalledRelayLocked(origin, client, time.Now())
 		if victim != nil {
-			// Its slot changes hands: given back here, taken below.
+			// Its slot changes hands: given back here, taken below (it
+			// counts in every bound that stopped us, so the take succeeds).
 			victim.gone, victim.takenOver = true, true
 			delete(s.relays, victim)
 			s.releaseLocked(victim.origin, victim.client)
-			s.takeLocked(origin, client)
-			cut := victim.cut
+			took := s.takeLocked(origin, client)
 			s.mu.Unlock()
-			cut()
-			if timer != nil {
-				timer.Stop()
+			victim.cut()
+			if took {
+				if timer != nil {
+					timer.Stop()
+				}
+				return nil
 			}
-			return nil
+			continue
 		}
 		freed := s.freed
 		s.mu.Unlock()

@@ -361,3 +361,71 @@ func TestStalledRelayGivesUpItsSlot(t *testing.T) {
 		})
 	}
 }
+
+// TestStalledRelaySlotChoice: a request takes over only a relay counted
+// in every bound that stops it, only once its client has been stalled for
+// relayStall, and the slot changes hands without any bound going over.
+func TestStalledRelaySlotChoice(t *testing.T) {
+	stalledFor := func(r *relaySlot, d time.Duration) { r.writing.Store(time.Now().Add(-d).UnixNano()) }
+	serve := func(s *downloadSlots, origin, client string) (*relaySlot, *bool) {
+		t.Helper()
+		if err := s.acquire(context.Background(), origin, client, 0); err != nil {
+			t.Fatal(err)
+		}
+		r := s.relay(origin, client)
+		cut := new(bool)
+		r.serving(func() { *cut = true })
+		return r, cut
+	}
+	ctx := context.Background()
+
+	// Per origin: a stalled relay of another origin does not help.
+	s := newDownloadSlots(10, 1, 10)
+	other, otherCut := serve(s, "p", "a")
+	stalledFor(other, time.Minute)
+	mine, mineCut := serve(s, "o", "a")
+	if err := s.acquire(ctx, "o", "b", 0); err == nil || *otherCut {
+		t.Fatalf("per origin: took a slot (%v) or cut another origin's relay (%v)", err == nil, *otherCut)
+	}
+	stalledFor(mine, relayStall/2)
+	if err := s.acquire(ctx, "o", "b", 0); err == nil || *mineCut {
+		t.Fatal("per origin: took over a relay stalled for less than relayStall")
+	}
+	stalledFor(mine, relayStall)
+	if err := s.acquire(ctx, "o", "b", 0); err != nil || !*mineCut || !mine.preempted() {
+		t.Fatalf("per origin: %v, cut %v: want the stalled relay's slot", err, *mineCut)
+	}
+	if all, o := s.inUse("o"); all != 2 || o != 1 {
+		t.Errorf("after the take-over: %d in all, %d for the origin; want 2 and 1", all, o)
+	}
+	mine.end() // the cut relay ends: nothing more to give back
+	if all, o := s.inUse("o"); all != 2 || o != 1 {
+		t.Errorf("after the cut relay ended: %d in all, %d for the origin; want 2 and 1", all, o)
+	}
+
+	// Per client: only a relay of the same client and origin.
+	s = newDownloadSlots(10, 10, 1)
+	b, bCut := serve(s, "o", "b")
+	stalledFor(b, time.Minute)
+	a, aCut := serve(s, "o", "a")
+	stalledFor(a, time.Minute)
+	if err := s.acquire(ctx, "o", "a", 0); err != nil || !*aCut || *bCut {
+		t.Errorf("per client: %v, own relay cut %v, other client's cut %v", err, *aCut, *bCut)
+	}
+
+	// Total: any stalled relay, and a relay not yet serving never.
+	s = newDownloadSlots(1, 10, 10)
+	if err := s.acquire(ctx, "p", "c", 0); err != nil {
+		t.Fatal(err)
+	}
+	idle := s.relay("p", "c") // handed to its requester, not serving yet
+	if err := s.acquire(ctx, "o", "a", 0); err == nil {
+		t.Error("total: took the slot of a relay not serving yet")
+	}
+	idle.end()
+	r, rCut := serve(s, "p", "c")
+	stalledFor(r, time.Minute)
+	if err := s.acquire(ctx, "o", "a", 0); err != nil || !*rCut {
+		t.Errorf("total: %v, cut %v", err, *rCut)
+	}
+}
