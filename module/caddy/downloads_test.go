@@ -2,6 +2,7 @@ package coralcaddy
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -246,5 +247,185 @@ func TestDownloadSlotsPerClientDefaultFitsAPage(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("object %d of a page, all from one address: %d", i, resp.StatusCode)
 		}
+	}
+}
+
+// stallingClient sends a GET for path to p from the local address from,
+// with a small receive buffer, and never reads: the proxy's writes to it
+// block once the socket buffers are full. It returns the connection.
+func (p *localProxy) stallingClient(t *testing.T, from, host, path string) net.Conn {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", p.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, host); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestStalledRelayGivesUpItsSlot: a response relayed uncached (no-store
+// here; in eval/hostile, the cache refusing a version because readers
+// held its room) holds its download slot until its client has it all. A
+// client that never read used to keep that slot until write_idle_timeout,
+// so the origin's other objects waited download_wait and got 503 (an
+// eval/hostile canary timed out). Now a request that finds no slot free
+// takes over the slot of a relay whose client has read nothing for
+// relayStall, and that relay is cut; a relay waiting on its origin, not
+// its client, keeps its slot.
+func TestStalledRelayGivesUpItsSlot(t *testing.T) {
+	const bigSize = 32 << 20 // far beyond what socket buffers take
+	for _, tc := range []struct {
+		name      string
+		configure func(*Handler)
+		second    string // the address of the request that needs the slot
+	}{
+		{"per origin", func(h *Handler) { h.MaxDownloadsPerOrigin = 1 }, "127.0.0.2"},
+		{"per client", func(h *Handler) { h.MaxDownloadsPerClient = 1 }, "127.0.0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			trickle := make(chan struct{})
+			bigGone := make(chan struct{}, 10)
+			o := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Cache-Control", "no-store")
+				switch r.URL.Path {
+				case "/big":
+					w.Header().Set("Content-Length", strconv.Itoa(bigSize))
+					chunk := make([]byte, 64<<10)
+					for n := 0; n < bigSize; n += len(chunk) {
+						if _, err := w.Write(chunk); err != nil {
+							bigGone <- struct{}{}
+							return
+						}
+					}
+				case "/trickle": // a slow origin, not a slow client
+					w.Write([]byte("x"))
+					w.(http.Flusher).Flush()
+					select {
+					case <-trickle:
+					case <-r.Context().Done():
+					}
+				default:
+					w.Write([]byte("small"))
+				}
+			})
+			const wait = 4 * relayStall
+			p := startLocalProxy(t, 0, func(h *Handler) {
+				tc.configure(h)
+				h.DownloadWait = caddy.Duration(wait)
+			})
+			t.Cleanup(func() { close(trickle) }) // before the proxy's and origin's Close
+			stalled := p.stallingClient(t, "127.0.0.1", o.coralHost(), "/big")
+			start := time.Now()
+			resp, cancel := p.openFrom(t, tc.second, o.coralHost(), "/small")
+			body, _ := io.ReadAll(resp.Body)
+			cancel()
+			if resp.StatusCode != http.StatusOK || string(body) != "small" {
+				t.Fatalf("another object of the origin while a client that never reads holds its slot: %d %q after %s, want 200 \"small\"",
+					resp.StatusCode, body, time.Since(start).Round(time.Millisecond))
+			}
+			if took := time.Since(start); took > wait/2 {
+				t.Errorf("served after %s, want about relayStall (%s)", took, relayStall)
+			}
+			// The stalled relay was cut, its origin fetch with it. (Its
+			// client's connection is closed too, but with a 4 KiB receive
+			// buffer on loopback the rest of what the kernel holds trickles
+			// out at zero-window probes, so the test does not wait for it.)
+			select {
+			case <-bigGone:
+			case <-time.After(5 * time.Second):
+				t.Error("the stalled relay's origin fetch still runs 5 s after its slot was taken over")
+			}
+			stalled.Close()
+
+			// A relay that waits on its origin keeps its slot.
+			slow, cancelSlow := p.openFrom(t, "127.0.0.1", o.coralHost(), "/trickle")
+			defer cancelSlow()
+			if slow.StatusCode != http.StatusOK {
+				t.Fatalf("trickle: %d", slow.StatusCode)
+			}
+			if _, err := io.ReadFull(slow.Body, make([]byte, 1)); err != nil {
+				t.Fatal(err)
+			}
+			resp, cancel = p.openFrom(t, tc.second, o.coralHost(), "/small")
+			cancel()
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				t.Errorf("while a relay is reading its (slow) origin: %d, want 503 after download_wait", resp.StatusCode)
+			}
+		})
+	}
+}
+
+// TestStalledRelaySlotChoice: a request takes over only a relay counted
+// in every bound that stops it, only once its client has been stalled for
+// relayStall, and the slot changes hands without any bound going over.
+func TestStalledRelaySlotChoice(t *testing.T) {
+	stalledFor := func(r *relaySlot, d time.Duration) { r.writing.Store(time.Now().Add(-d).UnixNano()) }
+	serve := func(s *downloadSlots, origin, client string) (*relaySlot, *bool) {
+		t.Helper()
+		if err := s.acquire(context.Background(), origin, client, 0); err != nil {
+			t.Fatal(err)
+		}
+		r := s.relay(origin, client)
+		cut := new(bool)
+		r.serving(func() { *cut = true })
+		return r, cut
+	}
+	ctx := context.Background()
+
+	// Per origin: a stalled relay of another origin does not help.
+	s := newDownloadSlots(10, 1, 10)
+	other, otherCut := serve(s, "p", "a")
+	stalledFor(other, time.Minute)
+	mine, mineCut := serve(s, "o", "a")
+	if err := s.acquire(ctx, "o", "b", 0); err == nil || *otherCut {
+		t.Fatalf("per origin: took a slot (%v) or cut another origin's relay (%v)", err == nil, *otherCut)
+	}
+	stalledFor(mine, relayStall/2)
+	if err := s.acquire(ctx, "o", "b", 0); err == nil || *mineCut {
+		t.Fatal("per origin: took over a relay stalled for less than relayStall")
+	}
+	stalledFor(mine, relayStall)
+	if err := s.acquire(ctx, "o", "b", 0); err != nil || !*mineCut || !mine.preempted() {
+		t.Fatalf("per origin: %v, cut %v: want the stalled relay's slot", err, *mineCut)
+	}
+	if all, o := s.inUse("o"); all != 2 || o != 1 {
+		t.Errorf("after the take-over: %d in all, %d for the origin; want 2 and 1", all, o)
+	}
+	mine.end() // the cut relay ends: nothing more to give back
+	if all, o := s.inUse("o"); all != 2 || o != 1 {
+		t.Errorf("after the cut relay ended: %d in all, %d for the origin; want 2 and 1", all, o)
+	}
+
+	// Per client: only a relay of the same client and origin.
+	s = newDownloadSlots(10, 10, 1)
+	b, bCut := serve(s, "o", "b")
+	stalledFor(b, time.Minute)
+	a, aCut := serve(s, "o", "a")
+	stalledFor(a, time.Minute)
+	if err := s.acquire(ctx, "o", "a", 0); err != nil || !*aCut || *bCut {
+		t.Errorf("per client: %v, own relay cut %v, other client's cut %v", err, *aCut, *bCut)
+	}
+
+	// Total: any stalled relay, and a relay not yet serving never.
+	s = newDownloadSlots(1, 10, 10)
+	if err := s.acquire(ctx, "p", "c", 0); err != nil {
+		t.Fatal(err)
+	}
+	idle := s.relay("p", "c") // handed to its requester, not serving yet
+	if err := s.acquire(ctx, "o", "a", 0); err == nil {
+		t.Error("total: took the slot of a relay not serving yet")
+	}
+	idle.end()
+	r, rCut := serve(s, "p", "c")
+	stalledFor(r, time.Minute)
+	if err := s.acquire(ctx, "o", "a", 0); err != nil || !*rCut {
+		t.Errorf("total: %v, cut %v", err, *rCut)
 	}
 }

@@ -48,7 +48,10 @@ type download struct {
 	// a transient error) to the request that started the download; the
 	// requests that joined it fetch on their own.
 	direct *http.Response
-	source string // where the bytes come from: "origin" or "peer-l<level>"
+	// relay is direct's download slot, and cancelRelay ends its fetch.
+	relay       *relaySlot
+	cancelRelay context.CancelFunc
+	source      string // where the bytes come from: "origin" or "peer-l<level>"
 	// For revalidations of a stale copy: the origin said 304 and the copy
 	// is fresh again (revalidated), or the origin failed and the stale copy
 	// is served with its expiry extended (stale).
@@ -395,10 +398,14 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 	defer func() {
 		if d.direct != nil {
 			// Handed to its requester unread: the fetch, and its download
-			// slot, live until the requester closes the body.
+			// slot, live until the requester closes the body, unless a
+			// request waiting for a slot takes it over from a relay whose
+			// client stopped reading (relayStall).
+			rs := e.slots.relay(d.origin, d.client)
+			d.relay, d.cancelRelay = rs, cancel
 			d.direct.Body = &cancelOnClose{ReadCloser: d.direct.Body, cancel: func() {
 				cancel()
-				e.slots.release(d.origin, d.client)
+				rs.end()
 			}}
 			return
 		}

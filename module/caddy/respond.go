@@ -1,6 +1,7 @@
 package coralcaddy
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
+	"go.uber.org/zap"
 )
 
 // serveStored writes a cached (or still arriving) object. To a peer (an
@@ -81,7 +83,7 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 	if rd.Complete() {
 		_, err = io.Copy(w, rd)
 	} else {
-		_, err = copyAsItArrives(w, rd)
+		_, err = copyAsItArrives(w, rd, nil)
 	}
 	if err != nil {
 		// The download failed or the client went away: never let a
@@ -94,20 +96,26 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 // copyAsItArrives copies a body still being downloaded (an object being
 // written to the cache, or a response relayed uncached) to w, flushing
 // after every read, so the client gets the header at once and each byte as
-// soon as it is here, however slowly the rest comes.
-func copyAsItArrives(w http.ResponseWriter, body io.Reader) (n int64, err error) {
+// soon as it is here, however slowly the rest comes. For a relay, rs
+// (else nil) learns when a write to the client is under way.
+func copyAsItArrives(w http.ResponseWriter, body io.Reader, rs *relaySlot) (n int64, err error) {
 	rc := http.NewResponseController(w)
 	buf := make([]byte, 32<<10)
+	rs.writeStarted()
 	_ = rc.Flush()
+	rs.writeDone()
 	for {
 		nr, rerr := body.Read(buf)
 		if nr > 0 {
+			rs.writeStarted()
 			nw, werr := w.Write(buf[:nr])
 			n += int64(nw)
 			if werr != nil {
+				rs.writeDone()
 				return n, werr
 			}
 			_ = rc.Flush()
+			rs.writeDone()
 		}
 		if rerr == io.EOF {
 			return n, nil
@@ -164,7 +172,7 @@ func lastModified(h http.Header) time.Time {
 }
 
 // serveDirect streams a response that is not cached.
-func (h *Handler) serveDirect(w http.ResponseWriter, r *http.Request, resp *http.Response, source string) error {
+func (h *Handler) serveDirect(w http.ResponseWriter, r *http.Request, resp *http.Response, source string, rs *relaySlot, cancelFetch context.CancelFunc) error {
 	defer resp.Body.Close()
 	hdr := w.Header()
 	for k, v := range storedHeader(resp.Header) {
@@ -175,10 +183,34 @@ func (h *Handler) serveDirect(w http.ResponseWriter, r *http.Request, resp *http
 	hdr.Set("Via", "1.1 coral")
 	hdr.Set("Cache-Status", fmt.Sprintf(`coral; fwd=uri-miss; stored=false; detail=%q`, source))
 	w.WriteHeader(resp.StatusCode)
-	if _, err := copyAsItArrives(w, resp.Body); err != nil {
+	if rs != nil {
+		// Cut from another goroutine: the connection's own deadline (safe
+		// to set concurrently), not the idle writer wrapping it.
+		conn := http.NewResponseController(innermostWriter(w))
+		rs.serving(func() {
+			cancelFetch()
+			_ = conn.SetWriteDeadline(time.Now())
+		})
+	}
+	if _, err := copyAsItArrives(w, resp.Body, rs); err != nil {
+		if rs.preempted() {
+			h.logger.Debug("uncached relay cut: its client read nothing for a while and another request needed its download slot",
+				zap.String("origin", rs.origin), zap.Duration("stalled", relayStall))
+		}
 		panic(http.ErrAbortHandler)
 	}
 	return nil
+}
+
+// innermostWriter is the response writer of net/http under w's wrappers.
+func innermostWriter(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		w = u.Unwrap()
+	}
 }
 
 func clientIP(r *http.Request) string {

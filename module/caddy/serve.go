@@ -296,7 +296,7 @@ wait:
 			// The response may not be shared; fetch our own copy.
 			return h.fetchOwn(w, r, fr, acct)
 		}
-		return h.serveDirect(w, r, d.direct, d.source)
+		return h.serveDirect(w, r, d.direct, d.source, d.relay, d.cancelRelay)
 	}
 	// The object may have landed under a variant key (the response
 	// varies), which lookup finds through the URL's entry.
@@ -340,12 +340,15 @@ func (h *Handler) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchReque
 	if err := h.eng.slots.acquire(r.Context(), fr.originSlot(), fr.clientKey(), h.eng.downloadWait); err != nil {
 		return fetchFailed(acct, err)
 	}
-	defer h.eng.slots.release(fr.originSlot(), fr.clientKey())
-	resp, err := h.eng.fetchFromOrigin(r.Context(), fr)
+	rs := h.eng.slots.relay(fr.originSlot(), fr.clientKey())
+	defer rs.end()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	resp, err := h.eng.fetchFromOrigin(ctx, fr)
 	if err != nil {
 		return fetchFailed(acct, err)
 	}
-	return h.serveDirect(w, r, resp, "origin")
+	return h.serveDirect(w, r, resp, "origin", rs, cancel)
 }
 
 // writeInterim relays an interim response to the client: its fields are

@@ -30,17 +30,7 @@ var longer = map[string]time.Duration{"stalled-readers": 6 * time.Second, "redir
 var knownDefects = map[string]struct {
 	defect string
 	shows  []string
-}{
-	// Clients that read nothing while attached to an origin's downloads
-	// hold its slots until write_idle_timeout drops them, so the attacked
-	// origin's other objects can wait past the canary's timeout (1 request
-	// of 71 in a 20 s run of eval/hostile). Open in issue 19.
-	// And once, in a clean-clone make test on a loaded machine, the disk
-	// peaked at 72.4 MiB against 64 MiB + 8 MiB of slack (6 MiB of it in
-	// unlinked files held open); every other run stayed within 66 MiB. The
-	// cause is not found yet. Open in issue 19.
-	"stalled-readers": {"issue 19 (open): stalled readers hold the origin's slots for write_idle_timeout, and the disk once went 0.4 MiB past its slack", []string{"same-origin objects unavailable", "peak disk"}},
-}
+}{}
 
 func TestHostileOrigin(t *testing.T) {
 	bin, err := labconf.Binary("caddy")

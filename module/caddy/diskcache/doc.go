@@ -95,8 +95,9 @@
 // took 37.8 MiB.) A complete object is charged its two files, at least
 // two blocks; a write in progress, its body as far as written. Not charged:
 // the Store's own files (FORMAT, lock, lru: three blocks), a metadata file
-// being replaced by UpdateMeta (one block, for a moment), the bytes of one
-// Write under way when Delete or Close takes its object away, and directories:
+// being replaced by UpdateMeta (one block, for a moment), the empty file
+// Create opens until its first Write (one block per write in progress),
+// and directories:
 // objects/ and its 256 shards take a block each whatever MaxBytes is (1 MiB
 // with 4 KiB blocks), and their entries 2 to 3% of MaxBytes when it is
 // full of the smallest objects (TestDiskUsageSmallObjects).
@@ -129,9 +130,15 @@
 // to what it finds, so a cache written by an older version that counted
 // bytes is evicted down to them.
 //
-// A version removed (replaced, deleted, evicted, aborted) while Readers
-// have it open stays readable, and on disk, until the last of them
-// closes: its body stays charged meanwhile (Stats.UnlinkedBytes), and a
+// A version removed (replaced, deleted, evicted, aborted) stays charged
+// until its files are unlinked, a moment after it leaves the index
+// (Stats.UnlinkedBytes meanwhile): a Write that evicts unlinks its victims
+// before it takes their room, and one that finds room only in versions
+// other calls are still unlinking waits for them, so no byte lands on
+// room the count calls free while an old file still takes it
+// (TestRoomFreedOnlyOnceUnlinked). A version removed while Readers have
+// it open stays readable, and on disk, until the last of them closes:
+// its body stays charged meanwhile, and a
 // complete object with open Readers is not evicted for room, which would
 // free nothing. So Bytes + WritingBytes + UnlinkedBytes (Stats) never
 // exceed MaxBytes, and that bounds what the disk really holds however long

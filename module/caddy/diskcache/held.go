@@ -1,26 +1,77 @@
 package diskcache
 
-// Versions held open by Readers.
+// Versions held open by Readers, and versions being unlinked.
 //
 // A file that is unlinked while a Reader has it open keeps its blocks
 // until the last descriptor closes, so a version replaced, deleted,
 // evicted or aborted while it is being read still takes its space. The
 // Store counts every open Reader against its version: a complete version
 // with Readers is held (Store.held, charged in Store.bytes as before,
-// and never evicted for room, which would free nothing), and a version
-// unlinked with Readers becomes an orphan whose body stays charged
-// (Store.orphaned) until its last Reader closes. makeRoomLocked keeps
-// bytes + pending + orphaned within MaxBytes, so what the disk really
-// holds is bounded however long readers keep files open; and since
-// replacing, deleting or aborting a version only moves its charge (from
-// bytes or pending to orphaned), none of them can take the count over.
-// Space taken by orphans is only given back when their Readers close,
-// which the caller bounds (coral_proxy drops clients that stop reading).
+// and never evicted for room, which would free nothing). A version taken
+// out of the index becomes an orphan whose charge (Store.orphaned) stays
+// until its files are unlinked, and its body's until its last Reader
+// closes too. Room is granted only within MaxBytes - (bytes + pending +
+// orphaned) (evictLocked; a writer that evicted unlinks its victims
+// before it takes their room, see reserve), and every file is charged
+// before its bytes land and until its blocks are gone, so the count
+// bounds what the disk really holds at every instant, however long
+// readers keep files open and however late an unlink runs. Replacing,
+// deleting or aborting a version only moves its charge (from bytes or
+// pending to orphaned), so none of them can take the count over. Space
+// taken by orphans is only given back when their Readers close, which
+// the caller bounds (coral_proxy drops clients that stop reading).
 
-// orphan is a version unlinked while Readers had it open.
+// orphan is a version taken out of the index (replaced, deleted, evicted,
+// aborted) whose blocks may still be on disk: its files are not unlinked
+// yet, or Readers have them open. Its charge leaves the count only when
+// its blocks leave the disk: the metadata file's once unlinked, the
+// body's once unlinked and closed by its last Reader. Counting a version
+// free when it leaves the index instead let other writes fill its room
+// while its files were still there, waiting to be unlinked.
 type orphan struct {
-	readers int
-	bytes   int64 // its body's charge, in whole blocks
+	readers  int
+	body     int64 // the body's charge, in whole blocks
+	meta     int64 // the metadata file's charge, in whole blocks
+	unlinked bool
+}
+
+// orphanLocked moves the charge of version v, taken out of the index with
+// readers Readers open, to s.orphaned until unlinkedLocked (and, for the
+// body, the last release).
+func (s *Store) orphanLocked(v version, readers int, body, meta int64) {
+	if s.orphans == nil {
+		s.orphans = make(map[version]*orphan)
+	}
+	s.orphans[v] = &orphan{readers: readers, body: body, meta: meta}
+	s.orphaned += body + meta
+	s.unlinking++
+}
+
+// unlinkedLocked records that the files of v are gone from the directory
+// (or never will be: removal failed and was logged): the metadata file's
+// charge is given back, and the body's too if no Reader has it open.
+func (s *Store) unlinkedLocked(v version) {
+	o := s.orphans[v]
+	if o == nil || o.unlinked {
+		return
+	}
+	o.unlinked = true
+	s.unlinking--
+	s.orphaned -= o.meta
+	o.meta = 0
+	if o.readers <= 0 {
+		s.orphaned -= o.body
+		delete(s.orphans, v)
+	}
+	s.roomChangedLocked()
+}
+
+// roomChangedLocked wakes the writes waiting for an unlink (reserve).
+func (s *Store) roomChangedLocked() {
+	if s.roomFreed != nil {
+		close(s.roomFreed)
+		s.roomFreed = nil
+	}
 }
 
 // holdLocked counts a new Reader of e's complete version.
@@ -31,27 +82,14 @@ func (s *Store) holdLocked(e *entry) {
 	e.readers++
 }
 
-// orphanLocked records that version v, which readers Readers have open,
-// was unlinked with bytes still charged for it.
-func (s *Store) orphanLocked(v version, readers int, bytes int64) {
-	if readers <= 0 || bytes <= 0 {
-		return
-	}
-	if s.orphans == nil {
-		s.orphans = make(map[version]*orphan)
-	}
-	s.orphans[v] = &orphan{readers: readers, bytes: bytes}
-	s.orphaned += bytes
-}
-
 // release ends a Reader's count on version gen of key (after its file is
 // closed).
 func (s *Store) release(key string, gen uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if o := s.orphans[version{key, gen}]; o != nil {
-		if o.readers--; o.readers == 0 {
-			s.orphaned -= o.bytes
+		if o.readers--; o.readers <= 0 && o.unlinked {
+			s.orphaned -= o.body
 			delete(s.orphans, version{key, gen})
 		}
 		return

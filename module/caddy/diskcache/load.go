@@ -72,7 +72,7 @@ func (s *Store) load() error {
 		s.bytes += s.accounted(e)
 	}
 	s.gen.Store(max(maxGen, uint64(s.now().UnixNano())))
-	victims, _ := s.makeRoomLocked(0, nil)
+	victims, _ := s.evictLocked(0, nil) // no one else yet: s.mu is free
 	s.removeVersions(victims)
 	return nil
 }

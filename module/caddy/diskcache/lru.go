@@ -1,12 +1,16 @@
 package diskcache
 
-// makeRoomLocked evicts least recently used complete versions (never keep)
-// until need more bytes fit within MaxBytes and the entry count is within
-// MaxEntries. It evicts nothing and returns false if need cannot fit even
-// with every other complete version gone. The caller removes the returned
-// versions' files after unlocking s.mu. Writes in progress are held to
+// evictLocked evicts least recently used complete versions (never keep)
+// until need more bytes fit within MaxBytes once the victims' files are
+// unlinked, and the entry count is within MaxEntries. The victims stay
+// charged (orphans, held.go) until removeVersions unlinks them, since
+// their blocks are on disk until then. fits reports whether need fits
+// now, the victims still charged: if it does not, the caller must unlink
+// the victims (after unlocking s.mu) before it takes the room, and try
+// again; with no victims either, need cannot fit until something else
+// frees room (nothing if unlinking is 0). Writes in progress are held to
 // MaxWritingBytes by their callers (reserve), not here.
-func (s *Store) makeRoomLocked(need int64, keep *entry) ([]version, bool) {
+func (s *Store) evictLocked(need int64, keep *entry) (victims []version, fits bool) {
 	floor := int64(0)
 	if keep != nil && keep.gen != 0 && keep.readers == 0 {
 		floor = s.accounted(keep)
@@ -17,9 +21,9 @@ func (s *Store) makeRoomLocked(need int64, keep *entry) ([]version, bool) {
 	if s.pending+s.orphaned+s.held+floor > limit {
 		return nil, false
 	}
-	var out []version
-	for s.bytes+s.pending+s.orphaned > limit || s.count > s.maxEntries {
-		bytesOver := s.bytes+s.pending+s.orphaned > limit
+	freeing := int64(0) // what unlinking the victims gives back
+	for s.bytes+s.pending+s.orphaned-freeing > limit || s.count > s.maxEntries {
+		bytesOver := s.bytes+s.pending+s.orphaned-freeing > limit
 		e := s.tail
 		for e != nil && (e == keep || (bytesOver && e.readers > 0)) {
 			e = e.prev
@@ -30,9 +34,16 @@ func (s *Store) makeRoomLocked(need int64, keep *entry) ([]version, bool) {
 		s.evictions.Add(1)
 		s.evictedBytes.Add(s.accounted(e))
 		s.log.Debug("diskcache: evicting", "key", e.key, "bytes", s.accounted(e))
-		out = append(out, s.dropLocked(e))
+		v := s.dropLocked(e)
+		if o := s.orphans[v]; o != nil {
+			freeing += o.meta
+			if o.readers == 0 {
+				freeing += o.body
+			}
+		}
+		victims = append(victims, v)
 	}
-	return out, true
+	return victims, s.bytes+s.pending+s.orphaned <= limit
 }
 
 // dropLocked removes e's complete version from the index and accounting;
@@ -43,11 +54,12 @@ func (s *Store) dropLocked(e *entry) version {
 	s.unlink(e)
 	s.bytes -= s.accounted(e)
 	if e.readers > 0 {
-		// Unlinked, but its body stays on disk until its Readers close.
 		s.held -= s.accounted(e)
-		s.orphanLocked(v, int(e.readers), s.blocks(e.size))
-		e.readers = 0
 	}
+	// On disk until removeVersions unlinks it, its body until its Readers
+	// close too.
+	s.orphanLocked(v, int(e.readers), s.blocks(e.size), s.blocks(int64(e.metaLen)))
+	e.readers = 0
 	e.gen, e.size, e.metaLen = 0, 0, 0
 	if e.w == nil {
 		delete(s.index, e.key)
@@ -62,10 +74,13 @@ func (s *Store) detachLocked(w *Writer, cause error) {
 		return
 	}
 	w.detached = cause
-	// Its body is unlinked by Abort; what was written stays on disk
-	// until the write's Readers close.
-	s.orphanLocked(version{w.key, w.gen}, w.readers, w.reserved)
+	// Its files are unlinked by Abort (which then calls unlinkedLocked);
+	// what was written stays on disk until then, and until the write's
+	// Readers close. The reservation covers a Write under way, whose
+	// bytes may land after this.
+	s.orphanLocked(version{w.key, w.gen}, w.readers, w.reserved, 0)
 	w.readers = 0
+	s.roomChangedLocked() // a Write of w waiting in reserve must see this
 	if e := s.index[w.key]; e != nil && e.w == w {
 		e.w = nil
 		if e.gen == 0 {

@@ -209,43 +209,52 @@ func (s *Store) UpdateMeta(key string, m Meta) error {
 	defer s.ops.Done()
 	name := fileName(key)
 	kl := s.keyLock(name)
-	kl.Lock()
-	victims, err := s.updateMeta(key, name, m)
-	kl.Unlock()
-	s.removeVersions(victims)
-	return err
+	for {
+		kl.Lock()
+		victims, again, err := s.updateMeta(key, name, m)
+		kl.Unlock()
+		s.removeVersions(victims)
+		if !again {
+			return err
+		}
+	}
 }
 
 // updateMeta does UpdateMeta's work under the key's file lock, which keeps
 // a removal of this version from running between our checks and rename.
-func (s *Store) updateMeta(key, name string, m Meta) ([]version, error) {
+// again: it evicted for room, and the victims must be unlinked (which
+// needs key locks) before it tries again and takes their room.
+func (s *Store) updateMeta(key, name string, m Meta) (victims []version, again bool, err error) {
 	s.mu.Lock()
 	e := s.index[key]
 	if e == nil || e.gen == 0 {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: %q", ErrNotFound, key)
+		return nil, false, fmt.Errorf("%w: %q", ErrNotFound, key)
 	}
 	gen, size, oldLen := e.gen, e.size, e.metaLen
 	s.mu.Unlock()
 	if m.Size != -1 && m.Size != size {
-		return nil, fmt.Errorf("%w: Meta.Size %d, stored body has %d bytes", ErrInvalidMeta, m.Size, size)
+		return nil, false, fmt.Errorf("%w: Meta.Size %d, stored body has %d bytes", ErrInvalidMeta, m.Size, size)
 	}
 	m = m.Clone()
 	m.Key, m.Size = key, size
 	b, err := encodeMeta(m, gen)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	delta := s.blocks(int64(len(b))) - s.blocks(int64(oldLen))
 	s.mu.Lock()
 	if e.gen != gen || s.index[key] != e {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: %q was removed meanwhile", ErrNotFound, key)
+		return nil, false, fmt.Errorf("%w: %q was removed meanwhile", ErrNotFound, key)
 	}
-	victims, ok := s.makeRoomLocked(delta, e)
-	if !ok {
+	victims, fits := s.evictLocked(delta, e)
+	if !fits {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: no room for %d more bytes of metadata", ErrFull, delta)
+		if len(victims) > 0 {
+			return victims, true, nil
+		}
+		return nil, false, fmt.Errorf("%w: no room for %d more bytes of metadata", ErrFull, delta)
 	}
 	s.setMetaLenLocked(e, int32(len(b)))
 	s.mu.Unlock()
@@ -268,7 +277,7 @@ func (s *Store) updateMeta(key, name string, m Meta) ([]version, error) {
 			s.hotDropLocked(e)
 		}
 		s.mu.Unlock()
-		return victims, fmt.Errorf("diskcache: update metadata of %q: %w", key, err)
+		return victims, false, fmt.Errorf("diskcache: update metadata of %q: %w", key, err)
 	}
 	if current {
 		// Updated because it was requested: keep it hot. m is our own
@@ -277,7 +286,7 @@ func (s *Store) updateMeta(key, name string, m Meta) ([]version, error) {
 		s.hotPutLocked(e, m)
 	}
 	s.mu.Unlock()
-	return victims, nil
+	return victims, false, nil
 }
 
 // Delete removes the object stored under key: its complete version (files
@@ -337,5 +346,8 @@ func (s *Store) removeVersions(vs []version) {
 			}
 		}
 		kl.Unlock()
+		s.mu.Lock()
+		s.unlinkedLocked(v)
+		s.mu.Unlock()
 	}
 }

@@ -10,10 +10,11 @@ type Stats struct {
 	Bytes        int64 // their bodies and metadata files, in whole blocks
 	Writing      int   // writes in progress
 	WritingBytes int64 // held by them: written so far, in whole blocks
-	// UnlinkedBytes are the bodies of versions removed (replaced,
-	// deleted, evicted, aborted) while Readers had them open, in whole
-	// blocks: they stay on disk until those Readers close, and count
-	// against MaxBytes meanwhile. UnlinkedVersions is how many.
+	// UnlinkedBytes are what versions removed (replaced, deleted,
+	// evicted, aborted) still take, in whole blocks: their files until
+	// they are unlinked (a moment after the removal), and the bodies of
+	// those Readers had open until the Readers close. They count against
+	// MaxBytes meanwhile. UnlinkedVersions is how many.
 	UnlinkedBytes    int64
 	UnlinkedVersions int
 	MaxBytes         int64

@@ -101,14 +101,18 @@ type Store struct {
 	bytes      int64  // charged bytes of complete versions (files in whole blocks)
 	pending    int64  // bytes held by writes in progress (written so far, in whole blocks)
 	writing    int    // writes in progress
-	// Versions Readers hold open (held.go): held is the part of bytes
-	// that complete versions with Readers take (eviction cannot free it),
-	// orphaned what unlinked versions with Readers still take, each in
-	// orphans.
-	held     int64
-	orphaned int64
-	orphans  map[version]*orphan
-	ops      sync.WaitGroup
+	// Versions Readers hold open, and versions being unlinked (held.go):
+	// held is the part of bytes that complete versions with Readers take
+	// (eviction cannot free it), orphaned what versions out of the index
+	// still take (not unlinked yet, or open), each in orphans; unlinking
+	// counts those not unlinked yet, and roomFreed, when not nil, is
+	// closed by the next unlink (writes waiting for room, see reserve).
+	held      int64
+	orphaned  int64
+	orphans   map[version]*orphan
+	unlinking int
+	roomFreed chan struct{}
+	ops       sync.WaitGroup
 
 	// The hot set (hot.go): decoded metadata of recently read versions.
 	hot      []hotSlot

@@ -211,36 +211,55 @@ func (w *Writer) Write(p []byte) (int, error) {
 // reserve makes w's reservation cover total bytes, evicting complete
 // objects for the difference. Within MaxWritingBytes unless commit: the
 // metadata file of a finished download may go beyond it (by a block or so
-// per commit in progress) rather than throw the download away.
+// per commit in progress) rather than throw the download away. The room
+// of evicted objects is taken only once their files are unlinked, and
+// room that other writers' evictions are about to free is waited for
+// (never long: an unlink), so no byte of w lands on a block the count
+// calls free while another file still takes it.
 func (s *Store) reserve(w *Writer, total int64, commit bool) error {
-	s.mu.Lock()
-	if w.detached != nil {
+	for {
+		s.mu.Lock()
+		if w.detached != nil {
+			s.mu.Unlock()
+			return w.detached
+		}
+		if total <= w.reserved {
+			s.mu.Unlock()
+			return nil
+		}
+		need := total - w.reserved
+		if !commit && need > s.maxWriting-s.pending {
+			pending := s.pending
+			s.mu.Unlock()
+			return fmt.Errorf("%w: writes in progress hold %d bytes, %d more needed, limit %d",
+				ErrFull, pending, need, s.maxWriting)
+		}
+		victims, fits := s.evictLocked(need, nil)
+		if fits {
+			w.reserved += need
+			s.pending += need
+		}
+		var freed chan struct{}
+		if !fits && len(victims) == 0 && s.unlinking > 0 {
+			if s.roomFreed == nil {
+				s.roomFreed = make(chan struct{})
+			}
+			freed = s.roomFreed
+		}
+		pending, unlinked := s.pending, s.orphaned
 		s.mu.Unlock()
-		return w.detached
+		s.removeVersions(victims)
+		switch {
+		case fits:
+			return nil
+		case freed != nil:
+			s.at("reserve:waiting-for-unlink")
+			<-freed
+		case len(victims) == 0:
+			return fmt.Errorf("%w: writes in progress hold %d bytes and removed versions %d, %d more needed, limit %d",
+				ErrFull, pending, unlinked, need, s.opt.MaxBytes)
+		}
 	}
-	if total <= w.reserved {
-		s.mu.Unlock()
-		return nil
-	}
-	need := total - w.reserved
-	if !commit && need > s.maxWriting-s.pending {
-		pending := s.pending
-		s.mu.Unlock()
-		return fmt.Errorf("%w: writes in progress hold %d bytes, %d more needed, limit %d",
-			ErrFull, pending, need, s.maxWriting)
-	}
-	victims, ok := s.makeRoomLocked(need, nil)
-	if !ok {
-		pending := s.pending
-		s.mu.Unlock()
-		return fmt.Errorf("%w: writes in progress hold %d bytes, %d more needed, limit %d",
-			ErrFull, pending, need, s.opt.MaxBytes)
-	}
-	w.reserved += need
-	s.pending += need
-	s.mu.Unlock()
-	s.removeVersions(victims)
-	return nil
 }
 
 // Commit publishes the object as complete with the final metadata (for
@@ -340,7 +359,7 @@ func (w *Writer) Commit(final Meta) error {
 		w.readers = 0
 		s.held += s.accounted(e)
 	}
-	victims, _ := s.makeRoomLocked(0, e)
+	victims, _ := s.evictLocked(0, e) // no more bytes land: unlinked below
 	s.mu.Unlock()
 	s.commits.Add(1)
 
@@ -409,6 +428,7 @@ func (w *Writer) abortLocked(cause error) error {
 	path := w.path
 	w.wakeLocked()
 	w.mu.Unlock()
+	s.at("abort:detached")
 	if w.f != nil {
 		w.f.Close()
 		w.f = nil
@@ -417,6 +437,9 @@ func (w *Writer) abortLocked(cause error) error {
 		os.Remove(w.metaFinal)
 	}
 	os.Remove(path)
+	s.mu.Lock()
+	s.unlinkedLocked(version{w.key, w.gen})
+	s.mu.Unlock()
 	s.aborts.Add(1)
 	s.log.Debug("diskcache: write aborted", "key", w.key, "written", w.n, "cause", cause)
 	return ae
