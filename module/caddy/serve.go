@@ -84,24 +84,25 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 			acct.set("hit", "local")
 			return h.serveStored(w, r, rd, "hit", "local", onlyIfCached)
 		}
-		rd.Close()
 		if onlyIfCached {
 			// Stale, and the client (a peer, usually) wants no origin
 			// contact: RFC 9111 §5.2.1.7.
+			rd.Close()
 			return notCached(w, "stale")
 		}
 		// Stale: revalidate with the origin. Within stale-while-
-		// revalidate the stale copy is served at once meanwhile.
+		// revalidate the stale copy is served at once meanwhile: the one
+		// already open, so that the new version the refresh may create
+		// before this request reads is not served in its place.
 		stale := m // a copy: taking m's address would move it to the heap on every hit
 		fr.stale = &stale
 		if swr, _ := httpcache.StaleWindows(m.Header); h.eng.now().Sub(m.Expires) < swr {
 			// In the background, if a download slot is free now.
 			_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), fr, 0, false)
-			if rd, ok := h.store.GetContext(r.Context(), fr.key); ok {
-				acct.set("stale", "local")
-				return h.serveStored(w, r, rd, "hit; fwd=stale", "stale-while-revalidate", onlyIfCached)
-			}
+			acct.set("stale", "local")
+			return h.serveStored(w, r, rd, "hit; fwd=stale", "stale-while-revalidate", onlyIfCached)
 		}
+		rd.Close()
 		return h.download(w, r, fr, acct)
 	}
 	if onlyIfCached {
