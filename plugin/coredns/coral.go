@@ -28,6 +28,7 @@ type Coral struct {
 	set        settings
 	classifier *classifier
 	tracker    *tracker
+	prox       *proximity // nil: proximity off
 	cookies    *serverCookies
 	rrl        *rateLimiter // nil: responses are not rate limited
 	self       netip.Addr   // this server's advertised address (SOA MNAME, its own NS glue)
@@ -113,7 +114,7 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	m.Authoritative = true
 	m.Compress = true
 
-	b := builder{c: c, m: m, state: &state, ctx: ctx, client: client}
+	b := builder{c: c, m: m, state: &state, ctx: ctx, client: client, target: client}
 	kind = b.respond(p)
 	c.send(server, w, &state, m, kind, clientCookie, client, verdict)
 	queryCount.WithLabelValues(server, b.levelLabel(), kind).Inc()
@@ -283,19 +284,58 @@ type builder struct {
 	m      *dns.Msg
 	state  *request.Request
 	ctx    context.Context
-	client netip.Addr
+	client netip.Addr // the querying resolver
+	target netip.Addr // whom the answer is for: the resolver, or its client's subnet (ECS)
 	cls    classification
 	done   bool // cls is set
+
+	// The proximity mapping of target, started with the classification so
+	// that a new prefix waits for both at once.
+	near      []nearNode
+	nearCall  *nearCall // a mapping this query may wait for, until nearUntil
+	nearUntil time.Time
+	nearSrc   string
+	nearState int // 0 not started, 1 started, 2 known
 }
 
-// level classifies the resolver once per query.
+// level classifies the target once per query.
 func (b *builder) level() int {
 	if !b.done {
-		b.cls = b.c.classifier.classify(b.ctx, b.client)
+		b.startNear()
+		b.cls = b.c.classifier.classify(b.ctx, b.target)
 		b.done = true
 		classifyCount.WithLabelValues(b.cls.source).Inc()
 	}
 	return b.cls.level
+}
+
+// startNear looks the target's mapping up, starting one if needed.
+func (b *builder) startNear() {
+	if b.nearState != 0 || b.c.prox == nil {
+		return
+	}
+	b.nearState = 1
+	b.near, b.nearCall, b.nearSrc = b.c.prox.lookup(b.target)
+	if b.nearCall != nil {
+		b.nearUntil = b.c.prox.now().Add(b.c.prox.budget)
+	}
+}
+
+// nearby returns the nodes ranked near the target, waiting for a new
+// mapping until the first-query budget is spent.
+func (b *builder) nearby() []nearNode {
+	if b.c.prox == nil {
+		return nil
+	}
+	b.startNear()
+	if b.nearState == 1 {
+		if b.nearCall != nil {
+			b.near, b.nearSrc = b.c.prox.await(b.ctx, b.nearCall, b.nearUntil)
+		}
+		b.nearState = 2
+		proximityCount.WithLabelValues(b.nearSrc).Inc()
+	}
+	return b.near
 }
 
 func (b *builder) levelLabel() string {
@@ -494,7 +534,7 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 	default:
 		return b.nodata(zone, b.c.set.negTTL)
 	}
-	used, nodes := b.c.pickProxies(b.ctx, b.level(), b.client, family)
+	used, nodes := b.c.pickProxies(b.ctx, b.level(), b.target, b.nearby(), family)
 	if len(nodes) == 0 {
 		return b.nodata(zone, b.c.set.retryTTL)
 	}
@@ -511,8 +551,8 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 // pickProxies chooses proxies for a resolver at level lvl: from the sweep at
 // lvl, lvl-1, …, 0, then the same levels synchronously. It returns the level
 // the proxies came from.
-func (c *Coral) pickProxies(ctx context.Context, lvl int, near netip.Addr, family int) (int, []coraldht.NodeInfo) {
-	o := pickOptions{count: c.set.answers, near: near, services: coraldht.ServiceHTTP, family: family}
+func (c *Coral) pickProxies(ctx context.Context, lvl int, near netip.Addr, ranked []nearNode, family int) (int, []coraldht.NodeInfo) {
+	o := pickOptions{count: c.set.answers, near: near, services: coraldht.ServiceHTTP, family: family, ranked: ranked}
 	if !c.tracker.ready() {
 		// Just started: the first sweep is under way. Waiting for it (a
 		// little) beats answering with nothing, which resolvers would cache.
@@ -545,7 +585,7 @@ func (c *Coral) pickProxies(ctx context.Context, lvl int, near netip.Addr, famil
 // NS records in the answer section (a query for them) rather than the
 // authority section (a referral or the paper's lock).
 func (b *builder) nsSet(owner string, level int, inAnswer bool) {
-	o := pickOptions{level: level, count: b.c.set.nameservers, near: b.client, services: coraldht.ServiceDNS, nearOnly: true}
+	o := pickOptions{level: level, count: b.c.set.nameservers, near: b.target, services: coraldht.ServiceDNS, nearOnly: true, ranked: b.nearby()}
 	servers := b.c.tracker.pick(o)
 	if !containsSelf(servers) && len(servers) < min(o.count, minNear) {
 		// This server always serves its own clusters; it is added when the

@@ -44,6 +44,9 @@ type config struct {
 
 	rrl *rrlConfig // nil: no response rate limiting
 
+	prox proximityConfig
+	ecs  []netip.Prefix // resolvers whose EDNS Client Subnet is used; none: ECS off
+
 	set settings
 }
 
@@ -161,6 +164,8 @@ func newConfig() *config {
 		liveWithin:    defaultLiveWithin,
 		checkInterval: defaultCheckInterval,
 		syncWait:      defaultSyncWait,
+		prox: proximityConfig{wait: defaultProximityWait, timeout: defaultProximityTimeout, cache: defaultProbeCache,
+			hops: defaultProximityHops, limit: defaultProximityLimit, entries: proximityEntries},
 		set: settings{
 			nsTTL:       uint32(defaultNSTTL.Seconds()),
 			negTTL:      uint32(defaultNegTTL.Seconds()),
@@ -185,6 +190,9 @@ func parseBlock(c *caddy.Controller) (*config, error) {
 		prop := c.Val()
 		args := c.RemainingArgs()
 		known, err := cfg.parseNodeProperty(c, prop, args)
+		if !known {
+			known, err = cfg.parseNearProperty(c, prop, args)
+		}
 		if !known {
 			err = cfg.parseProperty(c, prop, args, &answerTTLs)
 		}
@@ -558,6 +566,7 @@ func (c *Coral) start() error {
 		now:        time.Now,
 		ctx:        ctx,
 	}
+	c.prox = startProximity(ctx, cfg.prox, entry.node)
 	if cfg.alias != "" {
 		c.challenges = newChallenges(cfg.alias, func() acmetxt.Getter { return entry.node })
 	}
@@ -592,6 +601,9 @@ func (c *Coral) stop() error {
 	c.cancel()
 	<-c.done
 	c.classifier.background.Wait()
+	if c.prox != nil {
+		c.prox.wg.Wait()
+	}
 	for _, f := range c.closers {
 		_ = f()
 	}
