@@ -44,6 +44,8 @@ type Coral struct {
 	// challenges answers the alias zone's ACME challenge (nil without an
 	// alias zone).
 	challenges *challenges
+	// ecs are the resolvers whose EDNS Client Subnet is used (ecs.go).
+	ecs []netip.Prefix
 }
 
 // settings are the response knobs, all parsed from the Corefile.
@@ -101,10 +103,21 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		// answered without a cookie.
 		rcode, kind, clientCookie = dns.RcodeFormatError, respFormErr, nil
 	}
+	target, ecs, ecsNet := client, (*dns.EDNS0_SUBNET)(nil), netip.Prefix{}
+	if rcode == dns.RcodeSuccess && len(c.ecs) > 0 && c.trustsECS(client) {
+		var err error
+		if ecs, err = ecsOption(r); err != nil {
+			rcode, kind = dns.RcodeFormatError, respFormErr // RFC 7871 §6
+		} else if ecs != nil {
+			if ecsNet, _ = ecsPrefix(ecs); ecsNet.IsValid() {
+				target = ecsNet.Addr()
+			}
+		}
+	}
 	if rcode != dns.RcodeSuccess {
 		m := new(dns.Msg)
 		m.SetRcode(r, rcode)
-		c.send(server, w, &state, m, kind, clientCookie, client, verdict)
+		c.send(server, w, &state, m, kind, clientCookie, client, verdict, nil)
 		queryCount.WithLabelValues(server, "none", kind).Inc()
 		return dns.RcodeSuccess, nil
 	}
@@ -114,9 +127,13 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	m.Authoritative = true
 	m.Compress = true
 
-	b := builder{c: c, m: m, state: &state, ctx: ctx, client: client, target: client}
+	b := builder{c: c, m: m, state: &state, ctx: ctx, client: client, target: target}
 	kind = b.respond(p)
-	c.send(server, w, &state, m, kind, clientCookie, client, verdict)
+	var ecsOut *dns.EDNS0_SUBNET
+	if ecs != nil {
+		ecsOut = ecsReply(ecs, ecsNet, b.done || b.nearState != 0)
+	}
+	c.send(server, w, &state, m, kind, clientCookie, client, verdict, ecsOut)
 	queryCount.WithLabelValues(server, b.levelLabel(), kind).Inc()
 	return dns.RcodeSuccess, nil
 }
@@ -162,7 +179,7 @@ func screen(r *dns.Msg, proto string) (int, string) {
 // it owns its address, so it is no reflector's victim. A dropped response is
 // no response at all: CoreDNS writes nothing for a plugin that returns
 // success without writing.
-func (c *Coral) send(server string, w dns.ResponseWriter, state *request.Request, m *dns.Msg, kind string, clientCookie []byte, client netip.Addr, verdict cookieVerdict) {
+func (c *Coral) send(server string, w dns.ResponseWriter, state *request.Request, m *dns.Msg, kind string, clientCookie []byte, client netip.Addr, verdict cookieVerdict, ecs *dns.EDNS0_SUBNET) {
 	if c.rrl != nil && state.Proto() == "udp" && verdict != cookieValid {
 		cat := rrlCategoryOf(kind)
 		switch c.rrl.decide(client, cat) {
@@ -171,17 +188,17 @@ func (c *Coral) send(server string, w dns.ResponseWriter, state *request.Request
 			return
 		case rrlSlip:
 			rrlSlipped.WithLabelValues(server, cat.String()).Inc()
-			m = slipped(state.Req)
+			m, ecs = slipped(state.Req), nil
 		}
 	}
-	c.write(w, state, m, clientCookie, client)
+	c.write(w, state, m, clientCookie, client, ecs)
 }
 
 // write sends m. A response to an EDNS request carries an OPT with this
 // server's own UDP size (and the cookie, when the request had a usable
-// one); every response is truncated to what the client takes: 512 octets
+// one, and ecs, the client subnet option, when there is one); every response is truncated to what the client takes: 512 octets
 // without EDNS, over UDP the smaller of the client's size and ours.
-func (c *Coral) write(w dns.ResponseWriter, state *request.Request, m *dns.Msg, clientCookie []byte, client netip.Addr) {
+func (c *Coral) write(w dns.ResponseWriter, state *request.Request, m *dns.Msg, clientCookie []byte, client netip.Addr, ecs *dns.EDNS0_SUBNET) {
 	limit := dns.MinMsgSize
 	ro := state.Req.IsEdns0()
 	if ro != nil {
@@ -189,6 +206,9 @@ func (c *Coral) write(w dns.ResponseWriter, state *request.Request, m *dns.Msg, 
 		opt.SetUDPSize(ednsUDPSize)
 		if ro.Do() && m.Rcode != dns.RcodeBadVers {
 			opt.SetDo()
+		}
+		if ecs != nil {
+			opt.Option = append(opt.Option, ecs)
 		}
 		m.Extra = append(m.Extra, opt)
 		if clientCookie != nil {

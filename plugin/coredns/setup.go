@@ -509,7 +509,7 @@ func newCoral(cfg *config) *Coral {
 	// survives reloads; until then (tests) a fresh one.
 	var secret [16]byte
 	_, _ = rand.Read(secret[:])
-	c := &Coral{scheme: sch, set: cfg.set, cfg: cfg, cookies: newServerCookies(secret)}
+	c := &Coral{scheme: sch, set: cfg.set, cfg: cfg, cookies: newServerCookies(secret), ecs: cfg.ecs}
 	if cfg.rrl != nil {
 		c.rrl = newRateLimiter(*cfg.rrl, time.Now)
 	}
