@@ -3,7 +3,6 @@ package coral
 import (
 	"context"
 	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
@@ -59,14 +58,18 @@ func (cfg *config) parseNearProperty(c *caddy.Controller, prop string, args []st
 		for _, a := range args {
 			p, perr := netip.ParsePrefix(a)
 			if perr != nil {
-				if ad, aerr := netip.ParseAddr(a); aerr == nil && !strings.Contains(a, "%") {
+				if ad, aerr := netip.ParseAddr(a); aerr == nil && ad.Zone() == "" {
 					p, perr = ad.Prefix(ad.BitLen())
 				}
 			}
 			if perr != nil {
 				return true, c.Errf("ecs %q: not a prefix or address", a)
 			}
-			cfg.ecs = append(cfg.ecs, netip.PrefixFrom(p.Addr().Unmap(), min(p.Bits(), p.Addr().Unmap().BitLen())).Masked())
+			if p.Addr().Is4In6() {
+				// Resolvers' addresses are compared unmapped.
+				p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
+			}
+			cfg.ecs = append(cfg.ecs, p.Masked())
 		}
 	default:
 		return false, nil
