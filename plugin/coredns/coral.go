@@ -46,6 +46,9 @@ type Coral struct {
 	challenges *challenges
 	// ecs are the resolvers whose EDNS Client Subnet is used (ecs.go).
 	ecs []netip.Prefix
+	// noTarget makes choices ignore the target's /24: the paper's nodes()
+	// without a target, for the experiments' baselines (simulate.go).
+	noTarget bool
 }
 
 // settings are the response knobs, all parsed from the Corefile.
@@ -329,35 +332,6 @@ func (b *builder) level() int {
 	return b.cls.level
 }
 
-// startNear looks the target's mapping up, starting one if needed.
-func (b *builder) startNear() {
-	if b.nearState != 0 || b.c.prox == nil {
-		return
-	}
-	b.nearState = 1
-	b.near, b.nearCall, b.nearSrc = b.c.prox.lookup(b.target)
-	if b.nearCall != nil {
-		b.nearUntil = b.c.prox.now().Add(b.c.prox.budget)
-	}
-}
-
-// nearby returns the nodes ranked near the target, waiting for a new
-// mapping until the first-query budget is spent.
-func (b *builder) nearby() []nearNode {
-	if b.c.prox == nil {
-		return nil
-	}
-	b.startNear()
-	if b.nearState == 1 {
-		if b.nearCall != nil {
-			b.near, b.nearSrc = b.c.prox.await(b.ctx, b.nearCall, b.nearUntil)
-		}
-		b.nearState = 2
-		proximityCount.WithLabelValues(b.nearSrc).Inc()
-	}
-	return b.near
-}
-
 func (b *builder) levelLabel() string {
 	if !b.done {
 		return "none"
@@ -554,7 +528,7 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 	default:
 		return b.nodata(zone, b.c.set.negTTL)
 	}
-	used, nodes := b.c.pickProxies(b.ctx, b.level(), b.target, b.nearby(), family)
+	used, nodes := b.c.pickProxies(b.ctx, b.level(), b.nearAddr(), b.nearby(), family)
 	if len(nodes) == 0 {
 		return b.nodata(zone, b.c.set.retryTTL)
 	}
@@ -605,7 +579,7 @@ func (c *Coral) pickProxies(ctx context.Context, lvl int, near netip.Addr, ranke
 // NS records in the answer section (a query for them) rather than the
 // authority section (a referral or the paper's lock).
 func (b *builder) nsSet(owner string, level int, inAnswer bool) {
-	o := pickOptions{level: level, count: b.c.set.nameservers, near: b.target, services: coraldht.ServiceDNS, nearOnly: true, ranked: b.nearby()}
+	o := pickOptions{level: level, count: b.c.set.nameservers, near: b.nearAddr(), services: coraldht.ServiceDNS, nearOnly: true, ranked: b.nearby()}
 	servers := b.c.tracker.pick(o)
 	if !containsSelf(servers) && len(servers) < min(o.count, minNear) {
 		// This server always serves its own clusters; it is added when the
@@ -652,16 +626,6 @@ func (b *builder) nsSet(owner string, level int, inAnswer bool) {
 // smaller.
 const minNSSet = 2
 
-func containsAddr(nodes []coraldht.NodeInfo, a netip.Addr) bool {
-	a = a.Unmap()
-	for _, ni := range nodes {
-		if ni.Addr.Addr().Unmap() == a {
-			return true
-		}
-	}
-	return false
-}
-
 // maxHostNames bounds the remembered name server host names.
 const maxHostNames = 4096
 
@@ -678,15 +642,6 @@ func (c *Coral) hostName(a netip.Addr) string {
 	}
 	c.hosts.Store(a, h)
 	return h
-}
-
-func containsSelf(nodes []coraldht.NodeInfo) bool {
-	for _, ni := range nodes {
-		if ni.Self {
-			return true
-		}
-	}
-	return false
 }
 
 func addrRR(owner string, a netip.Addr, ttl uint32) dns.RR {

@@ -326,3 +326,22 @@ func (t *tracker) pickSync(ctx context.Context, o pickOptions) []coraldht.NodeIn
 	defer cancel()
 	return t.choose(t.node.Nodes(ctx, o.level, sweepSize, o.near, o.services), o)
 }
+
+func containsAddr(nodes []coraldht.NodeInfo, a netip.Addr) bool {
+	a = a.Unmap()
+	for _, ni := range nodes {
+		if ni.Addr.Addr().Unmap() == a {
+			return true
+		}
+	}
+	return false
+}
+
+func containsSelf(nodes []coraldht.NodeInfo) bool {
+	for _, ni := range nodes {
+		if ni.Self {
+			return true
+		}
+	}
+	return false
+}

@@ -321,3 +321,40 @@ func nodeHints(n interface {
 		return out, err
 	}
 }
+
+// startNear looks the target's mapping up, starting one if needed.
+func (b *builder) startNear() {
+	if b.nearState != 0 || b.c.prox == nil {
+		return
+	}
+	b.nearState = 1
+	b.near, b.nearCall, b.nearSrc = b.c.prox.lookup(b.target)
+	if b.nearCall != nil {
+		b.nearUntil = b.c.prox.now().Add(b.c.prox.budget)
+	}
+}
+
+// nearAddr is the address whose /24 choices prefer.
+func (b *builder) nearAddr() netip.Addr {
+	if b.c.noTarget {
+		return netip.Addr{}
+	}
+	return b.target
+}
+
+// nearby returns the nodes ranked near the target, waiting for a new
+// mapping until the first-query budget is spent.
+func (b *builder) nearby() []nearNode {
+	if b.c.prox == nil {
+		return nil
+	}
+	b.startNear()
+	if b.nearState == 1 {
+		if b.nearCall != nil {
+			b.near, b.nearSrc = b.c.prox.await(b.ctx, b.nearCall, b.nearUntil)
+		}
+		b.nearState = 2
+		proximityCount.WithLabelValues(b.nearSrc).Inc()
+	}
+	return b.near
+}
