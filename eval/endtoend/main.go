@@ -34,34 +34,39 @@ import (
 	coral "github.com/coralcdn/coral/plugin/coredns"
 )
 
+// params are the paper's workload (§6): one origin behind a 384 kbit/s
+// DSL line serving 12 files of 41 KB, three images on each of four pages;
+// every client, after a random delay of up to 180 s, fetches the three
+// images of a random page again and again for 30 minutes.
 type params struct {
-	N         int           // nodes (the paper had 166)
-	PerSite   int           // nodes per site
-	Requests  int           // requests per client
-	Origins   int           // origin servers, each a Coralized name
-	Objects   int           // objects per origin
-	Size      int           // bytes per object
-	Bandwidth float64       // bytes per second of a transfer
-	Warmup    time.Duration // virtual time for clustering before the DNS servers start
-	Spread    time.Duration // requests start uniformly over this window
-	Seed      uint64
-	Out       string
+	N        int           // nodes (the paper had 166)
+	PerSite  int           // nodes per site
+	Pages    int           // pages, each of PageObjects objects
+	PerPage  int           // objects per page
+	Size     int           // bytes per object
+	OriginBW float64       // bytes per second from the origin
+	ProxyBW  float64       // bytes per second from a proxy
+	Think    time.Duration // mean pause between a client's pages
+	Jitter   time.Duration // clients start uniformly over this
+	Duration time.Duration // each client fetches pages for this long
+	Warmup   time.Duration // virtual time for clustering before the DNS servers start
+	Seed     uint64
+	Out      string
 }
 
 func defaultParams() params {
-	return params{N: 168, PerSite: 2, Requests: 12, Origins: 12, Objects: 20, Size: 10 << 10, Bandwidth: 1 << 20,
-		Warmup: 6 * coraldht.DefaultConfig().ClusterInterval, Spread: 10 * time.Minute, Seed: 1, Out: "docs/eval"}
+	return params{N: 168, PerSite: 2, Pages: 4, PerPage: 3, Size: 41 << 10, OriginBW: 384e3 / 8, ProxyBW: 10e6 / 8,
+		Think: 10 * time.Second, Jitter: 180 * time.Second, Duration: 30 * time.Minute,
+		Warmup: 6 * coraldht.DefaultConfig().ClusterInterval, Seed: 1, Out: "docs/eval"}
 }
 
 func main() {
 	p := defaultParams()
 	flag.IntVar(&p.N, "n", p.N, "nodes (at least 166, as in the paper, for the figure)")
 	flag.IntVar(&p.PerSite, "persite", p.PerSite, "nodes per site")
-	flag.IntVar(&p.Requests, "requests", p.Requests, "requests per client")
-	flag.IntVar(&p.Origins, "origins", p.Origins, "origin servers (Coralized names)")
-	flag.IntVar(&p.Objects, "objects", p.Objects, "objects per origin")
+	flag.DurationVar(&p.Think, "think", p.Think, "mean pause between a client's pages")
+	flag.DurationVar(&p.Duration, "duration", p.Duration, "virtual time each client fetches pages")
 	flag.DurationVar(&p.Warmup, "warmup", p.Warmup, "virtual time each network clusters before the clients start")
-	flag.DurationVar(&p.Spread, "spread", p.Spread, "virtual time over which the requests start")
 	flag.Uint64Var(&p.Seed, "seed", p.Seed, "random seed")
 	flag.StringVar(&p.Out, "out", p.Out, "directory for endtoend.json and the PNG figures")
 	flag.Parse()
@@ -262,15 +267,12 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 
 	tag := strings.NewReplacer(" ", "", ",", "", "-", "").Replace(cfg) + fmt.Sprint(variant)
 	rng := rand.New(rand.NewPCG(p.Seed, uint64(len(tag))*7919+uint64(variant)))
-	origins := map[string]netip.Addr{}
-	var hosts []string
-	for k := range p.Origins {
-		site := rng.IntN(w.m.Len())
-		host := fmt.Sprintf("www.origin%d-%s.example.com", k, tag)
-		origins[host] = w.place(siteAddr(14, site, byte(k+1)), site)
-		hosts = append(hosts, host)
-	}
-	rn := &run{w: w, proxies: proxies, origins: origins, size: p.Size, bw: p.Bandwidth, putTTL: time.Hour}
+	// A name and URLs of their own per run: the DSHT outlives the runs.
+	host := "www.origin-" + tag + ".example.com"
+	originSite := rng.IntN(w.m.Len())
+	rn := &run{w: w, proxies: proxies, origin: w.place(siteAddr(14, originSite, byte(1+variant)), originSite),
+		size: p.Size, proxyBW: p.ProxyBW, originBW: p.OriginBW, putTTL: time.Hour}
+	name := host + ".http." + levelLabels(len(levels)+1) + zone
 	// The parent zone delegates to a few servers anywhere, as the paper's
 	// nyucd.net did.
 	parent := make([]netip.Addr, 0, 4)
@@ -285,7 +287,7 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 	}
 	var mu sync.Mutex
 	var samples []sample
-	failed := 0
+	failed, requests := 0, 0
 	var wg sync.WaitGroup
 	for i, n := range s.Placed {
 		site := n.Site
@@ -296,50 +298,50 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 		}
 		client := w.place(siteAddr(first, site, 100+h), site)
 		res := newResolver(w.place(siteAddr(first, site, 200+h), site), w, servers, zone, parent, p.Seed*1000+uint64(i))
-		starts := make([]time.Duration, p.Requests)
-		for j := range starts {
-			starts[j] = time.Duration(rng.Int64N(int64(p.Spread)))
-		}
-		slices.Sort(starts)
-		picks := make([][2]int, p.Requests)
-		for j := range picks {
-			picks[j] = [2]int{rng.IntN(p.Origins), rng.IntN(p.Objects)}
-		}
+		crng := rand.New(rand.NewPCG(p.Seed, uint64(i)+1000*uint64(variant+1)))
 		wg.Go(func() {
-			begin := time.Now()
-			for j, at := range starts {
-				if d := at - time.Since(begin); d > 0 {
-					time.Sleep(d)
-				}
-				host := hosts[picks[j][0]]
-				url := fmt.Sprintf("http://%s/obj%d", host, picks[j][1])
-				name := host + ".http." + levelLabels(len(levels)+1) + zone
+			time.Sleep(time.Duration(crng.Int64N(int64(p.Jitter))))
+			end := time.Now().Add(p.Duration)
+			for time.Now().Before(end) {
+				page := crng.IntN(p.Pages)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				t0 := time.Now()
 				addrs, err := res.resolve(ctx, name)
 				dnsTime := time.Since(t0)
-				if err != nil || len(addrs) == 0 {
-					cancel()
-					mu.Lock()
-					failed++
-					mu.Unlock()
-					continue
-				}
-				px := proxies[addrs[0]]
-				rtt := w.rtt(client, px.addr)
-				time.Sleep(2 * rtt) // connect, send the request
-				src := rn.serve(ctx, px, host, url)
-				time.Sleep(rn.transfer())
-				cancel()
 				mu.Lock()
-				samples = append(samples, sample{time.Since(t0), dnsTime, rtt, src, inRegion(w.m, site), w.site[px.addr] == site})
+				requests += p.PerPage
 				mu.Unlock()
+				if err != nil || len(addrs) == 0 {
+					mu.Lock()
+					failed += p.PerPage
+					mu.Unlock()
+				} else {
+					// The browser connects to the first address, one
+					// connection per image, all at once.
+					px := proxies[addrs[0]]
+					rtt := w.rtt(client, px.addr)
+					var pg sync.WaitGroup
+					for k := range p.PerPage {
+						pg.Go(func() {
+							url := fmt.Sprintf("http://%s/page%d/img%d.jpg", host, page, k)
+							time.Sleep(2 * rtt) // connect, request
+							src := rn.serve(ctx, px, url)
+							time.Sleep(rn.transfer(rtt, p.ProxyBW))
+							mu.Lock()
+							samples = append(samples, sample{time.Since(t0), dnsTime, rtt, src, inRegion(w.m, site), w.site[px.addr] == site})
+							mu.Unlock()
+						})
+					}
+					pg.Wait()
+				}
+				cancel()
+				time.Sleep(time.Duration(crng.ExpFloat64() * float64(p.Think)))
 			}
 		})
 	}
 	wg.Wait()
 
-	r := &runResult{Config: cfg, Requests: p.N * p.Requests, Failed: failed, Sources: map[string]int{}}
+	r := &runResult{Config: cfg, Requests: requests, Failed: failed, Sources: map[string]int{}}
 	var dnsT, prox []float64
 	same := 0
 	for _, sm := range samples {

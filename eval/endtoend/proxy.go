@@ -15,9 +15,10 @@ import (
 // announces this proxy as a source and returns proxies already holding or
 // fetching the object; then a fetch from the first of them that is not
 // itself, or from the origin. Transfers are modelled: a connection and a
-// request take two round trips, the body size/bandwidth, and a fetch that
-// is under way is joined (cut-through: the copy is ready when the first
-// one is). Several requests for one object at one proxy share one fetch.
+// request take two round trips, the body TCP slow start and size/bandwidth
+// (transfer), and a fetch that is under way is joined (cut-through: the
+// copy is ready when the first one is). Several requests for one object at
+// one proxy share one fetch.
 type proxy struct {
 	node *coraldht.Node
 	addr netip.Addr
@@ -42,19 +43,30 @@ const (
 type run struct {
 	w        *world
 	proxies  map[netip.Addr]*proxy
-	origins  map[string]netip.Addr // origin host → its address
-	size     int                   // object bytes
-	bw       float64               // bytes per second of every transfer
+	origin   netip.Addr
+	size     int     // object bytes
+	proxyBW  float64 // bytes per second from a proxy
+	originBW float64 // bytes per second from the origin (the paper's DSL line)
 	putTTL   time.Duration
-	getLevel []int // nil: all levels
 }
 
-func (r *run) transfer() time.Duration {
-	return time.Duration(float64(r.size) / r.bw * float64(time.Second))
+// initialWindow is TCP's initial congestion window (RFC 6928: ten
+// segments): a body larger than that takes extra round trips.
+const initialWindow = 10 * 1460
+
+// transfer is the time to receive the body over a fresh connection with
+// round-trip time rtt and bandwidth bw, after the first byte.
+func (r *run) transfer(rtt time.Duration, bw float64) time.Duration {
+	rounds, window := 0, initialWindow
+	for sent := window; sent < r.size; sent += window {
+		window *= 2
+		rounds++
+	}
+	return time.Duration(rounds)*rtt + time.Duration(float64(r.size)/bw*float64(time.Second))
 }
 
-// serve gets object url (from origin host) to p and returns where from.
-func (r *run) serve(ctx context.Context, p *proxy, host, url string) string {
+// serve gets object url to p and returns where from.
+func (r *run) serve(ctx context.Context, p *proxy, url string) string {
 	p.mu.Lock()
 	f, ok := p.ready[url]
 	if ok {
@@ -82,9 +94,11 @@ func (r *run) serve(ctx context.Context, p *proxy, host, url string) string {
 			qf := q.ready[url]
 			q.mu.Unlock()
 			if qf != nil {
-				time.Sleep(2 * r.w.rtt(p.addr, q.addr))
+				rtt := r.w.rtt(p.addr, q.addr)
+				time.Sleep(2 * rtt)
 				<-qf.done // cut-through: its bytes come as it gets them
 				if qf.ok {
+					time.Sleep(r.transfer(rtt, r.proxyBW))
 					src = fromPeer
 					break
 				}
@@ -92,7 +106,8 @@ func (r *run) serve(ctx context.Context, p *proxy, host, url string) string {
 		}
 	}
 	if src == fromOrigin {
-		time.Sleep(2*r.w.rtt(p.addr, r.origins[host]) + 2*originRTT + r.transfer())
+		rtt := r.w.rtt(p.addr, r.origin) + originRTT
+		time.Sleep(2*rtt + r.transfer(rtt, r.originBW))
 	}
 	f.ok = true
 	close(f.done)

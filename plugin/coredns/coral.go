@@ -608,6 +608,11 @@ func (b *builder) nsSet(owner string, level int, inAnswer bool) {
 		// retry_ttl and get the full set once the sweep has found it.
 		ttl = min(ttl, b.c.set.retryTTL)
 	}
+	if b.nearSrc == nearPending {
+		// Chosen before the client's mapping was in: a resolver locked
+		// onto this set for ns_ttl would not see the refined one.
+		ttl = min(ttl, b.c.set.retryTTL)
+	}
 	for _, ni := range servers {
 		a := ni.Addr.Addr().Unmap()
 		host := b.c.hostName(a)

@@ -143,6 +143,19 @@ func TestProximityBudget(t *testing.T) {
 		if got[0] != "127.0.5.1" {
 			t.Fatalf("first answer %v: want today's choice while the mapping runs", got)
 		}
+		// The NS set chosen without the mapping must not lock the
+		// resolver for ns_ttl: it comes back after retry_ttl.
+		m, _ := query(c, "10.0.8.9", "www.example.com.http.l2.l1.l0.nyucd.test.", dns.TypeA, answers)
+		for _, rr := range m.Ns {
+			if rr.Header().Ttl != c.set.retryTTL {
+				t.Fatalf("NS set chosen while the mapping ran: %v, want TTL retry_ttl %d", rr, c.set.retryTTL)
+			}
+		}
+		time.Sleep(time.Second)
+		m, _ = query(c, "10.0.8.9", "www.example.com.http.l2.l1.l0.nyucd.test.", dns.TypeA, answers)
+		if m.Ns[0].Header().Ttl != c.set.nsTTL {
+			t.Fatalf("NS set once mapped: %v, want TTL ns_ttl %d", m.Ns[0], c.set.nsTTL)
+		}
 		time.Sleep(time.Second)
 		start = time.Now()
 		got, ns := answerAndNS(c, "10.0.9.200")
