@@ -64,6 +64,7 @@ func main() {
 	p := defaultParams()
 	flag.IntVar(&p.N, "n", p.N, "nodes (at least 166, as in the paper, for the figure)")
 	flag.IntVar(&p.PerSite, "persite", p.PerSite, "nodes per site")
+	flag.DurationVar(&p.Jitter, "jitter", p.Jitter, "clients start uniformly over this")
 	flag.DurationVar(&p.Think, "think", p.Think, "mean pause between a client's pages")
 	flag.DurationVar(&p.Duration, "duration", p.Duration, "virtual time each client fetches pages")
 	flag.DurationVar(&p.Warmup, "warmup", p.Warmup, "virtual time each network clusters before the clients start")
