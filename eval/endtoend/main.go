@@ -290,15 +290,21 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 	var samples []sample
 	failed, requests := 0, 0
 	var wg sync.WaitGroup
+	// Every client and resolver is placed before any of them starts: the
+	// world's address book is read without a lock.
+	first := byte(10)
+	if variant == 1 {
+		first = 11
+	}
+	clients := make([]netip.Addr, len(s.Placed))
+	resolvers := make([]*resolver, len(s.Placed))
 	for i, n := range s.Placed {
-		site := n.Site
 		h := n.Addr.Addr().As4()[3]
-		first := byte(10)
-		if variant == 1 {
-			first = 11
-		}
-		client := w.place(siteAddr(first, site, 100+h), site)
-		res := newResolver(w.place(siteAddr(first, site, 200+h), site), w, servers, zone, parent, p.Seed*1000+uint64(i))
+		clients[i] = w.place(siteAddr(first, n.Site, 100+h), n.Site)
+		resolvers[i] = newResolver(w.place(siteAddr(first, n.Site, 200+h), n.Site), w, servers, zone, parent, p.Seed*1000+uint64(i))
+	}
+	for i, n := range s.Placed {
+		site, client, res := n.Site, clients[i], resolvers[i]
 		crng := rand.New(rand.NewPCG(p.Seed, uint64(i)+1000*uint64(variant+1)))
 		wg.Go(func() {
 			time.Sleep(time.Duration(crng.Int64N(int64(p.Jitter))))

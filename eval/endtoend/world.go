@@ -39,11 +39,15 @@ func newWorld(m *topology.Matrix) *world {
 	w := &world{m: m, site: make(map[netip.Addr]int), region: make([]int, m.Len())}
 	idx := map[string]int{}
 	for i, s := range m.Sites {
-		r, ok := idx[s.Region]
+		// A region router serves a state or province of one country (the
+		// WonderProxy data leaves the region empty in many countries) or
+		// a region of the synthetic world.
+		key := s.Country + "/" + s.Region
+		r, ok := idx[key]
 		if !ok {
 			r = len(w.regionNames)
-			idx[s.Region] = r
-			w.regionNames = append(w.regionNames, s.Region)
+			idx[key] = r
+			w.regionNames = append(w.regionNames, key)
 		}
 		w.region[i] = r
 	}
