@@ -79,6 +79,7 @@ eval:
 	$(GO) run ./eval/lookup
 	$(GO) run ./eval/clusters
 	$(GO) run ./eval/getlatency
+	$(GO) run ./eval/endtoend
 	bash builds/coredns/build.sh
 	$(GO) run ./eval/dnsperf
 	bash builds/caddy/build.sh

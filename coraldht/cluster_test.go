@@ -3,6 +3,7 @@ package coraldht
 import (
 	"context"
 	"crypto/sha1"
+	"errors"
 	"net/netip"
 	"slices"
 	"sync"
@@ -547,13 +548,14 @@ func TestHintPrefixes(t *testing.T) {
 		routers := []netip.Addr{netip.MustParseAddr("192.168.1.1"), netip.MustParseAddr("203.0.113.77"), netip.MustParseAddr("100.64.3.4"), netip.MustParseAddr("2001:db8:5:6::1")}
 		priv := mk("10.1.2.3:4000", func(c *Config) { c.HintPrefixes = []netip.Prefix{netip.MustParsePrefix("198.51.100.9/24")} })
 		got := priv.hintPrefixes(routers)
-		want := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8:5::/48"), netip.MustParsePrefix("198.51.100.0/24")}
+		want := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8:5::/48"),
+			netip.MustParsePrefix("203.0.113.77/32"), netip.MustParsePrefix("2001:db8:5:6::1/128"), netip.MustParsePrefix("198.51.100.0/24")}
 		if !slices.Equal(got, want) {
 			t.Fatalf("hint prefixes %v, want %v (private, CGNAT and own private address left out)", got, want)
 		}
 		allowed := mk("10.1.2.4:4000", func(c *Config) { c.HintPrivate = true })
 		got = allowed.hintPrefixes(routers[:1])
-		want = []netip.Prefix{netip.MustParsePrefix("10.1.2.0/24"), netip.MustParsePrefix("192.168.1.0/24")}
+		want = []netip.Prefix{netip.MustParsePrefix("10.1.2.0/24"), netip.MustParsePrefix("192.168.1.0/24"), netip.MustParsePrefix("192.168.1.1/32")}
 		if !slices.Equal(got, want) {
 			t.Fatalf("with HintPrivate: %v, want %v", got, want)
 		}
@@ -660,6 +662,35 @@ func TestHierarchicalGetCrossesOnce(t *testing.T) {
 		// does, plus the restart at level 0.
 		if hier > single+1 {
 			t.Fatalf("mean RPCs: all levels %.2f, a single-level walk to the closest node %.2f: the get crossed the ID space more than once", hier, single)
+		}
+	})
+}
+
+// TestHintedNodes: a node that published hints under a router's address and
+// /24 is found under both by any other node, and a prefix nobody hinted at
+// is not found.
+func TestHintedNodes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		router := netip.MustParseAddr("198.51.100.9")
+		tn := newTestNet(t, 4, MemNetworkConfig{}, func(i int, c *Config) {
+			if i == 1 {
+				c.HintPrefixes = []netip.Prefix{netip.PrefixFrom(router, 32), SitePrefix(router)}
+			}
+		})
+		ctx := context.Background()
+		// Hints go out when clustering starts, after the join.
+		time.Sleep(time.Minute)
+		for _, p := range []netip.Prefix{netip.PrefixFrom(router, 32), SitePrefix(router)} {
+			got, err := tn.nodes[3].HintedNodes(ctx, p)
+			if err != nil || !slices.Equal(got, []netip.AddrPort{tn.nodes[1].Addr()}) {
+				t.Fatalf("HintedNodes(%v) = %v, %v; want [%v]", p, got, err, tn.nodes[1].Addr())
+			}
+		}
+		if got, err := tn.nodes[3].HintedNodes(ctx, netip.MustParsePrefix("203.0.113.0/24")); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("HintedNodes of an unhinted prefix = %v, %v; want ErrNotFound", got, err)
+		}
+		if _, err := tn.nodes[3].HintedNodes(ctx, netip.Prefix{}); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("HintedNodes of an invalid prefix: %v, want ErrInvalid", err)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package coraldht
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -9,9 +10,12 @@ import (
 )
 
 // Locality hints: nodes publish their address in the level-0 DSHT under
-// keys named after network prefixes they are in or near (their own /24 and
-// those of the routers a few hops out), and read the same keys to meet
-// nearby nodes at once, instead of waiting for chance RPCs to reveal them.
+// keys named after network prefixes they are in or near (their own /24, and
+// the routers a few hops out: each router's own address and its /24), and
+// read the same keys to meet nearby nodes at once, instead of waiting for
+// chance RPCs to reveal them. A DNS server reads them too (HintedNodes), for
+// the routers on the last hops toward a client: paths toward a client and
+// out of its network often share routers and /24s.
 
 const (
 	// hintTTL is how long a published hint lives; hintRefresh how often the
@@ -73,6 +77,14 @@ func (n *Node) hintPrefixes(routers []netip.Addr) []netip.Prefix {
 			add(SitePrefix(a))
 		}
 	}
+	for _, a := range routers {
+		// The router itself, as the paper's nodes did: a client whose
+		// path ends through the same router is nearer than one that only
+		// shares its /24.
+		if a = a.Unmap(); a.IsValid() && !a.IsUnspecified() && (n.cfg.HintPrivate || !privateHint(a)) {
+			add(netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
 	for _, p := range n.cfg.HintPrefixes {
 		add(p.Masked())
 	}
@@ -120,12 +132,8 @@ func (n *Node) publishHints(ctx context.Context) {
 				n.log.Debug("hint", "prefix", p, "err", err)
 			}
 			var found []Contact
-			for _, v := range r.Values {
-				var a netip.AddrPort
-				if a.UnmarshalBinary(v.Data) != nil || checkContactAddr(a) != nil || a == n.self.Addr {
-					continue
-				}
-				if len(found) < hintPingsPerPrefix {
+			for _, a := range hintAddrs(r.Values) {
+				if a != n.self.Addr && len(found) < hintPingsPerPrefix {
 					found = append(found, Contact{ID: NodeIDFor(a), Addr: a})
 				}
 			}
@@ -133,4 +141,34 @@ func (n *Node) publishHints(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+}
+
+// hintAddrs decodes the node addresses stored under a hint key, skipping
+// values that are not a usable contact address.
+func hintAddrs(vs []Value) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, v := range vs {
+		var a netip.AddrPort
+		if a.UnmarshalBinary(v.Data) != nil || checkContactAddr(a) != nil || slices.Contains(out, a) {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// HintedNodes returns the DSHT addresses of the nodes that published a
+// locality hint under prefix p: nodes in p, or whose first routers are in
+// p (a /24 or /48), or are p (a single address). It searches this node's
+// levels highest first, as Get does, and returns what the first level
+// holding any hint for p has; ErrNotFound when none has.
+func (n *Node) HintedNodes(ctx context.Context, p netip.Prefix) ([]netip.AddrPort, error) {
+	if !p.IsValid() {
+		return nil, fmt.Errorf("%w: invalid prefix", ErrInvalid)
+	}
+	r, err := n.Get(ctx, hintKey(p))
+	if err != nil {
+		return nil, err
+	}
+	return hintAddrs(r.Values), nil
 }

@@ -5,7 +5,9 @@ package coraldht
 // so the /24 prefixes of those routers are cheap locality hints. traceRouters
 // finds them at node start with one burst of ICMP echo probes, one per TTL,
 // instead of a classic hop-by-hop traceroute that would take a round trip
-// (or a timeout) per hop.
+// (or a timeout) per hop. TraceLastHops is the same burst aimed at a DNS
+// client: the routers nearest the client, which nodes near it published
+// hints under.
 
 import (
 	"context"
@@ -24,14 +26,15 @@ import (
 	"golang.org/x/net/ipv6"
 )
 
-// errTraceUnavailable is wrapped by traceRouters when the process may not
+// ErrTraceUnavailable is wrapped by traceRouters and TraceLastHops when the process may not
 // open raw ICMP sockets (no CAP_NET_RAW) nor, outside Linux, unprivileged
 // ICMP sockets (see listenICMP), or the address family is unsupported.
-var errTraceUnavailable = errors.New("coraldht: traceroute unavailable")
+var ErrTraceUnavailable = errors.New("coraldht: traceroute unavailable")
 
-// traceMaxHops bounds a trace; locality hints only need the first few hops,
-// and it keeps one bit per hop in a uint32.
-const traceMaxHops = 16
+// traceMaxHops bounds a trace: start-up hints need only the first few hops
+// (Config.HintHops is at most 16), a trace toward a client reaches across
+// the Internet, whose paths are rarely longer. One bit per hop in a uint64.
+const traceMaxHops = 32
 
 // traceRouters sends probes toward dst with IP TTL (hop limit) 1..maxHops,
 // all at once, and collects the ICMP time-exceeded and
@@ -47,28 +50,63 @@ func traceRouters(ctx context.Context, dst netip.Addr, maxHops int, timeout time
 	if !dst.IsValid() || dst.IsLoopback() || dst.IsUnspecified() {
 		return nil, nil
 	}
-	return trace(ctx, dst, maxHops, timeout)
+	s, err := trace(ctx, dst, maxHops, timeout)
+	return s.routers(), err
+}
+
+// TraceLastHops finds the routers on the last hops toward dst: one burst of
+// probes with TTL 1..32, all sent at once, and the replies collected until
+// every hop short of dst answered or timeout passed (a client that does not
+// answer echo requests leaves the hops past it silent, so the timeout is
+// the aggressive bound on the trace). It returns up to n distinct routers
+// heard nearest dst, in hop order (the one nearest dst last), without dst
+// itself. The burst is 32 echo requests of 33 octets (IPv4: 1 KiB in all);
+// it takes one round trip to dst when dst answers.
+//
+// Errors are those of traceRouters: ErrTraceUnavailable without a socket
+// to trace with, ctx.Err() with the routers heard so far. Invalid,
+// loopback and unspecified destinations have no routers.
+func TraceLastHops(ctx context.Context, dst netip.Addr, n int, timeout time.Duration) ([]netip.Addr, error) {
+	dst = dst.Unmap()
+	if !dst.IsValid() || dst.IsLoopback() || dst.IsUnspecified() || n <= 0 {
+		return nil, nil
+	}
+	s, err := trace(ctx, dst, traceMaxHops, timeout)
+	rs := s.routers()
+	return rs[max(0, len(rs)-n):], err
+}
+
+// CanTrace reports whether this process may open the sockets a trace needs
+// for the family of dst (nil), or why not (an error wrapping
+// ErrTraceUnavailable).
+func CanTrace(v6 bool) error {
+	c, _, err := listenICMP(v6)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // trace is traceRouters without the destination check, so tests can probe
-// loopback addresses.
-func trace(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Duration) ([]netip.Addr, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+// loopback addresses. It returns what it heard, never nil.
+func trace(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Duration) (*traceState, error) {
 	dst = dst.Unmap()
 	v6 := dst.Is6()
 	maxHops = min(max(maxHops, 1), traceMaxHops)
+	s := &traceState{dst: dst, v6: v6, last: 0}
+	if err := ctx.Err(); err != nil {
+		return s, err
+	}
 
 	c, dgram, err := listenICMP(v6)
 	if err != nil {
-		return nil, err
+		return s, err
 	}
 	defer c.Close()
 
 	// Raw sockets see every ICMP message on the host, so a random echo id
 	// tells our replies from those to other tracers and pings.
-	id := uint16(rand.Uint32())
+	s.id = uint16(rand.Uint32())
 	var to net.Addr = &net.IPAddr{IP: dst.AsSlice(), Zone: dst.Zone()}
 	if dgram {
 		to = &net.UDPAddr{IP: dst.AsSlice(), Zone: dst.Zone()}
@@ -77,7 +115,7 @@ func trace(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Durati
 	// The deadline goes first so a cancellation that fires at once is not
 	// overwritten by it.
 	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
-		return nil, err
+		return s, err
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Now()) })
 	defer stop()
@@ -87,27 +125,27 @@ func trace(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Durati
 		echo = ipv6.ICMPTypeEchoRequest
 	}
 	for h := 1; h <= maxHops; h++ {
-		if err := sendProbe(c, to, echo, id, h); err != nil {
-			return nil, fmt.Errorf("coraldht: traceroute: %w", err)
+		if err := sendProbe(c, to, echo, s.id, h); err != nil {
+			return s, fmt.Errorf("coraldht: traceroute: %w", err)
 		}
 	}
 
-	s := traceState{dst: dst, v6: v6, id: id, last: maxHops}
+	s.last = maxHops
 	buf := make([]byte, 1500)
 	for !s.done() {
 		n, peer, err := c.ReadFrom(buf)
 		if err != nil {
 			if ctx.Err() != nil {
-				return s.routers(), ctx.Err()
+				return s, ctx.Err()
 			}
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				break
 			}
-			return s.routers(), fmt.Errorf("coraldht: traceroute: %w", err)
+			return s, fmt.Errorf("coraldht: traceroute: %w", err)
 		}
 		s.observe(buf[:n], peerAddr(peer))
 	}
-	return s.routers(), nil
+	return s, nil
 }
 
 // sendProbe sends the echo request for hop h: TTL h, sequence number h.
@@ -147,13 +185,13 @@ func listenICMP(v6 bool) (c *icmp.PacketConn, dgram bool, err error) {
 		return c, false, nil
 	}
 	if runtime.GOOS == "linux" {
-		return nil, false, fmt.Errorf("%w: %w", errTraceUnavailable, err)
+		return nil, false, fmt.Errorf("%w: %w", ErrTraceUnavailable, err)
 	}
 	c, err2 := icmp.ListenPacket(dg, all)
 	if err2 == nil {
 		return c, true, nil
 	}
-	return nil, false, fmt.Errorf("%w: %w; %w", errTraceUnavailable, err, err2)
+	return nil, false, fmt.Errorf("%w: %w; %w", ErrTraceUnavailable, err, err2)
 }
 
 // peerAddr returns the IP of a raw or datagram ICMP socket's peer, without
@@ -177,7 +215,7 @@ type traceState struct {
 	id    uint16
 	last  int                          // highest hop that may still be a router
 	hops  [traceMaxHops + 1]netip.Addr // first router heard per hop; [0] unused
-	heard uint32                       // bit h: hop h answered
+	heard uint64                       // bit h: hop h answered
 }
 
 // observe takes one received ICMP message from the given peer.
@@ -208,7 +246,7 @@ func (s *traceState) observe(msg []byte, from netip.Addr) {
 
 // done reports whether every hop that may be a router has answered.
 func (s *traceState) done() bool {
-	want := uint32(1)<<(s.last+1) - 2 // bits 1..last
+	want := uint64(1)<<(s.last+1) - 2 // bits 1..last
 	return s.heard&want == want
 }
 
@@ -250,7 +288,7 @@ func unreachType(v6 bool) byte {
 // sockets via x/net/icmp.ListenPacket("ip4:icmp") deliver the ICMP message
 // without IP header) and, if it is a time-exceeded or
 // destination-unreachable error quoting one of our probes, returns the
-// probe's hop number (1..16) and ok=true. A probe is ours when the quoted
+// probe's hop number (1..32) and ok=true. A probe is ours when the quoted
 // echo request carries id probeID and a sequence number (the hop) in range.
 // Hostile or truncated input returns ok=false.
 func parseTimeExceeded(msg []byte, v6 bool, probeID uint16) (hop int, ok bool) {

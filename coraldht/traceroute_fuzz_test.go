@@ -18,7 +18,7 @@ func FuzzParseTimeExceeded(f *testing.F) {
 	f.Add(trTE6(f, trID, 16), true, uint16(trID))
 	f.Add(trError(f, ipv4.ICMPTypeDestinationUnreachable, 3, trQuote4(trEcho(f, false, false, trID, 2), 4)), false, uint16(trID))
 	f.Add(trError(f, ipv6.ICMPTypeDestinationUnreachable, 4, trQuote6(trEcho(f, true, false, trID, 2))), true, uint16(trID))
-	f.Add(trTE4(f, trID, 17), false, uint16(trID))
+	f.Add(trTE4(f, trID, 33), false, uint16(trID))
 	f.Add(trEcho(f, false, true, trID, 1), false, uint16(trID))
 	f.Add([]byte{}, true, uint16(0))
 	f.Fuzz(func(t *testing.T, msg []byte, v6 bool, id uint16) {

@@ -121,21 +121,21 @@ func TestParseTimeExceeded(t *testing.T) {
 	}{
 		{"v4 time exceeded", trTE4(t, trID, 3), false, 3},
 		{"v4 hop 1", trTE4(t, trID, 1), false, 1},
-		{"v4 hop 16", trTE4(t, trID, 16), false, 16},
+		{"v4 hop 32", trTE4(t, trID, 32), false, 32},
 		{"v4 host unreachable", trError(t, ipv4.ICMPTypeDestinationUnreachable, 1, trQuote4(probe4, 0)), false, 3},
 		{"v4 admin prohibited", trError(t, ipv4.ICMPTypeDestinationUnreachable, 13, trQuote4(probe4, 0)), false, 3},
 		{"v4 quoted IP options", trError(t, ipv4.ICMPTypeTimeExceeded, 0, trQuote4(probe4, 8)), false, 3},
 		{"v4 only 8 bytes quoted", trError(t, ipv4.ICMPTypeTimeExceeded, 0, trQuote4(probe4[:8], 0)), false, 3},
 		{"v4 RFC 4884 extensions", withExt, false, 3},
 		{"v6 time exceeded", trTE6(t, trID, 3), true, 3},
-		{"v6 hop 16", trTE6(t, trID, 16), true, 16},
+		{"v6 hop 32", trTE6(t, trID, 32), true, 32},
 		{"v6 address unreachable", trError(t, ipv6.ICMPTypeDestinationUnreachable, 3, trQuote6(probe6)), true, 3},
 
 		{"v4 wrong id", trTE4(t, trID+1, 3), false, 0},
 		{"v6 wrong id", trTE6(t, trID^0x8000, 3), true, 0},
 		{"v4 seq 0", trTE4(t, trID, 0), false, 0},
-		{"v4 seq 17", trTE4(t, trID, 17), false, 0},
-		{"v6 seq 17", trTE6(t, trID, 17), true, 0},
+		{"v4 seq 33", trTE4(t, trID, 33), false, 0},
+		{"v6 seq 33", trTE6(t, trID, 33), true, 0},
 		{"v4 seq 0x0103", trTE4(t, trID, 0x0103), false, 0},
 		{"v4 message read as v6", trTE4(t, trID, 3), true, 0},
 		{"v6 message read as v4", trTE6(t, trID, 3), false, 0},
@@ -281,7 +281,8 @@ func TestTraceCancelled(t *testing.T) {
 	start := time.Now()
 	// trace skips the loopback check, so this exercises the cancellation
 	// path; an address in 127/8 keeps any probe on this host regardless.
-	rs, err := trace(ctx, netip.MustParseAddr("127.0.0.5"), 16, 10*time.Second)
+	s, err := trace(ctx, netip.MustParseAddr("127.0.0.5"), 16, 10*time.Second)
+	rs := s.routers()
 	if len(rs) != 0 || !errors.Is(err, context.Canceled) {
 		t.Errorf("trace with a cancelled context = %v, %v; want no routers, %v", rs, err, context.Canceled)
 	}
@@ -328,9 +329,10 @@ func TestTraceLoopback(t *testing.T) {
 			ok := icmpPermitted(dst.Is6())
 			start := time.Now()
 			for _, hops := range []int{3, -1, 1000} {
-				rs, err := trace(context.Background(), dst, hops, 10*time.Second)
+				s, err := trace(context.Background(), dst, hops, 10*time.Second)
+				rs := s.routers()
 				switch {
-				case !ok && !errors.Is(err, errTraceUnavailable):
+				case !ok && !errors.Is(err, ErrTraceUnavailable):
 					t.Fatalf("maxHops %d: ICMP sockets are not permitted, yet trace = %v, %v", hops, rs, err)
 				case ok && (err != nil || len(rs) != 0):
 					t.Fatalf("maxHops %d: trace = %v, %v; want no routers, no error", hops, rs, err)

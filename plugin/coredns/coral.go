@@ -28,6 +28,7 @@ type Coral struct {
 	set        settings
 	classifier *classifier
 	tracker    *tracker
+	prox       *proximity // nil: proximity off
 	cookies    *serverCookies
 	rrl        *rateLimiter // nil: responses are not rate limited
 	self       netip.Addr   // this server's advertised address (SOA MNAME, its own NS glue)
@@ -45,6 +46,11 @@ type Coral struct {
 	// challenges answers the alias zone's ACME challenge (nil without an
 	// alias zone).
 	challenges *challenges
+	// ecs are the resolvers whose EDNS Client Subnet is used (ecs.go).
+	ecs []netip.Prefix
+	// noTarget makes choices ignore the target's /24: the paper's nodes()
+	// without a target, for the experiments' baselines (simulate.go).
+	noTarget bool
 }
 
 // settings are the response knobs, all parsed from the Corefile.
@@ -102,10 +108,21 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		// answered without a cookie.
 		rcode, kind, clientCookie = dns.RcodeFormatError, respFormErr, nil
 	}
+	target, ecs, ecsNet := client, (*dns.EDNS0_SUBNET)(nil), netip.Prefix{}
+	if rcode == dns.RcodeSuccess && len(c.ecs) > 0 && c.trustsECS(client) {
+		var err error
+		if ecs, err = ecsOption(r); err != nil {
+			rcode, kind = dns.RcodeFormatError, respFormErr // RFC 7871 §6
+		} else if ecs != nil {
+			if ecsNet, _ = ecsPrefix(ecs); ecsNet.IsValid() {
+				target = ecsNet.Addr()
+			}
+		}
+	}
 	if rcode != dns.RcodeSuccess {
 		m := new(dns.Msg)
 		m.SetRcode(r, rcode)
-		c.send(server, w, &state, m, kind, clientCookie, client, verdict)
+		c.send(server, w, &state, m, kind, clientCookie, client, verdict, nil)
 		queryCount.WithLabelValues(server, "none", kind).Inc()
 		return dns.RcodeSuccess, nil
 	}
@@ -115,9 +132,13 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	m.Authoritative = true
 	m.Compress = true
 
-	b := builder{c: c, m: m, state: &state, ctx: ctx, client: client}
+	b := builder{c: c, m: m, state: &state, ctx: ctx, client: client, target: target}
 	kind = b.respond(p)
-	c.send(server, w, &state, m, kind, clientCookie, client, verdict)
+	var ecsOut *dns.EDNS0_SUBNET
+	if ecs != nil {
+		ecsOut = ecsReply(ecs, ecsNet, b.done || b.nearState != 0)
+	}
+	c.send(server, w, &state, m, kind, clientCookie, client, verdict, ecsOut)
 	queryCount.WithLabelValues(server, b.levelLabel(), kind).Inc()
 	return dns.RcodeSuccess, nil
 }
@@ -163,7 +184,7 @@ func screen(r *dns.Msg, proto string) (int, string) {
 // it owns its address, so it is no reflector's victim. A dropped response is
 // no response at all: CoreDNS writes nothing for a plugin that returns
 // success without writing.
-func (c *Coral) send(server string, w dns.ResponseWriter, state *request.Request, m *dns.Msg, kind string, clientCookie []byte, client netip.Addr, verdict cookieVerdict) {
+func (c *Coral) send(server string, w dns.ResponseWriter, state *request.Request, m *dns.Msg, kind string, clientCookie []byte, client netip.Addr, verdict cookieVerdict, ecs *dns.EDNS0_SUBNET) {
 	if c.rrl != nil && state.Proto() == "udp" && verdict != cookieValid {
 		cat := rrlCategoryOf(kind)
 		switch c.rrl.decide(client, cat) {
@@ -172,17 +193,17 @@ func (c *Coral) send(server string, w dns.ResponseWriter, state *request.Request
 			return
 		case rrlSlip:
 			rrlSlipped.WithLabelValues(server, cat.String()).Inc()
-			m = slipped(state.Req)
+			m, ecs = slipped(state.Req), nil
 		}
 	}
-	c.write(w, state, m, clientCookie, client)
+	c.write(w, state, m, clientCookie, client, ecs)
 }
 
 // write sends m. A response to an EDNS request carries an OPT with this
 // server's own UDP size (and the cookie, when the request had a usable
-// one); every response is truncated to what the client takes: 512 octets
+// one, and ecs, the client subnet option, when there is one); every response is truncated to what the client takes: 512 octets
 // without EDNS, over UDP the smaller of the client's size and ours.
-func (c *Coral) write(w dns.ResponseWriter, state *request.Request, m *dns.Msg, clientCookie []byte, client netip.Addr) {
+func (c *Coral) write(w dns.ResponseWriter, state *request.Request, m *dns.Msg, clientCookie []byte, client netip.Addr, ecs *dns.EDNS0_SUBNET) {
 	limit := dns.MinMsgSize
 	ro := state.Req.IsEdns0()
 	if ro != nil {
@@ -190,6 +211,9 @@ func (c *Coral) write(w dns.ResponseWriter, state *request.Request, m *dns.Msg, 
 		opt.SetUDPSize(ednsUDPSize)
 		if ro.Do() && m.Rcode != dns.RcodeBadVers {
 			opt.SetDo()
+		}
+		if ecs != nil {
+			opt.Option = append(opt.Option, ecs)
 		}
 		m.Extra = append(m.Extra, opt)
 		if clientCookie != nil {
@@ -285,15 +309,25 @@ type builder struct {
 	m      *dns.Msg
 	state  *request.Request
 	ctx    context.Context
-	client netip.Addr
+	client netip.Addr // the querying resolver
+	target netip.Addr // whom the answer is for: the resolver, or its client's subnet (ECS)
 	cls    classification
 	done   bool // cls is set
+
+	// The proximity mapping of target, started with the classification so
+	// that a new prefix waits for both at once.
+	near      []nearNode
+	nearCall  *nearCall // a mapping this query may wait for, until nearUntil
+	nearUntil time.Time
+	nearSrc   string
+	nearState int // 0 not started, 1 started, 2 known
 }
 
-// level classifies the resolver once per query.
+// level classifies the target once per query.
 func (b *builder) level() int {
 	if !b.done {
-		b.cls = b.c.classifier.classify(b.ctx, b.client)
+		b.startNear()
+		b.cls = b.c.classifier.classify(b.ctx, b.target)
 		b.done = true
 		classifyCount.WithLabelValues(b.cls.source).Inc()
 	}
@@ -496,7 +530,7 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 	default:
 		return b.nodata(zone, b.c.set.negTTL)
 	}
-	used, nodes := b.c.pickProxies(b.ctx, b.level(), b.client, family)
+	used, nodes := b.c.pickProxies(b.ctx, b.level(), b.nearAddr(), b.nearby(), family)
 	if len(nodes) == 0 {
 		return b.nodata(zone, b.c.set.retryTTL)
 	}
@@ -513,8 +547,8 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 // pickProxies chooses proxies for a resolver at level lvl: from the sweep at
 // lvl, lvl-1, …, 0, then the same levels synchronously. It returns the level
 // the proxies came from.
-func (c *Coral) pickProxies(ctx context.Context, lvl int, near netip.Addr, family int) (int, []coraldht.NodeInfo) {
-	o := pickOptions{count: c.set.answers, near: near, services: coraldht.ServiceHTTP, family: family}
+func (c *Coral) pickProxies(ctx context.Context, lvl int, near netip.Addr, ranked []nearNode, family int) (int, []coraldht.NodeInfo) {
+	o := pickOptions{count: c.set.answers, near: near, services: coraldht.ServiceHTTP, family: family, ranked: ranked}
 	if !c.tracker.ready() {
 		// Just started: the first sweep is under way. Waiting for it (a
 		// little) beats answering with nothing, which resolvers would cache.
@@ -547,7 +581,7 @@ func (c *Coral) pickProxies(ctx context.Context, lvl int, near netip.Addr, famil
 // NS records in the answer section (a query for them) rather than the
 // authority section (a referral or the paper's lock).
 func (b *builder) nsSet(owner string, level int, inAnswer bool) {
-	o := pickOptions{level: level, count: b.c.set.nameservers, near: b.client, services: coraldht.ServiceDNS, nearOnly: true}
+	o := pickOptions{level: level, count: b.c.set.nameservers, near: b.nearAddr(), services: coraldht.ServiceDNS, nearOnly: true, ranked: b.nearby()}
 	servers := b.c.tracker.pick(o)
 	if !containsSelf(servers) && len(servers) < min(o.count, minNear) {
 		// This server always serves its own clusters; it is added when the
@@ -576,6 +610,11 @@ func (b *builder) nsSet(owner string, level int, inAnswer bool) {
 		// retry_ttl and get the full set once the sweep has found it.
 		ttl = min(ttl, b.c.set.retryTTL)
 	}
+	if b.nearSrc == nearPending {
+		// Chosen before the client's mapping was in: a resolver locked
+		// onto this set for ns_ttl would not see the refined one.
+		ttl = min(ttl, b.c.set.retryTTL)
+	}
 	for _, ni := range servers {
 		a := ni.Addr.Addr().Unmap()
 		host := b.c.hostName(a)
@@ -594,16 +633,6 @@ func (b *builder) nsSet(owner string, level int, inAnswer bool) {
 // smaller.
 const minNSSet = 2
 
-func containsAddr(nodes []coraldht.NodeInfo, a netip.Addr) bool {
-	a = a.Unmap()
-	for _, ni := range nodes {
-		if ni.Addr.Addr().Unmap() == a {
-			return true
-		}
-	}
-	return false
-}
-
 // maxHostNames bounds the remembered name server host names.
 const maxHostNames = 4096
 
@@ -620,15 +649,6 @@ func (c *Coral) hostName(a netip.Addr) string {
 	}
 	c.hosts.Store(a, h)
 	return h
-}
-
-func containsSelf(nodes []coraldht.NodeInfo) bool {
-	for _, ni := range nodes {
-		if ni.Self {
-			return true
-		}
-	}
-	return false
 }
 
 func addrRR(owner string, a netip.Addr, ttl uint32) dns.RR {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,10 +194,15 @@ type pickOptions struct {
 	near     netip.Addr // the resolver: members in its /24 (/48) come first
 	services coraldht.Services
 	family   int // 4 or 6: only addresses of that family; 0 any
-	// nearOnly: when at least minNear members are in the resolver's prefix,
-	// return only those. Name server sets use it: servers that share the
-	// resolver's network are better than any other, this server included.
+	// nearOnly: when at least minNear members are in the resolver's prefix
+	// or left hints near it, return only those. Name server sets use it:
+	// servers that share the resolver's network are better than any other,
+	// this server included.
 	nearOnly bool
+	// ranked are the nodes that left hints near the client (proximity.go),
+	// best first: those that are members come before all others, by score
+	// and then by RTT from this server.
+	ranked []nearNode
 }
 
 // minNear is how many servers in the resolver's prefix make an NS set on
@@ -237,12 +243,21 @@ func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions) []coraldht.
 		return true
 	}
 	out := make([]coraldht.NodeInfo, 0, o.count)
+	hinted := 0
+	if len(o.ranked) > 0 {
+		out = appendHinted(out, members, o, usable)
+		hinted = len(out)
+		if len(out) == o.count {
+			return out
+		}
+	}
 	if o.near.IsValid() {
 		for i := range members {
 			if len(out) == o.count {
 				return out
 			}
-			if usable(&members[i]) && nearP.Contains(members[i].Addr.Addr().Unmap()) {
+			if usable(&members[i]) && nearP.Contains(members[i].Addr.Addr().Unmap()) &&
+				(hinted == 0 || !containsAddr(out[:hinted], members[i].Addr.Addr())) {
 				out = append(out, members[i])
 			}
 		}
@@ -260,10 +275,45 @@ func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions) []coraldht.
 			break
 		}
 		ni := &members[(start+j)%n]
-		if !usable(ni) || (o.near.IsValid() && nearP.Contains(ni.Addr.Addr().Unmap())) {
+		if !usable(ni) || (o.near.IsValid() && nearP.Contains(ni.Addr.Addr().Unmap())) ||
+			(hinted > 0 && containsAddr(out[:hinted], ni.Addr.Addr())) {
 			continue
 		}
 		out = append(out, *ni)
+	}
+	return out
+}
+
+// appendHinted appends up to o.count usable members that left hints near
+// the client, best score first, then lowest RTT from this server (itself
+// first: zero).
+func appendHinted(out, members []coraldht.NodeInfo, o pickOptions, usable func(*coraldht.NodeInfo) bool) []coraldht.NodeInfo {
+	type scored struct {
+		i, score int
+	}
+	var hits []scored
+	for i := range members {
+		if s := scoreOf(o.ranked, members[i].Addr.Addr().Unmap()); s > 0 && usable(&members[i]) {
+			hits = append(hits, scored{i, s})
+		}
+	}
+	rtt := func(ni *coraldht.NodeInfo) time.Duration {
+		if ni.Self {
+			return 0
+		}
+		if ni.RTT == 0 {
+			return time.Hour // unmeasured last
+		}
+		return ni.RTT
+	}
+	slices.SortStableFunc(hits, func(x, y scored) int {
+		if x.score != y.score {
+			return y.score - x.score
+		}
+		return int(rtt(&members[x.i]) - rtt(&members[y.i]))
+	})
+	for _, h := range hits[:min(len(hits), o.count-len(out))] {
+		out = append(out, members[h.i])
 	}
 	return out
 }
@@ -275,4 +325,23 @@ func (t *tracker) pickSync(ctx context.Context, o pickOptions) []coraldht.NodeIn
 	ctx, cancel := context.WithTimeout(ctx, t.syncWait)
 	defer cancel()
 	return t.choose(t.node.Nodes(ctx, o.level, sweepSize, o.near, o.services), o)
+}
+
+func containsAddr(nodes []coraldht.NodeInfo, a netip.Addr) bool {
+	a = a.Unmap()
+	for _, ni := range nodes {
+		if ni.Addr.Addr().Unmap() == a {
+			return true
+		}
+	}
+	return false
+}
+
+func containsSelf(nodes []coraldht.NodeInfo) bool {
+	for _, ni := range nodes {
+		if ni.Self {
+			return true
+		}
+	}
+	return false
 }

@@ -34,6 +34,21 @@ var (
 		Help:      "RTT probes of resolvers by outcome (ok, timeout, error).",
 	}, []string{"outcome"})
 
+	proximityCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "coral",
+		Name:      "proximity_total",
+		Help:      "Answers by what their proxies and name servers were ranked on: hints (nodes that left locality hints near the client's last hops or /24 first), no_hints (mapped, no hint found), pending (the mapping outlasted proximity_wait: the choice without a target), skipped (proximity_limit mappings in flight), failed (the last mapping failed), no_raw_socket (this process may not trace: the choice without a target).",
+	}, []string{"source"})
+
+	proximityMappings = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "coral",
+		Name:      "proximity_mapping_duration_seconds",
+		Buckets:   plugin.TimeBuckets,
+		Help:      "Time taken by proximity mappings (trace toward the client and hint lookups), by outcome (hints, no_hints, failed).",
+	}, []string{"outcome"})
+
 	probesSkipped = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "coral",

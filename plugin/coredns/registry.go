@@ -64,6 +64,9 @@ func (r runningNode) Nodes(ctx context.Context, level, count int, target netip.A
 func (r runningNode) Ping(ctx context.Context, addr netip.AddrPort) (time.Duration, error) {
 	return r.e.node().Ping(ctx, addr)
 }
+func (r runningNode) HintedNodes(ctx context.Context, prefix netip.Prefix) ([]netip.AddrPort, error) {
+	return r.e.node().HintedNodes(ctx, prefix)
+}
 func (r runningNode) Levels() []coraldht.LevelInfo           { return r.e.node().Levels() }
 func (r runningNode) RoutingTable(l int) []coraldht.NodeInfo { return r.e.node().RoutingTable(l) }
 

@@ -49,6 +49,8 @@ type config struct {
 	// drainFile: while this file exists the node is draining.
 	drain     time.Duration
 	drainFile string
+	prox      proximityConfig
+	ecs       []netip.Prefix // resolvers whose EDNS Client Subnet is used; none: ECS off
 
 	set settings
 }
@@ -172,6 +174,8 @@ func newConfig() *config {
 		liveWithin:    defaultLiveWithin,
 		checkInterval: defaultCheckInterval,
 		syncWait:      defaultSyncWait,
+		prox: proximityConfig{wait: defaultProximityWait, timeout: defaultProximityTimeout, cache: defaultProbeCache,
+			hops: defaultProximityHops, limit: defaultProximityLimit, entries: proximityEntries},
 		set: settings{
 			nsTTL:       uint32(defaultNSTTL.Seconds()),
 			negTTL:      uint32(defaultNegTTL.Seconds()),
@@ -200,6 +204,9 @@ func parseBlock(c *caddy.Controller) (*config, error) {
 		prop := c.Val()
 		args := c.RemainingArgs()
 		known, err := cfg.parseNodeProperty(c, prop, args)
+		if !known {
+			known, err = cfg.parseNearProperty(c, prop, args)
+		}
 		if !known {
 			err = cfg.parseProperty(c, prop, args, &answerTTLs)
 		}
@@ -533,7 +540,7 @@ func newCoral(cfg *config) *Coral {
 	// survives reloads; until then (tests) a fresh one.
 	var secret [16]byte
 	_, _ = rand.Read(secret[:])
-	c := &Coral{scheme: sch, set: cfg.set, cfg: cfg, cookies: newServerCookies(secret)}
+	c := &Coral{scheme: sch, set: cfg.set, cfg: cfg, cookies: newServerCookies(secret), ecs: cfg.ecs}
 	if cfg.rrl != nil {
 		c.rrl = newRateLimiter(*cfg.rrl, time.Now)
 	}
@@ -591,6 +598,7 @@ func (c *Coral) start() error {
 		now:        time.Now,
 		ctx:        ctx,
 	}
+	c.prox = startProximity(ctx, cfg.prox, runningNode{entry})
 	if cfg.alias != "" {
 		c.challenges = newChallenges(cfg.alias, func() acmetxt.Getter { return entry.node() })
 	}
@@ -633,6 +641,9 @@ func (c *Coral) stop() error {
 	<-c.done
 	<-c.drainDone
 	c.classifier.background.Wait()
+	if c.prox != nil {
+		c.prox.wg.Wait()
+	}
 	for _, f := range c.closers {
 		_ = f()
 	}

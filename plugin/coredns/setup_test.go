@@ -32,6 +32,13 @@ func TestParse(t *testing.T) {
 		live_within 20s
 		check_interval 2s
 		sync_wait 100ms
+		proximity off
+		proximity_wait 30ms
+		proximity_timeout 2s
+		proximity_cache 5m
+		proximity_hops 3
+		proximity_limit 8
+		ecs 198.51.100.0/24 2001:db8::53 ::ffff:192.0.2.0/120
 	}`))
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +66,13 @@ func TestParse(t *testing.T) {
 	if cfg.probe != "none" || cfg.probeCache != time.Minute || cfg.probeLimit != 16 || cfg.liveWithin != 20*time.Second || cfg.checkInterval != 2*time.Second || cfg.syncWait != 100*time.Millisecond {
 		t.Errorf("timing %+v", cfg)
 	}
+	if pc := cfg.prox; !pc.off || pc.wait != 30*time.Millisecond || pc.timeout != 2*time.Second || pc.cache != 5*time.Minute || pc.hops != 3 || pc.limit != 8 {
+		t.Errorf("proximity %+v", pc)
+	}
+	wantECS := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8::53/128"), netip.MustParsePrefix("192.0.2.0/24")}
+	if !slices.Equal(cfg.ecs, wantECS) {
+		t.Errorf("ecs %v, want %v", cfg.ecs, wantECS)
+	}
 }
 
 func TestParseDefaults(t *testing.T) {
@@ -75,6 +89,9 @@ func TestParseDefaults(t *testing.T) {
 	}
 	if cfg.probe != "auto" || cfg.probeLimit != defaultProbeLimit || cfg.liveWithin != 15*time.Second || len(cfg.levels) != 2 {
 		t.Errorf("config %+v", cfg)
+	}
+	if pc := cfg.prox; pc.off || pc.wait != defaultProximityWait || pc.hops != 5 || pc.limit != defaultProximityLimit || len(cfg.ecs) != 0 {
+		t.Errorf("proximity on with its defaults and ecs off, got %+v, ecs %v", pc, cfg.ecs)
 	}
 }
 
@@ -107,6 +124,12 @@ func TestParseErrors(t *testing.T) {
 		{"probe_limit zero", "coral nyucd.test {\n" + listen + "probe_limit 0\n}", "1..4096"},
 		{"probe_limit huge", "coral nyucd.test {\n" + listen + "probe_limit 100000\n}", "1..4096"},
 		{"probe_limit args", "coral nyucd.test {\n" + listen + "probe_limit\n}", "probe_limit takes 1 argument"},
+		{"proximity bad", "coral nyucd.test {\n" + listen + "proximity maybe\n}", "want on or off"},
+		{"proximity_wait bad", "coral nyucd.test {\n" + listen + "proximity_wait 0\n}", "positive duration"},
+		{"proximity_hops many", "coral nyucd.test {\n" + listen + "proximity_hops 17\n}", "1..16"},
+		{"proximity_limit args", "coral nyucd.test {\n" + listen + "proximity_limit\n}", "proximity_limit takes 1 argument"},
+		{"ecs none", "coral nyucd.test {\n" + listen + "ecs\n}", "ecs takes the prefixes"},
+		{"ecs bad", "coral nyucd.test {\n" + listen + "ecs 10.0.0.0/33\n}", "not a prefix"},
 		{"answers zero", "coral nyucd.test {\n" + listen + "answers 0\n}", "1..16"},
 		{"nameservers many", "coral nyucd.test {\n" + listen + "nameservers 14\n}", "1..13"},
 		{"answer_ttl count", "coral nyucd.test {\n" + listen + "answer_ttl 1s 2s\n}", "2 TTLs for 3 levels"},

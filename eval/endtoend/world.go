@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/internal/topology"
+)
+
+// world places everything that is not a Coral node (clients, their
+// resolvers, routers, origins) on the sites of the RTT matrix, and gives
+// the modelled RTT between any two addresses.
+//
+// Addresses: node h at site s is 10.⌊s/256⌋.(s mod 256).h (topology.Place).
+// A client beside node h shares its /24 (host 100+h) and its resolver too
+// (host 200+h). A client apart from every proxy is at the same site in a
+// /24 no node is in: 11.⌊s/256⌋.(s mod 256).(100+h), resolver .(200+h).
+// Each site's gateway router is 12.⌊s/256⌋.(s mod 256).1 and each region's
+// router 13.r.0.1: a site's paths out go gateway, then region router, and
+// paths in the other way round.
+type world struct {
+	m      *topology.Matrix
+	site   map[netip.Addr]int // every address placed, to its site
+	region []int              // per site: index of its region
+	// regionNames[r] is region r's name (Site.Region).
+	regionNames []string
+}
+
+const (
+	sameHostRTT = 200 * time.Microsecond // a client on a proxy's host
+	lanRTT      = 500 * time.Microsecond // same /24
+	siteRTT     = 2 * time.Millisecond   // same site, another /24
+	originRTT   = 5 * time.Millisecond   // an origin server's own access delay
+)
+
+func newWorld(m *topology.Matrix) *world {
+	w := &world{m: m, site: make(map[netip.Addr]int), region: make([]int, m.Len())}
+	idx := map[string]int{}
+	for i, s := range m.Sites {
+		// A region router serves a state or province of one country (the
+		// WonderProxy data leaves the region empty in many countries) or
+		// a region of the synthetic world.
+		key := s.Country + "/" + s.Region
+		r, ok := idx[key]
+		if !ok {
+			r = len(w.regionNames)
+			idx[key] = r
+			w.regionNames = append(w.regionNames, key)
+		}
+		w.region[i] = r
+	}
+	return w
+}
+
+func siteAddr(first byte, site int, host byte) netip.Addr {
+	return netip.AddrFrom4([4]byte{first, byte(site >> 8), byte(site), host})
+}
+
+func (w *world) place(a netip.Addr, site int) netip.Addr {
+	w.site[a.Unmap()] = site
+	return a
+}
+
+// gateway and regionRouter are the routers of a site.
+func (w *world) gateway(site int) netip.Addr { return siteAddr(12, site, 1) }
+func (w *world) regionRouter(site int) netip.Addr {
+	r := w.region[site]
+	return netip.AddrFrom4([4]byte{13, byte(r >> 8), byte(r), 1})
+}
+
+// hintPrefixes are what a node at site would publish after its start-up
+// trace: both routers, their own addresses and their /24s.
+func (w *world) hintPrefixes(site int) []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range []netip.Addr{w.gateway(site), w.regionRouter(site)} {
+		out = append(out, netip.PrefixFrom(r, 32), coraldht.SitePrefix(r))
+	}
+	return out
+}
+
+// rtt is the modelled round-trip time between two placed addresses.
+func (w *world) rtt(a, b netip.Addr) time.Duration {
+	a, b = a.Unmap(), b.Unmap()
+	if a == b {
+		return 0
+	}
+	sa, sb := w.site[a], w.site[b]
+	if sa != sb {
+		return w.m.RTT(sa, sb)
+	}
+	if coraldht.SitePrefix(a) == coraldht.SitePrefix(b) {
+		if a.As4()[3]%100 == b.As4()[3]%100 && (a.As4()[3] >= 100) != (b.As4()[3] >= 100) {
+			return sameHostRTT // a client (or resolver) and the node it is beside
+		}
+		return lanRTT
+	}
+	return siteRTT
+}
+
+// sleepCtx sleeps for d or until ctx ends, reporting whether it slept out.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// prober is a DNS server's RTT probe of a resolver: one round trip.
+func (w *world) prober(from netip.Addr) func(ctx context.Context, a netip.Addr) (time.Duration, error) {
+	return func(ctx context.Context, a netip.Addr) (time.Duration, error) {
+		d := w.rtt(from, a)
+		if !sleepCtx(ctx, d) {
+			return 0, ctx.Err()
+		}
+		return d, nil
+	}
+}
+
+// tracer is a DNS server's trace toward a client: one burst, answered
+// after one round trip, by the region router and the gateway in front of
+// the client's site.
+func (w *world) tracer(from netip.Addr) func(ctx context.Context, a netip.Addr) ([]netip.Addr, error) {
+	return func(ctx context.Context, a netip.Addr) ([]netip.Addr, error) {
+		site, ok := w.site[a.Unmap()]
+		if !ok {
+			return nil, nil
+		}
+		if !sleepCtx(ctx, w.rtt(from, a)) {
+			return nil, ctx.Err()
+		}
+		return []netip.Addr{w.regionRouter(site), w.gateway(site)}, nil
+	}
+}
