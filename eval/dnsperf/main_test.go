@@ -279,7 +279,7 @@ func TestSummarizeWhoami(t *testing.T) {
 	rep := &report{Params: jsonPar{Rounds: 3, Rate: 100}, ExpectedBytes: 200, Whoami: responseShape{Bytes: 100}}
 	for round := 1; round <= 3; round++ {
 		for _, name := range []string{"coral", "file", "whoami"} {
-			rep.Throughput = append(rep.Throughput, &run{Phase: "throughput", Round: round, Target: name, QPS: qps[name][round-1]})
+			rep.Throughput = append(rep.Throughput, &run{Phase: "throughput", Round: round, Target: name, QPS: qps[name][round-1], CPUPerQuery: 1e6 / qps[name][round-1]})
 		}
 	}
 	for _, name := range []string{"coral", "file", "whoami"} {
@@ -289,6 +289,9 @@ func TestSummarizeWhoami(t *testing.T) {
 	s := rep.Summary
 	if fmt.Sprint(s.WhoamiRatios) != "[0.9 1 0.8]" || s.MedianWhoamiRatio != 0.9 || !rep.PassWhoami || s.MedianWhoami != 1000 {
 		t.Errorf("coral/whoami %v median %v pass %v", s.WhoamiRatios, s.MedianWhoamiRatio, rep.PassWhoami)
+	}
+	if fmt.Sprint(s.WhoamiCPURatios) != "[0.9 1 0.8]" || s.MedianWhoamiCPURatio != 0.9 {
+		t.Errorf("CPU per query whoami/coral %v median %v", s.WhoamiCPURatios, s.MedianWhoamiCPURatio)
 	}
 	if rep.Latency.Whoami == nil || len(rep.Latency.Sweep) != 1 || rep.Latency.Sweep[0].Whoami == nil {
 		t.Errorf("whoami's latency %+v", rep.Latency)

@@ -143,12 +143,17 @@ type throughputResult struct {
 	WhoamiRatios      []float64 `json:"coral_over_whoami_by_round"`
 	MedianWhoami      float64   `json:"median_whoami_qps"`
 	MedianWhoamiRatio float64   `json:"median_coral_over_whoami"`
-	CoralCPUPerQ      float64   `json:"median_coral_cpu_us_per_query"`
-	FileCPUPerQ       float64   `json:"median_file_cpu_us_per_query"`
-	WhoamiCPUPerQ     float64   `json:"median_whoami_cpu_us_per_query"`
-	CoralServerUs     float64   `json:"median_coral_server_mean_us"`
-	FileServerUs      float64   `json:"median_file_server_mean_us"`
-	WhoamiServerUs    float64   `json:"median_whoami_server_mean_us"`
+	// Per round whoami's CoreDNS CPU per query over coral's (1: an answer
+	// costs CoreDNS what whoami's does), and the median: on a busy machine
+	// it varies less than qps.
+	WhoamiCPURatios      []float64 `json:"whoami_over_coral_cpu_per_query_by_round"`
+	MedianWhoamiCPURatio float64   `json:"median_whoami_over_coral_cpu_per_query"`
+	CoralCPUPerQ         float64   `json:"median_coral_cpu_us_per_query"`
+	FileCPUPerQ          float64   `json:"median_file_cpu_us_per_query"`
+	WhoamiCPUPerQ        float64   `json:"median_whoami_cpu_us_per_query"`
+	CoralServerUs        float64   `json:"median_coral_server_mean_us"`
+	FileServerUs         float64   `json:"median_file_server_mean_us"`
+	WhoamiServerUs       float64   `json:"median_whoami_server_mean_us"`
 }
 
 // latencyResult holds the paced runs: at the acceptance rate, and at every

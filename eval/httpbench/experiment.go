@@ -539,6 +539,9 @@ func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 		ratio(&ss.CoralNginxRatios, runs, "coral", "nginx")
 		ratio(&ss.TLSRatios, runs, "coral-tls", "file-tls")
 		ratio(&ss.TLSRespondRatios, runs, "coral-tls", "respond-tls")
+		if c, r := runs["coral"], runs["respond"]; c != nil && r != nil && c.CPUPerRequest > 0 {
+			ss.RespondCPURatios = append(ss.RespondCPURatios, r.CPUPerRequest/c.CPUPerRequest)
+		}
 		ratio(&ss.BaselineRatios, runs, "coral", "coral-old")
 		if n, o := runs["coral"], runs["coral-old"]; n != nil && o != nil && n.CPUPerRequest > 0 {
 			ss.BaselineCPURatios = append(ss.BaselineCPURatios, o.CPUPerRequest/n.CPUPerRequest)
@@ -548,6 +551,7 @@ func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 	ss.Pass = ss.MedianRatio >= targetRatio
 	ss.MedianRespondRatio = evalrun.Median(ss.RespondRatios)
 	ss.PassRespond = len(ss.RespondRatios) > 0 && ss.MedianRespondRatio >= respondRatio
+	ss.MedianRespondCPURatio = evalrun.Median(ss.RespondCPURatios)
 	if len(ss.NginxRatios) > 0 {
 		ss.MedianNginxRatio, ss.CoralOverNginx = evalrun.Median(ss.NginxRatios), evalrun.Median(ss.CoralNginxRatios)
 	}

@@ -514,13 +514,16 @@ func TestSummarizeRespond(t *testing.T) {
 	rep := &report{Params: jsonPar{Sizes: []int{1024}, Rounds: 3, TLS: true}}
 	for round := 1; round <= 3; round++ {
 		for _, tg := range targets {
-			rep.Throughput = append(rep.Throughput, &run{Phase: "throughput", Round: round, Target: tg.name, Size: 1024, RPS: rps[tg.name][round-1], Requests: 1})
+			rep.Throughput = append(rep.Throughput, &run{Phase: "throughput", Round: round, Target: tg.name, Size: 1024, RPS: rps[tg.name][round-1], Requests: 1, CPUPerRequest: 1e6 / rps[tg.name][round-1]})
 		}
 	}
 	summarize(rep, targets)
 	ss := rep.Summary[0]
 	if fmt.Sprint(ss.RespondRatios) != "[0.9 0.8 1]" || ss.MedianRespondRatio != 0.9 || !ss.PassRespond || !rep.PassRespond {
 		t.Errorf("coral/respond %v median %v pass %v %v", ss.RespondRatios, ss.MedianRespondRatio, ss.PassRespond, rep.PassRespond)
+	}
+	if fmt.Sprint(ss.RespondCPURatios) != "[0.9 0.8 1]" || ss.MedianRespondCPURatio != 0.9 {
+		t.Errorf("CPU per request respond/coral %v median %v", ss.RespondCPURatios, ss.MedianRespondCPURatio)
 	}
 	if fmt.Sprint(ss.TLSRespondRatios) != "[0.95 0.95 0.95]" || ss.PassTLSRespond == nil || !*ss.PassTLSRespond || rep.PassTLSRespond == nil || !*rep.PassTLSRespond {
 		t.Errorf("over TLS %v pass %v", ss.TLSRespondRatios, rep.PassTLSRespond)
@@ -558,7 +561,7 @@ func TestSummarizeRespond(t *testing.T) {
 	rep.Summary, rep.Throughput = nil, nil
 	for round := 1; round <= 3; round++ {
 		for _, tg := range targets {
-			rep.Throughput = append(rep.Throughput, &run{Phase: "throughput", Round: round, Target: tg.name, Size: 1024, RPS: rps[tg.name][round-1], Requests: 1})
+			rep.Throughput = append(rep.Throughput, &run{Phase: "throughput", Round: round, Target: tg.name, Size: 1024, RPS: rps[tg.name][round-1], Requests: 1, CPUPerRequest: 1e6 / rps[tg.name][round-1]})
 		}
 	}
 	summarize(rep, targets)

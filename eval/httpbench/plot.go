@@ -162,16 +162,16 @@ func plotBars(path string, rep *report) error {
 func floorTitle(rep *report) string {
 	var http, tls []string
 	for _, ss := range rep.Summary {
-		http = append(http, fmt.Sprintf("%s %.2f", sizeLabel(ss.Size), ss.MedianRespondRatio))
+		http = append(http, fmt.Sprintf("%.2f", ss.MedianRespondRatio))
 		if ss.PassTLSRespond != nil {
-			tls = append(tls, fmt.Sprintf("%s %.2f", sizeLabel(ss.Size), ss.MedianTLSRespondRatio))
+			tls = append(tls, fmt.Sprintf("%.2f", ss.MedianTLSRespondRatio))
 		}
 	}
-	t := "coral_proxy ÷ respond: " + strings.Join(http, ", ")
+	t := fmt.Sprintf("coral_proxy ÷ respond (target ≥ %.1f) by size: %s", respondRatio, strings.Join(http, ", "))
 	if len(tls) > 0 {
 		t += "; over TLS " + strings.Join(tls, ", ")
 	}
-	return t + fmt.Sprintf(" (target ≥ %.1f)", respondRatio)
+	return t
 }
 
 // ratioLabels writes each ratio above its bar.

@@ -148,7 +148,8 @@ func printThroughput(w io.Writer, rep *report) {
 		if ss.PassTLS != nil {
 			fmt.Fprintf(w, "; over TLS coral-tls/file-tls %s, median %.3f (target ≥ %.1f: %s)", fmtFloats(ss.TLSRatios, "%.3f"), ss.MedianTLSRatio, targetRatio, evalrun.PassFail(*ss.PassTLS))
 		}
-		fmt.Fprintf(w, "\n    coral/respond %s, median %.3f (issue 25, target ≥ %.1f: %s)", fmtFloats(ss.RespondRatios, "%.3f"), ss.MedianRespondRatio, respondRatio, evalrun.PassFail(ss.PassRespond))
+		fmt.Fprintf(w, "\n    coral/respond %s, median %.3f (issue 25, target ≥ %.1f: %s); server CPU per request respond/coral %s, median %.3f",
+			fmtFloats(ss.RespondRatios, "%.3f"), ss.MedianRespondRatio, respondRatio, evalrun.PassFail(ss.PassRespond), fmtFloats(ss.RespondCPURatios, "%.3f"), ss.MedianRespondCPURatio)
 		if ss.PassTLSRespond != nil {
 			fmt.Fprintf(w, "; over TLS coral-tls/respond-tls %s, median %.3f (target ≥ %.1f: %s)", fmtFloats(ss.TLSRespondRatios, "%.3f"), ss.MedianTLSRespondRatio, respondRatio, evalrun.PassFail(*ss.PassTLSRespond))
 		}

@@ -170,6 +170,11 @@ type sizeSumm struct {
 	RespondRatios      []float64 `json:"coral_over_respond_by_round"`
 	MedianRespondRatio float64   `json:"median_coral_over_respond"`
 	PassRespond        bool      `json:"pass_respond"`
+	// Per round, respond's server CPU per request over coral's (1: a hit
+	// costs Caddy what respond does), and the median: on a busy machine it
+	// varies less than req/s.
+	RespondCPURatios      []float64 `json:"respond_over_coral_cpu_per_request_by_round"`
+	MedianRespondCPURatio float64   `json:"median_respond_over_coral_cpu_per_request"`
 	// nginx's over file's, and coral's over nginx's.
 	NginxRatios      []float64 `json:"nginx_over_file_by_round,omitempty"`
 	MedianNginxRatio float64   `json:"median_nginx_over_file,omitempty"`
