@@ -48,7 +48,7 @@ type curve struct {
 func plotCDF(path string, rep *report) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("CoreDNS answer latency at %d qps (dnsperf -Q %d -v, %s per zone, one bin/coredns)\n"+
-		"coral (classification cached) vs file (static zone, same %d-byte answers) and whoami (the floor, %d-byte answers); fainter lines: lower rates",
+		"coral (classification cached) vs file (static zone, same %d-byte answers)\nand whoami (the floor, %d-byte answers); fainter lines: lower rates",
 		rep.Latency.Rate, rep.Latency.Rate, rep.Params.LatDur, rep.Coral.Bytes, rep.Whoami.Bytes)
 	p.X.Label.Text = "response latency seen by dnsperf (ms, log scale)"
 	p.Y.Label.Text = "fraction of responses"
