@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -567,5 +568,51 @@ func TestSummarizeRespond(t *testing.T) {
 	summarize(rep, targets)
 	if !rep.PassRespond || *rep.PassTLSRespond {
 		t.Errorf("coral-tls/respond-tls median %.3f: pass %v over TLS %v", rep.Summary[0].MedianTLSRespondRatio, rep.PassRespond, *rep.PassTLSRespond)
+	}
+}
+
+// TestCoralRequestsSince checks that coral_proxy's counts are read again
+// until they cover wrk's completed requests: a request wrk has completed
+// is counted when coral_proxy's handler returns, a moment later. Before
+// this, the counts were read once, and a run on a busy machine failed its
+// check with one hit fewer than wrk's requests.
+func TestCoralRequestsSince(t *testing.T) {
+	addr := netip.MustParseAddr("127.0.150.5")
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(addr, adminPort).String())
+	if err != nil {
+		t.Skipf("admin port on %v: %v", addr, err)
+	}
+	var calls atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The last of 15 hits shows from the third read on.
+		hits := 114
+		if calls.Add(1) >= 3 {
+			hits = 115
+		}
+		fmt.Fprintf(w, "caddy_coral_requests_total{cache_status=\"hit\",source=\"local\"} %d\n", hits)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	b := &bench{}
+	tg := &target{name: "coral", server: "coral", addr: netip.AddrPortFrom(addr, 8080)}
+	m0 := map[string]float64{"hit": 100}
+	got, err := b.coralRequestsSince(tg, m0, 15, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["hit"] != 15 || calls.Load() != 3 {
+		t.Errorf("counts %v after %d reads, want 15 hits after 3", got, calls.Load())
+	}
+	if what := runProblems(&run{Requests: 15, CoralRequests: got}, "coral", 32); len(what) != 0 {
+		t.Errorf("problems %v", what)
+	}
+	// A count that stays short comes back as it is, and the check says so.
+	calls.Store(-1000)
+	got, err = b.coralRequestsSince(tg, m0, 15, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["hit"] != 14 || len(runProblems(&run{Requests: 15, CoralRequests: got}, "coral", 32)) != 1 {
+		t.Errorf("short count: %v", got)
 	}
 }
