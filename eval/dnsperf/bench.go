@@ -23,11 +23,15 @@ import (
 	"github.com/miekg/dns"
 )
 
-// The two zones. They have names of the same length so that every name in
-// their answers is too.
+// The zones. coral's and file's have names of the same length so that every
+// name in their answers is too; whoami's answers are its own (the client's
+// address and port), so its name's length matters less.
 const (
 	coralZone  = "nyucd.test."
 	staticZone = "files.test."
+	// whoamiZone is answered by CoreDNS's whoami plugin, in a server of its
+	// own on Port+1: the floor, the least a plugin can do for an answer.
+	whoamiZone = "whoami.test."
 	// clusterName is the cluster the coral node and the DSHT nodes are
 	// pinned to at levels 1 and 2.
 	clusterName = "bench"
@@ -51,8 +55,9 @@ const (
 
 // target is one zone under test.
 type target struct {
-	name      string // coral or file
+	name      string // coral, file or whoami
 	zone      string
+	addr      netip.AddrPort // CoreDNS's server for the zone
 	queryFile string
 	sample    string // a query name for the shape checks
 }
@@ -72,7 +77,7 @@ type bench struct {
 	client   netip.Addr
 	dnsAddr  netip.AddrPort
 	corefile string
-	targets  []*target // coral, file
+	targets  []*target // coral, file, whoami
 	expected int       // both answers' size, uncompressed
 
 	coredns *proc.Process
@@ -123,6 +128,9 @@ func newBench(p params) (*bench, error) {
 	if sp.Contains(client) {
 		return nil, fmt.Errorf("-client %v: put it in a /24 of its own, not the servers' %v", client, sp)
 	}
+	if p.Port < 1 || p.Port+1 > 65535 || p.Port+1 >= dhtPort && p.Port <= dhtPort || p.Port+1 >= metricsPort && p.Port <= metricsPort || p.Port+1 >= pprofPort && p.Port <= pprofPort {
+		return nil, fmt.Errorf("-port %d: want 1..65534, it and the next (whoami's) clear of ports %d, %d and %d", p.Port, dhtPort, metricsPort, pprofPort)
+	}
 	if p.Names < 1 || p.Names > 100000 {
 		return nil, fmt.Errorf("-names %d: want 1 to 100000 (the names have a fixed width)", p.Names)
 	}
@@ -131,7 +139,11 @@ func newBench(p params) (*bench, error) {
 		return nil, err
 	}
 	b := &bench{p: p, dir: dir, server: server, client: client, dnsAddr: netip.AddrPortFrom(server, uint16(p.Port))}
-	for _, t := range []*target{{name: "coral", zone: coralZone}, {name: "file", zone: staticZone}} {
+	for _, t := range []*target{
+		{name: "coral", zone: coralZone, addr: b.dnsAddr},
+		{name: "file", zone: staticZone, addr: b.dnsAddr},
+		{name: "whoami", zone: whoamiZone, addr: b.whoamiAddr()},
+	} {
 		t.queryFile = filepath.Join(dir, t.name+".queries")
 		t.sample = qname(t.zone, 0)
 		var sb strings.Builder
@@ -163,7 +175,14 @@ func newBench(p params) (*bench, error) {
 	return b, nil
 }
 
-// corefileText is the configuration: both zones on one server, no cache.
+// whoamiAddr is where whoami answers: CoreDNS's address, the next port.
+func (b *bench) whoamiAddr() netip.AddrPort {
+	return netip.AddrPortFrom(b.server, uint16(b.p.Port+1))
+}
+
+// corefileText is the configuration: coral's and file's zones on one
+// server, whoami's on the next port, the same options in every block (bind,
+// prometheus, errors), no cache.
 func (b *bench) corefileText(zoneFile string) string {
 	metrics := labconf.D("prometheus", fmt.Sprintf("%s:%d", b.server, metricsPort))
 	coral := labconf.CoralPlugin{
@@ -186,6 +205,12 @@ func (b *bench) corefileText(zoneFile string) string {
 			metrics,
 			labconf.D("errors"),
 		).Commented("The baseline: a static zone whose answers have the same size."),
+		labconf.D(fmt.Sprintf("%s:%d", strings.TrimSuffix(whoamiZone, "."), b.whoamiAddr().Port())).With(
+			labconf.D("bind", b.server),
+			labconf.D("whoami"),
+			metrics,
+			labconf.D("errors"),
+		).Commented("The floor: whoami answers from the query alone (the client's address\nand port), on a server of its own."),
 	)
 }
 
@@ -324,12 +349,12 @@ func (b *bench) start(ctx context.Context) error {
 	for _, l := range strings.Fields(string(out)) {
 		have[strings.TrimPrefix(l, "dns.")] = true
 	}
-	for _, pl := range []string{"coral", "file", "prometheus", "pprof"} {
+	for _, pl := range []string{"coral", "file", "whoami", "prometheus", "pprof"} {
 		if !have[pl] {
 			return fmt.Errorf("%s lacks the %s plugin", b.p.CoreDNS, pl)
 		}
 	}
-	for _, l := range []string{fmt.Sprintf("%v:%d", b.server, b.p.Port), fmt.Sprintf("%v:%d", b.server, dhtPort)} {
+	for _, l := range []string{b.dnsAddr.String(), b.whoamiAddr().String(), fmt.Sprintf("%v:%d", b.server, dhtPort)} {
 		c, err := net.ListenPacket("udp", l)
 		if err != nil {
 			return fmt.Errorf("UDP %s is taken (another run?): %v", l, err)
@@ -346,10 +371,14 @@ func (b *bench) start(ctx context.Context) error {
 	}
 	b.commands = append(b.commands, strings.Join(b.coredns.Argv, " "))
 
-	// CoreDNS answers the static zone as soon as it is up.
+	// CoreDNS answers the static zone and whoami as soon as it is up.
 	if err := evalrun.WaitFor(ctx, "CoreDNS to answer", 15*time.Second, b.alive, func() error {
-		_, _, err := b.query(b.targets[1].sample)
-		return err
+		for _, t := range b.targets[1:] {
+			if _, _, err := b.query(t.addr, t.sample); err != nil {
+				return err
+			}
+		}
+		return nil
 	}); err != nil {
 		return err
 	}
@@ -416,10 +445,11 @@ func (b *bench) alive() error {
 	return b.coredns.Exited()
 }
 
-// query asks CoreDNS for name A from the client address, as dnsperf does (no
-// EDNS, RD set), and returns the response and its size on the wire.
-func (b *bench) query(name string) (*dns.Msg, int, error) {
-	conn, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(b.client, 0)), net.UDPAddrFromAddrPort(b.dnsAddr))
+// query asks CoreDNS at addr for name A from the client address, as dnsperf
+// does (no EDNS, RD set), and returns the response and its size on the
+// wire.
+func (b *bench) query(addr netip.AddrPort, name string) (*dns.Msg, int, error) {
+	conn, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(b.client, 0)), net.UDPAddrFromAddrPort(addr))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -501,11 +531,29 @@ func coralComplete(r *dns.Msg) error {
 	return nil
 }
 
+// whoamiComplete checks that a whoami answer is what the plugin gives a
+// client at addr over UDP: NOERROR, no answer, and in the additional
+// section the client's address (A) and its port (SRV, under _udp.NAME).
+func whoamiComplete(r *dns.Msg, name string, client netip.Addr) error {
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 || len(r.Ns) != 0 || len(r.Extra) != 2 {
+		return fmt.Errorf("whoami's answer is %s; want no answer and additional A+SRV", shapeOf(r))
+	}
+	a, ok := r.Extra[0].(*dns.A)
+	if !ok || a.Hdr.Name != name || !a.A.Equal(client.AsSlice()) {
+		return fmt.Errorf("whoami's first additional record is %v; want %s A %v", r.Extra[0], name, client)
+	}
+	srv, ok := r.Extra[1].(*dns.SRV)
+	if !ok || srv.Hdr.Name != "_udp."+name || srv.Port == 0 {
+		return fmt.Errorf("whoami's second additional record is %v; want _udp.%s SRV with the client's port", r.Extra[1], name)
+	}
+	return nil
+}
+
 // settle waits until coral's answers are complete, which also has the
 // client's /24 classified (the first query waits for the probe).
 func (b *bench) settle(ctx context.Context) error {
 	return evalrun.WaitFor(ctx, "coral's answers to carry every proxy and name server (DSHT nodes joining, first sweep)", b.p.Settle, b.alive, func() error {
-		r, _, err := b.query(b.targets[0].sample)
+		r, _, err := b.query(b.targets[0].addr, b.targets[0].sample)
 		if err != nil {
 			return err
 		}
@@ -515,7 +563,7 @@ func (b *bench) settle(ctx context.Context) error {
 
 // shape queries a zone's sample name.
 func (b *bench) shape(t *target) (responseShape, *dns.Msg, error) {
-	r, n, err := b.query(t.sample)
+	r, n, err := b.query(t.addr, t.sample)
 	if err != nil {
 		return responseShape{}, nil, err
 	}

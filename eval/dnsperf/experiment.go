@@ -52,7 +52,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 			Threads: p.Threads, Queue: p.Queue, Rate: p.Rate, Rates: latencyRates(p), LatDur: p.LatDur.String(), LatQueue: p.LatQueue, Quiet: p.Quiet.String(),
 			Explicit: p.Explicit, Proxies: 3, NameSrvrs: 2},
 	}
-	fmt.Printf("coral vs file under dnsperf: one %s (%s), %s, %d CPUs, load average %s\n",
+	fmt.Printf("coral vs file and whoami under dnsperf: one %s (%s), %s, %d CPUs, load average %s\n",
 		p.CoreDNS, rep.Tools.CoreDNS, rep.Tools.Dnsperf, rep.Host.CPUs, rep.Host.LoadAvgBefore)
 	fmt.Printf("Command: %s\n\n", command)
 
@@ -65,8 +65,8 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	if err := b.start(ctx); err != nil {
 		return nil, err
 	}
-	fmt.Printf("CoreDNS (pid %d) serves %s and %s on %v; DSHT nodes on %v–%v:%d (3 HTTP proxies, 2 name servers) join the coral node at %v:%d\n",
-		b.coredns.Pid(), coralZone, staticZone, b.dnsAddr, addrPlus(b.server, 1), addrPlus(b.server, len(nodeServices)), dhtPort, b.server, dhtPort)
+	fmt.Printf("CoreDNS (pid %d) serves %s and %s on %v, %s on %v; DSHT nodes on %v–%v:%d (3 HTTP proxies, 2 name servers) join the coral node at %v:%d\n",
+		b.coredns.Pid(), coralZone, staticZone, b.dnsAddr, whoamiZone, b.whoamiAddr(), addrPlus(b.server, 1), addrPlus(b.server, len(nodeServices)), dhtPort, b.server, dhtPort)
 	m0, err := b.scrape()
 	if err != nil {
 		return nil, err
@@ -77,24 +77,31 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	}
 	fmt.Printf("Coral answers carry %d proxies and %d name servers with glue after %.1f s\n", coralAnswers, coralNameservers, time.Since(settleStart).Seconds())
 
-	// Shapes and sizes: equal, or the comparison is meaningless.
-	for i, t := range b.targets {
+	// Shapes and sizes: coral's and file's equal, or the comparison is
+	// meaningless; whoami's its own, the same in every run.
+	for _, t := range b.targets {
 		s, r, err := b.shape(t)
 		if err != nil {
 			return nil, err
 		}
-		if i == 0 {
+		switch t.name {
+		case "coral":
 			if err := coralComplete(r); err != nil {
 				return nil, err
 			}
 			rep.Coral = s
-		} else {
+		case "file":
 			rep.File = s
+		case "whoami":
+			if err := whoamiComplete(r, t.sample, b.client); err != nil {
+				return nil, err
+			}
+			rep.Whoami = s
 		}
 	}
 	rep.ExpectedBytes = b.expected
-	fmt.Printf("Responses: coral %d bytes (%s); file %d bytes (%s); both built to be %d bytes uncompressed\n",
-		rep.Coral.Bytes, rep.Coral.Shape, rep.File.Bytes, rep.File.Shape, b.expected)
+	fmt.Printf("Responses: coral %d bytes (%s); file %d bytes (%s); both built to be %d bytes uncompressed; whoami %d bytes (%s)\n",
+		rep.Coral.Bytes, rep.Coral.Shape, rep.File.Bytes, rep.File.Shape, b.expected, rep.Whoami.Bytes, rep.Whoami.Shape)
 	if rep.Coral.Bytes != rep.File.Bytes || rep.Coral.Bytes != b.expected || rep.Coral.Answer+rep.Coral.Authority+rep.Coral.Additional != rep.File.Answer+rep.File.Authority+rep.File.Additional {
 		return nil, fmt.Errorf("the responses differ in size or record count:\n%s\n%s", rep.Coral.Text, rep.File.Text)
 	}
@@ -119,7 +126,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 			}
 			rep.Warmup = append(rep.Warmup, r)
 		}
-		fmt.Printf("Warm-up: %v unthrottled per zone: coral %.0f qps, file %.0f qps (not counted)\n", p.Warmup, rep.Warmup[0].QPS, rep.Warmup[1].QPS)
+		fmt.Printf("Warm-up: %v unthrottled per zone: coral %.0f qps, file %.0f qps, whoami %.0f qps (not counted)\n", p.Warmup, rep.Warmup[0].QPS, rep.Warmup[1].QPS, rep.Warmup[2].QPS)
 	}
 
 	// Idle: coral's background DSHT traffic with no load at all.
@@ -147,16 +154,12 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	loadStart := time.Now()
 	fmt.Printf("Throughput: %d rounds of %v per zone, dnsperf -c %d -T %d -q %d unthrottled\n", p.Rounds, p.Duration, p.Clients, p.Threads, p.Queue)
 	for round := 1; round <= p.Rounds; round++ {
-		order := []*target{b.targets[0], b.targets[1]}
-		if round%2 == 0 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, t := range order {
+		for _, t := range rotate(b.targets, round-1) {
 			r, err := b.runPerf(ctx, "throughput", round, t, p.Duration, 0, false)
 			if err != nil {
 				return nil, err
 			}
-			fmt.Printf("  round %d %-5s %8.0f qps  (coredns %5.1f µs CPU/query, server mean %5.1f µs, other processes %.1f CPU-s)\n",
+			fmt.Printf("  round %d %-6s %8.0f qps  (coredns %5.1f µs CPU/query, server mean %5.1f µs, other processes %.1f CPU-s)\n",
 				round, t.name, r.QPS, r.CPUPerQuery, r.ServerMeanUs, r.OtherCPU)
 			rep.Throughput = append(rep.Throughput, r)
 		}
@@ -164,17 +167,13 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	rates := latencyRates(p)
 	fmt.Printf("Latency: dnsperf -Q <rate> -v -q %d, %v per zone, at %s qps\n", p.LatQueue, p.LatDur, fmtInts(rates))
 	for i, qps := range rates {
-		order := []*target{b.targets[0], b.targets[1]}
-		if i%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, t := range order {
+		for _, t := range rotate(b.targets, i) {
 			r, err := b.runPerf(ctx, "latency", 0, t, p.LatDur, qps, true)
 			if err != nil {
 				return nil, err
 			}
 			rep.LatRuns = append(rep.LatRuns, r)
-			fmt.Printf("  %6d qps %-5s %8.0f achieved, %d responses timed, %d lost, p50 %.3f ms, p99 %.3f ms\n",
+			fmt.Printf("  %6d qps %-6s %8.0f achieved, %d responses timed, %d lost, p50 %.3f ms, p99 %.3f ms\n",
 				qps, t.name, r.QPS, len(r.latencies), r.Lost, sim.Percentile(r.latencies, 50), sim.Percentile(r.latencies, 99))
 		}
 	}
@@ -218,30 +217,44 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 // summarize fills in the throughput and latency results.
 func summarize(rep *report) {
 	s := &rep.Summary
-	var coralCPU, fileCPU, coralSrv, fileSrv []float64
+	var coralCPU, fileCPU, whoamiCPU, coralSrv, fileSrv, whoamiSrv []float64
 	byRound := map[int]map[string]*run{}
 	for _, r := range rep.Throughput {
 		if byRound[r.Round] == nil {
 			byRound[r.Round] = map[string]*run{}
 		}
 		byRound[r.Round][r.Target] = r
-		if r.Target == "coral" {
+		switch r.Target {
+		case "coral":
 			s.CoralQPS = append(s.CoralQPS, r.QPS)
 			coralCPU, coralSrv = append(coralCPU, r.CPUPerQuery), append(coralSrv, r.ServerMeanUs)
-		} else {
+		case "file":
 			s.FileQPS = append(s.FileQPS, r.QPS)
 			fileCPU, fileSrv = append(fileCPU, r.CPUPerQuery), append(fileSrv, r.ServerMeanUs)
+		case "whoami":
+			s.WhoamiQPS = append(s.WhoamiQPS, r.QPS)
+			whoamiCPU, whoamiSrv = append(whoamiCPU, r.CPUPerQuery), append(whoamiSrv, r.ServerMeanUs)
 		}
 	}
 	for round := 1; round <= len(byRound); round++ {
-		if c, f := byRound[round]["coral"], byRound[round]["file"]; c != nil && f != nil && f.QPS > 0 {
+		c := byRound[round]["coral"]
+		if f := byRound[round]["file"]; c != nil && f != nil && f.QPS > 0 {
 			s.Ratios = append(s.Ratios, c.QPS/f.QPS)
+		}
+		if w := byRound[round]["whoami"]; c != nil && w != nil && w.QPS > 0 {
+			s.WhoamiRatios = append(s.WhoamiRatios, c.QPS/w.QPS)
+			if c.CPUPerQuery > 0 {
+				s.WhoamiCPURatios = append(s.WhoamiCPURatios, w.CPUPerQuery/c.CPUPerQuery)
+			}
 		}
 	}
 	s.MedianCoral, s.MedianFile, s.MedianRatio = evalrun.Median(s.CoralQPS), evalrun.Median(s.FileQPS), evalrun.Median(s.Ratios)
-	s.CoralCPUPerQ, s.FileCPUPerQ = evalrun.Median(coralCPU), evalrun.Median(fileCPU)
-	s.CoralServerUs, s.FileServerUs = evalrun.Median(coralSrv), evalrun.Median(fileSrv)
+	s.MedianWhoami, s.MedianWhoamiRatio = evalrun.Median(s.WhoamiQPS), evalrun.Median(s.WhoamiRatios)
+	s.MedianWhoamiCPURatio = evalrun.Median(s.WhoamiCPURatios)
+	s.CoralCPUPerQ, s.FileCPUPerQ, s.WhoamiCPUPerQ = evalrun.Median(coralCPU), evalrun.Median(fileCPU), evalrun.Median(whoamiCPU)
+	s.CoralServerUs, s.FileServerUs, s.WhoamiServerUs = evalrun.Median(coralSrv), evalrun.Median(fileSrv), evalrun.Median(whoamiSrv)
 	rep.PassRatio = s.MedianRatio >= targetRatio
+	rep.PassWhoami = len(s.WhoamiRatios) > 0 && s.MedianWhoamiRatio >= whoamiRatio
 
 	rep.Latency.Rate = rep.Params.Rate
 	points := map[int]*latencyPoint{}
@@ -252,23 +265,33 @@ func summarize(rep *report) {
 			points[r.Rate] = pt
 		}
 		l := latencyOf(r)
-		if r.Target == "coral" {
+		switch r.Target {
+		case "coral":
 			pt.Coral = l
-		} else {
+		case "file":
 			pt.File = l
+		case "whoami":
+			pt.Whoami = l
 		}
 	}
 	for _, qps := range slices.Sorted(maps.Keys(points)) {
 		rep.Latency.Sweep = append(rep.Latency.Sweep, *points[qps])
 	}
 	if pt := points[rep.Params.Rate]; pt != nil {
-		rep.Latency.Coral, rep.Latency.File = pt.Coral, pt.File
+		rep.Latency.Coral, rep.Latency.File, rep.Latency.Whoami = pt.Coral, pt.File, pt.Whoami
 	}
 	c := rep.Latency.Coral
 	// The rate must have been reached (within 2 %) without loss for the p99
 	// to count.
 	rep.PassP99 = c != nil && rep.Latency.Rate >= targetRate && c.P99 < targetP99Ms &&
 		c.AchievedQPS >= 0.98*float64(rep.Latency.Rate) && c.LossRate < 0.001
+}
+
+// rotate returns ts rotated left by k: each round starts with another
+// target, so that none always runs first or last.
+func rotate[T any](ts []T, k int) []T {
+	k %= len(ts)
+	return append(slices.Clone(ts[k:]), ts[:k]...)
 }
 
 // latencyOf summarizes a paced run's per-response latencies.
@@ -325,20 +348,26 @@ func checkHotPath(rep *report, before, after metrics) {
 
 	// Every response of every run must have been the sample's size and
 	// NOERROR: a proxy or name server dropping out of coral's answers would
-	// make them smaller, and the comparison meaningless.
+	// make them smaller, and the comparison meaningless. whoami's have a
+	// size of their own.
 	hp.PassAnswers = true
 	for _, r := range slices.Concat(rep.Throughput, rep.LatRuns) {
-		if r.RespSize != rep.ExpectedBytes || r.Rcodes["NOERROR"] != r.Completed {
+		want := rep.ExpectedBytes
+		if r.Target == "whoami" {
+			want = rep.Whoami.Bytes
+		}
+		if r.RespSize != want || r.Rcodes["NOERROR"] != r.Completed {
 			hp.PassAnswers = false
 			hp.Problems = append(hp.Problems, fmt.Sprintf("%s run of %s (round %d, rate %d): mean response %d bytes, want %d; response codes %v",
-				r.Phase, r.Target, r.Round, r.Rate, r.RespSize, rep.ExpectedBytes, r.Rcodes))
+				r.Phase, r.Target, r.Round, r.Rate, r.RespSize, want, r.Rcodes))
 		}
 	}
 	for _, r := range rep.Throughput {
-		if r.Target == "coral" {
+		switch r.Target {
+		case "coral":
 			hp.CoralLoadSeconds += r.Wall
 			hp.CoralLoadDHT += r.DHTOut
-		} else {
+		case "file":
 			hp.FileLoadSeconds += r.Wall
 			hp.FileLoadDHT += r.DHTOut
 		}
@@ -405,13 +434,13 @@ func fmtMap(m map[string]float64) string {
 // printReport prints the tables.
 func printReport(w io.Writer, rep *report) {
 	s := rep.Summary
-	fmt.Fprintf(w, "\nResponses (UDP, no EDNS, as dnsperf asks):\n")
+	fmt.Fprintf(w, "\nResponses (UDP, no EDNS, as dnsperf asks; coral's and file's of the same size, whoami's its own):\n")
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  zone\tbytes\tshape\tdnsperf's mean response size (throughput runs)")
 	for _, x := range []struct {
 		name string
 		s    responseShape
-	}{{"coral", rep.Coral}, {"file", rep.File}} {
+	}{{"coral", rep.Coral}, {"file", rep.File}, {"whoami", rep.Whoami}} {
 		var sizes []string
 		for _, r := range rep.Throughput {
 			if r.Target == x.name {
@@ -432,8 +461,10 @@ func printReport(w io.Writer, rep *report) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "  coral/file by round: %s; median %.3f (target ≥ %.1f: %s)\n", fmtFloats(s.Ratios, "%.3f"), s.MedianRatio, targetRatio, evalrun.PassFail(rep.PassRatio))
-	fmt.Fprintf(w, "  median qps: coral %.0f, file %.0f; median CoreDNS CPU per query: coral %.1f µs, file %.1f µs; server-side mean: coral %.1f µs, file %.1f µs\n",
-		s.MedianCoral, s.MedianFile, s.CoralCPUPerQ, s.FileCPUPerQ, s.CoralServerUs, s.FileServerUs)
+	fmt.Fprintf(w, "  coral/whoami by round: %s; median %.3f (issue 25, target ≥ %.1f: %s); CoreDNS CPU per query whoami/coral by round %s, median %.3f\n",
+		fmtFloats(s.WhoamiRatios, "%.3f"), s.MedianWhoamiRatio, whoamiRatio, evalrun.PassFail(rep.PassWhoami), fmtFloats(s.WhoamiCPURatios, "%.3f"), s.MedianWhoamiCPURatio)
+	fmt.Fprintf(w, "  median qps: coral %.0f, file %.0f, whoami %.0f; median CoreDNS CPU per query: coral %.1f µs, file %.1f µs, whoami %.1f µs; server-side mean: coral %.1f µs, file %.1f µs, whoami %.1f µs\n",
+		s.MedianCoral, s.MedianFile, s.MedianWhoami, s.CoralCPUPerQ, s.FileCPUPerQ, s.WhoamiCPUPerQ, s.CoralServerUs, s.FileServerUs, s.WhoamiServerUs)
 
 	fmt.Fprintf(w, "\nLatency (dnsperf -Q <rate> -v -q %d, %s per zone and rate; every response timed by dnsperf, µs resolution):\n",
 		rep.Params.LatQueue, rep.Params.LatDur)
@@ -443,7 +474,7 @@ func printReport(w io.Writer, rep *report) {
 		for _, x := range []struct {
 			name string
 			l    *latencyRun
-		}{{"coral", pt.Coral}, {"file", pt.File}} {
+		}{{"coral", pt.Coral}, {"file", pt.File}, {"whoami", pt.Whoami}} {
 			l := x.l
 			if l == nil {
 				continue
@@ -473,6 +504,8 @@ func printReport(w io.Writer, rep *report) {
 	}
 	fmt.Fprintf(w, "\nAcceptance: qps ratio %.3f ≥ %.1f %s; coral p99 %.3f ms < %.0f ms at %d qps %s; hot path %s\n",
 		s.MedianRatio, targetRatio, evalrun.PassFail(rep.PassRatio), rep.Latency.Coral.P99, targetP99Ms, rep.Latency.Rate, evalrun.PassFail(rep.PassP99), evalrun.PassFail(rep.PassHotPath))
+	fmt.Fprintf(w, "Acceptance of issue 25: coral/whoami unthrottled qps, median of %d rounds, %.3f ≥ %.1f: %s\n",
+		len(s.WhoamiRatios), s.MedianWhoamiRatio, whoamiRatio, evalrun.PassFail(rep.PassWhoami))
 	fmt.Fprintf(w, "Load average before %s, after %s (%d CPUs: CoreDNS and dnsperf share them)\n", rep.Host.LoadAvgBefore, rep.Host.LoadAvgAfter, rep.Host.CPUs)
 	fmt.Fprintf(w, "\nCommands:\n")
 	for _, c := range rep.Commands {

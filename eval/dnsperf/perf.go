@@ -24,7 +24,7 @@ func (b *bench) dnsperfArgs(t *target, d time.Duration, rate int, verbose bool) 
 	if rate > 0 {
 		q = b.p.LatQueue
 	}
-	args := []string{"-s", b.server.String(), "-p", strconv.Itoa(b.p.Port), "-a", b.client.String(),
+	args := []string{"-s", t.addr.Addr().String(), "-p", strconv.Itoa(int(t.addr.Port())), "-a", b.client.String(),
 		"-d", t.queryFile, "-l", strconv.FormatFloat(d.Seconds(), 'f', -1, 64),
 		"-c", strconv.Itoa(b.p.Clients), "-T", strconv.Itoa(b.p.Threads), "-q", strconv.Itoa(q), "-t", "2"}
 	if rate > 0 {

@@ -14,7 +14,9 @@ import (
 var (
 	coralColor = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
 	fileColor  = color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}
-	limitColor = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+	// whoami, the floor: the colour httpbench gives Caddy's respond.
+	whoamiColor = color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}
+	limitColor  = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
 )
 
 // cdfPoints thins a sorted sample to at most about 3000 points for drawing,
@@ -41,12 +43,13 @@ type curve struct {
 	rate int
 }
 
-// plotCDF draws the latency CDFs of the two zones at the latency runs' rate,
+// plotCDF draws the latency CDFs of the zones at the latency runs' rate,
 // with the 5 ms target.
 func plotCDF(path string, rep *report) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("CoreDNS answer latency at %d qps (dnsperf -Q %d -v, %s per zone, one bin/coredns)\n"+
-		"coral (classification cached) vs file (static zone, same %d-byte answers); fainter lines: lower rates", rep.Latency.Rate, rep.Latency.Rate, rep.Params.LatDur, rep.Coral.Bytes)
+		"coral (classification cached) vs file (static zone, same %d-byte answers)\nand whoami (the floor, %d-byte answers); fainter lines: lower rates",
+		rep.Latency.Rate, rep.Latency.Rate, rep.Params.LatDur, rep.Coral.Bytes, rep.Whoami.Bytes)
 	p.X.Label.Text = "response latency seen by dnsperf (ms, log scale)"
 	p.Y.Label.Text = "fraction of responses"
 	p.X.Scale = plot.LogScale{}
@@ -62,7 +65,8 @@ func plotCDF(path string, rep *report) error {
 			fade = 0.75 - 0.35*float64(i)/float64(len(rep.Latency.Sweep))
 		}
 		curves = append(curves, curve{pt.Coral, faded(coralColor, fade), "coral", false, main, pt.Rate},
-			curve{pt.File, faded(fileColor, fade), "file", true, main, pt.Rate})
+			curve{pt.File, faded(fileColor, fade), "file", true, main, pt.Rate},
+			curve{pt.Whoami, faded(whoamiColor, fade), "whoami", true, main, pt.Rate})
 	}
 	slices.SortStableFunc(curves, func(a, b curve) int { // the main ones on top, first in the legend
 		if a.main != b.main {

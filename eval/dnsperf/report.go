@@ -12,6 +12,8 @@ type report struct {
 	ExpectedBytes int           `json:"expected_response_bytes"`
 	Coral         responseShape `json:"coral_response"`
 	File          responseShape `json:"file_response"`
+	// Whoami is the floor's: whoami's answer, its own size.
+	Whoami responseShape `json:"whoami_response"`
 
 	Warmup     []*run           `json:"warmup_runs"`
 	Throughput []*run           `json:"throughput_runs"`
@@ -21,7 +23,10 @@ type report struct {
 	HotPath    hotPath          `json:"hot_path"`
 	Profiles   []string         `json:"cpu_profiles,omitempty"`
 
-	PassRatio   bool    `json:"pass_qps_ratio_ge_0_8"`
+	PassRatio bool `json:"pass_qps_ratio_ge_0_8"`
+	// PassWhoami is issue 25's: coral ≥ 0.9× whoami's unthrottled qps,
+	// median over rounds of the per-round ratio.
+	PassWhoami  bool    `json:"pass_coral_ge_0_9_whoami"`
 	PassP99     bool    `json:"pass_coral_p99_lt_5ms_at_20k"`
 	PassHotPath bool    `json:"pass_hot_path"`
 	Wall        float64 `json:"wall_seconds"`
@@ -81,7 +86,7 @@ type responseShape struct {
 type run struct {
 	Phase  string `json:"phase"` // warmup, throughput, latency, profile
 	Round  int    `json:"round,omitempty"`
-	Target string `json:"target"`               // coral or file
+	Target string `json:"target"`               // coral, file or whoami
 	Rate   int    `json:"target_qps,omitempty"` // dnsperf -Q; 0: unthrottled
 	Argv   string `json:"dnsperf_command"`
 
@@ -126,31 +131,46 @@ type run struct {
 }
 
 type throughputResult struct {
-	CoralQPS      []float64 `json:"coral_qps"`
-	FileQPS       []float64 `json:"file_qps"`
-	Ratios        []float64 `json:"coral_over_file_by_round"`
-	MedianCoral   float64   `json:"median_coral_qps"`
-	MedianFile    float64   `json:"median_file_qps"`
-	MedianRatio   float64   `json:"median_ratio"`
-	CoralCPUPerQ  float64   `json:"median_coral_cpu_us_per_query"`
-	FileCPUPerQ   float64   `json:"median_file_cpu_us_per_query"`
-	CoralServerUs float64   `json:"median_coral_server_mean_us"`
-	FileServerUs  float64   `json:"median_file_server_mean_us"`
+	CoralQPS    []float64 `json:"coral_qps"`
+	FileQPS     []float64 `json:"file_qps"`
+	WhoamiQPS   []float64 `json:"whoami_qps"`
+	Ratios      []float64 `json:"coral_over_file_by_round"`
+	MedianCoral float64   `json:"median_coral_qps"`
+	MedianFile  float64   `json:"median_file_qps"`
+	MedianRatio float64   `json:"median_ratio"`
+	// coral's qps over whoami's, the floor (issue 25), per round and the
+	// median.
+	WhoamiRatios      []float64 `json:"coral_over_whoami_by_round"`
+	MedianWhoami      float64   `json:"median_whoami_qps"`
+	MedianWhoamiRatio float64   `json:"median_coral_over_whoami"`
+	// Per round whoami's CoreDNS CPU per query over coral's (1: an answer
+	// costs CoreDNS what whoami's does), and the median: on a busy machine
+	// it varies less than qps.
+	WhoamiCPURatios      []float64 `json:"whoami_over_coral_cpu_per_query_by_round"`
+	MedianWhoamiCPURatio float64   `json:"median_whoami_over_coral_cpu_per_query"`
+	CoralCPUPerQ         float64   `json:"median_coral_cpu_us_per_query"`
+	FileCPUPerQ          float64   `json:"median_file_cpu_us_per_query"`
+	WhoamiCPUPerQ        float64   `json:"median_whoami_cpu_us_per_query"`
+	CoralServerUs        float64   `json:"median_coral_server_mean_us"`
+	FileServerUs         float64   `json:"median_file_server_mean_us"`
+	WhoamiServerUs       float64   `json:"median_whoami_server_mean_us"`
 }
 
 // latencyResult holds the paced runs: at the acceptance rate, and at every
 // rate of the sweep (the acceptance rate included), lowest first.
 type latencyResult struct {
-	Rate  int            `json:"target_qps"`
-	Coral *latencyRun    `json:"coral"`
-	File  *latencyRun    `json:"file"`
-	Sweep []latencyPoint `json:"by_rate"`
+	Rate   int            `json:"target_qps"`
+	Coral  *latencyRun    `json:"coral"`
+	File   *latencyRun    `json:"file"`
+	Whoami *latencyRun    `json:"whoami"`
+	Sweep  []latencyPoint `json:"by_rate"`
 }
 
 type latencyPoint struct {
-	Rate  int         `json:"target_qps"`
-	Coral *latencyRun `json:"coral"`
-	File  *latencyRun `json:"file"`
+	Rate   int         `json:"target_qps"`
+	Coral  *latencyRun `json:"coral"`
+	File   *latencyRun `json:"file"`
+	Whoami *latencyRun `json:"whoami"`
 }
 
 type latencyRun struct {

@@ -26,7 +26,10 @@ func (b *bench) setUpBaseline(addr netip.Addr, origin coralname.Origin) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
 	}
-	b.baseCaddyfile = b.caddyfileText(addr, dir, false)
+	var err error
+	if b.baseCaddyfile, err = b.caddyfileText(addr, dir, false); err != nil {
+		return err
+	}
 	if err := labconf.WriteFile(filepath.Join(dir, "Caddyfile"), b.baseCaddyfile); err != nil {
 		return fmt.Errorf("writing the baseline's Caddyfile: %w", err)
 	}

@@ -36,6 +36,9 @@ const (
 	// objPrefix is the origin's path for the proxy-memory objects.
 	objPrefix = "/obj/"
 	objBytes  = 1024
+	// respondSnippet is the Caddyfile snippet of the respond sites: one
+	// respond directive per object, its body the origin's bytes.
+	respondSnippet = "respond_bodies"
 )
 
 // lastModified is the origin's Last-Modified, and the files' modification
@@ -44,8 +47,8 @@ var lastModified = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // target is one server under test.
 type target struct {
-	name   string // coral, file, nginx; over TLS coral-tls, file-tls; the A/B's coral-old
-	server string // what answers: coral (coral_proxy), file (file_server), nginx
+	name   string // coral, file, respond, nginx; over TLS coral-tls, file-tls, respond-tls; the A/B's coral-old
+	server string // what answers: coral (coral_proxy), file (file_server), respond (Caddy's respond), nginx
 	addr   netip.AddrPort
 	// host is the name the target is asked for. Over HTTP it is the Host
 	// header ("": the address). Over TLS it is the URL's host, and so the
@@ -82,7 +85,7 @@ type bench struct {
 	caddy   *proc.Process
 	nginx   *proc.Process
 	base    *proc.Process // the -baseline Caddy (nil: no A/B)
-	targets []*target     // coral, file[, coral-tls, file-tls][, nginx][, coral-old]
+	targets []*target     // coral, file, respond[, coral-tls, file-tls, respond-tls][, nginx][, coral-old]
 	files   string        // file_server's root
 	// wrkScript is the Lua script that points wrk at Caddy's address for
 	// the TLS targets' names (tls.go); "" without TLS.
@@ -108,10 +111,11 @@ func newBench(p params) (*bench, error) {
 		}
 		addrs = append(addrs, a)
 	}
-	// Caddy's sites take Port and the next one, and over TLS the two after.
-	lastPort := p.Port + 1
+	// Caddy's sites: coral_proxy on Port, file_server on Port+1, respond on
+	// Port+4; over TLS the same three on Port+2, Port+3 and Port+5.
+	lastPort := p.Port + 4
 	if p.TLS {
-		lastPort = p.Port + 3
+		lastPort = p.Port + 5
 	}
 	if p.Port < 1 || lastPort > 65535 || (adminPort >= p.Port && adminPort <= lastPort) {
 		return nil, fmt.Errorf("-port %d: want 1..%d, Caddy's ports %d..%d clear of the admin port %d", p.Port, 65535-(lastPort-p.Port), p.Port, lastPort, adminPort)
@@ -152,6 +156,7 @@ func (b *bench) setUp(addrs []netip.Addr) error {
 	b.targets = []*target{
 		{name: "coral", server: "coral", addr: netip.AddrPortFrom(addrs[1], port), host: coralname.Coralize(origin, zone)},
 		{name: "file", server: "file", addr: netip.AddrPortFrom(addrs[1], port+1)},
+		{name: "respond", server: "respond", addr: netip.AddrPortFrom(addrs[1], port+4)},
 	}
 	if p.TLS {
 		tlsTargets, err := b.tlsTargets(origin, addrs[1])
@@ -160,7 +165,10 @@ func (b *bench) setUp(addrs []netip.Addr) error {
 		}
 		b.targets = append(b.targets, tlsTargets...)
 	}
-	b.caddyfile = b.caddyfileText(addrs[1], b.dir, p.TLS)
+	var err error
+	if b.caddyfile, err = b.caddyfileText(addrs[1], b.dir, true); err != nil {
+		return err
+	}
 	if err := labconf.WriteFile(filepath.Join(b.dir, "Caddyfile"), b.caddyfile); err != nil {
 		return fmt.Errorf("writing the Caddyfile: %w", err)
 	}
@@ -192,9 +200,11 @@ func (b *bench) target(name string) *target {
 }
 
 // caddyfileText is the configuration of a Caddy on addr whose data lives in
-// dir: the coral app, coral_proxy and file_server over HTTP and, withTLS,
-// over TLS (addTLSSites), no access logs (Caddy's default).
-func (b *bench) caddyfileText(addr netip.Addr, dir string, withTLS bool) string {
+// dir: the coral app, coral_proxy and file_server over HTTP, no access logs
+// (Caddy's default). The Caddy under test (measured) also has the respond
+// site and, with -tls, the TLS sites (addTLSSites); the -baseline Caddy
+// has only coral_proxy and file_server over HTTP.
+func (b *bench) caddyfileText(addr netip.Addr, dir string, measured bool) (string, error) {
 	admin := netip.AddrPortFrom(addr, adminPort)
 	conf := labconf.Caddy{
 		Comment:      "One Caddy for both: coral_proxy (under test) and file_server (the\nbaseline) serving the same bytes. No access logs, no TLS.",
@@ -214,10 +224,68 @@ func (b *bench) caddyfileText(addr netip.Addr, dir string, withTLS bool) string 
 			).Commented("file_server: the same bytes from files."),
 		},
 	}
-	if withTLS {
+	if !measured {
+		return conf.String(), nil
+	}
+	snippet, err := b.respondSnippetText()
+	if err != nil {
+		return "", err
+	}
+	conf.Comment = "One Caddy for all: coral_proxy (under test), file_server and respond\n" +
+		"(the baselines) serving the same bytes. No access logs, no TLS."
+	if b.p.TLS {
+		conf.Comment = "One Caddy for all: coral_proxy (under test), file_server and respond\n" +
+			"(the baselines) serving the same bytes, over HTTP and over TLS. No access logs."
+	}
+	conf.Sites = append([]labconf.Directive{snippet}, conf.Sites...)
+	conf.Sites = append(conf.Sites,
+		labconf.D(fmt.Sprintf("http://:%d", b.target("respond").addr.Port())).With(
+			labconf.D("bind", addr),
+			labconf.D("import", respondSnippet),
+		).Commented("respond: the same bytes from the configuration, Caddy's floor."))
+	if b.p.TLS {
 		b.addTLSSites(&conf, addr)
 	}
-	return conf.String()
+	return conf.String(), nil
+}
+
+// respondSnippetText is the snippet the respond sites import: for each
+// object, respond with the origin's bytes as a backtick-quoted token (the
+// Caddyfile takes it verbatim: no escapes, no placeholders, as the bytes
+// are letters and digits) and status 200. Any other path gets Caddy's
+// empty 200.
+func (b *bench) respondSnippetText() (labconf.Directive, error) {
+	var lines []labconf.Directive
+	for _, size := range b.p.Sizes {
+		path := "/" + sizeName(size)
+		tok, err := caddyfileToken(b.origin.bodies[path])
+		if err != nil {
+			return labconf.Directive{}, fmt.Errorf("respond body %s: %w", path, err)
+		}
+		lines = append(lines, labconf.D("respond", path, tok, 200))
+	}
+	return labconf.D("(" + respondSnippet + ")").With(lines...).
+		Commented("The origin's objects, answered by Caddy's respond (static_response)."), nil
+}
+
+// caddyfileToken quotes body as one Caddyfile token with backticks. labconf
+// writes arguments as they are, so the quoting is done here; it refuses
+// bytes that a backtick token would not carry as themselves (a backtick
+// ends it, braces start a placeholder, which respond would expand).
+func caddyfileToken(body []byte) (string, error) {
+	if len(body) == 0 {
+		return "", errors.New("empty")
+	}
+	for i, c := range body {
+		if !isAlnum(c) {
+			return "", fmt.Errorf("byte %d is %q: only letters and digits go into the Caddyfile", i, c)
+		}
+	}
+	return "`" + string(body) + "`", nil
+}
+
+func isAlnum(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // proxyDirective is coral_proxy's configuration, the same over HTTP and
@@ -404,17 +472,35 @@ type origin struct {
 	objects  atomic.Int64 // for objPrefix
 }
 
+// bodyAlphabet is what the objects' bytes are drawn from: letters and
+// digits, so that the respond sites can carry them in the Caddyfile.
+const bodyAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// newOrigin makes the objects, the same in every run: pseudo-random letters
+// and digits from a fixed seed.
 func newOrigin(sizes []int) *origin {
 	o := &origin{bodies: map[string][]byte{}}
 	rng := rand.New(rand.NewChaCha8([32]byte{'c', 'o', 'r', 'a', 'l'}))
 	for _, n := range sizes {
 		body := make([]byte, n)
 		for i := range body {
-			body[i] = byte(rng.Uint32())
+			body[i] = bodyAlphabet[rng.IntN(len(bodyAlphabet))]
 		}
 		o.bodies["/"+sizeName(n)] = body
 	}
 	return o
+}
+
+// elideBodies replaces, in a Caddyfile, every respond body (a backtick
+// token of an object's bytes) with its size, path and SHA-256: the record
+// of the configuration without the objects themselves.
+func (o *origin) elideBodies(caddyfile string) string {
+	for path, body := range o.bodies {
+		sum := sha256.Sum256(body)
+		caddyfile = strings.ReplaceAll(caddyfile, "`"+string(body)+"`",
+			fmt.Sprintf("`<%d letters and digits: the origin's %s, sha256 %s>`", len(body), path, hex.EncodeToString(sum[:])))
+	}
+	return caddyfile
 }
 
 func (o *origin) start() error {

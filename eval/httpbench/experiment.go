@@ -127,7 +127,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	}
 	if p.Profile != "" {
 		for _, size := range p.Sizes {
-			for _, name := range []string{"coral", "file", "coral-old"} {
+			for _, name := range []string{"coral", "file", "respond", "coral-old"} {
 				if b.target(name) == nil {
 					continue
 				}
@@ -164,6 +164,9 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	if !rep.PassRatio || (rep.PassTLSRatio != nil && !*rep.PassTLSRatio) {
 		return rep, fmt.Errorf("%w: coral_proxy below %.1f× file_server", errBelowTarget, targetRatio)
 	}
+	if !rep.PassRespond || (rep.PassTLSRespond != nil && !*rep.PassTLSRespond) {
+		return rep, fmt.Errorf("%w: coral_proxy below %.1f× respond", errBelowTarget, respondRatio)
+	}
 	if rep.PassBaseline != nil && !*rep.PassBaseline {
 		return rep, fmt.Errorf("%w: coral_proxy's hits below %.1f× the baseline build's", errBelowTarget, baselineRatio)
 	}
@@ -194,7 +197,7 @@ func newReport(p params, command string) *report {
 			rep.Params.NginxWorkers = fmt.Sprint(p.NginxWorkers)
 		}
 	}
-	fmt.Printf("coral_proxy vs file_server (one %s, %s", p.Caddy, rep.Tools.Caddy)
+	fmt.Printf("coral_proxy vs file_server and respond (one %s, %s", p.Caddy, rep.Tools.Caddy)
 	if p.TLS {
 		fmt.Printf("; over HTTP and over TLS")
 	}
@@ -212,11 +215,12 @@ func newReport(p params, command string) *report {
 
 // describe records the set-up in the results.
 func (b *bench) describe(rep *report) {
-	rep.Caddyfile, rep.NginxConf, rep.BaselineCaddyfile = b.caddyfile, b.nginxConf, b.baseCaddyfile
+	rep.Caddyfile, rep.NginxConf, rep.BaselineCaddyfile = b.origin.elideBodies(b.caddyfile), b.nginxConf, b.baseCaddyfile
 	rep.Params.Origin = b.origin.addr.String()
 	rep.Params.Coral = b.target("coral").addr.String()
 	rep.Params.CoralHost = b.target("coral").host
 	rep.Params.File = b.target("file").addr.String()
+	rep.Params.Respond = b.target("respond").addr.String()
 	if t := b.target("nginx"); t != nil {
 		rep.Params.Nginx = t.addr.String()
 	}
@@ -226,6 +230,9 @@ func (b *bench) describe(rep *report) {
 	if c, f := b.target("coral-tls"), b.target("file-tls"); c != nil && f != nil {
 		rep.Params.CoralTLS, rep.Params.CoralTLSName = c.addr.String(), c.host
 		rep.Params.FileTLS, rep.Params.FileTLSName = f.addr.String(), f.host
+		if r := b.target("respond-tls"); r != nil {
+			rep.Params.RespondTLS, rep.Params.RespondTLSName = r.addr.String(), r.host
+		}
 		if raw, err := os.ReadFile(b.wrkScript); err == nil {
 			rep.WrkScript = string(raw)
 		}
@@ -235,11 +242,11 @@ func (b *bench) describe(rep *report) {
 // printSetUp prints where everything runs.
 func (b *bench) printSetUp() {
 	coral := b.target("coral")
-	fmt.Printf("Origin on %v (this process); Caddy (pid %d): coral_proxy on %v (Host %s), file_server on %v, DSHT node on %v:%d",
-		b.origin.addr, b.caddy.Pid(), coral.addr, coral.host, b.target("file").addr, coral.addr.Addr(), dhtPort)
-	if c, f := b.target("coral-tls"), b.target("file-tls"); c != nil && f != nil {
-		fmt.Printf("; over TLS coral_proxy %s and file_server %s, both on %v (Caddy's local CA; wrk -s %s)",
-			c.url("/"), f.url("/"), c.addr.Addr(), b.wrkScript)
+	fmt.Printf("Origin on %v (this process); Caddy (pid %d): coral_proxy on %v (Host %s), file_server on %v, respond on %v, DSHT node on %v:%d",
+		b.origin.addr, b.caddy.Pid(), coral.addr, coral.host, b.target("file").addr, b.target("respond").addr, coral.addr.Addr(), dhtPort)
+	if c, f, r := b.target("coral-tls"), b.target("file-tls"), b.target("respond-tls"); c != nil && f != nil && r != nil {
+		fmt.Printf("; over TLS coral_proxy %s, file_server %s and respond %s, all on %v (Caddy's local CA; wrk -s %s)",
+			c.url("/"), f.url("/"), r.url("/"), c.addr.Addr(), b.wrkScript)
 	}
 	if t := b.target("nginx"); t != nil {
 		fmt.Printf("; nginx (pid %d) on %v", b.nginx.Pid(), t.addr)
@@ -256,7 +263,7 @@ func (b *bench) printSetUp() {
 func (b *bench) warmCaches(rep *report) error {
 	for _, size := range b.p.Sizes {
 		for _, t := range b.targets {
-			if t.server != "file" {
+			if t.server == "coral" || t.server == "nginx" {
 				if _, err := get(t, "/"+sizeName(size)); err != nil {
 					return fmt.Errorf("warming %s %s: %w", t.name, sizeName(size), err)
 				}
@@ -321,7 +328,7 @@ func (b *bench) throughput(ctx context.Context, rep *report) error {
 					if err != nil {
 						return err
 					}
-					fmt.Printf("  round %d %-4s %-9s %8.0f req/s %7.1f MiB/s  p50 %6.3f ms  p99 %6.3f ms  server %5.1f µs CPU/req  origin requests %d  other CPU %.1f s\n",
+					fmt.Printf("  round %d %-4s %-11s %8.0f req/s %7.1f MiB/s  p50 %6.3f ms  p99 %6.3f ms  server %5.1f µs CPU/req  origin requests %d  other CPU %.1f s\n",
 						round, sizeName(size), t.name, r.RPS, r.TransferMiBs, r.P50, r.P99, r.CPUPerRequest, r.OriginRequests, r.OtherCPU)
 					runs = append(runs, r)
 					worst = max(worst, r.OtherCPU/r.Wall)
@@ -445,15 +452,20 @@ func summarize(rep *report, targets []*target) {
 		rep.Summary = append(rep.Summary, summarizeSize(rep, targets, size))
 	}
 	rep.PassRatio = len(rep.Summary) > 0
+	rep.PassRespond = len(rep.Summary) > 0
 	passTLS := len(rep.Summary) > 0
+	passTLSRespond := len(rep.Summary) > 0
 	passBase := len(rep.Summary) > 0
 	for _, ss := range rep.Summary {
 		rep.PassRatio = rep.PassRatio && ss.Pass
+		rep.PassRespond = rep.PassRespond && ss.PassRespond
 		passTLS = passTLS && ss.PassTLS != nil && *ss.PassTLS
+		passTLSRespond = passTLSRespond && ss.PassTLSRespond != nil && *ss.PassTLSRespond
 		passBase = passBase && ss.PassBaseline != nil && *ss.PassBaseline
 	}
 	if rep.Params.TLS {
 		rep.PassTLSRatio = &passTLS
+		rep.PassTLSRespond = &passTLSRespond
 	}
 	if rep.Params.Baseline != "" {
 		rep.PassBaseline = &passBase
@@ -482,7 +494,8 @@ func summarize(rep *report, targets []*target) {
 }
 
 // summarizeSize is one size's medians over rounds and its ratios: each
-// round's coral/file, over HTTP and over TLS, and nginx's.
+// round's coral/file and coral/respond, over HTTP and over TLS, and
+// nginx's.
 func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 	ss := &sizeSumm{Size: size, Targets: map[string]*targetSumm{}}
 	byRound := map[int]map[string]*run{}
@@ -518,13 +531,17 @@ func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 			*to = append(*to, ra.RPS/rb.RPS)
 		}
 	}
-	var coralOverNginx []float64
 	for round := 1; round <= rep.Params.Rounds; round++ {
 		runs := byRound[round]
 		ratio(&ss.Ratios, runs, "coral", "file")
+		ratio(&ss.RespondRatios, runs, "coral", "respond")
 		ratio(&ss.NginxRatios, runs, "nginx", "file")
-		ratio(&coralOverNginx, runs, "coral", "nginx")
+		ratio(&ss.CoralNginxRatios, runs, "coral", "nginx")
 		ratio(&ss.TLSRatios, runs, "coral-tls", "file-tls")
+		ratio(&ss.TLSRespondRatios, runs, "coral-tls", "respond-tls")
+		if c, r := runs["coral"], runs["respond"]; c != nil && r != nil && c.CPUPerRequest > 0 {
+			ss.RespondCPURatios = append(ss.RespondCPURatios, r.CPUPerRequest/c.CPUPerRequest)
+		}
 		ratio(&ss.BaselineRatios, runs, "coral", "coral-old")
 		if n, o := runs["coral"], runs["coral-old"]; n != nil && o != nil && n.CPUPerRequest > 0 {
 			ss.BaselineCPURatios = append(ss.BaselineCPURatios, o.CPUPerRequest/n.CPUPerRequest)
@@ -532,8 +549,11 @@ func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 	}
 	ss.MedianRatio = evalrun.Median(ss.Ratios)
 	ss.Pass = ss.MedianRatio >= targetRatio
+	ss.MedianRespondRatio = evalrun.Median(ss.RespondRatios)
+	ss.PassRespond = len(ss.RespondRatios) > 0 && ss.MedianRespondRatio >= respondRatio
+	ss.MedianRespondCPURatio = evalrun.Median(ss.RespondCPURatios)
 	if len(ss.NginxRatios) > 0 {
-		ss.MedianNginxRatio, ss.CoralOverNginx = evalrun.Median(ss.NginxRatios), evalrun.Median(coralOverNginx)
+		ss.MedianNginxRatio, ss.CoralOverNginx = evalrun.Median(ss.NginxRatios), evalrun.Median(ss.CoralNginxRatios)
 	}
 	if rep.Params.Baseline != "" {
 		ss.MedianBaselineRatio = evalrun.Median(ss.BaselineRatios)
@@ -545,6 +565,9 @@ func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 		ss.MedianTLSRatio = evalrun.Median(ss.TLSRatios)
 		pass := len(ss.TLSRatios) > 0 && ss.MedianTLSRatio >= targetRatio
 		ss.PassTLS = &pass
+		ss.MedianTLSRespondRatio = evalrun.Median(ss.TLSRespondRatios)
+		passRespond := len(ss.TLSRespondRatios) > 0 && ss.MedianTLSRespondRatio >= respondRatio
+		ss.PassTLSRespond = &passRespond
 	}
 	return ss
 }
@@ -552,7 +575,7 @@ func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 // runProblems lists what shows that not every response of a wrk run was a
 // hit: the origin saw requests, coral_proxy counted other than hits, wrk
 // saw errors or non-2xx responses. server is the target's (coral, file,
-// nginx); conns is wrk's -c, the most requests cut off at the run's end.
+// respond, nginx); conns is wrk's -c, the most requests cut off at the run's end.
 func runProblems(r *run, server string, conns int) []string {
 	var what []string
 	if r.OriginRequests != 0 {
@@ -629,6 +652,6 @@ func (b *bench) profile(ctx context.Context, t *target, size int) (string, error
 	if res.err != nil {
 		return "", fmt.Errorf("CPU profile: %w", res.err)
 	}
-	fmt.Printf("Profile run %-5s %-4s %8.0f req/s (profiled, not counted): %s\n", t.name, sizeName(size), r.RPS, path)
+	fmt.Printf("Profile run %-9s %-4s %8.0f req/s (profiled, not counted): %s\n", t.name, sizeName(size), r.RPS, path)
 	return path, os.WriteFile(path, res.body, 0o644)
 }

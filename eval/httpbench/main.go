@@ -1,8 +1,10 @@
 // Command httpbench measures coral_proxy's cache-hit path with wrk against
-// Caddy's own file_server serving the same bytes from files: one bin/caddy
-// process, one run, the same load for both, over HTTP and over TLS. Debian's
-// nginx with proxy_cache in front of the same origin is measured alongside,
-// in the same run, over HTTP only.
+// Caddy's own file_server serving the same bytes from files, and against
+// Caddy's respond serving them from its configuration (the floor: the
+// least any handler in the same Caddy can do for a response): one
+// bin/caddy process, one run, the same load for all, over HTTP and over
+// TLS. Debian's nginx with proxy_cache in front of the same origin is
+// measured alongside, in the same run, over HTTP only.
 //
 //	go run ./eval/httpbench [-rounds 3] [-duration 10s] [-c 32] [-tls=false] [-out docs/eval]
 //
@@ -15,18 +17,26 @@
 // The set-up, all on loopback:
 //
 //   - the origin, an HTTP server inside this command on 127.0.90.1:8080,
-//     serves /1k and /100k (fixed pseudo-random bytes, Cache-Control
-//     max-age=86400) and counts the requests it gets;
+//     serves /1k and /100k (fixed pseudo-random letters and digits from a
+//     seeded generator, Cache-Control max-age=86400) and counts the
+//     requests it gets;
 //   - bin/caddy (make caddy) runs the coral app (its DSHT node on
 //     127.0.90.2:4000, alone) and sites on 127.0.90.2: coral_proxy on
 //     :8080, reached with Host 127.0.90.1.8080.nyud.test (the dotted
-//     Coralized name), and file_server on :8081, whose root holds the same
-//     bytes as files /1k and /100k; with -tls also coral_proxy over TLS on
-//     :8082 (site *.nyud.test), reached as
+//     Coralized name), file_server on :8081, whose root holds the same
+//     bytes as files /1k and /100k, and respond on :8084 (-port+4), one
+//     `respond /1k `<the bytes>` 200` per object in a snippet (the bytes
+//     are letters and digits, so a backtick-quoted token carries them as
+//     they are; respond sets no Content-Length, so net/http sends a body
+//     too big for its 2 KiB buffer, the 100 KiB one, chunked); with -tls
+//     also coral_proxy over TLS on :8082 (site *.nyud.test), reached as
 //     https://127-0-90-1-8080.nyud.test:8082/ (the one-label name, which a
 //     wildcard certificate covers; the same cache directory, so the same
-//     store and cache keys as over HTTP), and file_server over TLS on :8083
-//     (site files.test), reached as https://files.test:8083/;
+//     store and cache keys as over HTTP), file_server over TLS on :8083
+//     (site files.test), reached as https://files.test:8083/, and respond
+//     over TLS on :8085 (site respond.test, the same snippet), reached as
+//     https://respond.test:8085/; all sites in one Caddyfile with the same
+//     global options;
 //   - nginx (Debian's, apt-get install nginx) on 127.0.90.3:8080 with
 //     proxy_cache in front of the origin, from a generated configuration in
 //     a temporary directory (nginx -p DIR -c DIR/nginx.conf -e DIR/error.log
@@ -35,7 +45,8 @@
 //     stalls every 100 KiB response for a 40 ms delayed ACK).
 //
 // Over TLS, the certificates come from Caddy's own local CA (tls internal:
-// a wildcard *.nyud.test and files.test), made in Caddy's data directory
+// a wildcard *.nyud.test, files.test and respond.test), made in Caddy's
+// data directory
 // inside the bench's temporary directory (labconf.CaddyEnv), with
 // skip_install_trust so that nothing touches the system's trust store, and
 // auto_https disable_redirects so that no HTTP->HTTPS redirect listens on
@@ -49,21 +60,22 @@
 // a lookup of Caddy's address. That needs no root, no mount namespace and
 // no certificate for an IP address, and changes nothing per request: the
 // script has no request or response function, so wrk still sends one
-// prebuilt request. wrk offers no ALPN protocol, so both TLS targets speak
+// prebuilt request. wrk offers no ALPN protocol, so the TLS targets speak
 // HTTP/1.1 over TLS 1.3, as the checks do; wrk does not verify the
 // certificate, the checks do.
 //
 // Before measuring, each cache is warmed by one request per object, and the
 // next request must be a hit (coral_proxy, over HTTP and over TLS:
 // Cache-Status: coral; hit; detail="local"; nginx: X-Cache-Status: HIT);
-// every target's body must be the origin's bytes. Then:
+// every target's body (file_server's and respond's too) must be the
+// origin's bytes with status 200. Then:
 //
 //   - warm-up: a short unmeasured wrk run per target and size;
 //   - throughput: -rounds rounds; in each, for each object size, one wrk run
 //     (-t -c, --latency) per target, the targets' order rotated from round
-//     to round (coral/file/coral-tls/file-tls/nginx, then
-//     file/coral-tls/file-tls/nginx/coral, ...) and the sizes' order
-//     alternated;
+//     to round (coral/file/respond/coral-tls/file-tls/respond-tls/nginx,
+//     then file/respond/coral-tls/.../nginx/coral, ...) and the sizes'
+//     order alternated;
 //   - proxy memory: -proxy-objects distinct small objects are fetched through
 //     coral_proxy (each a miss: an origin fetch, a DSHT put+get, a disk
 //     write), and Caddy's heap in use after a GC (its admin endpoint's
@@ -88,7 +100,8 @@
 // size are repeated (at most -repeat times; the disturbed ones are kept in
 // the JSON, not counted). The origin
 // must see no request during any measured run (every response a hit), and
-// wrk must see no error and no non-2xx response.
+// wrk must see no socket error and no non-2xx response in any run of any
+// target; the checks before the runs are repeated after them.
 //
 // An A/B of two builds (-baseline PATH): a second Caddy, the binary at
 // PATH (an older bin/caddy, say), runs the same Caddyfile (coral_proxy and
@@ -98,19 +111,23 @@
 // measured in the same rounds, its runs alternated with the others'; each
 // round gives new/old, coral's req/s over coral-old's, and the median of
 // those is printed per size. Both Caddy processes run throughout; the one
-// not under load is idle. Without -tls=false the TLS sites are in -caddy's
-// Caddyfile only (an older build may not know one-label names). For the A/B
-// alone:
+// not under load is idle. The respond site and, without -tls=false, the
+// TLS sites are in -caddy's Caddyfile only (an older build may not know
+// one-label names). For the A/B alone:
 //
 //	go run ./eval/httpbench -baseline /path/to/old/caddy -tls=false -nginx= \
 //	    -index-objects 0 -proxy-objects 0 -out /tmp/ab
 //
 // Acceptance (issue 5): coral_proxy's cache-hit throughput ≥ 0.9× file_server's
 // (median over rounds of the per-round ratio) for both object sizes; and,
-// with -tls, the same over TLS: coral-tls ≥ 0.9× file-tls; with -baseline
-// (issue 19), new/old ≥ 1.0 for every size. The command
-// writes its results either way, and exits with status 1 if a check failed
-// or an acceptance was not met.
+// with -tls, the same over TLS: coral-tls ≥ 0.9× file-tls. Issue 25:
+// coral ≥ 0.9× respond (median over rounds of the per-round ratio) for
+// every size, and with -tls coral-tls ≥ 0.9× respond-tls. With -baseline
+// (issue 19), new/old ≥ 1.0 for every size. The command writes its results
+// either way (httpbench.json: coral_over_respond_by_round,
+// median_coral_over_respond and their TLS twins per size,
+// pass_coral_ge_0_9_respond and pass_tls_coral_ge_0_9_respond), and exits
+// with status 1 if a check failed or an acceptance was not met.
 package main
 
 import (
@@ -136,7 +153,7 @@ type params struct {
 	OriginAddr   string // the origin's address
 	CaddyAddr    string // Caddy's sites, admin endpoint and DSHT node
 	NginxAddr    string
-	Port         int // origin, coral_proxy and nginx; file_server on Port+1
+	Port         int // origin, coral_proxy and nginx; file_server on Port+1, respond on Port+4
 	Sizes        []int
 	Rounds       int
 	Duration     time.Duration // one measured wrk run
@@ -153,7 +170,7 @@ type params struct {
 	Baseline     string        // a second Caddy binary with coral for the A/B (empty: none)
 	BaselineAddr string        // its sites, admin endpoint and DSHT node
 	Install      bool          // run install-deps.sh when wrk or nginx is missing (as root)
-	TLS          bool          // also coral_proxy and file_server over TLS, on Port+2 and Port+3
+	TLS          bool          // also coral_proxy, file_server and respond over TLS, on Port+2, Port+3 and Port+5
 	Out          string
 }
 
@@ -187,6 +204,10 @@ func defaultParams() params {
 // targetRatio is the acceptance: coral req/s over file_server req/s.
 const targetRatio = 0.9
 
+// respondRatio is issue 25's acceptance: coral req/s over respond req/s, a
+// hit within 10 % of the cheapest answer the same Caddy can give.
+const respondRatio = 0.9
+
 // baselineRatio is the A/B's acceptance (issue 19): coral_proxy's hits in
 // -caddy at least as fast as in -baseline, the build before the hardening
 // that bounded them.
@@ -200,7 +221,7 @@ func main() {
 	flag.StringVar(&p.OriginAddr, "origin-addr", p.OriginAddr, "loopback address of the origin (served by this command)")
 	flag.StringVar(&p.CaddyAddr, "caddy-addr", p.CaddyAddr, "loopback address of Caddy's sites, admin endpoint (:2019) and DSHT node (UDP :4000)")
 	flag.StringVar(&p.NginxAddr, "nginx-addr", p.NginxAddr, "loopback address of nginx")
-	flag.IntVar(&p.Port, "port", p.Port, "TCP port of the origin, coral_proxy and nginx; file_server gets the next one, and with -tls coral_proxy and file_server over TLS the two after")
+	flag.IntVar(&p.Port, "port", p.Port, "TCP port of the origin, coral_proxy and nginx; file_server gets -port+1, respond -port+4, and with -tls coral_proxy, file_server and respond over TLS -port+2, -port+3 and -port+5")
 	flag.Var((*sizeList)(&p.Sizes), "sizes", "object sizes in bytes, space-separated (k suffix: KiB)")
 	flag.IntVar(&p.Rounds, "rounds", p.Rounds, "throughput rounds (one wrk run per target and size each)")
 	flag.DurationVar(&p.Duration, "duration", p.Duration, "length of one measured wrk run")
@@ -213,11 +234,11 @@ func main() {
 	flag.DurationVar(&p.ProxySettle, "proxy-settle", p.ProxySettle, "measure Caddy's heap again this long after the proxy-memory fetch, when the DSHT node has dropped its per-key load records (kept 2 min; 0: don't)")
 	flag.DurationVar(&p.Quiet, "quiet", p.Quiet, "before each run, wait at most this long for other processes to use under 0.15 CPUs (1 s samples; 0: don't wait)")
 	flag.IntVar(&p.Repeat, "repeat", p.Repeat, "repeat a round's runs of one size, at most this many times, when other processes used over 0.25 CPUs during one of them")
-	flag.StringVar(&p.Profile, "profile", p.Profile, "directory for CPU profiles of Caddy under load (an extra unmeasured coral and file run per size) and its heap profile after the proxy-memory fetch (empty: none)")
+	flag.StringVar(&p.Profile, "profile", p.Profile, "directory for CPU profiles of Caddy under load (an extra unmeasured coral, file and respond run per size) and its heap profile after the proxy-memory fetch (empty: none)")
 	flag.StringVar(&p.Baseline, "baseline", p.Baseline, "a second Caddy binary with coral (an older build) run beside -caddy with the same Caddyfile on -baseline-addr: its coral_proxy hits (target coral-old) alternate with -caddy's, and new/old req/s is printed per size (empty: none)")
 	flag.StringVar(&p.BaselineAddr, "baseline-addr", p.BaselineAddr, "loopback address of the -baseline Caddy's sites, admin endpoint and DSHT node")
 	flag.BoolVar(&p.Install, "install", p.Install, "when wrk or nginx is missing and this runs as root, install them with eval/httpbench/install-deps.sh")
-	flag.BoolVar(&p.TLS, "tls", p.TLS, "also measure coral_proxy and file_server over TLS (Caddy's local CA), on -port+2 and -port+3")
+	flag.BoolVar(&p.TLS, "tls", p.TLS, "also measure coral_proxy, file_server and respond over TLS (Caddy's local CA), on -port+2, -port+3 and -port+5")
 	flag.StringVar(&p.Out, "out", p.Out, "directory for httpbench.json and httpbench.png")
 	flag.Parse()
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -16,9 +18,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
 const wrkOutput = `Running 10s test @ http://127.0.90.2:8080/1k
@@ -171,11 +177,11 @@ func TestTLSSetUp(t *testing.T) {
 	}
 	for _, want := range []string{"auto_https disable_redirects", "skip_install_trust", "https://*.nyud.test:8082 {", "https://files.test:8083 {", "tls internal", "http://:8080 {", "http://:8081 {"} {
 		if !strings.Contains(b.caddyfile, want) {
-			t.Errorf("Caddyfile lacks %q:\n%s", want, b.caddyfile)
+			t.Errorf("Caddyfile lacks %q:\n%s", want, b.origin.elideBodies(b.caddyfile))
 		}
 	}
 	if strings.Contains(b.caddyfile, "auto_https off") {
-		t.Errorf("Caddyfile turns automatic HTTPS off, which the internal issuer needs:\n%s", b.caddyfile)
+		t.Errorf("Caddyfile turns automatic HTTPS off, which the internal issuer needs:\n%s", b.origin.elideBodies(b.caddyfile))
 	}
 	args := strings.Join(b.wrkArgs(c, 1024, time.Second), " ")
 	if !strings.HasSuffix(args, "-s "+b.wrkScript+" https://127-0-90-1-8080.nyud.test:8082/1k") || strings.Contains(args, "Host:") {
@@ -194,8 +200,8 @@ func TestTLSSetUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b2.close()
-	if len(b2.targets) != 2 || !strings.Contains(b2.caddyfile, "auto_https off") || strings.Contains(b2.caddyfile, "https://") {
-		t.Errorf("-tls=false: %d targets, Caddyfile:\n%s", len(b2.targets), b2.caddyfile)
+	if len(b2.targets) != 3 || !strings.Contains(b2.caddyfile, "auto_https off") || strings.Contains(b2.caddyfile, "https://") {
+		t.Errorf("-tls=false: %d targets, Caddyfile:\n%s", len(b2.targets), b2.origin.elideBodies(b2.caddyfile))
 	}
 }
 
@@ -249,15 +255,15 @@ func TestExperimentShort(t *testing.T) {
 	if err := json.Unmarshal(raw, &back); err != nil {
 		t.Fatal(err)
 	}
-	want := 4 // coral, file, coral-tls, file-tls
+	want := 6 // coral, file, respond, coral-tls, file-tls, respond-tls
 	if p.Nginx != "" {
 		want++
 	}
-	if len(back.Throughput) != want*len(p.Sizes) || len(back.Summary) != len(p.Sizes) || back.Index == nil || back.Proxy == nil || !back.PassCheck || back.PassTLSRatio == nil {
+	if len(back.Throughput) != want*len(p.Sizes) || len(back.Summary) != len(p.Sizes) || back.Index == nil || back.Proxy == nil || !back.PassCheck || back.PassTLSRatio == nil || back.PassTLSRespond == nil {
 		t.Fatalf("report incomplete: %s", raw)
 	}
 	for _, ss := range rep.Summary {
-		for _, name := range []string{"coral", "coral-tls"} {
+		for _, name := range []string{"coral", "coral-tls", "respond", "respond-tls"} {
 			if c := ss.Targets[name]; c == nil || c.MedianRPS <= 0 || c.WireBytes < ss.Size {
 				t.Errorf("%d: %s %+v", ss.Size, name, c)
 			}
@@ -265,7 +271,24 @@ func TestExperimentShort(t *testing.T) {
 		if len(ss.TLSRatios) != 1 || ss.PassTLS == nil {
 			t.Errorf("%d: TLS ratios %v", ss.Size, ss.TLSRatios)
 		}
-		t.Logf("%s: coral/file %.3f, over TLS %.3f (1 s runs)", sizeLabel(ss.Size), ss.MedianRatio, ss.MedianTLSRatio)
+		if len(ss.RespondRatios) != 1 || len(ss.TLSRespondRatios) != 1 || ss.PassTLSRespond == nil || ss.MedianRespondRatio <= 0 {
+			t.Errorf("%d: coral/respond %v, over TLS %v", ss.Size, ss.RespondRatios, ss.TLSRespondRatios)
+		}
+		t.Logf("%s: coral/file %.3f, over TLS %.3f; coral/respond %.3f, over TLS %.3f (1 s runs)", sizeLabel(ss.Size), ss.MedianRatio, ss.MedianTLSRatio, ss.MedianRespondRatio, ss.MedianTLSRespondRatio)
+	}
+	// respond answered the origin's bytes, over HTTP and over TLS (with a
+	// certificate for its own name), before and after the runs.
+	respondOK := map[string]int{}
+	for _, s := range back.Responses {
+		if (s.Target == "respond" || s.Target == "respond-tls" && strings.Contains(s.TLS, respondName)) && s.Status == http.StatusOK && s.Same {
+			respondOK[s.Target]++
+		}
+	}
+	if respondOK["respond"] != 2*len(p.Sizes) || respondOK["respond-tls"] != 2*len(p.Sizes) {
+		t.Errorf("respond's checks: %v, want %d each", respondOK, 2*len(p.Sizes))
+	}
+	if strings.Contains(back.Caddyfile, string(rep.Responses[0].body[:64])) {
+		t.Errorf("the recorded Caddyfile carries an object's bytes")
 	}
 	// Over TLS, every check was a hit under the one-label name, with a
 	// certificate from Caddy's local CA.
@@ -315,10 +338,10 @@ func TestExperimentBaseline(t *testing.T) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Throughput) != 3*len(p.Sizes) || !rep.PassCheck || rep.PassBaseline == nil || rep.PassTLSRatio != nil {
+	if len(rep.Throughput) != 4*len(p.Sizes) || !rep.PassCheck || rep.PassBaseline == nil || rep.PassTLSRatio != nil || rep.PassTLSRespond != nil {
 		t.Fatalf("report incomplete: %+v", rep)
 	}
-	if !strings.Contains(rep.BaselineCaddyfile, "127.0.93.4") || strings.Contains(rep.BaselineCaddyfile, "127.0.93.2") || rep.Params.Baseline != "127.0.93.4:8280" {
+	if !strings.Contains(rep.BaselineCaddyfile, "127.0.93.4") || strings.Contains(rep.BaselineCaddyfile, "127.0.93.2") || strings.Contains(rep.BaselineCaddyfile, "respond") || rep.Params.Baseline != "127.0.93.4:8280" {
 		t.Errorf("baseline set-up: %q at %q", rep.BaselineCaddyfile, rep.Params.Baseline)
 	}
 	for _, ss := range rep.Summary {
@@ -348,5 +371,248 @@ caddy_coral_requests_total_other{cache_status="hit"} 9
 `)
 	if fmt.Sprint(m) != "map[hit:1.5e+06 miss:5]" {
 		t.Errorf("%v", m)
+	}
+}
+
+// TestOriginBodies checks that the objects are letters and digits (so that
+// the respond sites can carry them), the same in every run, and not all
+// alike.
+func TestOriginBodies(t *testing.T) {
+	a, b := newOrigin([]int{1024, 100 << 10}), newOrigin([]int{1024, 100 << 10})
+	for path, body := range a.bodies {
+		if !bytes.Equal(body, b.bodies[path]) {
+			t.Errorf("%s differs between two origins", path)
+		}
+		seen := map[byte]bool{}
+		for i, c := range body {
+			if !isAlnum(c) {
+				t.Fatalf("%s: byte %d is %q", path, i, c)
+			}
+			seen[c] = true
+		}
+		if len(seen) != len(bodyAlphabet) {
+			t.Errorf("%s uses %d of the %d letters and digits", path, len(seen), len(bodyAlphabet))
+		}
+	}
+	if len(a.bodies["/1k"]) != 1024 || bytes.Equal(a.bodies["/1k"], a.bodies["/100k"][:1024]) {
+		t.Error("the objects' sizes, or the 1 KiB object is the start of the 100 KiB one")
+	}
+}
+
+// TestCaddyfileToken checks the quoting of a respond body: a backtick token
+// of letters and digits, and a refusal of anything the Caddyfile would not
+// carry as it is.
+func TestCaddyfileToken(t *testing.T) {
+	if tok, err := caddyfileToken([]byte("aZ09")); err != nil || tok != "`aZ09`" {
+		t.Errorf("token %q, %v", tok, err)
+	}
+	for _, bad := range []string{"", "a`b", "{http.request.host}", "a b", "a\nb", "a\"b", "ä", "{$HOME}"} {
+		if tok, err := caddyfileToken([]byte(bad)); err == nil {
+			t.Errorf("%q quoted as %q", bad, tok)
+		}
+	}
+}
+
+// TestRespondSetUp checks the respond sites without running anything: their
+// ports and names, that Caddy's own Caddyfile parser reads back every body
+// as the origin's bytes in both sites, and that the baseline Caddy and the
+// recorded Caddyfile carry no body.
+func TestRespondSetUp(t *testing.T) {
+	p := defaultParams()
+	p.Nginx, p.Baseline = "", "/nonexistent/caddy"
+	p.OriginAddr, p.CaddyAddr, p.NginxAddr, p.BaselineAddr, p.Port = "127.0.150.1", "127.0.150.2", "127.0.150.3", "127.0.150.4", 8480
+	b, err := newBench(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	r, rt := b.target("respond"), b.target("respond-tls")
+	if r == nil || rt == nil || r.addr.String() != "127.0.150.2:8484" || rt.addr.String() != "127.0.150.2:8485" || rt.host != respondName || !rt.tls || r.server != "respond" || rt.server != "respond" {
+		t.Fatalf("respond targets %+v %+v", r, rt)
+	}
+	if got := strings.Join(b.wrkArgs(rt, 1024, time.Second), " "); !strings.HasSuffix(got, "-s "+b.wrkScript+" https://respond.test:8485/1k") {
+		t.Errorf("wrk over TLS %s", got)
+	}
+	blocks, err := caddyfile.Parse("Caddyfile", []byte(b.caddyfile))
+	if err != nil {
+		t.Fatalf("Caddy cannot parse the Caddyfile: %v\n%s", err, b.origin.elideBodies(b.caddyfile))
+	}
+	// Per site: path -> body of its respond directives.
+	bodies := map[string]map[string]string{}
+	for _, sb := range blocks {
+		for _, k := range sb.Keys {
+			for _, seg := range sb.Segments {
+				if seg.Directive() != "respond" {
+					continue
+				}
+				if len(seg) != 4 || seg[3].Text != "200" {
+					t.Errorf("site %s: respond with %d tokens", k.Text, len(seg))
+					continue
+				}
+				if bodies[k.Text] == nil {
+					bodies[k.Text] = map[string]string{}
+				}
+				bodies[k.Text][seg[1].Text] = seg[2].Text
+			}
+		}
+	}
+	for _, site := range []string{"http://:8484", "https://respond.test:8485"} {
+		if len(bodies[site]) != len(p.Sizes) {
+			t.Errorf("site %s: respond for %v", site, bodies[site])
+		}
+		for _, size := range p.Sizes {
+			path := "/" + sizeName(size)
+			if bodies[site][path] != string(b.origin.bodies[path]) {
+				t.Errorf("site %s: the body for %s is not the origin's (%d bytes)", site, path, len(bodies[site][path]))
+			}
+		}
+	}
+	if len(bodies) != 2 {
+		t.Errorf("respond in sites %v, want the two respond sites only", slices.Collect(maps.Keys(bodies)))
+	}
+	if strings.Contains(b.baseCaddyfile, "respond") {
+		t.Errorf("the baseline's Caddyfile has a respond site:\n%s", b.baseCaddyfile)
+	}
+	rec := b.origin.elideBodies(b.caddyfile)
+	for path, body := range b.origin.bodies {
+		if strings.Contains(rec, string(body[:64])) || !strings.Contains(rec, fmt.Sprintf("`<%d letters and digits: the origin's %s, sha256 ", len(body), path)) {
+			t.Errorf("recorded Caddyfile, %s:\n%s", path, rec)
+		}
+	}
+
+	p.TLS = false
+	b2, err := newBench(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.close()
+	if b2.target("respond") == nil || b2.target("respond-tls") != nil || strings.Contains(b2.caddyfile, respondName) || strings.Count(b2.caddyfile, "import "+respondSnippet) != 1 {
+		t.Errorf("-tls=false: targets %d, Caddyfile:\n%s", len(b2.targets), b2.origin.elideBodies(b2.caddyfile))
+	}
+	// The respond site's port, Port+4, must be free of the admin port.
+	p.Port = adminPort - 4
+	if b3, err := newBench(p); err == nil {
+		b3.close()
+		t.Errorf("-port %d accepted: respond would take the admin port", p.Port)
+	}
+}
+
+// TestSummarizeRespond checks issue 25's ratios and acceptance from runs
+// made up for it: per round coral over respond, over HTTP and over TLS,
+// the medians, the pass flags, the printed acceptance lines and the JSON.
+func TestSummarizeRespond(t *testing.T) {
+	rps := map[string][]float64{ // per round
+		"coral": {900, 800, 1000}, "file": {1000, 1000, 1000}, "respond": {1000, 1000, 1000},
+		"coral-tls": {950, 950, 950}, "file-tls": {1000, 1000, 1000}, "respond-tls": {1000, 1000, 1000},
+		"nginx": {2000, 2000, 4000},
+	}
+	var targets []*target
+	for _, n := range targetOrder {
+		if rps[n] != nil {
+			targets = append(targets, &target{name: n, server: strings.TrimSuffix(n, "-tls")})
+		}
+	}
+	rep := &report{Params: jsonPar{Sizes: []int{1024}, Rounds: 3, TLS: true}}
+	for round := 1; round <= 3; round++ {
+		for _, tg := range targets {
+			rep.Throughput = append(rep.Throughput, &run{Phase: "throughput", Round: round, Target: tg.name, Size: 1024, RPS: rps[tg.name][round-1], Requests: 1, CPUPerRequest: 1e6 / rps[tg.name][round-1]})
+		}
+	}
+	summarize(rep, targets)
+	ss := rep.Summary[0]
+	if fmt.Sprint(ss.RespondRatios) != "[0.9 0.8 1]" || ss.MedianRespondRatio != 0.9 || !ss.PassRespond || !rep.PassRespond {
+		t.Errorf("coral/respond %v median %v pass %v %v", ss.RespondRatios, ss.MedianRespondRatio, ss.PassRespond, rep.PassRespond)
+	}
+	if fmt.Sprint(ss.RespondCPURatios) != "[0.9 0.8 1]" || ss.MedianRespondCPURatio != 0.9 {
+		t.Errorf("CPU per request respond/coral %v median %v", ss.RespondCPURatios, ss.MedianRespondCPURatio)
+	}
+	if fmt.Sprint(ss.TLSRespondRatios) != "[0.95 0.95 0.95]" || ss.PassTLSRespond == nil || !*ss.PassTLSRespond || rep.PassTLSRespond == nil || !*rep.PassTLSRespond {
+		t.Errorf("over TLS %v pass %v", ss.TLSRespondRatios, rep.PassTLSRespond)
+	}
+	if fmt.Sprint(ss.CoralNginxRatios) != "[0.45 0.4 0.25]" || ss.CoralOverNginx != 0.4 {
+		t.Errorf("coral/nginx %v median %v", ss.CoralNginxRatios, ss.CoralOverNginx)
+	}
+	var out strings.Builder
+	printReport(&out, rep)
+	for _, want := range []string{
+		"Acceptance of issue 25: coral_proxy/respond cache-hit req/s 1 KiB 0.900, target ≥ 0.9: PASS",
+		"Acceptance of issue 25 over TLS: coral_proxy/respond cache-hit req/s 1 KiB 0.950, target ≥ 0.9: PASS",
+		"coral/respond 0.900 0.800 1.000, median 0.900 (issue 25, target ≥ 0.9: PASS)",
+		"coral/nginx 0.450 0.400 0.250, median 0.400",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	raw, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"coral_over_respond_by_round":[0.9,0.8,1]`, `"median_coral_over_respond":0.9`, `"median_coral_tls_over_respond_tls":0.95`, `"pass_coral_ge_0_9_respond":true`, `"pass_tls_coral_ge_0_9_respond":true`} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("JSON lacks %s", want)
+		}
+	}
+	if err := plotBars(filepath.Join(t.TempDir(), "httpbench.png"), rep); err != nil {
+		t.Errorf("plot: %v", err)
+	}
+
+	// One round under the floor over TLS fails only that acceptance.
+	rps["coral-tls"] = []float64{950, 850, 850}
+	rep.Summary, rep.Throughput = nil, nil
+	for round := 1; round <= 3; round++ {
+		for _, tg := range targets {
+			rep.Throughput = append(rep.Throughput, &run{Phase: "throughput", Round: round, Target: tg.name, Size: 1024, RPS: rps[tg.name][round-1], Requests: 1, CPUPerRequest: 1e6 / rps[tg.name][round-1]})
+		}
+	}
+	summarize(rep, targets)
+	if !rep.PassRespond || *rep.PassTLSRespond {
+		t.Errorf("coral-tls/respond-tls median %.3f: pass %v over TLS %v", rep.Summary[0].MedianTLSRespondRatio, rep.PassRespond, *rep.PassTLSRespond)
+	}
+}
+
+// TestCoralRequestsSince checks that coral_proxy's counts are read again
+// until they cover wrk's completed requests: a request wrk has completed
+// is counted when coral_proxy's handler returns, a moment later. Before
+// this, the counts were read once, and a run on a busy machine failed its
+// check with one hit fewer than wrk's requests.
+func TestCoralRequestsSince(t *testing.T) {
+	addr := netip.MustParseAddr("127.0.150.5")
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(addr, adminPort).String())
+	if err != nil {
+		t.Skipf("admin port on %v: %v", addr, err)
+	}
+	var calls atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The last of 15 hits shows from the third read on.
+		hits := 114
+		if calls.Add(1) >= 3 {
+			hits = 115
+		}
+		fmt.Fprintf(w, "caddy_coral_requests_total{cache_status=\"hit\",source=\"local\"} %d\n", hits)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	b := &bench{}
+	tg := &target{name: "coral", server: "coral", addr: netip.AddrPortFrom(addr, 8080)}
+	m0 := map[string]float64{"hit": 100}
+	got, err := b.coralRequestsSince(tg, m0, 15, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["hit"] != 15 || calls.Load() != 3 {
+		t.Errorf("counts %v after %d reads, want 15 hits after 3", got, calls.Load())
+	}
+	if what := runProblems(&run{Requests: 15, CoralRequests: got}, "coral", 32); len(what) != 0 {
+		t.Errorf("problems %v", what)
+	}
+	// A count that stays short comes back as it is, and the check says so.
+	calls.Store(-1000)
+	got, err = b.coralRequestsSince(tg, m0, 15, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["hit"] != 14 || len(runProblems(&run{Requests: 15, CoralRequests: got}, "coral", 32)) != 1 {
+		t.Errorf("short count: %v", got)
 	}
 }

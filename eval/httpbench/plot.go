@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -16,21 +17,25 @@ import (
 var (
 	// Over TLS, the same hue as over HTTP, lighter.
 	targetColors = map[string]color.RGBA{
-		"coral":     {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-		"file":      {R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
-		"coral-tls": {R: 0x8f, G: 0xbf, B: 0xe6, A: 0xff},
-		"file-tls":  {R: 0xc4, G: 0xc4, B: 0xc4, A: 0xff},
-		"nginx":     {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
-		"coral-old": {R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+		"coral":       {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+		"file":        {R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
+		"coral-tls":   {R: 0x8f, G: 0xbf, B: 0xe6, A: 0xff},
+		"file-tls":    {R: 0xc4, G: 0xc4, B: 0xc4, A: 0xff},
+		"respond":     {R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+		"respond-tls": {R: 0xc5, G: 0xb0, B: 0xd5, A: 0xff},
+		"nginx":       {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+		"coral-old":   {R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 	}
 	limitColor = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
 	targetName = map[string]string{"coral": "coral_proxy (hit)", "file": "file_server", "nginx": "nginx proxy_cache (hit)",
-		"coral-tls": "coral_proxy over TLS (hit)", "file-tls": "file_server over TLS", "coral-old": "coral_proxy, -baseline build (hit)"}
+		"coral-tls": "coral_proxy over TLS (hit)", "file-tls": "file_server over TLS", "coral-old": "coral_proxy, -baseline build (hit)",
+		"respond": "respond (Caddy's floor)", "respond-tls": "respond over TLS"}
 )
 
 // plotBars draws two panels: the median req/s per size and target with
 // every round's value as a dot, and the same relative to file_server (over
-// TLS, to file_server over TLS) with the 0.9 acceptance line.
+// TLS, to file_server over TLS) with the 0.9 acceptance line; the second
+// panel's title gives coral_proxy over respond, issue 25's acceptance.
 func plotBars(path string, rep *report) error {
 	var names []string
 	for _, n := range targetOrder {
@@ -49,11 +54,15 @@ func plotBars(path string, rep *report) error {
 	if rep.Params.TLS {
 		rel.Title.Text = "Relative to file_server over the same protocol (median of per-round ratios)"
 	}
+	rel.Title.Text += "\n" + floorTitle(rep)
 	rel.Y.Label.Text = "req/s ÷ file_server's req/s"
 	// Narrower bars with the TLS pair, so that a size's group keeps about
 	// the same width.
 	width := vg.Points(26)
-	if len(names) > 3 {
+	switch {
+	case len(names) > 6:
+		width = vg.Points(13)
+	case len(names) > 3:
 		width = vg.Points(17)
 	}
 	maxRel, maxAbs := 1.0, 0.0
@@ -70,9 +79,10 @@ func plotBars(path string, rep *report) error {
 				ratios = append(ratios, ss.MedianTLSRatio)
 			case "nginx":
 				ratios = append(ratios, ss.MedianNginxRatio)
-			case "coral-old":
-				// Of the medians: the A/B's ratio is coral's over this.
-				ratios = append(ratios, ts.MedianRPS/ss.Targets["file"].MedianRPS)
+			case "coral-old", "respond", "respond-tls":
+				// Of the medians: the A/B's ratio is coral's over
+				// coral-old's, issue 25's coral's over respond's.
+				ratios = append(ratios, ts.MedianRPS/ss.Targets[baseline(n)].MedianRPS)
 			default:
 				ratios = append(ratios, 1)
 			}
@@ -145,6 +155,23 @@ func plotBars(path string, rep *report) error {
 		return err
 	}
 	return f.Close()
+}
+
+// floorTitle is coral_proxy over respond per size (median of the per-round
+// ratios), over HTTP and over TLS, against issue 25's target.
+func floorTitle(rep *report) string {
+	var http, tls []string
+	for _, ss := range rep.Summary {
+		http = append(http, fmt.Sprintf("%.2f", ss.MedianRespondRatio))
+		if ss.PassTLSRespond != nil {
+			tls = append(tls, fmt.Sprintf("%.2f", ss.MedianTLSRespondRatio))
+		}
+	}
+	t := fmt.Sprintf("coral_proxy ÷ respond (target ≥ %.1f) by size: %s", respondRatio, strings.Join(http, ", "))
+	if len(tls) > 0 {
+		t += "; over TLS " + strings.Join(tls, ", ")
+	}
+	return t
 }
 
 // ratioLabels writes each ratio above its bar.

@@ -11,7 +11,7 @@ import (
 
 // targetOrder is the order of the targets in the tables and the plot: the
 // pairs under comparison side by side.
-var targetOrder = []string{"coral", "coral-old", "file", "coral-tls", "file-tls", "nginx"}
+var targetOrder = []string{"coral", "coral-old", "file", "respond", "coral-tls", "file-tls", "respond-tls", "nginx"}
 
 // baseline is the target a target's req/s is compared with: file_server
 // over the same protocol (nginx speaks only HTTP).
@@ -20,6 +20,15 @@ func baseline(name string) string {
 		return "file-tls"
 	}
 	return "file"
+}
+
+// floor is the target that gives the floor of a target's protocol: Caddy's
+// respond over the same protocol.
+func floor(name string) string {
+	if strings.HasSuffix(name, "-tls") {
+		return "respond-tls"
+	}
+	return "respond"
 }
 
 // fmtFloats formats each value with f, space-separated.
@@ -73,6 +82,12 @@ func printReport(w io.Writer, rep *report) {
 		tlsParts = append(tlsParts, fmt.Sprintf("%s %.3f", sizeLabel(ss.Size), ss.MedianTLSRatio))
 	}
 	fmt.Fprintf(w, "Acceptance: coral_proxy/file_server cache-hit req/s %s, target ≥ %.1f: %s\n", strings.Join(parts, ", "), targetRatio, evalrun.PassFail(rep.PassRatio))
+	var floorParts, tlsFloorParts []string
+	for _, ss := range rep.Summary {
+		floorParts = append(floorParts, fmt.Sprintf("%s %.3f", sizeLabel(ss.Size), ss.MedianRespondRatio))
+		tlsFloorParts = append(tlsFloorParts, fmt.Sprintf("%s %.3f", sizeLabel(ss.Size), ss.MedianTLSRespondRatio))
+	}
+	fmt.Fprintf(w, "Acceptance of issue 25: coral_proxy/respond cache-hit req/s %s, target ≥ %.1f: %s\n", strings.Join(floorParts, ", "), respondRatio, evalrun.PassFail(rep.PassRespond))
 	if rep.PassBaseline != nil {
 		var ab []string
 		for _, ss := range rep.Summary {
@@ -82,6 +97,9 @@ func printReport(w io.Writer, rep *report) {
 	}
 	if rep.PassTLSRatio != nil {
 		fmt.Fprintf(w, "Acceptance over TLS: coral_proxy/file_server cache-hit req/s %s, target ≥ %.1f: %s\n", strings.Join(tlsParts, ", "), targetRatio, evalrun.PassFail(*rep.PassTLSRatio))
+	}
+	if rep.PassTLSRespond != nil {
+		fmt.Fprintf(w, "Acceptance of issue 25 over TLS: coral_proxy/respond cache-hit req/s %s, target ≥ %.1f: %s\n", strings.Join(tlsFloorParts, ", "), respondRatio, evalrun.PassFail(*rep.PassTLSRespond))
 	}
 	fmt.Fprintf(w, "Load average before %s, after %s (%d CPUs: the servers and wrk share them)\n", rep.Host.LoadAvgBefore, rep.Host.LoadAvgAfter, rep.Host.CPUs)
 	fmt.Fprintf(w, "\nCommands:\n")
@@ -105,33 +123,44 @@ func printThroughput(w io.Writer, rep *report) {
 	}
 	tw.Flush()
 
-	fmt.Fprintf(w, "\nMedians over %d rounds (vs file: over file_server's median, over TLS file_server's over TLS):\n", rep.Params.Rounds)
+	fmt.Fprintf(w, "\nMedians over %d rounds (vs file, vs respond: over file_server's and respond's medians, over TLS theirs over TLS):\n", rep.Params.Rounds)
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "object\ttarget\treq/s\tvs file\tMiB/s\tp50 ms\tp99 ms\tserver µs CPU/req\tresponse B\t")
+	fmt.Fprintln(tw, "object\ttarget\treq/s\tvs file\tvs respond\tMiB/s\tp50 ms\tp99 ms\tserver µs CPU/req\tresponse B\t")
 	for _, ss := range rep.Summary {
 		for _, name := range targetOrder {
 			ts, base := ss.Targets[name], ss.Targets[baseline(name)]
 			if ts == nil || base == nil {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.3f\t%.1f\t%.3f\t%.3f\t%.1f\t%d\t\n", sizeLabel(ss.Size), name, ts.MedianRPS, ts.MedianRPS/base.MedianRPS,
+			vsFloor := "-"
+			if fl := ss.Targets[floor(name)]; fl != nil && fl.MedianRPS > 0 {
+				vsFloor = fmt.Sprintf("%.3f", ts.MedianRPS/fl.MedianRPS)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.3f\t%s\t%.1f\t%.3f\t%.3f\t%.1f\t%d\t\n", sizeLabel(ss.Size), name, ts.MedianRPS, ts.MedianRPS/base.MedianRPS, vsFloor,
 				ts.MedianMiBs, ts.MedianP50, ts.MedianP99, ts.MedianCPUPerR, ts.WireBytes)
 		}
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "Per-round ratios of req/s and their medians:")
 	for _, ss := range rep.Summary {
-		fmt.Fprintf(w, "  %s: coral/file by round %s, median %.3f (target ≥ %.1f: %s)", sizeLabel(ss.Size), fmtFloats(ss.Ratios, "%.3f"), ss.MedianRatio, targetRatio, evalrun.PassFail(ss.Pass))
+		fmt.Fprintf(w, "  %s:\n", sizeLabel(ss.Size))
+		fmt.Fprintf(w, "    coral/file %s, median %.3f (target ≥ %.1f: %s)", fmtFloats(ss.Ratios, "%.3f"), ss.MedianRatio, targetRatio, evalrun.PassFail(ss.Pass))
 		if ss.PassTLS != nil {
-			fmt.Fprintf(w, "; over TLS coral/file %s, median %.3f (target ≥ %.1f: %s)", fmtFloats(ss.TLSRatios, "%.3f"), ss.MedianTLSRatio, targetRatio, evalrun.PassFail(*ss.PassTLS))
+			fmt.Fprintf(w, "; over TLS coral-tls/file-tls %s, median %.3f (target ≥ %.1f: %s)", fmtFloats(ss.TLSRatios, "%.3f"), ss.MedianTLSRatio, targetRatio, evalrun.PassFail(*ss.PassTLS))
 		}
-		if len(ss.NginxRatios) > 0 {
-			fmt.Fprintf(w, "; nginx/file %s, median %.3f; coral/nginx median %.3f", fmtFloats(ss.NginxRatios, "%.3f"), ss.MedianNginxRatio, ss.CoralOverNginx)
-		}
-		if ss.PassBaseline != nil {
-			fmt.Fprintf(w, "; new/old (coral/coral-old) %s, median %.3f; server CPU per request old/new %s, median %.3f",
-				fmtFloats(ss.BaselineRatios, "%.3f"), ss.MedianBaselineRatio, fmtFloats(ss.BaselineCPURatios, "%.3f"), ss.MedianBaselineCPURatio)
+		fmt.Fprintf(w, "\n    coral/respond %s, median %.3f (issue 25, target ≥ %.1f: %s); server CPU per request respond/coral %s, median %.3f",
+			fmtFloats(ss.RespondRatios, "%.3f"), ss.MedianRespondRatio, respondRatio, evalrun.PassFail(ss.PassRespond), fmtFloats(ss.RespondCPURatios, "%.3f"), ss.MedianRespondCPURatio)
+		if ss.PassTLSRespond != nil {
+			fmt.Fprintf(w, "; over TLS coral-tls/respond-tls %s, median %.3f (target ≥ %.1f: %s)", fmtFloats(ss.TLSRespondRatios, "%.3f"), ss.MedianTLSRespondRatio, respondRatio, evalrun.PassFail(*ss.PassTLSRespond))
 		}
 		fmt.Fprintln(w)
+		if len(ss.NginxRatios) > 0 {
+			fmt.Fprintf(w, "    coral/nginx %s, median %.3f; nginx/file %s, median %.3f\n", fmtFloats(ss.CoralNginxRatios, "%.3f"), ss.CoralOverNginx, fmtFloats(ss.NginxRatios, "%.3f"), ss.MedianNginxRatio)
+		}
+		if ss.PassBaseline != nil {
+			fmt.Fprintf(w, "    new/old (coral/coral-old) %s, median %.3f; server CPU per request old/new %s, median %.3f\n",
+				fmtFloats(ss.BaselineRatios, "%.3f"), ss.MedianBaselineRatio, fmtFloats(ss.BaselineCPURatios, "%.3f"), ss.MedianBaselineCPURatio)
+		}
 	}
 }
 

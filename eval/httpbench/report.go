@@ -2,11 +2,14 @@ package main
 
 // report is httpbench.json.
 type report struct {
-	Command   string  `json:"command"`
-	Tools     tools   `json:"tools"`
-	Host      host    `json:"host"`
-	Params    jsonPar `json:"params"`
-	Caddyfile string  `json:"caddyfile"`
+	Command string  `json:"command"`
+	Tools   tools   `json:"tools"`
+	Host    host    `json:"host"`
+	Params  jsonPar `json:"params"`
+	// Caddyfile is the Caddy's under test, with each respond body (the
+	// origin's object, the same in every run) written as its size, path and
+	// SHA-256 instead of its bytes.
+	Caddyfile string `json:"caddyfile"`
 	// BaselineCaddyfile is the -baseline Caddy's (the A/B's old build).
 	BaselineCaddyfile string `json:"baseline_caddyfile,omitempty"`
 	NginxConf         string `json:"nginx_conf,omitempty"`
@@ -34,6 +37,10 @@ type report struct {
 	// PassTLSRatio is the same over TLS: coral-tls ≥ 0.9× file-tls for
 	// every size (absent without -tls).
 	PassTLSRatio *bool `json:"pass_tls_coral_ge_0_9_file,omitempty"`
+	// PassRespond is issue 25's: coral ≥ 0.9× respond, Caddy's floor, for
+	// every size; PassTLSRespond the same over TLS (absent without -tls).
+	PassRespond    bool  `json:"pass_coral_ge_0_9_respond"`
+	PassTLSRespond *bool `json:"pass_tls_coral_ge_0_9_respond,omitempty"`
 	// PassBaseline is the A/B's: new/old ≥ 1.0 for every size (absent
 	// without -baseline).
 	PassBaseline *bool   `json:"pass_new_ge_old,omitempty"`
@@ -60,29 +67,32 @@ type host struct {
 
 // jsonPar is params as the JSON records them.
 type jsonPar struct {
-	Origin       string `json:"origin"`
-	Coral        string `json:"coral_proxy"`
-	CoralHost    string `json:"coral_host_header"`
-	File         string `json:"file_server"`
-	Nginx        string `json:"nginx,omitempty"`
-	Baseline     string `json:"baseline_coral_proxy,omitempty"` // the A/B's coral-old: address:port
-	TLS          bool   `json:"tls"`
-	CoralTLS     string `json:"coral_proxy_tls,omitempty"` // address:port
-	CoralTLSName string `json:"coral_tls_name,omitempty"`  // the URL's host: SNI and Host
-	FileTLS      string `json:"file_server_tls,omitempty"`
-	FileTLSName  string `json:"file_tls_name,omitempty"`
-	Sizes        []int  `json:"object_bytes"`
-	Rounds       int    `json:"rounds"`
-	Duration     string `json:"run_duration"`
-	Warmup       string `json:"warmup_duration"`
-	Threads      int    `json:"wrk_threads"`
-	Conns        int    `json:"wrk_connections"`
-	Repeat       int    `json:"repeat_disturbed_max"`
-	NginxWorkers string `json:"nginx_workers,omitempty"`
-	IndexObjects int    `json:"index_objects"`
-	ProxyObjects int    `json:"proxy_objects"`
-	ProxySettle  string `json:"proxy_settle"`
-	Quiet        string `json:"quiet_wait_max"`
+	Origin         string `json:"origin"`
+	Coral          string `json:"coral_proxy"`
+	CoralHost      string `json:"coral_host_header"`
+	File           string `json:"file_server"`
+	Respond        string `json:"respond"`
+	Nginx          string `json:"nginx,omitempty"`
+	Baseline       string `json:"baseline_coral_proxy,omitempty"` // the A/B's coral-old: address:port
+	TLS            bool   `json:"tls"`
+	CoralTLS       string `json:"coral_proxy_tls,omitempty"` // address:port
+	CoralTLSName   string `json:"coral_tls_name,omitempty"`  // the URL's host: SNI and Host
+	FileTLS        string `json:"file_server_tls,omitempty"`
+	FileTLSName    string `json:"file_tls_name,omitempty"`
+	RespondTLS     string `json:"respond_tls,omitempty"`
+	RespondTLSName string `json:"respond_tls_name,omitempty"`
+	Sizes          []int  `json:"object_bytes"`
+	Rounds         int    `json:"rounds"`
+	Duration       string `json:"run_duration"`
+	Warmup         string `json:"warmup_duration"`
+	Threads        int    `json:"wrk_threads"`
+	Conns          int    `json:"wrk_connections"`
+	Repeat         int    `json:"repeat_disturbed_max"`
+	NginxWorkers   string `json:"nginx_workers,omitempty"`
+	IndexObjects   int    `json:"index_objects"`
+	ProxyObjects   int    `json:"proxy_objects"`
+	ProxySettle    string `json:"proxy_settle"`
+	Quiet          string `json:"quiet_wait_max"`
 }
 
 // sample is one target's response to one request for an object.
@@ -100,7 +110,7 @@ type sample struct {
 type run struct {
 	Phase  string `json:"phase"` // warmup, throughput, profile
 	Round  int    `json:"round,omitempty"`
-	Target string `json:"target"` // coral, file, nginx, coral-tls, file-tls, coral-old
+	Target string `json:"target"` // coral, file, respond, nginx, coral-tls, file-tls, respond-tls, coral-old
 	Size   int    `json:"object_bytes"`
 	Argv   string `json:"wrk_command"`
 
@@ -155,9 +165,20 @@ type sizeSumm struct {
 	// Per round, coral's req/s over file's; its median is the acceptance.
 	Ratios      []float64 `json:"coral_over_file_by_round"`
 	MedianRatio float64   `json:"median_coral_over_file"`
+	// Per round, coral's req/s over respond's, Caddy's floor (issue 25),
+	// the median, and whether it meets the acceptance.
+	RespondRatios      []float64 `json:"coral_over_respond_by_round"`
+	MedianRespondRatio float64   `json:"median_coral_over_respond"`
+	PassRespond        bool      `json:"pass_respond"`
+	// Per round, respond's server CPU per request over coral's (1: a hit
+	// costs Caddy what respond does), and the median: on a busy machine it
+	// varies less than req/s.
+	RespondCPURatios      []float64 `json:"respond_over_coral_cpu_per_request_by_round"`
+	MedianRespondCPURatio float64   `json:"median_respond_over_coral_cpu_per_request"`
 	// nginx's over file's, and coral's over nginx's.
 	NginxRatios      []float64 `json:"nginx_over_file_by_round,omitempty"`
 	MedianNginxRatio float64   `json:"median_nginx_over_file,omitempty"`
+	CoralNginxRatios []float64 `json:"coral_over_nginx_by_round,omitempty"`
 	CoralOverNginx   float64   `json:"median_coral_over_nginx,omitempty"`
 	Pass             bool      `json:"pass"` // over HTTP
 	// Over TLS: coral-tls's req/s over file-tls's, per round and the
@@ -165,6 +186,10 @@ type sizeSumm struct {
 	TLSRatios      []float64 `json:"coral_tls_over_file_tls_by_round,omitempty"`
 	MedianTLSRatio float64   `json:"median_coral_tls_over_file_tls,omitempty"`
 	PassTLS        *bool     `json:"pass_tls,omitempty"`
+	// Over TLS: coral-tls's req/s over respond-tls's.
+	TLSRespondRatios      []float64 `json:"coral_tls_over_respond_tls_by_round,omitempty"`
+	MedianTLSRespondRatio float64   `json:"median_coral_tls_over_respond_tls,omitempty"`
+	PassTLSRespond        *bool     `json:"pass_tls_respond,omitempty"`
 	// The A/B (-baseline): coral's req/s over coral-old's, new build over
 	// old, per round and the median.
 	BaselineRatios      []float64 `json:"new_over_old_by_round,omitempty"`

@@ -1,7 +1,7 @@
 package main
 
-// The TLS targets: coral_proxy and file_server over TLS, in the same Caddy
-// as the HTTP ones, with certificates from Caddy's own local CA.
+// The TLS targets: coral_proxy, file_server and respond over TLS, in the
+// same Caddy as the HTTP ones, with certificates from Caddy's own local CA.
 
 import (
 	"context"
@@ -21,14 +21,18 @@ import (
 	"github.com/coralcdn/coral/internal/labconf"
 )
 
-// filesName is file_server's name over TLS. Like the zone, it is in no DNS
-// and no /etc/hosts: only wrk's script and this process know where it is.
-const filesName = "files.test"
+// filesName and respondName are file_server's and respond's names over
+// TLS. Like the zone, they are in no DNS and no /etc/hosts: only wrk's
+// script and this process know where they are.
+const (
+	filesName   = "files.test"
+	respondName = "respond.test"
+)
 
 // tlsTargets lays out coral-tls (Port+2, reached with the one-label
-// Coralized name, which the wildcard certificate *.nyud.test covers) and
-// file-tls (Port+3, filesName) on Caddy's address, and writes wrk's script
-// for their names.
+// Coralized name, which the wildcard certificate *.nyud.test covers),
+// file-tls (Port+3, filesName) and respond-tls (Port+5, respondName) on
+// Caddy's address, and writes wrk's script for their names.
 func (b *bench) tlsTargets(origin coralname.Origin, caddyAddr netip.Addr) ([]*target, error) {
 	oneLabel, err := coralname.CoralizeOneLabel(origin, zone)
 	if err != nil {
@@ -42,6 +46,7 @@ func (b *bench) tlsTargets(origin coralname.Origin, caddyAddr netip.Addr) ([]*ta
 	return []*target{
 		{name: "coral-tls", server: "coral", addr: netip.AddrPortFrom(caddyAddr, port+2), host: oneLabel, tls: true},
 		{name: "file-tls", server: "file", addr: netip.AddrPortFrom(caddyAddr, port+3), host: filesName, tls: true},
+		{name: "respond-tls", server: "respond", addr: netip.AddrPortFrom(caddyAddr, port+5), host: respondName, tls: true},
 	}, nil
 }
 
@@ -63,19 +68,18 @@ end
 }
 
 // addTLSSites adds the TLS sites to Caddy's configuration: coral_proxy for
-// every name under the zone (a wildcard certificate) and file_server for
-// filesName, both with certificates from Caddy's local CA (tls internal),
+// every name under the zone (a wildcard certificate), file_server for
+// filesName and respond for respondName (the snippet of the HTTP respond
+// site), all with certificates from Caddy's local CA (tls internal),
 // which Caddy creates in its data directory, inside the bench's temporary
 // directory (labconf.CaddyEnv); skip_install_trust keeps it out of the
 // system's trust store. Automatic HTTPS is on, as the internal issuer needs
 // it, but without its HTTP->HTTPS redirects, which would listen on port 80
 // and leave the http:// sites as they are anyway.
 func (b *bench) addTLSSites(conf *labconf.Caddy, addr netip.Addr) {
-	conf.Comment = "One Caddy for both: coral_proxy (under test) and file_server (the\n" +
-		"baseline) serving the same bytes, over HTTP and over TLS. No access logs."
 	conf.HTTPSOff, conf.SkipTrust = false, true
 	conf.Options = append(conf.Options, labconf.D("auto_https", "disable_redirects"))
-	coralTLS, fileTLS := b.target("coral-tls"), b.target("file-tls")
+	coralTLS, fileTLS, respondTLS := b.target("coral-tls"), b.target("file-tls"), b.target("respond-tls")
 	conf.Sites = append(conf.Sites,
 		labconf.D(fmt.Sprintf("https://*.%s:%d", zone, coralTLS.addr.Port())).With(
 			labconf.D("bind", addr),
@@ -90,6 +94,11 @@ func (b *bench) addTLSSites(conf *labconf.Caddy, addr netip.Addr) {
 			labconf.D("root", "*", b.files),
 			labconf.D("file_server"),
 		).Commented("file_server over TLS: the same bytes from files."),
+		labconf.D(fmt.Sprintf("https://%s:%d", respondName, respondTLS.addr.Port())).With(
+			labconf.D("bind", addr),
+			labconf.D("tls", "internal"),
+			labconf.D("import", respondSnippet),
+		).Commented("respond over TLS: the same bytes from the configuration."),
 	)
 }
 
