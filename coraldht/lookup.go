@@ -91,6 +91,7 @@ type lookupState struct {
 	done   bool
 	began  time.Time
 	res    *lookupResult
+	salt   uint64 // put: this walk's own order among equally good hops
 }
 
 func (ls *lookupState) add(c Contact) *candidate {
@@ -120,6 +121,11 @@ func usable(c *candidate) bool {
 func (ls *lookupState) closestTo(t ID) *candidate {
 	p := CommonPrefixLen(t, ls.p.key)
 	reserved := ls.reservedFor(t)
+	if ls.spreads(t) {
+		if c := ls.spreadHop(t, p, reserved); c != nil {
+			return c
+		}
+	}
 	var best *candidate
 	i := 0
 	for ; i < len(ls.sorted) && ls.sorted[i].cpl >= p; i++ {
@@ -178,6 +184,66 @@ func (ls *lookupState) reservedFor(t ID) *candidate {
 		return nil
 	}
 	return nil
+}
+
+// spreads reports whether the hop toward t is drawn among several good
+// nodes rather than being the single nearest one: on a put's walk, until
+// the target is the key itself.
+func (ls *lookupState) spreads(t ID) bool {
+	return ls.p.kind == lookupPut && !ls.n.cfg.PlainDHT && t != ls.p.key
+}
+
+// spreadHop picks the hop toward t among the BucketSize usable candidates
+// nearest t that share at least p leading bits with the key (every one of
+// them makes the walk's progress: the next digit of the key), by this
+// walk's own pseudo-random order. A putter that is loaded lets β of its
+// puts a minute through, and with the nearest-node rule they all went to
+// one node: the node whose slice of the ID space, in the putter's table,
+// held the putter's first target. A node alone in a wide slice, or listed
+// in many tables, was that node for 15–20 putters (β times as many puts a
+// minute). Drawn among the bucket, each putter's leak is spread over the
+// nodes it knows there, and a node's load is β times the tables listing
+// it over k: about β per digit it shares with the key, as in the balanced
+// ID tree the paper's bound assumes.
+func (ls *lookupState) spreadHop(t ID, p int, reserved *candidate) *candidate {
+	var near []*candidate
+	for i := 0; i < len(ls.sorted) && ls.sorted[i].cpl >= p; i++ {
+		if c := ls.sorted[i]; c != reserved && c.state != candFailed {
+			near = append(near, c)
+		}
+	}
+	if len(near) == 0 {
+		return nil
+	}
+	slices.SortFunc(near, func(a, b *candidate) int { return CompareDistance(t, a.ID, b.ID) })
+	near = near[:min(len(near), ls.n.cfg.BucketSize)]
+	var best *candidate
+	var bestRank uint64
+	for _, c := range near {
+		if r := mix64(ls.salt ^ c.ID.low64()); best == nil || r < bestRank {
+			best, bestRank = c, r
+		}
+	}
+	if !usable(best) {
+		// Drawn but slow or suspect: take the nearest usable one instead,
+		// as the nearest-node rule would.
+		for _, c := range near {
+			if usable(c) {
+				return c
+			}
+		}
+		return nil
+	}
+	return best
+}
+
+// mix64 is SplitMix64's finalizer: a cheap, well-mixed hash of x.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 func (ls *lookupState) canSend() bool {
@@ -380,6 +446,11 @@ func (n *Node) lookup(parent context.Context, p lookupParams) *lookupResult {
 	}
 	if n.cfg.PlainDHT {
 		ls.t = p.key
+	}
+	if p.kind == lookupPut {
+		n.mu.Lock()
+		ls.salt = n.rng.Uint64()
+		n.mu.Unlock()
 	}
 	self := ls.add(n.self)
 	self.isSelf, self.state = true, candAnswered

@@ -391,6 +391,10 @@ func hotspot(m *topology.Matrix, n int, plain bool) (*run, error) {
 		}
 		return out
 	}
+	var tr *tracer
+	if *flagTrace > 0 && !plain {
+		tr = newTracer(s, keys)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var pairs, putFails, getFails atomic.Uint64
@@ -426,6 +430,9 @@ func hotspot(m *topology.Matrix, n int, plain bool) (*run, error) {
 		perNode[k] = make([][]uint64, n)
 	}
 	for mi := 1; mi <= *flagMinutes; mi++ {
+		if mi == 2 && tr != nil {
+			tr.start()
+		}
 		time.Sleep(time.Minute)
 		cur, curPairs := putRPCs(), pairs.Load()
 		mm := minute{Index: mi, PairsIssued: curPairs - prevPairs}
@@ -443,8 +450,14 @@ func hotspot(m *topology.Matrix, n int, plain bool) (*run, error) {
 		r.Minutes = append(r.Minutes, mm)
 		prev, prevPairs = cur, curPairs
 	}
+	if tr != nil {
+		tr.stop()
+	}
 	cancel()
 	wg.Wait()
+	if tr != nil {
+		tr.report(float64(*flagMinutes-1), *flagSeed)
+	}
 	r.Pairs, r.PutFails, r.GetFails = pairs.Load(), putFails.Load(), getFails.Load()
 
 	r.Steady = make([]float64, n)
