@@ -217,6 +217,11 @@ func (ls *lookupState) spreadHop(t ID, p int, reserved *candidate) *candidate {
 	}
 	slices.SortFunc(near, func(a, b *candidate) int { return CompareDistance(t, a.ID, b.ID) })
 	near = near[:min(len(near), ls.n.cfg.BucketSize)]
+	for _, c := range near {
+		if c.state == candAnswered {
+			return c // one good node per target is enough: move on
+		}
+	}
 	var best *candidate
 	var bestRank uint64
 	for _, c := range near {

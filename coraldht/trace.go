@@ -1,7 +1,5 @@
 package coraldht
 
-
-
 // RequestTrace describes one get, put probe or store another node sent
 // this node, for experiments that need to know where a key's load comes
 // from (eval/hotspot). Only those three types are traced.
@@ -34,4 +32,3 @@ func (n *Node) traceRequest(m *message, loaded bool) {
 	}
 	t.f(RequestTrace{Type: msgTypeNames[m.Type], Level: int(m.Level), Key: m.Key, From: m.Sender.ID, Target: m.Target, Loaded: loaded})
 }
-

@@ -75,7 +75,9 @@ func (t *tracer) record(to int, r coraldht.RequestTrace) {
 		st = stageStore
 	case r.Target == r.Key:
 		st = stageClosing
-	case coraldht.CommonPrefixLen(r.Target, r.Key) == coraldht.CommonPrefixLen(r.From, r.Key)+1:
+	case r.Target == secondTarget(r.Key, r.From):
+		// A request asks for contacts near the target after the one its
+		// hop was chosen for: the first hop's asks for the second.
 		st = stageFirst
 	default:
 		st = stageLater
@@ -94,6 +96,20 @@ func (t *tracer) record(to int, r coraldht.RequestTrace) {
 		}
 		m[from]++
 	}
+}
+
+// secondTarget is the second intermediate target of a b = 1 walk from
+// the ID from toward key: from's ID with the key's next digit, twice.
+func secondTarget(key, from coraldht.ID) coraldht.ID {
+	t := from
+	for range 2 {
+		p := coraldht.CommonPrefixLen(key, t)
+		if p == coraldht.IDBits {
+			return key
+		}
+		t = coraldht.Splice(key, t, p+1, 1)
+	}
+	return t
 }
 
 func (t *tracer) start() {
