@@ -70,7 +70,8 @@ func TestPutWalkReachesNearestNodeLast(t *testing.T) {
 
 // TestPutWalkSpreadsHops: the walks of one putter on one key do not all
 // take the same hop toward a target short of the key: each draws it among
-// the k good nodes nearest that target that share its prefix with the key.
+// the k good nodes nearest that target that share with the key the bits
+// the walk has fixed.
 // With the nearest-node rule every leaked put of a hot key's putter went to
 // the same node, which was the busiest node of eval/hotspot (15–20 putters'
 // leaks, 160–354 put RPCs a minute at n = 494, against β·⌈log₂ n⌉ = 108).
@@ -86,9 +87,9 @@ func TestPutWalkSpreadsHops(t *testing.T) {
 			origin := tn.nodes[rng.IntN(n)]
 			key := randID(rng)
 			t1, _ := nextTarget(key, origin.ID(), 1)
-			p := CommonPrefixLen(t1, key)
+			p := CommonPrefixLen(origin.ID(), key) + 1
 			// The first hop's candidates: the origin's contacts sharing
-			// p bits with the key, as t1 does (but the key's nearest,
+			// with the key the p bits fixed in t1 (but the key's nearest,
 			// kept for last), the k nearest to t1.
 			var prefix []ID
 			for _, e := range origin.levels[0].rt.all() {

@@ -88,6 +88,7 @@ type lookupState struct {
 	active int // in flight and not slow
 	slow   int // in flight and slow
 	t      ID
+	fixed  int // leading bits of the key the walk has fixed in t so far
 	done   bool
 	began  time.Time
 	res    *lookupResult
@@ -122,7 +123,7 @@ func (ls *lookupState) closestTo(t ID) *candidate {
 	p := CommonPrefixLen(t, ls.p.key)
 	reserved := ls.reservedFor(t)
 	if ls.spreads(t) {
-		if c := ls.spreadHop(t, p, reserved); c != nil {
+		if c := ls.spreadHop(t, reserved); c != nil {
 			return c
 		}
 	}
@@ -193,21 +194,22 @@ func (ls *lookupState) spreads(t ID) bool {
 	return ls.p.kind == lookupPut && !ls.n.cfg.PlainDHT && t != ls.p.key
 }
 
-// spreadHop picks the hop toward t among the BucketSize usable candidates
-// nearest t that share at least p leading bits with the key (every one of
-// them makes the walk's progress: the next digit of the key), by this
-// walk's own pseudo-random order. A putter that is loaded lets β of its
-// puts a minute through, and with the nearest-node rule they all went to
-// one node: the node whose slice of the ID space, in the putter's table,
-// held the putter's first target. A node alone in a wide slice, or listed
-// in many tables, was that node for 15–20 putters (β times as many puts a
-// minute). Drawn among the bucket, each putter's leak is spread over the
-// nodes it knows there, and a node's load is β times the tables listing
-// it over k: about β per digit it shares with the key, as in the balanced
-// ID tree the paper's bound assumes.
-func (ls *lookupState) spreadHop(t ID, p int, reserved *candidate) *candidate {
+// spreadHop picks the hop toward t among the usable candidates that
+// share with the key the digits the walk has fixed so far (every one of
+// them is progress: the hop the paper's rule would take is one of them),
+// the BucketSize nearest t, by this walk's own pseudo-random order. Why:
+// a putter that is loaded lets β of its puts a minute through, and with
+// the nearest-node rule they all went to one node, the node nearest its
+// first target in its own table: a node alone in a wide slice of the ID
+// space, or listed in many tables, was that node for 15–20 putters (β
+// times as many put RPCs a minute). Drawn among the bucket instead, each
+// putter spreads its leak over the k nodes it knows there, and a node
+// sharing d bits with the key gets about β from the putters of each of
+// those d levels: β·d, which is the paper's bound at the nearest nodes.
+// If one of those candidates has already answered, the walk moves on.
+func (ls *lookupState) spreadHop(t ID, reserved *candidate) *candidate {
 	var near []*candidate
-	for i := 0; i < len(ls.sorted) && ls.sorted[i].cpl >= p; i++ {
+	for i := 0; i < len(ls.sorted) && ls.sorted[i].cpl >= ls.fixed; i++ {
 		if c := ls.sorted[i]; c != reserved && c.state != candFailed {
 			near = append(near, c)
 		}
@@ -219,7 +221,7 @@ func (ls *lookupState) spreadHop(t ID, p int, reserved *candidate) *candidate {
 	near = near[:min(len(near), ls.n.cfg.BucketSize)]
 	for _, c := range near {
 		if c.state == candAnswered {
-			return c // one good node per target is enough: move on
+			return c
 		}
 	}
 	var best *candidate
@@ -240,6 +242,12 @@ func (ls *lookupState) spreadHop(t ID, p int, reserved *candidate) *candidate {
 		return nil
 	}
 	return best
+}
+
+// fixedAfter is how many leading bits of the key an intermediate target
+// holds once the digit after the first p matching bits is fixed.
+func fixedAfter(p, b int) int {
+	return min((p/b+1)*b, IDBits)
 }
 
 // mix64 is SplitMix64's finalizer: a cheap, well-mixed hash of x.
@@ -308,6 +316,7 @@ func (ls *lookupState) advance() {
 			if ls.n.cfg.PlainDHT {
 				ls.t = ls.p.key
 			} else {
+				ls.fixed = fixedAfter(CommonPrefixLen(ls.p.key, ls.t), ls.n.cfg.B)
 				ls.t, _ = nextTarget(ls.p.key, ls.t, ls.n.cfg.B)
 			}
 		case candNew:
@@ -452,6 +461,7 @@ func (n *Node) lookup(parent context.Context, p lookupParams) *lookupResult {
 	if n.cfg.PlainDHT {
 		ls.t = p.key
 	}
+	ls.fixed = CommonPrefixLen(ls.t, p.key)
 	if p.kind == lookupPut {
 		n.mu.Lock()
 		ls.salt = n.rng.Uint64()
