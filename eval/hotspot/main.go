@@ -5,14 +5,16 @@
 // workload then runs on a plain DHT (greedy routing, store at the closest
 // node) for comparison, and optionally over a range of network sizes.
 //
-//	go run ./eval/hotspot [-n 494] [-minutes 4] [-sweep] [-seeds "1 2 3"] [-topologies both] [-out docs/eval]
+//	go run ./eval/hotspot [-n 494] [-minutes 4] [-sweep] [-seeds "1 2 3"] [-topologies both] [-trace 4] [-out docs/eval]
 //
 // It runs in virtual time on coraldht's in-memory network with latencies
 // from the WonderProxy RTT matrix (or a synthetic one), 3 nodes per site.
 // With -seeds and -topologies the main run is repeated on each topology and
 // seed (different node addresses, hence IDs, and different keys), and the
 // closest and the busiest node of every hot key are reported against the
-// bound.
+// bound. With -trace, the busiest nodes of each key are broken down: the
+// stage of the put that sent each RPC, the senders, how many routing
+// tables list the node and how early it joined.
 package main
 
 import (
