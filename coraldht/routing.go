@@ -8,9 +8,10 @@ import (
 
 // routingTable holds one cluster's Kademlia k-buckets. Bucket i holds
 // contacts whose IDs share exactly i leading bits with ours. Within a bucket
-// contacts are ordered least recently heard first; a full bucket keeps
-// newcomers in a replacement cache and asks its oldest contact to prove it
-// is alive before giving its slot away.
+// contacts are ordered least recently heard first; a full bucket takes a
+// newcomer that ranks better for its owner than its worst entry (rank),
+// keeps other newcomers in a replacement cache, and asks its oldest
+// contact to prove it is alive before giving its slot away.
 type routingTable struct {
 	self         ID
 	k            int
