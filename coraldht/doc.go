@@ -67,9 +67,10 @@
 // first and continue on the next lower level from the point in the ID space
 // where the previous level stopped, so the whole operation crosses the ID
 // space about once. A put stops descending at a node that is full and
-// loaded. Its stores run from the lowest level reached upward, so its value
-// becomes visible to others only at the store that decides its put+get
-// answer.
+// loaded. A put+get runs one level at a time, fastest first, and goes on to
+// the next level only if its level showed no values, so racing callers are
+// pointed at a copy in their own cluster when there is one and never wait
+// on each other; a plain put stores from the lowest level reached upward.
 //
 // Clustering: every ClusterInterval a node reconsiders its cluster at each
 // level above 0 from the cluster lists and RTTs its RPCs gathered. It joins

@@ -2,6 +2,7 @@ package coraldht
 
 import (
 	"crypto/sha1"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math/bits"
@@ -156,4 +157,10 @@ func randomIDWithPrefix(self ID, prefixLen int, rng *rand.Rand) ID {
 		out[prefixLen/8] |= mask
 	}
 	return out
+}
+
+// low64 is the ID's last 8 bytes: bits that say nothing about where the
+// ID sits in the tree, for pseudo-random orders over nodes.
+func (id ID) low64() uint64 {
+	return binary.BigEndian.Uint64(id[IDBits/8-8:])
 }

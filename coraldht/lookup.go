@@ -88,9 +88,11 @@ type lookupState struct {
 	active int // in flight and not slow
 	slow   int // in flight and slow
 	t      ID
+	fixed  int // leading bits of the key the walk has fixed in t so far
 	done   bool
 	began  time.Time
 	res    *lookupResult
+	salt   uint64 // put: this walk's own order among equally good hops
 }
 
 func (ls *lookupState) add(c Contact) *candidate {
@@ -120,6 +122,11 @@ func usable(c *candidate) bool {
 func (ls *lookupState) closestTo(t ID) *candidate {
 	p := CommonPrefixLen(t, ls.p.key)
 	reserved := ls.reservedFor(t)
+	if ls.spreads(t) {
+		if c := ls.spreadHop(t, reserved); c != nil {
+			return c
+		}
+	}
 	var best *candidate
 	i := 0
 	for ; i < len(ls.sorted) && ls.sorted[i].cpl >= p; i++ {
@@ -180,6 +187,78 @@ func (ls *lookupState) reservedFor(t ID) *candidate {
 	return nil
 }
 
+// spreads reports whether the hop toward t is drawn among several good
+// nodes rather than being the single nearest one: on a put's walk, until
+// the target is the key itself.
+func (ls *lookupState) spreads(t ID) bool {
+	return ls.p.kind == lookupPut && !ls.n.cfg.PlainDHT && t != ls.p.key
+}
+
+// spreadHop picks the hop toward t among the usable candidates that
+// share with the key the digits the walk has fixed so far (every one of
+// them is progress: the hop the paper's rule would take is one of them),
+// the BucketSize nearest t, by this walk's own pseudo-random order. Why:
+// a putter that is loaded lets β of its puts a minute through, and with
+// the nearest-node rule they all went to one node, the node nearest its
+// first target in its own table: a node alone in a wide slice of the ID
+// space, or listed in many tables, was that node for 15–20 putters (β
+// times as many put RPCs a minute). Drawn among the bucket instead, each
+// putter spreads its leak over the k nodes it knows there, and a node
+// sharing d bits with the key gets about β from the putters of each of
+// those d levels: β·d, which is the paper's bound at the nearest nodes.
+// If one of those candidates has already answered, the walk moves on.
+func (ls *lookupState) spreadHop(t ID, reserved *candidate) *candidate {
+	var near []*candidate
+	for i := 0; i < len(ls.sorted) && ls.sorted[i].cpl >= ls.fixed; i++ {
+		if c := ls.sorted[i]; c != reserved && c.state != candFailed {
+			near = append(near, c)
+		}
+	}
+	if len(near) == 0 {
+		return nil
+	}
+	slices.SortFunc(near, func(a, b *candidate) int { return CompareDistance(t, a.ID, b.ID) })
+	near = near[:min(len(near), ls.n.cfg.BucketSize)]
+	for _, c := range near {
+		if c.state == candAnswered {
+			return c
+		}
+	}
+	var best *candidate
+	var bestRank uint64
+	for _, c := range near {
+		if r := mix64(ls.salt ^ c.ID.low64()); best == nil || r < bestRank {
+			best, bestRank = c, r
+		}
+	}
+	if !usable(best) {
+		// Drawn but slow or suspect: take the nearest usable one instead,
+		// as the nearest-node rule would.
+		for _, c := range near {
+			if usable(c) {
+				return c
+			}
+		}
+		return nil
+	}
+	return best
+}
+
+// fixedAfter is how many leading bits of the key an intermediate target
+// holds once the digit after the first p matching bits is fixed.
+func fixedAfter(p, b int) int {
+	return min((p/b+1)*b, IDBits)
+}
+
+// mix64 is SplitMix64's finalizer: a cheap, well-mixed hash of x.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
 func (ls *lookupState) canSend() bool {
 	return ls.active < ls.n.cfg.Alpha && ls.active+ls.slow < 2*ls.n.cfg.Alpha && ls.res.rpcs < maxLookupRPCs
 }
@@ -237,6 +316,7 @@ func (ls *lookupState) advance() {
 			if ls.n.cfg.PlainDHT {
 				ls.t = ls.p.key
 			} else {
+				ls.fixed = fixedAfter(CommonPrefixLen(ls.p.key, ls.t), ls.n.cfg.B)
 				ls.t, _ = nextTarget(ls.p.key, ls.t, ls.n.cfg.B)
 			}
 		case candNew:
@@ -380,6 +460,12 @@ func (n *Node) lookup(parent context.Context, p lookupParams) *lookupResult {
 	}
 	if n.cfg.PlainDHT {
 		ls.t = p.key
+	}
+	ls.fixed = CommonPrefixLen(ls.t, p.key)
+	if p.kind == lookupPut {
+		n.mu.Lock()
+		ls.salt = n.rng.Uint64()
+		n.mu.Unlock()
 	}
 	self := ls.add(n.self)
 	self.isSelf, self.state = true, candAnswered

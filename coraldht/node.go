@@ -43,6 +43,8 @@ type Node struct {
 	// and reverse phases of a put.
 	testHookAfterForward func([]levelStack)
 
+	tracer atomic.Pointer[requestTracer] // TraceRequests (trace.go)
+
 	joined     chan struct{} // closed when Bootstrap first succeeds
 	joinOnce   sync.Once
 	bootstraps []netip.AddrPort // guarded by mu; traceroute aims at them
@@ -418,6 +420,8 @@ func (n *Node) handleRequest(m *message, from netip.AddrPort, now time.Time) {
 	}
 	if r.Status != statusOK {
 		n.counters.refused.Add(1)
+	} else if m.Type == msgGet || m.Type == msgPutProbe || m.Type == msgStore {
+		n.traceRequest(m, r.Loaded)
 	}
 	if err := n.send(r, from, m.Sender.ID); err != nil {
 		n.log.Debug("reply", "to", from, "err", err)

@@ -8,9 +8,10 @@ import (
 
 // routingTable holds one cluster's Kademlia k-buckets. Bucket i holds
 // contacts whose IDs share exactly i leading bits with ours. Within a bucket
-// contacts are ordered least recently heard first; a full bucket keeps
-// newcomers in a replacement cache and asks its oldest contact to prove it
-// is alive before giving its slot away.
+// contacts are ordered least recently heard first; a full bucket takes a
+// newcomer that ranks better for its owner than its worst entry (rank),
+// keeps other newcomers in a replacement cache, and asks its oldest
+// contact to prove it is alive before giving its slot away.
 type routingTable struct {
 	self         ID
 	k            int
@@ -87,6 +88,12 @@ func (rt *routingTable) heard(c Contact, now time.Time) (ping *Contact) {
 			return nil
 		}
 	}
+	if worst := rt.worstRanked(b); rt.rank(c.ID) < rt.rank(b.entries[worst].ID) {
+		old := b.entries[worst]
+		b.entries = slices.Delete(b.entries, worst, worst+1)
+		b.entries = append(b.entries, e)
+		e = old
+	}
 	b.replacements = append(b.replacements, e)
 	if len(b.replacements) > rt.k {
 		b.replacements = b.replacements[1:]
@@ -97,6 +104,27 @@ func (rt *routingTable) heard(c Contact, now time.Time) (ping *Contact) {
 		return &c
 	}
 	return nil
+}
+
+// rank orders the contacts a full bucket keeps: lower is kept. It is a
+// pseudo-random function of the pair of IDs (their XOR's low-order bytes,
+// which say nothing about distance), so every node's table is its own
+// random sample of each bucket's range. Keeping the first contacts heard
+// (Kademlia's rule) put the nodes that joined first in most tables, and a
+// put's walk hops to a node in proportion to the tables listing it
+// (coraldht/README.md, "the busiest node").
+func (rt *routingTable) rank(id ID) uint64 {
+	return mix64(rt.self.low64() ^ id.low64())
+}
+
+func (rt *routingTable) worstRanked(b *bucket) int {
+	worst := 0
+	for i, e := range b.entries {
+		if rt.rank(e.ID) > rt.rank(b.entries[worst].ID) {
+			worst = i
+		}
+	}
+	return worst
 }
 
 // failed records an unanswered RPC to id. A contact that fails maxFailures

@@ -1,6 +1,7 @@
 package coraldht
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -15,14 +16,27 @@ func contactInBucket(self ID, prefix int, rng *rand.Rand, i int) Contact {
 	return Contact{ID: randomIDWithPrefix(self, prefix, rng), Addr: memAddr(i)}
 }
 
+// rankedContacts returns n contacts in one bucket, each ranked below the
+// one before (see routingTable.rank), so that a full bucket keeps the
+// first ones heard, as the tests of its other rules need.
+func rankedContacts(rt *routingTable, prefix, n int, rng *rand.Rand, first int) []Contact {
+	cs := make([]Contact, n)
+	for i := range cs {
+		cs[i] = contactInBucket(rt.self, prefix, rng, first+i)
+	}
+	slices.SortFunc(cs, func(a, b Contact) int { return cmp.Compare(rt.rank(a.ID), rt.rank(b.ID)) })
+	for i := range cs {
+		cs[i].Addr = memAddr(first + i)
+	}
+	return cs
+}
+
 func TestBucketFillsThenUsesReplacementCache(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	self := randID(rng)
 	rt := newRoutingTable(self, 3, 2, 15*time.Minute, t0)
-	var cs []Contact
-	for i := range 5 {
-		c := contactInBucket(self, 0, rng, i)
-		cs = append(cs, c)
+	cs := rankedContacts(rt, 0, 5, rng, 0)
+	for i, c := range cs {
 		if ping := rt.heard(c, t0); ping != nil {
 			t.Fatalf("contact %d: asked to ping %v although nobody is questionable", i, *ping)
 		}
@@ -83,11 +97,10 @@ func TestQuestionableContactIsPingedBeforeEviction(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	self := randID(rng)
 	rt := newRoutingTable(self, 2, 2, 15*time.Minute, t0)
-	old := contactInBucket(self, 1, rng, 1)
-	mid := contactInBucket(self, 1, rng, 2)
+	cs := rankedContacts(rt, 1, 4, rng, 1)
+	old, mid, newcomer := cs[0], cs[1], cs[2]
 	rt.heard(old, t0)
 	rt.heard(mid, t0.Add(time.Minute))
-	newcomer := contactInBucket(self, 1, rng, 3)
 	// Not quiet long enough: the newcomer just waits.
 	if ping := rt.heard(newcomer, t0.Add(10*time.Minute)); ping != nil {
 		t.Fatalf("pinged %v after 10 min of silence", ping)
@@ -97,7 +110,7 @@ func TestQuestionableContactIsPingedBeforeEviction(t *testing.T) {
 	if ping == nil || ping.ID != old.ID {
 		t.Fatalf("ping = %v, want the least recently heard contact %v", ping, old)
 	}
-	if again := rt.heard(contactInBucket(self, 1, rng, 4), later); again != nil {
+	if again := rt.heard(cs[3], later); again != nil {
 		t.Fatal("a second ping was started while one is outstanding")
 	}
 	// It answers: it stays, moves to the back, and the newcomer waits.
@@ -117,18 +130,59 @@ func TestQuestionableContactIsPingedBeforeEviction(t *testing.T) {
 	}
 }
 
+// TestFullBucketKeepsBestRanked: a full bucket keeps the contacts that
+// rank best for its owner, whatever order it heard them in, and a
+// contact it lets go waits in the replacement cache. Under the rule it
+// replaced (keep the first contacts heard), the nodes that joined first
+// were in most tables and took many putters' leaks on a hot key.
+func TestFullBucketKeepsBestRanked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	self := randID(rng)
+	cs := rankedContacts(newRoutingTable(self, 3, 2, 15*time.Minute, t0), 2, 12, rng, 0)
+	best := func(rt *routingTable) []ID {
+		var ids []ID
+		for _, e := range rt.buckets[2].entries {
+			ids = append(ids, e.ID)
+		}
+		slices.SortFunc(ids, func(a, b ID) int { return cmp.Compare(rt.rank(a), rt.rank(b)) })
+		return ids
+	}
+	want := []ID{cs[0].ID, cs[1].ID, cs[2].ID}
+	for trial := range 4 {
+		order := slices.Clone(cs)
+		if trial > 0 {
+			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		} else {
+			slices.Reverse(order) // the worst first
+		}
+		rt := newRoutingTable(self, 3, 2, 15*time.Minute, t0)
+		for i, c := range order {
+			rt.heard(c, t0.Add(time.Duration(i)*time.Second))
+		}
+		if got := best(rt); !slices.Equal(got, want) {
+			t.Fatalf("trial %d: bucket holds %v, want the best ranked %v", trial, shortIDs(got), shortIDs(want))
+		}
+		if rt.len() != 3 {
+			t.Fatalf("trial %d: size %d", trial, rt.len())
+		}
+		if trial == 0 && indexOf(rt.buckets[2].replacements, cs[3].ID) < 0 {
+			t.Fatal("a contact let go for a better one is not in the replacement cache")
+		}
+	}
+}
+
 func TestClosestMatchesBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	self := randID(rng)
 	rt := newRoutingTable(self, 8, 2, 15*time.Minute, t0)
-	var all []Contact
 	for i := range 400 {
 		// Skewed prefixes, as in a real table.
 		p := min(int(rng.ExpFloat64()*3), 30)
-		c := contactInBucket(self, p, rng, i)
-		if rt.heard(c, t0) == nil && indexOf(rt.buckets[p].entries, c.ID) >= 0 {
-			all = append(all, c)
-		}
+		rt.heard(contactInBucket(self, p, rng, i), t0)
+	}
+	var all []Contact
+	for _, e := range rt.all() {
+		all = append(all, e.Contact)
 	}
 	for range 200 {
 		target := randID(rng)

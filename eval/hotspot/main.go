@@ -5,14 +5,16 @@
 // workload then runs on a plain DHT (greedy routing, store at the closest
 // node) for comparison, and optionally over a range of network sizes.
 //
-//	go run ./eval/hotspot [-n 494] [-minutes 4] [-sweep] [-seeds "1 2 3"] [-topologies both] [-out docs/eval]
+//	go run ./eval/hotspot [-n 494] [-minutes 4] [-sweep] [-seeds "1 2 3"] [-topologies both] [-trace 4] [-out docs/eval]
 //
 // It runs in virtual time on coraldht's in-memory network with latencies
 // from the WonderProxy RTT matrix (or a synthetic one), 3 nodes per site.
 // With -seeds and -topologies the main run is repeated on each topology and
 // seed (different node addresses, hence IDs, and different keys), and the
 // closest and the busiest node of every hot key are reported against the
-// bound.
+// bound. With -trace, the busiest nodes of each key are broken down: the
+// stage of the put that sent each RPC, the senders, how many routing
+// tables list the node and how early it joined.
 package main
 
 import (
@@ -391,6 +393,10 @@ func hotspot(m *topology.Matrix, n int, plain bool) (*run, error) {
 		}
 		return out
 	}
+	var tr *tracer
+	if *flagTrace > 0 && !plain {
+		tr = newTracer(s, keys)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var pairs, putFails, getFails atomic.Uint64
@@ -426,6 +432,9 @@ func hotspot(m *topology.Matrix, n int, plain bool) (*run, error) {
 		perNode[k] = make([][]uint64, n)
 	}
 	for mi := 1; mi <= *flagMinutes; mi++ {
+		if mi == 2 && tr != nil {
+			tr.start()
+		}
 		time.Sleep(time.Minute)
 		cur, curPairs := putRPCs(), pairs.Load()
 		mm := minute{Index: mi, PairsIssued: curPairs - prevPairs}
@@ -443,8 +452,14 @@ func hotspot(m *topology.Matrix, n int, plain bool) (*run, error) {
 		r.Minutes = append(r.Minutes, mm)
 		prev, prevPairs = cur, curPairs
 	}
+	if tr != nil {
+		tr.stop()
+	}
 	cancel()
 	wg.Wait()
+	if tr != nil {
+		tr.report(float64(*flagMinutes-1), *flagSeed)
+	}
 	r.Pairs, r.PutFails, r.GetFails = pairs.Load(), putFails.Load(), getFails.Load()
 
 	r.Steady = make([]float64, n)

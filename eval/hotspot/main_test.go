@@ -14,6 +14,8 @@ func TestHotspotSmall(t *testing.T) {
 	out := t.TempDir()
 	*flagN, *flagMinutes, *flagKeys, *flagOut, *flagPlain = 48, 2, 1, out, true
 	*flagSeeds, *flagTopos = "1 2", "synthetic"
+	*flagTrace = 2
+	defer func() { *flagTrace = 0 }()
 	synctest.Test(t, func(t *testing.T) {
 		if err := experiment([]int{32, 48}); err != nil {
 			t.Fatal(err)
