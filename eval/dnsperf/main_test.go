@@ -162,6 +162,7 @@ func TestExperimentShort(t *testing.T) {
 	p.CoreDNS, p.Server, p.Client, p.Port = bin, "127.0.82.1", "127.0.83.1", 5301
 	p.Names, p.Rounds, p.Duration, p.Warmup, p.Idle, p.LatDur = 500, 1, time.Second, 0, time.Second, time.Second
 	p.Rate, p.Rates = 2000, nil
+	p.Quiet = 0 // plumbing, not figures: never wait for an idle machine (it cost CI up to 3 min)
 	p.Out = t.TempDir()
 	rep, err := experiment(context.Background(), p, "test")
 	if err != nil {
