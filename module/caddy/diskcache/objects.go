@@ -102,7 +102,9 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 // checked itself, and the Store owns the directory.
 //
 // A body small enough to keep in memory (wantsBody) is read whole from the
-// file here and offered to the hot set, and the Reader reads that copy.
+// file here and offered to the hot set, and the Reader reads that copy
+// (the file is closed and the version's hold, taken by the caller,
+// released): the body is read from disk once, not again to serve it.
 func (s *Store) openHot(ctx context.Context, key string, gen uint64, e *entry, m Meta) (*Reader, error) {
 	f, err := openRead(s.bodyPath(fileName(key), gen))
 	if err != nil {
@@ -115,6 +117,9 @@ func (s *Store) openHot(ctx context.Context, key string, gen uint64, e *entry, m
 			s.mu.Lock()
 			s.hotBodyPutLocked(e, gen, body)
 			s.mu.Unlock()
+			f.Close()
+			s.release(key, gen)
+			return s.newMemReader(key, m, body), nil
 		}
 		// On a short read the file Reader below reports it.
 	}
