@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 )
@@ -61,6 +62,11 @@ type Config struct {
 	// loopback: the node then uses a fixed development key that offers no
 	// protection. Load one with LoadKeyFile.
 	Key *Key
+
+	// AcceptedKeys are further network keys the node accepts but does not
+	// send with, during a key rotation (see Keyring); with Key, at most
+	// KeyringSize. Default: none.
+	AcceptedKeys []*Key
 
 	// Services this node runs; advertised to peers. Default: none.
 	Services Services
@@ -266,6 +272,15 @@ func (c *Config) Validate() error {
 		if i > 0 && th >= c.Levels[i-1] {
 			return bad("Levels", "threshold of level %d (%v) must be below level %d's (%v)", i+1, th, i, c.Levels[i-1])
 		}
+	}
+	if len(c.AcceptedKeys) > 0 && c.Key == nil {
+		return bad("AcceptedKeys", "accepted keys need a primary Key")
+	}
+	if len(c.AcceptedKeys)+1 > KeyringSize {
+		return bad("AcceptedKeys", "%d keys; a keyring holds at most %d, the primary included", len(c.AcceptedKeys)+1, KeyringSize)
+	}
+	if slices.Contains(c.AcceptedKeys, nil) {
+		return bad("AcceptedKeys", "nil key")
 	}
 	switch {
 	case c.B < 1 || c.B > 16:

@@ -21,7 +21,7 @@ import (
 type Node struct {
 	cfg  Config
 	tr   Transport
-	key  *Key
+	keys *Keyring // keyring.go
 	self Contact
 	log  *slog.Logger
 
@@ -100,6 +100,10 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		}
 		key = insecureLoopbackKey
 	}
+	keys, err := newKeyring(key, cfg.AcceptedKeys)
+	if err != nil {
+		return nil, err
+	}
 	seed := cfg.Seed
 	if seed == 0 {
 		var b [8]byte
@@ -114,7 +118,7 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		tr:       tr,
-		key:      key,
+		keys:     keys,
 		self:     Contact{ID: NodeIDFor(adv), Addr: adv, Services: cfg.Services},
 		store:    newStore(cfg.FullValues, cfg.MaxValues, cfg.MaxKeys),
 		load:     newLoadTracker(cfg.Leak, cfg.MaxTrackedKeys),
@@ -235,7 +239,7 @@ func (n *Node) send(m *message, to netip.AddrPort, toID ID) error {
 	if err != nil {
 		return err
 	}
-	b = n.key.seal(b)
+	b = n.keys.seal(b)
 	if m.Response {
 		n.counters.repOut[m.Type].Add(1)
 	} else {
@@ -273,7 +277,7 @@ func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 		n.drop(dropOversize, from)
 		return
 	}
-	body, ok := n.key.open(pkt)
+	body, keyUsed, ok := n.keys.open(pkt)
 	if !ok {
 		n.drop(dropBadAuth, from)
 		return
@@ -296,6 +300,7 @@ func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 		n.drop(r, from)
 		return
 	}
+	keyUsed.accepted.Add(1)
 	n.learn(m.Sender, m.Clusters, now)
 	n.peers.noteClusters(m.Sender, m.Clusters, now)
 	if m.Response {

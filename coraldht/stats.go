@@ -97,8 +97,9 @@ type Stats struct {
 	RepliesIn   MessageCounts // replies matched to an outstanding request
 	RepliesOut  MessageCounts // replies sent
 	Refused     uint64        // requests answered with a non-OK status (not a member, bad level, invalid)
-	Drops       DropCounts
-	Timeouts    uint64 // RPCs that went unanswered
+	Drops       DropCounts    // Drops.BadAuth: no installed key verifies
+	Keys        []KeyInfo     // installed keys, primary first, with datagrams accepted under each
+	Timeouts    uint64        // RPCs that went unanswered
 
 	Gets, GetHits, Puts, PutGets uint64 // operations started by this node's applications
 
@@ -204,6 +205,7 @@ func (n *Node) Stats() Stats {
 		Self:        c.drops[dropSelf].Load(),
 		Misdirected: c.drops[dropMisdirected].Load(),
 	}
+	s.Keys = n.keys.Keys()
 	keys, values, sc := n.store.sizes()
 	s.StoredKeys, s.StoredValues = keys, values
 	s.Store = sc
