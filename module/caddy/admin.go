@@ -60,6 +60,8 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/coral/purge", Handler: caddy.AdminHandlerFunc(a.handlePurge)},
 		{Pattern: "/coral/health", Handler: caddy.AdminHandlerFunc(a.handleHealth)},
 		{Pattern: "/coral/drain", Handler: caddy.AdminHandlerFunc(a.handleDrain)},
+		{Pattern: "/coral/keys", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
+		{Pattern: "/coral/keys/", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
 	}
 }
 
@@ -311,6 +313,9 @@ type adminDHT struct {
 	// most ten); Loaded ones are being answered "loaded" (Coral's rate
 	// limit per key).
 	HotKeys []adminKeyLoad `json:"hot_keys,omitempty"`
+	// NetworkKeys are the node's installed network keys, by fingerprint,
+	// the primary first (see keys.go).
+	NetworkKeys []adminNetworkKey `json:"network_keys"`
 }
 
 type adminKeyLoad struct {
@@ -425,6 +430,7 @@ func adminDHTSummary(s coraldht.Stats) *adminDHT {
 		ClusterRounds: s.ClusterRounds, ClusterChanges: s.ClusterChanges,
 		StoresAccepted: s.Store.Stored, StoresRefused: s.Store.RefusedFull + s.Store.RefusedExhausted,
 		StoresEvicted: s.Store.EvictedForNewer + s.Store.EvictedForSpace,
+		NetworkKeys:   adminNetworkKeys(s.Keys),
 	}
 	in := s.RequestsIn
 	for _, t := range []struct {

@@ -33,7 +33,7 @@ func init() {
 //	        listen     IP:PORT
 //	        advertise  IP:PORT
 //	        bootstrap  IP:PORT...
-//	        key_file   PATH
+//	        key        PRIMARY_FILE [ACCEPTED_FILE...]
 //	        levels     DURATION...
 //	        cluster    LEVEL NAME
 //	    }
@@ -62,11 +62,18 @@ func parseGlobalCoral(d *caddyfile.Dispenser, existing any) (any, error) {
 			app.Listen, err = one()
 		case "advertise":
 			app.Advertise, err = one()
-		case "key_file":
-			if app.KeyFile, err = one(); err == nil {
-				// The key's digest in the adapted JSON makes `caddy
+		case "key", "key_file":
+			// key_file is the older spelling of key with one file.
+			switch {
+			case app.KeyFile != "":
+				err = d.Errf("%s: the network keys are given once (key PRIMARY_FILE [ACCEPTED_FILE...])", prop)
+			case len(args) == 0 || (prop == "key_file" && len(args) != 1):
+				err = d.Errf("%s takes a key file (key PRIMARY_FILE [ACCEPTED_FILE...])", prop)
+			default:
+				app.KeyFile, app.AcceptedKeyFiles = args[0], args[1:]
+				// The keys' digest in the adapted JSON makes `caddy
 				// reload` see a new key in the same file.
-				app.KeyFileSHA256 = fileSHA256(app.KeyFile)
+				app.KeyFileSHA256 = keyFilesSHA256(args)
 			}
 		case "bootstrap":
 			if len(args) == 0 {

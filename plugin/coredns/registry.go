@@ -92,10 +92,12 @@ func (cfg *config) nodeOptions() host.Options {
 		Advertise: cfg.advertise,
 		Bootstrap: cfg.bootstrap,
 		KeyFile:   cfg.keyFile,
-		Levels:    cfg.levels,
-		Pins:      cfg.pins,
-		Services:  coraldht.ServiceDNS,
-		Logger:    slog.New(clogHandler{}),
+		// The keys are not node settings: host updates the running node.
+		AcceptedKeyFiles: cfg.acceptKey,
+		Levels:           cfg.levels,
+		Pins:             cfg.pins,
+		Services:         coraldht.ServiceDNS,
+		Logger:           slog.New(clogHandler{}),
 	}
 }
 

@@ -31,6 +31,7 @@ type config struct {
 	advertise netip.AddrPort
 	bootstrap []netip.AddrPort
 	keyFile   string
+	acceptKey []string // files of keys accepted but not sent with (key's files after the first)
 	levels    []time.Duration
 	pins      map[int]string
 	overrides []override
@@ -264,9 +265,15 @@ func (cfg *config) parseNodeProperty(c *caddy.Controller, prop string, args []st
 			}
 			cfg.bootstrap = append(cfg.bootstrap, ap)
 		}
-	case "key_file":
-		if err = needArgs(c, prop, args, 1); err == nil {
-			cfg.keyFile = args[0]
+	case "key", "key_file":
+		// key_file is the older spelling of key with one file.
+		switch {
+		case cfg.keyFile != "":
+			err = c.Errf("%s: the network keys are given once (key PRIMARY_FILE [ACCEPTED_FILE...])", prop)
+		case len(args) == 0 || (prop == "key_file" && len(args) != 1):
+			err = c.Errf("%s takes a key file (key PRIMARY_FILE [ACCEPTED_FILE...])", prop)
+		default:
+			cfg.keyFile, cfg.acceptKey = args[0], args[1:]
 		}
 	case "levels":
 		err = cfg.parseLevels(c, prop, args)
