@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coralcdn/coral/internal/demonet"
+	"github.com/coralcdn/coral/internal/lab/demonet"
 )
 
 // step is one command the demo prints, and how -smoke checks its output.

@@ -2,7 +2,7 @@
 
 // Package hostilelab attacks real bin/caddy processes and watches them
 // while it does: a proxy and its peer (two Coral nodes in one DSHT), the
-// evil origin of internal/evilorigin, an honest origin, hostile clients
+// evil origin of internal/lab/evilorigin, an honest origin, hostile clients
 // (stalled readers, abandoned downloads, slowloris), and a canary client
 // that keeps fetching honest objects — and a few "victim" objects on the
 // evil origin itself — through both proxies and checks every byte.
@@ -30,9 +30,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coralcdn/coral/internal/evilorigin"
-	"github.com/coralcdn/coral/internal/labconf"
-	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/lab/evilorigin"
+	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/proc"
 )
 
 // Ports every process of the lab uses, each on its own loopback address.

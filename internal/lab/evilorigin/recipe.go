@@ -1,5 +1,5 @@
 // Package evilorigin is an HTTP/1.1 origin that misbehaves on purpose, for
-// the labs and experiments that attack coral_proxy (internal/hostilelab,
+// the labs and experiments that attack coral_proxy (internal/lab/hostilelab,
 // test/hostilelab, eval/hostile). It listens on a raw TCP socket and writes
 // every response byte by hand, so it can lie in ways net/http never would:
 // headers that never end, Content-Length that is not the body's length,

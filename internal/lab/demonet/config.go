@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/coralcdn/coral/internal/labconf"
-	"github.com/coralcdn/coral/internal/resolvers"
+	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/resolvers"
 )
 
 // The zones and names of the demo.
@@ -168,7 +168,7 @@ func corefile(s nodeSpec) string {
 }
 
 func header(s nodeSpec) string {
-	return fmt.Sprintf("written by internal/demonet: node %d (%s), region %s", s.index, s.addr, s.region)
+	return fmt.Sprintf("written by internal/lab/demonet: node %d (%s), region %s", s.index, s.addr, s.region)
 }
 
 // StatusSite gives the extra Caddyfile site block of each Caddy node: its
@@ -233,5 +233,5 @@ func caddyfile(s nodeSpec) string {
 // resolvConf is the resolver configuration Caddy sees (in a mount
 // namespace of its own): the demo's first recursive resolver.
 func resolvConf(resolver netip.Addr) string {
-	return fmt.Sprintf("# written by internal/demonet\nnameserver %s\noptions timeout:2 attempts:3\n", resolver)
+	return fmt.Sprintf("# written by internal/lab/demonet\nnameserver %s\noptions timeout:2 attempts:3\n", resolver)
 }

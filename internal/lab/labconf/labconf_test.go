@@ -130,7 +130,7 @@ func TestCoralPlugin(t *testing.T) {
 func TestBinaries(t *testing.T) {
 	wd, _ := os.Getwd()
 	root, err := RepoRoot(wd)
-	if err != nil || !strings.HasSuffix(filepath.ToSlash(wd), "/internal/labconf") || filepath.Join(root, "internal", "labconf") != wd {
+	if err != nil || !strings.HasSuffix(filepath.ToSlash(wd), "/internal/lab/labconf") || filepath.Join(root, "internal", "lab", "labconf") != wd {
 		t.Fatalf("RepoRoot(%s) = %s, %v", wd, root, err)
 	}
 	if _, err := RepoRoot(t.TempDir()); err == nil {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/coralcdn/coral/internal/topology"
+	"github.com/coralcdn/coral/eval/internal/topology"
 )
 
 // Example builds a small synthetic world, places two nodes on each of three

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coralname"
-	"github.com/coralcdn/coral/internal/labconf"
-	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/proc"
 )
 
 // HTTPS. The demo runs its own ACME CA (Caddy's acme_server, with only

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
-	"github.com/coralcdn/coral/internal/labconf"
-	"github.com/coralcdn/coral/internal/proc"
-	"github.com/coralcdn/coral/internal/resolvers"
+	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/proc"
+	"github.com/coralcdn/coral/internal/lab/resolvers"
 )
 
 // Options configure a demo network. The zero value is the default demo.

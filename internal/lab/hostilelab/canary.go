@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coralcdn/coral/internal/evilorigin"
+	"github.com/coralcdn/coral/internal/lab/evilorigin"
 )
 
 // CanaryTimeout bounds one canary request, head to last byte: a slower

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/coralcdn/coral/internal/evilorigin"
+	"github.com/coralcdn/coral/internal/lab/evilorigin"
 )
 
 // Class is one class of attack.

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // The HTTPS configuration of the demo: the CA's Caddyfile and the nodes'
@@ -31,7 +31,7 @@ func caCaddyfile(ca, resolver netip.Addr, lifetime time.Duration) string {
 		labconf.D("allow").With(labconf.D("domains", AliasZone, "*."+AliasZone)),
 	)
 	return labconf.Caddy{
-		Comment:   "written by internal/demonet: the demo's ACME CA",
+		Comment:   "written by internal/lab/demonet: the demo's ACME CA",
 		SkipTrust: true,
 		Grace:     "1s",
 		Options: []labconf.Directive{

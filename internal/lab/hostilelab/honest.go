@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coralcdn/coral/internal/evilorigin"
+	"github.com/coralcdn/coral/internal/lab/evilorigin"
 )
 
 // HonestOrigin is a well-behaved origin (net/http): every path under

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/lab/proc"
 	"github.com/miekg/dns"
 )
 

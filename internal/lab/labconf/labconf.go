@@ -1,5 +1,5 @@
 // Package labconf is the one way the labs (test/), the demo network
-// (internal/demonet) and the experiments (eval/) write the Caddyfiles and
+// (internal/lab/demonet) and the experiments (eval/) write the Caddyfiles and
 // Corefiles of the bin/caddy and bin/coredns processes they start, and
 // find those binaries.
 //

@@ -3,7 +3,7 @@
 // Package resolvers starts real recursive resolvers (Unbound, BIND,
 // Knot Resolver, PowerDNS Recursor, as packaged by Debian) as child processes
 // against a fake DNS root on loopback: the harness of the resolver lab
-// (test/resolverlab) and of the demo network (internal/demonet).
+// (test/resolverlab) and of the demo network (internal/lab/demonet).
 // test/resolverlab/install-deps.sh installs them; test/resolverlab/README.md
 // describes the configurations and each resolver's quirks.
 //
@@ -41,7 +41,7 @@ import (
 
 	"time"
 
-	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/lab/proc"
 
 	"github.com/miekg/dns"
 )

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coralcdn/coral/internal/evilorigin"
+	"github.com/coralcdn/coral/internal/lab/evilorigin"
 )
 
 // Bounds are the invariants a class must keep (README.md explains each).
@@ -249,7 +249,7 @@ func Table(rs []Result) string {
 }
 
 // CatalogueClasses maps each class of the lab to the behaviours of
-// internal/evilorigin it uses (for documentation and reports).
+// internal/lab/evilorigin it uses (for documentation and reports).
 func CatalogueClasses() map[string][]string {
 	out := map[string][]string{}
 	for _, b := range evilorigin.Catalogue {
