@@ -134,24 +134,6 @@ func TestParseHostTable(t *testing.T) {
 	}
 }
 
-func TestCarriesZone(t *testing.T) {
-	for _, tc := range []struct {
-		host, zone string
-		want       bool
-	}{
-		{"www.example.com.http.l2.l1.l0.nyucd.net", "nyucd.net", true},
-		{"WWW.NYUCD.NET.", "nyucd.net", true},
-		{"nyucd.net.example.com", "NYUCD.NET", true},
-		{"www.example.com", "nyucd.net", false},
-		{"xnyucd.net", "nyucd.net", false},
-		{"www.example.com", "", false},
-	} {
-		if got := CarriesZone(tc.host, tc.zone); got != tc.want {
-			t.Errorf("CarriesZone(%q, %q) = %v", tc.host, tc.zone, got)
-		}
-	}
-}
-
 // checkParseConsistent checks ParseHost's invariants for one input.
 func checkParseConsistent(t *testing.T, host, zone string) {
 	o, err := ParseHost(host, zone)
