@@ -393,4 +393,3 @@ func stripProxyPort(host string) (name, detail string, err error) {
 	}
 	return name, "", nil
 }
-
