@@ -237,17 +237,18 @@ func TestKeyringRotation(t *testing.T) {
 		if failed.Load() != 0 || gets.Load() < 500 {
 			t.Fatalf("%d of %d gets failed during the rotation (first: %v); want 0 of at least 500", failed.Load(), gets.Load(), firstErr.Load())
 		}
-		var badAuth, underNew uint64
+		var badAuth, underNew, getFailures uint64
 		for i, nd := range tn.nodes {
 			s := nd.Stats()
 			badAuth += s.Drops.BadAuth
+			getFailures += s.GetFailures
 			if len(s.Keys) != 1 || s.Keys[0].Fingerprint != newKey.Fingerprint() {
 				t.Fatalf("node %d keys %+v; want only the new key", i, s.Keys)
 			}
 			underNew += s.Keys[0].Accepted
 		}
-		if badAuth != 0 || underNew == 0 {
-			t.Fatalf("after the rotation: %d datagrams dropped for a bad key, %d accepted under the new key; want 0 and some", badAuth, underNew)
+		if badAuth != 0 || underNew == 0 || getFailures != 0 {
+			t.Fatalf("after the rotation: %d datagrams dropped for a bad key, %d accepted under the new key, %d gets failed in Stats; want 0, some, 0", badAuth, underNew, getFailures)
 		}
 
 		stale := tn.nodes[n-1]
@@ -255,8 +256,8 @@ func TestKeyringRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := stale.Get(ctx, keys[0])
-		if err == nil {
-			t.Fatal("a node with only the old key still gets values")
+		if err == nil || stale.Stats().GetFailures != 1 {
+			t.Fatalf("a node with only the old key: get error %v, %d failed gets in Stats; want an error, counted", err, stale.Stats().GetFailures)
 		}
 		badAuth = 0
 		for _, nd := range tn.nodes[:n-1] {

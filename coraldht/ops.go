@@ -146,6 +146,7 @@ func (n *Node) Get(ctx context.Context, key ID, levels ...int) (GetResult, error
 		failures += r.failures
 		timedOut = timedOut || r.timedOut
 		if r.err != nil {
+			n.counters.getFailures.Add(1)
 			return res, n.opError(ctx, r.err)
 		}
 		if len(r.values) > 0 {
@@ -159,8 +160,10 @@ func (n *Node) Get(ctx context.Context, key ID, levels ...int) (GetResult, error
 	}
 	switch {
 	case res.Hops == 0 && failures > 0:
+		n.counters.getFailures.Add(1)
 		return res, ErrNoResponse
 	case timedOut:
+		n.counters.getFailures.Add(1)
 		return res, fmt.Errorf("%w: lookup exceeded LookupTimeout (%v) without finding values", ErrTimeout, n.cfg.LookupTimeout)
 	}
 	return res, ErrNotFound

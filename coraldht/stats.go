@@ -102,6 +102,7 @@ type Stats struct {
 	Timeouts    uint64        // RPCs that went unanswered
 
 	Gets, GetHits, Puts, PutGets uint64 // operations started by this node's applications
+	GetFailures                  uint64 // gets that failed (no node answered, timeout, error); not finding values is no failure
 
 	Lookups       uint64
 	LookupHops    Histogram // remote nodes that answered, per lookup level
@@ -138,6 +139,7 @@ type nodeCounters struct {
 	drops                        [dropReasonEnd]atomic.Uint64
 	timeouts                     atomic.Uint64
 	gets, getHits, puts, putGets atomic.Uint64
+	getFailures                  atomic.Uint64
 	lookups                      atomic.Uint64
 	hops, seconds                *histogram
 
@@ -182,6 +184,7 @@ func (n *Node) Stats() Stats {
 		Timeouts:      c.timeouts.Load(),
 		Gets:          c.gets.Load(),
 		GetHits:       c.getHits.Load(),
+		GetFailures:   c.getFailures.Load(),
 		Puts:          c.puts.Load(),
 		PutGets:       c.putGets.Load(),
 		Lookups:       c.lookups.Load(),
