@@ -241,7 +241,7 @@ func TestKeyringRotation(t *testing.T) {
 		for i, nd := range tn.nodes {
 			s := nd.Stats()
 			badAuth += s.Drops.BadAuth
-			getFailures += s.GetFailures
+			getFailures += s.GetFailures + s.PutFailures
 			if len(s.Keys) != 1 || s.Keys[0].Fingerprint != newKey.Fingerprint() {
 				t.Fatalf("node %d keys %+v; want only the new key", i, s.Keys)
 			}

@@ -185,6 +185,7 @@ func (n *Node) checkPut(value []byte, ttl time.Duration) error {
 // insertion on the given levels (default all), highest first. See PutGet.
 func (n *Node) Put(ctx context.Context, key ID, value []byte, ttl time.Duration, levels ...int) (PutResult, error) {
 	r, err := n.putGet(ctx, key, value, ttl, levels, false)
+	n.countPutFailure(err)
 	return r.PutResult, err
 }
 

@@ -103,6 +103,7 @@ type Stats struct {
 
 	Gets, GetHits, Puts, PutGets uint64 // operations started by this node's applications
 	GetFailures                  uint64 // gets that failed (no node answered, timeout, error); not finding values is no failure
+	PutFailures                  uint64 // puts and put+gets that failed (no node answered, timeout, error)
 
 	Lookups       uint64
 	LookupHops    Histogram // remote nodes that answered, per lookup level
@@ -139,7 +140,7 @@ type nodeCounters struct {
 	drops                        [dropReasonEnd]atomic.Uint64
 	timeouts                     atomic.Uint64
 	gets, getHits, puts, putGets atomic.Uint64
-	getFailures                  atomic.Uint64
+	getFailures, putFailures     atomic.Uint64
 	lookups                      atomic.Uint64
 	hops, seconds                *histogram
 
@@ -185,6 +186,7 @@ func (n *Node) Stats() Stats {
 		Gets:          c.gets.Load(),
 		GetHits:       c.getHits.Load(),
 		GetFailures:   c.getFailures.Load(),
+		PutFailures:   c.putFailures.Load(),
 		Puts:          c.puts.Load(),
 		PutGets:       c.putGets.Load(),
 		Lookups:       c.lookups.Load(),

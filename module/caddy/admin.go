@@ -297,6 +297,7 @@ type adminDHT struct {
 	Gets           uint64            `json:"gets"`
 	GetHits        uint64            `json:"get_hits"`
 	GetFailures    uint64            `json:"get_failures"` // no node answered, or a timeout
+	PutFailures    uint64            `json:"put_failures"` // puts and put+gets, likewise
 	Puts           uint64            `json:"puts"`
 	PutGets        uint64            `json:"put_gets"`
 	Lookups        uint64            `json:"lookups"`
@@ -426,7 +427,7 @@ func adminDHTSummary(s coraldht.Stats) *adminDHT {
 		RequestsIn: s.RequestsIn.Total(), RequestsOut: s.RequestsOut.Total(),
 		RepliesIn: s.RepliesIn.Total(), RepliesOut: s.RepliesOut.Total(),
 		Refused: s.Refused, Timeouts: s.Timeouts,
-		Gets: s.Gets, GetHits: s.GetHits, GetFailures: s.GetFailures, Puts: s.Puts, PutGets: s.PutGets, Lookups: s.Lookups,
+		Gets: s.Gets, GetHits: s.GetHits, GetFailures: s.GetFailures, PutFailures: s.PutFailures, Puts: s.Puts, PutGets: s.PutGets, Lookups: s.Lookups,
 		StoredKeys: s.StoredKeys, StoredValues: s.StoredValues, Peers: s.Peers,
 		ClusterRounds: s.ClusterRounds, ClusterChanges: s.ClusterChanges,
 		StoresAccepted: s.Store.Stored, StoresRefused: s.Store.RefusedFull + s.Store.RefusedExhausted,
