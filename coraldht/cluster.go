@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // This file is the self-organizing cluster hierarchy: every ClusterInterval
@@ -313,7 +315,7 @@ func (n *Node) probeUnmeasured(ctx context.Context) {
 func (n *Node) pingAll(ctx context.Context, cs []Contact) {
 	var wg sync.WaitGroup
 	for _, c := range cs {
-		wg.Go(func() { _, _ = n.call(ctx, c, &message{Type: msgPing}) })
+		wg.Go(func() { _, _ = n.call(ctx, c, &wire.Message{Type: wire.Ping}) })
 	}
 	wg.Wait()
 }
@@ -435,8 +437,8 @@ func (n *Node) validateCluster(ctx context.Context, lv *level, c *clusterSample)
 	n.mu.Lock()
 	target := randomIDWithPrefix(n.self.ID, 0, n.rng)
 	n.mu.Unlock()
-	reply, err := n.call(ctx, f.Contact, &message{Type: msgMembers, Level: uint8(lv.index), Target: target})
-	if err != nil || reply.Status != statusOK {
+	reply, err := n.call(ctx, f.Contact, &wire.Message{Type: wire.Members, Level: uint8(lv.index), Target: target})
+	if err != nil || reply.Status != wire.StatusOK {
 		return ClusterInfo{}, false
 	}
 	known := make(map[ID]bool)

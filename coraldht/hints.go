@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // Locality hints: nodes publish their address in the level-0 DSHT under
@@ -149,7 +151,7 @@ func hintAddrs(vs []Value) []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, v := range vs {
 		var a netip.AddrPort
-		if a.UnmarshalBinary(v.Data) != nil || checkContactAddr(a) != nil || slices.Contains(out, a) {
+		if a.UnmarshalBinary(v.Data) != nil || wire.CheckAddr(a) != nil || slices.Contains(out, a) {
 			continue
 		}
 		out = append(out, a)

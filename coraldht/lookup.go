@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // A lookup walks one level's DSHT toward a key. Each step corrects one more
@@ -67,7 +69,7 @@ type candidate struct {
 }
 
 type lookupResult struct {
-	values     []wireValue // first values found
+	values     []wire.Value // first values found
 	valuesFrom Contact
 	answered   []*candidate // nodes that answered, this node first
 	saturated  bool         // put: stopped at a full and loaded node
@@ -227,7 +229,7 @@ func (ls *lookupState) spreadHop(t ID, reserved *candidate) *candidate {
 	var best *candidate
 	var bestRank uint64
 	for _, c := range near {
-		if r := mix64(ls.salt ^ c.ID.low64()); best == nil || r < bestRank {
+		if r := mix64(ls.salt ^ low64(c.ID)); best == nil || r < bestRank {
 			best, bestRank = c, r
 		}
 	}
@@ -270,20 +272,20 @@ func (ls *lookupState) send(c *candidate) {
 		// "peers half-way closer".
 		target = next
 	}
-	req := &message{Level: uint8(ls.p.level), Key: ls.p.key, Target: target}
+	req := &wire.Message{Level: uint8(ls.p.level), Key: ls.p.key, Target: target}
 	switch ls.p.kind {
 	case lookupFind:
 		// Filling routing tables: the nodes wanted are those nearest the
 		// target itself.
-		req.Type = msgFindNode
+		req.Type = wire.FindNode
 		req.Target = ls.p.key
 	case lookupGet:
-		req.Type = msgGet
+		req.Type = wire.Get
 	case lookupPut:
-		req.Type = msgPutProbe
+		req.Type = wire.PutProbe
 		req.TTL = ttlMillis(ls.p.ttl)
 		if ls.p.wantValues {
-			req.Flags = reqFlagWantValues
+			req.Flags = wire.FlagWantValues
 		}
 	}
 	quick := c.state == candSuspect
@@ -396,10 +398,10 @@ func (ls *lookupState) handle(ev rpcEvent) {
 		return
 	}
 	m := ev.reply
-	if m.Status != statusOK {
+	if m.Status != wire.StatusOK {
 		c.state = candFailed
 		ls.res.failures++
-		if m.Status == statusNotMember {
+		if m.Status == wire.StatusNotMember {
 			ls.n.levels[ls.p.level].rt.remove(c.ID)
 		}
 		return

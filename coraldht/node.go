@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // Node is one Coral node: a member of one cluster per level, with a routing
@@ -90,7 +93,7 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		adv = local
 	}
 	adv = netip.AddrPortFrom(adv.Addr().Unmap(), adv.Port())
-	if err := checkContactAddr(adv); err != nil {
+	if err := wire.CheckAddr(adv); err != nil {
 		return nil, fmt.Errorf("coraldht: advertised address: %v (set Config.Advertise)", err)
 	}
 	key := cfg.Key
@@ -225,13 +228,13 @@ func (n *Node) updateSizes() {
 
 // send fills in the header of m and transmits it to addr, addressed to the
 // node with ID toID.
-func (n *Node) send(m *message, to netip.AddrPort, toID ID) error {
+func (n *Node) send(m *wire.Message, to netip.AddrPort, toID ID) error {
 	m.Sender = n.self
 	m.Recipient = toID
 	m.Clusters = n.clusterInfos()
 	m.Timestamp = n.stamp()
 	buf := make([]byte, 0, MaxDatagram)
-	b, err := encodeMessage(buf, m)
+	b, err := wire.Encode(buf, m)
 	if err != nil {
 		return err
 	}
@@ -250,7 +253,7 @@ func (n *Node) receiveLoop() {
 	for {
 		sz, from, err := n.tr.ReadFrom(buf)
 		if err != nil {
-			if n.closed.Load() || errors.Is(err, ErrTransportClosed) {
+			if n.closed.Load() || errors.Is(err, ErrTransportClosed) || errors.Is(err, net.ErrClosed) {
 				return
 			}
 			n.log.Debug("read", "err", err)
@@ -278,7 +281,7 @@ func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 		n.drop(dropBadAuth, from)
 		return
 	}
-	m, err := decodeMessage(body)
+	m, err := wire.Decode(body)
 	if err != nil {
 		n.drop(dropMalformed, from)
 		return
@@ -348,7 +351,7 @@ func (n *Node) checkQuestionable(lv *level, c Contact) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		if _, err := n.call(n.ctx, c, &message{Type: msgPing}); errors.Is(err, ErrTimeout) {
+		if _, err := n.call(n.ctx, c, &wire.Message{Type: wire.Ping}); errors.Is(err, ErrTimeout) {
 			// A quiet contact that fails its check gives its slot to the
 			// newcomer waiting in the replacement cache.
 			lv.rt.evict(c.ID)
@@ -356,71 +359,71 @@ func (n *Node) checkQuestionable(lv *level, c Contact) {
 	}()
 }
 
-func (n *Node) handleRequest(m *message, from netip.AddrPort, now time.Time) {
+func (n *Node) handleRequest(m *wire.Message, from netip.AddrPort, now time.Time) {
 	n.counters.reqIn[m.Type].Add(1)
-	if m.Type == msgApp {
+	if m.Type == wire.App {
 		// Answered when the application's handler returns (app.go).
 		n.handleApp(m, from, now)
 		return
 	}
-	r := &message{Type: m.Type, Response: true, ReqID: m.ReqID}
+	r := &wire.Message{Type: m.Type, Response: true, ReqID: m.ReqID}
 	switch m.Type {
-	case msgPing:
-	case msgMembers:
+	case wire.Ping:
+	case wire.Members:
 		// Any node may sample a cluster it considers joining.
 		if int(m.Level) >= len(n.levels) {
-			r.Status = statusBadLevel
+			r.Status = wire.StatusBadLevel
 		}
 	default:
 		r.Status = n.checkLevel(m)
 	}
-	if r.Status != statusOK {
+	if r.Status != wire.StatusOK {
 		n.counters.refused.Add(1)
 		_ = n.send(r, from, m.Sender.ID)
 		return
 	}
 	lk := levelKey{level: m.Level, key: m.Key}
 	switch m.Type {
-	case msgPing:
-	case msgFindNode, msgMembers:
+	case wire.Ping:
+	case wire.FindNode, wire.Members:
 		r.Nodes = n.levels[m.Level].rt.closestAnswering(m.Target, n.cfg.BucketSize, m.Sender.ID)
-	case msgGet:
+	case wire.Get:
 		n.load.request(lk, kindGet, false, now)
 		r.Values = n.store.get(lk, now)
 		if len(r.Values) == 0 {
 			r.Nodes = n.replyContacts(int(m.Level), m.Target, m.Key, m.Sender.ID)
 		}
-	case msgPutProbe:
+	case wire.PutProbe:
 		ttl := time.Duration(m.TTL) * time.Millisecond
 		if ttl <= 0 || ttl > n.cfg.MaxTTL {
-			r.Status = statusInvalid
+			r.Status = wire.StatusInvalid
 			break
 		}
 		r.Loaded = n.load.request(lk, kindPutProbe, false, now)
 		st := n.store.status(lk, now)
 		r.Count = uint8(min(st.count, 255))
 		r.MinRemaining = ttlMillis(st.minRemaining)
-		if m.Flags&reqFlagWantValues != 0 {
+		if m.Flags&wire.FlagWantValues != 0 {
 			r.Values = n.store.get(lk, now)
 		}
 		r.Nodes = n.replyContacts(int(m.Level), m.Target, m.Key, m.Sender.ID)
-	case msgStore:
+	case wire.Store:
 		ttl := time.Duration(m.TTL) * time.Millisecond
 		if ttl <= 0 || ttl > n.cfg.MaxTTL || len(m.Value) > n.cfg.MaxValueSize {
-			r.Status = statusInvalid
+			r.Status = wire.StatusInvalid
 			break
 		}
 		n.load.request(lk, kindStore, false, now)
 		result, after, before := n.storeLocal(lk, m.Value, ttl, now)
 		r.Result = result
 		r.Count = uint8(min(after.count, 255))
-		if m.Flags&reqFlagWantValues != 0 {
+		if m.Flags&wire.FlagWantValues != 0 {
 			r.Values = before
 		}
 	}
-	if r.Status != statusOK {
+	if r.Status != wire.StatusOK {
 		n.counters.refused.Add(1)
-	} else if m.Type == msgGet || m.Type == msgPutProbe || m.Type == msgStore {
+	} else if m.Type == wire.Get || m.Type == wire.PutProbe || m.Type == wire.Store {
 		n.traceRequest(m, r.Loaded)
 	}
 	if err := n.send(r, from, m.Sender.ID); err != nil {
@@ -451,28 +454,28 @@ func (n *Node) replyContacts(level int, target, key, requester ID) []Contact {
 }
 
 // storeLocal stores into this node's own storage, honouring PlainDHT.
-func (n *Node) storeLocal(lk levelKey, data []byte, ttl time.Duration, now time.Time) (uint8, keyStatus, []wireValue) {
+func (n *Node) storeLocal(lk levelKey, data []byte, ttl time.Duration, now time.Time) (uint8, keyStatus, []wire.Value) {
 	if n.cfg.PlainDHT {
 		return n.store.putForced(lk, data, ttl, now)
 	}
 	return n.store.put(lk, data, ttl, now)
 }
 
-func (n *Node) checkLevel(m *message) uint8 {
+func (n *Node) checkLevel(m *wire.Message) uint8 {
 	if int(m.Level) >= len(n.levels) {
-		return statusBadLevel
+		return wire.StatusBadLevel
 	}
 	if !n.sharesCluster(m.Clusters, int(m.Level)) {
-		return statusNotMember
+		return wire.StatusNotMember
 	}
-	return statusOK
+	return wire.StatusOK
 }
 
 // pendingCall is an outstanding request.
 type pendingCall struct {
 	id     uint64
 	to     Contact
-	typ    msgType
+	typ    wire.Type
 	sent   time.Time
 	events chan<- rpcEvent
 	tag    any
@@ -493,7 +496,7 @@ func (pc *pendingCall) stopTimers() {
 // timeout; the call stays open), a reply, or a final error.
 type rpcEvent struct {
 	call  *pendingCall
-	reply *message
+	reply *wire.Message
 	err   error
 	soft  bool
 }
@@ -512,7 +515,7 @@ func (n *Node) post(pc *pendingCall, ev rpcEvent) {
 // peer is slower than expected (lookups then hedge), then exactly one final
 // event (reply or error) unless the call is cancelled first. See
 // peerTable.timeouts for the two deadlines and for quick calls.
-func (n *Node) startCall(c Contact, req *message, events chan<- rpcEvent, tag any, quick bool) *pendingCall {
+func (n *Node) startCall(c Contact, req *wire.Message, events chan<- rpcEvent, tag any, quick bool) *pendingCall {
 	soft, hard := n.peers.timeouts(c.Addr, quick)
 	pc := &pendingCall{to: c, typ: req.Type, events: events, tag: tag, sent: time.Now()}
 	n.mu.Lock()
@@ -578,7 +581,7 @@ func (n *Node) cancelCall(pc *pendingCall) {
 	}
 }
 
-func (n *Node) handleResponse(m *message, from netip.AddrPort, now time.Time) {
+func (n *Node) handleResponse(m *wire.Message, from netip.AddrPort, now time.Time) {
 	n.mu.Lock()
 	pc := n.pending[m.ReqID]
 	if pc == nil || pc.typ != m.Type || pc.to.ID != m.Sender.ID {
@@ -590,7 +593,7 @@ func (n *Node) handleResponse(m *message, from netip.AddrPort, now time.Time) {
 	n.mu.Unlock()
 	pc.stopTimers()
 	n.counters.repIn[m.Type].Add(1)
-	if m.Type != msgApp {
+	if m.Type != wire.App {
 		// An app reply's delay includes the handler's work (and
 		// retransmissions): no RTT sample.
 		n.peers.observe(pc.to.Addr, now.Sub(pc.sent), now)
@@ -599,7 +602,7 @@ func (n *Node) handleResponse(m *message, from netip.AddrPort, now time.Time) {
 }
 
 // call is a blocking RPC: it returns the reply or the first error.
-func (n *Node) call(ctx context.Context, c Contact, req *message) (*message, error) {
+func (n *Node) call(ctx context.Context, c Contact, req *wire.Message) (*wire.Message, error) {
 	events := make(chan rpcEvent, 2)
 	pc := n.startCall(c, req, events, nil, false)
 	for {
@@ -623,11 +626,11 @@ func (n *Node) Ping(ctx context.Context, addr netip.AddrPort) (time.Duration, er
 		return 0, ErrClosed
 	}
 	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
-	if err := checkContactAddr(addr); err != nil {
+	if err := wire.CheckAddr(addr); err != nil {
 		return 0, fmt.Errorf("%w: ping %v: %v", ErrInvalid, addr, err)
 	}
 	start := time.Now()
-	if _, err := n.call(ctx, Contact{ID: NodeIDFor(addr), Addr: addr}, &message{Type: msgPing}); err != nil {
+	if _, err := n.call(ctx, Contact{ID: NodeIDFor(addr), Addr: addr}, &wire.Message{Type: wire.Ping}); err != nil {
 		return 0, err
 	}
 	return time.Since(start), nil

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // Value is a value read from the DSHT.
@@ -16,7 +18,7 @@ type Value struct {
 	TTL  time.Duration // lifetime left at the node that returned it
 }
 
-func toValues(ws []wireValue) []Value {
+func toValues(ws []wire.Value) []Value {
 	if len(ws) == 0 {
 		return nil
 	}
@@ -297,7 +299,7 @@ func (n *Node) Nodes(ctx context.Context, level, count int, target netip.Addr, s
 		var wg sync.WaitGroup
 		for _, c := range stale {
 			wg.Go(func() {
-				if _, err := n.call(ctx, c, &message{Type: msgPing}); err == nil {
+				if _, err := n.call(ctx, c, &wire.Message{Type: wire.Ping}); err == nil {
 					mu.Lock()
 					out = append(out, n.nodeInfo(c, time.Now()))
 					mu.Unlock()
