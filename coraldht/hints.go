@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht/internal/wire"
+
+	"github.com/coralcdn/coral/coraldht/icmpprobe"
 )
 
 // Locality hints: nodes publish their address in the level-0 DSHT under
@@ -119,7 +121,7 @@ func (n *Node) publishHints(ctx context.Context) {
 	var routers []netip.Addr
 	if dst, ok := n.traceTarget(); ok {
 		var err error
-		routers, err = traceRouters(ctx, dst, n.cfg.HintHops, traceTimeout)
+		routers, err = icmpprobe.TraceRouters(ctx, dst, n.cfg.HintHops, traceTimeout)
 		if err != nil {
 			n.log.Debug("traceroute skipped", "err", err)
 		}
