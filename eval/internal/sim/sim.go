@@ -21,7 +21,7 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coraldht/memnet"
-	"github.com/coralcdn/coral/internal/topology"
+	"github.com/coralcdn/coral/eval/internal/topology"
 )
 
 // Options describes a simulated network.
