@@ -12,6 +12,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
+	"github.com/coralcdn/coral/coraldht/memnet"
 )
 
 func TestKeyringChanges(t *testing.T) {
@@ -151,7 +154,7 @@ func TestKeyringReplayAcrossPrimarySwitch(t *testing.T) {
 		if err := e.target.Keyring().Install(newKey); err != nil {
 			t.Fatal(err)
 		}
-		underNew := e.seal(e.message(msgPing, false), newKey)
+		underNew := e.seal(e.message(wire.Ping, false), newKey)
 		underOld := e.ping()
 		if got := e.send(underNew, underOld); len(got) != 2 {
 			t.Fatalf("%d replies to two valid pings (one per key); want 2", len(got))
@@ -181,7 +184,7 @@ func TestKeyringReplayAcrossPrimarySwitch(t *testing.T) {
 func TestKeyringRotation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 8
-		tn := newTestNet(t, n, MemNetworkConfig{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, nil)
+		tn := newTestNet(t, n, memnet.Config{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, nil)
 		tn.meshAll()
 		ctx := context.Background()
 		keys := make([]ID, 16)

@@ -3,6 +3,8 @@ package coraldht
 import (
 	"testing"
 	"testing/synctest"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // TestVersionRule: what a version-1 receiver does with what a later
@@ -13,19 +15,19 @@ import (
 func TestVersionRule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newAuthEnv(t)
-		unknownType := wireEncode(t, e.message(msgPing, false))
-		unknownType[wireOffType] = byte(msgTypeEnd)
-		newerVersion := wireEncode(t, e.message(msgPing, false))
-		newerVersion[wireOffVersion] = wireVersion + 1
-		newFlag := wireEncode(t, e.message(msgPing, false))
-		newFlag[wireOffType+1] |= 0x80
+		unknownType := wireEncode(t, e.message(wire.Ping, false))
+		unknownType[wireOffVersion+1] = byte(wire.TypeEnd)
+		newerVersion := wireEncode(t, e.message(wire.Ping, false))
+		newerVersion[wireOffVersion] = 2
+		newFlag := wireEncode(t, e.message(wire.Ping, false))
+		newFlag[wireOffVersion+2] |= 0x80
 		e.expectDropped(func(d *DropCounts) { d.Malformed += 3 }, testKey.seal(unknownType), testKey.seal(newerVersion), testKey.seal(newFlag))
 		e.expectReply(e.ping())
 
-		m := e.message(msgFindNode, false)
+		m := e.message(wire.FindNode, false)
 		m.Target = KeyFor("x")
 		appended := append(wireEncode(t, m), 0x01, 0x02, 0xff)
-		if r := e.expectReply(testKey.seal(appended)); r.Status != statusOK || len(r.Nodes) == 0 {
+		if r := e.expectReply(testKey.seal(appended)); r.Status != wire.StatusOK || len(r.Nodes) == 0 {
 			t.Fatalf("find_node with appended fields: status %d, %d contacts", r.Status, len(r.Nodes))
 		}
 	})
