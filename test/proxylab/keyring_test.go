@@ -196,6 +196,7 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 	wg.Wait()
 
 	var gets, hits, getFailures, putGets, putFailures, badKey, timeouts, underNew uint64
+	drops := map[string]uint64{}
 	for _, p := range ps {
 		st, was := p.keyringStatus(t), before[p.name]
 		if !st.Node.Started.Equal(started[p.name]) {
@@ -207,11 +208,14 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 		putGets += st.DHT.PutGets - was.DHT.PutGets
 		putFailures += st.DHT.PutFailures - was.DHT.PutFailures
 		badKey += st.DHT.DropsBy["bad_auth"]
+		for r, n := range st.DHT.DropsBy {
+			drops[r] += n - was.DHT.DropsBy[r]
+		}
 		timeouts += st.DHT.Timeouts - was.DHT.Timeouts
 		underNew += st.DHT.NetworkKeys[0].Accepted
 	}
-	t.Logf("rotation under load: %d client requests (%d failed); DSHT put+gets %d (%d failed), gets %d (%d found values, %d failed); RPC timeouts %d; datagrams refused for their key %d, accepted under the new key %d",
-		requests.Load(), failures.Load(), putGets, putFailures, gets, hits, getFailures, timeouts, badKey, underNew)
+	t.Logf("rotation under load: %d client requests (%d failed); DSHT put+gets %d (%d failed), gets %d (%d found values, %d failed); RPC timeouts %d; drops by reason %v; datagrams refused for their key %d, accepted under the new key %d",
+		requests.Load(), failures.Load(), putGets, putFailures, gets, hits, getFailures, timeouts, drops, badKey, underNew)
 	if failures.Load() != 0 {
 		t.Errorf("%d of %d client requests failed during the rotation; first: %s", failures.Load(), requests.Load(), failed[0])
 	}
