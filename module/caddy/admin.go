@@ -61,7 +61,9 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/coral/health", Handler: caddy.AdminHandlerFunc(a.handleHealth)},
 		{Pattern: "/coral/drain", Handler: caddy.AdminHandlerFunc(a.handleDrain)},
 		{Pattern: "/coral/keys", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
-		{Pattern: "/coral/keys/", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
+		{Pattern: "/coral/keys/install", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
+		{Pattern: "/coral/keys/primary", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
+		{Pattern: "/coral/keys/remove", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
 	}
 }
 
