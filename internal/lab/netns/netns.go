@@ -323,26 +323,41 @@ func (h *Host) Run(ctx context.Context, argv ...string) ([]byte, error) {
 }
 
 // Do runs f on an OS thread inside the host's namespace and returns its
-// error. Sockets f creates stay in the namespace. The thread is thrown
-// away afterwards (its goroutine exits locked), so no other goroutine ever
-// runs in the wrong namespace.
+// error. Sockets f creates stay in the namespace. The thread returns to
+// its own namespace afterwards; only if that fails is it thrown away (its
+// goroutine exits locked). Threads are not thrown away otherwise: a child
+// process whose parent-death signal is set (proc) gets it when the
+// thread that started it exits, and that may be any of the runtime's
+// threads.
 func (h *Host) Do(f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// No UnlockOSThread: the thread dies with this goroutine.
+		home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("netns: this thread's namespace: %w", err)
+			return
+		}
+		defer unix.Close(home)
 		fd, err := unix.Open("/run/netns/"+h.NS, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("netns: open %s: %w", h.NS, err)
 			return
 		}
 		err = unix.Setns(fd, unix.CLONE_NEWNET)
 		unix.Close(fd)
 		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("netns: enter %s: %w", h.NS, err)
 			return
 		}
-		errc <- f()
+		ferr := f()
+		if err := unix.Setns(home, unix.CLONE_NEWNET); err == nil {
+			runtime.UnlockOSThread()
+		} // else: the thread stays locked and dies with this goroutine
+		errc <- ferr
 	}()
 	return <-errc
 }

@@ -160,7 +160,10 @@ func TestNewRemovesStaleNamespaces(t *testing.T) {
 			t.Fatalf("ip netns add %s: %v %s", ns, err, out)
 		}
 	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", live).Run(); _ = exec.Command("ip", "netns", "delete", stale).Run() })
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "delete", live).Run()
+		_ = exec.Command("ip", "netns", "delete", stale).Run()
+	})
 	l := newLab(t, false)
 	_ = l
 	entries, _ := os.ReadDir("/run/netns")

@@ -100,7 +100,7 @@ type Node struct {
 	// has begun).
 	KeyDirective bool
 
-	mu            sync.Mutex
+	mu             sync.Mutex
 	coreDNS, caddy *proc.Process
 }
 

@@ -1,0 +1,230 @@
+//go:build linux
+
+// Command chaos drives a flash crowd through a Coral network of separate
+// hosts (internal/lab/netns/coralnet: every node, resolver, client and the
+// origin in a network namespace of its own, addresses in 198.18.0.0/24)
+// and, on a schedule, breaks it the way operations do:
+//
+//	go run ./eval/chaos [-nodes 6] [-objects 60] [-out docs/eval/chaos]
+//	go run ./eval/chaos -old-bin DIR     # upgrade from these bin/coredns, bin/caddy
+//	go run ./eval/chaos -upgrade=false   # start on the current binaries
+//
+// The phases, each observed until the clients have had a quiet stretch
+// without a failure (-quiet, at least -min after the event):
+//
+//   - warmup: the crowd starts; it ends once the origin has served every
+//     object once;
+//   - upgrade: the network started on the previous release's binaries
+//     (-old-commit, built once from a git worktree of that commit with its
+//     builds/ scripts and cached under the user cache directory, or
+//     -old-bin); each node is stopped (SIGTERM) and started on the new
+//     ones with the same disk cache, one at a time;
+//   - kill: a third of the nodes lose both servers to SIGKILL;
+//   - partition: nftables rules cut the east nodes off from the west ones
+//     (clients, resolvers and the origin still reach both sides);
+//   - heal: the rules go;
+//   - restart: the killed nodes start again on their warm disk caches;
+//   - rotate: the network key is rotated in three reloads of every node
+//     (new key accepted, new key primary, old key removed), with a build
+//     that has the DSHT keyring; skipped otherwise.
+//
+// The crowd: -workers per client host (4 hosts, 2 per region's Unbound),
+// each fetching objects (-objects, 2 KiB to 600 KiB, half sent chunked)
+// through a proxy picked at random from the DNS answer it holds
+// for the answer's TTL. Its attention moves: the objects come in seven
+// waves, one more with each phase, and half the requests are for the
+// newest wave, so every phase has first fetches and peer fetches. Every
+// response is checked: a 200 whose body is
+// not byte-identical to the origin's (SHA-256), cut short but presented
+// as complete, or another URL's body is a violation; any other error is a
+// failure. The origin counts its fetches per object: at most one per
+// object per side of a partition in each phase. Peer fetch failures come
+// from the proxies' caddy_coral_peer_fetches_total.
+//
+// It prints a table per phase and writes chaos.json and chaos.png (a
+// timeline) to -out. Exit status 1 when an invariant was broken or a
+// phase did not recover. Needs root, bin/coredns, bin/caddy, Unbound,
+// iproute2 and nftables.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/coralcdn/coral/eval/internal/evalrun"
+	"github.com/coralcdn/coral/internal/lab/netns/coralnet"
+	"github.com/coralcdn/coral/internal/labconf"
+)
+
+// params describe a run.
+type params struct {
+	Nodes     int                  `json:"nodes"`
+	Objects   int                  `json:"objects"`
+	Workers   int                  `json:"workers_per_client_host"`
+	Think     time.Duration        `json:"think"`
+	Min       time.Duration        `json:"min_phase"`
+	Quiet     time.Duration        `json:"quiet"`
+	Timeout   time.Duration        `json:"phase_timeout"`
+	Upgrade   bool                 `json:"upgrade"`
+	OldCommit string               `json:"old_commit,omitempty"`
+	OldBin    string               `json:"old_bin,omitempty"`
+	Rotate    bool                 `json:"rotate"`
+	Out       string               `json:"-"`
+	Name      string               `json:"-"` // file name stem in Out
+	Logf      func(string, ...any) `json:"-"`
+}
+
+func main() {
+	var p params
+	flag.IntVar(&p.Nodes, "nodes", 6, "Coral nodes (CoreDNS + Caddy), half per region")
+	flag.IntVar(&p.Objects, "objects", 210, "objects on the origin, wanted in 7 waves (one per phase)")
+	flag.IntVar(&p.Workers, "workers", 6, "concurrent clients per client host (4 hosts)")
+	flag.DurationVar(&p.Think, "think", 50*time.Millisecond, "mean pause between a client's requests")
+	flag.DurationVar(&p.Min, "min", 20*time.Second, "shortest observation of a phase after its event")
+	flag.DurationVar(&p.Quiet, "quiet", 10*time.Second, "failure-free stretch that ends a phase")
+	flag.DurationVar(&p.Timeout, "phase-timeout", 3*time.Minute, "longest a phase may take to recover")
+	flag.BoolVar(&p.Upgrade, "upgrade", true, "start on the previous release's binaries and upgrade node by node")
+	flag.StringVar(&p.OldCommit, "old-commit", "556f003", "the previous release's commit (built once, cached)")
+	flag.StringVar(&p.OldBin, "old-bin", "", "a directory with the previous release's coredns and caddy (instead of building -old-commit)")
+	flag.BoolVar(&p.Rotate, "rotate", true, "rotate the network key (skipped without the keyring)")
+	flag.StringVar(&p.Out, "out", "docs/eval/chaos", "directory for chaos.json and chaos.png")
+	flag.Parse()
+	p.Name = "chaos"
+	p.Logf = func(f string, a ...any) { fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+f+"\n", a...) }
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx, p)
+	if rep != nil {
+		rep.Command = evalrun.CommandLine("chaos")
+		rep.print(os.Stdout)
+		if werr := errors.Join(rep.writeJSON(filepath.Join(p.Out, p.Name+".json")), plotTimeline(filepath.Join(p.Out, p.Name+".png"), rep)); werr != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", werr)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(1)
+	}
+	if len(rep.Problems) > 0 {
+		os.Exit(1)
+	}
+}
+
+// run starts the network, the load and the schedule; the report covers
+// what ran even when a phase failed.
+func run(ctx context.Context, p params) (*report, error) {
+	if err := coralnet.Available(); err != nil {
+		return nil, err
+	}
+	newCoreDNS, err1 := labconf.Binary("coredns")
+	newCaddy, err2 := labconf.Binary("caddy")
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	startCoreDNS, startCaddy := newCoreDNS, newCaddy
+	upgradeNote := ""
+	if p.Upgrade {
+		dir := p.OldBin
+		if dir == "" {
+			var err error
+			if dir, err = oldBinaries(ctx, p.OldCommit, p.Logf); err != nil {
+				return nil, fmt.Errorf("the previous release's binaries: %w (or -old-bin DIR, or -upgrade=false)", err)
+			}
+		}
+		startCoreDNS, startCaddy = filepath.Join(dir, "coredns"), filepath.Join(dir, "caddy")
+		p.OldBin = dir
+	} else {
+		upgradeNote = "not asked for (-upgrade=false)"
+	}
+	dir, err := os.MkdirTemp("", "coral-chaos-")
+	if err != nil {
+		return nil, err
+	}
+	objs := makeObjects(p.Objects)
+	start := time.Now()
+	rec := &recorder{start: start}
+	orig := newOrigin(objs, start)
+	loadAvg := evalrun.LoadAvg()
+	net, err := coralnet.Start(ctx, coralnet.Options{Dir: dir, Nodes: p.Nodes, Clients: 4,
+		CoreDNS: startCoreDNS, Caddy: startCaddy, Origin: orig, Logf: p.Logf})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := net.Close(); cerr != nil {
+			p.Logf("closing the lab: %v", cerr)
+		}
+	}()
+	// The clock starts with the load.
+	rec.start, orig.start = time.Now(), time.Now()
+	lctx, stopLoad := context.WithCancel(ctx)
+	l := &load{net: net, objects: objs, rec: rec, workers: p.Workers, think: p.Think, perWave: max(1, p.Objects/phaseCount)}
+	l.nextWave()
+	smp := &sampler{net: net, rec: rec}
+	done := make(chan struct{}, 2)
+	go func() { l.run(lctx); done <- struct{}{} }()
+	go func() { smp.run(lctx); done <- struct{}{} }()
+	s := &schedule{net: net, rec: rec, origin: orig, logf: p.Logf, minimum: p.Min, quiet: p.Quiet, timeout: p.Timeout,
+		newCoreDNS: newCoreDNS, newCaddy: newCaddy, load: l}
+	err = s.all(ctx, p, upgradeNote)
+	stopLoad()
+	<-done
+	<-done
+	rep := buildReport(s, rec, smp, orig, p, rec.now())
+	rep.Kernel, rep.Load = evalrun.Kernel(), loadAvg
+	if err != nil {
+		p.Logf("logs kept in %s", dir)
+		return rep, err
+	}
+	if len(rep.Problems) > 0 {
+		p.Logf("logs kept in %s", dir)
+	} else {
+		_ = os.RemoveAll(dir)
+	}
+	return rep, nil
+}
+
+// phaseCount is how many phases all runs: the objects come in as many
+// waves.
+const phaseCount = 7
+
+// all runs the phases in order.
+func (s *schedule) all(ctx context.Context, p params, upgradeNote string) error {
+	type step struct {
+		name  string
+		sides int
+		event func(context.Context) (string, error)
+	}
+	skip := func(why string) func(context.Context) (string, error) {
+		return func(context.Context) (string, error) { return why, errSkipped }
+	}
+	upgrade := s.upgrade
+	if upgradeNote != "" {
+		upgrade = skip(upgradeNote)
+	}
+	rotate := s.rotate
+	if !p.Rotate {
+		rotate = skip("not asked for (-rotate=false)")
+	}
+	for _, st := range []step{
+		{"warmup", 1, s.warmup},
+		{"upgrade", 1, upgrade},
+		{"kill", 1, s.kill},
+		{"partition", 2, s.partition},
+		{"heal", 1, s.heal},
+		{"restart", 1, s.restart},
+		{"rotate", 1, rotate},
+	} {
+		if err := s.run(ctx, st.name, st.sides, st.event); err != nil {
+			return err
+		}
+	}
+	return nil
+}
