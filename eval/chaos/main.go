@@ -37,8 +37,10 @@
 // response is checked: a 200 whose body is
 // not byte-identical to the origin's (SHA-256), cut short but presented
 // as complete, or another URL's body is a violation; any other error is a
-// failure. The origin counts its fetches per object: at most one per
-// object per side of a partition in each phase. Peer fetch failures come
+// failure. The origin counts its fetches per object: in each phase at
+// most one per object per side of a partition, plus one in the phases
+// that stop or kill nodes (a download cut short by its proxy's end is
+// started again by another proxy). Peer fetch failures come
 // from the proxies' caddy_coral_peer_fetches_total.
 //
 // It prints a table per phase and writes chaos.json and chaos.png (a
@@ -62,6 +64,9 @@ import (
 	"github.com/coralcdn/coral/internal/lab/netns/coralnet"
 	"github.com/coralcdn/coral/internal/labconf"
 )
+
+// defaultOldCommit is the previous release the upgrade starts from.
+const defaultOldCommit = "556f003"
 
 // params describe a run.
 type params struct {
@@ -91,7 +96,7 @@ func main() {
 	flag.DurationVar(&p.Quiet, "quiet", 10*time.Second, "failure-free stretch that ends a phase")
 	flag.DurationVar(&p.Timeout, "phase-timeout", 3*time.Minute, "longest a phase may take to recover")
 	flag.BoolVar(&p.Upgrade, "upgrade", true, "start on the previous release's binaries and upgrade node by node")
-	flag.StringVar(&p.OldCommit, "old-commit", "556f003", "the previous release's commit (built once, cached)")
+	flag.StringVar(&p.OldCommit, "old-commit", defaultOldCommit, "the previous release's commit (built once, cached)")
 	flag.StringVar(&p.OldBin, "old-bin", "", "a directory with the previous release's coredns and caddy (instead of building -old-commit)")
 	flag.BoolVar(&p.Rotate, "rotate", true, "rotate the network key (skipped without the keyring)")
 	flag.StringVar(&p.Out, "out", "docs/eval/chaos", "directory for chaos.json and chaos.png")
@@ -104,9 +109,6 @@ func main() {
 	if rep != nil {
 		rep.Command = evalrun.CommandLine("chaos")
 		rep.print(os.Stdout)
-		if werr := errors.Join(rep.writeJSON(filepath.Join(p.Out, p.Name+".json")), plotTimeline(filepath.Join(p.Out, p.Name+".png"), rep)); werr != nil {
-			fmt.Fprintln(os.Stderr, "chaos:", werr)
-		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
@@ -179,6 +181,9 @@ func run(ctx context.Context, p params) (*report, error) {
 	<-done
 	rep := buildReport(s, rec, smp, orig, p, rec.now())
 	rep.Kernel, rep.Load = evalrun.Kernel(), loadAvg
+	if werr := errors.Join(rep.writeJSON(filepath.Join(p.Out, p.Name+".json")), plotTimeline(filepath.Join(p.Out, p.Name+".png"), rep)); werr != nil {
+		err = errors.Join(err, werr)
+	}
 	if err != nil {
 		p.Logf("logs kept in %s", dir)
 		return rep, err
@@ -199,7 +204,7 @@ const phaseCount = 7
 func (s *schedule) all(ctx context.Context, p params, upgradeNote string) error {
 	type step struct {
 		name  string
-		sides int
+		bound int // origin fetches per object (phase.Bound)
 		event func(context.Context) (string, error)
 	}
 	skip := func(why string) func(context.Context) (string, error) {
@@ -215,14 +220,14 @@ func (s *schedule) all(ctx context.Context, p params, upgradeNote string) error 
 	}
 	for _, st := range []step{
 		{"warmup", 1, s.warmup},
-		{"upgrade", 1, upgrade},
-		{"kill", 1, s.kill},
+		{"upgrade", 2, upgrade},
+		{"kill", 2, s.kill},
 		{"partition", 2, s.partition},
 		{"heal", 1, s.heal},
 		{"restart", 1, s.restart},
 		{"rotate", 1, rotate},
 	} {
-		if err := s.run(ctx, st.name, st.sides, st.event); err != nil {
+		if err := s.run(ctx, st.name, st.bound, st.event); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ package main
 import (
 	"crypto/sha256"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -53,8 +54,9 @@ type origin struct {
 }
 
 type originFetch struct {
-	At     float64 // seconds since start
-	Object int
+	At     float64 `json:"t"` // seconds since start
+	Object int     `json:"object"`
+	From   string  `json:"from"` // the proxy's address
 }
 
 func newOrigin(objs []*object, start time.Time) *origin {
@@ -73,7 +75,8 @@ func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o.mu.Lock()
-	o.fetches = append(o.fetches, originFetch{At: time.Since(o.start).Seconds(), Object: o.index[r.URL.Path]})
+	from, _, _ := net.SplitHostPort(r.RemoteAddr)
+	o.fetches = append(o.fetches, originFetch{At: time.Since(o.start).Seconds(), Object: o.index[r.URL.Path], From: from})
 	o.mu.Unlock()
 	w.Header().Set("Cache-Control", "public, max-age=86400")
 	w.Header().Set("Content-Type", "application/octet-stream")

@@ -28,9 +28,11 @@ type phase struct {
 	// upgrade or a rotation takes a while), End when the phase ended;
 	// seconds since the load started.
 	Start, Done, End float64
-	// Sides is how many sides of a partition the network had: the bound
-	// on origin fetches per object in this phase.
-	Sides int
+	// Bound is the most origin fetches of one object in this phase: one
+	// per side of a partition, and one more in a phase that stops or
+	// kills nodes (a download cut short by its proxy's end is started
+	// again by another proxy).
+	Bound int
 }
 
 // schedule runs the phases against a running network and load.
@@ -45,11 +47,12 @@ type schedule struct {
 	newCoreDNS, newCaddy string
 	phases               []*phase
 	killed               []*coralnet.Node
+	load                 *load
 }
 
 // run runs one phase: event, then the wait for a quiet stretch.
-func (s *schedule) run(ctx context.Context, name string, sides int, event func(context.Context) (string, error)) error {
-	p := &phase{Name: name, Sides: sides, Start: s.rec.now()}
+func (s *schedule) run(ctx context.Context, name string, bound int, event func(context.Context) (string, error)) error {
+	p := &phase{Name: name, Bound: bound, Start: s.rec.now()}
 	s.phases = append(s.phases, p)
 	s.logf("phase %s", name)
 	// Each phase after the first brings a new wave of objects the crowd
