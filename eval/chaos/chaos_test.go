@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/internal/lab/netns/coralnet"
-	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // TestChaosShort is eval/chaos on a small lab: 4 nodes, a short crowd,

@@ -62,7 +62,7 @@ import (
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/internal/lab/netns/coralnet"
-	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // defaultOldCommit is the previous release the upgrade starts from.

@@ -48,7 +48,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/lab/proc"
 )
 
 // namePrefix starts the name of every namespace a lab creates.

@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"path/filepath"
 
-	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // ClusterAll is the level-1 cluster of every node; level 2 is its region.

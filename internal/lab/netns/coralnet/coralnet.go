@@ -37,9 +37,9 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/internal/lab/netns"
-	"github.com/coralcdn/coral/internal/labconf"
-	"github.com/coralcdn/coral/internal/proc"
-	"github.com/coralcdn/coral/internal/resolvers"
+	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/proc"
+	"github.com/coralcdn/coral/internal/lab/resolvers"
 )
 
 // Zones, ports and tuning (as internal/demonet's).

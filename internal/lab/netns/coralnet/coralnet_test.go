@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // A client host resolves the Coralized name through its region's Unbound
