@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coralcdn/coral/internal/lab/netns/coralnet"
 	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/netns/coralnet"
 )
 
 // TestChaosShort is eval/chaos on a small lab: 4 nodes, a short crowd,

@@ -61,8 +61,8 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
-	"github.com/coralcdn/coral/internal/lab/netns/coralnet"
 	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/netns/coralnet"
 )
 
 // defaultOldCommit is the previous release the upgrade starts from.

@@ -36,8 +36,8 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
-	"github.com/coralcdn/coral/internal/lab/netns"
 	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/netns"
 	"github.com/coralcdn/coral/internal/lab/proc"
 	"github.com/coralcdn/coral/internal/lab/resolvers"
 )
