@@ -31,6 +31,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -403,8 +404,9 @@ func (n *Net) StopNode(nd *Node) error {
 }
 
 // Reload rewrites the node's configuration and has both servers load it
-// in place: Caddy through `caddy reload` (its admin API), CoreDNS through
-// SIGUSR1.
+// in place: Caddy through `caddy reload` (its admin API; it returns once
+// the new configuration runs), CoreDNS through SIGUSR1 (Reload returns
+// once its log says the reload completed).
 func (n *Net) Reload(ctx context.Context, nd *Node) error {
 	if err := n.writeConfig(nd); err != nil {
 		return err
@@ -412,16 +414,28 @@ func (n *Net) Reload(ctx context.Context, nd *Node) error {
 	nd.mu.Lock()
 	coreDNS := nd.coreDNS
 	nd.mu.Unlock()
+	if coreDNS == nil || !coreDNS.Running() {
+		return fmt.Errorf("%s: CoreDNS not running", nd.Host.Name)
+	}
 	admin := netip.AddrPortFrom(nd.Addr(), PortAdmin).String()
 	argv := append(labconf.CaddyArgv(nd.CaddyBin, filepath.Join(nd.Dir, "Caddyfile")), "--address", admin, "--force")
 	argv[1] = "reload"
 	if _, err := nd.Host.Run(ctx, argv...); err != nil {
 		return err
 	}
-	if coreDNS == nil {
-		return fmt.Errorf("%s: CoreDNS not running", nd.Host.Name)
+	const done = "Reloading complete"
+	before := strings.Count(coreDNS.Log(), done)
+	if err := coreDNS.Signal(syscall.SIGUSR1); err != nil {
+		return err
 	}
-	return coreDNS.Signal(syscall.SIGUSR1)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return n.poll(ctx, nd.Host.Name+"'s CoreDNS reload", func() error {
+		if strings.Count(coreDNS.Log(), done) > before {
+			return nil
+		}
+		return errors.New("not reloaded yet")
+	})
 }
 
 // Get GETs url from the control host.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +61,25 @@ func TestClientFetchesThroughAProxy(t *testing.T) {
 		if resp.StatusCode != 200 || string(b) != "object /a" {
 			t.Fatalf("%s from %v: %s %q", c.Host.Name, addrs, resp.Status, b)
 		}
+	}
+	// A reload (Caddy through its admin API, CoreDNS through SIGUSR1)
+	// leaves the node serving and in the network.
+	nd := n.Nodes[1]
+	if err := n.Reload(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := n.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if !nd.Running() {
+		t.Fatal("node 1 not running after the reload")
+	}
+	nd.mu.Lock()
+	caddyLog := nd.caddy.Log()
+	nd.mu.Unlock()
+	if !strings.Contains(caddyLog, "stopped previous server") {
+		t.Errorf("Caddy's log shows no reload:\n%s", caddyLog)
 	}
 }
