@@ -116,16 +116,22 @@ func (n *Net) Metrics(ctx context.Context, nd *Node, port uint16, name string) (
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("metrics of %s: %s", nd.Host.Name, resp.Status)
 	}
+	return parseMetrics(resp.Body, name)
+}
+
+// parseMetrics reads Prometheus's text format and returns the samples of
+// the family name: each sample's label text and value (samples with the
+// same labels are added). Lines it cannot read are skipped.
+func parseMetrics(r io.Reader, name string) (map[string]float64, error) {
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name)
+		rest, ok := strings.CutPrefix(sc.Text(), name)
 		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
 			continue
 		}
-		labels, value := "", strings.TrimSpace(rest)
+		labels, value := "", rest
 		if strings.HasPrefix(rest, "{") {
 			l, v, ok := strings.Cut(rest[1:], "} ")
 			if !ok {
@@ -133,8 +139,11 @@ func (n *Net) Metrics(ctx context.Context, nd *Node, port uint16, name string) (
 			}
 			labels, value = l, v
 		}
-		f, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
-		if err == nil {
+		fields := strings.Fields(value)
+		if len(fields) == 0 {
+			continue
+		}
+		if f, err := strconv.ParseFloat(fields[0], 64); err == nil {
 			out[labels] += f
 		}
 	}
