@@ -73,6 +73,7 @@ fuzz:
 	$(GO) test -run=NONE -fuzz='^FuzzDecodeMeta$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
 	$(GO) test -run=NONE -fuzz='^FuzzParseRecipe$$' -fuzztime=$(FUZZTIME) ./internal/lab/evilorigin
 	$(GO) test -run=NONE -fuzz='^FuzzParseAndScore$$' -fuzztime=$(FUZZTIME) ./eval/conformance
+	$(GO) test -run=NONE -fuzz='^FuzzParseMetrics$$' -fuzztime=$(FUZZTIME) ./internal/lab/netns/coralnet
 
 # The experiments behind docs/evaluation.md (several minutes).
 eval:
