@@ -205,29 +205,25 @@ func (s *schedule) all(ctx context.Context, p params, upgradeNote string) error 
 	type step struct {
 		name  string
 		bound int // origin fetches per object (phase.Bound)
+		skip  string
 		event func(context.Context) (string, error)
 	}
-	skip := func(why string) func(context.Context) (string, error) {
-		return func(context.Context) (string, error) { return why, errSkipped }
-	}
-	upgrade := s.upgrade
-	if upgradeNote != "" {
-		upgrade = skip(upgradeNote)
-	}
-	rotate := s.rotate
+	skipRotate := ""
 	if !p.Rotate {
-		rotate = skip("not asked for (-rotate=false)")
+		skipRotate = "not asked for (-rotate=false)"
+	} else if why := keyringMissing(s.newCaddy, s.net.Dir); why != "" {
+		skipRotate = "keyring not in this build (" + why + ")"
 	}
 	for _, st := range []step{
-		{"warmup", 1, s.warmup},
-		{"upgrade", 2, upgrade},
-		{"kill", 2, s.kill},
-		{"partition", 2, s.partition},
-		{"heal", 1, s.heal},
-		{"restart", 1, s.restart},
-		{"rotate", 1, rotate},
+		{"warmup", 1, "", s.warmup},
+		{"upgrade", 2, upgradeNote, s.upgrade},
+		{"kill", 2, "", s.kill},
+		{"partition", 2, "", s.partition},
+		{"heal", 1, "", s.heal},
+		{"restart", 1, "", s.restart},
+		{"rotate", 1, skipRotate, s.rotate},
 	} {
-		if err := s.run(ctx, st.name, st.bound, st.event); err != nil {
+		if err := s.run(ctx, st.name, st.bound, st.skip, st.event); err != nil {
 			return err
 		}
 	}

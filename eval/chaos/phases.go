@@ -4,7 +4,7 @@ package main
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -50,10 +50,16 @@ type schedule struct {
 	load                 *load
 }
 
-// run runs one phase: event, then the wait for a quiet stretch.
-func (s *schedule) run(ctx context.Context, name string, bound int, event func(context.Context) (string, error)) error {
+// run runs one phase: event, then the wait for a quiet stretch. A phase
+// with a reason to skip it only records the reason.
+func (s *schedule) run(ctx context.Context, name string, bound int, skip string, event func(context.Context) (string, error)) error {
 	p := &phase{Name: name, Bound: bound, Start: s.rec.now()}
 	s.phases = append(s.phases, p)
+	if skip != "" {
+		p.Note, p.Skipped, p.Done, p.End = skip, true, p.Start, p.Start
+		s.logf("phase %s skipped: %s", name, skip)
+		return nil
+	}
 	s.logf("phase %s", name)
 	// Each phase after the first brings a new wave of objects the crowd
 	// wants, so every phase has first fetches (on each side of a
@@ -63,11 +69,6 @@ func (s *schedule) run(ctx context.Context, name string, bound int, event func(c
 	}
 	note, err := event(ctx)
 	p.Note, p.Done = note, s.rec.now()
-	if errors.Is(err, errSkipped) {
-		p.Skipped, p.End = true, p.Done
-		s.logf("  skipped: %s", note)
-		return nil
-	}
 	if err != nil {
 		p.End = s.rec.now()
 		return fmt.Errorf("phase %s: %w", name, err)
@@ -76,8 +77,6 @@ func (s *schedule) run(ctx context.Context, name string, bound int, event func(c
 	p.End = s.rec.now()
 	return err
 }
-
-var errSkipped = errors.New("skipped")
 
 // waitQuiet waits until at least minimum has passed since the event was
 // done and the clients have had quiet without a failure (and with some
@@ -199,11 +198,8 @@ func (s *schedule) restart(ctx context.Context) (string, error) {
 // rotate rotates the network key in three steps, each a configuration
 // reload of every node: install the new key as accepted, make it primary,
 // remove the old one. It needs a build with the keyring (`key PRIMARY
-// [ACCEPTED...]`); without one the phase is skipped.
+// [ACCEPTED...]`; keyringMissing).
 func (s *schedule) rotate(ctx context.Context) (string, error) {
-	if why := keyringMissing(s.newCaddy, s.net.Dir); why != "" {
-		return "keyring not in this build (" + why + ")", errSkipped
-	}
 	oldKey := s.net.KeyFile
 	newKey := filepath.Join(s.net.Dir, "network2.key")
 	if err := coraldht.WriteKeyFile(newKey); err != nil {
@@ -242,7 +238,15 @@ func keyringMissing(caddy, dir string) string {
 	out, err := exec.Command(caddy, "adapt", "--config", f, "--adapter", "caddyfile").CombinedOutput()
 	if err != nil {
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		return "caddy adapt: " + lines[len(lines)-1]
+		last := lines[len(lines)-1]
+		var entry struct{ Msg string }
+		if json.Unmarshal([]byte(last), &entry) == nil && entry.Msg != "" {
+			last = entry.Msg
+		}
+		if i := strings.Index(last, ", at /"); i > 0 {
+			last = last[:i] // the probe file's path says nothing
+		}
+		return "caddy adapt: " + last
 	}
 	return ""
 }

@@ -76,7 +76,7 @@ func plotTimeline(path string, rep *report) error {
 		}
 		p.X.Label.Text = "seconds since the load started"
 		p.X.Min, p.Y.Min = 0, 0
-		p.Y.Max = ymax[p] * 1.15
+		p.Y.Max = ymax[p] * 1.4
 		p.Legend.Top = true
 		p.Legend.TextStyle.Font.Size = vg.Points(9)
 		p.Title.TextStyle.Font.Size = vg.Points(11)
