@@ -8,6 +8,7 @@
 //	go run ./eval/chaos [-nodes 6] [-objects 60] [-out docs/eval/chaos]
 //	go run ./eval/chaos -old-bin DIR     # upgrade from these bin/coredns, bin/caddy
 //	go run ./eval/chaos -upgrade=false   # start on the current binaries
+//	go run ./eval/chaos -new-bin DIR     # upgrade to (and rotate with) these instead of bin/
 //
 // The phases, each observed until the clients have had a quiet stretch
 // without a failure (-quiet, at least -min after the event):
@@ -80,6 +81,7 @@ type params struct {
 	Upgrade   bool                 `json:"upgrade"`
 	OldCommit string               `json:"old_commit,omitempty"`
 	OldBin    string               `json:"old_bin,omitempty"`
+	NewBin    string               `json:"new_bin,omitempty"`
 	Rotate    bool                 `json:"rotate"`
 	Out       string               `json:"-"`
 	Name      string               `json:"-"` // file name stem in Out
@@ -98,6 +100,7 @@ func main() {
 	flag.BoolVar(&p.Upgrade, "upgrade", true, "start on the previous release's binaries and upgrade node by node")
 	flag.StringVar(&p.OldCommit, "old-commit", defaultOldCommit, "the previous release's commit (built once, cached)")
 	flag.StringVar(&p.OldBin, "old-bin", "", "a directory with the previous release's coredns and caddy (instead of building -old-commit)")
+	flag.StringVar(&p.NewBin, "new-bin", "", "a directory with the coredns and caddy to upgrade to (default: bin/ of the repository)")
 	flag.BoolVar(&p.Rotate, "rotate", true, "rotate the network key (skipped without the keyring)")
 	flag.StringVar(&p.Out, "out", "docs/eval/chaos", "directory for chaos.json and chaos.png")
 	flag.Parse()
@@ -127,6 +130,12 @@ func run(ctx context.Context, p params) (*report, error) {
 	}
 	newCoreDNS, err1 := labconf.Binary("coredns")
 	newCaddy, err2 := labconf.Binary("caddy")
+	if p.NewBin != "" {
+		if !have(p.NewBin) {
+			return nil, fmt.Errorf("-new-bin %s: no coredns and caddy there", p.NewBin)
+		}
+		newCoreDNS, newCaddy, err1, err2 = filepath.Join(p.NewBin, "coredns"), filepath.Join(p.NewBin, "caddy"), nil, nil
+	}
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, err
 	}
