@@ -41,7 +41,7 @@ func TestChaosShort(t *testing.T) {
 		}
 	}
 	p := params{Nodes: 4, Objects: 28, Workers: 3, Think: 50 * time.Millisecond,
-		Min: 6 * time.Second, Quiet: 5 * time.Second, Timeout: 3 * time.Minute, Rotate: true,
+		Min: 6 * time.Second, Quiet: 5 * time.Second, Timeout: 3 * time.Minute, Drain: true, Rotate: true,
 		Out: t.TempDir(), Name: "chaos-short", Logf: t.Logf}
 	if dir := oldBinDir(); dir != "" {
 		p.Upgrade, p.OldBin = true, dir

@@ -18,8 +18,10 @@
 //   - upgrade: the network started on the previous release's binaries
 //     (-old-commit, built once from a git worktree of that commit with its
 //     builds/ scripts and cached under the user cache directory, or
-//     -old-bin); each node is stopped (SIGTERM) and started on the new
-//     ones with the same disk cache, one at a time;
+//     -old-bin); one at a time, each node is drained as the operations
+//     guide says (POST /coral/drain, the drain file; then until no client
+//     has used it for an answer TTL; -drain=false skips that), stopped
+//     (SIGTERM) and started on the new binaries with the same disk cache;
 //   - kill: a third of the nodes lose both servers to SIGKILL;
 //   - partition: nftables rules cut the east nodes off from the west ones
 //     (clients, resolvers and the origin still reach both sides);
@@ -82,6 +84,7 @@ type params struct {
 	OldCommit string               `json:"old_commit,omitempty"`
 	OldBin    string               `json:"old_bin,omitempty"`
 	NewBin    string               `json:"new_bin,omitempty"`
+	Drain     bool                 `json:"drain_before_upgrade"`
 	Rotate    bool                 `json:"rotate"`
 	Out       string               `json:"-"`
 	Name      string               `json:"-"` // file name stem in Out
@@ -101,6 +104,7 @@ func main() {
 	flag.StringVar(&p.OldCommit, "old-commit", defaultOldCommit, "the previous release's commit (built once, cached)")
 	flag.StringVar(&p.OldBin, "old-bin", "", "a directory with the previous release's coredns and caddy (instead of building -old-commit)")
 	flag.StringVar(&p.NewBin, "new-bin", "", "a directory with the coredns and caddy to upgrade to (default: bin/ of the repository)")
+	flag.BoolVar(&p.Drain, "drain", true, "drain each node (operations guide) before its upgrade")
 	flag.BoolVar(&p.Rotate, "rotate", true, "rotate the network key (skipped without the keyring)")
 	flag.StringVar(&p.Out, "out", "docs/eval/chaos", "directory for chaos.json and chaos.png")
 	flag.Parse()
@@ -183,7 +187,7 @@ func run(ctx context.Context, p params) (*report, error) {
 	go func() { l.run(lctx); done <- struct{}{} }()
 	go func() { smp.run(lctx); done <- struct{}{} }()
 	s := &schedule{net: net, rec: rec, origin: orig, logf: p.Logf, minimum: p.Min, quiet: p.Quiet, timeout: p.Timeout,
-		newCoreDNS: newCoreDNS, newCaddy: newCaddy, load: l}
+		newCoreDNS: newCoreDNS, newCaddy: newCaddy, load: l, drain: p.Drain}
 	err = s.all(ctx, p, upgradeNote)
 	stopLoad()
 	<-done

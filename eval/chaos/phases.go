@@ -48,6 +48,7 @@ type schedule struct {
 	phases               []*phase
 	killed               []*coralnet.Node
 	load                 *load
+	drain                bool // drain each node before its upgrade
 }
 
 // run runs one phase: event, then the wait for a quiet stretch. A phase
@@ -124,11 +125,17 @@ func (s *schedule) warmup(ctx context.Context) (string, error) {
 	return "the crowd starts on the first wave of objects", nil
 }
 
-// upgrade replaces the nodes' binaries one node at a time: stop (SIGTERM),
-// start on the new binaries with the same disk cache, wait until the
-// network sees it again.
+// upgrade replaces the nodes' binaries one node at a time: drain (with
+// -drain: out of DNS answers, then until no client has used it for an
+// answer TTL), stop (SIGTERM), start on the new binaries with the same
+// disk cache, wait until the network sees it again.
 func (s *schedule) upgrade(ctx context.Context) (string, error) {
 	for _, nd := range s.net.Nodes {
+		if s.drain {
+			if err := s.drainNode(ctx, nd); err != nil {
+				return "", err
+			}
+		}
 		if err := s.net.StopNode(nd); err != nil {
 			s.logf("  %s: %v", nd.Host.Name, err)
 		}
@@ -140,7 +147,40 @@ func (s *schedule) upgrade(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
-	return fmt.Sprintf("%d nodes, one at a time: SIGTERM, new binaries, same disk cache", len(s.net.Nodes)), nil
+	how := "SIGTERM"
+	if s.drain {
+		how = "drain, SIGTERM"
+	}
+	return fmt.Sprintf("%d nodes, one at a time: %s, new binaries, same disk cache", len(s.net.Nodes), how), nil
+}
+
+// drainNode drains nd and waits until no client has sent it a request
+// for AnswerTTL (the clients' cached answers naming it have expired).
+func (s *schedule) drainNode(ctx context.Context, nd *coralnet.Node) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := s.net.Drain(ctx, nd); err != nil {
+		return err
+	}
+	addr := nd.Addr().String()
+	for {
+		now := s.rec.now()
+		used := false
+		for _, r := range s.rec.between(now-coralnet.AnswerTTL, now) {
+			if r.Proxy == addr {
+				used = true
+				break
+			}
+		}
+		if !used {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s still used by clients after its drain: %w", nd.Host.Name, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 func (s *schedule) waitReady(ctx context.Context) error {

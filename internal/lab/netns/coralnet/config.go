@@ -46,13 +46,17 @@ func (n *Net) dshtNode(nd *Node, port uint16) (labconf.Node, labconf.Directive) 
 	return node, key
 }
 
+func (nd *Node) drainFile() string { return filepath.Join(nd.Dir, "drain") }
+
 func (n *Net) writeConfig(nd *Node) error {
 	header := fmt.Sprintf("written by internal/lab/netns/coralnet: %s (%s), region %s", nd.Host.Name, nd.Addr(), nd.Region)
 	node, key := n.dshtNode(nd, PortDHTCoreDNS)
 	coral := labconf.CoralPlugin{
 		Zone: CoralZone, Alias: AliasZone, Node: node, Probe: "none",
 		AnswerTTL: AnswerTTL, LiveWithin: LiveWithin, CheckEvery: CheckInterval,
-		Extra: []labconf.Directive{key},
+		// The operations guide's drain: while this file exists the name
+		// server is out of the answers (Net.Drain).
+		Extra: []labconf.Directive{key, labconf.D("drain_file", nd.drainFile())},
 	}
 	for _, r := range n.Resolvers {
 		level := 1

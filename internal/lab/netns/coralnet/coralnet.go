@@ -359,9 +359,13 @@ func (n *Net) Check() error {
 	return errors.Join(errs...)
 }
 
-// StartNode writes the node's configuration and starts its processes.
+// StartNode writes the node's configuration and starts its processes
+// (not draining: a drain does not outlive its process).
 func (n *Net) StartNode(nd *Node) error {
 	if err := n.writeConfig(nd); err != nil {
+		return err
+	}
+	if err := os.Remove(nd.drainFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	nd.mu.Lock()
@@ -436,6 +440,53 @@ func (n *Net) Reload(ctx context.Context, nd *Node) error {
 		}
 		return errors.New("not reloaded yet")
 	})
+}
+
+// Drain takes the node out of DNS answers as the operations guide says
+// before a stop: POST /coral/drain to its Caddy, its CoreDNS's drain file
+// created. It returns once every other running name server has dropped
+// it from its live proxies; clients holding its address from an earlier
+// answer keep using it for up to the answer's TTL.
+func (n *Net) Drain(ctx context.Context, nd *Node) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://%s/coral/drain", netip.AddrPortFrom(nd.Addr(), PortAdmin)), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := n.ctl.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s: POST /coral/drain: %s", nd.Host.Name, resp.Status)
+	}
+	if err := os.WriteFile(nd.drainFile(), nil, 0o644); err != nil {
+		return err
+	}
+	live := 0
+	for _, o := range n.Nodes {
+		if o.Running() {
+			live++
+		}
+	}
+	for _, o := range n.Nodes {
+		if o == nd || !o.Running() {
+			continue
+		}
+		if err := n.poll(ctx, o.Host.Name+" drops "+nd.Host.Name, func() error {
+			got, err := n.Metric(ctx, o, PortMetrics, "coredns_coral_live_proxies", "level", "0")
+			if err != nil {
+				return err
+			}
+			if int(got) != live-1 {
+				return fmt.Errorf("%v live proxies, want %d", got, live-1)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Get GETs url from the control host.
