@@ -271,7 +271,7 @@ func (s *schedule) rotate(ctx context.Context) (string, error) {
 // adapts a Caddyfile naming two keys.
 func keyringMissing(caddy, dir string) string {
 	f := filepath.Join(dir, "keyring-probe.Caddyfile")
-	text := fmt.Sprintf("{\n\tcoral {\n\t\tkey %s %s\n\t}\n}\n", filepath.Join(dir, "a.key"), filepath.Join(dir, "b.key"))
+	text := fmt.Sprintf("{\n\tcoral {\n\t\tlisten 198.18.0.1:4000\n\t\tkey %s %s\n\t}\n}\n", filepath.Join(dir, "a.key"), filepath.Join(dir, "b.key"))
 	if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
 		return err.Error()
 	}

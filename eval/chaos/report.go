@@ -34,7 +34,9 @@ type phaseRow struct {
 	BeyondTTL  int            `json:"failures_beyond_ttl_window"`
 	Violations int            `json:"violations"`
 	ByFailure  map[string]int `json:"failures_by_kind,omitempty"`
-	ByViolated map[string]int `json:"violations_by_kind,omitempty"`
+	// FailureSample is the first failure of each kind, in full.
+	FailureSample map[string]string `json:"failure_sample,omitempty"`
+	ByViolated    map[string]int    `json:"violations_by_kind,omitempty"`
 
 	OriginFetches int `json:"origin_fetches"`
 	// MaxPerObject is the most origin fetches of one object in the phase;
@@ -86,7 +88,7 @@ func buildReport(s *schedule, rec *recorder, smp *sampler, o *origin, p params, 
 	rep := &report{Params: p, TTL: coralnet.AnswerTTL, Window: ttlWindow, Objects: p.Objects}
 	row := func(name string, from, done, to float64, bound int) phaseRow {
 		r := phaseRow{Phase: name, Start: from, Done: done, End: to, Bound: bound,
-			ByFailure: map[string]int{}, ByViolated: map[string]int{}}
+			ByFailure: map[string]int{}, ByViolated: map[string]int{}, FailureSample: map[string]string{}}
 		for _, res := range rec.between(from, to) {
 			r.Requests++
 			if res.Violation != "" {
@@ -96,7 +98,11 @@ func buildReport(s *schedule, rec *recorder, smp *sampler, o *origin, p params, 
 			}
 			if !res.OK && res.Violation == "" {
 				r.Failures++
-				r.ByFailure[failureKind(res.Failure)]++
+				kind := failureKind(res.Failure)
+				if r.ByFailure[kind] == 0 {
+					r.FailureSample[kind] = fmt.Sprintf("%.1f s, client %d via %q: %s", res.At, res.Client, res.Proxy, res.Failure)
+				}
+				r.ByFailure[kind]++
 				r.FailureWindow = max(r.FailureWindow, res.At-from)
 				if res.At > done+ttlWindow {
 					r.BeyondTTL++
@@ -216,6 +222,9 @@ func (rep *report) print(w io.Writer) {
 			fmt.Fprintf(w, "; failures by kind %v", ph.ByFailure)
 		}
 		fmt.Fprintln(w)
+		for kind, sample := range ph.FailureSample {
+			fmt.Fprintf(w, "             first %s failure: %s\n", kind, sample)
+		}
 	}
 	for _, v := range rep.ViolationDetails {
 		fmt.Fprintf(w, "VIOLATION at %.1f s, client %d via %s: %s (%s)\n", v.At, v.Client, v.Proxy, v.Violation, v.Detail)
