@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
-	"slices"
 	"testing"
 	"time"
 
