@@ -101,7 +101,7 @@ func (a *abuseControls) admit(w http.ResponseWriter, r *http.Request, origin str
 	fromPeer := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
 	refuse := func(status int, detail string, err error) (bool, error) {
 		if fromPeer {
-			w.Header().Set("Cache-Status", fmt.Sprintf("coral; fwd=miss; detail=%q", detail))
+			w.Header().Set("Cache-Status", notCachedHeaderValue(detail))
 			status = http.StatusGatewayTimeout
 		}
 		return true, caddyhttp.Error(status, err)

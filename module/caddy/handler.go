@@ -543,19 +543,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	w, done := h.idleWrites(w, r)
 	defer done()
 	bc := &bodyCounter{ResponseWriter: w}
-	acct := &requestAccount{cacheStatus: "refused", source: "none"}
-	defer func() { h.metrics.request(acct.cacheStatus, acct.source, bc.n) }()
+	acct := &requestAccount{status: cacheRefused, source: "none"}
+	defer func() { h.metrics.request(acct.status, acct.source, bc.n) }()
 	return h.serve(bc, r, acct)
 }
 
 // requestAccount is what a request is counted as in the metrics.
 type requestAccount struct {
-	cacheStatus, source string
-	retried             bool // a joined download vanished once already
+	status  CacheStatus
+	source  string
+	retried bool // a joined download vanished once already
 }
 
-func (a *requestAccount) set(cacheStatus, source string) {
-	a.cacheStatus, a.source = cacheStatus, source
+func (a *requestAccount) set(status CacheStatus, source string) {
+	a.status, a.source = status, source
 }
 
 // Interface guards.

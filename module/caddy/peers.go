@@ -105,7 +105,7 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 		e.metrics.peerFetch(fetchOutcome(0, err))
 		return nil, err
 	}
-	if !servedFromPeerCache(resp.Header) {
+	if !servedFromCache(resp.Header.Get("Cache-Status")) {
 		// 504: only-if-cached and not cached. Anything else without a
 		// cache's Cache-Status is the peer's own refusal or error, never
 		// the object.
@@ -124,21 +124,4 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 		resp.Header[peerFreshnessField] = []string{formatAge(bound)}
 	}
 	return resp, nil
-}
-
-// servedFromPeerCache reports whether a peer's answer to an only-if-cached
-// request is a cached object: its Cache-Status (written by serveStored)
-// says hit or collapsed.
-func servedFromPeerCache(h http.Header) bool {
-	cs, ok := strings.CutPrefix(h.Get("Cache-Status"), "coral;")
-	if !ok {
-		return false
-	}
-	for _, p := range strings.Split(cs, ";") {
-		switch strings.TrimSpace(p) {
-		case "hit", "collapsed":
-			return true
-		}
-	}
-	return false
 }

@@ -26,7 +26,7 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 		return caddyhttp.Error(StatusForHostError(err), err)
 	}
 	if h.HTTPSRedirect && r.TLS == nil && target.OneLabel {
-		acct.set(metricRedirect, "none")
+		acct.set(cacheRedirect, "none")
 		return h.redirectToHTTPS(w, r, target)
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -66,8 +66,8 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 				// reading (a peer streaming it too: see letGo).
 				d := h.eng.holdInflight(fr.key, true)
 				defer h.eng.letGo(d)
-				acct.set("collapsed", m.Extra["source"])
-				return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", m.Extra["source"], onlyIfCached)
+				acct.set(cacheCollapsed, m.Extra["source"])
+				return h.serveStored(w, r, rd, cacheCollapsed, m.Extra["source"], onlyIfCached)
 			}
 			// Being downloaded, but stale as it arrives (max-age=0, an
 			// Age beyond its lifetime): it answers the request that
@@ -77,13 +77,13 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 			if onlyIfCached {
 				return notCached(w, "stale")
 			}
-			acct.set("miss", "origin")
+			acct.set(cacheMiss, "origin")
 			return h.fetchOwn(w, r, fr, acct)
 		}
 		if h.eng.now().Before(m.Expires) {
 			h.eng.refs.touch(fr.baseKey)
-			acct.set("hit", "local")
-			return h.serveStored(w, r, rd, "hit", "local", onlyIfCached)
+			acct.set(cacheHit, "local")
+			return h.serveStored(w, r, rd, cacheHit, "local", onlyIfCached)
 		}
 		if onlyIfCached {
 			// Stale, and the client (a peer, usually) wants no origin
@@ -100,8 +100,8 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 		if swr, _ := httpcache.StaleWindows(m.Header); h.eng.now().Sub(m.Expires) < swr {
 			// In the background, if a download slot is free now.
 			_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), fr, 0, false)
-			acct.set("stale", "local")
-			return h.serveStored(w, r, rd, "hit; fwd=stale", "stale-while-revalidate", onlyIfCached)
+			acct.set(cacheStaleWhileRevalidate, "local")
+			return h.serveStored(w, r, rd, cacheStaleWhileRevalidate, "local", onlyIfCached)
 		}
 		rd.Close()
 		return h.download(w, r, fr, acct)
@@ -118,8 +118,8 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 			case <-d.ready:
 				if d.err == nil && d.direct == nil {
 					if rd, _, ok := h.lookup(r.Context(), &fr); ok && (!rd.Complete() || h.eng.now().Before(rd.Meta().Expires)) {
-						acct.set("collapsed", d.source)
-						return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", d.source, true)
+						acct.set(cacheCollapsed, d.source)
+						return h.serveStored(w, r, rd, cacheCollapsed, d.source, true)
 					} else if ok {
 						rd.Close()
 					}
@@ -176,7 +176,7 @@ var errAuthorization = errors.New("coral_proxy: Coral serves public content and 
 // notCached is the answer to an only-if-cached request the cache cannot
 // satisfy: 504 (RFC 9111 §5.2.1.7), with why in Cache-Status.
 func notCached(w http.ResponseWriter, why string) error {
-	w.Header().Set("Cache-Status", fmt.Sprintf("coral; fwd=miss; detail=%q", why))
+	w.Header().Set("Cache-Status", notCachedHeaderValue(why))
 	return caddyhttp.Error(http.StatusGatewayTimeout, errors.New("not in this proxy's cache (only-if-cached)"))
 }
 
@@ -190,7 +190,7 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request, fr fetchReque
 		defer h.eng.letGo(d)
 	}
 	if errors.Is(err, errDownloadsBusy) {
-		acct.set("refused", "none")
+		acct.set(cacheRefused, "none")
 		w.Header().Set("Retry-After", retryAfterSeconds(h.eng.downloadWait))
 		return caddyhttp.Error(http.StatusServiceUnavailable, err)
 	}
@@ -205,10 +205,10 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request, fr fetchReque
 // address in the Host itself), else 502.
 func fetchFailed(acct *requestAccount, err error) error {
 	if errors.Is(err, errOriginForbidden) {
-		acct.set("refused", "none")
+		acct.set(cacheRefused, "none")
 		return caddyhttp.Error(http.StatusForbidden, err)
 	}
-	acct.set("miss", "none")
+	acct.set(cacheMiss, "none")
 	return caddyhttp.Error(http.StatusBadGateway, err)
 }
 
@@ -279,20 +279,20 @@ wait:
 			return caddyhttp.Error(http.StatusBadGateway, errors.New("the cached copy went away"))
 		}
 		if d.revalidated {
-			acct.set("hit", "local")
-			return h.serveStored(w, r, rd, "hit; fwd=stale; fwd-status=304", "revalidated", false)
+			acct.set(cacheRevalidated, "local")
+			return h.serveStored(w, r, rd, cacheRevalidated, "local", false)
 		}
-		acct.set("stale", "local")
-		return h.serveStored(w, r, rd, "hit; fwd=stale", "stale", false)
+		acct.set(cacheStale, "local")
+		return h.serveStored(w, r, rd, cacheStale, "local", false)
 	}
 	if d.err != nil {
 		return fetchFailed(acct, d.err)
 	}
-	if started {
-		acct.set("miss", d.source)
-	} else {
-		acct.set("collapsed", d.source)
+	status := cacheMiss
+	if !started {
+		status = cacheCollapsed
 	}
+	acct.set(status, d.source)
 	if d.direct != nil {
 		if !started {
 			// The response may not be shared; fetch our own copy.
@@ -326,10 +326,6 @@ wait:
 	}
 	if !ok {
 		return caddyhttp.Error(http.StatusBadGateway, errors.New("the download ended before the object could be read"))
-	}
-	status := "fwd=uri-miss"
-	if !started {
-		status = "fwd=uri-miss; collapsed"
 	}
 	return h.serveStored(w, r, rd, status, d.source, false)
 }

@@ -202,41 +202,13 @@ type statusKind struct {
 	Share float64 `json:"share"` // of Total
 }
 
-// The request kinds of statusRequests and how the page names them.
-var statusKinds = []struct{ kind, label string }{
-	{"local_hit", "local hit"},
-	{"peer", "from a peer"},
-	{"origin", "from the origin"},
-	{"stale", "stale"},
-	{"collapsed", "collapsed (joined a download)"},
-	{"failed", "failed"},
-	{"refused", "refused"},
-	{"other", "other"},
-}
-
 // statusKindOf classifies a requests_total series.
-func statusKindOf(cacheStatus, source string) string {
-	switch cacheStatus {
-	case metricHit:
-		return "local_hit"
-	case metricStale:
-		return "stale"
-	case metricCollapsed:
-		return "collapsed"
-	case metricRefused, metricRedirect:
-		// A redirect to https serves nothing either.
-		return "refused"
-	case metricMiss:
-		switch {
-		case source == metricOrigin:
-			return "origin"
-		case source == metricNone:
-			return "failed"
-		case strings.HasPrefix(source, "peer-l"):
-			return "peer"
-		}
+func statusKindOf(label, source string) string {
+	s, ok := cacheStatusOfLabel(label)
+	if !ok {
+		return "other"
 	}
-	return "other"
+	return s.pageKind(source)
 }
 
 func statusRequestsOf(cells []requestCount) statusRequests {

@@ -74,14 +74,17 @@ func TestStatusPageModule(t *testing.T) {
 func TestStatusRequestCounts(t *testing.T) {
 	before := countMap(requestCounts())
 	m := &proxyMetrics{} // counts without a registry of its own
-	for _, r := range []struct{ status, source string }{
-		{"hit", "local"}, {"hit", "local"}, {"miss", "origin"}, {"miss", "peer-l2"}, {"collapsed", "peer-l2"},
-		{"stale", "local"}, {"refused", "none"}, {"miss", ""}, {"bogus", "peer-l99"}, {"miss", "peer-l01"},
+	for _, r := range []struct {
+		status CacheStatus
+		source string
+	}{
+		{cacheHit, "local"}, {cacheRevalidated, "local"}, {cacheMiss, "origin"}, {cacheMiss, "peer-l2"}, {cacheCollapsed, "peer-l2"},
+		{cacheStaleWhileRevalidate, "local"}, {cacheRefused, "none"}, {cacheMiss, ""}, {CacheStatus(200), "peer-l99"}, {cacheMiss, "peer-l01"},
 	} {
 		m.request(r.status, r.source, 10)
 	}
 	var nilMetrics *proxyMetrics
-	nilMetrics.request("hit", "local", 10) // counts nothing, as before
+	nilMetrics.request(cacheHit, "local", 10) // counts nothing, as before
 	counts := requestCounts()
 	got := countMap(counts)
 	for series, want := range map[string]uint64{
