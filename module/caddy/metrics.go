@@ -459,7 +459,6 @@ func fetchOutcome(status int, err error) string {
 	return metricError
 }
 
-
 // metricSource maps a source to its label value: local, origin, none,
 // peer-l0 .. peer-l<MaxLevels-1>; "" is none, anything else other.
 func metricSource(s string) string {
