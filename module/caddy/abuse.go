@@ -237,3 +237,36 @@ func plainHost(host string) bool {
 	}
 	return true
 }
+
+// provisionAbuse sets up the blacklist, the rate limit and the budget.
+func (h *Handler) provisionAbuse() error {
+	a := &abuseControls{}
+	if h.Blacklist != "" {
+		every := time.Duration(h.BlacklistPoll)
+		if every <= 0 {
+			every = defaultBlacklistPoll
+		}
+		logger := h.logger
+		bl, err := newBlacklist(h.Blacklist, every, func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) })
+		if err != nil {
+			return err // it names coral_proxy, the blacklist and the file
+		}
+		a.blacklist = bl
+	}
+	rate, burst := h.RateLimit, h.RateBurst
+	if rate == 0 {
+		rate = defaultRate
+	}
+	if burst == 0 {
+		burst = defaultBurst
+	}
+	a.rate = newRateLimiter(rate, burst, defaultMaxClients)
+	a.peerRate = newRateLimiter(rate*peerRateFactor, burst*peerRateFactor, defaultMaxClients)
+	window := time.Duration(h.BandwidthWindow)
+	if window <= 0 {
+		window = defaultBudgetWindow
+	}
+	a.budget = newBandwidthBudget(h.BandwidthBudget, window)
+	h.abuse = a
+	return nil
+}

@@ -183,7 +183,7 @@ func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
 	if len(stores) == 0 && len(apps) == 0 {
 		// A registry whose configuration is gone: a failed reload's,
 		// which Caddy's /metrics goes on serving. Read what runs.
-		for _, cr := range adminCaches() {
+		for _, cr := range runningCaches() {
 			stores = append(stores, cr.store)
 		}
 		if a, _ := runningApp(); a != nil {

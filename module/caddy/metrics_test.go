@@ -292,7 +292,7 @@ func TestMetricsReloadRegistration(t *testing.T) {
 	// of the handlers Caddy runs, none of this test's), as Caddy's
 	// /metrics goes on serving a failed configuration's registry.
 	running := 0
-	for _, c := range adminCaches() {
+	for _, c := range runningCaches() {
 		running += c.store.Stats().Entries
 	}
 	if got := gatherValues(t, reg1, "caddy_coral_cache_objects"); len(got) != 0 && got[""] != float64(running) {

@@ -3,8 +3,11 @@ package coralcaddy
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/coralcdn/coral/module/caddy/httpcache"
@@ -124,4 +127,57 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 		resp.Header[peerFreshnessField] = []string{formatAge(bound)}
 	}
 	return resp, nil
+}
+
+// peerControl runs on every socket opened to a peer, with the address
+// about to be dialled: the references' filter (run) again, where it
+// cannot be missed.
+func (h *Handler) peerControl(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil || !h.eng.peerGuard.permitted(ap.Addr()) {
+		return fmt.Errorf("coral_proxy: peer address %s not allowed (allow_peers)", address)
+	}
+	return nil
+}
+
+// selfAddr is the HTTP address put in DSHT references.
+func (h *Handler) selfAddr() netip.AddrPort {
+	if p := h.eng.peerAddr.Load(); p != nil {
+		return *p
+	}
+	return netip.AddrPort{}
+}
+
+// advertisedAddrs is the address this proxy gives peers (peer_address,
+// or learned), for the node's own addresses.
+func (h *Handler) advertisedAddrs() []netip.Addr {
+	if h.eng == nil {
+		return nil
+	}
+	if p := h.eng.peerAddr.Load(); p != nil {
+		return []netip.Addr{p.Addr()}
+	}
+	return nil
+}
+
+// learnPeerAddr fills in this proxy's HTTP address from the first request:
+// the node's IP and the port the request came in on.
+func (h *Handler) learnPeerAddr(r *http.Request) {
+	node := h.eng.dhtNode()
+	if h.eng.peerAddr.Load() != nil || node == nil || r.TLS != nil {
+		// Peers speak plain HTTP: a port that answers with TLS is not
+		// their way in.
+		return
+	}
+	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return
+	}
+	lap, err := netip.ParseAddrPort(la.String())
+	if err != nil {
+		return
+	}
+	ip := node.Addr().Addr()
+	ap := netip.AddrPortFrom(ip, lap.Port())
+	h.eng.peerAddr.CompareAndSwap(nil, &ap)
 }

@@ -18,15 +18,15 @@ import (
 )
 
 // peerPurgeHandler serves other proxies' purges (app messages to this
-// node) on the caches that caches returns (adminCaches: every running
+// node) on the caches that caches returns (runningCaches: every running
 // one): the same local purge as the admin API's, never passed on.
-func peerPurgeHandler(caches func() []adminCacheRef) coraldht.AppHandler {
+func peerPurgeHandler(caches func() []cacheRef) coraldht.AppHandler {
 	return func(ctx context.Context, from coraldht.Contact, payload []byte) ([]byte, error) {
 		return handlePeerPurge(ctx, from, payload, caches())
 	}
 }
 
-func handlePeerPurge(ctx context.Context, from coraldht.Contact, payload []byte, caches []adminCacheRef) ([]byte, error) {
+func handlePeerPurge(ctx context.Context, from coraldht.Contact, payload []byte, caches []cacheRef) ([]byte, error) {
 	spec, err := decodePurgeRequest(payload)
 	if err != nil {
 		return encodePurgeReply(purgeReply{status: purgeStatusRefused, detail: err.Error()}), nil
@@ -184,7 +184,7 @@ func (a *AdminAPI) handlePurge(w http.ResponseWriter, r *http.Request) error {
 		}
 		timeout = d
 	}
-	caches := adminCaches()
+	caches := runningCaches()
 	if len(caches) == 0 {
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("coral purge: no coral_proxy cache is running here")}
 	}
@@ -243,7 +243,7 @@ func adminDHTNode() *coraldht.Node {
 
 // purgeNetwork asks the other proxies to purge spec (see the file
 // comment), until ctx ends.
-func purgeNetwork(ctx context.Context, node *coraldht.Node, spec purgeSpec, mode string, caches []adminCacheRef) *purgeNetworkResult {
+func purgeNetwork(ctx context.Context, node *coraldht.Node, spec purgeSpec, mode string, caches []cacheRef) *purgeNetworkResult {
 	res := &purgeNetworkResult{Mode: mode, Peers: []purgePeer{}}
 	payload, err := encodePurgeRequest(spec)
 	if err != nil { // checked by the caller for prefixes; keys always encode
@@ -270,7 +270,7 @@ func purgeNetwork(ctx context.Context, node *coraldht.Node, spec purgeSpec, mode
 // purgeSelf is who this proxy is (its node, and the HTTP addresses its
 // handlers put in references), and the guard for peer addresses: the
 // newest handler's (allow_peers).
-func purgeSelf(node *coraldht.Node, caches []adminCacheRef) (self map[netip.AddrPort]bool, guard originGuard) {
+func purgeSelf(node *coraldht.Node, caches []cacheRef) (self map[netip.AddrPort]bool, guard originGuard) {
 	self = map[netip.AddrPort]bool{node.Addr(): true}
 	haveGuard := false
 	for _, c := range caches {

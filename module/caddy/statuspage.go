@@ -244,7 +244,7 @@ func (s *StatusPage) document(now time.Time) *statusDoc {
 	st := adminStatus{Levels: []adminLevel{}, Caches: adminCacheStats(), RecentFetches: adminLastFetches()}
 	if !st.setNode(s.app) {
 		// Not provisioned by Caddy (tests): the newest running app.
-		apps, _ := adminRegistered()
+		apps, _ := runningAll()
 		for i := len(apps) - 1; i >= 0 && !st.setNode(apps[i]); i-- {
 		}
 	}
@@ -259,7 +259,7 @@ func (s *StatusPage) document(now time.Time) *statusDoc {
 		doc.UptimeSeconds = math.Round(now.Sub(*st.Node.Started).Seconds())
 	}
 	objs := []adminObject{}
-	for _, c := range adminCaches() {
+	for _, c := range runningCaches() {
 		objs = append(objs, adminRecentObjects(c, recent)...)
 	}
 	slices.SortStableFunc(objs, func(a, b adminObject) int { return cmp.Compare(statusUnix(b.LastUsed), statusUnix(a.LastUsed)) })

@@ -223,9 +223,9 @@ func TestStatusPageContent(t *testing.T) {
 	store := metricsTestStore(t)
 	const dir = "/tmp/status-page-cache"
 	h := &Handler{Zone: "nyud.test", store: store, storeKey: dir}
-	registerApp(app)
-	registerProxy(h)
-	t.Cleanup(func() { unregisterProxy(h); unregisterApp(app) })
+	addRunningApp(app)
+	addRunningProxy(h)
+	t.Cleanup(func() { removeRunningProxy(h); removeRunningApp(app) })
 
 	// Five objects, used in key order, so the fifth is the most recent; one
 	// URL that would be markup if it were not escaped, one too long to show
@@ -544,9 +544,9 @@ func TestStatusPageHidesQueries(t *testing.T) {
 	app := metricsTestApp(node, addr, true)
 	store := metricsTestStore(t)
 	h := &Handler{Zone: "nyud.test", store: store, storeKey: "/tmp/status-page-queries"}
-	registerApp(app)
-	registerProxy(h)
-	t.Cleanup(func() { unregisterProxy(h); unregisterApp(app) })
+	addRunningApp(app)
+	addRunningProxy(h)
+	t.Cleanup(func() { removeRunningProxy(h); removeRunningApp(app) })
 	const secret = "token=s3cr3t&expires=1"
 	metricsTestPut(t, store, metricsTestKey(0), "http://www.example.com/signed?"+secret, "body")
 	recordFetch("http://www.example.com/fetched?"+secret, "origin", 200, 4, time.Millisecond)
