@@ -142,54 +142,8 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 		e.revalidate(ctx, fr, d, readyOnce)
 		return
 	}
-	// References are per URL, whatever variant: a peer picks the variant
-	// the request's fields select, or answers 504.
-	dhtKey := coraldht.KeyFor(fr.baseKey)
-	self := e.selfAddr()
-	selfRef := e.selfReference(self)
-	var peers []reference
-	peerLevel := -1
-	node := e.dhtNode()
-	if node != nil && self.IsValid() {
-		res, err := node.PutGet(ctx, dhtKey, selfRef.encode(), refFetchingTTL)
-		if err != nil {
-			e.logger.Debug("put+get failed; going to the origin", zap.Error(err))
-		}
-		for _, v := range res.Values {
-			r, err := decodeReference(v.Data)
-			if err != nil || r.Addr == self {
-				continue
-			}
-			r.Left = v.TTL
-			if !e.peerGuard.permitted(r.Addr.Addr()) {
-				// Any member may put any value: a reference to a
-				// private or loopback address would make this proxy
-				// send requests into its own network.
-				e.metrics.peerFetch(metricRefusedAddress)
-				logRefusal(e.logger, causePeer, "skipped a peer on an address allow_peers does not permit (private or loopback); list its network in allow_peers if the proxies talk over it",
-					zap.Stringer("peer", r.Addr), zap.String("url", fr.target.OriginURL().String()))
-				continue
-			}
-			peers = append(peers, r)
-		}
-		peerLevel = res.Level
-		// Keep the short reference alive while the download runs, so peers
-		// that arrive later find this proxy.
-		renewCtx, stopRenewing := context.WithCancel(ctx)
-		defer stopRenewing()
-		go func() {
-			t := time.NewTicker(refFetchingTTL * 3 / 4)
-			defer t.Stop()
-			for {
-				select {
-				case <-renewCtx.Done():
-					return
-				case <-t.C:
-					_, _ = node.Put(renewCtx, dhtKey, selfRef.encode(), refFetchingTTL)
-				}
-			}
-		}()
-	}
+	peers, peerLevel, stopRenewing := e.announce(ctx, fr)
+	defer stopRenewing()
 
 	if at, ok := e.purged.get(fr.baseKey); ok && e.now().Sub(at) < purgeMemory {
 		peers = nil
@@ -212,12 +166,64 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 	e.keep(ctx, fr, d, resp, source, requested, readyOnce)
 }
 
+// announce does the download's put+get: a short reference to this proxy
+// under the URL's key, and the references already there, to the peers
+// this proxy may ask (allow_peers), with the DSHT level the get ended at
+// (-1 without a node). It keeps the reference alive while the download
+// runs, until stopRenewing is called.
+func (e *engine) announce(ctx context.Context, fr fetchRequest) (peers []reference, peerLevel int, stopRenewing func()) {
+	// References are per URL, whatever variant: a peer picks the variant
+	// the request's fields select, or answers 504.
+	dhtKey := coraldht.KeyFor(fr.baseKey)
+	self := e.selfAddr()
+	node := e.dhtNode()
+	if node == nil || !self.IsValid() {
+		return nil, -1, func() {}
+	}
+	selfRef := e.selfReference(self)
+	res, err := node.PutGet(ctx, dhtKey, selfRef.encode(), refFetchingTTL)
+	if err != nil {
+		e.logger.Debug("put+get failed; going to the origin", zap.Error(err))
+	}
+	for _, v := range res.Values {
+		r, err := decodeReference(v.Data)
+		if err != nil || r.Addr == self {
+			continue
+		}
+		r.Left = v.TTL
+		if !e.peerGuard.permitted(r.Addr.Addr()) {
+			// Any member may put any value: a reference to a
+			// private or loopback address would make this proxy
+			// send requests into its own network.
+			e.metrics.peerFetch(metricRefusedAddress)
+			logRefusal(e.logger, causePeer, "skipped a peer on an address allow_peers does not permit (private or loopback); list its network in allow_peers if the proxies talk over it",
+				zap.Stringer("peer", r.Addr), zap.String("url", fr.target.OriginURL().String()))
+			continue
+		}
+		peers = append(peers, r)
+	}
+	// Keep the short reference alive while the download runs, so peers
+	// that arrive later find this proxy.
+	renewCtx, stop := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(refFetchingTTL * 3 / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-renewCtx.Done():
+				return
+			case <-t.C:
+				_, _ = node.Put(renewCtx, dhtKey, selfRef.encode(), refFetchingTTL)
+			}
+		}
+	}()
+	return peers, res.Level, stop
+}
+
 // keep stores a fetched response and streams it into the cache, or hands
 // it to the requester uncached; on success it puts the long-lived
 // reference. requested is when the request that brought resp was sent.
 func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *http.Response, source string, requested time.Time, readyOnce func()) {
-	self := e.selfAddr()
-	dhtKey := coraldht.KeyFor(fr.baseKey)
 	now := e.now()
 	loop := e.coralizeRedirect(fr, resp)
 	policy := e.policy.ForRequest(fr.header)
@@ -271,14 +277,26 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 	if resp.ContentLength >= 0 {
 		meta.Size = resp.ContentLength
 	}
+	if e.storeBody(ctx, d, resp, key, &meta, now, readyOnce) {
+		e.publish(fr, resp.StatusCode, meta.Expires)
+	}
+}
+
+// storeBody streams resp's body into the cache as key with meta (its Size
+// set once known) and commits it; readers may join from the moment the
+// entry exists (readyOnce). It reports whether the object was committed.
+// A body the cache cannot take goes to the requester uncached (d.direct);
+// a truncated one is never presented as complete: readers get the error
+// and the object is dropped.
+func (e *engine) storeBody(ctx context.Context, d *download, resp *http.Response, key string, meta *diskcache.Meta, now time.Time, readyOnce func()) bool {
 	e.storingAs(d, key)
-	w, err := e.store.Create(key, meta)
+	w, err := e.store.Create(key, *meta)
 	if err != nil {
 		// The cache cannot take it (full of downloads, or too large): the
 		// client still gets it, uncached.
 		e.logger.Debug("not caching", zap.String("url", meta.Extra["url"]), zap.Error(err))
 		d.direct = resp
-		return
+		return false
 	}
 	d.expected.Store(resp.ContentLength)
 	readyOnce()
@@ -295,8 +313,6 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 		err = fmt.Errorf("body ended after %d of %d bytes", n, resp.ContentLength)
 	}
 	if err != nil {
-		// A truncated body is never presented as complete: readers get the
-		// error and the object is dropped. Requests from now on start over.
 		if errors.Is(err, diskcache.ErrTooLarge) {
 			// Larger than max_object_size without saying so: relay it
 			// uncached from now on rather than cut every client off.
@@ -309,28 +325,35 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 		} else {
 			e.logger.Warn("download aborted", zap.String("url", meta.Extra["url"]), zap.Error(err))
 		}
-		return
+		return false
 	}
 	meta.Size = n
-	recordFetch(meta.Extra["url"], source, resp.StatusCode, n, e.now().Sub(now))
-	if err := w.Commit(meta); err != nil {
+	recordFetch(meta.Extra["url"], meta.Extra["source"], resp.StatusCode, n, e.now().Sub(now))
+	if err := w.Commit(*meta); err != nil {
 		e.logger.Warn("cache commit failed", zap.Error(err))
-		return
+		return false
 	}
 	// Complete: later requests find it in the cache and must not join
 	// this download while it puts its reference.
 	e.finish(d)
-	// The reference lives no longer than the copy is fresh: a peer that
-	// follows it takes that as the most the copy may be fresh (askPeer).
+	return true
+}
+
+// publish puts the long-lived reference to a committed object, with a
+// status and freshness, and records it for renewal. The reference lives no
+// longer than the copy is fresh: a peer that follows it takes that as the
+// most the copy may be fresh (askPeer).
+func (e *engine) publish(fr fetchRequest, status int, expires time.Time) {
+	self := e.selfAddr()
 	ttl := refGoodTTL
-	if resp.StatusCode >= 400 {
+	if status >= 400 {
 		ttl = refNegativeTTL
 	}
-	ttl = min(ttl, meta.Expires.Sub(e.now()))
+	ttl = min(ttl, expires.Sub(e.now()))
 	if node := e.dhtNode(); node != nil && self.IsValid() && ttl >= time.Second {
-		ref := reference{Addr: self, DHT: node.Addr(), Complete: true, Negative: resp.StatusCode >= 400}
+		ref := reference{Addr: self, DHT: node.Addr(), Complete: true, Negative: status >= 400}
 		putCtx, cancelPut := context.WithTimeout(context.Background(), 5*time.Second)
-		if _, err := node.Put(putCtx, dhtKey, ref.encode(), ttl); err == nil {
+		if _, err := node.Put(putCtx, coraldht.KeyFor(fr.baseKey), ref.encode(), ttl); err == nil {
 			e.refs.put(fr.baseKey, ref, ttl)
 		}
 		cancelPut()
