@@ -409,14 +409,6 @@ func sortOverrides(os []override) {
 	}
 }
 
-func parseAddrPort(c *caddy.Controller, prop, s string) (netip.AddrPort, error) {
-	ap, err := netip.ParseAddrPort(s)
-	if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
-		return netip.AddrPort{}, c.Errf("%s %q: want a specific IP:PORT", prop, s)
-	}
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
-}
-
 func parseDuration(c *caddy.Controller, prop, s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
