@@ -88,6 +88,7 @@ type params struct {
 	Rotate    bool                 `json:"rotate"`
 	Out       string               `json:"-"`
 	Name      string               `json:"-"` // file name stem in Out
+	Command   string               `json:"-"` // the command line, for the report
 	Logf      func(string, ...any) `json:"-"`
 }
 
@@ -109,12 +110,12 @@ func main() {
 	flag.StringVar(&p.Out, "out", "docs/eval/chaos", "directory for chaos.json and chaos.png")
 	flag.Parse()
 	p.Name = "chaos"
+	p.Command = evalrun.CommandLine("chaos")
 	p.Logf = func(f string, a ...any) { fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+f+"\n", a...) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := run(ctx, p)
 	if rep != nil {
-		rep.Command = evalrun.CommandLine("chaos")
 		rep.print(os.Stdout)
 	}
 	if err != nil {
@@ -193,7 +194,7 @@ func run(ctx context.Context, p params) (*report, error) {
 	<-done
 	<-done
 	rep := buildReport(s, rec, smp, orig, p, rec.now())
-	rep.Kernel, rep.Load = evalrun.Kernel(), loadAvg
+	rep.Kernel, rep.Load, rep.Command = evalrun.Kernel(), loadAvg, p.Command
 	if werr := errors.Join(rep.writeJSON(filepath.Join(p.Out, p.Name+".json")), plotTimeline(filepath.Join(p.Out, p.Name+".png"), rep)); werr != nil {
 		err = errors.Join(err, werr)
 	}
