@@ -8,11 +8,14 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coralcdn/coral/internal/lab/proc"
 )
 
 func newLab(t *testing.T, needNFT bool) *Lab {
@@ -190,3 +193,34 @@ func TestAddressOutsideTheRangeRefused(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// Do must not end the OS threads it runs on: a child process started
+// with a parent-death signal (internal/lab/proc) gets SIGKILL when the
+// thread that forked it exits, and that may be any of the runtime's
+// threads.
+func TestDoKeepsChildrenOfItsThreadsAlive(t *testing.T) {
+	l := newLab(t, false)
+	h := addHosts(t, l, "a")[0]
+	dir := t.TempDir()
+	var children []*proc.Process
+	for i := range 8 {
+		p, err := proc.Start([]string{"sleep", "60"}, proc.Options{Log: filepath.Join(dir, "sleep"+strconv.Itoa(i)+".log")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Kill() })
+		children = append(children, p)
+	}
+	for range 200 {
+		if err := h.Do(func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, p := range children {
+		select {
+		case <-p.Done():
+			t.Fatalf("child %d died while Do ran: %v", i, p.ExitError())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
