@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +82,24 @@ func TestClientFetchesThroughAProxy(t *testing.T) {
 	nd.mu.Unlock()
 	if !strings.Contains(caddyLog, "stopped previous server") {
 		t.Errorf("Caddy's log shows no reload:\n%s", caddyLog)
+	}
+	// A drained node leaves the answers once the resolvers' copies
+	// expire (the answer TTL); Drain itself returns once the other name
+	// servers dropped it.
+	drained := n.Nodes[2]
+	if err := n.Drain(wctx, drained); err != nil {
+		t.Fatal(err)
+	}
+	c := n.Clients[0]
+	for {
+		addrs, _, err := c.Lookup(wctx, CoralHost())
+		if err == nil && !slices.Contains(addrs, drained.Addr()) {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			t.Fatalf("the drained node is still in the answers: %v %v", addrs, err)
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 }
