@@ -34,8 +34,8 @@ func TestAdminKeys(t *testing.T) {
 	const addr = "127.0.180.20:4000"
 	node := metricsTestNode(t, addr)
 	app := metricsTestApp(node, addr, true)
-	registerApp(app)
-	t.Cleanup(func() { unregisterApp(app) })
+	addRunningApp(app)
+	t.Cleanup(func() { removeRunningApp(app) })
 	fps := func(doc adminKeys) []string {
 		var out []string
 		for _, k := range doc.Keys {

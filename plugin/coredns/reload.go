@@ -60,7 +60,7 @@ func configHash(cfg *config) string {
 	if cfg.rrl != nil {
 		fmt.Fprintf(h, "%+v\n", *cfg.rrl)
 	}
-	for _, f := range append([]string{cfg.keyFile}, cfg.acceptKey...) {
+	for _, f := range append([]string{cfg.node.KeyFile}, cfg.node.AcceptedKeyFiles...) {
 		if b, err := os.ReadFile(f); f != "" && err == nil {
 			h.Write(b)
 		}
