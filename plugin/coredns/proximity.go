@@ -34,6 +34,9 @@ type hintFinder func(ctx context.Context, p netip.Prefix) ([]netip.Addr, error)
 type nearNode struct {
 	addr  netip.Addr
 	score int
+	// hop is where the node's heaviest hint was: 0 the target's own /24,
+	// 1 the router nearest the target, 2 the next one out, and so on.
+	hop int
 }
 
 // nearEntry is one mapping; ranked is best first and never modified once
@@ -217,6 +220,7 @@ func (p *proximity) evictOldestLocked() {
 type hintKeyWeight struct {
 	p      netip.Prefix
 	weight int
+	hop    int // 0: the target's /24; k: the k-th router out from the target
 }
 
 // hintKeys lists the keys for a target whose last hops are hops (nearest
@@ -226,14 +230,15 @@ type hintKeyWeight struct {
 func hintKeys(target netip.Addr, hops []netip.Addr) []hintKeyWeight {
 	target = target.Unmap()
 	w := 2*len(hops) + 2
-	keys := []hintKeyWeight{{coraldht.SitePrefix(target), w}}
+	keys := []hintKeyWeight{{coraldht.SitePrefix(target), w, 0}}
 	for i := len(hops) - 1; i >= 0; i-- {
 		a := hops[i].Unmap()
 		if !a.IsValid() || (privateAddr(a) && !privateAddr(target)) {
 			continue
 		}
 		w = 2*i + 1
-		keys = append(keys, hintKeyWeight{netip.PrefixFrom(a, a.BitLen()), w + 1}, hintKeyWeight{coraldht.SitePrefix(a), w})
+		hop := len(hops) - i
+		keys = append(keys, hintKeyWeight{netip.PrefixFrom(a, a.BitLen()), w + 1, hop}, hintKeyWeight{coraldht.SitePrefix(a), w, hop})
 	}
 	return keys
 }
@@ -254,30 +259,33 @@ func (p *proximity) mapTarget(ctx context.Context, target netip.Addr) nearEntry 
 	}
 	keys := hintKeys(target, hops)
 	type found struct {
-		weight int
-		addrs  []netip.Addr
+		weight, hop int
+		addrs       []netip.Addr
 	}
 	results := make([]found, len(keys))
 	var wg sync.WaitGroup
 	for i, k := range keys {
 		wg.Go(func() {
 			addrs, _ := p.hints(ctx, k.p)
-			results[i] = found{k.weight, addrs}
+			results[i] = found{k.weight, k.hop, addrs}
 		})
 	}
 	wg.Wait()
 	best := make(map[netip.Addr]int)
+	hop := make(map[netip.Addr]int)
 	count := make(map[netip.Addr]int)
 	for _, r := range results {
 		for _, a := range r.addrs {
 			a = a.Unmap()
-			best[a] = max(best[a], r.weight)
+			if r.weight > best[a] {
+				best[a], hop[a] = r.weight, r.hop
+			}
 			count[a]++
 		}
 	}
 	ranked := make([]nearNode, 0, len(best))
 	for a, w := range best {
-		ranked = append(ranked, nearNode{a, w*64 + count[a]})
+		ranked = append(ranked, nearNode{addr: a, score: w*64 + count[a], hop: hop[a]})
 	}
 	slices.SortFunc(ranked, func(x, y nearNode) int {
 		if x.score != y.score {
@@ -355,6 +363,13 @@ func (b *builder) nearby() []nearNode {
 		}
 		b.nearState = 2
 		proximityCount.WithLabelValues(b.nearSrc).Inc()
+		if d, ok := b.ctx.Value(decisionKey{}).(*Decision); ok {
+			d.Source = b.nearSrc
+			d.Hop = make(map[netip.Addr]int, len(b.near))
+			for _, n := range b.near {
+				d.Hop[n.addr] = n.hop
+			}
+		}
 	}
 	return b.near
 }
