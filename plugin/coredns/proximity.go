@@ -226,18 +226,20 @@ type hintKeyWeight struct {
 // hintKeys lists the keys for a target whose last hops are hops (nearest
 // the target last): the target's own /24 first and heaviest, then each hop
 // from the target outward, its own address above its /24. Private hops
-// mean nothing about a public target's location and are left out.
+// mean nothing about a public target's location and are left out; the
+// hops kept are numbered from the target outward.
 func hintKeys(target netip.Addr, hops []netip.Addr) []hintKeyWeight {
 	target = target.Unmap()
 	w := 2*len(hops) + 2
 	keys := []hintKeyWeight{{coraldht.SitePrefix(target), w, 0}}
+	hop := 0 // among the hops kept: the nearest the target is 1
 	for i := len(hops) - 1; i >= 0; i-- {
 		a := hops[i].Unmap()
 		if !a.IsValid() || (privateAddr(a) && !privateAddr(target)) {
 			continue
 		}
 		w = 2*i + 1
-		hop := len(hops) - i
+		hop++
 		keys = append(keys, hintKeyWeight{netip.PrefixFrom(a, a.BitLen()), w + 1, hop}, hintKeyWeight{coraldht.SitePrefix(a), w, hop})
 	}
 	return keys
@@ -299,14 +301,24 @@ func (p *proximity) mapTarget(ctx context.Context, target netip.Addr) nearEntry 
 	return nearEntry{ranked: ranked, ok: true, measured: p.now()}
 }
 
-// scoreOf is a's score in ranked, 0 when it left no hint near the target.
-func scoreOf(ranked []nearNode, a netip.Addr) int {
+// strongHint says whether n's hint is strong evidence that n is near the
+// target: it was found under the target's own /24 or the router nearest
+// the target. Routers farther out (a regional or national router, where
+// many networks' paths meet) are weak: they place n in the same region,
+// which may be large. Only strong hints make an NS set of their own
+// (pickOptions.nearOnly), and a weak hint ranks below a member measured
+// nearer (appendHinted).
+func strongHint(n nearNode) bool { return n.hop <= 1 }
+
+// rankedNode is a's entry in ranked; ok is false when a left no hint near
+// the target.
+func rankedNode(ranked []nearNode, a netip.Addr) (n nearNode, ok bool) {
 	for _, n := range ranked {
 		if n.addr == a {
-			return n.score
+			return n, true
 		}
 	}
-	return 0
+	return nearNode{}, false
 }
 
 // nodeTracer is the production tracer: the last hops of a real trace.
@@ -363,6 +375,9 @@ func (b *builder) nearby() []nearNode {
 		}
 		b.nearState = 2
 		proximityCount.WithLabelValues(b.nearSrc).Inc()
+		if len(b.near) > 0 {
+			b.c.tracker.want(b.near)
+		}
 		if d, ok := b.ctx.Value(decisionKey{}).(*Decision); ok {
 			d.Source = b.nearSrc
 			d.Hop = make(map[netip.Addr]int, len(b.near))
