@@ -10,7 +10,7 @@ all: build
 build:
 	$(GO) build ./...
 
-# A whole Coral CDN on loopback (cmd/coraldemo, internal/demonet): six nodes
+# A whole Coral CDN on loopback (cmd/coraldemo, internal/lab/demonet): six nodes
 # of bin/coredns and bin/caddy in two clusters, Unbound, a fake DNS root and
 # an origin site. It prints commands to try and runs until Ctrl-C; needs
 # root. `make demo DEMO_SMOKE=1` runs those commands once, checks them and
@@ -70,7 +70,7 @@ fuzz:
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/httpcache || exit 1; \
 	done
 	$(GO) test -run=NONE -fuzz='^FuzzDecodeMeta$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
-	$(GO) test -run=NONE -fuzz='^FuzzParseRecipe$$' -fuzztime=$(FUZZTIME) ./internal/evilorigin
+	$(GO) test -run=NONE -fuzz='^FuzzParseRecipe$$' -fuzztime=$(FUZZTIME) ./internal/lab/evilorigin
 	$(GO) test -run=NONE -fuzz='^FuzzParseAndScore$$' -fuzztime=$(FUZZTIME) ./eval/conformance
 
 # The experiments behind docs/evaluation.md (several minutes).

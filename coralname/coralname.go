@@ -68,7 +68,7 @@ type Zones []string
 func NewZones(zones ...string) Zones {
 	var zs Zones
 	for _, z := range zones {
-		if z = trimDots(LowerASCII(z)); z != "" {
+		if z = trimDots(lowerASCII(z)); z != "" {
 			zs = append(zs, z)
 		}
 	}
@@ -78,7 +78,7 @@ func NewZones(zones ...string) Zones {
 // Carried reports whether one of the zones occurs in host (any case, one
 // trailing dot allowed) on label boundaries.
 func (zs Zones) Carried(host string) bool {
-	host = strings.TrimSuffix(LowerASCII(host), ".")
+	host = strings.TrimSuffix(lowerASCII(host), ".")
 	for _, z := range zs {
 		if carries(host, z) {
 			return true
@@ -91,7 +91,7 @@ func (zs Zones) Carried(host string) bool {
 // the dot between ("www.example.com.8080"), as the DNS plugin finds it in
 // a query name. Errors are *Error wrapping ErrLoop or ErrBadHost.
 func (zs Zones) ParseOrigin(rel string) (Origin, error) {
-	o, detail, err := zs.parseOrigin(LowerASCII(rel))
+	o, detail, err := zs.parseOrigin(lowerASCII(rel))
 	if err != nil {
 		return Origin{}, &Error{Host: rel, Err: err, Detail: detail}
 	}
@@ -107,7 +107,7 @@ func (zs Zones) ParseOrigin(rel string) (Origin, error) {
 // below it. The DNS plugin answers NODATA for these and NXDOMAIN for the
 // rest.
 func (zs Zones) Above(rel string) bool {
-	rel = LowerASCII(rel)
+	rel = lowerASCII(rel)
 	if rel == "" || len(rel) > MaxNameLen {
 		return false
 	}
@@ -117,7 +117,7 @@ func (zs Zones) Above(rel string) bool {
 		}
 	}
 	for label := range strings.SplitSeq(rel, ".") {
-		if CheckLabel(label, false) != "" {
+		if checkLabel(label, false) != "" {
 			return false
 		}
 	}
@@ -149,9 +149,9 @@ func (zs Zones) parseOrigin(rel string) (o Origin, detail string, err error) {
 			return Origin{}, "", ErrLoop
 		}
 	}
-	if i := strings.LastIndexByte(rel, '.'); IsDigits(rel[i+1:]) && !IsDottedQuad(rel) {
+	if i := strings.LastIndexByte(rel, '.'); isDigits(rel[i+1:]) && !isDottedQuad(rel) {
 		last := rel[i+1:]
-		p, ok := ParsePort(last)
+		p, ok := parsePort(last)
 		if !ok {
 			return bad("bad port label " + strconv.Quote(last))
 		}
@@ -160,7 +160,7 @@ func (zs Zones) parseOrigin(rel string) (o Origin, detail string, err error) {
 		}
 		o.Port, rel = p, rel[:i]
 	}
-	if IsDottedQuad(rel) {
+	if isDottedQuad(rel) {
 		o.Host = rel
 		return o, "", nil
 	}
@@ -172,7 +172,7 @@ func (zs Zones) parseOrigin(rel string) (o Origin, detail string, err error) {
 }
 
 // checkName returns what is wrong with a lower-case name without trailing
-// dot, or "": its length, its labels (CheckLabel), a numeric last label,
+// dot, or "": its length, its labels (checkLabel), a numeric last label,
 // and with origin a single label.
 func checkName(name string, origin bool) string {
 	if len(name) > MaxNameLen {
@@ -186,11 +186,11 @@ func checkName(name string, origin bool) string {
 	}
 	for rest := name; ; {
 		label, after, more := strings.Cut(rest, ".")
-		if d := CheckLabel(label, !more); d != "" {
+		if d := checkLabel(label, !more); d != "" {
 			return d
 		}
 		if !more {
-			if IsDigits(label) {
+			if isDigits(label) {
 				return "numeric top-level label"
 			}
 			return ""
@@ -199,12 +199,57 @@ func checkName(name string, origin bool) string {
 	}
 }
 
+// CanonicalHost is a host name as names are compared: ASCII lower case
+// (never Unicode case folding, see lowerASCII) without trailing dots. It
+// allocates only if host has upper-case letters.
+func CanonicalHost(host string) string {
+	return strings.TrimRight(lowerASCII(host), ".")
+}
+
+// CheckDomain validates a domain name as an operator lists one (a
+// blacklist entry): LDH labels with '_' allowed except in the last, at
+// most 253 characters, and a last label of digits only as part of a
+// canonical IPv4 literal, which ipv4 then reports. One trailing dot is
+// allowed. It returns the name lower case without that dot; errors are
+// *Error wrapping ErrBadHost, whose Detail says what is wrong.
+func CheckDomain(name string) (canonical string, ipv4 bool, err error) {
+	n := strings.TrimSuffix(lowerASCII(name), ".")
+	fail := func(detail string) (string, bool, error) {
+		return "", false, &Error{Host: name, Err: ErrBadHost, Detail: detail}
+	}
+	switch {
+	case n == "":
+		return fail("no name")
+	case len(n) > MaxNameLen:
+		return fail("name longer than 253 characters")
+	}
+	last := ""
+	for rest := n; ; {
+		label, after, more := strings.Cut(rest, ".")
+		if d := checkLabel(label, !more); d != "" {
+			return fail(d)
+		}
+		if !more {
+			last = label
+			break
+		}
+		rest = after
+	}
+	if isDigits(last) {
+		if !isDottedQuad(n) {
+			return fail("numeric top-level label (not a name, nor an IPv4 address in dotted-quad form)")
+		}
+		return n, true, nil
+	}
+	return n, false, nil
+}
+
 // NormalizeZone validates a zone ("nyud.net", "NYUD.net.", ".nyud.net")
 // and returns it lower case without leading or trailing dot. A zone needs
 // labels as an origin's and a last label that is not all digits; errors
 // are *Error wrapping ErrBadZone.
 func NormalizeZone(zone string) (string, error) {
-	z := trimDots(LowerASCII(zone))
+	z := trimDots(lowerASCII(zone))
 	detail := ""
 	if z == "" {
 		detail = "empty"
@@ -236,7 +281,7 @@ func ParseHost(host, zone string) (Origin, error) {
 	if e != nil {
 		return fail(e, detail)
 	}
-	name = strings.TrimSuffix(LowerASCII(name), ".")
+	name = strings.TrimSuffix(lowerASCII(name), ".")
 	if name == z {
 		return fail(ErrBadHost, "no origin before the zone")
 	}
@@ -347,131 +392,4 @@ func stripProxyPort(host string) (name, detail string, err error) {
 		return "", "bad port", ErrBadHost
 	}
 	return name, "", nil
-}
-
-// validPortDigits accepts the proxy's own port as a Host header may carry
-// it: empty (RFC 3986 allows "host:") or up to 5 digits ≤ 65535.
-func validPortDigits(s string) bool {
-	if s == "" {
-		return true
-	}
-	if len(s) > 5 || !IsDigits(s) {
-		return false
-	}
-	n, _ := strconv.Atoi(s)
-	return n <= 65535
-}
-
-// ParsePort parses an origin port label: 1–65535, no leading zeros.
-func ParsePort(s string) (int, bool) {
-	if s == "" || len(s) > 5 || s[0] == '0' || !IsDigits(s) {
-		return 0, false
-	}
-	n, _ := strconv.Atoi(s)
-	if n < 1 || n > 65535 {
-		return 0, false
-	}
-	return n, true
-}
-
-// IsDottedQuad reports whether s is an IPv4 address in canonical
-// dotted-quad form: four decimal octets 0–255 without leading zeros.
-func IsDottedQuad(s string) bool {
-	for i := range 4 {
-		n := 0
-		for n < len(s) && n < 4 && '0' <= s[n] && s[n] <= '9' {
-			n++
-		}
-		if n == 0 || n > 3 || n > 1 && s[0] == '0' {
-			return false
-		}
-		if v, _ := strconv.Atoi(s[:n]); v > 255 {
-			return false
-		}
-		s = s[n:]
-		if i < 3 {
-			if s == "" || s[0] != '.' {
-				return false
-			}
-			s = s[1:]
-		}
-	}
-	return s == ""
-}
-
-// carries reports whether zone occurs in name on label boundaries.
-func carries(name, zone string) bool {
-	for i := 0; i+len(zone) <= len(name); {
-		j := strings.Index(name[i:], zone)
-		if j < 0 {
-			return false
-		}
-		j += i
-		end := j + len(zone)
-		if (j == 0 || name[j-1] == '.') && (end == len(name) || name[end] == '.') {
-			return true
-		}
-		i = j + 1
-	}
-	return false
-}
-
-// CheckLabel returns what is wrong with a lower-case host label, or "".
-// The last label (top-level) may not contain '_'.
-func CheckLabel(l string, last bool) string {
-	switch {
-	case l == "":
-		return "empty label"
-	case len(l) > MaxLabelLen:
-		return "label longer than 63 characters"
-	case l[0] == '-' || l[len(l)-1] == '-':
-		return "label starts or ends with '-'"
-	}
-	for i := 0; i < len(l); i++ {
-		c := l[i]
-		switch {
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-':
-		case c == '_' && !last:
-		case c >= 0x80:
-			return "non-ASCII host (send IDNs as punycode)"
-		default:
-			return "invalid character " + strconv.QuoteRune(rune(c)) + " in label"
-		}
-	}
-	return ""
-}
-
-// IsDigits reports whether s is one or more ASCII digits.
-func IsDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// LowerASCII lower-cases ASCII letters only: Unicode case folding would
-// let non-ASCII look-alikes (the Kelvin sign folds to 'k') match the zone.
-func LowerASCII(s string) string {
-	for i := 0; i < len(s); i++ {
-		if 'A' <= s[i] && s[i] <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if 'A' <= b[j] && b[j] <= 'Z' {
-					b[j] += 'a' - 'A'
-				}
-			}
-			return string(b)
-		}
-	}
-	return s
-}
-
-// trimDots removes one leading and one trailing dot.
-func trimDots(s string) string {
-	return strings.TrimSuffix(strings.TrimPrefix(s, "."), ".")
 }

@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// The Host rules are tested through the proxy's ParseCoralized
-// (module/caddy/coralurl_test.go); these are the origin part's, as the DNS
+// The Host rules as the proxy meets them are in host_test.go; these are
+// the origin part's, as the DNS
 // plugin uses them, with two zones.
 func TestParseOrigin(t *testing.T) {
 	zs := NewZones("NYUD.net.", ".nyucd.net", "")
@@ -113,8 +113,8 @@ func TestIsDottedQuad(t *testing.T) {
 		inputs = append(inputs, fmt.Sprintf("%d.%d.%d.%d", i, 255-i, i/2, i%7), fmt.Sprintf("10.0.0.%03d", i))
 	}
 	for _, s := range inputs {
-		if got, want := IsDottedQuad(s), netipQuad(s); got != want {
-			t.Errorf("IsDottedQuad(%q) = %v, netip says %v", s, got, want)
+		if got, want := isDottedQuad(s), netipQuad(s); got != want {
+			t.Errorf("isDottedQuad(%q) = %v, netip says %v", s, got, want)
 		}
 	}
 }
@@ -230,11 +230,11 @@ func TestOneLabel(t *testing.T) {
 			continue
 		}
 		back, err := CoralizeOneLabel(o, "nyud.net")
-		if want := LowerASCII(strings.TrimSuffix(tc.host, ".")); err != nil || back != want {
+		if want := lowerASCII(strings.TrimSuffix(tc.host, ".")); err != nil || back != want {
 			t.Errorf("CoralizeOneLabel(%+v) = %q %v, want %q", o, back, err, want)
 		}
 		// The DNS side reads the same.
-		if d, err := NewZones("nyud.net").ParseOrigin(strings.TrimSuffix(strings.TrimSuffix(LowerASCII(tc.host), "."), ".nyud.net")); err != nil || d != o {
+		if d, err := NewZones("nyud.net").ParseOrigin(strings.TrimSuffix(strings.TrimSuffix(lowerASCII(tc.host), "."), ".nyud.net")); err != nil || d != o {
 			t.Errorf("ParseOrigin of %s: %+v %v", tc.host, d, err)
 		}
 	}

@@ -3,7 +3,7 @@
 // Command coraldemo runs a whole Coral CDN on loopback: six nodes, each a
 // bin/coredns with the coral plugin and a bin/caddy with coral_proxy, in two
 // clusters, with a fake DNS root, a recursive resolver (Unbound) and a
-// small origin web site (see internal/demonet). It prints commands to try
+// small origin web site (see internal/lab/demonet). It prints commands to try
 // (dig, curl) and runs until Ctrl-C or SIGTERM, then stops everything.
 //
 //	make demo                   # builds bin/coredns and bin/caddy first

@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/coralcdn/coral/internal/demonet"
-	"github.com/coralcdn/coral/internal/proc"
-	"github.com/coralcdn/coral/internal/resolvers"
+	"github.com/coralcdn/coral/internal/lab/demonet"
+	"github.com/coralcdn/coral/internal/lab/proc"
+	"github.com/coralcdn/coral/internal/lab/resolvers"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coralcdn/coral/internal/demonet"
+	"github.com/coralcdn/coral/internal/lab/demonet"
 )
 
 // step is one command the demo prints, and how -smoke checks its output.
@@ -76,7 +76,19 @@ func tryCommands(n *demonet.Net) []step {
 		check: without(`(?i)set-cookie`, want(`HTTP/1\.1 200`, `(?i)cache-status: coral; fwd=uri-miss; detail="origin"`)),
 	})
 
-	// One object across the crowd.
+	steps = append(steps, crowdStep(host, east, west))
+
+	steps = append(steps, httpsSteps(n, first)...)
+
+	steps = append(steps, refusalSteps(n, first)...)
+	steps = append(steps, introspectionSteps(n, first)...)
+	return steps
+}
+
+// crowdStep asks for one object at one node after another, east then
+// west then east again, so the answers show each place a copy can come from.
+func crowdStep(host string, east, west []netip.Addr) step {
+	first := east[0]
 	ips := []netip.Addr{first}
 	var expect []string
 	expect = append(expect, `200 \d+ bytes +coral; fwd=uri-miss; detail="origin"`)
@@ -102,16 +114,20 @@ func tryCommands(n *demonet.Net) []step {
 	for _, a := range ips {
 		ipList = append(ipList, a.String())
 	}
-	steps = append(steps, step{
+	return step{
 		what: "One image asked at one node after another: " + desc,
 		cmd: fmt.Sprintf("for ip in %s; do\n", strings.Join(ipList, " ")) +
 			fmt.Sprintf("  curl -sS -o /dev/null --resolve %s:80:$ip -w \"$ip %%{http_code} %%{size_download} bytes  %%header{cache-status}\\n\" http://%s%s\n", host, host, demonet.PathJPEG) +
 			"done",
 		check: want(expect...),
-	})
+	}
+}
 
-	steps = append(steps, httpsSteps(n, first)...)
-
+// refusalSteps show what a proxy will not do: pass cookies, serve a host
+// that is not Coralized, fetch from a private address.
+func refusalSteps(n *demonet.Net, first netip.Addr) []step {
+	host := n.CoralHost()
+	var steps []step
 	steps = append(steps, step{
 		what: "Cookies never pass: send one; the origin's access log shows what reached it (cookie=\"\")",
 		cmd: fmt.Sprintf("curl -sS -o /dev/null -w '%%{http_code}\\n' -H 'Cookie: session=alice' --resolve %s:80:%s http://%s%s\n", host, first, host, demonet.PathAbout) +
@@ -131,7 +147,13 @@ func tryCommands(n *demonet.Net) []step {
 		cmd:   fmt.Sprintf("curl -sS -o /dev/null -w '%%{http_code}\\n' --resolve %s:80:%s http://%s/", intranet, first, intranet),
 		check: want(`^403\n`),
 	})
+	return steps
+}
 
+// introspectionSteps show a node's state: the admin API, the status page
+// and the name server's metrics.
+func introspectionSteps(n *demonet.Net, first netip.Addr) []step {
+	var steps []step
 	steps = append(steps, step{
 		what:  "A node's state through Caddy's admin API: its DSHT node, clusters, caches and recent fetches\n  # (also /coral/cache, and Caddy's metrics on /metrics)",
 		cmd:   fmt.Sprintf("curl -sS http://%s:%d/coral/status; echo", first, demonet.PortAdmin),

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coralcdn/coral/internal/topology"
+	"github.com/coralcdn/coral/eval/internal/topology"
 )
 
 // Coral's acceptance rule: a cluster is acceptable to a node when at least

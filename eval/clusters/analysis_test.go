@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coralcdn/coral/internal/topology"
+	"github.com/coralcdn/coral/eval/internal/topology"
 )
 
 // siteLabels labels every node with its site: site-mates together.

@@ -17,7 +17,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/coralcdn/coral/internal/topology"
+	"github.com/coralcdn/coral/eval/internal/topology"
 )
 
 // lettered is how many of the largest clusters get a letter glyph and a

@@ -17,7 +17,7 @@ import (
 	"text/template"
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
-	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // configs are the committed configuration files of the caches, templates

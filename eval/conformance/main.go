@@ -40,8 +40,8 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
-	"github.com/coralcdn/coral/internal/labconf"
-	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/proc"
 )
 
 func main() {

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
-	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/lab/proc"
 )
 
 // nodeHelpers are our Node.js modules around the suite (the suite's own

@@ -18,8 +18,8 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/eval/internal/evalrun"
-	"github.com/coralcdn/coral/internal/labconf"
-	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/proc"
 	"github.com/miekg/dns"
 )
 

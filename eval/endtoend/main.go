@@ -30,8 +30,8 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/eval/internal/sim"
-	"github.com/coralcdn/coral/internal/topology"
-	"github.com/coralcdn/coral/internal/vtime"
+	"github.com/coralcdn/coral/eval/internal/topology"
+	"github.com/coralcdn/coral/eval/internal/vtime"
 	coral "github.com/coralcdn/coral/plugin/coredns"
 )
 

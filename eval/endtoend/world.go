@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
-	"github.com/coralcdn/coral/internal/topology"
+	"github.com/coralcdn/coral/eval/internal/topology"
 )
 
 // world places everything that is not a Coral node (clients, their

@@ -1,9 +1,9 @@
 //go:build linux
 
 // Command hostile is the long, randomized version of the hostile-origin
-// lab (internal/hostilelab): the real bin/caddy and a peer on loopback
+// lab (internal/lab/hostilelab): the real bin/caddy and a peer on loopback
 // (127.0.93.0/24 by default), attacked class by class by the evil origin
-// of internal/evilorigin and by hostile clients, while a canary keeps
+// of internal/lab/evilorigin and by hostile clients, while a canary keeps
 // fetching an honest origin and a few victim objects and the attacked
 // proxy's memory, open files, goroutines and disk use are sampled.
 //
@@ -34,7 +34,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
-	"github.com/coralcdn/coral/internal/hostilelab"
+	"github.com/coralcdn/coral/internal/lab/hostilelab"
 )
 
 type report struct {

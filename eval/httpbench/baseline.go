@@ -10,7 +10,7 @@ import (
 
 	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/eval/internal/evalrun"
-	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // The A/B of two builds (-baseline): a second Caddy, another binary with

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,16 +17,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
 // --- the diskcache index, in this process ---------------------------------------
 
-// indexKey is the i-th object's cache key: 40 hex digits, as coral_proxy's
-// CacheKey (SHA-1 of the scheme-relative URL).
+// indexKey is the i-th object's cache key, as coral_proxy computes it.
 func indexKey(i int) string {
-	sum := sha1.Sum([]byte("//127.0.0.1:8080" + objPrefix + strconv.Itoa(i)))
-	return hex.EncodeToString(sum[:])
+	return coralname.CacheKey("http", "127.0.0.1", 8080, objPrefix+strconv.Itoa(i), "")
 }
 
 // heapInuse is the heap in use after a full GC.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/eval/internal/evalrun"
-	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // filesName and respondName are file_server's and respond's names over

@@ -26,8 +26,8 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/eval/internal/sim"
-	"github.com/coralcdn/coral/internal/topology"
-	"github.com/coralcdn/coral/internal/vtime"
+	"github.com/coralcdn/coral/eval/internal/topology"
+	"github.com/coralcdn/coral/eval/internal/vtime"
 )
 
 var (

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
 
@@ -71,7 +72,7 @@ var (
 )
 
 // admit decides whether a Coralized request may be served. origin is the
-// origin host (from ParseCoralized) and originURL returns the absolute URL
+// origin host (from ParseTarget) and originURL returns the absolute URL
 // of the object at the origin, without coral-no-serve (called only for a
 // refusal or a redirect, so a request that is admitted does not pay for
 // building it). The checks run in this
@@ -205,7 +206,7 @@ func noServeRedirect(originURL string) (string, error) {
 	if u.Path == "" && u.RawPath == "" {
 		u.Path = "/"
 	}
-	q := escapeQuery(u.RawQuery)
+	q := coralname.EscapeQuery(u.RawQuery)
 	switch {
 	case q == noServeParam || strings.HasSuffix(q, "&"+noServeParam):
 	case q == "" || strings.HasSuffix(q, "&"):
@@ -235,34 +236,4 @@ func plainHost(host string) bool {
 		}
 	}
 	return true
-}
-
-// escapeQuery percent-encodes the bytes of q that may not appear in a
-// URL's query (RFC 3986 §3.4), a '%' not starting an escape included, and
-// leaves the rest (valid escapes too) as they are.
-func escapeQuery(q string) string {
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	escaped := false
-	for i := 0; i < len(q); i++ {
-		c := q[i]
-		if isQueryChar(c) || c == '%' && i+2 < len(q) && isHexDigit(q[i+1]) && isHexDigit(q[i+2]) {
-			if escaped {
-				b.WriteByte(c)
-			}
-			continue
-		}
-		if !escaped {
-			escaped = true
-			b.Grow(len(q) + 16)
-			b.WriteString(q[:i])
-		}
-		b.WriteByte('%')
-		b.WriteByte(hex[c>>4])
-		b.WriteByte(hex[c&15])
-	}
-	if !escaped {
-		return q
-	}
-	return b.String()
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/coralname"
 )
 
 // ---------------------------------------------------------------------
@@ -819,7 +820,7 @@ func checkNoServeRedirect(t *testing.T, in, out string) {
 	if _, ok := u.Query()["coral-no-serve"]; !ok {
 		t.Fatalf("noServeRedirect(%q) = %q: no coral-no-serve parameter", in, out)
 	}
-	if q := escapeQuery(orig.RawQuery); !strings.HasPrefix(u.RawQuery, strings.TrimSuffix(q, "&")) {
+	if q := coralname.EscapeQuery(orig.RawQuery); !strings.HasPrefix(u.RawQuery, strings.TrimSuffix(q, "&")) {
 		t.Fatalf("noServeRedirect(%q) = %q: query %q does not keep %q", in, out, u.RawQuery, q)
 	}
 	if again, err := noServeRedirect(out); err != nil || again != out {

@@ -3,6 +3,7 @@ package coralcaddy
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/coralcdn/coral/coralname"
 )
 
 // defaultBlacklistPoll: how often the blacklist file is checked for
@@ -222,7 +225,7 @@ func (s *blockSet) match(host string) bool {
 	if len(s.names) == 0 {
 		return false
 	}
-	host = strings.TrimRight(lowerASCII(host), ".")
+	host = coralname.CanonicalHost(host)
 	if host == "" {
 		return false
 	}
@@ -267,28 +270,19 @@ func parseBlacklistEntry(entry string) (name string, bits uint8, reason string) 
 	if rest, ok := strings.CutPrefix(name, "*."); ok {
 		name, bits = rest, blockSubs
 	}
-	name = strings.TrimSuffix(lowerASCII(name), ".")
-	switch {
-	case name == "":
-		return "", 0, "no name"
-	case strings.Contains(name, "*"):
+	if strings.Contains(name, "*") {
 		return "", 0, `a wildcard is allowed only as a leading "*."`
-	case len(name) > maxNameLen:
-		return "", 0, "name longer than 253 characters"
 	}
-	labels := strings.Split(name, ".")
-	for i, l := range labels {
-		if why := checkHostLabel(l, i == len(labels)-1); why != "" {
-			return "", 0, why
-		}
-	}
-	if isDigits(labels[len(labels)-1]) {
-		switch {
-		case !isDottedQuad(name):
-			return "", 0, "numeric top-level label (not a name, nor an IPv4 address in dotted-quad form)"
-		case bits == blockSubs:
-			return "", 0, "a wildcard on an IP address"
-		}
+	// The names of the list are origins' names: coralname's rules.
+	name, ipv4, err := coralname.CheckDomain(name)
+	var e *coralname.Error
+	switch {
+	case errors.As(err, &e):
+		return "", 0, e.Detail
+	case err != nil:
+		return "", 0, err.Error()
+	case ipv4 && bits == blockSubs:
+		return "", 0, "a wildcard on an IP address"
 	}
 	return name, bits, ""
 }

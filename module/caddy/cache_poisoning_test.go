@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
 
@@ -188,7 +189,7 @@ func forgingMember(t *testing.T, fresh string) *httptest.Server {
 // path into p's DSHT, living ttl.
 func putForgedReference(t *testing.T, p *testProxy, o *countingOrigin, path string, addr string, ttl time.Duration) string {
 	t.Helper()
-	key := CacheKey("http", "127.0.0.1", atoi(t, o.port()), path, "")
+	key := coralname.CacheKey("http", "127.0.0.1", atoi(t, o.port()), path, "")
 	ref := reference{Addr: netip.MustParseAddrPort(addr), Complete: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -335,11 +335,11 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		}
 		h.HTTPSRedirect = true
 		if len(o.args) == 1 {
-			p, ok := parsePortLabel(o.args[0])
-			if !ok {
+			p, err := strconv.ParseUint(o.args[0], 10, 16)
+			if err != nil || p == 0 || o.args[0][0] == '0' {
 				return o.d.Errf("https_redirect: port %q: want 1-65535", o.args[0])
 			}
-			h.HTTPSPort = p
+			h.HTTPSPort = int(p)
 		}
 		return nil
 	},

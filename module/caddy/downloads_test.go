@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/coralcdn/coral/coralname"
 )
 
 // slowBigOrigin serves 1 MiB objects: first bytes at once, the rest when
@@ -118,7 +119,7 @@ func TestAbandonedDownloadsCancelled(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("the next client: %d, want 200", resp.StatusCode)
 	}
-	if _, ok := p.store.Get(CacheKey("http", "127.0.0.1", o.port(), "/big", "i=0")); ok {
+	if _, ok := p.store.Get(coralname.CacheKey("http", "127.0.0.1", o.port(), "/big", "i=0")); ok {
 		t.Error("an abandoned download is in the cache")
 	}
 }
@@ -140,7 +141,7 @@ func TestNearlyDoneAndPeerHeldDownloadsFinish(t *testing.T) {
 	if _, err := io.ReadFull(resp.Body, make([]byte, slowBigSize*95/100)); err != nil {
 		t.Fatal(err)
 	}
-	nearly := p.h.eng.inflightFor(CacheKey("http", "127.0.0.1", o.port(), "/big", "first="+strconv.Itoa(slowBigSize*95/100)))
+	nearly := p.h.eng.inflightFor(coralname.CacheKey("http", "127.0.0.1", o.port(), "/big", "first="+strconv.Itoa(slowBigSize*95/100)))
 	if nearly == nil {
 		t.Fatal("no download running")
 	}
@@ -153,7 +154,7 @@ func TestNearlyDoneAndPeerHeldDownloadsFinish(t *testing.T) {
 	if peer.StatusCode != http.StatusOK {
 		t.Fatalf("peer: %d", peer.StatusCode)
 	}
-	peerHeld := p.h.eng.inflightFor(CacheKey("http", "127.0.0.1", o.port(), "/big", "peer"))
+	peerHeld := p.h.eng.inflightFor(coralname.CacheKey("http", "127.0.0.1", o.port(), "/big", "peer"))
 	cancelClient()
 	waitHolders(t, p.h.eng, nearly, 0)
 	waitHolders(t, p.h.eng, peerHeld, 1)
@@ -165,7 +166,7 @@ func TestNearlyDoneAndPeerHeldDownloadsFinish(t *testing.T) {
 	<-nearly.done
 	<-peerHeld.done
 	for _, q := range []string{"first=" + strconv.Itoa(slowBigSize*95/100), "peer"} {
-		rd, ok := p.store.Get(CacheKey("http", "127.0.0.1", o.port(), "/big", q))
+		rd, ok := p.store.Get(coralname.CacheKey("http", "127.0.0.1", o.port(), "/big", q))
 		if !ok || !rd.Complete() {
 			t.Errorf("?%s is not cached whole", q)
 		}

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/coralcdn/coral/coralname"
 )
 
 // fetchFromOrigin gets the object from the origin server. When the origin
@@ -112,15 +114,9 @@ func (e *engine) coralizeRedirect(fr fetchRequest, resp *http.Response) (loop bo
 		(loc.Scheme != "http" && loc.Scheme != "https") || !strings.EqualFold(loc.Hostname(), fr.target.Host) {
 		return false
 	}
-	port := 0
-	if p := loc.Port(); p != "" {
-		n, ok := parsePortLabel(p)
-		if !ok {
-			return false
-		}
-		if n != schemeDefaultPort(loc.Scheme) {
-			port = n
-		}
+	port, ok := coralname.URLPort(loc)
+	if !ok {
+		return false
 	}
 	to := Target{Host: fr.target.Host, Port: port, Scheme: "http", Path: loc.EscapedPath(), RawQuery: loc.RawQuery}
 	if to.Key() == fr.target.Key() {

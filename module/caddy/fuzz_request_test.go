@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
@@ -120,11 +121,8 @@ func FuzzRequestThroughProxy(f *testing.F) {
 			if err != nil {
 				t.Fatalf("%q: stored URL %q: %v", raw, stored, err)
 			}
-			port := 0
-			if u.Port() != "" {
-				port, _ = parsePortLabel(u.Port())
-			}
-			if want := CacheKey("http", u.Hostname(), port, u.EscapedPath(), u.RawQuery); key != want {
+			port, _ := coralname.URLPort(u)
+			if want := coralname.CacheKey("http", u.Hostname(), port, u.EscapedPath(), u.RawQuery); key != want {
 				t.Fatalf("%q: %s stored under %s, but its key is %s", raw, stored, key, want)
 			}
 			if err := p.store.Delete(key); err != nil {

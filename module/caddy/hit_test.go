@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
@@ -53,11 +54,11 @@ func hitHandler(tb testing.TB, path string, size int) (h *Handler, dir string, b
 	for i := range body {
 		body[i] = byte(i*7 + i>>8)
 	}
-	origin, port, err := ParseCoralized(hitHost, h.Zone)
+	o, err := coralname.ParseHost(hitHost, h.Zone)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	key := CacheKey("http", origin, port, path, "")
+	key := coralname.CacheKey("http", o.Host, o.Port, path, "")
 	now := time.Now()
 	m := diskcache.Meta{
 		Key:    key,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"go.uber.org/zap"
 )
@@ -272,7 +273,7 @@ func TestFetchIsTheKeyedURL(t *testing.T) {
 			t.Fatal(err)
 		}
 		u := reqs[len(reqs)-1].URL
-		key := CacheKey("http", tg.Host, tg.Port, u.EscapedPath(), u.RawQuery)
+		key := coralname.CacheKey("http", tg.Host, tg.Port, u.EscapedPath(), u.RawQuery)
 		if m, ok := p.store.Peek(key); !ok || m.Extra["url"] != "http://"+origin.hostPort()+tc.fetched {
 			t.Errorf("GET %s: nothing stored under the key of what was fetched (%v, %q)", tc.target, ok, m.Extra["url"])
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
@@ -108,7 +109,7 @@ func (lab *lifetimeLab) get(t *testing.T, path string) int {
 // lifetime each has left.
 func (lab *lifetimeLab) refs(t *testing.T, path string) map[reference]time.Duration {
 	t.Helper()
-	key := coraldht.KeyFor(CacheKey("http", "127.0.0.1", 8080, path, ""))
+	key := coraldht.KeyFor(coralname.CacheKey("http", "127.0.0.1", 8080, path, ""))
 	res, err := lab.observer.Get(context.Background(), key)
 	if errors.Is(err, coraldht.ErrNotFound) {
 		return nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
@@ -353,7 +354,7 @@ func TestPeerFreshnessBounded(t *testing.T) {
 	}
 	waitStored(t, proxies[0])
 	// P0's copy has 20 s left (as after a min_ttl extension, say).
-	key := CacheKey("http", "127.0.0.1", atoi(t, o.port()), "/x", "")
+	key := coralname.CacheKey("http", "127.0.0.1", atoi(t, o.port()), "/x", "")
 	m, ok := proxies[0].h.store.Peek(key)
 	if !ok {
 		t.Fatal("P0 did not store /x")

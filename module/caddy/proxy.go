@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
@@ -253,7 +254,7 @@ func (fr *fetchRequest) originSlot() string {
 func endpoint(u *url.URL) string {
 	port := u.Port()
 	if port == "" {
-		port = strconv.Itoa(schemeDefaultPort(u.Scheme))
+		port = strconv.Itoa(coralname.DefaultPort(u.Scheme))
 	}
 	return net.JoinHostPort(u.Hostname(), port)
 }

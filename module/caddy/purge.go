@@ -6,7 +6,7 @@ package coralcaddy
 // with a prefix (prefix=1), given as a Coralized URL
 // (http://www.example.com.nyud.net/a.jpg) or as the origin's URL
 // (http://www.example.com/a.jpg, https://www.example.com/a.jpg): both name
-// the same cache key, since keys ignore the scheme (coralurl.go). The URL
+// the same cache key, since keys ignore the scheme (coralname/url.go). The URL
 // is normalized as keys are (host case, default ports, percent-encoding,
 // dot segments; the fragment dropped), so a prefix is a prefix of
 // normalized URLs, matched as a plain string: http://example.com/img
@@ -81,6 +81,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
@@ -133,7 +134,7 @@ func parsePurgeURL(raw string, prefix bool, zones []string) (purgeSpec, error) {
 	if err != nil {
 		return bad("%v", err)
 	}
-	scheme := lowerASCII(u.Scheme)
+	scheme := strings.ToLower(u.Scheme) // url.Parse allows ASCII only
 	switch {
 	case u.Opaque != "":
 		return bad("opaque URL %s", quoteTarget(raw))
@@ -146,47 +147,40 @@ func parsePurgeURL(raw string, prefix bool, zones []string) (purgeSpec, error) {
 	case strings.HasPrefix(u.Host, "["):
 		return bad("IPv6 origins cannot be Coralized")
 	}
-	name := strings.TrimSuffix(lowerASCII(u.Hostname()), ".")
 	var t Target
 	coralized := false
 	for _, z := range zones {
-		nz, err := NormalizeZone(z)
-		if err != nil || (name != nz && !strings.HasSuffix(name, "."+nz)) {
+		// A Coralized URL: its own port, if any, is a proxy's.
+		o, err := coralname.ParseHost(u.Host, z)
+		if errors.Is(err, coralname.ErrNotCoralized) || errors.Is(err, coralname.ErrBadZone) {
 			continue
 		}
-		// A Coralized URL: its own port, if any, is a proxy's.
-		origin, port, err := ParseCoralized(u.Host, z)
 		if err != nil {
-			return bad("%v", err)
+			return bad("coral_proxy: %v", err)
 		}
-		t, coralized = Target{Host: origin, Port: port}, true
+		t, coralized = Target{Host: o.Host, Port: o.Port}, true
 		break
 	}
 	if !coralized {
-		port := 0
-		if p := u.Port(); p != "" {
-			n, ok := parsePortLabel(p)
-			if !ok {
-				return bad("port %s", quoteTarget(p))
-			}
-			if n != schemeDefaultPort(scheme) {
-				port = n
-			}
+		port, ok := coralname.URLPort(u)
+		if !ok {
+			return bad("port %s", quoteTarget(u.Port()))
 		}
 		// The origin must be one a Coralized URL can name: the same rules.
 		zone := "coral.invalid"
 		if len(zones) > 0 {
 			zone = zones[0]
 		}
-		origin, oport, err := ParseCoralized(CoralizeHost(name, port, zone), zone)
+		name := strings.TrimSuffix(u.Hostname(), ".")
+		o, err := coralname.ParseHost(coralname.Coralize(coralname.Origin{Host: name, Port: port}, zone), zone)
 		if err != nil {
-			var he *HostError
-			if errors.As(err, &he) {
-				return bad("origin host %s: %v", quoteTarget(u.Hostname()), he.Err)
+			var e *coralname.Error
+			if errors.As(err, &e) {
+				return bad("origin host %s: %v", quoteTarget(u.Hostname()), e.Err)
 			}
 			return bad("origin host %s: %v", quoteTarget(u.Hostname()), err)
 		}
-		t = Target{Host: origin, Port: oport}
+		t = Target{Host: o.Host, Port: o.Port}
 	}
 	t.Scheme, t.Path, t.RawQuery = "http", u.EscapedPath(), u.RawQuery
 	spec := purgeSpec{prefix: prefix, norm: t.NormalizedURL()}
@@ -207,7 +201,7 @@ func storedNorm(raw string) (string, bool) {
 	if err != nil || u.Host == "" || u.Opaque != "" {
 		return "", false
 	}
-	scheme := lowerASCII(u.Scheme)
+	scheme := strings.ToLower(u.Scheme)
 	if scheme != "http" && scheme != "https" {
 		return "", false
 	}
@@ -217,11 +211,11 @@ func storedNorm(raw string) (string, bool) {
 		if err != nil {
 			return "", false
 		}
-		if n != schemeDefaultPort(scheme) {
+		if n != coralname.DefaultPort(scheme) {
 			port = n
 		}
 	}
-	return NormalizeURL("http", u.Hostname(), port, u.EscapedPath(), u.RawQuery), true
+	return coralname.NormalizeURL("http", u.Hostname(), port, u.EscapedPath(), u.RawQuery), true
 }
 
 // keyOfNorm is the cache key of a normalized URL (CacheKey's hash).

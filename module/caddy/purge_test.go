@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
@@ -269,7 +270,7 @@ func (p *purgeProxy) hasRef(key string) bool {
 }
 
 func (p *purgeProxy) cached(path string, o *purgeOrigin) bool {
-	_, ok := p.h.store.Peek(CacheKey("http", "127.0.0.1", atoiPort(o.port()), path, ""))
+	_, ok := p.h.store.Peek(coralname.CacheKey("http", "127.0.0.1", atoiPort(o.port()), path, ""))
 	return ok
 }
 
@@ -296,7 +297,7 @@ func purgePOST(t *testing.T, form url.Values) purgeResponse {
 func TestParsePurgeURL(t *testing.T) {
 	zones := []string{"nyud.test", "Other.Test."}
 	key := func(host string, port int, path, query string) string {
-		return CacheKey("http", host, port, path, query)
+		return coralname.CacheKey("http", host, port, path, query)
 	}
 	same := []struct {
 		url, norm string
@@ -430,7 +431,7 @@ func TestPurgeLocal(t *testing.T) {
 	if before != 8 { // five objects, a Vary index and two variants
 		t.Fatalf("%d objects cached, want 8", before)
 	}
-	aKey := CacheKey("http", "127.0.0.1", atoiPort(o.port()), "/a.jpg", "")
+	aKey := coralname.CacheKey("http", "127.0.0.1", atoiPort(o.port()), "/a.jpg", "")
 	if !p.hasRef(aKey) {
 		t.Fatal("no reference recorded for /a.jpg")
 	}
@@ -757,7 +758,7 @@ func TestPurgeNetwork(t *testing.T) {
 
 // TestPurgeMessages: the purge payloads between proxies.
 func TestPurgeMessages(t *testing.T) {
-	key := CacheKey("http", "www.example.com", 0, "/a.jpg", "")
+	key := coralname.CacheKey("http", "www.example.com", 0, "/a.jpg", "")
 	for _, spec := range []purgeSpec{
 		{key: key},
 		{prefix: true, norm: "//www.example.com/img/"},
@@ -838,7 +839,7 @@ func TestPurgeMessages(t *testing.T) {
 // and what it accepts re-encodes to the same bytes.
 func FuzzDecodePurgeRequest(f *testing.F) {
 	for _, spec := range []purgeSpec{
-		{key: CacheKey("http", "www.example.com", 0, "/a.jpg", "")},
+		{key: coralname.CacheKey("http", "www.example.com", 0, "/a.jpg", "")},
 		{prefix: true, norm: "//www.example.com/img/"},
 		{prefix: true, norm: "//127.0.0.1:8080/a?b"},
 	} {
@@ -914,7 +915,7 @@ func FuzzParsePurgeURL(f *testing.F) {
 		if p := u.Port(); p != "" {
 			port = atoiPort(p)
 		}
-		coral := "http://" + CoralizeHost(u.Hostname(), port, "nyud.test") + u.EscapedPath()
+		coral := "http://" + coralname.Coralize(coralname.Origin{Host: u.Hostname(), Port: port}, "nyud.test") + u.EscapedPath()
 		if u.RawQuery != "" {
 			coral += "?" + u.RawQuery
 		}

@@ -6,9 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coralname"
 )
 
 // The purge message between proxies (a coraldht app message of kind
@@ -43,7 +43,7 @@ var errBadPurge = errors.New("coral purge: malformed purge message")
 // encodePurgeRequest is the payload asking a peer to purge spec.
 func encodePurgeRequest(spec purgeSpec) ([]byte, error) {
 	if spec.prefix {
-		if !validPrefixNorm(spec.norm) {
+		if !coralname.IsNormalizedPrefix(spec.norm) {
 			return nil, fmt.Errorf("%w: prefix %q", errBadPurge, spec.norm)
 		}
 		if 2+len(spec.norm) > coraldht.MaxAppPayload {
@@ -74,7 +74,7 @@ func decodePurgeRequest(b []byte) (purgeSpec, error) {
 		return purgeSpec{key: hex.EncodeToString(b[2:])}, nil
 	case purgeModePrefix:
 		p := string(b[2:])
-		if !validPrefixNorm(p) {
+		if !coralname.IsNormalizedPrefix(p) {
 			return purgeSpec{}, fmt.Errorf("%w: prefix %s", errBadPurge, quoteTarget(p))
 		}
 		return purgeSpec{prefix: true, norm: p}, nil
@@ -87,38 +87,6 @@ func firstByte(b []byte) int {
 		return -1
 	}
 	return int(b[0])
-}
-
-// validPrefixNorm accepts a normalized prefix as parsePurgeURL makes them:
-// "//", a host of allowed characters, an optional port, then "/" and the
-// rest, as normalization leaves it (no spaces, controls or non-ASCII).
-func validPrefixNorm(p string) bool {
-	rest, ok := strings.CutPrefix(p, "//")
-	if !ok {
-		return false
-	}
-	slash := strings.IndexByte(rest, '/')
-	if slash <= 0 {
-		return false
-	}
-	host := rest[:slash]
-	if h, port, ok := strings.Cut(host, ":"); ok {
-		if _, ok := parsePortLabel(port); !ok {
-			return false
-		}
-		host = h
-	}
-	for i := 0; i < len(host); i++ {
-		if c := host[i]; !(isHostChar(c) || c == '%') {
-			return false
-		}
-	}
-	for i := 0; i < len(rest); i++ {
-		if c := rest[i]; c <= ' ' || c >= 0x7f {
-			return false
-		}
-	}
-	return host != ""
 }
 
 // purgeReply is a peer's answer.

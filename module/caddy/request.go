@@ -43,7 +43,7 @@ var errBadTarget = errors.New("coral_proxy: request target must be a path (/…)
 // requestTarget parses a Coralized request into the origin resource it
 // names: the host from r.Host (which net/http takes from an absolute-form
 // target, ignoring the Host field, as RFC 9112 §3.2.2 requires), the path
-// and query from r.URL. Errors are *HostError (see ParseCoralized) or wrap
+// and query from r.URL. Errors wrap a *coralname.Error (see ParseTarget) or
 // errBadTarget.
 func requestTarget(r *http.Request, zone string) (Target, error) {
 	u := r.URL

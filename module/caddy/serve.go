@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
@@ -16,7 +17,7 @@ import (
 func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) error {
 	target, err := requestTarget(r, h.Zone)
 	switch {
-	case errors.Is(err, ErrNotCoralized):
+	case errors.Is(err, coralname.ErrNotCoralized):
 		return caddyhttp.Error(http.StatusMisdirectedRequest,
 			fmt.Errorf("this Coral proxy serves only host names ending in .%s (Coralized URLs); %q is not one", strings.TrimSuffix(h.Zone, "."), r.Host))
 	case errors.Is(err, errBadTarget):

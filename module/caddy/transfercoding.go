@@ -32,6 +32,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/coralcdn/coral/coralname"
 )
 
 // errUnknownTransferCoding is why a response with a transfer coding the
@@ -70,7 +72,7 @@ var errTransferCodingBound = errors.New("coral_proxy: transfer-coded body decode
 func fetchTransferCoded(ctx context.Context, tr *http.Transport, req *http.Request, headerTimeout time.Duration, maxDecoded int64) (*http.Response, error) {
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
-		addr = net.JoinHostPort(req.URL.Hostname(), strconv.Itoa(schemeDefaultPort(req.URL.Scheme)))
+		addr = net.JoinHostPort(req.URL.Hostname(), strconv.Itoa(coralname.DefaultPort(req.URL.Scheme)))
 	}
 	conn, err := tr.DialContext(ctx, "tcp", addr)
 	if err != nil {

@@ -109,7 +109,7 @@ func FuzzServeDNS(f *testing.F) {
 // FuzzDNSMatchesProxy: for any Host value, the DNS plugin answers the name
 // a client resolves for it exactly when the proxy serves it, and reads the
 // same origin and port from it. The proxy side is coralname.ParseHost (the
-// proxy's ParseCoralized is that, with its errors as *HostError); the DNS
+// proxy's ParseTarget is that); the DNS
 // side is the plugin's own placing of the name and its answer through
 // ServeDNS, for the alias name and for its DNAME target under the coral
 // zone. The one difference is by design: the DNS plugin also refuses

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	dn "github.com/coralcdn/coral/internal/demonet"
-	"github.com/coralcdn/coral/internal/headless"
+	dn "github.com/coralcdn/coral/internal/lab/demonet"
+	"github.com/coralcdn/coral/internal/lab/headless"
 )
 
 // TestBrowser: Chromium loads the demo site through a proxy of the

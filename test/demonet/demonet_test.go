@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	dn "github.com/coralcdn/coral/internal/demonet"
+	dn "github.com/coralcdn/coral/internal/lab/demonet"
 )
 
 // The tests share one network (started by the first of them) and run in

@@ -1,5 +1,5 @@
 // Package demonet holds the integration tests of the demo network
-// (internal/demonet): real bin/coredns and bin/caddy processes, real
+// (internal/lab/demonet): real bin/coredns and bin/caddy processes, real
 // resolvers (Unbound, BIND, and Knot Resolver and PowerDNS Recursor when
 // installed) and the real curl, on 127.0.81.0/24. See README.md.
 //

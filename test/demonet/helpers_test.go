@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	dn "github.com/coralcdn/coral/internal/demonet"
-	"github.com/coralcdn/coral/internal/resolvers"
+	dn "github.com/coralcdn/coral/internal/lab/demonet"
+	"github.com/coralcdn/coral/internal/lab/resolvers"
 )
 
 // prefix is this package's /24: the demo itself (make demo) uses

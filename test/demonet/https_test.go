@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	dn "github.com/coralcdn/coral/internal/demonet"
-	"github.com/coralcdn/coral/internal/headless"
+	dn "github.com/coralcdn/coral/internal/lab/demonet"
+	"github.com/coralcdn/coral/internal/lab/headless"
 	"github.com/miekg/dns"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"

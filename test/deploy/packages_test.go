@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // packageNames are the packages deploy/build-packages.sh builds.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coralcdn/coral/internal/hostilelab"
-	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/lab/hostilelab"
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // perClass is how long each class attacks: with settling and start-up the
@@ -24,7 +24,7 @@ var longer = map[string]time.Duration{"stalled-readers": 6 * time.Second, "redir
 
 // knownDefects are the classes whose invariants break on main today
 // because of a defect of issue 19 (numbered as in
-// internal/hostilelab/README.md) whose fix is not merged yet: a violation
+// internal/lab/hostilelab/README.md) whose fix is not merged yet: a violation
 // containing one of the strings makes the class skip, naming the defect;
 // any other violation still fails. Remove an entry once its fix is in.
 var knownDefects = map[string]struct {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
-	coralcaddy "github.com/coralcdn/coral/module/caddy"
+	"github.com/coralcdn/coral/coralname"
 )
 
 // Cache poisoning through what a request carries and what a member
@@ -219,7 +219,7 @@ func TestForgedPeerCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := "/forged.html"
-	key := coralcaddy.CacheKey("http", o.addr.Addr().String(), int(o.addr.Port()), path, "")
+	key := coralname.CacheKey("http", o.addr.Addr().String(), int(o.addr.Port()), path, "")
 	// Reference version 1: version, flags (complete), HTTP port, IPv4.
 	ref := []byte{1, 1, 0, 0}
 	binary.BigEndian.PutUint16(ref[2:], httpPort)

@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coralcdn/coral/internal/labconf"
-	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/proc"
 )
 
 // Every process of the lab listens on its own loopback address in

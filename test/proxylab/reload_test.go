@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coralcdn/coral/internal/labconf"
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // TestFailedReloadLeavesNodeRunning (issue 22, defect 1) on the real

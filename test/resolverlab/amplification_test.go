@@ -30,8 +30,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coralcdn/coral/internal/labconf"
-	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/proc"
 	"github.com/miekg/dns"
 )
 

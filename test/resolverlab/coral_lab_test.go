@@ -36,9 +36,9 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
-	"github.com/coralcdn/coral/internal/labconf"
-	"github.com/coralcdn/coral/internal/proc"
-	"github.com/coralcdn/coral/internal/resolvers"
+	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/proc"
+	"github.com/coralcdn/coral/internal/lab/resolvers"
 	"github.com/miekg/dns"
 )
 

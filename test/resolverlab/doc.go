@@ -1,5 +1,5 @@
 // Package resolverlab holds the resolver lab: integration tests that run
-// the four Debian recursive resolvers (through internal/resolvers, the
+// the four Debian recursive resolvers (through internal/lab/resolvers, the
 // harness it shares with the demo network) against a fake DNS root on
 // 127.0.50.0/24, and the real bin/coredns as Coral name servers on
 // 127.0.60.0/24–127.0.69.0/24 checked end to end through every resolver.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coralcdn/coral/internal/resolvers"
+	"github.com/coralcdn/coral/internal/lab/resolvers"
 	"github.com/miekg/dns"
 )
 

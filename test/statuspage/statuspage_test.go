@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coralcdn/coral/internal/headless"
-	"github.com/coralcdn/coral/internal/labconf"
-	"github.com/coralcdn/coral/internal/proc"
+	"github.com/coralcdn/coral/internal/lab/headless"
+	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/internal/lab/proc"
 )
 
 // The lab's addresses, all in 127.0.90.0/24. eval/httpbench uses

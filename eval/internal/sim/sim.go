@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
-	"github.com/coralcdn/coral/internal/topology"
+	"github.com/coralcdn/coral/eval/internal/topology"
 )
 
 // Options describes a simulated network.

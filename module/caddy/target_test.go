@@ -1,0 +1,88 @@
+package coralcaddy
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/coralcdn/coral/coralname"
+)
+
+func TestStatusForHostError(t *testing.T) {
+	for _, tc := range []struct {
+		host string
+		want int
+	}{
+		{"www.example.com", http.StatusMisdirectedRequest},
+		{"a.nyud.net.nyud.net", http.StatusForbidden},
+		{"-a.example.nyud.net", http.StatusBadRequest},
+	} {
+		_, err := ParseTarget(tc.host, "nyud.net", "/", "")
+		if got := StatusForHostError(err); got != tc.want {
+			t.Errorf("%q: status %d, want %d (%v)", tc.host, got, tc.want, err)
+		}
+	}
+	_, err := ParseTarget("a.example.nyud.net", "", "/", "")
+	if got := StatusForHostError(err); got != http.StatusInternalServerError {
+		t.Errorf("bad zone: status %d", got)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "zone") {
+		t.Errorf("error message %q", msg)
+	}
+}
+
+func TestOriginAddr(t *testing.T) {
+	for _, tc := range []struct {
+		origin   string
+		ok       bool
+		loopback bool
+		private  bool
+	}{
+		{"127.0.0.1", true, true, false},
+		{"10.0.0.1", true, false, true},
+		{"192.0.2.7", true, false, false},
+		{"www.example.com", false, false, false},
+		{"127.1", false, false, false},
+		{"", false, false, false},
+	} {
+		a, ok := OriginAddr(tc.origin)
+		if ok != tc.ok || (ok && (a.IsLoopback() != tc.loopback || a.IsPrivate() != tc.private)) {
+			t.Errorf("OriginAddr(%q) = %v, %v", tc.origin, a, ok)
+		}
+	}
+}
+
+func TestTarget(t *testing.T) {
+	tg, err := ParseTarget("WWW.Example.com.8080.nyud.net:80", "nyud.net", "/a/../b%7e", "x=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Target{Host: "www.example.com", Port: 8080, Scheme: "http", Path: "/a/../b%7e", RawQuery: "x=1"}
+	if tg != want {
+		t.Fatalf("ParseTarget = %+v, want %+v", tg, want)
+	}
+	if got := tg.OriginURL().String(); got != "http://www.example.com:8080/b~?x=1" {
+		t.Errorf("OriginURL = %q", got)
+	}
+	if got := tg.NormalizedURL(); got != "//www.example.com:8080/b~?x=1" {
+		t.Errorf("NormalizedURL = %q", got)
+	}
+	if tg.Key() != coralname.CacheKey("http", "www.example.com", 8080, "/b~", "x=1") {
+		t.Errorf("Key differs from CacheKey")
+	}
+	if got := tg.CoralHost("NYUD.NET."); got != "www.example.com.8080.nyud.net" {
+		t.Errorf("CoralHost = %q", got)
+	}
+	tg.Scheme, tg.Port = "https", 443
+	if got := tg.OriginURL().String(); got != "https://www.example.com/b~?x=1" {
+		t.Errorf("https OriginURL = %q", got)
+	}
+	tg.Scheme = ""
+	if got := tg.OriginURL().String(); got != "http://www.example.com:443/b~?x=1" {
+		t.Errorf("default-scheme OriginURL = %q", got)
+	}
+	if _, err := ParseTarget("example.com", "nyud.net", "/", ""); !errors.Is(err, coralname.ErrNotCoralized) {
+		t.Errorf("ParseTarget outside the zone: %v", err)
+	}
+}
