@@ -33,6 +33,7 @@ type liveSet struct {
 type nodeSource interface {
 	Nodes(ctx context.Context, level, count int, target netip.Addr, services coraldht.Services) []coraldht.NodeInfo
 	Ping(ctx context.Context, addr netip.AddrPort) (time.Duration, error)
+	PingNode(ctx context.Context, addr netip.AddrPort) (coraldht.NodeInfo, error)
 	Levels() []coraldht.LevelInfo
 	RoutingTable(level int) []coraldht.NodeInfo
 }
@@ -61,7 +62,7 @@ type tracker struct {
 	// wanted are the nodes that strong locality hints placed near recent
 	// clients (see want), with when they were last wanted.
 	wantMu sync.Mutex
-	wanted map[netip.Addr]time.Time
+	wanted map[netip.Addr]wantedNode
 
 	snap   atomic.Pointer[liveSet]
 	swept  chan struct{} // closed after the first sweep
@@ -73,7 +74,7 @@ type tracker struct {
 func newTracker(node nodeSource, levels int, interval, liveWithin, syncWait time.Duration) *tracker {
 	t := &tracker{node: node, levels: levels, interval: interval, liveWithin: liveWithin, syncWait: syncWait,
 		now: time.Now, intn: rand.IntN, swept: make(chan struct{}), book: newNSBook(nsBookSize), bookWindow: nsRemember,
-		wanted: make(map[netip.Addr]time.Time)}
+		wanted: make(map[netip.Addr]wantedNode)}
 	t.snap.Store(&liveSet{proxy: make([][]coraldht.NodeInfo, levels), dns: make([][]coraldht.NodeInfo, levels)})
 	return t
 }
@@ -108,7 +109,7 @@ func (t *tracker) sweep(ctx context.Context) {
 		set.proxy[lvl] = t.node.Nodes(ctx, lvl, sweepSize, netip.Addr{}, coraldht.ServiceHTTP)
 		set.dns[lvl] = t.node.Nodes(ctx, lvl, sweepSize, netip.Addr{}, coraldht.ServiceDNS)
 		if lvl == 0 {
-			t.addWanted(set)
+			t.addWanted(ctx, set)
 		}
 		for _, list := range [][]coraldht.NodeInfo{set.proxy[lvl], set.dns[lvl]} {
 			for i := range list {
@@ -168,12 +169,18 @@ func (t *tracker) sweep(ctx context.Context) {
 // far from a client (the parent zone's, before the client's resolver is
 // locked) must be able to name them, in the answer and in the NS set that
 // locks the resolver onto servers near it. So a mapping's strong hints are
-// wanted for wantFor, and each sweep adds the wanted nodes that the
-// routing table knows to level 0 and keeps them live like the others.
+// wanted for wantFor, and each sweep adds the wanted nodes to level 0,
+// pinging those it has not heard from lately (the reply says which
+// services they run), so that only live ones are named.
 const (
 	wantMax = sweepSize
 	wantFor = 10 * time.Minute
 )
+
+type wantedNode struct {
+	dht netip.AddrPort
+	at  time.Time
+}
 
 // want notes the strongly hinted nodes of a mapping (see strongHint).
 func (t *tracker) want(ranked []nearNode) {
@@ -181,29 +188,26 @@ func (t *tracker) want(ranked []nearNode) {
 	t.wantMu.Lock()
 	defer t.wantMu.Unlock()
 	for _, n := range ranked {
-		if !strongHint(n) {
+		if !strongHint(n) || !n.dht.IsValid() {
 			continue
 		}
 		if _, ok := t.wanted[n.addr]; !ok && len(t.wanted) >= wantMax {
 			t.forgetWantedLocked(now)
-			if len(t.wanted) >= wantMax {
-				return
-			}
 		}
-		t.wanted[n.addr] = now
+		t.wanted[n.addr] = wantedNode{n.dht, now}
 	}
 }
 
-// forgetWantedLocked drops the wanted nodes older than wantFor, or the
-// oldest one when none is.
+// forgetWantedLocked drops the wanted nodes older than wantFor, and the
+// oldest one when that leaves no room.
 func (t *tracker) forgetWantedLocked(now time.Time) {
 	var oldest netip.Addr
 	var at time.Time
 	for a, w := range t.wanted {
-		if now.Sub(w) > wantFor {
+		if now.Sub(w.at) > wantFor {
 			delete(t.wanted, a)
-		} else if !oldest.IsValid() || w.Before(at) {
-			oldest, at = a, w
+		} else if !oldest.IsValid() || w.at.Before(at) {
+			oldest, at = a, w.at
 		}
 	}
 	if len(t.wanted) >= wantMax && oldest.IsValid() {
@@ -211,32 +215,53 @@ func (t *tracker) forgetWantedLocked(now time.Time) {
 	}
 }
 
-// addWanted adds to the level-0 lists of set the wanted nodes the routing
-// table knows (their services come from there) and the lists lack.
-func (t *tracker) addWanted(set *liveSet) {
+// addWanted adds to the level-0 lists of set the wanted nodes they lack,
+// from the routing table when it heard from them lately, else from a ping.
+func (t *tracker) addWanted(ctx context.Context, set *liveSet) {
 	now := t.now()
 	t.wantMu.Lock()
-	if len(t.wanted) == 0 {
-		t.wantMu.Unlock()
-		return
-	}
-	want := make(map[netip.Addr]bool, len(t.wanted))
+	var want []wantedNode
 	for a, w := range t.wanted {
-		if now.Sub(w) > wantFor {
+		if now.Sub(w.at) > wantFor {
 			delete(t.wanted, a)
-			continue
+		} else if !containsAddr(set.proxy[0], a) && !containsAddr(set.dns[0], a) {
+			want = append(want, w)
 		}
-		want[a] = true
 	}
 	t.wantMu.Unlock()
+	if len(want) == 0 {
+		return
+	}
+	known := make(map[netip.AddrPort]coraldht.NodeInfo)
 	for _, ni := range t.node.RoutingTable(0) {
-		if !want[ni.Addr.Addr().Unmap()] {
+		known[ni.Addr] = ni
+	}
+	found := make([]coraldht.NodeInfo, len(want))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, w := range want {
+		if ni, ok := known[w.dht]; ok && now.Sub(ni.LastHeard) <= t.liveWithin/3 {
+			found[i] = ni
 			continue
 		}
-		if ni.Services.Has(coraldht.ServiceHTTP) && !containsAddr(set.proxy[0], ni.Addr.Addr()) {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			t.pings.Add(1)
+			if ni, err := t.node.PingNode(ctx, w.dht); err == nil {
+				found[i] = ni
+			}
+		})
+	}
+	wg.Wait()
+	for _, ni := range found {
+		if !ni.Addr.IsValid() {
+			continue
+		}
+		if ni.Services.Has(coraldht.ServiceHTTP) {
 			set.proxy[0] = append(set.proxy[0], ni)
 		}
-		if ni.Services.Has(coraldht.ServiceDNS) && !containsAddr(set.dns[0], ni.Addr.Addr()) {
+		if ni.Services.Has(coraldht.ServiceDNS) {
 			set.dns[0] = append(set.dns[0], ni)
 		}
 	}

@@ -25,14 +25,15 @@ import (
 // nearest target last.
 type hopTracer func(ctx context.Context, target netip.Addr) ([]netip.Addr, error)
 
-// hintFinder returns the addresses of the nodes that published a locality
-// hint under p.
-type hintFinder func(ctx context.Context, p netip.Prefix) ([]netip.Addr, error)
+// hintFinder returns the DSHT addresses of the nodes that published a
+// locality hint under p.
+type hintFinder func(ctx context.Context, p netip.Prefix) ([]netip.AddrPort, error)
 
 // nearNode is a node that left a hint near a target, with its score: the
 // larger, the nearer the target its hints were.
 type nearNode struct {
-	addr  netip.Addr
+	addr  netip.Addr     // its address (unmapped), the one answers name
+	dht   netip.AddrPort // its DSHT address, as the hint had it
 	score int
 	// hop is where the node's heaviest hint was: 0 the target's own /24,
 	// 1 the router nearest the target, 2 the next one out, and so on.
@@ -262,7 +263,7 @@ func (p *proximity) mapTarget(ctx context.Context, target netip.Addr) nearEntry 
 	keys := hintKeys(target, hops)
 	type found struct {
 		weight, hop int
-		addrs       []netip.Addr
+		addrs       []netip.AddrPort
 	}
 	results := make([]found, len(keys))
 	var wg sync.WaitGroup
@@ -276,18 +277,19 @@ func (p *proximity) mapTarget(ctx context.Context, target netip.Addr) nearEntry 
 	best := make(map[netip.Addr]int)
 	hop := make(map[netip.Addr]int)
 	count := make(map[netip.Addr]int)
+	dht := make(map[netip.Addr]netip.AddrPort)
 	for _, r := range results {
-		for _, a := range r.addrs {
-			a = a.Unmap()
+		for _, ap := range r.addrs {
+			a := ap.Addr().Unmap()
 			if r.weight > best[a] {
-				best[a], hop[a] = r.weight, r.hop
+				best[a], hop[a], dht[a] = r.weight, r.hop, netip.AddrPortFrom(a, ap.Port())
 			}
 			count[a]++
 		}
 	}
 	ranked := make([]nearNode, 0, len(best))
 	for a, w := range best {
-		ranked = append(ranked, nearNode{addr: a, score: w*64 + count[a], hop: hop[a]})
+		ranked = append(ranked, nearNode{addr: a, dht: dht[a], score: w*64 + count[a], hop: hop[a]})
 	}
 	slices.SortFunc(ranked, func(x, y nearNode) int {
 		if x.score != y.score {
@@ -332,14 +334,7 @@ func nodeTracer(hops int, timeout time.Duration) hopTracer {
 func nodeHints(n interface {
 	HintedNodes(context.Context, netip.Prefix) ([]netip.AddrPort, error)
 }) hintFinder {
-	return func(ctx context.Context, p netip.Prefix) ([]netip.Addr, error) {
-		aps, err := n.HintedNodes(ctx, p)
-		out := make([]netip.Addr, 0, len(aps))
-		for _, ap := range aps {
-			out = append(out, ap.Addr().Unmap())
-		}
-		return out, err
-	}
+	return n.HintedNodes
 }
 
 // startNear looks the target's mapping up, starting one if needed.

@@ -32,10 +32,10 @@ func nearWorld() *fakeNodes {
 // fakeHints is a DSHT's hints: prefix → node addresses.
 type fakeHints map[string][]string
 
-func (h fakeHints) find(ctx context.Context, p netip.Prefix) ([]netip.Addr, error) {
-	var out []netip.Addr
+func (h fakeHints) find(ctx context.Context, p netip.Prefix) ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
 	for _, a := range h[p.String()] {
-		out = append(out, netip.MustParseAddr(a))
+		out = append(out, netip.AddrPortFrom(netip.MustParseAddr(a), 4000))
 	}
 	if len(out) == 0 {
 		return nil, coraldht.ErrNotFound
