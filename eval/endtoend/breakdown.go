@@ -22,8 +22,9 @@ type sample struct {
 
 // dimensions are the report's breakdown of requests: where the proxy was,
 // the hint that ranked it, the answer's proximity source, the NS set the
-// resolver asked from, and where the answering name server was.
-var dimensions = [...]string{"proxy", "hint", "source", "ns set", "server", "why"}
+// resolver asked from, where the answering name server was, where the
+// proxy got the object, and all but the last together ("why").
+var dimensions = [...]string{"proxy", "hint", "source", "ns set", "server", "served", "why"}
 
 const (
 	atSite      = "client's site"
@@ -77,8 +78,8 @@ func (w *world) describe(sm *sample, site int, proxy netip.Addr, info answerInfo
 	if info.source == "hints" {
 		hint = hopName(info.hop)
 	}
-	sm.dims = [len(dimensions)]string{w.where(site, proxy), hint, src, nsSetName(info.lockHop), w.where(site, info.server), ""}
-	sm.dims[5] = sm.dims[0] + " | hint " + hint + " | " + src + " | " + sm.dims[3] + " | server " + sm.dims[4]
+	sm.dims = [len(dimensions)]string{w.where(site, proxy), hint, src, nsSetName(info.lockHop), w.where(site, info.server), sm.src, ""}
+	sm.dims[6] = sm.dims[0] + " | hint " + hint + " | " + src + " | " + sm.dims[3] + " | server " + sm.dims[4]
 }
 
 // classStat summarises the requests of one class.
@@ -90,6 +91,9 @@ type classStat struct {
 	P96          float64 `json:"p96_s"`
 	ProxyRTTP50  float64 `json:"client_proxy_rtt_p50_s"`
 	ServerRTTP50 float64 `json:"server_resolver_rtt_p50_s"`
+	// TailShare is the share of the scope's requests slower than its p96
+	// that are in this class: what sets the p96.
+	TailShare float64 `json:"share_of_tail"`
 }
 
 // breakdown is, per scope (all clients, the region) and dimension, the
@@ -106,6 +110,18 @@ func breakDown(samples []sample) breakdown {
 				in = append(in, sm)
 			}
 		}
+		all := make([]float64, 0, len(in))
+		for _, sm := range in {
+			all = append(all, sm.lat.Seconds())
+		}
+		slices.Sort(all)
+		p96 := sim.Percentile(all, 96)
+		tail := 0
+		for _, l := range all {
+			if l > p96 {
+				tail++
+			}
+		}
 		for d, dim := range dimensions {
 			groups := map[string][]sample{}
 			for _, sm := range in {
@@ -114,7 +130,11 @@ func breakDown(samples []sample) breakdown {
 			var stats []classStat
 			for class, g := range groups {
 				var lat, prx, srv []float64
+				slow := 0
 				for _, sm := range g {
+					if sm.lat.Seconds() > p96 {
+						slow++
+					}
 					lat = append(lat, sm.lat.Seconds())
 					prx = append(prx, sm.proxyRTT.Seconds())
 					srv = append(srv, sm.serverRTT.Seconds())
@@ -125,6 +145,9 @@ func breakDown(samples []sample) breakdown {
 				stats = append(stats, classStat{Class: class, Requests: len(g), Share: float64(len(g)) / float64(len(in)),
 					P50: sim.Percentile(lat, 50), P96: sim.Percentile(lat, 96),
 					ProxyRTTP50: sim.Percentile(prx, 50), ServerRTTP50: sim.Percentile(srv, 50)})
+				if tail > 0 {
+					stats[len(stats)-1].TailShare = float64(slow) / float64(tail)
+				}
 			}
 			sort.Slice(stats, func(i, j int) bool {
 				if stats[i].Requests != stats[j].Requests {
@@ -153,8 +176,8 @@ func printBreakdown(r *runResult, region string) {
 				stats = stats[:12]
 			}
 			for _, c := range stats {
-				fmt.Printf("    %-7s %-88s %5.1f%%  p50 %.3f  p96 %.3f  proxy RTT p50 %.4f  server RTT p50 %.4f\n",
-					dim, c.Class, 100*c.Share, c.P50, c.P96, c.ProxyRTTP50, c.ServerRTTP50)
+				fmt.Printf("    %-7s %-88s %5.1f%%  p50 %.3f  p96 %.3f  proxy RTT p50 %.4f  server RTT p50 %.4f  of the tail %3.0f%%\n",
+					dim, c.Class, 100*c.Share, c.P50, c.P96, c.ProxyRTTP50, c.ServerRTTP50, 100*c.TailShare)
 			}
 		}
 	}
