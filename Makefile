@@ -56,7 +56,9 @@ unit:
 
 # Run every native fuzz target for FUZZTIME each.
 fuzz:
-	for target in FuzzDecodeMessage FuzzParseKeyText FuzzHandleDatagram FuzzParseTimeExceeded; do \
+	$(GO) test -run=NONE -fuzz='^FuzzDecodeMessage$$' -fuzztime=$(FUZZTIME) ./coraldht/internal/wire
+	$(GO) test -run=NONE -fuzz='^FuzzParseTimeExceeded$$' -fuzztime=$(FUZZTIME) ./coraldht/icmpprobe
+	for target in FuzzParseKeyText FuzzHandleDatagram; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coraldht || exit 1; \
 	done
 	for target in FuzzParseName FuzzServeDNS FuzzCookieCheck FuzzDNSMatchesProxy; do \

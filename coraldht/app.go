@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // Application messages: a request-reply RPC between the applications of two
@@ -83,7 +85,7 @@ type appCallKey struct {
 
 // appCall is a request being served (reply nil) or answered.
 type appCall struct {
-	reply *message
+	reply *wire.Message
 	at    time.Time // when answered
 }
 
@@ -132,8 +134,8 @@ func (n *Node) HandleApp(kind uint8, h AppHandler) {
 // handleApp serves an authentic app request. It runs on the receive loop,
 // so the handler runs in a goroutine of its own and the reply goes out
 // when it returns.
-func (n *Node) handleApp(m *message, from netip.AddrPort, now time.Time) {
-	reply := func(r *message) {
+func (n *Node) handleApp(m *wire.Message, from netip.AddrPort, now time.Time) {
+	reply := func(r *wire.Message) {
 		if err := n.send(r, from, m.Sender.ID); err != nil {
 			n.log.Debug("app reply", "to", from, "err", err)
 		}
@@ -144,7 +146,7 @@ func (n *Node) handleApp(m *message, from netip.AddrPort, now time.Time) {
 	if c, ok := t.calls[key]; ok {
 		// A retransmission: the same reply again, or none yet while the
 		// handler runs.
-		var r message
+		var r wire.Message
 		if c.reply != nil {
 			r = *c.reply
 		}
@@ -155,14 +157,14 @@ func (n *Node) handleApp(m *message, from netip.AddrPort, now time.Time) {
 		return
 	}
 	h := t.handlers[m.Kind]
-	r := &message{Type: msgApp, Response: true, ReqID: m.ReqID}
+	r := &wire.Message{Type: wire.App, Response: true, ReqID: m.ReqID}
 	switch {
 	case h == nil:
-		r.AppResult = appUnknown
+		r.AppResult = wire.AppUnknown
 	case t.running >= maxAppRunning || n.closed.Load():
-		r.AppResult = appBusy
+		r.AppResult = wire.AppBusy
 	}
-	if r.AppResult != appOK {
+	if r.AppResult != wire.AppOK {
 		t.mu.Unlock()
 		n.counters.refused.Add(1)
 		reply(r)
@@ -182,9 +184,9 @@ func (n *Node) handleApp(m *message, from netip.AddrPort, now time.Time) {
 		out, err := n.runApp(h, m.Sender, m.Payload)
 		switch {
 		case err != nil:
-			r.AppResult, r.Payload = appFailed, truncateText(err.Error(), MaxAppPayload)
+			r.AppResult, r.Payload = wire.AppFailed, truncateText(err.Error(), MaxAppPayload)
 		case len(out) > MaxAppPayload:
-			r.AppResult, r.Payload = appFailed, []byte(fmt.Sprintf("reply of %d bytes exceeds MaxAppPayload (%d)", len(out), MaxAppPayload))
+			r.AppResult, r.Payload = wire.AppFailed, []byte(fmt.Sprintf("reply of %d bytes exceeds MaxAppPayload (%d)", len(out), MaxAppPayload))
 		default:
 			r.Payload = out
 		}
@@ -239,7 +241,7 @@ func (n *Node) CallApp(ctx context.Context, addr netip.AddrPort, kind uint8, pay
 	case addr == n.self.Addr:
 		return nil, fmt.Errorf("%w: app message to this node itself", ErrInvalid)
 	}
-	if err := checkContactAddr(addr); err != nil {
+	if err := wire.CheckAddr(addr); err != nil {
 		return nil, fmt.Errorf("%w: app message to %v: %v", ErrInvalid, addr, err)
 	}
 	ctx, cancel := n.opContext(ctx)
@@ -251,7 +253,7 @@ func (n *Node) CallApp(ctx context.Context, addr netip.AddrPort, kind uint8, pay
 	}
 	c := Contact{ID: NodeIDFor(addr), Addr: addr}
 	events := make(chan rpcEvent, 1)
-	pc := &pendingCall{to: c, typ: msgApp, events: events, sent: time.Now()}
+	pc := &pendingCall{to: c, typ: wire.App, events: events, sent: time.Now()}
 	n.mu.Lock()
 	for {
 		pc.id = n.rng.Uint64()
@@ -267,7 +269,7 @@ func (n *Node) CallApp(ctx context.Context, addr netip.AddrPort, kind uint8, pay
 	sends := 0
 	send := func() error {
 		sends++
-		req := &message{Type: msgApp, ReqID: pc.id, Kind: kind, Payload: payload}
+		req := &wire.Message{Type: wire.App, ReqID: pc.id, Kind: kind, Payload: payload}
 		return n.send(req, addr, c.ID)
 	}
 	if err := send(); err != nil {
@@ -282,11 +284,11 @@ func (n *Node) CallApp(ctx context.Context, addr netip.AddrPort, kind uint8, pay
 				return nil, ev.err
 			}
 			switch m := ev.reply; m.AppResult {
-			case appOK:
+			case wire.AppOK:
 				return m.Payload, nil
-			case appUnknown:
+			case wire.AppUnknown:
 				return nil, fmt.Errorf("%w (kind %d at %v)", ErrAppUnknown, kind, addr)
-			case appBusy:
+			case wire.AppBusy:
 				return nil, fmt.Errorf("%w (%v)", ErrAppBusy, addr)
 			default:
 				return nil, &AppError{Peer: addr, Text: string(m.Payload)}

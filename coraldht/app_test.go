@@ -12,6 +12,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
+	"github.com/coralcdn/coral/coraldht/memnet"
 )
 
 // appEcho is a handler that answers "echo:" + payload and counts its calls.
@@ -28,7 +31,7 @@ func appEcho(calls *atomic.Int64) AppHandler {
 // answered so at once.
 func TestAppRoundTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 3, MemNetworkConfig{}, nil)
+		tn := newTestNet(t, 3, memnet.Config{}, nil)
 		a, b := tn.nodes[1], tn.nodes[2]
 		var calls atomic.Int64
 		var from atomic.Pointer[Contact]
@@ -104,7 +107,7 @@ func TestAppRoundTrip(t *testing.T) {
 // retransmission without running the handler again.
 func TestAppHandlerRunsOncePerRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 2, MemNetworkConfig{}, nil)
+		tn := newTestNet(t, 2, memnet.Config{}, nil)
 		a, b := tn.nodes[0], tn.nodes[1]
 		var calls atomic.Int64
 		release := make(chan struct{})
@@ -161,7 +164,7 @@ func TestAppHandlerRunsOncePerRequest(t *testing.T) {
 // answers busy at once; a dead peer is a timeout at the caller's deadline.
 func TestAppBusyAndTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 3, MemNetworkConfig{}, nil)
+		tn := newTestNet(t, 3, memnet.Config{}, nil)
 		a, b, c := tn.nodes[0], tn.nodes[1], tn.nodes[2]
 		release := make(chan struct{})
 		var running atomic.Int64
@@ -234,8 +237,8 @@ func TestAppAuthentication(t *testing.T) {
 		e := newAuthEnv(t)
 		var calls atomic.Int64
 		e.target.HandleApp(1, appEcho(&calls))
-		req := func() *message {
-			m := e.message(msgApp, false)
+		req := func() *wire.Message {
+			m := e.message(wire.App, false)
 			m.Kind, m.Payload = 1, []byte("purge /a.jpg")
 			return m
 		}
@@ -258,14 +261,14 @@ func TestAppAuthentication(t *testing.T) {
 		m := req()
 		p := e.seal(m, testKey)
 		r := e.expectReply(p)
-		if r.AppResult != appOK || string(r.Payload) != "echo:purge /a.jpg" || calls.Load() != 1 {
+		if r.AppResult != wire.AppOK || string(r.Payload) != "echo:purge /a.jpg" || calls.Load() != 1 {
 			t.Fatalf("reply %+v after %d calls", r, calls.Load())
 		}
 		// The captured datagram again: a replay, dropped.
 		e.expectDropped(func(d *DropCounts) { d.Replay++ }, p)
 		// A retransmission: the same reply, the handler not run again.
 		m.Timestamp = e.stamp()
-		if r2 := e.expectReply(e.seal(m, testKey)); r2.AppResult != appOK || !bytes.Equal(r2.Payload, r.Payload) {
+		if r2 := e.expectReply(e.seal(m, testKey)); r2.AppResult != wire.AppOK || !bytes.Equal(r2.Payload, r.Payload) {
 			t.Errorf("retransmission answered %+v", r2)
 		}
 		if calls.Load() != 1 {
@@ -275,7 +278,7 @@ func TestAppAuthentication(t *testing.T) {
 		u := req()
 		u.Kind = 200
 		before := e.target.Stats().Refused
-		if r := e.expectReply(e.seal(u, testKey)); r.AppResult != appUnknown || len(r.Payload) != 0 {
+		if r := e.expectReply(e.seal(u, testKey)); r.AppResult != wire.AppUnknown || len(r.Payload) != 0 {
 			t.Errorf("unknown kind answered %+v", r)
 		}
 		if e.target.Stats().Refused != before+1 {

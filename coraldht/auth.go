@@ -16,13 +16,15 @@ import (
 	"os"
 	"strings"
 	"sync"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 const (
 	// tagLen is the length of the truncated HMAC-SHA256 tag on every
 	// datagram: 128 bits, ample against forgery for datagrams that live
-	// seconds.
-	tagLen = 16
+	// seconds. The wire format reserves room for it.
+	tagLen = wire.TagLen
 
 	// KeySize is the length of a network key in bytes.
 	KeySize = 32

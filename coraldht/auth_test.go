@@ -17,6 +17,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
+	"github.com/coralcdn/coral/coraldht/memnet"
 )
 
 func authSecret(b byte) []byte { return bytes.Repeat([]byte{b}, KeySize) }
@@ -73,7 +76,7 @@ func TestAuthNewKey(t *testing.T) {
 
 func TestAuthSealOpen(t *testing.T) {
 	k := authMustKey(t, authSecret(7))
-	msg := wireEncode(t, wireSamples()[0].m)
+	msg := wireEncode(t, wirePing())
 	sealed := k.seal(append([]byte(nil), msg...))
 	if len(sealed) != len(msg)+tagLen || !bytes.Equal(sealed[:len(msg)], msg) {
 		t.Fatalf("seal changed the message or added %d bytes", len(sealed)-len(msg))
@@ -519,7 +522,7 @@ type authEnv struct {
 	t      *testing.T
 	tn     *testNet
 	target *Node
-	atk    *MemTransport
+	atk    *memnet.Transport
 	self   Contact
 	seq    int64
 	reqID  uint64
@@ -528,7 +531,7 @@ type authEnv struct {
 const authAttackerIndex = 1000
 
 func newAuthEnv(t *testing.T) *authEnv {
-	tn := newTestNet(t, 2, MemNetworkConfig{}, nil)
+	tn := newTestNet(t, 2, memnet.Config{}, nil)
 	atk, err := tn.net.Listen(memAddr(authAttackerIndex))
 	if err != nil {
 		t.Fatal(err)
@@ -547,18 +550,18 @@ func (e *authEnv) stamp() int64 {
 
 // message returns a valid header of the given type and direction from the
 // attacker, with a fresh stamp.
-func (e *authEnv) message(typ msgType, response bool) *message {
+func (e *authEnv) message(typ wire.Type, response bool) *wire.Message {
 	e.reqID++
-	return &message{Type: typ, Response: response, ReqID: e.reqID, Timestamp: e.stamp(), Sender: e.self,
+	return &wire.Message{Type: typ, Response: response, ReqID: e.reqID, Timestamp: e.stamp(), Sender: e.self,
 		Recipient: e.target.ID(), Clusters: []ClusterInfo{{Level: 0, Created: time.Now().Truncate(time.Second)}}}
 }
 
-func (e *authEnv) seal(m *message, k *Key) []byte {
+func (e *authEnv) seal(m *wire.Message, k *Key) []byte {
 	e.t.Helper()
 	return k.seal(wireEncode(e.t, m))
 }
 
-func (e *authEnv) ping() []byte { return e.seal(e.message(msgPing, false), testKey) }
+func (e *authEnv) ping() []byte { return e.seal(e.message(wire.Ping, false), testKey) }
 
 type authTraffic struct {
 	drops                 DropCounts
@@ -587,12 +590,12 @@ func (e *authEnv) send(pkts ...[]byte) [][]byte {
 	}
 	var got [][]byte
 	for {
-		select {
-		case p := <-e.atk.inbox:
-			got = append(got, p.data)
-		default:
+		buf := make([]byte, MaxDatagram+1)
+		n, _, ok := e.atk.TryReadFrom(buf)
+		if !ok {
 			return got
 		}
+		got = append(got, buf[:n])
 	}
 }
 
@@ -616,7 +619,7 @@ func (e *authEnv) expectDropped(bump func(d *DropCounts), pkts ...[]byte) {
 
 // expectReply sends pkt and checks that it is answered exactly once, with a
 // reply the attacker can authenticate and parse.
-func (e *authEnv) expectReply(pkt []byte) *message {
+func (e *authEnv) expectReply(pkt []byte) *wire.Message {
 	e.t.Helper()
 	before := e.traffic()
 	replies := e.send(pkt)
@@ -627,11 +630,11 @@ func (e *authEnv) expectReply(pkt []byte) *message {
 	if !ok {
 		e.t.Fatal("reply does not authenticate")
 	}
-	r, err := decodeMessage(body)
+	r, err := wire.Decode(body)
 	if err != nil {
 		e.t.Fatalf("reply does not parse: %v", err)
 	}
-	req, _ := decodeMessage(pkt[:len(pkt)-tagLen])
+	req, _ := wire.Decode(pkt[:len(pkt)-tagLen])
 	if !r.Response || r.Type != req.Type || r.ReqID != req.ReqID || r.Sender != e.target.Contact() {
 		e.t.Fatalf("reply %+v does not answer %+v", r, req)
 	}
@@ -650,17 +653,17 @@ func TestAuthEndToEnd(t *testing.T) {
 	}{
 		{"valid request gets one reply", func(e *authEnv) {
 			e.expectReply(e.ping())
-			m := e.message(msgFindNode, false)
+			m := e.message(wire.FindNode, false)
 			m.Target = KeyFor("x")
 			r := e.expectReply(e.seal(m, testKey))
-			if r.Status != statusOK || len(r.Nodes) == 0 {
+			if r.Status != wire.StatusOK || len(r.Nodes) == 0 {
 				e.t.Errorf("find_node reply: status %d, %d contacts", r.Status, len(r.Nodes))
 			}
 		}},
 		{"wrong key", func(e *authEnv) {
 			e.expectDropped(func(d *DropCounts) { d.BadAuth += 2 },
-				e.seal(e.message(msgPing, false), authMustKey(e.t, authSecret(9))),
-				e.seal(e.message(msgPing, false), insecureLoopbackKey))
+				e.seal(e.message(wire.Ping, false), authMustKey(e.t, authSecret(9))),
+				e.seal(e.message(wire.Ping, false), insecureLoopbackKey))
 		}},
 		{"one flipped bit", func(e *authEnv) {
 			var pkts [][]byte
@@ -683,7 +686,7 @@ func TestAuthEndToEnd(t *testing.T) {
 		}},
 		{"oversize", func(e *authEnv) {
 			// Authentic, but 1201 bytes: refused before the tag is checked.
-			body := append(wireEncode(e.t, e.message(msgPing, false)), make([]byte, MaxDatagram+1-tagLen)...)
+			body := append(wireEncode(e.t, e.message(wire.Ping, false)), make([]byte, MaxDatagram+1-tagLen)...)
 			body = body[:MaxDatagram+1-tagLen]
 			p := testKey.seal(body)
 			if len(p) != MaxDatagram+1 {
@@ -700,7 +703,7 @@ func TestAuthEndToEnd(t *testing.T) {
 			e.expectDropped(func(d *DropCounts) { d.Replay += 2 }, p, p)
 		}},
 		{"stale timestamp", func(e *authEnv) {
-			past, future := e.message(msgPing, false), e.message(msgPing, false)
+			past, future := e.message(wire.Ping, false), e.message(wire.Ping, false)
 			past.Timestamp = time.Now().Add(-skew - time.Second).UnixNano()
 			future.Timestamp = time.Now().Add(skew + time.Second).UnixNano()
 			e.expectDropped(func(d *DropCounts) { d.Stale += 2 }, e.seal(past, testKey), e.seal(future, testKey))
@@ -709,7 +712,7 @@ func TestAuthEndToEnd(t *testing.T) {
 			e.expectReply(e.seal(future, testKey))
 		}},
 		{"stamp from before the node started", func(e *authEnv) {
-			m := e.message(msgPing, false)
+			m := e.message(wire.Ping, false)
 			m.Timestamp = e.target.replay.floor - 1
 			if m.Timestamp < time.Now().Add(-skew).UnixNano() {
 				e.t.Fatalf("test precondition: node started more than %v ago", skew)
@@ -717,20 +720,20 @@ func TestAuthEndToEnd(t *testing.T) {
 			e.expectDropped(func(d *DropCounts) { d.Stale++ }, e.seal(m, testKey))
 		}},
 		{"unsolicited reply", func(e *authEnv) {
-			r := e.message(msgPing, true)
-			f := e.message(msgFindNode, true)
+			r := e.message(wire.Ping, true)
+			f := e.message(wire.FindNode, true)
 			f.Nodes = []Contact{e.self}
 			e.expectDropped(func(d *DropCounts) { d.Unsolicited += 2 }, e.seal(r, testKey), e.seal(f, testKey))
 		}},
 		{"authentic but malformed", func(e *authEnv) {
-			bad := wireEncode(e.t, e.message(msgPing, false))
+			bad := wireEncode(e.t, e.message(wire.Ping, false))
 			bad[wireOffVersion] = 2
 			e.expectDropped(func(d *DropCounts) { d.Malformed += 2 }, testKey.seal(bad), testKey.seal([]byte("hello")))
 		}},
 		{"captured for one node, replayed to another", func(e *authEnv) {
 			// An authentic request addressed to another node is refused:
 			// replaying traffic seen elsewhere reflects nothing.
-			m := e.message(msgFindNode, false)
+			m := e.message(wire.FindNode, false)
 			m.Recipient = e.tn.nodes[1].ID()
 			m.Target = KeyFor("x")
 			e.expectDropped(func(d *DropCounts) { d.Misdirected++ }, e.seal(m, testKey))
@@ -740,7 +743,7 @@ func TestAuthEndToEnd(t *testing.T) {
 			e.expectReply(e.seal(m, testKey))
 		}},
 		{"forged as the target itself", func(e *authEnv) {
-			m := e.message(msgPing, false)
+			m := e.message(wire.Ping, false)
 			m.Sender = e.target.Contact()
 			e.expectDropped(func(d *DropCounts) { d.Self++ }, e.seal(m, testKey))
 		}},
@@ -769,10 +772,10 @@ func TestAuthDropsNeverReply(t *testing.T) {
 		flipped := e.ping()
 		flipped[10] ^= 0x10
 		bad := [][]byte{
-			e.seal(e.message(msgPing, false), authMustKey(t, authSecret(3))),
+			e.seal(e.message(wire.Ping, false), authMustKey(t, authSecret(3))),
 			make([]byte, MaxDatagram+1),
 			flipped,
-			e.seal(e.message(msgPing, true), testKey),
+			e.seal(e.message(wire.Ping, true), testKey),
 		}
 		before := e.tn.net.Stats()
 		if err := e.atk.WriteTo(p, e.target.Addr()); err != nil { // the replay
@@ -820,7 +823,7 @@ func TestAuthKeylessNode(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				mn := NewMemNetwork(MemNetworkConfig{})
+				mn := memnet.New(memnet.Config{})
 				tr, err := mn.Listen(netip.MustParseAddrPort(c.listen))
 				if err != nil {
 					t.Fatal(err)
@@ -854,7 +857,7 @@ func TestAuthKeylessNode(t *testing.T) {
 
 	t.Run("keyless loopback nodes talk only to each other", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			mn := NewMemNetwork(MemNetworkConfig{Latency: func(_, _ netip.AddrPort) time.Duration { return time.Millisecond }})
+			mn := memnet.New(memnet.Config{Latency: func(_, _ netip.AddrPort) time.Duration { return time.Millisecond }})
 			start := func(addr string, key *Key) *Node {
 				tr, err := mn.Listen(netip.MustParseAddrPort(addr))
 				if err != nil {

@@ -10,13 +10,16 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
+	"github.com/coralcdn/coral/coraldht/memnet"
 )
 
 // groupNet is a test network whose one-way delays depend only on which
 // group each address is in: within a group near, across groups far.
 type groupNet struct {
 	t     *testing.T
-	net   *MemNetwork
+	net   *memnet.Network
 	mu    sync.Mutex // guards group: nodes may join while others talk
 	group map[netip.AddrPort]int
 	nodes []*Node
@@ -36,7 +39,7 @@ func (g *groupNet) groupOf(a netip.AddrPort) int {
 
 func newGroupNet(t *testing.T, near, far time.Duration) *groupNet {
 	g := &groupNet{t: t, group: make(map[netip.AddrPort]int)}
-	g.net = NewMemNetwork(MemNetworkConfig{Latency: func(a, b netip.AddrPort) time.Duration {
+	g.net = memnet.New(memnet.Config{Latency: func(a, b netip.AddrPort) time.Duration {
 		if g.groupOf(a) == g.groupOf(b) {
 			return near / 2
 		}
@@ -529,7 +532,7 @@ func TestHintFastJoin(t *testing.T) {
 
 func TestHintPrefixes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := NewMemNetwork(MemNetworkConfig{})
+		net := memnet.New(memnet.Config{})
 		mk := func(addr string, tweak func(*Config)) *Node {
 			tr, err := net.Listen(netip.MustParseAddrPort(addr))
 			if err != nil {
@@ -584,8 +587,8 @@ func TestMembersRequest(t *testing.T) {
 			n.findNode(context.Background(), 1, n.ID())
 		}
 		ctx := context.Background()
-		r, err := outsider.call(ctx, members[0].Contact(), &message{Type: msgMembers, Level: 1, Target: outsider.ID()})
-		if err != nil || r.Status != statusOK || len(r.Nodes) != 4 {
+		r, err := outsider.call(ctx, members[0].Contact(), &wire.Message{Type: wire.Members, Level: 1, Target: outsider.ID()})
+		if err != nil || r.Status != wire.StatusOK || len(r.Nodes) != 4 {
 			t.Fatalf("members reply %+v, %v; want the 4 other blue members", r, err)
 		}
 		for _, c := range r.Nodes {
@@ -593,12 +596,12 @@ func TestMembersRequest(t *testing.T) {
 				t.Fatal("the outsider is listed as a member")
 			}
 		}
-		r, err = outsider.call(ctx, members[0].Contact(), &message{Type: msgFindNode, Level: 1, Target: outsider.ID()})
-		if err != nil || r.Status != statusNotMember || len(r.Nodes) != 0 {
+		r, err = outsider.call(ctx, members[0].Contact(), &wire.Message{Type: wire.FindNode, Level: 1, Target: outsider.ID()})
+		if err != nil || r.Status != wire.StatusNotMember || len(r.Nodes) != 0 {
 			t.Fatalf("find_node from a non-member: %+v, %v", r, err)
 		}
-		r, err = outsider.call(ctx, members[0].Contact(), &message{Type: msgMembers, Level: 5, Target: outsider.ID()})
-		if err != nil || r.Status != statusBadLevel {
+		r, err = outsider.call(ctx, members[0].Contact(), &wire.Message{Type: wire.Members, Level: 5, Target: outsider.ID()})
+		if err != nil || r.Status != wire.StatusBadLevel {
 			t.Fatalf("members at a missing level: %+v, %v", r, err)
 		}
 	})
@@ -672,7 +675,7 @@ func TestHierarchicalGetCrossesOnce(t *testing.T) {
 func TestHintedNodes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		router := netip.MustParseAddr("198.51.100.9")
-		tn := newTestNet(t, 4, MemNetworkConfig{}, func(i int, c *Config) {
+		tn := newTestNet(t, 4, memnet.Config{}, func(i int, c *Config) {
 			if i == 1 {
 				c.HintPrefixes = []netip.Prefix{netip.PrefixFrom(router, 32), SitePrefix(router)}
 			}

@@ -6,47 +6,42 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // Services is the set of services a node runs, advertised in every RPC so
 // applications can ask Nodes for, say, HTTP proxies only.
-type Services uint32
+type Services = wire.Services
 
 const (
 	// ServiceDNS marks a node that runs the Coral DNS server.
-	ServiceDNS Services = 1 << iota
+	ServiceDNS = wire.ServiceDNS
 	// ServiceHTTP marks a node that runs the Coral HTTP proxy.
-	ServiceHTTP
+	ServiceHTTP = wire.ServiceHTTP
 	// ServiceNonRecursive marks a proxy that is handed out only to clients on
 	// its own network (for example one behind a metered link).
-	ServiceNonRecursive
+	ServiceNonRecursive = wire.ServiceNonRecursive
 )
-
-var serviceNames = []string{"dns", "http", "non-recursive"}
-
-// String lists the services as "dns|http"; "none" for the empty set.
-func (s Services) String() string {
-	if s == 0 {
-		return "none"
-	}
-	var parts []string
-	for i, name := range serviceNames {
-		if s&(1<<i) != 0 {
-			parts = append(parts, name)
-		}
-	}
-	if rest := s &^ (1<<len(serviceNames) - 1); rest != 0 {
-		parts = append(parts, fmt.Sprintf("0x%x", uint32(rest)))
-	}
-	return strings.Join(parts, "|")
-}
-
-// Has reports whether s includes every service in want.
-func (s Services) Has(want Services) bool { return s&want == want }
 
 // MaxLevels is the largest number of cluster levels (level 0 included) the
 // wire format carries.
-const MaxLevels = 8
+const MaxLevels = wire.MaxLevels
+
+const (
+	// MaxDatagram is the largest datagram a node sends or accepts. It stays
+	// under the IPv6 minimum MTU so no datagram is ever fragmented.
+	MaxDatagram = wire.MaxDatagram
+
+	// MaxValueSizeLimit is the largest value the wire format can carry in a
+	// store request with a full header.
+	MaxValueSizeLimit = wire.MaxValueSizeLimit
+
+	// MaxAppPayload is the largest payload an app request or reply
+	// carries (CallApp, HandleApp): what fits a datagram under a full
+	// header, rounded down.
+	MaxAppPayload = wire.MaxAppPayload
+)
 
 // Config holds a node's settings. Start from DefaultConfig; every field's
 // comment gives its default and why.
@@ -272,8 +267,8 @@ func (c *Config) Validate() error {
 		return bad("B", "%d; must be 1..16", c.B)
 	case c.Alpha < 1 || c.Alpha > 16:
 		return bad("Alpha", "%d; must be 1..16", c.Alpha)
-	case c.BucketSize < 1 || c.BucketSize > maxContactsPerReply-closingHints:
-		return bad("BucketSize", "%d; must be 1..%d (a reply carries one bucket and %d hints)", c.BucketSize, maxContactsPerReply-closingHints, closingHints)
+	case c.BucketSize < 1 || c.BucketSize > wire.MaxContacts-closingHints:
+		return bad("BucketSize", "%d; must be 1..%d (a reply carries one bucket and %d hints)", c.BucketSize, wire.MaxContacts-closingHints, closingHints)
 	case c.FullValues < 1 || c.FullValues > 64:
 		return bad("FullValues", "%d; must be 1..64", c.FullValues)
 	case c.Leak < 1:
@@ -282,8 +277,8 @@ func (c *Config) Validate() error {
 		return bad("Replicas", "%d; must be 1..8", c.Replicas)
 	case c.MaxValueSize < 1 || c.MaxValueSize > MaxValueSizeLimit:
 		return bad("MaxValueSize", "%d; must be 1..%d", c.MaxValueSize, MaxValueSizeLimit)
-	case c.MaxTTL < time.Second || c.MaxTTL > maxWireTTL:
-		return bad("MaxTTL", "%v; must be 1s..%v", c.MaxTTL, maxWireTTL)
+	case c.MaxTTL < time.Second || c.MaxTTL > wire.MaxTTL:
+		return bad("MaxTTL", "%v; must be 1s..%v", c.MaxTTL, wire.MaxTTL)
 	case c.MaxValues < 1:
 		return bad("MaxValues", "%d; must be positive", c.MaxValues)
 	case c.MaxKeys < 1:
@@ -335,27 +330,17 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Advertise.IsValid() {
-		if err := checkContactAddr(c.Advertise); err != nil {
+		if err := wire.CheckAddr(c.Advertise); err != nil {
 			return bad("Advertise", "%v", err)
 		}
 	}
 	return nil
 }
 
-// checkContactAddr rejects addresses no peer could send to.
-func checkContactAddr(a netip.AddrPort) error {
-	ip := a.Addr()
-	switch {
-	case !a.IsValid():
-		return fmt.Errorf("invalid address")
-	case ip.IsUnspecified():
-		return fmt.Errorf("%v is unspecified; advertise a specific address", a)
-	case ip.IsMulticast():
-		return fmt.Errorf("%v is multicast", a)
-	case ip.Zone() != "":
-		return fmt.Errorf("%v has a zone; zones cannot be advertised", a)
-	case a.Port() == 0:
-		return fmt.Errorf("%v has port 0", a)
-	}
-	return nil
-}
+// ClusterInfo describes one cluster a node belongs to, as carried in every
+// RPC header.
+type ClusterInfo = wire.ClusterInfo
+
+// Contact identifies a node: its ID, the address it advertises and the
+// services it runs.
+type Contact = wire.Contact

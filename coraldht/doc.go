@@ -91,9 +91,9 @@
 // only on loopback. PROTOCOL.md specifies the wire format.
 //
 // Transport: a node sends datagrams through a Transport: UDPTransport for
-// real sockets, MemNetwork for simulations with per-pair latency, jitter,
-// loss, partitions and crashes. A MemNetwork built inside a testing/synctest
-// bubble runs in virtual time.
+// real sockets, a coraldht/memnet Network for tests and simulations with
+// per-pair latency, jitter, loss, partitions and crashes. A memnet Network
+// built inside a testing/synctest bubble runs in virtual time.
 //
 // # Using it
 //

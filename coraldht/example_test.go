@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coraldht/memnet"
 )
 
 // startNetwork starts n nodes on an in-memory network, 10.0.0.1 to
 // 10.0.0.n, and joins them through the first.
 func startNetwork(n int) []*coraldht.Node {
-	network := coraldht.NewMemNetwork(coraldht.MemNetworkConfig{})
+	network := memnet.New(memnet.Config{})
 	key, err := coraldht.NewKey([]byte("an example secret of at least 32 bytes"))
 	if err != nil {
 		panic(err)

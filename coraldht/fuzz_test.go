@@ -8,57 +8,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
+	"github.com/coralcdn/coral/coraldht/memnet"
 )
-
-// fuzzSeeds returns valid encodings of every message type and direction,
-// plus a few at level 0 that a node serves.
-func fuzzSeeds(t testing.TB) [][]byte {
-	var out [][]byte
-	for _, s := range wireSamples() {
-		out = append(out, wireEncode(t, s.m))
-	}
-	for _, typ := range []msgType{msgFindNode, msgGet, msgPutProbe, msgStore, msgMembers} {
-		m := &message{Type: typ, ReqID: 77, Timestamp: wireStamp, Sender: wireV4Sender,
-			Clusters: wireClusters(0), Level: 0, Flags: reqFlagWantValues, Key: wireKey, Target: wireTarget,
-			TTL: 60000, Value: []byte("198.51.100.7:8080")}
-		out = append(out, wireEncode(t, m))
-	}
-	return out
-}
-
-func FuzzDecodeMessage(f *testing.F) {
-	for _, b := range fuzzSeeds(f) {
-		f.Add(b)
-	}
-	f.Add([]byte{})
-	f.Add([]byte{0xC0, 0x2A, 1})
-	f.Add(wireTooLong(f))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		// Decode a private copy and scribble over it afterwards: the
-		// message must not alias its input.
-		in := append([]byte(nil), data...)
-		m, err := decodeMessage(in)
-		if err != nil {
-			if m != nil {
-				t.Fatalf("decode returned a message with error %v", err)
-			}
-			return
-		}
-		for i := range in {
-			in[i] ^= 0xFF
-		}
-		b, err := encodeMessage(nil, m)
-		if err != nil {
-			t.Fatalf("decoded %x to %+v, which does not encode: %v", data, m, err)
-		}
-		if !bytes.Equal(b, data) {
-			t.Fatalf("encode(decode(x)) != x\n   x %x\ngot %x", data, b)
-		}
-		if _, err := decodeMessage(b); err != nil {
-			t.Fatalf("re-encoding does not decode: %v", err)
-		}
-	})
-}
 
 func FuzzParseKeyText(f *testing.F) {
 	secret := bytes.Repeat([]byte{0xFB, 0xEF, 0x01, 0x80}, 8)
@@ -121,7 +74,7 @@ func FuzzHandleDatagram(f *testing.F) {
 
 	// One node for all iterations, on a network without delay, so every
 	// reply it sends is in the attacker's inbox when handleDatagram returns.
-	mn := NewMemNetwork(MemNetworkConfig{})
+	mn := memnet.New(memnet.Config{})
 	tr, err := mn.Listen(memAddr(1))
 	if err != nil {
 		f.Fatal(err)
@@ -159,10 +112,10 @@ func FuzzHandleDatagram(f *testing.F) {
 			pkt = testKey.seal(pkt)
 		}
 		// What the node will accept as a request, if anything.
-		var req *message
+		var req *wire.Message
 		if len(pkt) <= MaxDatagram {
 			if body, ok := testKey.open(pkt); ok {
-				if m, err := decodeMessage(body); err == nil && !m.Response && m.Sender.ID != node.ID() {
+				if m, err := wire.Decode(body); err == nil && !m.Response && m.Sender.ID != node.ID() {
 					req = m
 				}
 			}
@@ -172,19 +125,16 @@ func FuzzHandleDatagram(f *testing.F) {
 
 		replies := 0
 		for {
-			var p memPacket
-			select {
-			case p = <-atk.inbox:
-			default:
-			}
-			if p.data == nil {
+			buf := make([]byte, MaxDatagram+1)
+			n, _, queued := atk.TryReadFrom(buf)
+			if !queued {
 				break
 			}
-			body, ok := testKey.open(p.data)
+			body, ok := testKey.open(buf[:n])
 			if !ok {
-				t.Fatalf("node sent a datagram that does not authenticate: %x", p.data)
+				t.Fatalf("node sent a datagram that does not authenticate: %x", buf[:n])
 			}
-			m, err := decodeMessage(body)
+			m, err := wire.Decode(body)
 			if err != nil {
 				t.Fatalf("node sent a datagram that does not parse: %v", err)
 			}

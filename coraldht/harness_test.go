@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/memnet"
 )
 
 // testKey is the network key of every in-memory test network.
@@ -24,15 +26,15 @@ func memAddr(i int) netip.AddrPort {
 
 type testNet struct {
 	t     testing.TB
-	net   *MemNetwork
+	net   *memnet.Network
 	nodes []*Node
 }
 
 // newTestNet starts n nodes on a fresh in-memory network and bootstraps each
 // from the first. Call it inside a synctest bubble.
-func newTestNet(t testing.TB, n int, netCfg MemNetworkConfig, tweak func(i int, c *Config)) *testNet {
+func newTestNet(t testing.TB, n int, netCfg memnet.Config, tweak func(i int, c *Config)) *testNet {
 	t.Helper()
-	tn := &testNet{t: t, net: NewMemNetwork(netCfg)}
+	tn := &testNet{t: t, net: memnet.New(netCfg)}
 	for i := 0; i < n; i++ {
 		tn.add(i, tweak)
 	}

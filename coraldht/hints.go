@@ -7,6 +7,10 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
+
+	"github.com/coralcdn/coral/coraldht/icmpprobe"
 )
 
 // Locality hints: nodes publish their address in the level-0 DSHT under
@@ -117,7 +121,7 @@ func (n *Node) publishHints(ctx context.Context) {
 	var routers []netip.Addr
 	if dst, ok := n.traceTarget(); ok {
 		var err error
-		routers, err = traceRouters(ctx, dst, n.cfg.HintHops, traceTimeout)
+		routers, err = icmpprobe.TraceRouters(ctx, dst, n.cfg.HintHops, traceTimeout)
 		if err != nil {
 			n.log.Debug("traceroute skipped", "err", err)
 		}
@@ -149,7 +153,7 @@ func hintAddrs(vs []Value) []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, v := range vs {
 		var a netip.AddrPort
-		if a.UnmarshalBinary(v.Data) != nil || checkContactAddr(a) != nil || slices.Contains(out, a) {
+		if a.UnmarshalBinary(v.Data) != nil || wire.CheckAddr(a) != nil || slices.Contains(out, a) {
 			continue
 		}
 		out = append(out, a)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/memnet"
 )
 
 // TestPutWalkReachesNearestNodeLast: a put's forward walk contacts the
@@ -20,7 +22,7 @@ import (
 func TestPutWalkReachesNearestNodeLast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 20
-		tn := newTestNet(t, n, MemNetworkConfig{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, func(i int, c *Config) {
+		tn := newTestNet(t, n, memnet.Config{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, func(i int, c *Config) {
 			c.Alpha, c.BucketSize, c.Replicas = 1, 12, 2
 		})
 		tn.meshAll()
@@ -78,7 +80,7 @@ func TestPutWalkReachesNearestNodeLast(t *testing.T) {
 func TestPutWalkSpreadsHops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n, k = 48, 8
-		tn := newTestNet(t, n, MemNetworkConfig{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, func(i int, c *Config) {
+		tn := newTestNet(t, n, memnet.Config{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, func(i int, c *Config) {
 			c.Alpha, c.BucketSize = 1, k
 		})
 		tn.meshAll()

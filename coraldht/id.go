@@ -8,24 +8,25 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"net/netip"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // IDLen is the length of an ID in bytes; IDBits the same in bits.
 const (
-	IDLen  = 20
-	IDBits = IDLen * 8
+	IDLen  = wire.IDLen
+	IDBits = wire.IDBits
 )
 
 // ID is a 160-bit identifier. Node IDs and keys share the space; the distance
-// between two IDs is their XOR read as an unsigned big-endian integer.
-type ID [IDLen]byte
+// between two IDs is their XOR read as an unsigned big-endian integer. It is
+// defined with the wire format that carries it.
+type ID = wire.ID
 
 // NodeIDFor returns the ID of the node advertising addr: SHA-1 of the address
 // written as "ip:port" ("[v6]:port" for IPv6). The port is part of the input
 // so several nodes can share one host.
-func NodeIDFor(addr netip.AddrPort) ID {
-	return ID(sha1.Sum([]byte(addr.String())))
-}
+func NodeIDFor(addr netip.AddrPort) ID { return wire.NodeIDFor(addr) }
 
 // KeyFor returns the key for s: SHA-1 of its bytes. Applications hash their
 // own names (a normalized URL, a router prefix) with it.
@@ -43,37 +44,6 @@ func ParseID(s string) (ID, error) {
 	return id, nil
 }
 
-// String returns the ID as 40 hexadecimal digits.
-func (id ID) String() string { return hex.EncodeToString(id[:]) }
-
-// Short returns the first 8 hexadecimal digits, for logs and tables.
-func (id ID) Short() string { return hex.EncodeToString(id[:4]) }
-
-// IsZero reports whether id is all zeros (the level-0 cluster ID).
-func (id ID) IsZero() bool { return id == ID{} }
-
-// Xor returns id XOR o, the distance between them.
-func (id ID) Xor(o ID) ID {
-	var d ID
-	for i := range d {
-		d[i] = id[i] ^ o[i]
-	}
-	return d
-}
-
-// Cmp compares id and o as unsigned big-endian integers.
-func (id ID) Cmp(o ID) int {
-	for i := range id {
-		if id[i] != o[i] {
-			if id[i] < o[i] {
-				return -1
-			}
-			return 1
-		}
-	}
-	return 0
-}
-
 // CompareDistance reports whether a is closer to target than b (-1), farther
 // (+1) or at the same distance (0, only when a == b).
 func CompareDistance(target, a, b ID) int {
@@ -87,11 +57,6 @@ func CompareDistance(target, a, b ID) int {
 		}
 	}
 	return 0
-}
-
-// Bit returns bit i of id, counting from the most significant bit (0).
-func (id ID) Bit(i int) uint {
-	return uint(id[i/8]>>(7-uint(i%8))) & 1
 }
 
 // CommonPrefixLen returns the number of leading bits a and b share (IDBits
@@ -161,6 +126,6 @@ func randomIDWithPrefix(self ID, prefixLen int, rng *rand.Rand) ID {
 
 // low64 is the ID's last 8 bytes: bits that say nothing about where the
 // ID sits in the tree, for pseudo-random orders over nodes.
-func (id ID) low64() uint64 {
+func low64(id ID) uint64 {
 	return binary.BigEndian.Uint64(id[IDBits/8-8:])
 }

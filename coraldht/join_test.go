@@ -7,13 +7,15 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/memnet"
 )
 
 // TestJoinRetrying: a node whose bootstrap node is not up yet keeps trying,
 // 1 s, 2 s, 4 s … apart, and joins once the bootstrap node appears.
 func TestJoinRetrying(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 1, MemNetworkConfig{}, nil)
+		tn := newTestNet(t, 1, memnet.Config{}, nil)
 		late := memAddr(50)
 		var waits []time.Duration
 		start := time.Now()
@@ -61,7 +63,7 @@ func TestJoinRetrying(t *testing.T) {
 // closed node stops at once.
 func TestJoinRetryingStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 1, MemNetworkConfig{}, nil)
+		tn := newTestNet(t, 1, memnet.Config{}, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		err := tn.nodes[0].JoinRetrying(ctx, []netip.AddrPort{memAddr(60)}, nil)

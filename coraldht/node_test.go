@@ -12,11 +12,14 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
+	"github.com/coralcdn/coral/coraldht/memnet"
 )
 
 // pairLatency returns a symmetric one-way delay between lo and hi fixed per
 // address pair, so datagrams from different senders interleave.
-func pairLatency(lo, hi time.Duration) LatencyFunc {
+func pairLatency(lo, hi time.Duration) memnet.LatencyFunc {
 	return func(a, b netip.AddrPort) time.Duration {
 		x, y := a.String(), b.String()
 		if x > y {
@@ -90,7 +93,7 @@ func TestHopChoiceFollowsSplice(t *testing.T) {
 		t.Run(fmt.Sprintf("b=%d", b), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const n = 20
-				tn := newTestNet(t, n, MemNetworkConfig{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, func(i int, c *Config) {
+				tn := newTestNet(t, n, memnet.Config{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, func(i int, c *Config) {
 					c.B, c.Alpha, c.BucketSize, c.Replicas = b, 1, 12, 2
 				})
 				tn.meshAll()
@@ -141,7 +144,7 @@ func shortIDs(ids []ID) []string {
 
 func TestPutThenGetAcrossNodes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 40, MemNetworkConfig{Latency: pairLatency(2*time.Millisecond, 40*time.Millisecond)}, nil)
+		tn := newTestNet(t, 40, memnet.Config{Latency: pairLatency(2*time.Millisecond, 40*time.Millisecond)}, nil)
 		ctx := context.Background()
 		for i := range 20 {
 			key := KeyFor(fmt.Sprint("http://example.com/", i))
@@ -183,7 +186,7 @@ func TestPutThenGetAcrossNodes(t *testing.T) {
 func TestPutGetRace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 24
-		tn := newTestNet(t, n, MemNetworkConfig{Latency: pairLatency(time.Millisecond, 60*time.Millisecond)}, nil)
+		tn := newTestNet(t, n, memnet.Config{Latency: pairLatency(time.Millisecond, 60*time.Millisecond)}, nil)
 		ctx := context.Background()
 		for round := range 10 {
 			key := KeyFor(fmt.Sprint("http://flash.example/", round))
@@ -225,7 +228,7 @@ func TestPutGetRace(t *testing.T) {
 // refused node's values still count as found for put+get.
 func TestReverseStackWhenTopFills(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 16, MemNetworkConfig{Latency: pairLatency(time.Millisecond, 10*time.Millisecond)}, func(i int, c *Config) {
+		tn := newTestNet(t, 16, memnet.Config{Latency: pairLatency(time.Millisecond, 10*time.Millisecond)}, func(i int, c *Config) {
 			c.BucketSize = 12
 		})
 		tn.meshAll()
@@ -244,7 +247,7 @@ func TestReverseStackWhenTopFills(t *testing.T) {
 			top, second = nodes[level0.stack[0].ID], nodes[level0.stack[1].ID]
 			for i := range 4 {
 				r, _, _ := top.store.put(levelKey{key: key}, []byte(fmt.Sprint("other", i)), time.Hour, time.Now())
-				if r != storeStored {
+				if r != wire.StoreStored {
 					t.Fatalf("filling the top: result %d", r)
 				}
 			}
@@ -277,7 +280,7 @@ func TestReverseStackWhenTopFills(t *testing.T) {
 func TestLookupsSurviveDeadNodes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 80
-		tn := newTestNet(t, n, MemNetworkConfig{Latency: pairLatency(5*time.Millisecond, 80*time.Millisecond)}, nil)
+		tn := newTestNet(t, n, memnet.Config{Latency: pairLatency(5*time.Millisecond, 80*time.Millisecond)}, nil)
 		ctx := context.Background()
 		rng := rand.New(rand.NewPCG(11, 11))
 		var keys []ID
@@ -336,7 +339,7 @@ func TestSlowNodeIsHedged(t *testing.T) {
 			}
 			return base(a, b)
 		}
-		tn := newTestNet(t, n, MemNetworkConfig{Latency: lat}, nil)
+		tn := newTestNet(t, n, memnet.Config{Latency: lat}, nil)
 		tn.meshAll() // everyone learns RTTs first
 		ctx := context.Background()
 		slowAddr = tn.nodes[7].Addr()
@@ -362,7 +365,7 @@ func TestSlowNodeIsHedged(t *testing.T) {
 
 func TestContextCancellationAndClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 10, MemNetworkConfig{Latency: pairLatency(100*time.Millisecond, 200*time.Millisecond)}, nil)
+		tn := newTestNet(t, 10, memnet.Config{Latency: pairLatency(100*time.Millisecond, 200*time.Millisecond)}, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 		defer cancel()
 		_, err := tn.nodes[1].Get(ctx, KeyFor("x"))
@@ -387,7 +390,7 @@ func TestContextCancellationAndClose(t *testing.T) {
 
 func TestInvalidArguments(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 2, MemNetworkConfig{}, nil)
+		tn := newTestNet(t, 2, memnet.Config{}, nil)
 		nd := tn.nodes[0]
 		ctx := context.Background()
 		k := KeyFor("k")
@@ -412,7 +415,7 @@ func TestInvalidArguments(t *testing.T) {
 
 func TestPartitionAndHeal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 20, MemNetworkConfig{Latency: pairLatency(time.Millisecond, 20*time.Millisecond)}, nil)
+		tn := newTestNet(t, 20, memnet.Config{Latency: pairLatency(time.Millisecond, 20*time.Millisecond)}, nil)
 		ctx := context.Background()
 		var left, right []netip.AddrPort
 		for i, nd := range tn.nodes {
@@ -457,7 +460,7 @@ func TestPartitionAndHeal(t *testing.T) {
 
 func TestKillAndRestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 12, MemNetworkConfig{Latency: pairLatency(time.Millisecond, 10*time.Millisecond)}, nil)
+		tn := newTestNet(t, 12, memnet.Config{Latency: pairLatency(time.Millisecond, 10*time.Millisecond)}, nil)
 		ctx := context.Background()
 		victim := tn.nodes[5]
 		addr := victim.Addr()
@@ -491,7 +494,7 @@ func TestKillAndRestart(t *testing.T) {
 
 func TestLossyNetwork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 30, MemNetworkConfig{Latency: pairLatency(5*time.Millisecond, 40*time.Millisecond), Jitter: 5 * time.Millisecond}, nil)
+		tn := newTestNet(t, 30, memnet.Config{Latency: pairLatency(5*time.Millisecond, 40*time.Millisecond), Jitter: 5 * time.Millisecond}, nil)
 		tn.net.SetLoss(0.05)
 		ctx := context.Background()
 		ok := 0
@@ -515,7 +518,7 @@ func TestLossyNetwork(t *testing.T) {
 
 func TestBootstrapFailsWithoutPeers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 1, MemNetworkConfig{}, nil)
+		tn := newTestNet(t, 1, memnet.Config{}, nil)
 		err := tn.nodes[0].Bootstrap(context.Background(), memAddr(99))
 		if !errors.Is(err, ErrNoResponse) {
 			t.Fatalf("bootstrap from a dead address: %v, want ErrNoResponse", err)
@@ -534,7 +537,7 @@ func TestBootstrapFailsWithoutPeers(t *testing.T) {
 
 func TestNodesAndLevels(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 8, MemNetworkConfig{Latency: pairLatency(time.Millisecond, 30*time.Millisecond)}, func(i int, c *Config) {
+		tn := newTestNet(t, 8, memnet.Config{Latency: pairLatency(time.Millisecond, 30*time.Millisecond)}, func(i int, c *Config) {
 			if i%2 == 0 {
 				c.Services = ServiceHTTP | ServiceDNS
 			} else {
@@ -609,7 +612,7 @@ func TestNodesAndLevels(t *testing.T) {
 
 func TestBucketRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 10, MemNetworkConfig{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, func(i int, c *Config) {
+		tn := newTestNet(t, 10, memnet.Config{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, func(i int, c *Config) {
 			c.RefreshInterval = 10 * time.Minute
 		})
 		before := tn.nodes[3].Stats().RequestsOut.FindNode
@@ -660,7 +663,7 @@ func TestConfigValidate(t *testing.T) {
 // node knew it; a node that is gone is an error.
 func TestPingNode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 3, MemNetworkConfig{Latency: pairLatency(time.Millisecond, 10*time.Millisecond)}, func(i int, c *Config) {
+		tn := newTestNet(t, 3, memnet.Config{Latency: pairLatency(time.Millisecond, 10*time.Millisecond)}, func(i int, c *Config) {
 			c.Services = []Services{0, ServiceHTTP, ServiceDNS}[i]
 		})
 		ctx := context.Background()

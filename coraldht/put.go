@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // PutGet stores value under key like Put and also returns the first values
@@ -213,7 +215,7 @@ func (p *putRun) storeLevel(i int) (stored bool, err error) {
 			p.res.Stored = append(p.res.Stored, Placement{Level: ls.level, Node: c.Contact})
 			p.quota[i]--
 			return true, nil
-		case out.err == nil && out.result == storeFull:
+		case out.err == nil && out.result == wire.StoreFull:
 			p.refusedFull++
 		default:
 			p.otherFailures++
@@ -275,12 +277,12 @@ func (p *putRun) result() (PutGetResult, error) {
 
 type storeOutcome struct {
 	result uint8
-	before []wireValue
+	before []wire.Value
 	err    error
 }
 
 func (o storeOutcome) stored() bool {
-	return o.err == nil && (o.result == storeStored || o.result == storeRefreshed)
+	return o.err == nil && (o.result == wire.StoreStored || o.result == wire.StoreRefreshed)
 }
 
 // storeAt stores the value on one stack entry: locally for this node, by RPC
@@ -293,15 +295,15 @@ func (n *Node) storeAt(ctx context.Context, lvl int, key ID, value []byte, ttl t
 		result, _, before := n.storeLocal(lk, value, ttl, now)
 		return storeOutcome{result: result, before: before}
 	}
-	req := &message{Type: msgStore, Level: uint8(lvl), Key: key, TTL: ttlMillis(ttl), Value: value}
+	req := &wire.Message{Type: wire.Store, Level: uint8(lvl), Key: key, TTL: ttlMillis(ttl), Value: value}
 	if wantValues {
-		req.Flags = reqFlagWantValues
+		req.Flags = wire.FlagWantValues
 	}
 	m, err := n.call(ctx, c.Contact, req)
 	if err != nil {
 		return storeOutcome{err: err}
 	}
-	if m.Status != statusOK {
+	if m.Status != wire.StatusOK {
 		return storeOutcome{err: fmt.Errorf("coraldht: store at %v refused with status %d", c.Contact, m.Status)}
 	}
 	return storeOutcome{result: m.Result, before: m.Values}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/memnet"
 )
 
 // TestPutGetBurstKeepsLocality: 12 nodes in 4 level-2 clusters of 3 inside
@@ -24,7 +26,7 @@ func TestPutGetBurstKeepsLocality(t *testing.T) {
 		const n = 12
 		region := func(i int) int { return i / 6 }
 		metro := func(i int) int { return i / 3 }
-		tn := newTestNet(t, n, MemNetworkConfig{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, func(i int, c *Config) {
+		tn := newTestNet(t, n, memnet.Config{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, func(i int, c *Config) {
 			c.Pins = map[int]string{1: fmt.Sprint("region ", region(i)), 2: fmt.Sprint("metro ", metro(i))}
 		})
 		tn.meshAll()

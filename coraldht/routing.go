@@ -114,7 +114,7 @@ func (rt *routingTable) heard(c Contact, now time.Time) (ping *Contact) {
 // put's walk hops to a node in proportion to the tables listing it
 // (coraldht/README.md, "the busiest node").
 func (rt *routingTable) rank(id ID) uint64 {
-	return mix64(rt.self.low64() ^ id.low64())
+	return mix64(low64(rt.self) ^ low64(id))
 }
 
 func (rt *routingTable) worstRanked(b *bucket) int {

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // MessageCounts counts datagrams by message type.
@@ -12,21 +14,21 @@ type MessageCounts struct {
 	App                                           uint64 // application messages (CallApp, HandleApp)
 }
 
-func (mc *MessageCounts) set(t msgType, v uint64) {
+func (mc *MessageCounts) set(t wire.Type, v uint64) {
 	switch t {
-	case msgPing:
+	case wire.Ping:
 		mc.Ping = v
-	case msgFindNode:
+	case wire.FindNode:
 		mc.FindNode = v
-	case msgGet:
+	case wire.Get:
 		mc.Get = v
-	case msgPutProbe:
+	case wire.PutProbe:
 		mc.PutProbe = v
-	case msgStore:
+	case wire.Store:
 		mc.Store = v
-	case msgMembers:
+	case wire.Members:
 		mc.Members = v
-	case msgApp:
+	case wire.App:
 		mc.App = v
 	}
 }
@@ -132,7 +134,7 @@ type StoreCounters struct {
 
 // nodeCounters are the live counters behind Stats.
 type nodeCounters struct {
-	reqIn, reqOut, repIn, repOut [msgTypeEnd]atomic.Uint64
+	reqIn, reqOut, repIn, repOut [wire.TypeEnd]atomic.Uint64
 	refused                      atomic.Uint64
 	drops                        [dropReasonEnd]atomic.Uint64
 	timeouts                     atomic.Uint64
@@ -160,9 +162,9 @@ func (c *nodeCounters) observeLookup(hops int, d time.Duration) {
 	c.seconds.observe(d.Seconds())
 }
 
-func loadCounts(a *[msgTypeEnd]atomic.Uint64) MessageCounts {
+func loadCounts(a *[wire.TypeEnd]atomic.Uint64) MessageCounts {
 	var mc MessageCounts
-	for t := msgType(1); t < msgTypeEnd; t++ {
+	for t := wire.Type(1); t < wire.TypeEnd; t++ {
 		mc.set(t, a[t].Load())
 	}
 	return mc

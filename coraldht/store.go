@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // levelKey names a key within one level's DSHT: each cluster a node belongs
@@ -82,7 +84,7 @@ func (s *store) statusLocked(lk levelKey, now time.Time) keyStatus {
 
 // get returns the live values under lk in random order, so that readers
 // spread over the nodes the values point to.
-func (s *store) get(lk levelKey, now time.Time) []wireValue {
+func (s *store) get(lk levelKey, now time.Time) []wire.Value {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked(now)
@@ -90,9 +92,9 @@ func (s *store) get(lk levelKey, now time.Time) []wireValue {
 	if e == nil {
 		return nil
 	}
-	out := make([]wireValue, len(e.values))
+	out := make([]wire.Value, len(e.values))
 	for i, v := range e.values {
-		out[i] = wireValue{TTL: ttlMillis(v.expiry.Sub(now)), Data: v.data}
+		out[i] = wire.Value{TTL: ttlMillis(v.expiry.Sub(now)), Data: v.data}
 	}
 	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
@@ -101,7 +103,7 @@ func (s *store) get(lk levelKey, now time.Time) []wireValue {
 // put tries to store data under lk for ttl. It returns the result code, the
 // key's state afterwards, and the values that were present before other than
 // data itself (the "get" half of put+get).
-func (s *store) put(lk levelKey, data []byte, ttl time.Duration, now time.Time) (result uint8, after keyStatus, before []wireValue) {
+func (s *store) put(lk levelKey, data []byte, ttl time.Duration, now time.Time) (result uint8, after keyStatus, before []wire.Value) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked(now)
@@ -110,7 +112,7 @@ func (s *store) put(lk levelKey, data []byte, ttl time.Duration, now time.Time) 
 	if e != nil {
 		for _, v := range e.values {
 			if !bytes.Equal(v.data, data) {
-				before = append(before, wireValue{TTL: ttlMillis(v.expiry.Sub(now)), Data: v.data})
+				before = append(before, wire.Value{TTL: ttlMillis(v.expiry.Sub(now)), Data: v.data})
 			}
 		}
 		for _, v := range e.values {
@@ -122,12 +124,12 @@ func (s *store) put(lk levelKey, data []byte, ttl time.Duration, now time.Time) 
 					heap.Fix(&s.byExpiry, v.index)
 				}
 				s.counters.Refreshed++
-				return storeRefreshed, s.statusLocked(lk, now), before
+				return wire.StoreRefreshed, s.statusLocked(lk, now), before
 			}
 		}
 		if ks := s.statusLocked(lk, now); ks.full(s.l, ttl) {
 			s.counters.RefusedFull++
-			return storeFull, ks, before
+			return wire.StoreFull, ks, before
 		}
 		if len(e.values) >= s.l {
 			// Not full for this value: some value expires before half its
@@ -145,7 +147,7 @@ func (s *store) put(lk levelKey, data []byte, ttl time.Duration, now time.Time) 
 	for (e == nil && len(s.keys) >= s.maxKeys) || s.byExpiry.Len() >= s.maxValues {
 		if s.byExpiry.Len() == 0 || !s.byExpiry[0].expiry.Before(expiry) {
 			s.counters.RefusedExhausted++
-			return storeExhausted, s.statusLocked(lk, now), before
+			return wire.StoreExhausted, s.statusLocked(lk, now), before
 		}
 		victim := s.byExpiry[0]
 		if e == nil && len(s.keys) >= s.maxKeys {
@@ -169,13 +171,13 @@ func (s *store) put(lk levelKey, data []byte, ttl time.Duration, now time.Time) 
 	e.values = append(e.values, v)
 	heap.Push(&s.byExpiry, v)
 	s.counters.Stored++
-	return storeStored, s.statusLocked(lk, now), before
+	return wire.StoreStored, s.statusLocked(lk, now), before
 }
 
 // putForced stores like a plain DHT: the value always goes in, evicting the
 // key's soonest-expiring value if the key is at capacity. Only PlainDHT
 // nodes use it.
-func (s *store) putForced(lk levelKey, data []byte, ttl time.Duration, now time.Time) (uint8, keyStatus, []wireValue) {
+func (s *store) putForced(lk levelKey, data []byte, ttl time.Duration, now time.Time) (uint8, keyStatus, []wire.Value) {
 	s.mu.Lock()
 	if e := s.keys[lk]; e != nil && len(e.values) >= s.l {
 		present := false

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -21,11 +23,11 @@ func TestFullEdges(t *testing.T) {
 		full    bool
 		outcome uint8
 	}{
-		{"one short of l", l - 1, time.Hour, ttl, false, storeStored},
-		{"l values all long-lived", l, time.Hour, ttl, true, storeFull},
-		{"shortest exactly half the new TTL", l, ttl / 2, ttl, true, storeFull},
-		{"shortest just under half", l, ttl/2 - time.Millisecond, ttl, false, storeStored},
-		{"long new value makes old ones short", l, time.Hour, 3 * time.Hour, false, storeStored},
+		{"one short of l", l - 1, time.Hour, ttl, false, wire.StoreStored},
+		{"l values all long-lived", l, time.Hour, ttl, true, wire.StoreFull},
+		{"shortest exactly half the new TTL", l, ttl / 2, ttl, true, wire.StoreFull},
+		{"shortest just under half", l, ttl/2 - time.Millisecond, ttl, false, wire.StoreStored},
+		{"long new value makes old ones short", l, time.Hour, 3 * time.Hour, false, wire.StoreStored},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -36,7 +38,7 @@ func TestFullEdges(t *testing.T) {
 				if i == 0 {
 					life = tc.remain
 				}
-				if r, _, _ := s.put(k, []byte(fmt.Sprint("v", i)), life, t0); r != storeStored {
+				if r, _, _ := s.put(k, []byte(fmt.Sprint("v", i)), life, t0); r != wire.StoreStored {
 					t.Fatalf("filling: result %d", r)
 				}
 			}
@@ -66,7 +68,7 @@ func TestStoreEvictsEarliestExpiryWhenNotFull(t *testing.T) {
 		s.put(k, []byte(fmt.Sprint("v", i)), d, t0)
 	}
 	// 1 min < 60/2 min: not full for a 60-minute value; v0 must go.
-	if r, _, before := s.put(k, []byte("new"), time.Hour, t0); r != storeStored || len(before) != 4 {
+	if r, _, before := s.put(k, []byte("new"), time.Hour, t0); r != wire.StoreStored || len(before) != 4 {
 		t.Fatalf("result %d with %d values before, want stored with 4", r, len(before))
 	}
 	got := map[string]bool{}
@@ -87,13 +89,13 @@ func TestStoreSameValueTTL(t *testing.T) {
 	k := lk("k")
 	s.put(k, []byte("v"), time.Minute, t0)
 	r, _, before := s.put(k, []byte("v"), time.Hour, t0)
-	if r != storeRefreshed || len(before) != 0 {
+	if r != wire.StoreRefreshed || len(before) != 0 {
 		t.Fatalf("longer TTL: result %d, before %v; want refreshed with no other values", r, before)
 	}
 	if st := s.status(k, t0); st.count != 1 || st.minRemaining != time.Hour {
 		t.Fatalf("after longer TTL: %+v, want one value living 1h", st)
 	}
-	if r, _, _ := s.put(k, []byte("v"), time.Second, t0); r != storeRefreshed {
+	if r, _, _ := s.put(k, []byte("v"), time.Second, t0); r != wire.StoreRefreshed {
 		t.Fatalf("shorter TTL: result %d", r)
 	}
 	if st := s.status(k, t0); st.minRemaining != time.Hour {
@@ -103,7 +105,7 @@ func TestStoreSameValueTTL(t *testing.T) {
 	for i := range 3 {
 		s.put(k, []byte(fmt.Sprint("o", i)), 2*time.Hour, t0)
 	}
-	if r, _, _ := s.put(k, []byte("v"), time.Hour, t0); r != storeRefreshed {
+	if r, _, _ := s.put(k, []byte("v"), time.Hour, t0); r != wire.StoreRefreshed {
 		t.Fatalf("refresh at a full node: result %d", r)
 	}
 }
@@ -132,14 +134,14 @@ func TestStoreMemoryBound(t *testing.T) {
 		s.put(lk("b"), []byte("1"), 2*time.Minute, t0)
 		s.put(lk("c"), []byte("1"), 3*time.Minute, t0)
 		// A longer-lived newcomer displaces the soonest expiry in the store.
-		if r, _, _ := s.put(lk("d"), []byte("1"), time.Hour, t0); r != storeStored {
+		if r, _, _ := s.put(lk("d"), []byte("1"), time.Hour, t0); r != wire.StoreStored {
 			t.Fatalf("result %d", r)
 		}
 		if st := s.status(lk("a"), t0); st.count != 0 {
 			t.Fatal("value expiring soonest was not evicted")
 		}
 		// A newcomer that would expire first is refused.
-		if r, _, _ := s.put(lk("e"), []byte("1"), time.Second, t0); r != storeExhausted {
+		if r, _, _ := s.put(lk("e"), []byte("1"), time.Second, t0); r != wire.StoreExhausted {
 			t.Fatalf("short newcomer: result %d, want exhausted", r)
 		}
 		if keys, values, c := s.sizes(); values != 3 || keys != 3 || c.EvictedForSpace != 1 || c.RefusedExhausted != 1 {
@@ -152,7 +154,7 @@ func TestStoreMemoryBound(t *testing.T) {
 		s.put(lk("a"), []byte("2"), time.Hour, t0)
 		s.put(lk("b"), []byte("1"), 30*time.Minute, t0)
 		// A third key evicts the whole key holding the soonest expiry.
-		if r, _, _ := s.put(lk("c"), []byte("1"), time.Hour, t0); r != storeStored {
+		if r, _, _ := s.put(lk("c"), []byte("1"), time.Hour, t0); r != wire.StoreStored {
 			t.Fatalf("result %d", r)
 		}
 		if keys, values, _ := s.sizes(); keys != 2 || values != 2 {
@@ -162,7 +164,7 @@ func TestStoreMemoryBound(t *testing.T) {
 			t.Fatal("key a survived")
 		}
 		// More values for an existing key need no key slot.
-		if r, _, _ := s.put(lk("b"), []byte("2"), time.Minute, t0); r != storeStored {
+		if r, _, _ := s.put(lk("b"), []byte("2"), time.Minute, t0); r != wire.StoreStored {
 			t.Fatalf("existing key: result %d", r)
 		}
 	})
@@ -186,10 +188,10 @@ func TestPutForcedIgnoresFull(t *testing.T) {
 	k := lk("k")
 	s.put(k, []byte("a"), time.Hour, t0)
 	s.put(k, []byte("b"), time.Hour, t0)
-	if r, _, _ := s.put(k, []byte("c"), time.Hour, t0); r != storeFull {
+	if r, _, _ := s.put(k, []byte("c"), time.Hour, t0); r != wire.StoreFull {
 		t.Fatalf("sloppy store: result %d, want full", r)
 	}
-	if r, after, _ := s.putForced(k, []byte("c"), time.Hour, t0); r != storeStored || after.count != 2 {
+	if r, after, _ := s.putForced(k, []byte("c"), time.Hour, t0); r != wire.StoreStored || after.count != 2 {
 		t.Fatalf("forced store: result %d count %d", r, after.count)
 	}
 }

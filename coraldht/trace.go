@@ -1,5 +1,7 @@
 package coraldht
 
+import "github.com/coralcdn/coral/coraldht/internal/wire"
+
 // RequestTrace describes one get, put probe or store another node sent
 // this node, for experiments that need to know where a key's load comes
 // from (eval/hotspot). Only those three types are traced.
@@ -25,10 +27,10 @@ func (n *Node) TraceRequests(f func(RequestTrace)) {
 	n.tracer.Store(&requestTracer{f: f})
 }
 
-func (n *Node) traceRequest(m *message, loaded bool) {
+func (n *Node) traceRequest(m *wire.Message, loaded bool) {
 	t := n.tracer.Load()
 	if t == nil {
 		return
 	}
-	t.f(RequestTrace{Type: msgTypeNames[m.Type], Level: int(m.Level), Key: m.Key, From: m.Sender.ID, Target: m.Target, Loaded: loaded})
+	t.f(RequestTrace{Type: m.Type.String(), Level: int(m.Level), Key: m.Key, From: m.Sender.ID, Target: m.Target, Loaded: loaded})
 }

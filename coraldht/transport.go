@@ -17,7 +17,8 @@ type Transport interface {
 	// ReadFrom blocks until a datagram arrives and copies it into p,
 	// returning its length and sender. A datagram longer than p is cut to
 	// len(p) (the node reads into a buffer one byte longer than MaxDatagram
-	// to notice). After Close it returns ErrTransportClosed.
+	// to notice). After Close it returns ErrTransportClosed or an error
+	// wrapping net.ErrClosed (as coraldht/memnet's endpoints do).
 	ReadFrom(p []byte) (n int, from netip.AddrPort, err error)
 	// Close releases the transport and unblocks ReadFrom.
 	Close() error

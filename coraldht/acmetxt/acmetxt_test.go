@@ -12,6 +12,7 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coraldht/acmetxt"
+	"github.com/coralcdn/coral/coraldht/memnet"
 )
 
 // network starts n nodes on an in-memory network, 10.0.0.1 to 10.0.0.n,
@@ -19,7 +20,7 @@ import (
 // through the first.
 func network(t testing.TB, n int) []*coraldht.Node {
 	t.Helper()
-	mem := coraldht.NewMemNetwork(coraldht.MemNetworkConfig{})
+	mem := memnet.New(memnet.Config{})
 	key, err := coraldht.NewKey([]byte("a test secret of at least thirty-two bytes"))
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coraldht/memnet"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -22,7 +23,7 @@ func (c oneNode) Collect(ch chan<- prometheus.Metric) { c.d.Collect(ch, c.name, 
 // the node label, and the exported set passes the registry's consistency
 // checks (every metric described, labels as declared).
 func TestCollect(t *testing.T) {
-	net := coraldht.NewMemNetwork(coraldht.MemNetworkConfig{})
+	net := memnet.New(memnet.Config{})
 	var nodes []*coraldht.Node
 	key, err := coraldht.NewKey(coraldht.GenerateKey())
 	if err != nil {

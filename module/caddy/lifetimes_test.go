@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coraldht/memnet"
 	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
@@ -37,7 +38,7 @@ const lifetimeZone = "nyud.test"
 
 func startLifetimeLab(t *testing.T) *lifetimeLab {
 	t.Helper()
-	mem := coraldht.NewMemNetwork(coraldht.MemNetworkConfig{
+	mem := memnet.New(memnet.Config{
 		Latency: func(from, to netip.AddrPort) time.Duration { return time.Millisecond },
 	})
 	var nodes []*coraldht.Node

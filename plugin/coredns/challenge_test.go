@@ -9,6 +9,7 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coraldht/acmetxt"
+	"github.com/coralcdn/coral/coraldht/memnet"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
@@ -18,7 +19,7 @@ import (
 // publishes (as a Caddy node would), the second is this server's.
 func challengeNetwork(t *testing.T) (publisher, server *coraldht.Node) {
 	t.Helper()
-	mem := coraldht.NewMemNetwork(coraldht.MemNetworkConfig{})
+	mem := memnet.New(memnet.Config{})
 	key, err := coraldht.NewKey([]byte("a test secret of at least thirty-two bytes"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+
+	"github.com/coralcdn/coral/coraldht/icmpprobe"
 )
 
 // Proximity is the paper's nodes(level, count, target): the client's
 // address is the target. A mapping traces the last hops toward the target
-// (coraldht.TraceLastHops: one burst of TTL-limited probes), looks the
+// (icmpprobe.TraceLastHops: one burst of TTL-limited probes), looks the
 // routers' addresses and /24s, and the target's own /24, up as locality
 // hints in the DSHT, and ranks the nodes that published hints there by how
 // near the client the hint is. Mappings are cached per /24 (IPv6 /48); only
@@ -326,7 +328,7 @@ func rankedNode(ranked []nearNode, a netip.Addr) (n nearNode, ok bool) {
 // nodeTracer is the production tracer: the last hops of a real trace.
 func nodeTracer(hops int, timeout time.Duration) hopTracer {
 	return func(ctx context.Context, target netip.Addr) ([]netip.Addr, error) {
-		return coraldht.TraceLastHops(ctx, target, hops, timeout)
+		return icmpprobe.TraceLastHops(ctx, target, hops, timeout)
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/miekg/dns"
+
+	"github.com/coralcdn/coral/coraldht/icmpprobe"
 )
 
 var log = clog.NewWithPlugin("coral")
@@ -569,20 +571,20 @@ func (c *Coral) start() error {
 		probe = tcpProbe
 	case "auto":
 		probe = tcpProbe
-		if p, err := newICMPProber(); err == nil {
+		if p, err := icmpprobe.NewProber(); err == nil {
 			c.closers = append(c.closers, p.Close)
-			probe = firstProbe(tcpProbe, p.probe)
+			probe = firstProbe(tcpProbe, p.Probe)
 		} else {
 			log.Infof("probe auto: ICMP unavailable (%v); measuring with TCP only", err)
 		}
 	case "icmp":
-		p, err := newICMPProber()
+		p, err := icmpprobe.NewProber()
 		if err != nil {
 			log.Warningf("probe icmp: %v; measuring with TCP instead", err)
 			probe = tcpProbe
 		} else {
 			c.closers = append(c.closers, p.Close)
-			probe = p.probe
+			probe = p.Probe
 		}
 	}
 	c.classifier = &classifier{

@@ -5,8 +5,9 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/coralcdn/coral/coraldht"
 	"github.com/coredns/caddy"
+
+	"github.com/coralcdn/coral/coraldht/icmpprobe"
 )
 
 // parseNearProperty reads the proximity and ecs properties, reporting
@@ -87,7 +88,7 @@ func startProximity(ctx context.Context, pc proximityConfig, node interface {
 		return nil
 	}
 	p := newProximity(ctx, nodeTracer(pc.hops, pc.timeout/2), nodeHints(node), pc)
-	if err := coraldht.CanTrace(false); err != nil {
+	if err := icmpprobe.CanTrace(false); err != nil {
 		log.Infof("proximity: cannot trace toward clients (%v); answers use the choice without a target", err)
 		p.trace = nil
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coraldht/memnet"
 	"github.com/coralcdn/coral/eval/internal/topology"
 )
 
@@ -40,7 +41,7 @@ type Options struct {
 
 // Sim is a running simulated network.
 type Sim struct {
-	Net    *coraldht.MemNetwork
+	Net    *memnet.Network
 	Nodes  []*coraldht.Node
 	Placed []topology.Node
 	Matrix *topology.Matrix
@@ -60,7 +61,7 @@ func Start(o Options) (*Sim, error) {
 	}
 	placed := o.Matrix.Place(o.N, o.PerSite, o.Seed)
 	s := &Sim{
-		Net:    coraldht.NewMemNetwork(coraldht.MemNetworkConfig{Latency: topology.Latency(o.Matrix, placed), Seed: o.Seed + 1}),
+		Net:    memnet.New(memnet.Config{Latency: topology.Latency(o.Matrix, placed), Seed: o.Seed + 1}),
 		Placed: placed,
 		Matrix: o.Matrix,
 	}

@@ -1,4 +1,4 @@
-package coral
+package icmpprobe
 
 import (
 	"context"
@@ -17,42 +17,11 @@ import (
 	"golang.org/x/net/ipv6"
 )
 
-// errICMPUnavailable is wrapped by the errors of newICMPProber when no ICMP
-// socket can be opened, and of probe when there is none for the address's
-// family.
-var errICMPUnavailable = errors.New("ICMP echo unavailable")
-
-// icmpDefaultTimeout bounds a probe whose context has no deadline, so that a
+// defaultTimeout bounds a probe whose context has no deadline, so that a
 // lost echo can't keep the caller waiting forever.
-const icmpDefaultTimeout = 5 * time.Second
+const defaultTimeout = 5 * time.Second
 
-// icmpKind is the kind of socket an icmpConn uses.
-type icmpKind int
-
-const (
-	// icmpDatagram is an unprivileged ICMP datagram ("ping") socket
-	// (Linux: the process's group must be in net.ipv4.ping_group_range,
-	// which covers IPv6 too). The kernel sets the echo identifier itself
-	// and hands the socket only the replies carrying it.
-	icmpDatagram icmpKind = iota
-	// icmpRaw is a raw ICMP socket (CAP_NET_RAW). It sees every ICMP
-	// message the host receives, so replies are matched on an identifier
-	// of our own as well.
-	icmpRaw
-)
-
-func (k icmpKind) String() string {
-	switch k {
-	case icmpDatagram:
-		return "datagram"
-	case icmpRaw:
-		return "raw"
-	default:
-		return "unknown"
-	}
-}
-
-// icmpProber measures RTT with ICMP echo. It prefers unprivileged ICMP
+// Prober measures RTT with ICMP echo. It prefers unprivileged ICMP
 // datagram sockets (Linux net.ipv4.ping_group_range) and falls back to raw
 // sockets (CAP_NET_RAW).
 //
@@ -62,48 +31,48 @@ func (k icmpKind) String() string {
 // identifier (raw sockets), source address and payload (a per-socket random
 // token and a per-probe counter) all match, so concurrent probes, to the
 // same host or different ones, never take each other's replies, and a reply
-// that comes in after its probe gave up is dropped. An icmpProber is safe
+// that comes in after its probe gave up is dropped. A Prober is safe
 // for concurrent use.
-type icmpProber struct {
-	v4, v6 *icmpConn // nil: no socket for that family
+type Prober struct {
+	v4, v6 *socket // nil: no socket for that family
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// newICMPProber opens the ICMP sockets, for each family an unprivileged
+// NewProber opens the ICMP sockets, for each family an unprivileged
 // datagram socket if allowed and a raw socket otherwise. A family for which
 // neither can be opened is left out (probes to it fail with an error
-// wrapping errICMPUnavailable); when neither family has a socket the error
-// wraps errICMPUnavailable and the reasons.
-func newICMPProber() (*icmpProber, error) {
-	return newICMPProberKinds(icmpDatagram, icmpRaw)
+// wrapping ErrUnavailable); when neither family has a socket the error
+// wraps ErrUnavailable and the reasons.
+func NewProber() (*Prober, error) {
+	return newKinds(kindDatagram, kindRaw)
 }
 
-// newICMPProberKinds is newICMPProber trying only the given kinds of
+// newKinds is NewProber trying only the given kinds of
 // socket, in order.
-func newICMPProberKinds(kinds ...icmpKind) (*icmpProber, error) {
-	p := &icmpProber{}
+func newKinds(kinds ...sockKind) (*Prober, error) {
+	p := &Prober{}
 	var errs []error
 	var err4, err6 error
-	p.v4, err4 = openICMPConn(false, kinds)
+	p.v4, err4 = openSocket(false, kinds)
 	if err4 != nil {
 		errs = append(errs, fmt.Errorf("IPv4: %w", err4))
 	}
-	p.v6, err6 = openICMPConn(true, kinds)
+	p.v6, err6 = openSocket(true, kinds)
 	if err6 != nil {
 		errs = append(errs, fmt.Errorf("IPv6: %w", err6))
 	}
 	if p.v4 == nil && p.v6 == nil {
-		return nil, fmt.Errorf("%w: %w", errICMPUnavailable, errors.Join(errs...))
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
 	}
 	return p, nil
 }
 
 // String describes the sockets in use, e.g. "icmp(ipv4=datagram ipv6=raw)",
 // for logging at startup.
-func (p *icmpProber) String() string {
-	kind := func(c *icmpConn) string {
+func (p *Prober) String() string {
+	kind := func(c *socket) string {
 		if c == nil {
 			return "none"
 		}
@@ -112,16 +81,16 @@ func (p *icmpProber) String() string {
 	return fmt.Sprintf("icmp(ipv4=%s ipv6=%s)", kind(p.v4), kind(p.v6))
 }
 
-// probe sends one ICMP echo request to addr and returns the time until the
+// Probe sends one ICMP echo request to addr and returns the time until the
 // matching reply arrived.
 //
 // It gives up when ctx is done, with an error wrapping ctx.Err()
 // (context.DeadlineExceeded on timeout); a ctx without a deadline gets one
-// icmpDefaultTimeout away. It fails at once, with an error wrapping
-// errICMPUnavailable, when there is no socket for addr's family, and with
+// defaultTimeout away. It fails at once, with an error wrapping
+// ErrUnavailable, when there is no socket for addr's family, and with
 // one wrapping net.ErrClosed after Close. IPv4-mapped IPv6 addresses are
 // probed as IPv4; a zone is used for the destination (link-local IPv6).
-func (p *icmpProber) probe(ctx context.Context, addr netip.Addr) (time.Duration, error) {
+func (p *Prober) Probe(ctx context.Context, addr netip.Addr) (time.Duration, error) {
 	addr = addr.Unmap()
 	if !addr.IsValid() {
 		return 0, errors.New("icmp probe: invalid address")
@@ -135,11 +104,11 @@ func (p *icmpProber) probe(ctx context.Context, addr netip.Addr) (time.Duration,
 		if addr.Is6() {
 			family = "IPv6"
 		}
-		return 0, fmt.Errorf("icmp probe %v: %w: no %s socket", addr, errICMPUnavailable, family)
+		return 0, fmt.Errorf("icmp probe %v: %w: no %s socket", addr, ErrUnavailable, family)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, icmpDefaultTimeout)
+		ctx, cancel = context.WithTimeout(ctx, defaultTimeout)
 		defer cancel()
 	}
 	return c.probe(ctx, addr)
@@ -148,10 +117,10 @@ func (p *icmpProber) probe(ctx context.Context, addr netip.Addr) (time.Duration,
 // Close closes the sockets and waits for their readers to stop; probes in
 // flight fail with an error wrapping net.ErrClosed. Closing twice is
 // harmless.
-func (p *icmpProber) Close() error {
+func (p *Prober) Close() error {
 	p.closeOnce.Do(func() {
 		var errs []error
-		for _, c := range []*icmpConn{p.v4, p.v6} {
+		for _, c := range []*socket{p.v4, p.v6} {
 			if c != nil {
 				errs = append(errs, c.close())
 			}
@@ -161,10 +130,10 @@ func (p *icmpProber) Close() error {
 	return p.closeErr
 }
 
-// icmpConn is the socket of one family and the probes waiting on it.
-type icmpConn struct {
+// socket is the socket of one family and the probes waiting on it.
+type socket struct {
 	conn    *icmp.PacketConn
-	kind    icmpKind
+	kind    sockKind
 	ipv6    bool
 	reqType icmp.Type
 	repType icmp.Type
@@ -173,81 +142,60 @@ type icmpConn struct {
 	token   [8]byte // first half of every payload we send
 
 	mu      sync.Mutex
-	seq     uint16                 // last sequence number handed out
-	gen     uint64                 // probes started (second half of the payload)
-	waiters map[uint16]*icmpWaiter // by sequence number
+	seq     uint16             // last sequence number handed out
+	gen     uint64             // probes started (second half of the payload)
+	waiters map[uint16]*waiter // by sequence number
 	closed  bool
 
 	done chan struct{} // closed when the reader has stopped
 }
 
-// icmpWaiter is a probe waiting for its reply.
-type icmpWaiter struct {
+// waiter is a probe waiting for its reply.
+type waiter struct {
 	from  netip.Addr     // the reply's expected source, without zone
 	gen   uint64         // the probe's counter, echoed in the payload
 	reply chan time.Time // receives the reply's arrival time; buffered
 }
 
-const icmpPayloadLen = 16 // token (8 bytes) and probe counter (8 bytes)
+const payloadLen = 16 // token (8 bytes) and probe counter (8 bytes)
 
-// openICMPConn opens the first kind of socket in kinds that can be opened
+// openSocket opens the first kind of socket in kinds that can be opened
 // for the family, and starts its reader.
-func openICMPConn(v6 bool, kinds []icmpKind) (*icmpConn, error) {
-	var errs []error
-	for _, kind := range kinds {
-		var network, address string
-		switch {
-		case kind == icmpDatagram && !v6:
-			network, address = "udp4", "0.0.0.0"
-		case kind == icmpDatagram && v6:
-			network, address = "udp6", "::"
-		case kind == icmpRaw && !v6:
-			network, address = "ip4:icmp", "0.0.0.0"
-		case kind == icmpRaw && v6:
-			network, address = "ip6:ipv6-icmp", "::"
-		default:
-			continue
-		}
-		pc, err := icmp.ListenPacket(network, address)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s socket: %w", kind, err))
-			continue
-		}
-		c := &icmpConn{
-			conn:    pc,
-			kind:    kind,
-			ipv6:    v6,
-			id:      uint16(rand.Uint32()),
-			waiters: make(map[uint16]*icmpWaiter),
-			done:    make(chan struct{}),
-		}
-		if v6 {
-			c.reqType, c.repType, c.proto = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply, 58
-		} else {
-			c.reqType, c.repType, c.proto = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply, 1
-		}
-		if _, err := crand.Read(c.token[:]); err != nil {
-			pc.Close()
-			return nil, err
-		}
-		c.seq = uint16(rand.Uint32())
-		if kind == icmpRaw {
-			c.filterEchoReplies()
-		}
-		go c.read()
-		return c, nil
+func openSocket(v6 bool, kinds []sockKind) (*socket, error) {
+	pc, kind, err := listen(v6, kinds...)
+	if err != nil {
+		return nil, err
 	}
-	if len(errs) == 0 {
-		return nil, errors.New("no socket kind to try")
+	c := &socket{
+		conn:    pc,
+		kind:    kind,
+		ipv6:    v6,
+		id:      uint16(rand.Uint32()),
+		waiters: make(map[uint16]*waiter),
+		done:    make(chan struct{}),
 	}
-	return nil, errors.Join(errs...)
+	if v6 {
+		c.reqType, c.repType, c.proto = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply, protoICMP6
+	} else {
+		c.reqType, c.repType, c.proto = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply, protoICMP4
+	}
+	if _, err := crand.Read(c.token[:]); err != nil {
+		pc.Close()
+		return nil, err
+	}
+	c.seq = uint16(rand.Uint32())
+	if kind == kindRaw {
+		c.filterEchoReplies()
+	}
+	go c.read()
+	return c, nil
 }
 
 // filterEchoReplies asks the kernel to pass only echo replies to a raw
 // socket, which otherwise gets a copy of every ICMP message (including our
 // own echo requests to local addresses). Only an optimisation: the reader
 // checks the type anyway.
-func (c *icmpConn) filterEchoReplies() {
+func (c *socket) filterEchoReplies() {
 	if c.ipv6 {
 		if p := c.conn.IPv6PacketConn(); p != nil {
 			var f ipv6.ICMPFilter
@@ -265,18 +213,18 @@ func (c *icmpConn) filterEchoReplies() {
 	}
 }
 
-func (c *icmpConn) probe(ctx context.Context, addr netip.Addr) (time.Duration, error) {
+func (c *socket) probe(ctx context.Context, addr netip.Addr) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("icmp probe %v: %w", addr, err)
 	}
-	w := &icmpWaiter{from: addr.WithZone(""), reply: make(chan time.Time, 1)}
+	w := &waiter{from: addr.WithZone(""), reply: make(chan time.Time, 1)}
 	seq, err := c.register(w)
 	if err != nil {
 		return 0, fmt.Errorf("icmp probe %v: %w", addr, err)
 	}
 	defer c.unregister(seq, w)
 
-	payload := make([]byte, icmpPayloadLen)
+	payload := make([]byte, payloadLen)
 	copy(payload, c.token[:])
 	binary.BigEndian.PutUint64(payload[8:], w.gen)
 	msg := icmp.Message{
@@ -290,7 +238,7 @@ func (c *icmpConn) probe(ctx context.Context, addr netip.Addr) (time.Duration, e
 		return 0, fmt.Errorf("icmp probe %v: %w", addr, err)
 	}
 	var dst net.Addr
-	if c.kind == icmpDatagram {
+	if c.kind == kindDatagram {
 		dst = &net.UDPAddr{IP: addr.AsSlice(), Zone: addr.Zone()}
 	} else {
 		dst = &net.IPAddr{IP: addr.AsSlice(), Zone: addr.Zone()}
@@ -318,7 +266,7 @@ func (c *icmpConn) probe(ctx context.Context, addr netip.Addr) (time.Duration, e
 
 // register gives w a sequence number no other waiting probe has, and its
 // probe counter.
-func (c *icmpConn) register(w *icmpWaiter) (uint16, error) {
+func (c *socket) register(w *waiter) (uint16, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -336,7 +284,7 @@ func (c *icmpConn) register(w *icmpWaiter) (uint16, error) {
 	return 0, errors.New("too many probes in flight")
 }
 
-func (c *icmpConn) unregister(seq uint16, w *icmpWaiter) {
+func (c *socket) unregister(seq uint16, w *waiter) {
 	c.mu.Lock()
 	if c.waiters[seq] == w {
 		delete(c.waiters, seq)
@@ -346,7 +294,7 @@ func (c *icmpConn) unregister(seq uint16, w *icmpWaiter) {
 
 // read is the socket's reader: it hands every reply to its probe, until the
 // socket is closed.
-func (c *icmpConn) read() {
+func (c *socket) read() {
 	defer close(c.done)
 	buf := make([]byte, 1<<16)
 	for {
@@ -370,28 +318,21 @@ func (c *icmpConn) read() {
 
 // deliver hands the message b, received from from at at, to the probe it
 // answers, if any.
-func (c *icmpConn) deliver(b []byte, from net.Addr, at time.Time) {
+func (c *socket) deliver(b []byte, from net.Addr, at time.Time) {
 	m, err := icmp.ParseMessage(c.proto, b)
 	if err != nil || m.Type != c.repType || m.Code != 0 {
 		return
 	}
 	echo, ok := m.Body.(*icmp.Echo)
-	if !ok || len(echo.Data) != icmpPayloadLen || [8]byte(echo.Data[:8]) != c.token {
+	if !ok || len(echo.Data) != payloadLen || [8]byte(echo.Data[:8]) != c.token {
 		return
 	}
 	// A datagram socket only gets replies to its own identifier, which the
 	// kernel chose; a raw socket gets all of them.
-	if c.kind == icmpRaw && echo.ID != int(c.id) {
+	if c.kind == kindRaw && echo.ID != int(c.id) {
 		return
 	}
-	var src netip.Addr
-	switch a := from.(type) {
-	case *net.IPAddr:
-		src, _ = netip.AddrFromSlice(a.IP)
-	case *net.UDPAddr:
-		src, _ = netip.AddrFromSlice(a.IP)
-	}
-	src = src.Unmap()
+	src := peerAddr(from)
 	gen := binary.BigEndian.Uint64(echo.Data[8:])
 
 	c.mu.Lock()
@@ -405,7 +346,7 @@ func (c *icmpConn) deliver(b []byte, from net.Addr, at time.Time) {
 }
 
 // close closes the socket and waits for the reader to stop.
-func (c *icmpConn) close() error {
+func (c *socket) close() error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()

@@ -1,4 +1,4 @@
-package coraldht
+package wire
 
 import (
 	"encoding/binary"
@@ -56,7 +56,7 @@ func (w *writer) room() int { return w.limit - len(w.b) }
 
 // values writes as many values as fit, leaving reserve bytes free; it returns
 // how many it wrote.
-func (w *writer) values(vs []wireValue, reserve int) int {
+func (w *writer) values(vs []Value, reserve int) int {
 	at := len(w.b)
 	w.u8(0)
 	n := 0
@@ -78,7 +78,7 @@ func (w *writer) contacts(cs []Contact) int {
 	w.u8(0)
 	n := 0
 	for _, c := range cs {
-		if n == maxContactsPerReply || w.room() < IDLen+addrLen(c.Addr)+4 {
+		if n == MaxContacts || w.room() < IDLen+addrLen(c.Addr)+4 {
 			break
 		}
 		w.contact(c)
@@ -88,23 +88,23 @@ func (w *writer) contacts(cs []Contact) int {
 	return n
 }
 
-// encodeMessage appends m's encoding to dst. Lists of values and contacts are
+// Encode appends m's encoding to dst. Lists of values and contacts are
 // cut to what fits in a datagram with its tag; a message that does not fit
 // even so is an error. Field ranges are not re-checked here: the node builds
 // messages only from validated arguments and decoded input, and
-// decodeMessage enforces every range on the way in.
-func encodeMessage(dst []byte, m *message) ([]byte, error) {
-	if m.Type < 1 || m.Type >= msgTypeEnd {
+// Decode enforces every range on the way in.
+func Encode(dst []byte, m *Message) ([]byte, error) {
+	if m.Type < 1 || m.Type >= TypeEnd {
 		return nil, fmt.Errorf("coraldht: encode: %w", errUnknown)
 	}
 	if len(m.Clusters) > MaxLevels {
 		return nil, fmt.Errorf("coraldht: encode: %d clusters", len(m.Clusters))
 	}
-	if err := checkContactAddr(m.Sender.Addr); err != nil {
+	if err := CheckAddr(m.Sender.Addr); err != nil {
 		return nil, fmt.Errorf("coraldht: encode sender: %v", err)
 	}
 	start := len(dst)
-	w := &writer{b: dst, limit: start + MaxDatagram - tagLen}
+	w := &writer{b: dst, limit: start + MaxDatagram - TagLen}
 	w.u8(wireMagic0)
 	w.u8(wireMagic1)
 	w.u8(wireVersion)
@@ -134,16 +134,16 @@ func encodeMessage(dst []byte, m *message) ([]byte, error) {
 	}
 	if m.Response {
 		switch m.Type {
-		case msgPing:
-		case msgFindNode, msgMembers:
+		case Ping:
+		case FindNode, Members:
 			w.u8(m.Status)
 			w.contacts(m.Nodes)
-		case msgGet:
+		case Get:
 			w.u8(m.Status)
 			// Values first, keeping room for at least a few contacts' count byte.
 			w.values(m.Values, 1)
 			w.contacts(m.Nodes)
-		case msgPutProbe:
+		case PutProbe:
 			w.u8(m.Status)
 			w.boolean(m.Loaded)
 			w.u8(m.Count)
@@ -152,19 +152,19 @@ func encodeMessage(dst []byte, m *message) ([]byte, error) {
 			// a shortcut for put+get. Reserve room for the contacts.
 			reserve := 1
 			for i, c := range m.Nodes {
-				if i == maxContactsPerReply {
+				if i == MaxContacts {
 					break
 				}
 				reserve += IDLen + addrLen(c.Addr) + 4
 			}
 			w.values(m.Values, reserve)
 			w.contacts(m.Nodes)
-		case msgStore:
+		case Store:
 			w.u8(m.Status)
 			w.u8(m.Result)
 			w.u8(m.Count)
 			w.values(m.Values, 0)
-		case msgApp:
+		case App:
 			if len(m.Payload) > MaxAppPayload {
 				return nil, fmt.Errorf("coraldht: encode: app payload of %d bytes", len(m.Payload))
 			}
@@ -174,21 +174,21 @@ func encodeMessage(dst []byte, m *message) ([]byte, error) {
 		}
 	} else {
 		switch m.Type {
-		case msgPing:
-		case msgFindNode, msgMembers:
+		case Ping:
+		case FindNode, Members:
 			w.u8(m.Level)
 			w.id(m.Target)
-		case msgGet:
+		case Get:
 			w.u8(m.Level)
 			w.id(m.Key)
 			w.id(m.Target)
-		case msgPutProbe:
+		case PutProbe:
 			w.u8(m.Level)
 			w.u8(m.Flags)
 			w.id(m.Key)
 			w.id(m.Target)
 			w.u32(m.TTL)
-		case msgStore:
+		case Store:
 			if len(m.Value) == 0 || len(m.Value) > MaxValueSizeLimit {
 				return nil, fmt.Errorf("coraldht: encode: value of %d bytes", len(m.Value))
 			}
@@ -198,7 +198,7 @@ func encodeMessage(dst []byte, m *message) ([]byte, error) {
 			w.u32(m.TTL)
 			w.u16(uint16(len(m.Value)))
 			w.b = append(w.b, m.Value...)
-		case msgApp:
+		case App:
 			if len(m.Payload) > MaxAppPayload {
 				return nil, fmt.Errorf("coraldht: encode: app payload of %d bytes", len(m.Payload))
 			}
@@ -207,7 +207,7 @@ func encodeMessage(dst []byte, m *message) ([]byte, error) {
 			w.b = append(w.b, m.Payload...)
 		}
 	}
-	if len(w.b)-start > MaxDatagram-tagLen {
+	if len(w.b)-start > MaxDatagram-TagLen {
 		return nil, fmt.Errorf("coraldht: encode: %d bytes exceed the datagram limit", len(w.b)-start)
 	}
 	return w.b, nil

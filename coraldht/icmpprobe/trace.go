@@ -1,18 +1,8 @@
-package coraldht
-
-// Coral groups nodes into clusters partly by where their traffic leaves the
-// local network: nodes that share their first few routers are usually close,
-// so the /24 prefixes of those routers are cheap locality hints. traceRouters
-// finds them at node start with one burst of ICMP echo probes, one per TTL,
-// instead of a classic hop-by-hop traceroute that would take a round trip
-// (or a timeout) per hop. TraceLastHops is the same burst aimed at a DNS
-// client: the routers nearest the client, which nodes near it published
-// hints under.
+package icmpprobe
 
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -26,26 +16,30 @@ import (
 	"golang.org/x/net/ipv6"
 )
 
-// ErrTraceUnavailable is wrapped by traceRouters and TraceLastHops when the process may not
-// open raw ICMP sockets (no CAP_NET_RAW) nor, outside Linux, unprivileged
-// ICMP sockets (see listenICMP), or the address family is unsupported.
-var ErrTraceUnavailable = errors.New("coraldht: traceroute unavailable")
+// Coral groups nodes into clusters partly by where their traffic leaves the
+// local network: nodes that share their first few routers are usually close,
+// so the /24 prefixes of those routers are cheap locality hints. TraceRouters
+// finds them at node start with one burst of ICMP echo probes, one per TTL,
+// instead of a classic hop-by-hop traceroute that would take a round trip
+// (or a timeout) per hop. TraceLastHops is the same burst aimed at a DNS
+// client: the routers nearest the client, which nodes near it published
+// hints under.
 
 // traceMaxHops bounds a trace: start-up hints need only the first few hops
-// (Config.HintHops is at most 16), a trace toward a client reaches across
+// (coraldht's Config.HintHops is at most 16), a trace toward a client reaches across
 // the Internet, whose paths are rarely longer. One bit per hop in a uint64.
 const traceMaxHops = 32
 
-// traceRouters sends probes toward dst with IP TTL (hop limit) 1..maxHops,
+// TraceRouters sends probes toward dst with IP TTL (hop limit) 1..maxHops,
 // all at once, and collects the ICMP time-exceeded and
 // destination-unreachable replies until every hop answered or timeout
 // passed. It returns the distinct router addresses in hop order (hop 1
-// first), without dst itself. maxHops is clamped to 1..16. If ctx is
+// first), without dst itself. maxHops is clamped to 1..32. If ctx is
 // cancelled it returns the routers heard so far with ctx.Err().
 //
 // Loopback, unspecified and invalid destinations have no routers: nil, nil
 // without sending anything.
-func traceRouters(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Duration) ([]netip.Addr, error) {
+func TraceRouters(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Duration) ([]netip.Addr, error) {
 	dst = dst.Unmap()
 	if !dst.IsValid() || dst.IsLoopback() || dst.IsUnspecified() {
 		return nil, nil
@@ -63,7 +57,7 @@ func traceRouters(ctx context.Context, dst netip.Addr, maxHops int, timeout time
 // itself. The burst is 32 echo requests of 33 octets (IPv4: 1 KiB in all);
 // it takes one round trip to dst when dst answers.
 //
-// Errors are those of traceRouters: ErrTraceUnavailable without a socket
+// Errors are those of TraceRouters: ErrUnavailable without a socket
 // to trace with, ctx.Err() with the routers heard so far. Invalid,
 // loopback and unspecified destinations have no routers.
 func TraceLastHops(ctx context.Context, dst netip.Addr, n int, timeout time.Duration) ([]netip.Addr, error) {
@@ -78,16 +72,16 @@ func TraceLastHops(ctx context.Context, dst netip.Addr, n int, timeout time.Dura
 
 // CanTrace reports whether this process may open the sockets a trace needs
 // for the family of dst (nil), or why not (an error wrapping
-// ErrTraceUnavailable).
+// ErrUnavailable).
 func CanTrace(v6 bool) error {
-	c, _, err := listenICMP(v6)
+	c, _, err := listenTrace(v6)
 	if err != nil {
 		return err
 	}
 	return c.Close()
 }
 
-// trace is traceRouters without the destination check, so tests can probe
+// trace is TraceRouters without the destination check, so tests can probe
 // loopback addresses. It returns what it heard, never nil.
 func trace(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Duration) (*traceState, error) {
 	dst = dst.Unmap()
@@ -98,7 +92,7 @@ func trace(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Durati
 		return s, err
 	}
 
-	c, dgram, err := listenICMP(v6)
+	c, dgram, err := listenTrace(v6)
 	if err != nil {
 		return s, err
 	}
@@ -126,7 +120,7 @@ func trace(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Durati
 	}
 	for h := 1; h <= maxHops; h++ {
 		if err := sendProbe(c, to, echo, s.id, h); err != nil {
-			return s, fmt.Errorf("coraldht: traceroute: %w", err)
+			return s, fmt.Errorf("icmpprobe: trace: %w", err)
 		}
 	}
 
@@ -141,7 +135,7 @@ func trace(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Durati
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				break
 			}
-			return s, fmt.Errorf("coraldht: traceroute: %w", err)
+			return s, fmt.Errorf("icmpprobe: trace: %w", err)
 		}
 		s.observe(buf[:n], peerAddr(peer))
 	}
@@ -168,44 +162,24 @@ func sendProbe(c *icmp.PacketConn, to net.Addr, echo icmp.Type, id uint16, h int
 	return err
 }
 
-// listenICMP opens a raw ICMP socket or, failing that, an unprivileged
-// datagram ICMP socket (dgram=true) where those receive ICMP errors as
-// ordinary messages (Darwin). Linux ping sockets queue errors on the socket
-// error queue (IP_RECVERR) instead, which x/net cannot read: a trace through
-// one would hear no router and wait out its timeout, so there tracing is
-// unavailable without raw sockets. Any failure to open a socket means the
-// same to the caller: no routers to learn from.
-func listenICMP(v6 bool) (c *icmp.PacketConn, dgram bool, err error) {
-	raw, dg, all := "ip4:icmp", "udp4", "0.0.0.0"
-	if v6 {
-		raw, dg, all = "ip6:ipv6-icmp", "udp6", "::"
-	}
-	c, err = icmp.ListenPacket(raw, all)
-	if err == nil {
-		return c, false, nil
-	}
+// listenTrace opens the socket for a trace: a raw ICMP socket or, failing
+// that outside Linux, an unprivileged datagram ICMP socket (dgram=true)
+// where those receive ICMP errors as ordinary messages (Darwin). Linux ping
+// sockets queue errors on the socket error queue (IP_RECVERR) instead, which
+// x/net cannot read: a trace through one would hear no router and wait out
+// its timeout, so there tracing is unavailable without raw sockets. Any
+// failure to open a socket means the same to the caller: no routers to learn
+// from.
+func listenTrace(v6 bool) (c *icmp.PacketConn, dgram bool, err error) {
+	kinds := []sockKind{kindRaw, kindDatagram}
 	if runtime.GOOS == "linux" {
-		return nil, false, fmt.Errorf("%w: %w", ErrTraceUnavailable, err)
+		kinds = kinds[:1]
 	}
-	c, err2 := icmp.ListenPacket(dg, all)
-	if err2 == nil {
-		return c, true, nil
+	c, kind, err := listen(v6, kinds...)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return nil, false, fmt.Errorf("%w: %w; %w", ErrTraceUnavailable, err, err2)
-}
-
-// peerAddr returns the IP of a raw or datagram ICMP socket's peer, without
-// zone: only prefixes matter for hints.
-func peerAddr(a net.Addr) netip.Addr {
-	var ip net.IP
-	switch a := a.(type) {
-	case *net.IPAddr:
-		ip = a.IP
-	case *net.UDPAddr:
-		ip = a.IP
-	}
-	addr, _ := netip.AddrFromSlice(ip)
-	return addr.Unmap()
+	return c, kind == kindDatagram, nil
 }
 
 // traceState collects the replies of one trace.
@@ -260,21 +234,6 @@ func (s *traceState) routers() []netip.Addr {
 	}
 	return rs
 }
-
-// ICMP types as plain bytes, for parsing by hand.
-const (
-	icmp4EchoReply   = 0
-	icmp4Unreach     = 3
-	icmp4Echo        = 8
-	icmp4TimeExceed  = 11
-	icmp6Unreach     = 1
-	icmp6TimeExceed  = 3
-	icmp6Echo        = 128
-	icmp6EchoReply   = 129
-	protoICMP4       = 1
-	protoICMP6       = 58
-	ipv6HeaderLength = 40
-)
 
 func unreachType(v6 bool) byte {
 	if v6 {

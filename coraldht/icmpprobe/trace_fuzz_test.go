@@ -1,4 +1,4 @@
-package coraldht
+package icmpprobe
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package coraldht
+package wire
 
 import (
 	"encoding/binary"
@@ -112,7 +112,7 @@ func (r *reader) addr(field string) netip.AddrPort {
 		return netip.AddrPort{}
 	}
 	ap := netip.AddrPortFrom(ip, r.u16(field))
-	if r.err == nil && checkContactAddr(ap) != nil {
+	if r.err == nil && CheckAddr(ap) != nil {
 		r.fail(field, errBadField)
 	}
 	return ap
@@ -126,12 +126,12 @@ func (r *reader) contact(field string) Contact {
 	return c
 }
 
-// decodeMessage parses a datagram body (the bytes before the tag). It accepts
-// exactly the encodings encodeMessage produces, so decode→encode reproduces
+// Decode parses a datagram body (the bytes before the tag). It accepts
+// exactly the encodings Encode produces, so decode→encode reproduces
 // the input byte for byte.
-func decodeMessage(b []byte) (*message, error) {
-	if len(b) > MaxDatagram-tagLen {
-		// encodeMessage never produces more; accepting it would let a list
+func Decode(b []byte) (*Message, error) {
+	if len(b) > MaxDatagram-TagLen {
+		// Encode never produces more; accepting it would let a list
 		// decode that no reply could carry.
 		return nil, &decodeError{"length", errTooLong}
 	}
@@ -142,8 +142,8 @@ func decodeMessage(b []byte) (*message, error) {
 	if v := r.u8("version"); r.err == nil && v != wireVersion {
 		return nil, &decodeError{"version", errVersion}
 	}
-	m := &message{Type: msgType(r.u8("type"))}
-	if r.err == nil && (m.Type < 1 || m.Type >= msgTypeEnd) {
+	m := &Message{Type: Type(r.u8("type"))}
+	if r.err == nil && (m.Type < 1 || m.Type >= TypeEnd) {
 		return nil, &decodeError{"type", errUnknown}
 	}
 	flags := r.u8("flags")
@@ -204,29 +204,29 @@ func (r *reader) level() uint8 {
 
 func (r *reader) reqFlags() uint8 {
 	f := r.u8("request flags")
-	if f&^reqFlagWantValues != 0 {
+	if f&^FlagWantValues != 0 {
 		r.fail("request flags", errBadField)
 	}
 	return f
 }
 
-func decodeRequestBody(r *reader, m *message) {
+func decodeRequestBody(r *reader, m *Message) {
 	switch m.Type {
-	case msgPing:
-	case msgFindNode, msgMembers:
+	case Ping:
+	case FindNode, Members:
 		m.Level = r.level()
 		m.Target = r.id("target")
-	case msgGet:
+	case Get:
 		m.Level = r.level()
 		m.Key = r.id("key")
 		m.Target = r.id("target")
-	case msgPutProbe:
+	case PutProbe:
 		m.Level = r.level()
 		m.Flags = r.reqFlags()
 		m.Key = r.id("key")
 		m.Target = r.id("target")
 		m.TTL = r.u32("ttl")
-	case msgStore:
+	case Store:
 		m.Level = r.level()
 		m.Flags = r.reqFlags()
 		m.Key = r.id("key")
@@ -237,7 +237,7 @@ func decodeRequestBody(r *reader, m *message) {
 			return
 		}
 		m.Value = append([]byte(nil), r.take(n, "value")...)
-	case msgApp:
+	case App:
 		m.Kind = r.u8("kind")
 		if r.err == nil && m.Kind == 0 {
 			r.fail("kind", errBadField)
@@ -262,17 +262,17 @@ func (r *reader) payload() []byte {
 
 func (r *reader) status() uint8 {
 	s := r.u8("status")
-	if s >= statusEnd {
+	if s >= StatusEnd {
 		r.fail("status", errBadField)
 	}
 	return s
 }
 
-func (r *reader) values() []wireValue {
+func (r *reader) values() []Value {
 	n := int(r.u8("value count"))
-	var vs []wireValue
+	var vs []Value
 	for i := 0; i < n && r.err == nil; i++ {
-		v := wireValue{TTL: r.u32("value ttl")}
+		v := Value{TTL: r.u32("value ttl")}
 		ln := int(r.u16("value length"))
 		if ln == 0 || ln > MaxValueSizeLimit {
 			r.fail("value length", errBadField)
@@ -286,7 +286,7 @@ func (r *reader) values() []wireValue {
 
 func (r *reader) contacts() []Contact {
 	n := int(r.u8("contact count"))
-	if n > maxContactsPerReply {
+	if n > MaxContacts {
 		r.fail("contact count", errBadField)
 		return nil
 	}
@@ -297,34 +297,34 @@ func (r *reader) contacts() []Contact {
 	return cs
 }
 
-func decodeResponseBody(r *reader, m *message) {
+func decodeResponseBody(r *reader, m *Message) {
 	switch m.Type {
-	case msgPing:
-	case msgFindNode, msgMembers:
+	case Ping:
+	case FindNode, Members:
 		m.Status = r.status()
 		m.Nodes = r.contacts()
-	case msgGet:
+	case Get:
 		m.Status = r.status()
 		m.Values = r.values()
 		m.Nodes = r.contacts()
-	case msgPutProbe:
+	case PutProbe:
 		m.Status = r.status()
 		m.Loaded = r.boolean("loaded")
 		m.Count = r.u8("count")
 		m.MinRemaining = r.u32("min remaining")
 		m.Values = r.values()
 		m.Nodes = r.contacts()
-	case msgStore:
+	case Store:
 		m.Status = r.status()
 		m.Result = r.u8("result")
-		if m.Result >= storeResultEnd {
+		if m.Result >= StoreResultEnd {
 			r.fail("result", errBadField)
 		}
 		m.Count = r.u8("count")
 		m.Values = r.values()
-	case msgApp:
+	case App:
 		m.AppResult = r.u8("result")
-		if m.AppResult >= appResultEnd {
+		if m.AppResult >= AppResultEnd {
 			r.fail("result", errBadField)
 		}
 		m.Payload = r.payload()

@@ -1,6 +1,6 @@
 //go:build linux
 
-package coral
+package icmpprobe
 
 import (
 	"context"
@@ -25,22 +25,22 @@ import (
 // ::1, in this network namespace or in one the test makes for itself.
 
 // newTestICMPProber returns a prober of the given kinds (all kinds, in
-// newICMPProber's order, when none are given), or skips the test when no
+// NewProber's order, when none are given), or skips the test when no
 // ICMP socket can be had here.
-func newTestICMPProber(t *testing.T, kinds ...icmpKind) *icmpProber {
+func newTestICMPProber(t *testing.T, kinds ...sockKind) *Prober {
 	t.Helper()
-	var p *icmpProber
+	var p *Prober
 	var err error
 	if len(kinds) == 0 {
-		p, err = newICMPProber()
+		p, err = NewProber()
 	} else {
-		p, err = newICMPProberKinds(kinds...)
+		p, err = newKinds(kinds...)
 	}
-	if errors.Is(err, errICMPUnavailable) {
+	if errors.Is(err, ErrUnavailable) {
 		t.Skipf("no ICMP socket: %v", err)
 	}
 	if err != nil {
-		t.Fatalf("newICMPProber: %v (does not wrap errICMPUnavailable)", err)
+		t.Fatalf("NewProber: %v (does not wrap ErrUnavailable)", err)
 	}
 	t.Cleanup(func() { p.Close() })
 	t.Logf("prober: %v", p)
@@ -49,7 +49,7 @@ func newTestICMPProber(t *testing.T, kinds ...icmpKind) *icmpProber {
 
 // icmpTestTargets returns the loopback addresses to probe: 127.0.0.1,
 // 127.0.0.2 and, when this host has it and p has an IPv6 socket, ::1.
-func icmpTestTargets(t *testing.T, p *icmpProber) []netip.Addr {
+func icmpTestTargets(t *testing.T, p *Prober) []netip.Addr {
 	t.Helper()
 	targets := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")}
 	if p.v4 == nil {
@@ -69,11 +69,11 @@ func icmpTestTargets(t *testing.T, p *icmpProber) []netip.Addr {
 	return targets
 }
 
-func icmpProbeOK(t *testing.T, p *icmpProber, addr netip.Addr) time.Duration {
+func icmpProbeOK(t *testing.T, p *Prober, addr netip.Addr) time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	rtt, err := p.probe(ctx, addr)
+	rtt, err := p.Probe(ctx, addr)
 	if err != nil {
 		t.Fatalf("probe %v: %v", addr, err)
 	}
@@ -95,7 +95,7 @@ func TestICMPProbeLoopback(t *testing.T) {
 	}
 	// A context without a deadline gets the default one and works.
 	if p.v4 != nil {
-		if _, err := p.probe(context.Background(), netip.MustParseAddr("127.0.0.1")); err != nil {
+		if _, err := p.Probe(context.Background(), netip.MustParseAddr("127.0.0.1")); err != nil {
 			t.Errorf("probe without deadline: %v", err)
 		}
 	}
@@ -108,7 +108,7 @@ func TestICMPProbeConcurrent(t *testing.T) {
 	icmpConcurrent(t, p, icmpTestTargets(t, p), 50, 20)
 }
 
-func icmpConcurrent(t *testing.T, p *icmpProber, targets []netip.Addr, workers, each int) {
+func icmpConcurrent(t *testing.T, p *Prober, targets []netip.Addr, workers, each int) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*each)
@@ -117,7 +117,7 @@ func icmpConcurrent(t *testing.T, p *icmpProber, targets []netip.Addr, workers, 
 			for i := range each {
 				addr := targets[(g+i)%len(targets)]
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				rtt, err := p.probe(ctx, addr)
+				rtt, err := p.Probe(ctx, addr)
 				cancel()
 				if err == nil && rtt <= 0 {
 					err = fmt.Errorf("rtt %v", rtt)
@@ -139,7 +139,7 @@ func icmpConcurrent(t *testing.T, p *icmpProber, targets []netip.Addr, workers, 
 	if n > 0 {
 		t.Errorf("%d of %d probes failed", n, workers*each)
 	}
-	for _, c := range []*icmpConn{p.v4, p.v6} {
+	for _, c := range []*socket{p.v4, p.v6} {
 		if c == nil {
 			continue
 		}
@@ -159,7 +159,7 @@ func TestICMPProbeContext(t *testing.T) {
 	t.Run("cancelled", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := p.probe(ctx, addr); !errors.Is(err, context.Canceled) {
+		if _, err := p.Probe(ctx, addr); !errors.Is(err, context.Canceled) {
 			t.Errorf("err = %v, want context.Canceled", err)
 		}
 	})
@@ -167,7 +167,7 @@ func TestICMPProbeContext(t *testing.T) {
 		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 		defer cancel()
 		start := time.Now()
-		if _, err := p.probe(ctx, addr); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := p.Probe(ctx, addr); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("err = %v, want context.DeadlineExceeded", err)
 		}
 		if d := time.Since(start); d > 100*time.Millisecond {
@@ -180,7 +180,7 @@ func TestICMPProbeContext(t *testing.T) {
 		for range 20 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 			start := time.Now()
-			_, err := p.probe(ctx, addr)
+			_, err := p.Probe(ctx, addr)
 			d := time.Since(start)
 			cancel()
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -208,7 +208,7 @@ func TestICMPProbeClose(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if _, err := p.probe(ctx, addr); !errors.Is(err, net.ErrClosed) {
+	if _, err := p.Probe(ctx, addr); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("probe after Close: %v, want net.ErrClosed", err)
 	}
 }
@@ -223,7 +223,7 @@ func TestICMPProbeCloseWakesWaiters(t *testing.T) {
 	if c == nil {
 		t.Skip("no IPv4 socket")
 	}
-	w := &icmpWaiter{from: netip.MustParseAddr("127.0.0.9"), reply: make(chan time.Time, 1)}
+	w := &waiter{from: netip.MustParseAddr("127.0.0.9"), reply: make(chan time.Time, 1)}
 	if _, err := c.register(w); err != nil {
 		t.Fatal(err)
 	}
@@ -249,16 +249,16 @@ func TestICMPProbeCloseWakesWaiters(t *testing.T) {
 }
 
 func TestICMPUnavailable(t *testing.T) {
-	if _, err := newICMPProberKinds(); !errors.Is(err, errICMPUnavailable) {
-		t.Errorf("no kinds to try: err = %v, want errICMPUnavailable", err)
+	if _, err := newKinds(); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("no kinds to try: err = %v, want ErrUnavailable", err)
 	}
-	p := &icmpProber{}
+	p := &Prober{}
 	for _, a := range []string{"127.0.0.1", "::1"} {
-		if _, err := p.probe(context.Background(), netip.MustParseAddr(a)); !errors.Is(err, errICMPUnavailable) {
-			t.Errorf("probe %s without sockets: err = %v, want errICMPUnavailable", a, err)
+		if _, err := p.Probe(context.Background(), netip.MustParseAddr(a)); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("probe %s without sockets: err = %v, want ErrUnavailable", a, err)
 		}
 	}
-	if _, err := p.probe(context.Background(), netip.Addr{}); err == nil {
+	if _, err := p.Probe(context.Background(), netip.Addr{}); err == nil {
 		t.Error("probe of the zero Addr succeeded")
 	}
 	if err := p.Close(); err != nil {
@@ -272,19 +272,19 @@ func TestICMPUnavailable(t *testing.T) {
 func TestICMPDeliver(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		kind icmpKind
+		kind sockKind
 		v6   bool
 	}{
-		{"raw IPv4", icmpRaw, false},
-		{"datagram IPv4", icmpDatagram, false},
-		{"raw IPv6", icmpRaw, true},
-		{"datagram IPv6", icmpDatagram, true},
+		{"raw IPv4", kindRaw, false},
+		{"datagram IPv4", kindDatagram, false},
+		{"raw IPv6", kindRaw, true},
+		{"datagram IPv6", kindDatagram, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &icmpConn{
+			c := &socket{
 				kind: tc.kind, ipv6: tc.v6, id: 0x4242,
 				token:   [8]byte{1, 2, 3, 4, 5, 6, 7, 8},
-				waiters: make(map[uint16]*icmpWaiter),
+				waiters: make(map[uint16]*waiter),
 				done:    make(chan struct{}),
 			}
 			target := netip.MustParseAddr("127.0.0.2")
@@ -295,13 +295,13 @@ func TestICMPDeliver(t *testing.T) {
 				other = netip.MustParseAddr("2001:db8::3")
 				c.reqType, c.repType, c.proto = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply, 58
 			}
-			w := &icmpWaiter{from: target, reply: make(chan time.Time, 1)}
+			w := &waiter{from: target, reply: make(chan time.Time, 1)}
 			seq, err := c.register(w)
 			if err != nil {
 				t.Fatal(err)
 			}
 			// A second probe, to the other host, waiting at the same time.
-			w2 := &icmpWaiter{from: other, reply: make(chan time.Time, 1)}
+			w2 := &waiter{from: other, reply: make(chan time.Time, 1)}
 			seq2, err := c.register(w2)
 			if err != nil {
 				t.Fatal(err)
@@ -321,7 +321,7 @@ func TestICMPDeliver(t *testing.T) {
 			}
 			good := reply{c.repType, c.id, seq, c.token, w.gen, target, false}
 			wire := func(r reply) ([]byte, net.Addr) {
-				data := make([]byte, icmpPayloadLen)
+				data := make([]byte, payloadLen)
 				copy(data, r.token[:])
 				data[8+7] = byte(r.gen) // gens here are small
 				if r.short {
@@ -332,7 +332,7 @@ func TestICMPDeliver(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.kind == icmpDatagram {
+				if c.kind == kindDatagram {
 					return b, &net.UDPAddr{IP: r.from.AsSlice()}
 				}
 				return b, &net.IPAddr{IP: r.from.AsSlice()}
@@ -347,7 +347,7 @@ func TestICMPDeliver(t *testing.T) {
 				"the other probe's": {good.typ, good.id, seq2, good.token, w2.gen, target, false},
 				"short payload":     {good.typ, good.id, good.seq, good.token, good.gen, good.from, true},
 			}
-			if tc.kind == icmpRaw {
+			if tc.kind == kindRaw {
 				bad["other identifier"] = reply{good.typ, good.id + 1, good.seq, good.token, good.gen, good.from, false}
 			}
 			for name, r := range bad {
@@ -365,7 +365,7 @@ func TestICMPDeliver(t *testing.T) {
 
 			// On a datagram socket the kernel sets the identifier: any
 			// will do.
-			if tc.kind == icmpDatagram {
+			if tc.kind == kindDatagram {
 				good.id = 7
 			}
 			at := time.Now()
@@ -438,10 +438,10 @@ func icmpNetnsChild(t *testing.T) {
 	setLoopbackUp(t)
 	writeSysctl(t, "net/ipv4/ping_group_range", "0 2147483647")
 
-	for _, kind := range []icmpKind{icmpDatagram, icmpRaw} {
+	for _, kind := range []sockKind{kindDatagram, kindRaw} {
 		t.Run(kind.String(), func(t *testing.T) {
 			p := newTestICMPProber(t, kind)
-			for _, c := range []*icmpConn{p.v4, p.v6} {
+			for _, c := range []*socket{p.v4, p.v6} {
 				if c != nil && c.kind != kind {
 					t.Fatalf("socket kind %v, want %v", c.kind, kind)
 				}
@@ -459,7 +459,7 @@ func icmpNetnsChild(t *testing.T) {
 					const timeout = 200 * time.Millisecond
 					ctx, cancel := context.WithTimeout(context.Background(), timeout)
 					start := time.Now()
-					_, err := p.probe(ctx, addr)
+					_, err := p.Probe(ctx, addr)
 					d := time.Since(start)
 					cancel()
 					if !errors.Is(err, context.DeadlineExceeded) {
@@ -476,7 +476,7 @@ func icmpNetnsChild(t *testing.T) {
 				go func() {
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					defer cancel()
-					_, err := p2.probe(ctx, targets[0])
+					_, err := p2.Probe(ctx, targets[0])
 					res <- err
 				}()
 				time.Sleep(50 * time.Millisecond)
@@ -502,7 +502,7 @@ func icmpNetnsChild(t *testing.T) {
 
 	t.Run("datagram preferred", func(t *testing.T) {
 		p := newTestICMPProber(t)
-		if p.v4 == nil || p.v4.kind != icmpDatagram {
+		if p.v4 == nil || p.v4.kind != kindDatagram {
 			t.Errorf("prober %v, want datagram sockets when ping_group_range allows", p)
 		}
 	})

@@ -1,4 +1,4 @@
-package coraldht
+package icmpprobe
 
 import (
 	"bytes"
@@ -265,12 +265,12 @@ func TestTraceRoutersNoRouters(t *testing.T) {
 		netip.MustParseAddr("::"),
 	} {
 		start := time.Now()
-		rs, err := traceRouters(context.Background(), dst, 8, 10*time.Second)
+		rs, err := TraceRouters(context.Background(), dst, 8, 10*time.Second)
 		if rs != nil || err != nil {
-			t.Errorf("traceRouters(%v) = %v, %v; want nil, nil", dst, rs, err)
+			t.Errorf("TraceRouters(%v) = %v, %v; want nil, nil", dst, rs, err)
 		}
 		if d := time.Since(start); d > time.Second {
-			t.Errorf("traceRouters(%v) took %v", dst, d)
+			t.Errorf("TraceRouters(%v) took %v", dst, d)
 		}
 	}
 }
@@ -292,7 +292,7 @@ func TestTraceCancelled(t *testing.T) {
 }
 
 // icmpPermitted reports whether this process may trace: it can open a raw
-// ICMP socket of the family or, except on Linux (see listenICMP), an
+// ICMP socket of the family or, except on Linux (see listenTrace), an
 // unprivileged datagram ICMP socket.
 func icmpPermitted(v6 bool) bool {
 	nets, addr := []string{"ip4:icmp", "udp4"}, "0.0.0.0"
@@ -332,7 +332,7 @@ func TestTraceLoopback(t *testing.T) {
 				s, err := trace(context.Background(), dst, hops, 10*time.Second)
 				rs := s.routers()
 				switch {
-				case !ok && !errors.Is(err, ErrTraceUnavailable):
+				case !ok && !errors.Is(err, ErrUnavailable):
 					t.Fatalf("maxHops %d: ICMP sockets are not permitted, yet trace = %v, %v", hops, rs, err)
 				case ok && (err != nil || len(rs) != 0):
 					t.Fatalf("maxHops %d: trace = %v, %v; want no routers, no error", hops, rs, err)

@@ -1,7 +1,8 @@
-package coraldht
+package wire
 
 import (
 	"bytes"
+	"crypto/sha1"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -31,6 +32,9 @@ const (
 	wireOffPortV4    = wireOffIPv4 + 4       // 66
 	wireOffClustersV = wireOffPortV4 + 2 + 4 // 72: cluster count after an IPv4 sender
 )
+
+// keyFor is coraldht.KeyFor: SHA-1 of s.
+func keyFor(s string) ID { return ID(sha1.Sum([]byte(s))) }
 
 // wireContact returns the contact of the node at addr, with its proper ID.
 func wireContact(addr string, svc Services) Contact {
@@ -69,7 +73,7 @@ func wireClusters(levels ...int) []ClusterInfo {
 	for _, l := range levels {
 		c := ClusterInfo{Level: l, LogSize: float64(l*3+1) / 8, Created: wireCreated.Add(time.Duration(l) * time.Hour)}
 		if l > 0 {
-			c.ID = KeyFor(fmt.Sprintf("cluster at level %d", l))
+			c.ID = keyFor(fmt.Sprintf("cluster at level %d", l))
 		}
 		cs = append(cs, c)
 	}
@@ -78,10 +82,10 @@ func wireClusters(levels ...int) []ClusterInfo {
 
 func wireFullClusters() []ClusterInfo { return wireClusters(0, 1, 2, 3, 4, 5, 6, 7) }
 
-func wireValues(lengths ...int) []wireValue {
-	var vs []wireValue
+func wireValues(lengths ...int) []Value {
+	var vs []Value
 	for i, n := range lengths {
-		vs = append(vs, wireValue{TTL: uint32(1000 * (i + 1) * 3600), Data: bytes.Repeat([]byte{byte('a' + i)}, n)})
+		vs = append(vs, Value{TTL: uint32(1000 * (i + 1) * 3600), Data: bytes.Repeat([]byte{byte('a' + i)}, n)})
 	}
 	return vs
 }
@@ -90,87 +94,87 @@ var (
 	wireV4Sender = wireContact("192.0.2.10:4000", ServiceDNS|ServiceHTTP)
 	wireV6Sender = wireContact("[2001:db8::1]:53000", ServiceHTTP)
 	wireStamp    = time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC).UnixNano()
-	wireKey      = KeyFor("http://example.com/index.html")
-	wireTarget   = KeyFor("intermediate target")
+	wireKey      = keyFor("http://example.com/index.html")
+	wireTarget   = keyFor("intermediate target")
 )
 
 type wireSample struct {
 	name string
-	m    *message
+	m    *Message
 }
 
 // wireSamples returns a realistic message of every type and direction.
 func wireSamples() []wireSample {
 	return []wireSample{
-		{"ping/request", &message{Type: msgPing, ReqID: 0x0102030405060708, Timestamp: wireStamp,
+		{"ping/request", &Message{Type: Ping, ReqID: 0x0102030405060708, Timestamp: wireStamp,
 			Sender: wireV4Sender, Clusters: wireClusters(0, 1, 2)}},
-		{"ping/request/no-clusters", &message{Type: msgPing, ReqID: 1, Timestamp: 1,
+		{"ping/request/no-clusters", &Message{Type: Ping, ReqID: 1, Timestamp: 1,
 			Sender: wireV4Sender}},
-		{"ping/response", &message{Type: msgPing, Response: true, ReqID: ^uint64(0), Timestamp: wireStamp + 1,
+		{"ping/response", &Message{Type: Ping, Response: true, ReqID: ^uint64(0), Timestamp: wireStamp + 1,
 			Sender: wireV6Sender, Clusters: wireFullClusters()}},
-		{"find_node/request", &message{Type: msgFindNode, ReqID: 42, Timestamp: wireStamp,
+		{"find_node/request", &Message{Type: FindNode, ReqID: 42, Timestamp: wireStamp,
 			Sender: wireV6Sender, Clusters: wireClusters(0, 3, 7), Level: 2, Target: wireTarget}},
-		{"find_node/response", &message{Type: msgFindNode, Response: true, ReqID: 42, Timestamp: wireStamp,
-			Sender: wireV4Sender, Clusters: wireClusters(0, 1), Status: statusOK, Nodes: wireContacts(8)}},
-		{"find_node/response/not-member", &message{Type: msgFindNode, Response: true, ReqID: 43, Timestamp: wireStamp,
-			Sender: wireV4Sender, Clusters: wireClusters(0), Status: statusNotMember}},
-		{"members/request", &message{Type: msgMembers, ReqID: 44, Timestamp: wireStamp,
+		{"find_node/response", &Message{Type: FindNode, Response: true, ReqID: 42, Timestamp: wireStamp,
+			Sender: wireV4Sender, Clusters: wireClusters(0, 1), Status: StatusOK, Nodes: wireContacts(8)}},
+		{"find_node/response/not-member", &Message{Type: FindNode, Response: true, ReqID: 43, Timestamp: wireStamp,
+			Sender: wireV4Sender, Clusters: wireClusters(0), Status: StatusNotMember}},
+		{"members/request", &Message{Type: Members, ReqID: 44, Timestamp: wireStamp,
 			Sender: wireV4Sender, Clusters: wireClusters(0, 1, 2), Level: 2, Target: wireTarget}},
-		{"members/response", &message{Type: msgMembers, Response: true, ReqID: 44, Timestamp: wireStamp,
-			Sender: wireV6Sender, Clusters: wireClusters(0, 1, 2), Status: statusOK, Nodes: wireContacts(8)}},
-		{"get/request", &message{Type: msgGet, ReqID: 7, Timestamp: wireStamp,
+		{"members/response", &Message{Type: Members, Response: true, ReqID: 44, Timestamp: wireStamp,
+			Sender: wireV6Sender, Clusters: wireClusters(0, 1, 2), Status: StatusOK, Nodes: wireContacts(8)}},
+		{"get/request", &Message{Type: Get, ReqID: 7, Timestamp: wireStamp,
 			Sender: wireV4Sender, Clusters: wireClusters(0, 1, 2), Level: 1, Key: wireKey, Target: wireTarget}},
-		{"get/response/values", &message{Type: msgGet, Response: true, ReqID: 7, Timestamp: wireStamp,
-			Sender: wireV6Sender, Clusters: wireClusters(0, 1, 2), Status: statusOK, Values: wireValues(1, 20, 512)}},
-		{"get/response/contacts", &message{Type: msgGet, Response: true, ReqID: 8, Timestamp: wireStamp,
-			Sender: wireV6Sender, Clusters: wireClusters(0, 2), Status: statusOK, Nodes: wireContacts(16)}},
-		{"get/response/bad-level", &message{Type: msgGet, Response: true, ReqID: 9, Timestamp: wireStamp,
-			Sender: wireV4Sender, Status: statusBadLevel}},
-		{"put_probe/request", &message{Type: msgPutProbe, ReqID: 99, Timestamp: wireStamp,
-			Sender: wireV4Sender, Clusters: wireFullClusters(), Level: 7, Flags: reqFlagWantValues,
+		{"get/response/values", &Message{Type: Get, Response: true, ReqID: 7, Timestamp: wireStamp,
+			Sender: wireV6Sender, Clusters: wireClusters(0, 1, 2), Status: StatusOK, Values: wireValues(1, 20, 512)}},
+		{"get/response/contacts", &Message{Type: Get, Response: true, ReqID: 8, Timestamp: wireStamp,
+			Sender: wireV6Sender, Clusters: wireClusters(0, 2), Status: StatusOK, Nodes: wireContacts(16)}},
+		{"get/response/bad-level", &Message{Type: Get, Response: true, ReqID: 9, Timestamp: wireStamp,
+			Sender: wireV4Sender, Status: StatusBadLevel}},
+		{"put_probe/request", &Message{Type: PutProbe, ReqID: 99, Timestamp: wireStamp,
+			Sender: wireV4Sender, Clusters: wireFullClusters(), Level: 7, Flags: FlagWantValues,
 			Key: wireKey, Target: wireTarget, TTL: 2 * 3600 * 1000}},
-		{"put_probe/request/no-values", &message{Type: msgPutProbe, ReqID: 100, Timestamp: wireStamp,
+		{"put_probe/request/no-values", &Message{Type: PutProbe, ReqID: 100, Timestamp: wireStamp,
 			Sender: wireV6Sender, Clusters: wireClusters(0), Level: 0, Key: wireKey, Target: wireKey, TTL: 1}},
-		{"put_probe/response", &message{Type: msgPutProbe, Response: true, ReqID: 99, Timestamp: wireStamp,
-			Sender: wireV6Sender, Clusters: wireClusters(0, 1, 2), Status: statusOK, Loaded: true, Count: 4,
+		{"put_probe/response", &Message{Type: PutProbe, Response: true, ReqID: 99, Timestamp: wireStamp,
+			Sender: wireV6Sender, Clusters: wireClusters(0, 1, 2), Status: StatusOK, Loaded: true, Count: 4,
 			MinRemaining: 1800000, Values: wireValues(30, 60), Nodes: wireContacts(8)}},
-		{"put_probe/response/invalid", &message{Type: msgPutProbe, Response: true, ReqID: 101, Timestamp: wireStamp,
-			Sender: wireV4Sender, Status: statusInvalid}},
-		{"store/request", &message{Type: msgStore, ReqID: 5, Timestamp: wireStamp,
-			Sender: wireV4Sender, Clusters: wireClusters(0, 1, 2), Level: 2, Flags: reqFlagWantValues,
+		{"put_probe/response/invalid", &Message{Type: PutProbe, Response: true, ReqID: 101, Timestamp: wireStamp,
+			Sender: wireV4Sender, Status: StatusInvalid}},
+		{"store/request", &Message{Type: Store, ReqID: 5, Timestamp: wireStamp,
+			Sender: wireV4Sender, Clusters: wireClusters(0, 1, 2), Level: 2, Flags: FlagWantValues,
 			Key: wireKey, TTL: 3600000, Value: bytes.Repeat([]byte{0xAB}, MaxValueSizeLimit)}},
-		{"store/request/one-byte", &message{Type: msgStore, ReqID: 6, Timestamp: wireStamp,
+		{"store/request/one-byte", &Message{Type: Store, ReqID: 6, Timestamp: wireStamp,
 			Sender: wireV6Sender, Clusters: wireClusters(0), Level: 0, Key: wireKey, TTL: 1000, Value: []byte{0}}},
-		{"store/response", &message{Type: msgStore, Response: true, ReqID: 5, Timestamp: wireStamp,
-			Sender: wireV6Sender, Clusters: wireClusters(0, 1, 2), Status: statusOK, Result: storeRefreshed,
+		{"store/response", &Message{Type: Store, Response: true, ReqID: 5, Timestamp: wireStamp,
+			Sender: wireV6Sender, Clusters: wireClusters(0, 1, 2), Status: StatusOK, Result: StoreRefreshed,
 			Count: 3, Values: wireValues(10, 11)}},
-		{"store/response/full", &message{Type: msgStore, Response: true, ReqID: 6, Timestamp: wireStamp,
-			Sender: wireV4Sender, Clusters: wireClusters(0, 1), Status: statusOK, Result: storeFull, Count: 4}},
-		{"store/response/exhausted", &message{Type: msgStore, Response: true, ReqID: 6, Timestamp: wireStamp,
-			Sender: wireV4Sender, Status: statusOK, Result: storeExhausted}},
-		{"app/request", &message{Type: msgApp, ReqID: 31, Timestamp: wireStamp,
+		{"store/response/full", &Message{Type: Store, Response: true, ReqID: 6, Timestamp: wireStamp,
+			Sender: wireV4Sender, Clusters: wireClusters(0, 1), Status: StatusOK, Result: StoreFull, Count: 4}},
+		{"store/response/exhausted", &Message{Type: Store, Response: true, ReqID: 6, Timestamp: wireStamp,
+			Sender: wireV4Sender, Status: StatusOK, Result: StoreExhausted}},
+		{"app/request", &Message{Type: App, ReqID: 31, Timestamp: wireStamp,
 			Sender: wireV4Sender, Clusters: wireClusters(0, 1, 2), Kind: 1,
 			Payload: append([]byte{1, 0}, wireKey[:]...)}},
-		{"app/request/empty", &message{Type: msgApp, ReqID: 32, Timestamp: wireStamp,
+		{"app/request/empty", &Message{Type: App, ReqID: 32, Timestamp: wireStamp,
 			Sender: wireV6Sender, Kind: 255}},
-		{"app/request/largest", &message{Type: msgApp, ReqID: 33, Timestamp: wireStamp,
+		{"app/request/largest", &Message{Type: App, ReqID: 33, Timestamp: wireStamp,
 			Sender: wireV6Sender, Clusters: wireFullClusters(), Kind: 7, Payload: bytes.Repeat([]byte{0xA5}, MaxAppPayload)}},
-		{"app/response", &message{Type: msgApp, Response: true, ReqID: 31, Timestamp: wireStamp,
-			Sender: wireV6Sender, Clusters: wireClusters(0, 1), AppResult: appOK, Payload: []byte{1, 0, 0, 0, 0, 2}}},
-		{"app/response/largest", &message{Type: msgApp, Response: true, ReqID: 33, Timestamp: wireStamp,
-			Sender: wireV6Sender, Clusters: wireFullClusters(), AppResult: appOK, Payload: bytes.Repeat([]byte{0x5A}, MaxAppPayload)}},
-		{"app/response/unknown", &message{Type: msgApp, Response: true, ReqID: 32, Timestamp: wireStamp,
-			Sender: wireV4Sender, AppResult: appUnknown}},
-		{"app/response/busy", &message{Type: msgApp, Response: true, ReqID: 34, Timestamp: wireStamp,
-			Sender: wireV4Sender, AppResult: appBusy}},
-		{"app/response/failed", &message{Type: msgApp, Response: true, ReqID: 35, Timestamp: wireStamp,
-			Sender: wireV4Sender, Clusters: wireClusters(0), AppResult: appFailed, Payload: []byte("no space left on device")}},
+		{"app/response", &Message{Type: App, Response: true, ReqID: 31, Timestamp: wireStamp,
+			Sender: wireV6Sender, Clusters: wireClusters(0, 1), AppResult: AppOK, Payload: []byte{1, 0, 0, 0, 0, 2}}},
+		{"app/response/largest", &Message{Type: App, Response: true, ReqID: 33, Timestamp: wireStamp,
+			Sender: wireV6Sender, Clusters: wireFullClusters(), AppResult: AppOK, Payload: bytes.Repeat([]byte{0x5A}, MaxAppPayload)}},
+		{"app/response/unknown", &Message{Type: App, Response: true, ReqID: 32, Timestamp: wireStamp,
+			Sender: wireV4Sender, AppResult: AppUnknown}},
+		{"app/response/busy", &Message{Type: App, Response: true, ReqID: 34, Timestamp: wireStamp,
+			Sender: wireV4Sender, AppResult: AppBusy}},
+		{"app/response/failed", &Message{Type: App, Response: true, ReqID: 35, Timestamp: wireStamp,
+			Sender: wireV4Sender, Clusters: wireClusters(0), AppResult: AppFailed, Payload: []byte("no space left on device")}},
 	}
 }
 
-func wireEncode(t testing.TB, m *message) []byte {
+func wireEncode(t testing.TB, m *Message) []byte {
 	t.Helper()
-	b, err := encodeMessage(nil, m)
+	b, err := Encode(nil, m)
 	if err != nil {
 		t.Fatalf("encode %+v: %v", m, err)
 	}
@@ -182,10 +186,10 @@ func TestWireRoundTrip(t *testing.T) {
 	for _, tc := range wireSamples() {
 		t.Run(tc.name, func(t *testing.T) {
 			b := wireEncode(t, tc.m)
-			if len(b) > MaxDatagram-tagLen {
-				t.Fatalf("encoding is %d bytes; limit %d", len(b), MaxDatagram-tagLen)
+			if len(b) > MaxDatagram-TagLen {
+				t.Fatalf("encoding is %d bytes; limit %d", len(b), MaxDatagram-TagLen)
 			}
-			got, err := decodeMessage(b)
+			got, err := Decode(b)
 			if err != nil {
 				t.Fatalf("decode: %v", err)
 			}
@@ -199,7 +203,7 @@ func TestWireRoundTrip(t *testing.T) {
 			// Appending to a non-empty buffer keeps the prefix and the
 			// same encoding after it.
 			prefix := []byte("prefix")
-			app, err := encodeMessage(append([]byte(nil), prefix...), tc.m)
+			app, err := Encode(append([]byte(nil), prefix...), tc.m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +213,7 @@ func TestWireRoundTrip(t *testing.T) {
 		})
 		seen[[2]int{int(tc.m.Type), btoi(tc.m.Response)}] = true
 	}
-	for typ := msgType(1); typ < msgTypeEnd; typ++ {
+	for typ := Type(1); typ < TypeEnd; typ++ {
 		for _, resp := range []int{0, 1} {
 			if !seen[[2]int{int(typ), resp}] {
 				t.Errorf("no round-trip sample for %v response=%d", typ, resp)
@@ -228,17 +232,17 @@ func btoi(b bool) int {
 // Empty lists decode as nil; fields that a type does not carry are not
 // encoded at all.
 func TestWireEmptyAndIgnoredFields(t *testing.T) {
-	full := &message{Type: msgPing, ReqID: 3, Timestamp: wireStamp, Sender: wireV4Sender,
+	full := &Message{Type: Ping, ReqID: 3, Timestamp: wireStamp, Sender: wireV4Sender,
 		Clusters: []ClusterInfo{}, Level: 3, Flags: 1, Key: wireKey, Target: wireTarget, TTL: 9,
 		Value: []byte("x"), Status: 2, Loaded: true, Count: 7, MinRemaining: 8, Result: 1,
 		Values: wireValues(3), Nodes: wireContacts(2)}
-	bare := &message{Type: msgPing, ReqID: 3, Timestamp: wireStamp, Sender: wireV4Sender}
+	bare := &Message{Type: Ping, ReqID: 3, Timestamp: wireStamp, Sender: wireV4Sender}
 	if a, b := wireEncode(t, full), wireEncode(t, bare); !bytes.Equal(a, b) {
 		t.Errorf("ping request carries fields it should ignore:\n%x\n%x", a, b)
 	}
-	emptyLists := &message{Type: msgGet, Response: true, ReqID: 3, Timestamp: wireStamp, Sender: wireV4Sender,
-		Clusters: []ClusterInfo{}, Values: []wireValue{}, Nodes: []Contact{}}
-	got, err := decodeMessage(wireEncode(t, emptyLists))
+	emptyLists := &Message{Type: Get, Response: true, ReqID: 3, Timestamp: wireStamp, Sender: wireV4Sender,
+		Clusters: []ClusterInfo{}, Values: []Value{}, Nodes: []Contact{}}
+	got, err := Decode(wireEncode(t, emptyLists))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +262,7 @@ func TestWireTruncated(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := wireEncode(t, tc.m)
 			for n := 0; n < len(b); n++ {
-				m, err := decodeMessage(b[:n:n])
+				m, err := Decode(b[:n:n])
 				if !errors.Is(err, errShort) {
 					t.Fatalf("decode of the first %d of %d bytes: (%v, %v), want %v", n, len(b), m, err, errShort)
 				}
@@ -271,7 +275,7 @@ func TestWireTrailingByte(t *testing.T) {
 	for _, tc := range wireSamples() {
 		t.Run(tc.name, func(t *testing.T) {
 			b := append(wireEncode(t, tc.m), 0)
-			_, err := decodeMessage(b)
+			_, err := Decode(b)
 			wantDecodeError(t, err, "body", errTrailing)
 		})
 	}
@@ -292,11 +296,11 @@ func wantDecodeError(t *testing.T, err error, field string, target error) {
 }
 
 func TestWireRejects(t *testing.T) {
-	ping := func() *message {
-		return &message{Type: msgPing, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender}
+	ping := func() *Message {
+		return &Message{Type: Ping, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender}
 	}
 	pingBytes := func(t *testing.T) []byte { return wireEncode(t, ping()) }
-	with := func(mod func(m *message)) func(t *testing.T) []byte {
+	with := func(mod func(m *Message)) func(t *testing.T) []byte {
 		return func(t *testing.T) []byte {
 			m := ping()
 			mod(m)
@@ -306,11 +310,11 @@ func TestWireRejects(t *testing.T) {
 	patched := func(base func(t *testing.T) []byte, off int, v ...byte) func(t *testing.T) []byte {
 		return func(t *testing.T) []byte { return wirePatch(base(t), off, v...) }
 	}
-	reply := func(typ msgType, mod func(m *message)) func(t *testing.T) []byte {
-		return with(func(m *message) { m.Type = typ; m.Response = true; mod(m) })
+	reply := func(typ Type, mod func(m *Message)) func(t *testing.T) []byte {
+		return with(func(m *Message) { m.Type = typ; m.Response = true; mod(m) })
 	}
-	request := func(typ msgType, mod func(m *message)) func(t *testing.T) []byte {
-		return with(func(m *message) {
+	request := func(typ Type, mod func(m *Message)) func(t *testing.T) []byte {
+		return with(func(m *Message) {
 			m.Type = typ
 			m.Key, m.Target, m.TTL, m.Value = wireKey, wireTarget, 1000, []byte("v")
 			mod(m)
@@ -337,94 +341,94 @@ func TestWireRejects(t *testing.T) {
 		{"version 0", patched(pingBytes, wireOffVersion, 0), "version", errVersion},
 		{"version 2", patched(pingBytes, wireOffVersion, 2), "version", errVersion},
 		{"type 0", patched(pingBytes, wireOffType, 0), "type", errUnknown},
-		{"type 7", patched(pingBytes, wireOffType, byte(msgTypeEnd)), "type", errUnknown},
+		{"type 7", patched(pingBytes, wireOffType, byte(TypeEnd)), "type", errUnknown},
 		{"type 255", patched(pingBytes, wireOffType, 255), "type", errUnknown},
 		{"flags bit 1", patched(pingBytes, wireOffFlags, 0x02), "flags", errBadField},
 		{"flags bit 7 with response", patched(pingBytes, wireOffFlags, 0x81), "flags", errBadField},
-		{"timestamp 0", with(func(m *message) { m.Timestamp = 0 }), "timestamp", errBadField},
-		{"timestamp negative", with(func(m *message) { m.Timestamp = -1 }), "timestamp", errBadField},
-		{"sender ID not SHA-1 of address", with(func(m *message) { m.Sender.ID[0] ^= 0x80 }), "sender", errIDMismatch},
-		{"sender ID of another port", with(func(m *message) {
+		{"timestamp 0", with(func(m *Message) { m.Timestamp = 0 }), "timestamp", errBadField},
+		{"timestamp negative", with(func(m *Message) { m.Timestamp = -1 }), "timestamp", errBadField},
+		{"sender ID not SHA-1 of address", with(func(m *Message) { m.Sender.ID[0] ^= 0x80 }), "sender", errIDMismatch},
+		{"sender ID of another port", with(func(m *Message) {
 			m.Sender.ID = NodeIDFor(netip.AddrPortFrom(m.Sender.Addr.Addr(), m.Sender.Addr.Port()+1))
 		}), "sender", errIDMismatch},
 		{"sender address family 5", patched(pingBytes, wireOffFamily, 5), "sender", errBadField},
 		{"sender address family 0", patched(pingBytes, wireOffFamily, 0), "sender", errBadField},
-		{"sender IPv4-mapped IPv6", with(func(m *message) { m.Sender = bad("[::ffff:192.0.2.10]:4000") }), "sender", errBadField},
+		{"sender IPv4-mapped IPv6", with(func(m *Message) { m.Sender = bad("[::ffff:192.0.2.10]:4000") }), "sender", errBadField},
 		{"sender port 0", patched(pingBytes, wireOffPortV4, 0, 0), "sender", errBadField},
 		{"sender 0.0.0.0", patched(pingBytes, wireOffIPv4, 0, 0, 0, 0), "sender", errBadField},
 		{"sender multicast 224.0.0.1", patched(pingBytes, wireOffIPv4, 224, 0, 0, 1), "sender", errBadField},
-		{"contact ID mismatch", reply(msgFindNode, func(m *message) { m.Nodes = mismatched }), "contact", errIDMismatch},
-		{"contact IPv4-mapped IPv6", reply(msgFindNode, func(m *message) { m.Nodes = []Contact{bad("[::ffff:10.0.0.1]:4000")} }), "contact", errBadField},
-		{"contact port 0", reply(msgFindNode, func(m *message) { m.Nodes = []Contact{bad("192.0.2.1:0")} }), "contact", errBadField},
-		{"contact unspecified IPv4", reply(msgGet, func(m *message) { m.Nodes = []Contact{bad("0.0.0.0:4000")} }), "contact", errBadField},
-		{"contact unspecified IPv6", reply(msgPutProbe, func(m *message) { m.Nodes = []Contact{bad("[::]:4000")} }), "contact", errBadField},
-		{"contact multicast IPv4", reply(msgFindNode, func(m *message) { m.Nodes = []Contact{bad("239.1.2.3:4000")} }), "contact", errBadField},
-		{"contact multicast IPv6", reply(msgFindNode, func(m *message) { m.Nodes = []Contact{bad("[ff02::1]:4000")} }), "contact", errBadField},
+		{"contact ID mismatch", reply(FindNode, func(m *Message) { m.Nodes = mismatched }), "contact", errIDMismatch},
+		{"contact IPv4-mapped IPv6", reply(FindNode, func(m *Message) { m.Nodes = []Contact{bad("[::ffff:10.0.0.1]:4000")} }), "contact", errBadField},
+		{"contact port 0", reply(FindNode, func(m *Message) { m.Nodes = []Contact{bad("192.0.2.1:0")} }), "contact", errBadField},
+		{"contact unspecified IPv4", reply(Get, func(m *Message) { m.Nodes = []Contact{bad("0.0.0.0:4000")} }), "contact", errBadField},
+		{"contact unspecified IPv6", reply(PutProbe, func(m *Message) { m.Nodes = []Contact{bad("[::]:4000")} }), "contact", errBadField},
+		{"contact multicast IPv4", reply(FindNode, func(m *Message) { m.Nodes = []Contact{bad("239.1.2.3:4000")} }), "contact", errBadField},
+		{"contact multicast IPv6", reply(FindNode, func(m *Message) { m.Nodes = []Contact{bad("[ff02::1]:4000")} }), "contact", errBadField},
 		{"cluster count 9", patched(pingBytes, wireOffClustersV, 9), "cluster count", errBadField},
 		{"cluster count 255", patched(pingBytes, wireOffClustersV, 255), "cluster count", errBadField},
-		{"cluster levels repeated", with(func(m *message) { m.Clusters = append(wireClusters(0, 1), wireClusters(1)...) }), "cluster level", errBadField},
-		{"cluster levels decreasing", with(func(m *message) { m.Clusters = append(wireClusters(0, 2), wireClusters(1)...) }), "cluster level", errBadField},
-		{"cluster level 8", with(func(m *message) { m.Clusters = append(wireClusters(0), wireClusters(8)...) }), "cluster level", errBadField},
-		{"level-0 cluster with non-zero ID", with(func(m *message) {
+		{"cluster levels repeated", with(func(m *Message) { m.Clusters = append(wireClusters(0, 1), wireClusters(1)...) }), "cluster level", errBadField},
+		{"cluster levels decreasing", with(func(m *Message) { m.Clusters = append(wireClusters(0, 2), wireClusters(1)...) }), "cluster level", errBadField},
+		{"cluster level 8", with(func(m *Message) { m.Clusters = append(wireClusters(0), wireClusters(8)...) }), "cluster level", errBadField},
+		{"level-0 cluster with non-zero ID", with(func(m *Message) {
 			m.Clusters = wireClusters(0, 1)
-			m.Clusters[0].ID = KeyFor("x")
+			m.Clusters[0].ID = keyFor("x")
 		}), "cluster level", errBadField},
-		{"level-1 cluster with zero ID", with(func(m *message) {
+		{"level-1 cluster with zero ID", with(func(m *Message) {
 			m.Clusters = wireClusters(0, 1)
 			m.Clusters[1].ID = ID{}
 		}), "cluster level", errBadField},
-		{"cluster created beyond 2^40 s", patched(with(func(m *message) { m.Clusters = wireClusters(0) }),
+		{"cluster created beyond 2^40 s", patched(with(func(m *Message) { m.Clusters = wireClusters(0) }),
 			body+1+IDLen+1, 0, 0, 1, 0, 0, 0, 0, 1), "cluster created", errBadField},
-		{"cluster created negative", patched(with(func(m *message) { m.Clusters = wireClusters(0) }),
+		{"cluster created negative", patched(with(func(m *Message) { m.Clusters = wireClusters(0) }),
 			body+1+IDLen+1, 0x80), "cluster created", errBadField},
-		{"find_node level 8", request(msgFindNode, func(m *message) { m.Level = MaxLevels }), "level", errBadField},
-		{"get level 255", request(msgGet, func(m *message) { m.Level = 255 }), "level", errBadField},
-		{"put_probe level 8", request(msgPutProbe, func(m *message) { m.Level = MaxLevels }), "level", errBadField},
-		{"store level 8", request(msgStore, func(m *message) { m.Level = MaxLevels }), "level", errBadField},
-		{"put_probe reserved request flag", request(msgPutProbe, func(m *message) { m.Flags = 0x02 }), "request flags", errBadField},
-		{"store reserved request flag", request(msgStore, func(m *message) { m.Flags = 0x81 }), "request flags", errBadField},
+		{"find_node level 8", request(FindNode, func(m *Message) { m.Level = MaxLevels }), "level", errBadField},
+		{"get level 255", request(Get, func(m *Message) { m.Level = 255 }), "level", errBadField},
+		{"put_probe level 8", request(PutProbe, func(m *Message) { m.Level = MaxLevels }), "level", errBadField},
+		{"store level 8", request(Store, func(m *Message) { m.Level = MaxLevels }), "level", errBadField},
+		{"put_probe reserved request flag", request(PutProbe, func(m *Message) { m.Flags = 0x02 }), "request flags", errBadField},
+		{"store reserved request flag", request(Store, func(m *Message) { m.Flags = 0x81 }), "request flags", errBadField},
 		// store body: level 1, flags 1, key 20, ttl 4, then the value length.
-		{"store value length 0", patched(request(msgStore, func(m *message) {}), body+1+1+IDLen+4, 0, 0), "value length", errBadField},
+		{"store value length 0", patched(request(Store, func(m *Message) {}), body+1+1+IDLen+4, 0, 0), "value length", errBadField},
 		{"store value length 513", func(t *testing.T) []byte {
-			b := wireEncode(t, &message{Type: msgStore, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender,
+			b := wireEncode(t, &Message{Type: Store, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender,
 				Key: wireKey, TTL: 1000, Value: make([]byte, MaxValueSizeLimit)})
 			b = wirePatch(b, body+1+1+IDLen+4, 0x02, 0x01)
 			return append(b, 0)
 		}, "value length", errBadField},
-		{"get reply value length 0", reply(msgGet, func(m *message) { m.Values = []wireValue{{TTL: 1}} }), "value length", errBadField},
-		{"get reply value length 513", reply(msgGet, func(m *message) { m.Values = wireValues(MaxValueSizeLimit + 1) }), "value length", errBadField},
-		{"store reply value length 0", reply(msgStore, func(m *message) { m.Values = append(wireValues(5), wireValue{TTL: 1}) }), "value length", errBadField},
+		{"get reply value length 0", reply(Get, func(m *Message) { m.Values = []Value{{TTL: 1}} }), "value length", errBadField},
+		{"get reply value length 513", reply(Get, func(m *Message) { m.Values = wireValues(MaxValueSizeLimit + 1) }), "value length", errBadField},
+		{"store reply value length 0", reply(Store, func(m *Message) { m.Values = append(wireValues(5), Value{TTL: 1}) }), "value length", errBadField},
 		{"contact count 17", func(t *testing.T) []byte {
-			b := wireEncode(t, &message{Type: msgFindNode, Response: true, ReqID: 1, Timestamp: wireStamp,
+			b := wireEncode(t, &Message{Type: FindNode, Response: true, ReqID: 1, Timestamp: wireStamp,
 				Sender: wireV4Sender, Nodes: wireContacts(16)})
 			b = wirePatch(b, body+1, 17)
 			var w writer
 			w.contact(wireContacts(17)[16])
 			return append(b, w.b...)
 		}, "contact count", errBadField},
-		{"contact count 255", patched(reply(msgFindNode, func(m *message) {}), body+1, 255), "contact count", errBadField},
+		{"contact count 255", patched(reply(FindNode, func(m *Message) {}), body+1, 255), "contact count", errBadField},
 		// put_probe reply: status, then loaded.
-		{"loaded 2", patched(reply(msgPutProbe, func(m *message) {}), body+1, 2), "loaded", errBadField},
-		{"loaded 255", patched(reply(msgPutProbe, func(m *message) {}), body+1, 255), "loaded", errBadField},
-		{"find_node status 4", reply(msgFindNode, func(m *message) { m.Status = statusEnd }), "status", errBadField},
-		{"get status 255", reply(msgGet, func(m *message) { m.Status = 255 }), "status", errBadField},
-		{"put_probe status 4", reply(msgPutProbe, func(m *message) { m.Status = statusEnd }), "status", errBadField},
-		{"store status 4", reply(msgStore, func(m *message) { m.Status = statusEnd }), "status", errBadField},
-		{"store result 4", reply(msgStore, func(m *message) { m.Result = storeResultEnd }), "result", errBadField},
-		{"store result 255", reply(msgStore, func(m *message) { m.Result = 255 }), "result", errBadField},
+		{"loaded 2", patched(reply(PutProbe, func(m *Message) {}), body+1, 2), "loaded", errBadField},
+		{"loaded 255", patched(reply(PutProbe, func(m *Message) {}), body+1, 255), "loaded", errBadField},
+		{"find_node status 4", reply(FindNode, func(m *Message) { m.Status = StatusEnd }), "status", errBadField},
+		{"get status 255", reply(Get, func(m *Message) { m.Status = 255 }), "status", errBadField},
+		{"put_probe status 4", reply(PutProbe, func(m *Message) { m.Status = StatusEnd }), "status", errBadField},
+		{"store status 4", reply(Store, func(m *Message) { m.Status = StatusEnd }), "status", errBadField},
+		{"store result 4", reply(Store, func(m *Message) { m.Result = StoreResultEnd }), "result", errBadField},
+		{"store result 255", reply(Store, func(m *Message) { m.Result = 255 }), "result", errBadField},
 		// app bodies: kind or result 1, then the payload length.
-		{"app kind 0", request(msgApp, func(m *message) { m.Kind = 0 }), "kind", errBadField},
-		{"app result 4", reply(msgApp, func(m *message) { m.AppResult = appResultEnd }), "result", errBadField},
-		{"app result 255", reply(msgApp, func(m *message) { m.AppResult = 255 }), "result", errBadField},
+		{"app kind 0", request(App, func(m *Message) { m.Kind = 0 }), "kind", errBadField},
+		{"app result 4", reply(App, func(m *Message) { m.AppResult = AppResultEnd }), "result", errBadField},
+		{"app result 255", reply(App, func(m *Message) { m.AppResult = 255 }), "result", errBadField},
 		{"app request payload length 769", func(t *testing.T) []byte {
-			b := wireEncode(t, &message{Type: msgApp, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender,
+			b := wireEncode(t, &Message{Type: App, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender,
 				Kind: 1, Payload: make([]byte, MaxAppPayload)})
 			b = wirePatch(b, body+1, (MaxAppPayload+1)>>8, (MaxAppPayload+1)&0xFF)
 			return append(b, 0)
 		}, "payload length", errBadField},
-		{"app reply payload length 65535", patched(reply(msgApp, func(m *message) { m.Payload = []byte("x") }), body+1, 0xFF, 0xFF), "payload length", errBadField},
+		{"app reply payload length 65535", patched(reply(App, func(m *Message) { m.Payload = []byte("x") }), body+1, 0xFF, 0xFF), "payload length", errBadField},
 		{"app payload shorter than its length", func(t *testing.T) []byte {
-			b := wireEncode(t, &message{Type: msgApp, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender, Kind: 1, Payload: []byte("abc")})
+			b := wireEncode(t, &Message{Type: App, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender, Kind: 1, Payload: []byte("abc")})
 			return wirePatch(b, body+1, 0, 4)
 		}, "payload", errShort},
 		{"longer than a datagram", func(t *testing.T) []byte { return wireTooLong(t) }, "length", errTooLong},
@@ -432,7 +436,7 @@ func TestWireRejects(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			b := c.bytes(t)
-			m, err := decodeMessage(b)
+			m, err := Decode(b)
 			if err == nil {
 				t.Fatalf("decode accepted %x as %+v", b, m)
 			}
@@ -447,43 +451,43 @@ func TestWireRejects(t *testing.T) {
 // wireTooLong returns a well-formed store reply with three 512-byte values:
 // no encoder would produce it, since it does not fit a datagram.
 func wireTooLong(t testing.TB) []byte {
-	b := wireEncode(t, &message{Type: msgStore, Response: true, ReqID: 1, Timestamp: wireStamp,
+	b := wireEncode(t, &Message{Type: Store, Response: true, ReqID: 1, Timestamp: wireStamp,
 		Sender: wireV4Sender, Values: wireValues(MaxValueSizeLimit, MaxValueSizeLimit)})
 	b = wirePatch(b, wireOffClustersV+1+3, 3)
 	w := writer{b: b}
 	w.u32(1000)
 	w.u16(MaxValueSizeLimit)
 	w.b = append(w.b, make([]byte, MaxValueSizeLimit)...)
-	if len(w.b) <= MaxDatagram-tagLen {
+	if len(w.b) <= MaxDatagram-TagLen {
 		t.Fatalf("test message is only %d bytes", len(w.b))
 	}
 	return w.b
 }
 
 func TestWireEncodeRejects(t *testing.T) {
-	base := func() *message {
-		return &message{Type: msgStore, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender, Key: wireKey, TTL: 1000, Value: []byte("v")}
+	base := func() *Message {
+		return &Message{Type: Store, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender, Key: wireKey, TTL: 1000, Value: []byte("v")}
 	}
 	cases := []struct {
 		name string
-		mod  func(m *message)
+		mod  func(m *Message)
 	}{
-		{"type 0", func(m *message) { m.Type = 0 }},
-		{"type 7", func(m *message) { m.Type = msgTypeEnd }},
-		{"nine clusters", func(m *message) { m.Clusters = append(wireFullClusters(), wireClusters(8)...) }},
-		{"sender port 0", func(m *message) { m.Sender.Addr = netip.MustParseAddrPort("192.0.2.1:0") }},
-		{"sender unspecified", func(m *message) { m.Sender.Addr = netip.MustParseAddrPort("[::]:4000") }},
-		{"sender invalid", func(m *message) { m.Sender = Contact{} }},
-		{"store value empty", func(m *message) { m.Value = nil }},
-		{"store value too long", func(m *message) { m.Value = make([]byte, MaxValueSizeLimit+1) }},
-		{"app request payload too long", func(m *message) { m.Type, m.Kind, m.Payload = msgApp, 1, make([]byte, MaxAppPayload+1) }},
-		{"app reply payload too long", func(m *message) { m.Type, m.Response, m.Payload = msgApp, true, make([]byte, MaxAppPayload+1) }},
+		{"type 0", func(m *Message) { m.Type = 0 }},
+		{"type 7", func(m *Message) { m.Type = TypeEnd }},
+		{"nine clusters", func(m *Message) { m.Clusters = append(wireFullClusters(), wireClusters(8)...) }},
+		{"sender port 0", func(m *Message) { m.Sender.Addr = netip.MustParseAddrPort("192.0.2.1:0") }},
+		{"sender unspecified", func(m *Message) { m.Sender.Addr = netip.MustParseAddrPort("[::]:4000") }},
+		{"sender invalid", func(m *Message) { m.Sender = Contact{} }},
+		{"store value empty", func(m *Message) { m.Value = nil }},
+		{"store value too long", func(m *Message) { m.Value = make([]byte, MaxValueSizeLimit+1) }},
+		{"app request payload too long", func(m *Message) { m.Type, m.Kind, m.Payload = App, 1, make([]byte, MaxAppPayload+1) }},
+		{"app reply payload too long", func(m *Message) { m.Type, m.Response, m.Payload = App, true, make([]byte, MaxAppPayload+1) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			m := base()
 			c.mod(m)
-			if b, err := encodeMessage(nil, m); err == nil {
+			if b, err := Encode(nil, m); err == nil {
 				t.Fatalf("encode accepted %+v as %x", m, b)
 			}
 		})
@@ -491,16 +495,16 @@ func TestWireEncodeRejects(t *testing.T) {
 }
 
 func TestWireSizeDiscipline(t *testing.T) {
-	const limit = MaxDatagram - tagLen
-	valueEntry := func(v wireValue) int { return valueEntryHeader + len(v.Data) }
+	const limit = MaxDatagram - TagLen
+	valueEntry := func(v Value) int { return valueEntryHeader + len(v.Data) }
 	contactLen := func(c Contact) int { return IDLen + addrLen(c.Addr) + 4 }
 
 	t.Run("get reply with 300 values", func(t *testing.T) {
-		var vs []wireValue
+		var vs []Value
 		for i := 0; i < 300; i++ {
-			vs = append(vs, wireValue{TTL: uint32(i + 1), Data: []byte(fmt.Sprintf("value %03d", i))})
+			vs = append(vs, Value{TTL: uint32(i + 1), Data: []byte(fmt.Sprintf("value %03d", i))})
 		}
-		m := &message{Type: msgGet, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
+		m := &Message{Type: Get, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
 			Clusters: wireFullClusters(), Values: vs}
 		b, got := wireEncodeWithin(t, m, limit)
 		n := len(got.Values)
@@ -514,15 +518,15 @@ func TestWireSizeDiscipline(t *testing.T) {
 		}
 	})
 	t.Run("get reply with 300 small values stops at 255", func(t *testing.T) {
-		var vs []wireValue
+		var vs []Value
 		for i := 0; i < 300; i++ {
-			vs = append(vs, wireValue{TTL: 1, Data: []byte{byte(i)}})
+			vs = append(vs, Value{TTL: 1, Data: []byte{byte(i)}})
 		}
 		// 255 entries of 7 bytes do not fit beside a header either; make
 		// sure the count byte never wraps whatever fits.
-		m := &message{Type: msgGet, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender, Values: vs}
+		m := &Message{Type: Get, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender, Values: vs}
 		b := wireEncode(t, m)
-		got, err := decodeMessage(b)
+		got, err := Decode(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -535,24 +539,24 @@ func TestWireSizeDiscipline(t *testing.T) {
 	})
 	// Whatever the value size, each reply with values fills up to the limit
 	// exactly as far as the next value would not fit, never beyond.
-	for _, typ := range []msgType{msgGet, msgPutProbe, msgStore} {
+	for _, typ := range []Type{Get, PutProbe, Store} {
 		t.Run(typ.String()+" reply fills exactly to the limit", func(t *testing.T) {
 			for size := 1; size <= 80; size++ {
 				for _, sender := range []Contact{wireV4Sender, wireV6Sender} {
-					vs := make([]wireValue, 300)
+					vs := make([]Value, 300)
 					for i := range vs {
-						vs[i] = wireValue{TTL: uint32(i), Data: bytes.Repeat([]byte{byte(i)}, size)}
+						vs[i] = Value{TTL: uint32(i), Data: bytes.Repeat([]byte{byte(i)}, size)}
 					}
-					m := &message{Type: typ, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: sender,
+					m := &Message{Type: typ, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: sender,
 						Clusters: wireClusters(0, 1), Values: vs}
-					if typ == msgPutProbe {
+					if typ == PutProbe {
 						m.Nodes = wireV6Contacts(16)
 					}
-					b, err := encodeMessage(nil, m)
+					b, err := Encode(nil, m)
 					if err != nil {
 						t.Fatalf("value size %d: %v", size, err)
 					}
-					got, err := decodeMessage(b)
+					got, err := Decode(b)
 					if err != nil {
 						t.Fatalf("value size %d: %v", size, err)
 					}
@@ -581,18 +585,18 @@ func TestWireSizeDiscipline(t *testing.T) {
 	for _, n := range []int{16, 20} {
 		t.Run(fmt.Sprintf("find_node reply with %d IPv6 contacts", n), func(t *testing.T) {
 			cs := wireV6Contacts(n)
-			m := &message{Type: msgFindNode, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
+			m := &Message{Type: FindNode, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
 				Clusters: wireFullClusters(), Nodes: cs}
 			_, got := wireEncodeWithin(t, m, limit)
-			if !reflect.DeepEqual(got.Nodes, cs[:maxContactsPerReply]) {
-				t.Fatalf("decoded %d contacts; want the first %d", len(got.Nodes), maxContactsPerReply)
+			if !reflect.DeepEqual(got.Nodes, cs[:MaxContacts]) {
+				t.Fatalf("decoded %d contacts; want the first %d", len(got.Nodes), MaxContacts)
 			}
 		})
 	}
 	t.Run("put_probe reply keeps contacts before values", func(t *testing.T) {
 		cs := wireV6Contacts(16)
 		vs := wireValues(100, 100, 100)
-		m := &message{Type: msgPutProbe, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
+		m := &Message{Type: PutProbe, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
 			Clusters: wireFullClusters(), Count: 3, MinRemaining: 5, Values: vs, Nodes: cs}
 		b, got := wireEncodeWithin(t, m, limit)
 		if !reflect.DeepEqual(got.Nodes, cs) {
@@ -609,7 +613,7 @@ func TestWireSizeDiscipline(t *testing.T) {
 	t.Run("get reply values leave contacts what is left", func(t *testing.T) {
 		cs := wireV6Contacts(16)
 		vs := wireValues(500, 500)
-		m := &message{Type: msgGet, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
+		m := &Message{Type: Get, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
 			Clusters: wireFullClusters(), Values: vs, Nodes: cs}
 		b, got := wireEncodeWithin(t, m, limit)
 		if !reflect.DeepEqual(got.Values, vs[:1]) {
@@ -621,8 +625,8 @@ func TestWireSizeDiscipline(t *testing.T) {
 		}
 	})
 	t.Run("store request with largest value and full header fits", func(t *testing.T) {
-		m := &message{Type: msgStore, ReqID: ^uint64(0), Timestamp: wireStamp, Sender: wireV6Sender,
-			Clusters: wireFullClusters(), Level: 7, Flags: reqFlagWantValues, Key: wireKey, TTL: ^uint32(0),
+		m := &Message{Type: Store, ReqID: ^uint64(0), Timestamp: wireStamp, Sender: wireV6Sender,
+			Clusters: wireFullClusters(), Level: 7, Flags: FlagWantValues, Key: wireKey, TTL: ^uint32(0),
 			Value: bytes.Repeat([]byte{0xFF}, MaxValueSizeLimit)}
 		b := wireEncode(t, m)
 		if len(b) > limit {
@@ -631,7 +635,7 @@ func TestWireSizeDiscipline(t *testing.T) {
 		if want := headerMaxLen + storeBodyFixed + MaxValueSizeLimit; len(b) != want {
 			t.Errorf("%d bytes; want headerMaxLen+storeBodyFixed+MaxValueSizeLimit = %d", len(b), want)
 		}
-		got, err := decodeMessage(b)
+		got, err := Decode(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -639,13 +643,13 @@ func TestWireSizeDiscipline(t *testing.T) {
 			t.Fatalf("round trip differs")
 		}
 		m.Value = append(m.Value, 0)
-		if b, err := encodeMessage(nil, m); err == nil {
+		if b, err := Encode(nil, m); err == nil {
 			t.Fatalf("a %d-byte value encoded to %d bytes", len(m.Value), len(b))
 		}
 	})
 	t.Run("store reply values cut to fit", func(t *testing.T) {
 		vs := wireValues(512, 512, 512, 512)
-		m := &message{Type: msgStore, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
+		m := &Message{Type: Store, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV6Sender,
 			Clusters: wireFullClusters(), Values: vs}
 		b, got := wireEncodeWithin(t, m, limit)
 		k := len(got.Values)
@@ -658,7 +662,7 @@ func TestWireSizeDiscipline(t *testing.T) {
 // TestWireMatchesProtocolDoc checks the numbers in PROTOCOL.md against the
 // code, so the spec and the implementation cannot drift apart silently.
 func TestWireMatchesProtocolDoc(t *testing.T) {
-	raw, err := os.ReadFile("PROTOCOL.md")
+	raw, err := os.ReadFile("../../PROTOCOL.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -688,8 +692,8 @@ func TestWireMatchesProtocolDoc(t *testing.T) {
 		if len(fields) != 7 {
 			t.Fatalf("parsed %d fixed header fields from the doc: %v", len(fields), fields)
 		}
-		m := &message{Type: msgPutProbe, Response: true, ReqID: 0x1122334455667788, Timestamp: wireStamp,
-			Recipient: KeyFor("recipient"), Sender: wireV4Sender, Clusters: wireClusters(0, 1)}
+		m := &Message{Type: PutProbe, Response: true, ReqID: 0x1122334455667788, Timestamp: wireStamp,
+			Recipient: keyFor("recipient"), Sender: wireV4Sender, Clusters: wireClusters(0, 1)}
 		b := wireEncode(t, m)
 		at := func(name string) []byte {
 			f, ok := fields[name]
@@ -704,7 +708,7 @@ func TestWireMatchesProtocolDoc(t *testing.T) {
 		if got := at("version"); !bytes.Equal(got, []byte{wireVersion}) || wireVersion != 1 {
 			t.Errorf("version = %x", got)
 		}
-		if got := at("type"); got[0] != byte(msgPutProbe) {
+		if got := at("type"); got[0] != byte(PutProbe) {
 			t.Errorf("type = %x", got)
 		}
 		if got := at("flags:"); got[0] != flagResponse || flagResponse != 1 {
@@ -749,25 +753,23 @@ func TestWireMatchesProtocolDoc(t *testing.T) {
 	t.Run("constants", func(t *testing.T) {
 		checks := []string{
 			fmt.Sprintf("at most **%d bytes**", MaxDatagram),
-			fmt.Sprintf("first %d bytes of HMAC-SHA256", tagLen),
+			fmt.Sprintf("first %d bytes of HMAC-SHA256", TagLen),
 			fmt.Sprintf("cluster count c, at most %d", MaxLevels),
 			fmt.Sprintf("%d·c  clusters", clusterEntryLen),
 			fmt.Sprintf("level (0..%d)", MaxLevels-1),
 			fmt.Sprintf("length 1..%d, then the bytes", MaxValueSizeLimit),
-			fmt.Sprintf("contacts       1+…  count (≤ %d)", maxContactsPerReply),
+			fmt.Sprintf("contacts       1+…  count (≤ %d)", MaxContacts),
 			"count (≤ 255)",
-			fmt.Sprintf("`MaxClockSkew` (default %v s)", DefaultConfig().MaxClockSkew.Seconds()),
-			fmt.Sprintf("`ReorderWindow` (default %v s)", DefaultConfig().ReorderWindow.Seconds()),
-			fmt.Sprintf("%d ok, %d not a member", statusOK, statusNotMember),
-			fmt.Sprintf("%d no such level, %d invalid", statusBadLevel, statusInvalid),
-			fmt.Sprintf("%d stored, %d refreshed", storeStored, storeRefreshed),
-			fmt.Sprintf("%d full, %d exhausted", storeFull, storeExhausted),
-			fmt.Sprintf("flags          1    bit %d = want values", reqFlagWantValues-1),
+			fmt.Sprintf("%d ok, %d not a member", StatusOK, StatusNotMember),
+			fmt.Sprintf("%d no such level, %d invalid", StatusBadLevel, StatusInvalid),
+			fmt.Sprintf("%d stored, %d refreshed", StoreStored, StoreRefreshed),
+			fmt.Sprintf("%d full, %d exhausted", StoreFull, StoreExhausted),
+			fmt.Sprintf("flags          1    bit %d = want values", FlagWantValues-1),
 			fmt.Sprintf("payload        2+n  length 0..%d, then the bytes", MaxAppPayload),
-			fmt.Sprintf("%d ok (the payload is the handler's reply)", appOK),
-			fmt.Sprintf("%d no handler for the kind", appUnknown),
-			fmt.Sprintf("%d busy", appBusy),
-			fmt.Sprintf("%d failed (the payload is the", appFailed),
+			fmt.Sprintf("%d ok (the payload is the handler's reply)", AppOK),
+			fmt.Sprintf("%d no handler for the kind", AppUnknown),
+			fmt.Sprintf("%d busy", AppBusy),
+			fmt.Sprintf("%d failed (the payload is the", AppFailed),
 		}
 		for _, c := range checks {
 			if !strings.Contains(doc, c) {
@@ -778,20 +780,20 @@ func TestWireMatchesProtocolDoc(t *testing.T) {
 		if contactLenMax != 20+1+16+2+4 || clusterEntryLen != 1+20+1+8 {
 			t.Errorf("contactLenMax %d, clusterEntryLen %d disagree with the doc", contactLenMax, clusterEntryLen)
 		}
-		if statusEnd != 4 || storeResultEnd != 4 || appResultEnd != 4 {
-			t.Errorf("doc lists 4 statuses, 4 store results and 4 app results; code has %d, %d and %d", statusEnd, storeResultEnd, appResultEnd)
+		if StatusEnd != 4 || StoreResultEnd != 4 || AppResultEnd != 4 {
+			t.Errorf("doc lists 4 statuses, 4 store results and 4 app results; code has %d, %d and %d", StatusEnd, StoreResultEnd, AppResultEnd)
 		}
 	})
 
 	t.Run("message types", func(t *testing.T) {
 		row := regexp.MustCompile(`(?m)^\| (\d+) \| (\w+) \|`)
 		rows := row.FindAllStringSubmatch(doc, -1)
-		if len(rows) != int(msgTypeEnd)-1 {
-			t.Fatalf("doc lists %d types; code has %d", len(rows), msgTypeEnd-1)
+		if len(rows) != int(TypeEnd)-1 {
+			t.Fatalf("doc lists %d types; code has %d", len(rows), TypeEnd-1)
 		}
 		for _, r := range rows {
 			n, _ := strconv.Atoi(r[1])
-			if got := msgType(n).String(); got != r[2] {
+			if got := Type(n).String(); got != r[2] {
 				t.Errorf("type %d is %q in the doc, %q in the code", n, r[2], got)
 			}
 		}
@@ -800,13 +802,13 @@ func TestWireMatchesProtocolDoc(t *testing.T) {
 
 // wireEncodeWithin encodes m, checks the result fits in limit bytes, and
 // decodes it again.
-func wireEncodeWithin(t *testing.T, m *message, limit int) ([]byte, *message) {
+func wireEncodeWithin(t *testing.T, m *Message, limit int) ([]byte, *Message) {
 	t.Helper()
 	b := wireEncode(t, m)
 	if len(b) > limit {
 		t.Fatalf("%d bytes; limit %d", len(b), limit)
 	}
-	got, err := decodeMessage(b)
+	got, err := Decode(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,20 +1,29 @@
-package coraldht
+// Package memnet is an in-memory datagram network for tests and
+// simulations of coraldht nodes: per-pair latency, jitter, loss, partitions,
+// crashes and restarts. Its endpoints implement coraldht.Transport. It uses
+// only channels and timers, so a network created inside a testing/synctest
+// bubble runs in virtual time: a thousand nodes can live through hours in
+// seconds.
+package memnet
 
 import (
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 )
 
 // LatencyFunc returns the one-way delay of a datagram from one address to
 // another. Half a measured RTT matrix entry is the usual choice.
 type LatencyFunc func(from, to netip.AddrPort) time.Duration
 
-// MemNetworkConfig configures a MemNetwork. The zero value is a lossless
+// Config configures a Network. The zero value is a lossless
 // network with no delay.
-type MemNetworkConfig struct {
+type Config struct {
 	// Latency gives each datagram's base one-way delay. Nil means none.
 	Latency LatencyFunc
 	// Jitter adds a uniformly random extra delay in [0, Jitter) to each
@@ -30,8 +39,8 @@ type MemNetworkConfig struct {
 	Seed uint64
 }
 
-// MemNetworkStats counts what happened to datagrams.
-type MemNetworkStats struct {
+// Stats counts what happened to datagrams.
+type Stats struct {
 	Sent      uint64 // WriteTo calls on live endpoints
 	Delivered uint64 // queued at a live receiver
 	Lost      uint64 // dropped by the loss probability
@@ -40,20 +49,22 @@ type MemNetworkStats struct {
 	QueueFull uint64 // receiver's queue was full
 }
 
-// MemNetwork is an in-memory datagram network for tests and experiments. It
-// models per-pair latency, jitter, loss, partitions, and crashing and
-// restarting endpoints. It uses only channels and timers, so a network
-// created inside a testing/synctest bubble runs in virtual time: a thousand
-// nodes can live through hours in seconds.
-type MemNetwork struct {
+// Network is an in-memory datagram network. It models per-pair latency,
+// jitter, loss, partitions, and crashing and restarting endpoints.
+type Network struct {
 	mu         sync.Mutex
-	cfg        MemNetworkConfig
+	cfg        Config
 	rng        *rand.Rand
-	endpoints  map[netip.AddrPort]*MemTransport
+	endpoints  map[netip.AddrPort]*Transport
 	dead       map[netip.AddrPort]bool
 	partitions []partition
-	stats      MemNetworkStats
+	stats      Stats
 }
+
+// ErrClosed is what a closed or killed endpoint's ReadFrom and WriteTo
+// return. It wraps net.ErrClosed, which coraldht's nodes take as the end of
+// their transport.
+var ErrClosed = fmt.Errorf("memnet: endpoint closed: %w", net.ErrClosed)
 
 type partition struct{ a, b map[netip.AddrPort]bool }
 
@@ -61,8 +72,8 @@ func (p partition) separates(x, y netip.AddrPort) bool {
 	return (p.a[x] && p.b[y]) || (p.b[x] && p.a[y])
 }
 
-// NewMemNetwork returns an empty network.
-func NewMemNetwork(cfg MemNetworkConfig) *MemNetwork {
+// New returns an empty network.
+func New(cfg Config) *Network {
 	if cfg.QueueLen <= 0 {
 		cfg.QueueLen = 512
 	}
@@ -70,26 +81,26 @@ func NewMemNetwork(cfg MemNetworkConfig) *MemNetwork {
 	if seed == 0 {
 		seed = 1
 	}
-	return &MemNetwork{
+	return &Network{
 		cfg:       cfg,
 		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		endpoints: make(map[netip.AddrPort]*MemTransport),
+		endpoints: make(map[netip.AddrPort]*Transport),
 		dead:      make(map[netip.AddrPort]bool),
 	}
 }
 
 // Listen attaches a new endpoint at addr.
-func (n *MemNetwork) Listen(addr netip.AddrPort) (*MemTransport, error) {
-	if err := checkContactAddr(addr); err != nil {
-		return nil, fmt.Errorf("coraldht: memnet listen: %v", err)
+func (n *Network) Listen(addr netip.AddrPort) (*Transport, error) {
+	if err := wire.CheckAddr(addr); err != nil {
+		return nil, fmt.Errorf("memnet: listen: %v", err)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, busy := n.endpoints[addr]; busy {
-		return nil, fmt.Errorf("coraldht: memnet listen: %v already in use", addr)
+		return nil, fmt.Errorf("memnet: listen: %v already in use", addr)
 	}
 	delete(n.dead, addr)
-	t := &MemTransport{
+	t := &Transport{
 		net:    n,
 		local:  addr,
 		inbox:  make(chan memPacket, n.cfg.QueueLen),
@@ -100,21 +111,21 @@ func (n *MemNetwork) Listen(addr netip.AddrPort) (*MemTransport, error) {
 }
 
 // SetLatency replaces the latency function for datagrams sent from now on.
-func (n *MemNetwork) SetLatency(f LatencyFunc) {
+func (n *Network) SetLatency(f LatencyFunc) {
 	n.mu.Lock()
 	n.cfg.Latency = f
 	n.mu.Unlock()
 }
 
 // SetJitter replaces the jitter bound.
-func (n *MemNetwork) SetJitter(d time.Duration) {
+func (n *Network) SetJitter(d time.Duration) {
 	n.mu.Lock()
 	n.cfg.Jitter = d
 	n.mu.Unlock()
 }
 
 // SetLoss replaces the loss probability.
-func (n *MemNetwork) SetLoss(p float64) {
+func (n *Network) SetLoss(p float64) {
 	n.mu.Lock()
 	n.cfg.Loss = p
 	n.mu.Unlock()
@@ -122,7 +133,7 @@ func (n *MemNetwork) SetLoss(p float64) {
 
 // Partition stops all traffic between the addresses in a and those in b, in
 // both directions, until Heal. Traffic within each side is unaffected.
-func (n *MemNetwork) Partition(a, b []netip.AddrPort) {
+func (n *Network) Partition(a, b []netip.AddrPort) {
 	p := partition{a: make(map[netip.AddrPort]bool), b: make(map[netip.AddrPort]bool)}
 	for _, x := range a {
 		p.a[x] = true
@@ -136,7 +147,7 @@ func (n *MemNetwork) Partition(a, b []netip.AddrPort) {
 }
 
 // Heal removes every partition.
-func (n *MemNetwork) Heal() {
+func (n *Network) Heal() {
 	n.mu.Lock()
 	n.partitions = nil
 	n.mu.Unlock()
@@ -145,7 +156,7 @@ func (n *MemNetwork) Heal() {
 // Kill crashes the endpoint at addr without warning: its ReadFrom fails,
 // what it sends is dropped and datagrams to it vanish. Restart brings a
 // fresh endpoint back at the same address.
-func (n *MemNetwork) Kill(addr netip.AddrPort) {
+func (n *Network) Kill(addr netip.AddrPort) {
 	n.mu.Lock()
 	t := n.endpoints[addr]
 	delete(n.endpoints, addr)
@@ -157,24 +168,24 @@ func (n *MemNetwork) Kill(addr netip.AddrPort) {
 }
 
 // Restart attaches a fresh endpoint at the address of a killed one.
-func (n *MemNetwork) Restart(addr netip.AddrPort) (*MemTransport, error) {
+func (n *Network) Restart(addr netip.AddrPort) (*Transport, error) {
 	n.mu.Lock()
 	wasDead := n.dead[addr]
 	n.mu.Unlock()
 	if !wasDead {
-		return nil, fmt.Errorf("coraldht: memnet restart: %v was not killed", addr)
+		return nil, fmt.Errorf("memnet: restart: %v was not killed", addr)
 	}
 	return n.Listen(addr)
 }
 
 // Stats returns the datagram counters.
-func (n *MemNetwork) Stats() MemNetworkStats {
+func (n *Network) Stats() Stats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.stats
 }
 
-func (n *MemNetwork) send(from netip.AddrPort, p []byte, to netip.AddrPort) {
+func (n *Network) send(from netip.AddrPort, p []byte, to netip.AddrPort) {
 	n.mu.Lock()
 	if n.endpoints[from] == nil {
 		// A killed or closed sender's packets go nowhere.
@@ -211,7 +222,7 @@ func (n *MemNetwork) send(from netip.AddrPort, p []byte, to netip.AddrPort) {
 	time.AfterFunc(delay, func() { n.deliver(to, pkt) })
 }
 
-func (n *MemNetwork) deliver(to netip.AddrPort, pkt memPacket) {
+func (n *Network) deliver(to netip.AddrPort, pkt memPacket) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	t := n.endpoints[to]
@@ -232,41 +243,41 @@ type memPacket struct {
 	data []byte
 }
 
-// MemTransport is one endpoint of a MemNetwork.
-type MemTransport struct {
-	net       *MemNetwork
+// Transport is one endpoint of a Network.
+type Transport struct {
+	net       *Network
 	local     netip.AddrPort
 	inbox     chan memPacket
 	closed    chan struct{}
 	closeOnce sync.Once
 }
 
-// LocalAddr implements Transport.
-func (t *MemTransport) LocalAddr() netip.AddrPort { return t.local }
+// LocalAddr implements coraldht.Transport.
+func (t *Transport) LocalAddr() netip.AddrPort { return t.local }
 
-// WriteTo implements Transport.
-func (t *MemTransport) WriteTo(p []byte, to netip.AddrPort) error {
+// WriteTo implements coraldht.Transport.
+func (t *Transport) WriteTo(p []byte, to netip.AddrPort) error {
 	select {
 	case <-t.closed:
-		return ErrTransportClosed
+		return ErrClosed
 	default:
 	}
 	t.net.send(t.local, p, to)
 	return nil
 }
 
-// ReadFrom implements Transport.
-func (t *MemTransport) ReadFrom(p []byte) (int, netip.AddrPort, error) {
+// ReadFrom implements coraldht.Transport.
+func (t *Transport) ReadFrom(p []byte) (int, netip.AddrPort, error) {
 	select {
 	case pkt := <-t.inbox:
 		return copy(p, pkt.data), pkt.from, nil
 	case <-t.closed:
-		return 0, netip.AddrPort{}, ErrTransportClosed
+		return 0, netip.AddrPort{}, ErrClosed
 	}
 }
 
-// Close implements Transport: the endpoint leaves the network.
-func (t *MemTransport) Close() error {
+// Close implements coraldht.Transport: the endpoint leaves the network.
+func (t *Transport) Close() error {
 	t.net.mu.Lock()
 	if t.net.endpoints[t.local] == t {
 		delete(t.net.endpoints, t.local)
@@ -276,4 +287,15 @@ func (t *MemTransport) Close() error {
 	return nil
 }
 
-func (t *MemTransport) shut() { t.closeOnce.Do(func() { close(t.closed) }) }
+// TryReadFrom is ReadFrom without waiting: ok is false when no datagram is
+// queued. Tests that drive a node synchronously collect its replies with it.
+func (t *Transport) TryReadFrom(p []byte) (n int, from netip.AddrPort, ok bool) {
+	select {
+	case pkt := <-t.inbox:
+		return copy(p, pkt.data), pkt.from, true
+	default:
+		return 0, netip.AddrPort{}, false
+	}
+}
+
+func (t *Transport) shut() { t.closeOnce.Do(func() { close(t.closed) }) }

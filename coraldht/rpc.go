@@ -1,0 +1,205 @@
+package coraldht
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/coralcdn/coral/coraldht/internal/wire"
+)
+
+// The RPC table: the calls this node has in flight, keyed by request ID in
+// Node.pending, each with a soft timeout (hedge) and a hard one (give up).
+// Lookups drive many calls at once through startCall and its events; single
+// calls go through call.
+
+// send fills in the header of m and transmits it to addr, addressed to the
+// node with ID toID.
+func (n *Node) send(m *wire.Message, to netip.AddrPort, toID ID) error {
+	m.Sender = n.self
+	m.Recipient = toID
+	m.Clusters = n.clusterInfos()
+	m.Timestamp = n.stamp()
+	buf := make([]byte, 0, MaxDatagram)
+	b, err := wire.Encode(buf, m)
+	if err != nil {
+		return err
+	}
+	b = n.key.seal(b)
+	if m.Response {
+		n.counters.repOut[m.Type].Add(1)
+	} else {
+		n.counters.reqOut[m.Type].Add(1)
+	}
+	return n.tr.WriteTo(b, to)
+}
+
+// pendingCall is an outstanding request.
+type pendingCall struct {
+	id     uint64
+	to     Contact
+	typ    wire.Type
+	sent   time.Time
+	events chan<- rpcEvent
+	tag    any
+
+	soft, hard *time.Timer
+}
+
+func (pc *pendingCall) stopTimers() {
+	if pc.soft != nil {
+		pc.soft.Stop()
+	}
+	if pc.hard != nil {
+		pc.hard.Stop()
+	}
+}
+
+// rpcEvent reports progress of a call: soft (the peer is slower than its
+// timeout; the call stays open), a reply, or a final error.
+type rpcEvent struct {
+	call  *pendingCall
+	reply *wire.Message
+	err   error
+	soft  bool
+}
+
+func (n *Node) post(pc *pendingCall, ev rpcEvent) {
+	ev.call = pc
+	select {
+	case pc.events <- ev:
+	default:
+		// Event channels are sized for every event their owner can
+		// receive; a full one means the owner has gone.
+	}
+}
+
+// startCall sends req to c and reports on events: a soft event when the
+// peer is slower than expected (lookups then hedge), then exactly one final
+// event (reply or error) unless the call is cancelled first. See
+// peerTable.timeouts for the two deadlines and for quick calls.
+func (n *Node) startCall(c Contact, req *wire.Message, events chan<- rpcEvent, tag any, quick bool) *pendingCall {
+	soft, hard := n.peers.timeouts(c.Addr, quick)
+	pc := &pendingCall{to: c, typ: req.Type, events: events, tag: tag, sent: time.Now()}
+	n.mu.Lock()
+	if n.closed.Load() {
+		n.mu.Unlock()
+		n.post(pc, rpcEvent{err: ErrClosed})
+		return pc
+	}
+	for {
+		pc.id = n.rng.Uint64()
+		if _, dup := n.pending[pc.id]; !dup && pc.id != 0 {
+			break
+		}
+	}
+	n.pending[pc.id] = pc
+	if soft < hard {
+		pc.soft = time.AfterFunc(soft, func() { n.post(pc, rpcEvent{soft: true}) })
+	}
+	pc.hard = time.AfterFunc(hard, func() { n.expireCall(pc) })
+	n.mu.Unlock()
+
+	req.ReqID = pc.id
+	req.Response = false
+	if err := n.send(req, c.Addr, c.ID); err != nil {
+		if n.takePending(pc) {
+			pc.stopTimers()
+			n.post(pc, rpcEvent{err: fmt.Errorf("coraldht: send to %v: %w", c.Addr, err)})
+		}
+	}
+	return pc
+}
+
+// takePending removes pc from the pending table; false if it was gone.
+func (n *Node) takePending(pc *pendingCall) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.pending[pc.id] != pc {
+		return false
+	}
+	delete(n.pending, pc.id)
+	return true
+}
+
+func (n *Node) expireCall(pc *pendingCall) {
+	if !n.takePending(pc) {
+		return
+	}
+	if pc.soft != nil {
+		pc.soft.Stop()
+	}
+	n.counters.timeouts.Add(1)
+	n.peers.failed(pc.to.Addr, time.Now())
+	for _, lv := range n.levels {
+		lv.rt.failed(pc.to.ID)
+	}
+	n.post(pc, rpcEvent{err: ErrTimeout})
+}
+
+// cancelCall abandons pc without an event.
+func (n *Node) cancelCall(pc *pendingCall) {
+	if n.takePending(pc) {
+		pc.stopTimers()
+	}
+}
+
+// call is a blocking RPC: it returns the reply or the first error.
+func (n *Node) call(ctx context.Context, c Contact, req *wire.Message) (*wire.Message, error) {
+	events := make(chan rpcEvent, 2)
+	pc := n.startCall(c, req, events, nil, false)
+	for {
+		select {
+		case ev := <-events:
+			if ev.soft {
+				continue
+			}
+			return ev.reply, ev.err
+		case <-ctx.Done():
+			n.cancelCall(pc)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Ping checks that the node at addr is alive and shares this network's key.
+// On success the node enters the routing tables and its RTT is returned.
+func (n *Node) Ping(ctx context.Context, addr netip.AddrPort) (time.Duration, error) {
+	if n.closed.Load() {
+		return 0, ErrClosed
+	}
+	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	if err := wire.CheckAddr(addr); err != nil {
+		return 0, fmt.Errorf("%w: ping %v: %v", ErrInvalid, addr, err)
+	}
+	start := time.Now()
+	if _, err := n.call(ctx, Contact{ID: NodeIDFor(addr), Addr: addr}, &wire.Message{Type: wire.Ping}); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// PingNode pings addr and returns the node there as it announced itself in
+// its reply (its ID and services), heard now, with the smallest RTT this
+// node has measured to it.
+func (n *Node) PingNode(ctx context.Context, addr netip.AddrPort) (NodeInfo, error) {
+	if n.closed.Load() {
+		return NodeInfo{}, ErrClosed
+	}
+	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	if err := wire.CheckAddr(addr); err != nil {
+		return NodeInfo{}, fmt.Errorf("%w: ping %v: %v", ErrInvalid, addr, err)
+	}
+	start := time.Now()
+	reply, err := n.call(ctx, Contact{ID: NodeIDFor(addr), Addr: addr}, &wire.Message{Type: wire.Ping})
+	if err != nil {
+		return NodeInfo{}, err
+	}
+	rtt := time.Since(start)
+	ni := n.nodeInfo(Contact{ID: reply.Sender.ID, Addr: addr, Services: reply.Sender.Services}, time.Now())
+	if ni.RTT == 0 || rtt < ni.RTT {
+		ni.RTT = rtt
+	}
+	return ni, nil
+}
