@@ -4,7 +4,7 @@
 // single-level network, a multi-level one, and a multi-level one whose DNS
 // servers map clients with a trace toward them and locality hints.
 //
-//	go run ./eval/endtoend [-n 168] [-persite 2] [-requests 12] [-out docs/eval]
+//	go run ./eval/endtoend [-n 168] [-persite 2] [-configs 0,1,2] [-variants 0,1] [-out docs/eval]
 //
 // It runs in virtual time on coraldht's in-memory network with latencies
 // from the WonderProxy RTT matrix when CORAL_RTT_DATA names it, or the
