@@ -248,90 +248,134 @@ func DefaultConfig() Config {
 
 // Validate reports the first field that is out of range, by name.
 func (c *Config) Validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("coraldht: config %s: %s", field, fmt.Sprintf(format, args...))
+	for _, check := range []func() *ConfigError{c.validateLevels, c.validateProtocol, c.validateRPC, c.validateClustering, c.validateNames} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// A ConfigError is a Config field that does not validate.
+type ConfigError struct {
+	Field string // the Config field: "Levels", "Pins", …
+	Msg   string // what is wrong with its value
+}
+
+func (e *ConfigError) Error() string { return "coraldht: config " + e.Field + ": " + e.Msg }
+
+func badConfig(field, format string, args ...any) *ConfigError {
+	return &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// validateLevels checks the RTT thresholds.
+func (c *Config) validateLevels() *ConfigError {
 	if len(c.Levels)+1 > MaxLevels {
-		return bad("Levels", "%d thresholds; at most %d", len(c.Levels), MaxLevels-1)
+		return badConfig("Levels", "%d thresholds; at most %d", len(c.Levels), MaxLevels-1)
 	}
 	for i, th := range c.Levels {
 		if th <= 0 {
-			return bad("Levels", "threshold of level %d is %v; must be positive", i+1, th)
+			return badConfig("Levels", "threshold of level %d is %v; must be positive", i+1, th)
 		}
 		if i > 0 && th >= c.Levels[i-1] {
-			return bad("Levels", "threshold of level %d (%v) must be below level %d's (%v)", i+1, th, i, c.Levels[i-1])
+			return badConfig("Levels", "threshold of level %d (%v) must be below level %d's (%v)", i+1, th, i, c.Levels[i-1])
 		}
 	}
+	return nil
+}
+
+// validateProtocol checks the lookup and storage parameters, some bounded
+// by what a datagram carries.
+func (c *Config) validateProtocol() *ConfigError {
 	switch {
 	case c.B < 1 || c.B > 16:
-		return bad("B", "%d; must be 1..16", c.B)
+		return badConfig("B", "%d; must be 1..16", c.B)
 	case c.Alpha < 1 || c.Alpha > 16:
-		return bad("Alpha", "%d; must be 1..16", c.Alpha)
+		return badConfig("Alpha", "%d; must be 1..16", c.Alpha)
 	case c.BucketSize < 1 || c.BucketSize > wire.MaxContacts-closingHints:
-		return bad("BucketSize", "%d; must be 1..%d (a reply carries one bucket and %d hints)", c.BucketSize, wire.MaxContacts-closingHints, closingHints)
+		return badConfig("BucketSize", "%d; must be 1..%d (a reply carries one bucket and %d hints)", c.BucketSize, wire.MaxContacts-closingHints, closingHints)
 	case c.FullValues < 1 || c.FullValues > 64:
-		return bad("FullValues", "%d; must be 1..64", c.FullValues)
+		return badConfig("FullValues", "%d; must be 1..64", c.FullValues)
 	case c.Leak < 1:
-		return bad("Leak", "%d; must be at least 1", c.Leak)
+		return badConfig("Leak", "%d; must be at least 1", c.Leak)
 	case c.Replicas < 1 || c.Replicas > 8:
-		return bad("Replicas", "%d; must be 1..8", c.Replicas)
+		return badConfig("Replicas", "%d; must be 1..8", c.Replicas)
 	case c.MaxValueSize < 1 || c.MaxValueSize > MaxValueSizeLimit:
-		return bad("MaxValueSize", "%d; must be 1..%d", c.MaxValueSize, MaxValueSizeLimit)
+		return badConfig("MaxValueSize", "%d; must be 1..%d", c.MaxValueSize, MaxValueSizeLimit)
 	case c.MaxTTL < time.Second || c.MaxTTL > wire.MaxTTL:
-		return bad("MaxTTL", "%v; must be 1s..%v", c.MaxTTL, wire.MaxTTL)
+		return badConfig("MaxTTL", "%v; must be 1s..%v", c.MaxTTL, wire.MaxTTL)
 	case c.MaxValues < 1:
-		return bad("MaxValues", "%d; must be positive", c.MaxValues)
+		return badConfig("MaxValues", "%d; must be positive", c.MaxValues)
 	case c.MaxKeys < 1:
-		return bad("MaxKeys", "%d; must be positive", c.MaxKeys)
+		return badConfig("MaxKeys", "%d; must be positive", c.MaxKeys)
 	case c.MaxTrackedKeys < 1:
-		return bad("MaxTrackedKeys", "%d; must be positive", c.MaxTrackedKeys)
-	case c.MinRPCTimeout <= 0:
-		return bad("MinRPCTimeout", "%v; must be positive", c.MinRPCTimeout)
-	case c.MaxRPCTimeout < c.MinRPCTimeout:
-		return bad("MaxRPCTimeout", "%v is below MinRPCTimeout %v", c.MaxRPCTimeout, c.MinRPCTimeout)
-	case c.InitialRPCTimeout < c.MinRPCTimeout || c.InitialRPCTimeout > c.MaxRPCTimeout:
-		return bad("InitialRPCTimeout", "%v; must lie within MinRPCTimeout..MaxRPCTimeout", c.InitialRPCTimeout)
-	case c.LookupTimeout < c.MaxRPCTimeout:
-		return bad("LookupTimeout", "%v is below MaxRPCTimeout %v", c.LookupTimeout, c.MaxRPCTimeout)
-	case c.MaxFailures < 1:
-		return bad("MaxFailures", "%d; must be at least 1", c.MaxFailures)
-	case c.QuestionableAfter <= 0:
-		return bad("QuestionableAfter", "%v; must be positive", c.QuestionableAfter)
-	case c.RefreshInterval <= 0:
-		return bad("RefreshInterval", "%v; must be positive", c.RefreshInterval)
-	case c.NodesLiveWithin <= 0:
-		return bad("NodesLiveWithin", "%v; must be positive", c.NodesLiveWithin)
-	case c.MaxClockSkew < time.Second:
-		return bad("MaxClockSkew", "%v; must be at least 1s", c.MaxClockSkew)
-	case c.ReorderWindow <= 0 || c.ReorderWindow > c.MaxClockSkew:
-		return bad("ReorderWindow", "%v; must be positive and at most MaxClockSkew", c.ReorderWindow)
-	case c.ClusterInterval < time.Second:
-		return bad("ClusterInterval", "%v; must be at least 1s", c.ClusterInterval)
-	case !(c.JoinFraction > 0 && c.JoinFraction <= 1):
-		return bad("JoinFraction", "%v; must be in (0, 1]", c.JoinFraction)
-	case !(c.LeaveFraction > 0 && c.LeaveFraction <= 1):
-		return bad("LeaveFraction", "%v; must be in (0, 1]", c.LeaveFraction)
-	case c.ValidateMembers < 1 || c.ValidateMembers > 32:
-		return bad("ValidateMembers", "%d; must be 1..32", c.ValidateMembers)
-	case c.HintHops < 0 || c.HintHops > 16:
-		return bad("HintHops", "%d; must be 0..16", c.HintHops)
+		return badConfig("MaxTrackedKeys", "%d; must be positive", c.MaxTrackedKeys)
 	}
+	return nil
+}
+
+// validateRPC checks the RPC timeouts and the liveness rules.
+func (c *Config) validateRPC() *ConfigError {
+	switch {
+	case c.MinRPCTimeout <= 0:
+		return badConfig("MinRPCTimeout", "%v; must be positive", c.MinRPCTimeout)
+	case c.MaxRPCTimeout < c.MinRPCTimeout:
+		return badConfig("MaxRPCTimeout", "%v is below MinRPCTimeout %v", c.MaxRPCTimeout, c.MinRPCTimeout)
+	case c.InitialRPCTimeout < c.MinRPCTimeout || c.InitialRPCTimeout > c.MaxRPCTimeout:
+		return badConfig("InitialRPCTimeout", "%v; must lie within MinRPCTimeout..MaxRPCTimeout", c.InitialRPCTimeout)
+	case c.LookupTimeout < c.MaxRPCTimeout:
+		return badConfig("LookupTimeout", "%v is below MaxRPCTimeout %v", c.LookupTimeout, c.MaxRPCTimeout)
+	case c.MaxFailures < 1:
+		return badConfig("MaxFailures", "%d; must be at least 1", c.MaxFailures)
+	case c.QuestionableAfter <= 0:
+		return badConfig("QuestionableAfter", "%v; must be positive", c.QuestionableAfter)
+	case c.RefreshInterval <= 0:
+		return badConfig("RefreshInterval", "%v; must be positive", c.RefreshInterval)
+	case c.NodesLiveWithin <= 0:
+		return badConfig("NodesLiveWithin", "%v; must be positive", c.NodesLiveWithin)
+	case c.MaxClockSkew < time.Second:
+		return badConfig("MaxClockSkew", "%v; must be at least 1s", c.MaxClockSkew)
+	case c.ReorderWindow <= 0 || c.ReorderWindow > c.MaxClockSkew:
+		return badConfig("ReorderWindow", "%v; must be positive and at most MaxClockSkew", c.ReorderWindow)
+	}
+	return nil
+}
+
+// validateClustering checks the clustering rounds and hints.
+func (c *Config) validateClustering() *ConfigError {
+	switch {
+	case c.ClusterInterval < time.Second:
+		return badConfig("ClusterInterval", "%v; must be at least 1s", c.ClusterInterval)
+	case !(c.JoinFraction > 0 && c.JoinFraction <= 1):
+		return badConfig("JoinFraction", "%v; must be in (0, 1]", c.JoinFraction)
+	case !(c.LeaveFraction > 0 && c.LeaveFraction <= 1):
+		return badConfig("LeaveFraction", "%v; must be in (0, 1]", c.LeaveFraction)
+	case c.ValidateMembers < 1 || c.ValidateMembers > 32:
+		return badConfig("ValidateMembers", "%d; must be 1..32", c.ValidateMembers)
+	case c.HintHops < 0 || c.HintHops > 16:
+		return badConfig("HintHops", "%d; must be 0..16", c.HintHops)
+	}
+	return nil
+}
+
+// validateNames checks the pins, hint prefixes and advertised address.
+func (c *Config) validateNames() *ConfigError {
 	for lvl, name := range c.Pins {
 		if lvl < 1 || lvl > len(c.Levels) {
-			return bad("Pins", "level %d; this configuration has levels 1..%d to pin (level 0 is the global cluster)", lvl, len(c.Levels))
+			return badConfig("Pins", "level %d; this configuration has levels 1..%d to pin (level 0 is the global cluster)", lvl, len(c.Levels))
 		}
 		if strings.TrimSpace(name) == "" {
-			return bad("Pins", "level %d has an empty cluster name", lvl)
+			return badConfig("Pins", "level %d has an empty cluster name", lvl)
 		}
 	}
 	for _, p := range c.HintPrefixes {
 		if !p.IsValid() {
-			return bad("HintPrefixes", "invalid prefix")
+			return badConfig("HintPrefixes", "invalid prefix")
 		}
 	}
 	if c.Advertise.IsValid() {
 		if err := wire.CheckAddr(c.Advertise); err != nil {
-			return bad("Advertise", "%v", err)
+			return badConfig("Advertise", "%v", err)
 		}
 	}
 	return nil

@@ -644,6 +644,23 @@ func TestConfigValidate(t *testing.T) {
 		{"LookupTimeout", func(c *Config) { c.LookupTimeout = time.Millisecond }},
 		{"ReorderWindow", func(c *Config) { c.ReorderWindow = time.Hour }},
 		{"Advertise", func(c *Config) { c.Advertise = netip.MustParseAddrPort("0.0.0.0:4000") }},
+		{"MaxValues", func(c *Config) { c.MaxValues = 0 }},
+		{"MaxKeys", func(c *Config) { c.MaxKeys = 0 }},
+		{"MaxTrackedKeys", func(c *Config) { c.MaxTrackedKeys = 0 }},
+		{"MinRPCTimeout", func(c *Config) { c.MinRPCTimeout = 0 }},
+		{"MaxFailures", func(c *Config) { c.MaxFailures = 0 }},
+		{"QuestionableAfter", func(c *Config) { c.QuestionableAfter = 0 }},
+		{"RefreshInterval", func(c *Config) { c.RefreshInterval = 0 }},
+		{"NodesLiveWithin", func(c *Config) { c.NodesLiveWithin = 0 }},
+		{"MaxClockSkew", func(c *Config) { c.MaxClockSkew = time.Millisecond }},
+		{"ClusterInterval", func(c *Config) { c.ClusterInterval = time.Millisecond }},
+		{"JoinFraction", func(c *Config) { c.JoinFraction = 0 }},
+		{"LeaveFraction", func(c *Config) { c.LeaveFraction = 1.5 }},
+		{"ValidateMembers", func(c *Config) { c.ValidateMembers = 33 }},
+		{"HintHops", func(c *Config) { c.HintHops = 17 }},
+		{"Pins", func(c *Config) { c.Pins = map[int]string{3: "x"} }},
+		{"Pins", func(c *Config) { c.Pins = map[int]string{1: " "} }},
+		{"HintPrefixes", func(c *Config) { c.HintPrefixes = []netip.Prefix{{}} }},
 	}
 	d := DefaultConfig()
 	if err := d.Validate(); err != nil {
@@ -653,8 +670,10 @@ func TestConfigValidate(t *testing.T) {
 		c := DefaultConfig()
 		tc.mod(&c)
 		err := c.Validate()
-		if err == nil || !bytes.Contains([]byte(err.Error()), []byte(tc.field)) {
-			t.Errorf("%s: error %v does not name the field", tc.field, err)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != tc.field || ce.Msg == "" ||
+			err.Error() != "coraldht: config "+tc.field+": "+ce.Msg {
+			t.Errorf("%s: error %v (%#v) is not a *ConfigError naming the field", tc.field, err, ce)
 		}
 	}
 }

@@ -2,13 +2,13 @@ package host
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net/netip"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
@@ -98,12 +98,11 @@ func (o Options) Validate() error {
 	}
 	cfg := o.config()
 	if err := cfg.Validate(); err != nil {
-		// coraldht names the Config field: "coraldht: config Pins: …".
-		field := ""
-		if rest, ok := strings.CutPrefix(err.Error(), "coraldht: config "); ok {
-			field, _, _ = strings.Cut(rest, ":")
+		var ce *coraldht.ConfigError
+		if errors.As(err, &ce) {
+			return bad(ce.Field, "%v", err)
 		}
-		return bad(field, "%v", err)
+		return bad("", "%v", err)
 	}
 	return nil
 }

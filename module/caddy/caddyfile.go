@@ -3,7 +3,6 @@ package coralcaddy
 import (
 	"net/netip"
 	"strconv"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -11,6 +10,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+
+	"github.com/coralcdn/coral/coraldht/host"
 )
 
 // The Caddyfile names of the coral app and handlers.
@@ -27,6 +28,8 @@ func init() {
 }
 
 // parseGlobalCoral reads the global option that configures the coral app:
+// the node's options, in the grammar coraldht/host reads for both servers
+// (host.ParseOptions):
 //
 //	{
 //	    coral {
@@ -39,7 +42,6 @@ func init() {
 //	    }
 //	}
 func parseGlobalCoral(d *caddyfile.Dispenser, existing any) (any, error) {
-	app := new(App)
 	if existing != nil {
 		return nil, d.Err("the coral global option may appear only once")
 	}
@@ -47,71 +49,43 @@ func parseGlobalCoral(d *caddyfile.Dispenser, existing any) (any, error) {
 	if d.NextArg() {
 		return nil, d.ArgErr()
 	}
-	for d.NextBlock(0) {
-		prop := d.Val()
-		args := d.RemainingArgs()
-		one := func() (string, error) {
-			if len(args) != 1 {
-				return "", d.Errf("%s takes one argument", prop)
-			}
-			return args[0], nil
-		}
-		var err error
-		switch prop {
-		case "listen":
-			app.Listen, err = one()
-		case "advertise":
-			app.Advertise, err = one()
-		case "key_file":
-			if app.KeyFile, err = one(); err == nil {
-				// The key's digest in the adapted JSON makes `caddy
-				// reload` see a new key in the same file.
-				app.KeyFileSHA256 = fileSHA256(app.KeyFile)
-			}
-		case "bootstrap":
-			if len(args) == 0 {
-				return nil, d.Errf("bootstrap needs at least one IP:PORT")
-			}
-			app.Bootstrap = append(app.Bootstrap, args...)
-		case "levels":
-			if len(args) == 0 {
-				return nil, d.Errf("levels needs at least one RTT threshold")
-			}
-			for _, a := range args {
-				dur, perr := caddy.ParseDuration(a)
-				if perr != nil || dur <= 0 {
-					return nil, d.Errf("levels: %q is not a positive duration", a)
-				}
-				if n := len(app.Levels); n > 0 && dur >= time.Duration(app.Levels[n-1]) {
-					return nil, d.Errf("levels must decrease: %s is not below %s", a, time.Duration(app.Levels[n-1]))
-				}
-				app.Levels = append(app.Levels, caddy.Duration(dur))
-			}
-		case "cluster":
-			if len(args) != 2 {
-				return nil, d.Errf("cluster takes a level and a name")
-			}
-			if lvl, perr := strconv.Atoi(args[0]); perr != nil || lvl < 1 {
-				return nil, d.Errf("cluster: level %q must be a number 1..n (level 0 is the global cluster)", args[0])
-			}
-			if app.Clusters == nil {
-				app.Clusters = map[string]string{}
-			}
-			if _, dup := app.Clusters[args[0]]; dup {
-				return nil, d.Errf("cluster for level %s given twice", args[0])
-			}
-			app.Clusters[args[0]] = args[1]
-		default:
-			return nil, d.Errf("unknown coral option %q", prop)
-		}
-		if err != nil {
-			return nil, err
-		}
+	opts, err := host.ParseOptions(optionLines{d})
+	if err != nil {
+		return nil, err
 	}
-	if app.Listen == "" {
-		return nil, d.Err("coral: listen IP:PORT is required")
+	return httpcaddyfile.App{Name: "coral", Value: caddyconfig.JSON(appFromOptions(opts), nil)}, nil
+}
+
+// optionLines is a Caddyfile dispenser as host.ParseOptions reads it: the
+// lines of the block it is in.
+type optionLines struct{ *caddyfile.Dispenser }
+
+func (d optionLines) NextBlock() bool { return d.Dispenser.NextBlock(0) }
+
+// appFromOptions is the app's JSON configuration of the node options.
+func appFromOptions(o host.Options) *App {
+	app := &App{Listen: o.Listen.String(), KeyFile: o.KeyFile}
+	if o.Advertise.IsValid() {
+		app.Advertise = o.Advertise.String()
 	}
-	return httpcaddyfile.App{Name: "coral", Value: caddyconfig.JSON(app, nil)}, nil
+	for _, b := range o.Bootstrap {
+		app.Bootstrap = append(app.Bootstrap, b.String())
+	}
+	for _, l := range o.Levels {
+		app.Levels = append(app.Levels, caddy.Duration(l))
+	}
+	for lvl, name := range o.Pins {
+		if app.Clusters == nil {
+			app.Clusters = map[string]string{}
+		}
+		app.Clusters[strconv.Itoa(lvl)] = name
+	}
+	if app.KeyFile != "" {
+		// The key's digest in the adapted JSON makes `caddy reload` see a
+		// new key in the same file.
+		app.KeyFileSHA256 = fileSHA256(app.KeyFile)
+	}
+	return app
 }
 
 // parseHandlerCaddyfile reads the coral_proxy directive.

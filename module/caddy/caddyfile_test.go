@@ -101,6 +101,12 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"pin twice", "coral {\n listen 127.0.0.2:4000\n cluster 1 x\n cluster 1 y\n}", "given twice"},
 		{"unknown", "coral {\n listen 127.0.0.2:4000\n colour blue\n}", `unknown coral option "colour"`},
 		{"empty bootstrap", "coral {\n listen 127.0.0.2:4000\n bootstrap\n}", "at least one"},
+		// The same checks and messages as CoreDNS's (coraldht/host reads
+		// the block for both), at adapt time.
+		{"too many levels", "coral {\n listen 127.0.0.2:4000\n levels 8ms 7ms 6ms 5ms 4ms 3ms 2ms 1ms\n}", "levels takes 1..7 RTT thresholds (levels 1..n), got 8"},
+		{"pin above the levels", "coral {\n listen 127.0.0.2:4000\n cluster 3 x\n}", "cluster level 3: this configuration has levels 1..2"},
+		{"no key off loopback", "coral {\n listen 192.0.2.1:4000\n}", "key_file is required unless the node listens on loopback"},
+		{"bad advertise", "coral {\n listen 127.0.0.2:4000\n advertise 0.0.0.0:4000\n}", `advertise "0.0.0.0:4000": want a specific IP:PORT`},
 	} {
 		t.Run("global "+tc.name, func(t *testing.T) {
 			_, err := parseGlobalCoral(caddyfile.NewTestDispenser(tc.input), nil)

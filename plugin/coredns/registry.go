@@ -89,17 +89,10 @@ const rttCacheSize = 100_000
 
 // nodeOptions are the node settings of cfg, which parse has checked.
 func (cfg *config) nodeOptions() host.Options {
-	listen, _ := netip.ParseAddrPort(cfg.listen)
-	return host.Options{
-		Listen:    listen,
-		Advertise: cfg.advertise,
-		Bootstrap: cfg.bootstrap,
-		KeyFile:   cfg.keyFile,
-		Levels:    cfg.levels,
-		Pins:      cfg.pins,
-		Services:  coraldht.ServiceDNS,
-		Logger:    slog.New(clogHandler{}),
-	}
+	o := cfg.node
+	o.Services = coraldht.ServiceDNS
+	o.Logger = slog.New(clogHandler{})
+	return o
 }
 
 // acquireNode takes the node for cfg.listen, starting or restarting it as

@@ -60,8 +60,8 @@ func configHash(cfg *config) string {
 	if cfg.rrl != nil {
 		fmt.Fprintf(h, "%+v\n", *cfg.rrl)
 	}
-	if cfg.keyFile != "" {
-		if b, err := os.ReadFile(cfg.keyFile); err == nil {
+	if cfg.node.KeyFile != "" {
+		if b, err := os.ReadFile(cfg.node.KeyFile); err == nil {
 			h.Write(b)
 		}
 	}

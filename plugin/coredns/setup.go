@@ -19,6 +19,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/coralcdn/coral/coraldht/icmpprobe"
+
+	"github.com/coralcdn/coral/coraldht/host"
 )
 
 var log = clog.NewWithPlugin("coral")
@@ -29,12 +31,14 @@ func init() { plugin.Register("coral", setup) }
 type config struct {
 	zone, alias string
 
+	// node is the DSHT node's options (coraldht/host reads and checks
+	// them, as for Caddy); listen and levels are read from it by finish:
+	// the listen address as the node registry's key and metrics label, and
+	// the RTT thresholds in effect (coraldht's defaults when none given).
+	node      host.Options
+	nodeBlock host.OptionsParser
 	listen    string
-	advertise netip.AddrPort
-	bootstrap []netip.AddrPort
-	keyFile   string
 	levels    []time.Duration
-	pins      map[int]string
 	overrides []override
 
 	probe         string // auto, tcp, icmp, none
@@ -168,8 +172,6 @@ func parse(c *caddy.Controller) (*config, error) {
 // newConfig is a configuration with every default.
 func newConfig() *config {
 	return &config{
-		levels:        []time.Duration{60 * time.Millisecond, 20 * time.Millisecond},
-		pins:          map[int]string{},
 		probe:         "auto",
 		probeCache:    defaultProbeCache,
 		probeLimit:    defaultProbeLimit,
@@ -203,14 +205,13 @@ func parseBlock(c *caddy.Controller) (*config, error) {
 	cfg.zone = zone
 	var answerTTLs []time.Duration
 	for c.NextBlock() {
-		prop := c.Val()
-		args := c.RemainingArgs()
-		known, err := cfg.parseNodeProperty(c, prop, args)
+		known, err := cfg.nodeBlock.Property(c)
 		if !known {
+			prop, args := c.Val(), c.RemainingArgs()
 			known, err = cfg.parseNearProperty(c, prop, args)
-		}
-		if !known {
-			err = cfg.parseProperty(c, prop, args, &answerTTLs)
+			if !known {
+				err = cfg.parseProperty(c, prop, args, &answerTTLs)
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -235,74 +236,6 @@ func zoneName(c *caddy.Controller, prop, arg string) (string, error) {
 func needArgs(c *caddy.Controller, prop string, args []string, n int) error {
 	if len(args) != n {
 		return c.Errf("%s takes %d argument(s), got %d", prop, n, len(args))
-	}
-	return nil
-}
-
-// parseNodeProperty reads a property of the DSHT node, reporting whether
-// prop is one.
-func (cfg *config) parseNodeProperty(c *caddy.Controller, prop string, args []string) (bool, error) {
-	var err error
-	switch prop {
-	case "listen":
-		if err = needArgs(c, prop, args, 1); err == nil {
-			if _, perr := netip.ParseAddrPort(args[0]); perr != nil {
-				err = c.Errf("listen %q: want IP:PORT (%v)", args[0], perr)
-			}
-			cfg.listen = args[0]
-		}
-	case "advertise":
-		if err = needArgs(c, prop, args, 1); err == nil {
-			cfg.advertise, err = parseAddrPort(c, prop, args[0])
-		}
-	case "bootstrap":
-		if len(args) == 0 {
-			return true, c.Errf("bootstrap needs at least one IP:PORT")
-		}
-		for _, a := range args {
-			ap, err := parseAddrPort(c, prop, a)
-			if err != nil {
-				return true, err
-			}
-			cfg.bootstrap = append(cfg.bootstrap, ap)
-		}
-	case "key_file":
-		if err = needArgs(c, prop, args, 1); err == nil {
-			cfg.keyFile = args[0]
-		}
-	case "levels":
-		err = cfg.parseLevels(c, prop, args)
-	case "cluster":
-		if err = needArgs(c, prop, args, 2); err == nil {
-			lvl, perr := strconv.Atoi(args[0])
-			if perr != nil || lvl < 1 {
-				return true, c.Errf("cluster %q: the level must be a number 1..n (level 0 is the global cluster)", args[0])
-			}
-			if _, dup := cfg.pins[lvl]; dup {
-				return true, c.Errf("cluster for level %d given twice", lvl)
-			}
-			cfg.pins[lvl] = args[1]
-		}
-	default:
-		return false, nil
-	}
-	return true, err
-}
-
-func (cfg *config) parseLevels(c *caddy.Controller, prop string, args []string) error {
-	if len(args) == 0 || len(args) > coraldht.MaxLevels-1 {
-		return c.Errf("levels takes 1..%d RTT thresholds (levels 1..n), got %d", coraldht.MaxLevels-1, len(args))
-	}
-	cfg.levels = cfg.levels[:0]
-	for i, a := range args {
-		d, err := parseDuration(c, prop, a)
-		if err != nil {
-			return err
-		}
-		if i > 0 && d >= cfg.levels[i-1] {
-			return c.Errf("levels must decrease: level %d's threshold %v is not below level %d's %v", i+1, d, i, cfg.levels[i-1])
-		}
-		cfg.levels = append(cfg.levels, d)
 	}
 	return nil
 }
@@ -423,17 +356,19 @@ func (cfg *config) parseClassify(c *caddy.Controller, args []string) error {
 
 // finish checks what can only be checked once the whole block is read.
 func (cfg *config) finish(c *caddy.Controller, answerTTLs []time.Duration) error {
-	n := len(cfg.levels) + 1
-	if cfg.listen == "" {
-		return c.Err("listen IP:PORT is required: the UDP address of this server's Coral DSHT node")
+	// The node's options and their rules (a key file off loopback, among
+	// others) are coraldht/host's, shared with Caddy.
+	node, err := cfg.nodeBlock.Finish(c)
+	if err != nil {
+		return err
 	}
+	cfg.node, cfg.listen, cfg.levels = node, node.Listen.String(), node.Levels
+	if len(cfg.levels) == 0 {
+		cfg.levels = coraldht.DefaultConfig().Levels
+	}
+	n := len(cfg.levels) + 1
 	if _, err := newScheme(cfg.zone, cfg.alias, n); err != nil {
 		return c.Err(err.Error())
-	}
-	for lvl := range cfg.pins {
-		if lvl >= n {
-			return c.Errf("cluster level %d: this configuration has levels 1..%d", lvl, n-1)
-		}
 	}
 	for _, o := range cfg.overrides {
 		if o.level >= n {
@@ -463,11 +398,6 @@ func (cfg *config) finish(c *caddy.Controller, answerTTLs []time.Duration) error
 	if cfg.checkInterval < 100*time.Millisecond || cfg.checkInterval > cfg.liveWithin/2 {
 		return c.Errf("check_interval %v: must be at least 100ms and at most half of live_within (%v), so a live proxy is checked before it counts as stale", cfg.checkInterval, cfg.liveWithin)
 	}
-	// The node's own rules (a key file off loopback, among others) are
-	// coraldht/host's, shared with Caddy.
-	if err := cfg.nodeOptions().Validate(); err != nil {
-		return c.Err(err.Error())
-	}
 	return nil
 }
 
@@ -477,14 +407,6 @@ func sortOverrides(os []override) {
 			os[j], os[j-1] = os[j-1], os[j]
 		}
 	}
-}
-
-func parseAddrPort(c *caddy.Controller, prop, s string) (netip.AddrPort, error) {
-	ap, err := netip.ParseAddrPort(s)
-	if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
-		return netip.AddrPort{}, c.Errf("%s %q: want a specific IP:PORT", prop, s)
-	}
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
 }
 
 func parseDuration(c *caddy.Controller, prop, s string) (time.Duration, error) {

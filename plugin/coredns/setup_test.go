@@ -46,11 +46,11 @@ func TestParse(t *testing.T) {
 	if cfg.zone != "nyucd.test." || cfg.alias != "nyud.test." || cfg.listen != "127.0.0.2:4000" {
 		t.Errorf("zones/listen: %q %q %q", cfg.zone, cfg.alias, cfg.listen)
 	}
-	if len(cfg.bootstrap) != 2 || cfg.bootstrap[1] != netip.MustParseAddrPort("127.0.0.4:4000") {
-		t.Errorf("bootstrap %v", cfg.bootstrap)
+	if len(cfg.node.Bootstrap) != 2 || cfg.node.Bootstrap[1] != netip.MustParseAddrPort("127.0.0.4:4000") {
+		t.Errorf("bootstrap %v", cfg.node.Bootstrap)
 	}
-	if cfg.pins[2] != "fra1" {
-		t.Errorf("pins %v", cfg.pins)
+	if cfg.node.Pins[2] != "fra1" {
+		t.Errorf("pins %v", cfg.node.Pins)
 	}
 	// Longest prefix first.
 	if len(cfg.overrides) != 3 || cfg.overrides[0].prefix.Bits() != 32 || cfg.overrides[1].level != 1 || cfg.overrides[2].level != 2 {
