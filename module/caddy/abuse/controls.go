@@ -263,4 +263,3 @@ func plainHost(host string) bool {
 	}
 	return true
 }
-
