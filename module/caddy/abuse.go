@@ -61,7 +61,7 @@ func admitAbuse(a abuseControl, w http.ResponseWriter, r *http.Request, origin s
 	if ref.RetryAfter > 0 {
 		w.Header().Set("Retry-After", retryAfterSeconds(ref.RetryAfter))
 	}
-	return true, caddyhttp.Error(ref.Status, ref.Err(originURL()))
+	return true, caddyhttp.Error(ref.Status, ref.Err(originURL))
 }
 
 // chargeAbuse makes w add the body bytes written through it to the

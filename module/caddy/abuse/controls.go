@@ -122,11 +122,12 @@ type Refusal struct {
 	reason     error
 }
 
-// Err is the error to refuse with; originURL is the object's URL at the
-// origin, which a blacklisted site's visitors are told to fetch directly.
-func (r *Refusal) Err(originURL string) error {
+// Err is the error to refuse with; originURL returns the object's URL at
+// the origin, which a blacklisted site's visitors are told to fetch
+// directly (called only then).
+func (r *Refusal) Err(originURL func() string) error {
 	if errors.Is(r.reason, ErrBlacklisted) {
-		return fmt.Errorf("coral_proxy: %s is on this proxy's blacklist: %w; fetch %s directly", r.origin, ErrBlacklisted, originURL)
+		return fmt.Errorf("coral_proxy: %s is on this proxy's blacklist: %w; fetch %s directly", r.origin, ErrBlacklisted, originURL())
 	}
 	return r.reason
 }
