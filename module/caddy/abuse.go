@@ -101,7 +101,7 @@ func (a *abuseControls) admit(w http.ResponseWriter, r *http.Request, origin str
 	fromPeer := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
 	refuse := func(status int, detail string, err error) (bool, error) {
 		if fromPeer {
-			w.Header().Set("Cache-Status", fmt.Sprintf("coral; fwd=miss; detail=%q", detail))
+			w.Header().Set("Cache-Status", notCachedHeaderValue(detail))
 			status = http.StatusGatewayTimeout
 		}
 		return true, caddyhttp.Error(status, err)
@@ -236,4 +236,37 @@ func plainHost(host string) bool {
 		}
 	}
 	return true
+}
+
+// provisionAbuse sets up the blacklist, the rate limit and the budget.
+func (h *Handler) provisionAbuse() error {
+	a := &abuseControls{}
+	if h.Blacklist != "" {
+		every := time.Duration(h.BlacklistPoll)
+		if every <= 0 {
+			every = defaultBlacklistPoll
+		}
+		logger := h.logger
+		bl, err := newBlacklist(h.Blacklist, every, func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) })
+		if err != nil {
+			return err // it names coral_proxy, the blacklist and the file
+		}
+		a.blacklist = bl
+	}
+	rate, burst := h.RateLimit, h.RateBurst
+	if rate == 0 {
+		rate = defaultRate
+	}
+	if burst == 0 {
+		burst = defaultBurst
+	}
+	a.rate = newRateLimiter(rate, burst, defaultMaxClients)
+	a.peerRate = newRateLimiter(rate*peerRateFactor, burst*peerRateFactor, defaultMaxClients)
+	window := time.Duration(h.BandwidthWindow)
+	if window <= 0 {
+		window = defaultBudgetWindow
+	}
+	a.budget = newBandwidthBudget(h.BandwidthBudget, window)
+	h.abuse = a
+	return nil
 }

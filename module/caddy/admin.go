@@ -4,15 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coraldht"
-	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
 func init() {
@@ -73,130 +69,6 @@ func (a *AdminAPI) Provision(ctx caddy.Context) error {
 		return err
 	}
 	return nil
-}
-
-// The running apps and handlers, in the order they were provisioned. A
-// reload provisions the new configuration before cleaning up the old one,
-// so for a moment both are here; the newest comes last.
-var adminRegistry struct {
-	mu      sync.Mutex
-	apps    []*App
-	proxies []*Handler
-}
-
-// registerApp makes a provisioned coral app visible to the admin API. Call
-// it at the end of App.Provision, once the node is there.
-func registerApp(a *App) {
-	adminRegistry.mu.Lock()
-	defer adminRegistry.mu.Unlock()
-	if !slices.Contains(adminRegistry.apps, a) {
-		adminRegistry.apps = append(adminRegistry.apps, a)
-	}
-	if e := a.current(); e != nil && e.node != nil && a.run == nil {
-		// An app built by hand (tests); current registers the purge
-		// handler on every node it sees.
-		e.node.HandleApp(purgeKind, peerPurgeHandler(adminCaches))
-	}
-}
-
-// runningNode is the DSHT node of the newest started coral app, as it runs
-// now, or nil.
-func runningNode() *coraldht.Node {
-	if e := runningEntry(); e != nil {
-		return e.node
-	}
-	return nil
-}
-
-// runningApp is the newest started coral app with a node, or nil.
-func runningApp() (*App, *nodeEntry) {
-	apps, _ := adminRegistered()
-	for i := len(apps) - 1; i >= 0; i-- {
-		if e := apps[i].current(); e != nil && e.node != nil {
-			return apps[i], e
-		}
-	}
-	return nil, nil
-}
-
-func runningEntry() *nodeEntry {
-	_, e := runningApp()
-	return e
-}
-
-// unregisterApp removes the app; call it first thing in App.Cleanup.
-func unregisterApp(a *App) {
-	adminRegistry.mu.Lock()
-	defer adminRegistry.mu.Unlock()
-	adminRegistry.apps = slices.DeleteFunc(adminRegistry.apps, func(x *App) bool { return x == a })
-}
-
-// registerProxy makes a provisioned coral_proxy handler (its store) visible
-// to the admin API. Call it at the end of Handler.Provision, once h.store
-// is set; the handler's fields must not change afterwards.
-func registerProxy(h *Handler) {
-	adminRegistry.mu.Lock()
-	defer adminRegistry.mu.Unlock()
-	if !slices.Contains(adminRegistry.proxies, h) {
-		adminRegistry.proxies = append(adminRegistry.proxies, h)
-	}
-}
-
-// unregisterProxy removes the handler; call it first thing in
-// Handler.Cleanup, before the store is released.
-func unregisterProxy(h *Handler) {
-	adminRegistry.mu.Lock()
-	defer adminRegistry.mu.Unlock()
-	adminRegistry.proxies = slices.DeleteFunc(adminRegistry.proxies, func(x *Handler) bool { return x == h })
-}
-
-func adminRegistered() (apps []*App, proxies []*Handler) {
-	adminRegistry.mu.Lock()
-	defer adminRegistry.mu.Unlock()
-	return slices.Clone(adminRegistry.apps), slices.Clone(adminRegistry.proxies)
-}
-
-// adminCacheRef is one distinct store and the handlers using it: their
-// zones, the reference tables of the store (one per store, but a handler
-// set up outside Caddy may have none) and their fetch engines.
-type adminCacheRef struct {
-	dir     string
-	store   *diskcache.Store
-	zones   []string
-	refs    []*refTable
-	engines []*engine
-}
-
-// adminCaches lists the distinct stores of the registered handlers,
-// newest first.
-func adminCaches() []adminCacheRef {
-	_, proxies := adminRegistered()
-	var out []adminCacheRef
-	for i := len(proxies) - 1; i >= 0; i-- {
-		h := proxies[i]
-		if h.store == nil {
-			continue
-		}
-		j := slices.IndexFunc(out, func(c adminCacheRef) bool { return c.store == h.store })
-		if j < 0 {
-			dir := h.storeKey
-			if dir == "" {
-				dir = h.CacheDir
-			}
-			out = append(out, adminCacheRef{dir: dir, store: h.store})
-			j = len(out) - 1
-		}
-		if !slices.Contains(out[j].zones, h.Zone) {
-			out[j].zones = append(out[j].zones, h.Zone)
-		}
-		if h.eng != nil {
-			out[j].engines = append(out[j].engines, h.eng)
-			if h.eng.refs != nil && !slices.Contains(out[j].refs, h.eng.refs) {
-				out[j].refs = append(out[j].refs, h.eng.refs)
-			}
-		}
-	}
-	return out
 }
 
 // Recent fetches: a small ring the download path appends to.
@@ -355,7 +227,7 @@ func (a *AdminAPI) handleStatus(w http.ResponseWriter, r *http.Request) error {
 
 func adminBuildStatus() adminStatus {
 	st := adminStatus{Levels: []adminLevel{}, Caches: adminCacheStats(), RecentFetches: adminLastFetches(), Reload: reloads.status()}
-	apps, _ := adminRegistered()
+	apps, _ := runningAll()
 	for i := len(apps) - 1; i >= 0; i-- {
 		if st.setNode(apps[i]) {
 			break
@@ -399,7 +271,7 @@ func (st *adminStatus) setNode(a *App) bool {
 // first.
 func adminCacheStats() []adminCache {
 	out := []adminCache{}
-	for _, c := range adminCaches() {
+	for _, c := range runningCaches() {
 		s := c.store.Stats()
 		refs := 0
 		for _, t := range c.refs {
@@ -462,134 +334,6 @@ func adminDHTSummary(s coraldht.Stats) *adminDHT {
 }
 
 // The /coral/cache document.
-
-const (
-	adminCacheDefaultLimit = 100
-	adminCacheMaxLimit     = 1000
-)
-
-type adminCachePage struct {
-	Dir     string        `json:"dir"`
-	Total   int           `json:"total"` // keys in the cache, complete or being written
-	Objects []adminObject `json:"objects"`
-	// Next is the after= value of the next page; empty on the last page.
-	Next string `json:"next,omitempty"`
-}
-
-type adminObject struct {
-	Key       string     `json:"key"`
-	URL       string     `json:"url,omitempty"`
-	Status    int        `json:"status,omitempty"`
-	Size      int64      `json:"size"` // of the complete version; -1 if there is none yet
-	Source    string     `json:"source,omitempty"`
-	Stored    *time.Time `json:"stored,omitempty"`
-	Expires   *time.Time `json:"expires,omitempty"`
-	LastUsed  *time.Time `json:"last_used,omitempty"`
-	Writing   bool       `json:"writing,omitempty"`
-	Written   int64      `json:"written,omitempty"`
-	WriteSize int64      `json:"write_size,omitempty"` // -1 while unknown
-}
-
-// handleCache lists a cache's objects in key order, which stays put while
-// objects are used, so pages neither repeat nor skip objects that remain
-// cached.
-func (a *AdminAPI) handleCache(w http.ResponseWriter, r *http.Request) error {
-	if err := adminOnlyGET(w, r); err != nil {
-		return err
-	}
-	q := r.URL.Query()
-	limit := adminCacheDefaultLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("limit %q: want a positive number", v)}
-		}
-		limit = min(n, adminCacheMaxLimit)
-	}
-	after := q.Get("after")
-	caches := adminCaches()
-	if len(caches) == 0 {
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no coral_proxy cache is running")}
-	}
-	c := caches[0]
-	if dir := q.Get("dir"); dir != "" {
-		i := slices.IndexFunc(caches, func(c adminCacheRef) bool { return c.dir == dir })
-		if i < 0 {
-			return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no coral_proxy cache in %q", dir)}
-		}
-		c = caches[i]
-	}
-	return adminJSON(w, adminPageOf(c, after, limit))
-}
-
-func adminPageOf(c adminCacheRef, after string, limit int) adminCachePage {
-	var infos []diskcache.Info
-	c.store.Range(func(in diskcache.Info) bool {
-		infos = append(infos, in)
-		return true
-	})
-	slices.SortFunc(infos, func(a, b diskcache.Info) int { return strings.Compare(a.Key, b.Key) })
-	start := 0
-	if after != "" {
-		start, _ = slices.BinarySearchFunc(infos, after, func(in diskcache.Info, k string) int { return strings.Compare(in.Key, k) })
-		if start < len(infos) && infos[start].Key == after {
-			start++
-		}
-	}
-	end := min(start+limit, len(infos))
-	page := adminCachePage{Dir: c.dir, Total: len(infos), Objects: make([]adminObject, 0, end-start)}
-	for _, in := range infos[start:end] {
-		o, _, _ := adminObjectOf(c.store, in)
-		page.Objects = append(page.Objects, o)
-	}
-	if end < len(infos) && end > start {
-		page.Next = infos[end-1].Key
-	}
-	return page
-}
-
-// adminObjectOf describes the object in, with its metadata (which it
-// returns too; ok is false if the object went away meanwhile).
-func adminObjectOf(store *diskcache.Store, in diskcache.Info) (o adminObject, m diskcache.Meta, ok bool) {
-	o = adminObject{Key: in.Key, Size: in.Size, Writing: in.Writing}
-	if in.Writing {
-		o.Written, o.WriteSize = in.Written, in.WriteSize
-	}
-	if !in.LastUsed.IsZero() {
-		t := in.LastUsed
-		o.LastUsed = &t
-	}
-	if m, ok = store.Peek(in.Key); ok {
-		o.URL, o.Status, o.Source = m.Extra["url"], m.Status, m.Extra["source"]
-		if !m.Stored.IsZero() {
-			t := m.Stored
-			o.Stored = &t
-		}
-		if !m.Expires.IsZero() {
-			t := m.Expires
-			o.Expires = &t
-		}
-	}
-	return o, m, ok
-}
-
-// adminRecentObjects returns up to n of a cache's most recently used
-// complete objects, most recent first, leaving out Vary indexes (which
-// only point at the variants).
-func adminRecentObjects(c adminCacheRef, n int) []adminObject {
-	out := []adminObject{}
-	// A few more than n, for the Vary indexes left out; the store is
-	// walked from its most recent end only (not copied whole).
-	for _, in := range c.store.Recent(2*n + 8) {
-		if len(out) >= n {
-			break
-		}
-		if o, m, ok := adminObjectOf(c.store, in); ok && m.Extra[varyIndexField] == "" {
-			out = append(out, o)
-		}
-	}
-	return out
-}
 
 func adminOnlyGET(w http.ResponseWriter, r *http.Request) error {
 	if r.Method == http.MethodGet {

@@ -109,11 +109,11 @@ func TestAdminStatus(t *testing.T) {
 	store := metricsTestStore(t)
 	h := &Handler{Zone: "nyud.test", CacheDir: "/tmp/admin-status-cache", store: store, storeKey: "/tmp/admin-status-cache"}
 	h2 := &Handler{Zone: "other.test", store: store, storeKey: "/tmp/admin-status-cache"} // shares the cache
-	registerApp(app)
-	registerApp(app) // idempotent
-	registerProxy(h)
-	registerProxy(h2)
-	t.Cleanup(func() { unregisterProxy(h); unregisterProxy(h2); unregisterApp(app) })
+	addRunningApp(app)
+	addRunningApp(app) // idempotent
+	addRunningProxy(h)
+	addRunningProxy(h2)
+	t.Cleanup(func() { removeRunningProxy(h); removeRunningProxy(h2); removeRunningApp(app) })
 
 	metricsTestPut(t, store, metricsTestKey(0), "http://www.example.com/a", "hello")
 	metricsTestPut(t, store, metricsTestKey(1), "http://www.example.com/b", "hello, world")
@@ -216,9 +216,9 @@ func TestAdminStatus(t *testing.T) {
 	}
 
 	// Once the app and handlers are cleaned up, they are gone from it.
-	unregisterProxy(h)
-	unregisterProxy(h2)
-	unregisterApp(app)
+	removeRunningProxy(h)
+	removeRunningProxy(h2)
+	removeRunningApp(app)
 	st = adminStatus{}
 	adminTestGet(t, "/coral/status", "/coral/status", &st)
 	if st.Node != nil && st.Node.ID == node.ID().String() {
@@ -248,8 +248,8 @@ func TestAdminCache(t *testing.T) {
 	store := metricsTestStore(t)
 	const dir = "/tmp/admin-cache-cache"
 	h := &Handler{Zone: "nyud.test", store: store, storeKey: dir}
-	registerProxy(h)
-	t.Cleanup(func() { unregisterProxy(h) })
+	addRunningProxy(h)
+	t.Cleanup(func() { removeRunningProxy(h) })
 
 	const n = 7
 	var keys []string
@@ -349,8 +349,8 @@ func TestAdminCache(t *testing.T) {
 	}
 
 	// Without any handler there is no cache to list.
-	unregisterProxy(h)
-	if _, proxies := adminRegistered(); len(proxies) == 0 {
+	removeRunningProxy(h)
+	if _, proxies := runningAll(); len(proxies) == 0 {
 		if _, err := adminTestCall(t, "/coral/cache", http.MethodGet, "/coral/cache"); adminTestStatusCode(err) != http.StatusNotFound {
 			t.Errorf("no cache: %v, want 404", err)
 		}

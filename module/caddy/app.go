@@ -134,7 +134,7 @@ func (a *App) current() *nodeEntry {
 		r.entry = newNodeEntry(inst)
 		// Other proxies' purges arrive as app messages to the node; the
 		// handler finds the caches through the admin registry.
-		r.entry.node.HandleApp(purgeKind, peerPurgeHandler(adminCaches))
+		r.entry.node.HandleApp(purgeKind, peerPurgeHandler(runningCaches))
 	}
 	return r.entry
 }
@@ -265,7 +265,7 @@ func (a *App) Start() error {
 	a.run.mu.Unlock()
 	a.run.started.Store(true)
 	a.current()
-	registerApp(a)
+	addRunningApp(a)
 	reloads.succeeded(a.config.sum())
 	return nil
 }
@@ -277,7 +277,7 @@ func (a *App) Stop() error { return nil }
 // configuration as failed if it never started (or was stopped because
 // another app failed to start).
 func (a *App) Cleanup() error {
-	unregisterApp(a)
+	removeRunningApp(a)
 	if a.ctx.Context != nil {
 		if cause := context.Cause(a.ctx); a.run != nil && configFailed(cause, a.run.started.Load()) {
 			reloads.failed(a.config.sum(), cause)

@@ -97,7 +97,7 @@ func coralStatus(t *testing.T) adminStatus {
 	t.Helper()
 	// caddytest's admin address is fixed; make sure it is this process
 	// (another test binary may be running its own Caddy there).
-	apps, _ := adminRegistered()
+	apps, _ := runningAll()
 	if len(apps) == 0 {
 		t.Fatal("localhost:2999 is another process's Caddy: no coral app here")
 	}

@@ -3,18 +3,15 @@ package coralcaddy
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
@@ -218,24 +215,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("coral_proxy needs the coral app (the coral global option): %w", err)
 	}
 	h.app = app.(*App)
-	if h.CacheDir == "" {
-		h.CacheDir = filepath.Join(caddy.AppDataDir(), "coral-cache")
-	}
-	if h.CacheSize == 0 {
-		h.CacheSize = defaultCacheSize
-	}
-	if h.OriginTimeout == 0 {
-		h.OriginTimeout = caddy.Duration(defaultOriginTimeout)
-	}
-	if h.PeerTimeout == 0 {
-		h.PeerTimeout = caddy.Duration(defaultPeerTimeout)
-	}
-	if h.WriteIdleTimeout == 0 {
-		h.WriteIdleTimeout = caddy.Duration(defaultWriteIdleTimeout)
-	}
-	if h.OriginScheme == "" {
-		h.OriginScheme = "auto"
-	}
+	h.setDefaults()
 	policy := h.policy()
 	guard, err := newGuard("allow_origins", h.AllowOrigins)
 	if err != nil {
@@ -269,6 +249,59 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.app.config.add("coral_proxy", h)
 		return h.provisionAbuse()
 	}
+	entry, err := h.openStore(dir)
+	if err != nil {
+		return err
+	}
+	if msg := cacheSizeWarning(dir, h.CacheSize, entry.Store.Stats().Bytes); msg != "" {
+		h.logger.Warn(msg)
+	}
+	h.store = entry.Store
+	if h.metrics, err = newProxyMetrics(ctx.GetMetricsRegistry(), h.app, h.store); err != nil {
+		return err
+	}
+	cfg := h.engineConfig(nil, guard, peerGuard, policy)
+	cfg.nodeFunc, cfg.refs, cfg.metrics = runningNode, entry.refs, h.metrics
+	h.eng = newEngine(cfg)
+	if peerAddr.IsValid() {
+		h.eng.peerAddr.Store(&peerAddr)
+	}
+	if err := h.provisionAbuse(); err != nil {
+		return err
+	}
+	h.app.config.add("coral_proxy", h)
+	if h.Blacklist != "" {
+		h.app.config.addFile(h.Blacklist)
+	}
+	addRunningProxy(h)
+	return nil
+}
+
+// setDefaults fills in the options left unset.
+func (h *Handler) setDefaults() {
+	if h.CacheDir == "" {
+		h.CacheDir = filepath.Join(caddy.AppDataDir(), "coral-cache")
+	}
+	if h.CacheSize == 0 {
+		h.CacheSize = defaultCacheSize
+	}
+	if h.OriginTimeout == 0 {
+		h.OriginTimeout = caddy.Duration(defaultOriginTimeout)
+	}
+	if h.PeerTimeout == 0 {
+		h.PeerTimeout = caddy.Duration(defaultPeerTimeout)
+	}
+	if h.WriteIdleTimeout == 0 {
+		h.WriteIdleTimeout = caddy.Duration(defaultWriteIdleTimeout)
+	}
+	if h.OriginScheme == "" {
+		h.OriginScheme = "auto"
+	}
+}
+
+// openStore opens the cache in dir, or shares the one already open there
+// (with its reference table): one store per directory in the process.
+func (h *Handler) openStore(dir string) (*storeEntry, error) {
 	val, _, err := stores.LoadOrNew(dir, func() (caddy.Destructor, error) {
 		s, err := diskcache.Open(diskcache.Options{Dir: dir, MaxBytes: h.CacheSize, MaxObjectBytes: h.MaxObjectSize, MaxEntries: h.MaxObjects, HotBodyBytes: h.MemoryCacheSize})
 		if err != nil {
@@ -280,32 +313,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return &storeEntry{Store: s, refs: refs}, nil
 	})
 	if err != nil {
-		return fmt.Errorf("coral_proxy: cache %s: %w", dir, err)
+		return nil, fmt.Errorf("coral_proxy: cache %s: %w", dir, err)
 	}
 	h.storeKey = dir
-	entry := val.(*storeEntry)
-	if msg := cacheSizeWarning(dir, h.CacheSize, entry.Store.Stats().Bytes); msg != "" {
-		h.logger.Warn(msg)
-	}
-	h.setup(entry.Store, nil, guard, peerGuard, policy)
-	h.eng.nodeFunc = runningNode
-	h.eng.refs = entry.refs
-	if peerAddr.IsValid() {
-		h.eng.peerAddr.Store(&peerAddr)
-	}
-	if h.metrics, err = newProxyMetrics(ctx.GetMetricsRegistry(), h.app, h.store); err != nil {
-		return err
-	}
-	h.eng.metrics = h.metrics
-	if err := h.provisionAbuse(); err != nil {
-		return err
-	}
-	h.app.config.add("coral_proxy", h)
-	if h.Blacklist != "" {
-		h.app.config.addFile(h.Blacklist)
-	}
-	registerProxy(h)
-	return nil
+	return val.(*storeEntry), nil
 }
 
 // policy is the freshness policy the configuration asks for: Coral's
@@ -321,125 +332,6 @@ func (h *Handler) policy() httpcache.Policy {
 	return p
 }
 
-// provisionAbuse sets up the blacklist, the rate limit and the budget.
-func (h *Handler) provisionAbuse() error {
-	a := &abuseControls{}
-	if h.Blacklist != "" {
-		every := time.Duration(h.BlacklistPoll)
-		if every <= 0 {
-			every = defaultBlacklistPoll
-		}
-		logger := h.logger
-		bl, err := newBlacklist(h.Blacklist, every, func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) })
-		if err != nil {
-			return err // it names coral_proxy, the blacklist and the file
-		}
-		a.blacklist = bl
-	}
-	rate, burst := h.RateLimit, h.RateBurst
-	if rate == 0 {
-		rate = defaultRate
-	}
-	if burst == 0 {
-		burst = defaultBurst
-	}
-	a.rate = newRateLimiter(rate, burst, defaultMaxClients)
-	a.peerRate = newRateLimiter(rate*peerRateFactor, burst*peerRateFactor, defaultMaxClients)
-	window := time.Duration(h.BandwidthWindow)
-	if window <= 0 {
-		window = defaultBudgetWindow
-	}
-	a.budget = newBandwidthBudget(h.BandwidthBudget, window)
-	h.abuse = a
-	return nil
-}
-
-// setup builds the fetch engine around a store and a node; guard decides
-// which origin addresses may be fetched from, peerGuard which peer
-// addresses may be asked.
-func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peerGuard originGuard, policy httpcache.Policy) {
-	h.store = store
-	if h.forward == nil {
-		h.forward = defaultForwardFields
-	}
-	peerTransport := &http.Transport{
-		Proxy:                  nil,
-		DialContext:            (&net.Dialer{Timeout: time.Duration(h.PeerTimeout), Control: h.peerControl}).DialContext,
-		ResponseHeaderTimeout:  time.Duration(h.PeerTimeout),
-		MaxResponseHeaderBytes: maxHeadBytes,
-		MaxIdleConnsPerHost:    8,
-		DisableCompression:     true,
-	}
-	h.eng = &engine{
-		store:           h.store,
-		node:            node,
-		originTimeout:   time.Duration(h.OriginTimeout),
-		peerTimeout:     time.Duration(h.PeerTimeout),
-		origin:          &http.Client{Transport: originTransport(guard, time.Duration(h.OriginTimeout), time.Duration(h.OriginTimeout)), CheckRedirect: noRedirects},
-		peer:            &http.Client{Transport: peerTransport, CheckRedirect: noRedirects},
-		failures:        newOriginFailures(3, 30*time.Second),
-		tooLarge:        newBoundedMap[time.Time](maxRemembered),
-		purged:          newBoundedMap[time.Time](maxRemembered),
-		slots:           newDownloadSlots(orDefault(h.MaxDownloads, defaultMaxDownloads), orDefault(h.MaxDownloadsPerOrigin, defaultMaxDownloadsPerOrigin), orDefault(h.MaxDownloadsPerClient, defaultMaxDownloadsPerClient)),
-		downloadWait:    durationOr(h.DownloadWait, defaultDownloadWait),
-		downloadTimeout: durationOr(h.DownloadTimeout, defaultDownloadTimeout),
-		maxObject:       store.Stats().MaxObjectBytes,
-		policy:          policy,
-		clock:           time.Now,
-		logger:          h.logger,
-		selfAddr:        h.selfAddr,
-		userAgent:       proxyVersion,
-		forward:         h.forward,
-		zone:            h.Zone,
-		inflight:        make(map[string]*download),
-		guard:           guard,
-		peerGuard:       peerGuard,
-	}
-	h.eng.httpsUpgrades = newHTTPSUpgrades(maxRemembered, h.eng.now)
-}
-
-func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-
-// newGuard builds an address guard allowing the prefixes of the option
-// named option.
-func newGuard(option string, prefixes []string) (originGuard, error) {
-	var g originGuard
-	for _, a := range prefixes {
-		p, err := parsePrefix(a)
-		if err != nil {
-			return g, fmt.Errorf("coral_proxy: %s %q: %w", option, a, err)
-		}
-		g.allow = append(g.allow, p)
-	}
-	return g, nil
-}
-
-func parsePrefix(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, errors.New("not a prefix or address")
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
-}
-
-// peerControl runs on every socket opened to a peer, with the address
-// about to be dialled: the references' filter (run) again, where it
-// cannot be missed.
-func (h *Handler) peerControl(network, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil || !h.eng.peerGuard.permitted(ap.Addr()) {
-		return fmt.Errorf("coral_proxy: peer address %s not allowed (allow_peers)", address)
-	}
-	return nil
-}
-
-// maxRemembered bounds what the proxy remembers per origin or object:
-// origins that redirect to https, objects too large to cache.
-const maxRemembered = 10000
-
 func orDefault(v, def int) int {
 	if v > 0 {
 		return v
@@ -452,48 +344,6 @@ func durationOr(v caddy.Duration, def time.Duration) time.Duration {
 		return time.Duration(v)
 	}
 	return def
-}
-
-// selfAddr is the HTTP address put in DSHT references.
-func (h *Handler) selfAddr() netip.AddrPort {
-	if p := h.eng.peerAddr.Load(); p != nil {
-		return *p
-	}
-	return netip.AddrPort{}
-}
-
-// advertisedAddrs is the address this proxy gives peers (peer_address,
-// or learned), for the node's own addresses.
-func (h *Handler) advertisedAddrs() []netip.Addr {
-	if h.eng == nil {
-		return nil
-	}
-	if p := h.eng.peerAddr.Load(); p != nil {
-		return []netip.Addr{p.Addr()}
-	}
-	return nil
-}
-
-// learnPeerAddr fills in this proxy's HTTP address from the first request:
-// the node's IP and the port the request came in on.
-func (h *Handler) learnPeerAddr(r *http.Request) {
-	node := h.eng.dhtNode()
-	if h.eng.peerAddr.Load() != nil || node == nil || r.TLS != nil {
-		// Peers speak plain HTTP: a port that answers with TLS is not
-		// their way in.
-		return
-	}
-	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if !ok {
-		return
-	}
-	lap, err := netip.ParseAddrPort(la.String())
-	if err != nil {
-		return
-	}
-	ip := node.Addr().Addr()
-	ap := netip.AddrPortFrom(ip, lap.Port())
-	h.eng.peerAddr.CompareAndSwap(nil, &ap)
 }
 
 // Validate checks the configuration.
@@ -526,7 +376,7 @@ func (h *Handler) Validate() error {
 
 // Cleanup releases this configuration's hold on the cache.
 func (h *Handler) Cleanup() error {
-	unregisterProxy(h)
+	removeRunningProxy(h)
 	h.metrics.release()
 	if h.abuse != nil && h.abuse.blacklist != nil {
 		h.abuse.blacklist.Close()
@@ -543,19 +393,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	w, done := h.idleWrites(w, r)
 	defer done()
 	bc := &bodyCounter{ResponseWriter: w}
-	acct := &requestAccount{cacheStatus: "refused", source: "none"}
-	defer func() { h.metrics.request(acct.cacheStatus, acct.source, bc.n) }()
+	acct := &requestAccount{status: cacheRefused, source: "none"}
+	defer func() { h.metrics.request(acct.status, acct.source, bc.n) }()
 	return h.serve(bc, r, acct)
 }
 
 // requestAccount is what a request is counted as in the metrics.
 type requestAccount struct {
-	cacheStatus, source string
-	retried             bool // a joined download vanished once already
+	status  CacheStatus
+	source  string
+	retried bool // a joined download vanished once already
 }
 
-func (a *requestAccount) set(cacheStatus, source string) {
-	a.cacheStatus, a.source = cacheStatus, source
+func (a *requestAccount) set(status CacheStatus, source string) {
+	a.status, a.source = status, source
 }
 
 // Interface guards.

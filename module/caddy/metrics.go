@@ -36,13 +36,7 @@ import (
 // as "other", so a caller's mistake cannot grow the label sets without
 // bound.
 const (
-	// cache_status of requests_total.
-	metricHit       = "hit"       // served fresh from the local cache
-	metricMiss      = "miss"      // fetched (from a peer or the origin) for this request
-	metricCollapsed = "collapsed" // joined a download already under way
-	metricStale     = "stale"     // served stale (origin unreachable, stale-if-error, ...)
-	metricRefused   = "refused"   // refused: not Coralized, forbidden origin, method, only-if-cached miss
-	metricRedirect  = "redirect"  // a one-label name over http sent to https (https_redirect)
+	// cache_status of requests_total: CacheStatus.metricLabel.
 
 	// source of requests_total and bytes_served_total (also "peer-l<level>").
 	metricLocal  = "local"
@@ -189,7 +183,7 @@ func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
 	if len(stores) == 0 && len(apps) == 0 {
 		// A registry whose configuration is gone: a failed reload's,
 		// which Caddy's /metrics goes on serving. Read what runs.
-		for _, cr := range adminCaches() {
+		for _, cr := range runningCaches() {
 			stores = append(stores, cr.store)
 		}
 		if a, _ := runningApp(); a != nil {
@@ -324,15 +318,15 @@ func (m *proxyMetrics) release() {
 // stale, refused), where its body came from (local, peer-l<level>, origin,
 // none) and the body bytes written (added to bytes_served_total unless the
 // source is none).
-func (m *proxyMetrics) request(cacheStatus, source string, bytes int64) {
+func (m *proxyMetrics) request(status CacheStatus, source string, bytes int64) {
 	if m == nil {
 		return
 	}
-	if cacheStatus == metricHit && source == metricLocal {
+	if status == cacheHit && source == metricLocal {
 		// Every hit: the series found once, not by hashing its labels
 		// under the vector's lock on each request.
 		localHits.once.Do(func() {
-			localHits.requests = coralRequests.WithLabelValues(metricHit, metricLocal)
+			localHits.requests = coralRequests.WithLabelValues(cacheHit.metricLabel(), metricLocal)
 			localHits.bytes = coralBytesServed.WithLabelValues(metricLocal)
 		})
 		localHits.requests.Inc()
@@ -341,8 +335,8 @@ func (m *proxyMetrics) request(cacheStatus, source string, bytes int64) {
 		}
 		return
 	}
-	cacheStatus, source = metricCacheStatus(cacheStatus), metricSource(source)
-	coralRequests.WithLabelValues(cacheStatus, source).Inc()
+	source = metricSource(source)
+	coralRequests.WithLabelValues(status.metricLabel(), source).Inc()
 	if bytes > 0 && source != metricNone {
 		coralBytesServed.WithLabelValues(source).Add(float64(bytes))
 	}
@@ -398,10 +392,10 @@ func requestCounts() []requestCount {
 }
 
 func cacheStatusRank(s string) int {
-	if i := slices.Index([]string{metricHit, metricMiss, metricCollapsed, metricStale, metricRefused, metricRedirect}, s); i >= 0 {
+	if i := slices.Index(cacheStatusLabels, s); i >= 0 {
 		return i
 	}
-	return 6
+	return len(cacheStatusLabels)
 }
 
 func sourceRank(s string) int {
@@ -463,14 +457,6 @@ func fetchOutcome(status int, err error) string {
 		return metricTimeout
 	}
 	return metricError
-}
-
-func metricCacheStatus(s string) string {
-	switch s {
-	case metricHit, metricMiss, metricCollapsed, metricStale, metricRefused, metricRedirect:
-		return s
-	}
-	return metricOther
 }
 
 // metricSource maps a source to its label value: local, origin, none,

@@ -153,11 +153,11 @@ func TestMetricsCounters(t *testing.T) {
 	originOther0 := val(coralOriginFetches.WithLabelValues("other"))
 	peerMiss0 := val(coralPeerFetches.WithLabelValues("not_cached"))
 
-	m.request("hit", "local", 100)
-	m.request("hit", "local", 50)
-	m.request("miss", "peer-l1", 7)
-	m.request("refused", "", 300) // no source: counted as none, bytes not served from anywhere
-	m.request("bogus", "peer-l99", 1)
+	m.request(cacheHit, "local", 100)
+	m.request(cacheHit, "local", 50)
+	m.request(cacheMiss, "peer-l1", 7)
+	m.request(cacheRefused, "", 300) // no source: counted as none, bytes not served from anywhere
+	m.request(CacheStatus(200), "peer-l99", 1)
 	m.originFetch("ok")
 	m.originFetch("weird")
 	m.peerFetch("not_cached")
@@ -196,7 +196,7 @@ func TestMetricsCounters(t *testing.T) {
 
 	// A nil *proxyMetrics counts nothing and does not panic.
 	var nm *proxyMetrics
-	nm.request("hit", "local", 10)
+	nm.request(cacheHit, "local", 10)
 	nm.originFetch("ok")
 	nm.peerFetch("ok")
 	nm.release()
@@ -218,13 +218,8 @@ func TestMetricsLabelValues(t *testing.T) {
 			t.Errorf("metricSource(%q) = %q, want %q", in, got, want)
 		}
 	}
-	for _, s := range []string{"hit", "miss", "collapsed", "stale", "refused", "redirect"} {
-		if got := metricCacheStatus(s); got != s {
-			t.Errorf("metricCacheStatus(%q) = %q", s, got)
-		}
-	}
-	if got := metricCacheStatus("fwd=uri-miss"); got != "other" {
-		t.Errorf("metricCacheStatus(fwd=uri-miss) = %q, want other", got)
+	if got := CacheStatus(200).metricLabel(); got != "other" {
+		t.Errorf("CacheStatus(200).metricLabel() = %q, want other", got)
 	}
 
 	timeoutErr := &net.OpError{Op: "dial", Err: os.ErrDeadlineExceeded}
@@ -275,7 +270,7 @@ func TestMetricsReloadRegistration(t *testing.T) {
 	if got := gatherValues(t, reg1, "caddy_coral_cache_objects"); got[""] != 2 {
 		t.Errorf("cache_objects over two stores (one shared) = %v, want 2", got)
 	}
-	m1.request("hit", "local", 3)
+	m1.request(cacheHit, "local", 3)
 	before := metricsCounterValue(coralRequests.WithLabelValues("hit", "local"))
 
 	// Reload: the new configuration's handler on a fresh registry, then the
@@ -297,7 +292,7 @@ func TestMetricsReloadRegistration(t *testing.T) {
 	// of the handlers Caddy runs, none of this test's), as Caddy's
 	// /metrics goes on serving a failed configuration's registry.
 	running := 0
-	for _, c := range adminCaches() {
+	for _, c := range runningCaches() {
 		running += c.store.Stats().Entries
 	}
 	if got := gatherValues(t, reg1, "caddy_coral_cache_objects"); len(got) != 0 && got[""] != float64(running) {
@@ -310,7 +305,7 @@ func TestMetricsReloadRegistration(t *testing.T) {
 	if got := gatherValues(t, reg2, "caddy_coral_requests_total"); got["cache_status=hit,source=local"] != before {
 		t.Errorf("counters did not carry over the reload: %v, want hit/local %v", got, before)
 	}
-	n1.request("hit", "local", 3)
+	n1.request(cacheHit, "local", 3)
 	if got := gatherValues(t, reg2, "caddy_coral_requests_total"); got["cache_status=hit,source=local"] != before+1 {
 		t.Errorf("after the reload: %v, want hit/local %v", got, before+1)
 	}

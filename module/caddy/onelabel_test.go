@@ -13,9 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddytest"
 )
 
@@ -39,13 +37,15 @@ func TestOneLabelOverHTTPS(t *testing.T) {
 	httpPort := 9180 + int(testProxyPort.Add(1))
 	httpsPort := 9180 + int(testProxyPort.Add(1))
 	dir := t.TempDir()
+	storage := testCertStorage()
 	tester := caddytest.NewTester(t)
 	proxy := fmt.Sprintf("coral_proxy nyud.test {\n cache_dir %s\n allow_origins 127.0.0.0/8 127.0.0.1\n https_redirect %d\n }", dir, httpsPort)
-	tester.InitServer(fmt.Sprintf(`{
+	initServerWithCertEvents(t, tester, fmt.Sprintf(`{
 		skip_install_trust
+		storage file_system %[4]s
 		admin localhost:2999
-		http_port %d
-		https_port %d
+		http_port %[1]d
+		https_port %[2]d
 		grace_period 1ns
 		auto_https disable_redirects
 		coral {
@@ -60,7 +60,7 @@ func TestOneLabelOverHTTPS(t *testing.T) {
 		bind 127.0.0.1
 		tls internal
 		%[3]s
-	}`, httpPort, httpsPort, proxy), "caddyfile")
+	}`, httpPort, httpsPort, proxy, storage))
 
 	oneLabel := "127-0-0-1-" + o.port() + ".nyud.test"
 	httpBase := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
@@ -69,8 +69,8 @@ func TestOneLabelOverHTTPS(t *testing.T) {
 		return c
 	}
 	plain := noFollow(&http.Client{})
-	secure := noFollow(tlsClient(t, httpsPort))
-	waitForCertificate(t, httpsPort, oneLabel)
+	secure := noFollow(tlsClient(t, storage, httpsPort))
+	waitForCachedCert(t, "*.nyud.test")
 
 	// Over http: one-label → https (with the path and query as sent);
 	// dotted → served.
@@ -118,11 +118,11 @@ func TestOneLabelOverHTTPS(t *testing.T) {
 	}
 }
 
-// tlsClient trusts Caddy's internal CA and dials every name at
-// 127.0.0.1:port (the names are under the test zone, in no DNS).
-func tlsClient(t *testing.T, port int) *http.Client {
+// tlsClient trusts the internal CA in Caddy's storage and dials every
+// name at 127.0.0.1:port (the names are under the test zone, in no DNS).
+func tlsClient(t *testing.T, storage string, port int) *http.Client {
 	t.Helper()
-	pem, err := os.ReadFile(filepath.Join(caddy.AppDataDir(), "pki", "authorities", "local", "root.crt"))
+	pem, err := os.ReadFile(filepath.Join(storage, "pki", "authorities", "local", "root.crt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,37 +137,6 @@ func tlsClient(t *testing.T, port int) *http.Client {
 			return d.DialContext(ctx, network, fmt.Sprintf("127.0.0.1:%d", port))
 		},
 	}}
-}
-
-// waitForCertificate returns once a TLS handshake for name succeeds at
-// 127.0.0.1:port. Caddy obtains managed certificates (tls internal too) in
-// the background after it starts, so until the wildcard is issued a
-// handshake ends in "tls: internal error"; on a loaded machine that takes
-// seconds. There is no event a test can wait on, so it retries the
-// handshake itself, the thing the test needs, until a generous deadline.
-func waitForCertificate(t *testing.T, port int, name string) {
-	t.Helper()
-	pem, err := os.ReadFile(filepath.Join(caddy.AppDataDir(), "pki", "authorities", "local", "root.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(pem)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		d := tls.Dialer{Config: &tls.Config{RootCAs: roots, ServerName: name}}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		conn, err := d.DialContext(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		cancel()
-		if err == nil {
-			conn.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no certificate for %s after 60 s: %v", name, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func do(t *testing.T, c *http.Client, rawURL, host string) *http.Response {

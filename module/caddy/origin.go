@@ -294,3 +294,28 @@ func (b *boundedMap[V]) len() int {
 	defer b.mu.Unlock()
 	return len(b.m)
 }
+
+// newGuard builds an address guard allowing the prefixes of the option
+// named option.
+func newGuard(option string, prefixes []string) (originGuard, error) {
+	var g originGuard
+	for _, a := range prefixes {
+		p, err := parsePrefix(a)
+		if err != nil {
+			return g, fmt.Errorf("coral_proxy: %s %q: %w", option, a, err)
+		}
+		g.allow = append(g.allow, p)
+	}
+	return g, nil
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, errors.New("not a prefix or address")
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}

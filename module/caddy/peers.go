@@ -3,8 +3,11 @@ package coralcaddy
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/coralcdn/coral/module/caddy/httpcache"
@@ -105,7 +108,7 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 		e.metrics.peerFetch(fetchOutcome(0, err))
 		return nil, err
 	}
-	if !servedFromPeerCache(resp.Header) {
+	if !servedFromCache(resp.Header.Get("Cache-Status")) {
 		// 504: only-if-cached and not cached. Anything else without a
 		// cache's Cache-Status is the peer's own refusal or error, never
 		// the object.
@@ -126,19 +129,55 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 	return resp, nil
 }
 
-// servedFromPeerCache reports whether a peer's answer to an only-if-cached
-// request is a cached object: its Cache-Status (written by serveStored)
-// says hit or collapsed.
-func servedFromPeerCache(h http.Header) bool {
-	cs, ok := strings.CutPrefix(h.Get("Cache-Status"), "coral;")
+// peerControl runs on every socket opened to a peer, with the address
+// about to be dialled: the references' filter (run) again, where it
+// cannot be missed.
+func (h *Handler) peerControl(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil || !h.eng.peerGuard.permitted(ap.Addr()) {
+		return fmt.Errorf("coral_proxy: peer address %s not allowed (allow_peers)", address)
+	}
+	return nil
+}
+
+// selfAddr is the HTTP address put in DSHT references.
+func (h *Handler) selfAddr() netip.AddrPort {
+	if p := h.eng.peerAddr.Load(); p != nil {
+		return *p
+	}
+	return netip.AddrPort{}
+}
+
+// advertisedAddrs is the address this proxy gives peers (peer_address,
+// or learned), for the node's own addresses.
+func (h *Handler) advertisedAddrs() []netip.Addr {
+	if h.eng == nil {
+		return nil
+	}
+	if p := h.eng.peerAddr.Load(); p != nil {
+		return []netip.Addr{p.Addr()}
+	}
+	return nil
+}
+
+// learnPeerAddr fills in this proxy's HTTP address from the first request:
+// the node's IP and the port the request came in on.
+func (h *Handler) learnPeerAddr(r *http.Request) {
+	node := h.eng.dhtNode()
+	if h.eng.peerAddr.Load() != nil || node == nil || r.TLS != nil {
+		// Peers speak plain HTTP: a port that answers with TLS is not
+		// their way in.
+		return
+	}
+	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 	if !ok {
-		return false
+		return
 	}
-	for _, p := range strings.Split(cs, ";") {
-		switch strings.TrimSpace(p) {
-		case "hit", "collapsed":
-			return true
-		}
+	lap, err := netip.ParseAddrPort(la.String())
+	if err != nil {
+		return
 	}
-	return false
+	ip := node.Addr().Addr()
+	ap := netip.AddrPortFrom(ip, lap.Port())
+	h.eng.peerAddr.CompareAndSwap(nil, &ap)
 }

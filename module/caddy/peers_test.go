@@ -271,11 +271,7 @@ func TestServedFromPeerCache(t *testing.T) {
 		{`othercache; hit`, false},
 		{``, false},
 	} {
-		h := http.Header{}
-		if tc.cacheStatus != "" {
-			h.Set("Cache-Status", tc.cacheStatus)
-		}
-		if got := servedFromPeerCache(h); got != tc.want {
+		if got := servedFromCache(tc.cacheStatus); got != tc.want {
 			t.Errorf("%q: %v, want %v", tc.cacheStatus, got, tc.want)
 		}
 	}

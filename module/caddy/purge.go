@@ -263,9 +263,9 @@ type purgeLocalResult struct {
 	Caches []purgeCacheResult `json:"caches"`
 }
 
-// purgeLocal purges spec from caches (adminCaches: every running cache).
+// purgeLocal purges spec from caches (runningCaches: every running cache).
 // It runs to its end unless ctx ends (then Complete is false).
-func purgeLocal(ctx context.Context, spec purgeSpec, caches []adminCacheRef) purgeLocalResult {
+func purgeLocal(ctx context.Context, spec purgeSpec, caches []cacheRef) purgeLocalResult {
 	res := purgeLocalResult{purgeCacheResult: purgeCacheResult{Complete: true}, Caches: []purgeCacheResult{}}
 	deadline := time.Now().Add(purgePendingWait)
 	for _, c := range caches {
@@ -284,7 +284,7 @@ func purgeLocal(ctx context.Context, spec purgeSpec, caches []adminCacheRef) pur
 
 // purgeKey removes key from c's store (a complete version and any write in
 // progress), counting it in r.
-func purgeKey(c adminCacheRef, key string, r *purgeCacheResult) bool {
+func purgeKey(c cacheRef, key string, r *purgeCacheResult) bool {
 	for _, e := range c.engines {
 		e.purged.put(key, e.now())
 	}
@@ -300,7 +300,7 @@ func purgeKey(c adminCacheRef, key string, r *purgeCacheResult) bool {
 }
 
 // forgetRef drops key's reference from c's reference tables.
-func forgetRef(c adminCacheRef, key string, r *purgeCacheResult) {
+func forgetRef(c cacheRef, key string, r *purgeCacheResult) {
 	for _, t := range c.refs {
 		if t.forget(key) {
 			r.ReferencesDropped++
@@ -310,7 +310,7 @@ func forgetRef(c adminCacheRef, key string, r *purgeCacheResult) {
 
 // purgeExact removes the entry of key, its variants when it is a Vary
 // index, and a download of it that reaches the cache before deadline.
-func purgeExact(ctx context.Context, c adminCacheRef, key string, deadline time.Time) purgeCacheResult {
+func purgeExact(ctx context.Context, c cacheRef, key string, deadline time.Time) purgeCacheResult {
 	r := purgeCacheResult{Complete: true}
 	m, ok := c.store.Peek(key)
 	vary := ok && m.Extra[varyIndexField] != ""
@@ -368,7 +368,7 @@ func purgeExact(ctx context.Context, c adminCacheRef, key string, deadline time.
 
 // purgePrefix removes every object of c whose stored URL, normalized,
 // starts with prefix.
-func purgePrefix(ctx context.Context, c adminCacheRef, prefix string) purgeCacheResult {
+func purgePrefix(ctx context.Context, c cacheRef, prefix string) purgeCacheResult {
 	r := purgeCacheResult{Complete: true}
 	c.store.Walk(purgeBatch, func(infos []diskcache.Info) bool {
 		for _, in := range infos {

@@ -18,15 +18,15 @@ import (
 )
 
 // peerPurgeHandler serves other proxies' purges (app messages to this
-// node) on the caches that caches returns (adminCaches: every running
+// node) on the caches that caches returns (runningCaches: every running
 // one): the same local purge as the admin API's, never passed on.
-func peerPurgeHandler(caches func() []adminCacheRef) coraldht.AppHandler {
+func peerPurgeHandler(caches func() []cacheRef) coraldht.AppHandler {
 	return func(ctx context.Context, from coraldht.Contact, payload []byte) ([]byte, error) {
 		return handlePeerPurge(ctx, from, payload, caches())
 	}
 }
 
-func handlePeerPurge(ctx context.Context, from coraldht.Contact, payload []byte, caches []adminCacheRef) ([]byte, error) {
+func handlePeerPurge(ctx context.Context, from coraldht.Contact, payload []byte, caches []cacheRef) ([]byte, error) {
 	spec, err := decodePurgeRequest(payload)
 	if err != nil {
 		return encodePurgeReply(purgeReply{status: purgeStatusRefused, detail: err.Error()}), nil
@@ -129,62 +129,12 @@ func (a *AdminAPI) handlePurge(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	badRequest := func(err error) error { return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: err} }
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		return badRequest(fmt.Errorf("coral purge: parameters: %v", err))
-	}
-	param := func(name string) (string, error) {
-		vs := r.Form[name]
-		if len(vs) > 1 {
-			return "", fmt.Errorf("coral purge: %s given %d times", name, len(vs))
-		}
-		if len(vs) == 0 {
-			return "", nil
-		}
-		return vs[0], nil
-	}
-	for name := range r.Form {
-		switch name {
-		case "url", "prefix", "network", "timeout":
-		default:
-			return badRequest(fmt.Errorf("coral purge: unknown parameter %q (url, prefix, network, timeout)", name))
-		}
-	}
-	rawURL, err := param("url")
+	q, err := parsePurgeQuery(r)
 	if err != nil {
 		return badRequest(err)
 	}
-	prefix, err := boolParam(param("prefix"))
-	if err != nil {
-		return badRequest(fmt.Errorf("coral purge: prefix: %v", err))
-	}
-	netParam, err := param("network")
-	if err != nil {
-		return badRequest(err)
-	}
-	mode := ""
-	switch strings.ToLower(netParam) {
-	case "", "0", "false":
-	case "1", "true":
-		mode = "references"
-		if prefix {
-			mode = "known"
-		}
-	case "all":
-		mode = "all"
-	default:
-		return badRequest(fmt.Errorf("coral purge: network %q: want 1 or all", netParam))
-	}
-	timeout := purgeDefaultTimeout
-	if v, err := param("timeout"); err != nil {
-		return badRequest(err)
-	} else if v != "" {
-		d, err := caddy.ParseDuration(v)
-		if err != nil || d <= 0 || d > purgeMaxTimeout {
-			return badRequest(fmt.Errorf("coral purge: timeout %q: want a duration up to %v", v, purgeMaxTimeout))
-		}
-		timeout = d
-	}
-	caches := adminCaches()
+	rawURL, prefix, mode, timeout := q.url, q.prefix, q.mode, q.timeout
+	caches := runningCaches()
 	if len(caches) == 0 {
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("coral purge: no coral_proxy cache is running here")}
 	}
@@ -228,6 +178,74 @@ func (a *AdminAPI) handlePurge(w http.ResponseWriter, r *http.Request) error {
 	return adminJSON(w, resp)
 }
 
+// purgeQuery is a purge's parameters: url, prefix, network (the mode:
+// "", "references", "known" or "all") and timeout.
+type purgeQuery struct {
+	url     string
+	prefix  bool
+	mode    string
+	timeout time.Duration
+}
+
+// parsePurgeQuery reads a purge's parameters from its form, refusing
+// unknown and repeated ones.
+func parsePurgeQuery(r *http.Request) (purgeQuery, error) {
+	q := purgeQuery{timeout: purgeDefaultTimeout}
+	if err := r.ParseForm(); err != nil {
+		return q, fmt.Errorf("coral purge: parameters: %v", err)
+	}
+	param := func(name string) (string, error) {
+		vs := r.Form[name]
+		if len(vs) > 1 {
+			return "", fmt.Errorf("coral purge: %s given %d times", name, len(vs))
+		}
+		if len(vs) == 0 {
+			return "", nil
+		}
+		return vs[0], nil
+	}
+	for name := range r.Form {
+		switch name {
+		case "url", "prefix", "network", "timeout":
+		default:
+			return q, fmt.Errorf("coral purge: unknown parameter %q (url, prefix, network, timeout)", name)
+		}
+	}
+	var err error
+	if q.url, err = param("url"); err != nil {
+		return q, err
+	}
+	if q.prefix, err = boolParam(param("prefix")); err != nil {
+		return q, fmt.Errorf("coral purge: prefix: %v", err)
+	}
+	netParam, err := param("network")
+	if err != nil {
+		return q, err
+	}
+	switch strings.ToLower(netParam) {
+	case "", "0", "false":
+	case "1", "true":
+		q.mode = "references"
+		if q.prefix {
+			q.mode = "known"
+		}
+	case "all":
+		q.mode = "all"
+	default:
+		return q, fmt.Errorf("coral purge: network %q: want 1 or all", netParam)
+	}
+	if v, err := param("timeout"); err != nil {
+		return q, err
+	} else if v != "" {
+		d, err := caddy.ParseDuration(v)
+		if err != nil || d <= 0 || d > purgeMaxTimeout {
+			return q, fmt.Errorf("coral purge: timeout %q: want a duration up to %v", v, purgeMaxTimeout)
+		}
+		q.timeout = d
+	}
+	return q, nil
+}
+
 // boolParam parses an optional boolean parameter ("" is false).
 func boolParam(v string, err error) (bool, error) {
 	if err != nil || v == "" {
@@ -243,7 +261,7 @@ func adminDHTNode() *coraldht.Node {
 
 // purgeNetwork asks the other proxies to purge spec (see the file
 // comment), until ctx ends.
-func purgeNetwork(ctx context.Context, node *coraldht.Node, spec purgeSpec, mode string, caches []adminCacheRef) *purgeNetworkResult {
+func purgeNetwork(ctx context.Context, node *coraldht.Node, spec purgeSpec, mode string, caches []cacheRef) *purgeNetworkResult {
 	res := &purgeNetworkResult{Mode: mode, Peers: []purgePeer{}}
 	payload, err := encodePurgeRequest(spec)
 	if err != nil { // checked by the caller for prefixes; keys always encode
@@ -270,7 +288,7 @@ func purgeNetwork(ctx context.Context, node *coraldht.Node, spec purgeSpec, mode
 // purgeSelf is who this proxy is (its node, and the HTTP addresses its
 // handlers put in references), and the guard for peer addresses: the
 // newest handler's (allow_peers).
-func purgeSelf(node *coraldht.Node, caches []adminCacheRef) (self map[netip.AddrPort]bool, guard originGuard) {
+func purgeSelf(node *coraldht.Node, caches []cacheRef) (self map[netip.AddrPort]bool, guard originGuard) {
 	self = map[netip.AddrPort]bool{node.Addr(): true}
 	haveGuard := false
 	for _, c := range caches {

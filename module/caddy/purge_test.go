@@ -157,7 +157,7 @@ func startPurgeProxies(t *testing.T, n, first int, network bool) []*purgeProxy {
 		srv := serveAsPeer(t, h, ip)
 		p := &purgeProxy{h: h, node: node, srv: srv, refs: refs}
 		if node != nil {
-			node.HandleApp(purgeKind, peerPurgeHandler(func() []adminCacheRef { return []adminCacheRef{p.cacheRef()} }))
+			node.HandleApp(purgeKind, peerPurgeHandler(func() []cacheRef { return []cacheRef{p.cacheRef()} }))
 		}
 		out = append(out, p)
 	}
@@ -174,29 +174,29 @@ func startPurgeProxies(t *testing.T, n, first int, network bool) []*purgeProxy {
 }
 
 // cacheRef is p's cache as the admin registry would list it.
-func (p *purgeProxy) cacheRef() adminCacheRef {
-	return adminCacheRef{dir: p.h.storeKey, store: p.h.store, zones: []string{p.h.Zone}, refs: []*refTable{p.refs}, engines: []*engine{p.h.eng}}
+func (p *purgeProxy) cacheRef() cacheRef {
+	return cacheRef{dir: p.h.storeKey, store: p.h.store, zones: []string{p.h.Zone}, refs: []*refTable{p.refs}, engines: []*engine{p.h.eng}}
 }
 
 // isolateAdminRegistry empties the admin registry for the test (Caddy
 // instances of other tests, caddytest's, stay registered after them) and
 // restores it afterwards.
 func isolateAdminRegistry(t *testing.T) {
-	adminRegistry.mu.Lock()
-	apps, proxies := adminRegistry.apps, adminRegistry.proxies
-	adminRegistry.apps, adminRegistry.proxies = nil, nil
-	adminRegistry.mu.Unlock()
+	running.mu.Lock()
+	apps, proxies := running.apps, running.proxies
+	running.apps, running.proxies = nil, nil
+	running.mu.Unlock()
 	t.Cleanup(func() {
-		adminRegistry.mu.Lock()
-		adminRegistry.apps, adminRegistry.proxies = apps, proxies
-		adminRegistry.mu.Unlock()
+		running.mu.Lock()
+		running.apps, running.proxies = apps, proxies
+		running.mu.Unlock()
 	})
 }
 
 // register makes p the only proxy the admin API sees, for the test.
 func (p *purgeProxy) register(t *testing.T) {
 	isolateAdminRegistry(t)
-	registerProxy(p.h)
+	addRunningProxy(p.h)
 }
 
 // get fetches path through p with optional header pairs.
@@ -624,8 +624,8 @@ func TestPurgeAdminErrors(t *testing.T) {
 	}
 	node := metricsTestNode(t, "127.0.6.13:4000")
 	app := metricsTestApp(node, "127.0.6.13:4000", true)
-	registerApp(app)
-	t.Cleanup(func() { unregisterApp(app) })
+	addRunningApp(app)
+	t.Cleanup(func() { removeRunningApp(app) })
 	long := url.QueryEscape("http://www.example.com/" + strings.Repeat("x", coraldht.MaxAppPayload))
 	if code, _ := call(http.MethodPost, "/coral/purge?prefix=1&network=1&url="+long); code != http.StatusBadRequest {
 		t.Errorf("a prefix too long for the network: %d, want 400", code)
@@ -669,7 +669,7 @@ func TestPurgeNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caches := []adminCacheRef{ps[0].cacheRef()}
+	caches := []cacheRef{ps[0].cacheRef()}
 	local := purgeLocal(ctx, spec, caches)
 	net := purgeNetwork(ctx, ps[0].node, spec, "references", caches)
 	t.Logf("network purge: %+v", *net)
@@ -952,7 +952,7 @@ func BenchmarkPurgePrefixScan(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	c := adminCacheRef{dir: "bench", store: store}
+	c := cacheRef{dir: "bench", store: store}
 	stop := make(chan struct{})
 	waits := make(chan time.Duration, 1)
 	go func() {
@@ -1008,7 +1008,7 @@ func TestPurgeSkipsPeersAfterwards(t *testing.T) {
 	mu.Unlock()
 	// Purge at P1 only (as if a network purge had not reached P0 yet).
 	tg, _ := ParseTarget(host, "nyud.test", "/obj", "")
-	c := adminCacheRef{store: proxies[1].h.store, engines: []*engine{proxies[1].h.eng}}
+	c := cacheRef{store: proxies[1].h.store, engines: []*engine{proxies[1].h.eng}}
 	var r purgeCacheResult
 	if !purgeKey(c, tg.Key(), &r) {
 		t.Fatal("nothing purged")

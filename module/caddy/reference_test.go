@@ -61,7 +61,7 @@ func TestSelfReference(t *testing.T) {
 		t.Errorf("without a node: %+v", r)
 	}
 	node := metricsTestNode(t, "127.0.6.30:4000")
-	if r := (&engine{node: node}).selfReference(self); r.DHT != node.Addr() || r.Addr != self || r.encode()[0] != 2 {
+	if r := (&engine{engineConfig: engineConfig{node: node}}).selfReference(self); r.DHT != node.Addr() || r.Addr != self || r.encode()[0] != 2 {
 		t.Errorf("with a node: %+v", r)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // serveStored writes a cached (or still arriving) object. To a peer (an
 // only-if-cached request) it also says how long the copy stays fresh here
 // (peerFreshnessField), which bounds the peer's copy.
-func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status, source string, toPeer bool) error {
+func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status CacheStatus, source string, toPeer bool) error {
 	defer rd.Close()
 	m := rd.Meta()
 	hdr := w.Header()
@@ -40,7 +40,7 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 		h.localizeLocation(hdr, r)
 	}
 	vals = setOwnValue(hdr, vals, "Via", "1.1 coral")
-	vals = setOwnValue(hdr, vals, "Cache-Status", cacheStatusValue(status, source))
+	vals = setOwnValue(hdr, vals, "Cache-Status", status.headerValue(source))
 	now := h.eng.now()
 	vals = setOwnValue(hdr, vals, "Age", formatAge(storedAge(&m, now)))
 	if toPeer {
@@ -134,14 +134,6 @@ func setOwnValue(hdr http.Header, vals []string, key, v string) []string {
 	return vals
 }
 
-// cacheStatusValue is the Cache-Status field of a served object.
-func cacheStatusValue(status, source string) string {
-	if status == "hit" && source == "local" {
-		return `coral; hit; detail="local"` // every hit: no formatting
-	}
-	return fmt.Sprintf(`coral; %s; detail=%q`, status, source)
-}
-
 // plainRequest reports whether http.ServeContent would send the whole
 // stored response with nothing to decide: no range or precondition in the
 // request, a Content-Type in the response (else it sniffs one) and no
@@ -181,7 +173,7 @@ func (h *Handler) serveDirect(w http.ResponseWriter, r *http.Request, resp *http
 	hdr.Del(httpcache.CoralOnlyField)
 	h.localizeLocation(hdr, r)
 	hdr.Set("Via", "1.1 coral")
-	hdr.Set("Cache-Status", fmt.Sprintf(`coral; fwd=uri-miss; stored=false; detail=%q`, source))
+	hdr.Set("Cache-Status", uncachedHeaderValue(source))
 	w.WriteHeader(resp.StatusCode)
 	if rs != nil {
 		// Cut from another goroutine: the connection's own deadline (safe

@@ -15,8 +15,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"math/rand/v2"
+
+	"github.com/caddyserver/caddy/v2"
 )
 
 // streamingOrigin accepts connections, reads one request head, and hands

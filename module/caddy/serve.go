@@ -14,30 +14,47 @@ import (
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
 
+// serve answers a Coralized request: admission (admit), then serving from
+// the cache (serveFromCache), which starts or joins a download on a miss.
 func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) error {
+	fr, done, err := h.admit(w, r, acct)
+	if done {
+		return err
+	}
+	return h.serveFromCache(w, r, fr, acct)
+}
+
+// admit decides whether the request is one to serve, in this order: a
+// Coralized target (else 421, 400 or 403), a one-label name over http
+// (308 to https with https_redirect), the method (405), the ACME
+// challenge path (403), the origin's address (403), the abuse controls
+// (403, 429 or a redirect to the origin), credentials (403). done says
+// the request has been answered (err is then what to return); otherwise
+// fr is the fetch the request asks for.
+func (h *Handler) admit(w *bodyCounter, r *http.Request, acct *requestAccount) (fr fetchRequest, done bool, err error) {
 	target, err := requestTarget(r, h.Zone)
 	switch {
 	case errors.Is(err, coralname.ErrNotCoralized):
-		return caddyhttp.Error(http.StatusMisdirectedRequest,
+		return fr, true, caddyhttp.Error(http.StatusMisdirectedRequest,
 			fmt.Errorf("this Coral proxy serves only host names ending in .%s (Coralized URLs); %q is not one", strings.TrimSuffix(h.Zone, "."), r.Host))
 	case errors.Is(err, errBadTarget):
-		return caddyhttp.Error(http.StatusBadRequest, err)
+		return fr, true, caddyhttp.Error(http.StatusBadRequest, err)
 	case err != nil:
-		return caddyhttp.Error(StatusForHostError(err), err)
+		return fr, true, caddyhttp.Error(StatusForHostError(err), err)
 	}
 	if h.HTTPSRedirect && r.TLS == nil && target.OneLabel {
-		acct.set(metricRedirect, "none")
-		return h.redirectToHTTPS(w, r, target)
+		acct.set(cacheRedirect, "none")
+		return fr, true, h.redirectToHTTPS(w, r, target)
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		return caddyhttp.Error(http.StatusMethodNotAllowed, fmt.Errorf("coral_proxy serves GET and HEAD only"))
+		return fr, true, caddyhttp.Error(http.StatusMethodNotAllowed, fmt.Errorf("coral_proxy serves GET and HEAD only"))
 	}
 	if mayNameACMEChallenge(target.Path) && isACMEChallenge(target.OriginURL().Path) {
-		return caddyhttp.Error(http.StatusForbidden, errACMEChallenge)
+		return fr, true, caddyhttp.Error(http.StatusForbidden, errACMEChallenge)
 	}
 	if a, ok := OriginAddr(target.Host); ok && !h.eng.guard.permitted(a) {
-		return h.refuseWithBody(w, caddyhttp.Error(http.StatusForbidden, fmt.Errorf("origin %s: %w", target.Host, errOriginForbidden)))
+		return fr, true, h.refuseWithBody(w, caddyhttp.Error(http.StatusForbidden, fmt.Errorf("origin %s: %w", target.Host, errOriginForbidden)))
 	}
 	h.learnPeerAddr(r)
 	scheme := "http"
@@ -45,93 +62,111 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 		scheme = "https"
 	}
 	key := target.Key()
-	fr := fetchRequest{key: key, baseKey: key, target: target, scheme: scheme, header: r.Header, allow: h.eng.forward, clientIP: clientIP(r)}
+	fr = fetchRequest{key: key, baseKey: key, target: target, scheme: scheme, header: r.Header, allow: h.eng.forward, clientIP: clientIP(r)}
 	fr.clientAddr = requestClientAddr(r)
-	if done, err := h.abuse.admit(w, r, target.Host, func() string { return fr.originURL().String() }); done {
-		return h.refuseWithBody(w, err)
+	if refused, err := h.abuse.admit(w, r, target.Host, func() string { return fr.originURL().String() }); refused {
+		return fr, true, h.refuseWithBody(w, err)
 	}
 	if _, ok := r.Header["Authorization"]; ok {
 		// Coral serves public content: credentials are never forwarded,
 		// and a cache must not answer an authorized request from a copy
 		// fetched without them (RFC 9111 §3.5).
-		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("%w; fetch %s directly", errAuthorization, fr.originURL()))
+		return fr, true, caddyhttp.Error(http.StatusForbidden, fmt.Errorf("%w; fetch %s directly", errAuthorization, fr.originURL()))
 	}
 	h.abuse.charge(w)
-	onlyIfCached := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
+	return fr, false, nil
+}
 
+// serveFromCache serves an admitted request: from the stored copy if it
+// has one (serveFound), else from a download, which a request with
+// only-if-cached (a peer's) only joins (serveOnlyIfCached).
+func (h *Handler) serveFromCache(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
+	onlyIfCached := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
 	if rd, m, ok := h.lookup(r.Context(), &fr); ok {
-		if !rd.Complete() {
-			if h.eng.now().Before(m.Expires) {
-				// Being downloaded right now: join it, and hold it while
-				// reading (a peer streaming it too: see letGo).
-				d := h.eng.holdInflight(fr.key, true)
-				defer h.eng.letGo(d)
-				acct.set("collapsed", m.Extra["source"])
-				return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", m.Extra["source"], onlyIfCached)
-			}
-			// Being downloaded, but stale as it arrives (max-age=0, an
-			// Age beyond its lifetime): it answers the request that
-			// fetched it and may not be reused for another (RFC 9111
-			// §4), not even one that comes while it downloads.
-			rd.Close()
-			if onlyIfCached {
-				return notCached(w, "stale")
-			}
-			acct.set("miss", "origin")
-			return h.fetchOwn(w, r, fr, acct)
-		}
-		if h.eng.now().Before(m.Expires) {
-			h.eng.refs.touch(fr.baseKey)
-			acct.set("hit", "local")
-			return h.serveStored(w, r, rd, "hit", "local", onlyIfCached)
-		}
-		if onlyIfCached {
-			// Stale, and the client (a peer, usually) wants no origin
-			// contact: RFC 9111 §5.2.1.7.
-			rd.Close()
-			return notCached(w, "stale")
-		}
-		// Stale: revalidate with the origin. Within stale-while-
-		// revalidate the stale copy is served at once meanwhile: the one
-		// already open, so that the new version the refresh may create
-		// before this request reads is not served in its place.
-		stale := m // a copy: taking m's address would move it to the heap on every hit
-		fr.stale = &stale
-		if swr, _ := httpcache.StaleWindows(m.Header); h.eng.now().Sub(m.Expires) < swr {
-			// In the background, if a download slot is free now.
-			_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), fr, 0, false)
-			acct.set("stale", "local")
-			return h.serveStored(w, r, rd, "hit; fwd=stale", "stale-while-revalidate", onlyIfCached)
-		}
-		rd.Close()
-		return h.download(w, r, fr, acct)
+		return h.serveFound(w, r, fr, rd, m, onlyIfCached, acct)
 	}
 	if onlyIfCached {
-		// A peer (or a client) that wants no origin fetch. A download under
-		// way here still counts: wait for it, a little. The bound breaks the
-		// rare cycle of two proxies each waiting on the other.
-		if d := h.eng.holdInflight(fr.key, true); d != nil {
-			defer h.eng.letGo(d)
-			t := time.NewTimer(time.Duration(h.PeerTimeout))
-			defer t.Stop()
-			select {
-			case <-d.ready:
-				if d.err == nil && d.direct == nil {
-					if rd, _, ok := h.lookup(r.Context(), &fr); ok && (!rd.Complete() || h.eng.now().Before(rd.Meta().Expires)) {
-						acct.set("collapsed", d.source)
-						return h.serveStored(w, r, rd, "fwd=uri-miss; collapsed", d.source, true)
-					} else if ok {
-						rd.Close()
-					}
-				}
-			case <-t.C:
-			case <-r.Context().Done():
-				return r.Context().Err()
-			}
-		}
-		return notCached(w, "only-if-cached")
+		return h.serveOnlyIfCached(w, r, fr, acct)
 	}
 	return h.download(w, r, fr, acct)
+}
+
+// serveFound serves a request whose object is stored (rd, m): being
+// downloaded, fresh, or stale (revalidated, or served meanwhile within
+// stale-while-revalidate).
+func (h *Handler) serveFound(w http.ResponseWriter, r *http.Request, fr fetchRequest, rd *diskcache.Reader, m diskcache.Meta, onlyIfCached bool, acct *requestAccount) error {
+	if !rd.Complete() {
+		if h.eng.now().Before(m.Expires) {
+			// Being downloaded right now: join it, and hold it while
+			// reading (a peer streaming it too: see letGo).
+			d := h.eng.holdInflight(fr.key, true)
+			defer h.eng.letGo(d)
+			acct.set(cacheCollapsed, m.Extra["source"])
+			return h.serveStored(w, r, rd, cacheCollapsed, m.Extra["source"], onlyIfCached)
+		}
+		// Being downloaded, but stale as it arrives (max-age=0, an
+		// Age beyond its lifetime): it answers the request that
+		// fetched it and may not be reused for another (RFC 9111
+		// §4), not even one that comes while it downloads.
+		rd.Close()
+		if onlyIfCached {
+			return notCached(w, "stale")
+		}
+		acct.set(cacheMiss, "origin")
+		return h.fetchOwn(w, r, fr, acct)
+	}
+	if h.eng.now().Before(m.Expires) {
+		h.eng.refs.touch(fr.baseKey)
+		acct.set(cacheHit, "local")
+		return h.serveStored(w, r, rd, cacheHit, "local", onlyIfCached)
+	}
+	if onlyIfCached {
+		// Stale, and the client (a peer, usually) wants no origin
+		// contact: RFC 9111 §5.2.1.7.
+		rd.Close()
+		return notCached(w, "stale")
+	}
+	// Stale: revalidate with the origin. Within stale-while-
+	// revalidate the stale copy is served at once meanwhile: the one
+	// already open, so that the new version the refresh may create
+	// before this request reads is not served in its place.
+	stale := m // a copy: taking m's address would move it to the heap on every hit
+	fr.stale = &stale
+	if swr, _ := httpcache.StaleWindows(m.Header); h.eng.now().Sub(m.Expires) < swr {
+		// In the background, if a download slot is free now.
+		_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), fr, 0, false)
+		acct.set(cacheStaleWhileRevalidate, "local")
+		return h.serveStored(w, r, rd, cacheStaleWhileRevalidate, "local", onlyIfCached)
+	}
+	rd.Close()
+	return h.download(w, r, fr, acct)
+}
+
+// serveOnlyIfCached answers an only-if-cached request (a peer's, or a
+// client's) for an object not stored: a download under way here still
+// counts, so it waits for one, a little; else 504. The bound breaks the
+// rare cycle of two proxies each waiting on the other.
+func (h *Handler) serveOnlyIfCached(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
+	if d := h.eng.holdInflight(fr.key, true); d != nil {
+		defer h.eng.letGo(d)
+		t := time.NewTimer(time.Duration(h.PeerTimeout))
+		defer t.Stop()
+		select {
+		case <-d.ready:
+			if d.err == nil && d.direct == nil {
+				if rd, _, ok := h.lookup(r.Context(), &fr); ok && (!rd.Complete() || h.eng.now().Before(rd.Meta().Expires)) {
+					acct.set(cacheCollapsed, d.source)
+					return h.serveStored(w, r, rd, cacheCollapsed, d.source, true)
+				} else if ok {
+					rd.Close()
+				}
+			}
+		case <-t.C:
+		case <-r.Context().Done():
+			return r.Context().Err()
+		}
+	}
+	return notCached(w, "only-if-cached")
 }
 
 // acmeChallengePath is where ACME HTTP-01 validation looks (RFC 8555
@@ -176,7 +211,7 @@ var errAuthorization = errors.New("coral_proxy: Coral serves public content and 
 // notCached is the answer to an only-if-cached request the cache cannot
 // satisfy: 504 (RFC 9111 §5.2.1.7), with why in Cache-Status.
 func notCached(w http.ResponseWriter, why string) error {
-	w.Header().Set("Cache-Status", fmt.Sprintf("coral; fwd=miss; detail=%q", why))
+	w.Header().Set("Cache-Status", notCachedHeaderValue(why))
 	return caddyhttp.Error(http.StatusGatewayTimeout, errors.New("not in this proxy's cache (only-if-cached)"))
 }
 
@@ -190,7 +225,7 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request, fr fetchReque
 		defer h.eng.letGo(d)
 	}
 	if errors.Is(err, errDownloadsBusy) {
-		acct.set("refused", "none")
+		acct.set(cacheRefused, "none")
 		w.Header().Set("Retry-After", retryAfterSeconds(h.eng.downloadWait))
 		return caddyhttp.Error(http.StatusServiceUnavailable, err)
 	}
@@ -205,10 +240,10 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request, fr fetchReque
 // address in the Host itself), else 502.
 func fetchFailed(acct *requestAccount, err error) error {
 	if errors.Is(err, errOriginForbidden) {
-		acct.set("refused", "none")
+		acct.set(cacheRefused, "none")
 		return caddyhttp.Error(http.StatusForbidden, err)
 	}
-	acct.set("miss", "none")
+	acct.set(cacheMiss, "none")
 	return caddyhttp.Error(http.StatusBadGateway, err)
 }
 
@@ -244,34 +279,8 @@ func (h *Handler) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.R
 // afterDownload waits for a download (or revalidation) to have something
 // to serve, and serves it.
 func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRequest, d *download, started bool, acct *requestAccount) error {
-	var interim <-chan interimResponse
-	if started {
-		interim = d.interim // only the request that started the download gets them
-	}
-	var sent []string // fields of interim responses, not for the final one
-wait:
-	for {
-		select {
-		case <-d.ready:
-			break wait
-		case ir := <-interim:
-			sent = writeInterim(w, ir, sent)
-		case <-r.Context().Done():
-			if started {
-				// A response handed to this request alone would hold its
-				// origin connection until read: close it when it comes.
-				go func() {
-					<-d.ready
-					if d.direct != nil {
-						d.direct.Body.Close()
-					}
-				}()
-			}
-			return r.Context().Err()
-		}
-	}
-	for _, k := range sent {
-		w.Header().Del(k)
+	if err := awaitDownload(w, r, d, started); err != nil {
+		return err
 	}
 	if d.revalidated || d.stale {
 		rd, _, ok := h.lookup(r.Context(), &fr)
@@ -279,20 +288,20 @@ wait:
 			return caddyhttp.Error(http.StatusBadGateway, errors.New("the cached copy went away"))
 		}
 		if d.revalidated {
-			acct.set("hit", "local")
-			return h.serveStored(w, r, rd, "hit; fwd=stale; fwd-status=304", "revalidated", false)
+			acct.set(cacheRevalidated, "local")
+			return h.serveStored(w, r, rd, cacheRevalidated, "local", false)
 		}
-		acct.set("stale", "local")
-		return h.serveStored(w, r, rd, "hit; fwd=stale", "stale", false)
+		acct.set(cacheStale, "local")
+		return h.serveStored(w, r, rd, cacheStale, "local", false)
 	}
 	if d.err != nil {
 		return fetchFailed(acct, d.err)
 	}
-	if started {
-		acct.set("miss", d.source)
-	} else {
-		acct.set("collapsed", d.source)
+	status := cacheMiss
+	if !started {
+		status = cacheCollapsed
 	}
+	acct.set(status, d.source)
 	if d.direct != nil {
 		if !started {
 			// The response may not be shared; fetch our own copy.
@@ -327,11 +336,41 @@ wait:
 	if !ok {
 		return caddyhttp.Error(http.StatusBadGateway, errors.New("the download ended before the object could be read"))
 	}
-	status := "fwd=uri-miss"
-	if !started {
-		status = "fwd=uri-miss; collapsed"
-	}
 	return h.serveStored(w, r, rd, status, d.source, false)
+}
+
+// awaitDownload waits until d has something to serve, relaying its
+// interim responses (1xx) to the request that started it; it returns the
+// request's context error if the client goes first.
+func awaitDownload(w http.ResponseWriter, r *http.Request, d *download, started bool) error {
+	var interim <-chan interimResponse
+	if started {
+		interim = d.interim // only the request that started the download gets them
+	}
+	var sent []string // fields of interim responses, not for the final one
+	for {
+		select {
+		case <-d.ready:
+			for _, k := range sent {
+				w.Header().Del(k)
+			}
+			return nil
+		case ir := <-interim:
+			sent = writeInterim(w, ir, sent)
+		case <-r.Context().Done():
+			if started {
+				// A response handed to this request alone would hold its
+				// origin connection until read: close it when it comes.
+				go func() {
+					<-d.ready
+					if d.direct != nil {
+						d.direct.Body.Close()
+					}
+				}()
+			}
+			return r.Context().Err()
+		}
+	}
 }
 
 // fetchOwn fetches fr from the origin for this request alone and relays

@@ -202,41 +202,13 @@ type statusKind struct {
 	Share float64 `json:"share"` // of Total
 }
 
-// The request kinds of statusRequests and how the page names them.
-var statusKinds = []struct{ kind, label string }{
-	{"local_hit", "local hit"},
-	{"peer", "from a peer"},
-	{"origin", "from the origin"},
-	{"stale", "stale"},
-	{"collapsed", "collapsed (joined a download)"},
-	{"failed", "failed"},
-	{"refused", "refused"},
-	{"other", "other"},
-}
-
 // statusKindOf classifies a requests_total series.
-func statusKindOf(cacheStatus, source string) string {
-	switch cacheStatus {
-	case metricHit:
-		return "local_hit"
-	case metricStale:
-		return "stale"
-	case metricCollapsed:
-		return "collapsed"
-	case metricRefused, metricRedirect:
-		// A redirect to https serves nothing either.
-		return "refused"
-	case metricMiss:
-		switch {
-		case source == metricOrigin:
-			return "origin"
-		case source == metricNone:
-			return "failed"
-		case strings.HasPrefix(source, "peer-l"):
-			return "peer"
-		}
+func statusKindOf(label, source string) string {
+	s, ok := cacheStatusOfLabel(label)
+	if !ok {
+		return "other"
 	}
-	return "other"
+	return s.pageKind(source)
 }
 
 func statusRequestsOf(cells []requestCount) statusRequests {
@@ -272,7 +244,7 @@ func (s *StatusPage) document(now time.Time) *statusDoc {
 	st := adminStatus{Levels: []adminLevel{}, Caches: adminCacheStats(), RecentFetches: adminLastFetches()}
 	if !st.setNode(s.app) {
 		// Not provisioned by Caddy (tests): the newest running app.
-		apps, _ := adminRegistered()
+		apps, _ := runningAll()
 		for i := len(apps) - 1; i >= 0 && !st.setNode(apps[i]); i-- {
 		}
 	}
@@ -287,7 +259,7 @@ func (s *StatusPage) document(now time.Time) *statusDoc {
 		doc.UptimeSeconds = math.Round(now.Sub(*st.Node.Started).Seconds())
 	}
 	objs := []adminObject{}
-	for _, c := range adminCaches() {
+	for _, c := range runningCaches() {
 		objs = append(objs, adminRecentObjects(c, recent)...)
 	}
 	slices.SortStableFunc(objs, func(a, b adminObject) int { return cmp.Compare(statusUnix(b.LastUsed), statusUnix(a.LastUsed)) })

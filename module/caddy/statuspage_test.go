@@ -74,14 +74,17 @@ func TestStatusPageModule(t *testing.T) {
 func TestStatusRequestCounts(t *testing.T) {
 	before := countMap(requestCounts())
 	m := &proxyMetrics{} // counts without a registry of its own
-	for _, r := range []struct{ status, source string }{
-		{"hit", "local"}, {"hit", "local"}, {"miss", "origin"}, {"miss", "peer-l2"}, {"collapsed", "peer-l2"},
-		{"stale", "local"}, {"refused", "none"}, {"miss", ""}, {"bogus", "peer-l99"}, {"miss", "peer-l01"},
+	for _, r := range []struct {
+		status CacheStatus
+		source string
+	}{
+		{cacheHit, "local"}, {cacheRevalidated, "local"}, {cacheMiss, "origin"}, {cacheMiss, "peer-l2"}, {cacheCollapsed, "peer-l2"},
+		{cacheStaleWhileRevalidate, "local"}, {cacheRefused, "none"}, {cacheMiss, ""}, {CacheStatus(200), "peer-l99"}, {cacheMiss, "peer-l01"},
 	} {
 		m.request(r.status, r.source, 10)
 	}
 	var nilMetrics *proxyMetrics
-	nilMetrics.request("hit", "local", 10) // counts nothing, as before
+	nilMetrics.request(cacheHit, "local", 10) // counts nothing, as before
 	counts := requestCounts()
 	got := countMap(counts)
 	for series, want := range map[string]uint64{
@@ -220,9 +223,9 @@ func TestStatusPageContent(t *testing.T) {
 	store := metricsTestStore(t)
 	const dir = "/tmp/status-page-cache"
 	h := &Handler{Zone: "nyud.test", store: store, storeKey: dir}
-	registerApp(app)
-	registerProxy(h)
-	t.Cleanup(func() { unregisterProxy(h); unregisterApp(app) })
+	addRunningApp(app)
+	addRunningProxy(h)
+	t.Cleanup(func() { removeRunningProxy(h); removeRunningApp(app) })
 
 	// Five objects, used in key order, so the fifth is the most recent; one
 	// URL that would be markup if it were not escaped, one too long to show
@@ -541,9 +544,9 @@ func TestStatusPageHidesQueries(t *testing.T) {
 	app := metricsTestApp(node, addr, true)
 	store := metricsTestStore(t)
 	h := &Handler{Zone: "nyud.test", store: store, storeKey: "/tmp/status-page-queries"}
-	registerApp(app)
-	registerProxy(h)
-	t.Cleanup(func() { unregisterProxy(h); unregisterApp(app) })
+	addRunningApp(app)
+	addRunningProxy(h)
+	t.Cleanup(func() { removeRunningProxy(h); removeRunningApp(app) })
 	const secret = "token=s3cr3t&expires=1"
 	metricsTestPut(t, store, metricsTestKey(0), "http://www.example.com/signed?"+secret, "body")
 	recordFetch("http://www.example.com/fetched?"+secret, "origin", 200, 4, time.Millisecond)

@@ -94,6 +94,22 @@ func childArgs(args []string) []string {
 	return append([]string{"-test.run=^" + TestName + "$", "--"}, args...)
 }
 
+// buildArgs is the go command that builds the test binary of the command
+// described by info into bin, with the build flags that change what the
+// experiment runs (the race detector, build tags) as the command had them.
+func buildArgs(info *debug.BuildInfo, bin string) []string {
+	args := []string{"test", "-c", "-o", bin}
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "-race" && s.Value == "true":
+			args = append(args, "-race")
+		case s.Key == "-tags" && s.Value != "":
+			args = append(args, "-tags="+s.Value)
+		}
+	}
+	return append(args, info.Path)
+}
+
 // runChild builds the calling command's test binary and runs it with args,
 // returning its exit status.
 func runChild(args []string) (int, error) {
@@ -107,7 +123,7 @@ func runChild(args []string) (int, error) {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, path.Base(info.Path)+".test")
-	build := exec.Command("go", "test", "-c", "-o", bin, info.Path)
+	build := exec.Command("go", buildArgs(info, bin)...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return 2, fmt.Errorf("building the test binary of %s (run from inside the module): %w", info.Path, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -63,6 +64,21 @@ func TestChildArgsSelectOneTestAndPassTheRestThrough(t *testing.T) {
 	want := []string{"-test.run=^TestVirtualTime$", "--", "-n", "60", "--", "x"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("childArgs = %q, want %q", got, want)
+	}
+}
+
+func TestBuildArgsKeepTheCommandsBuildFlags(t *testing.T) {
+	info := &debug.BuildInfo{Path: "example.com/m/eval/x", Settings: []debug.BuildSetting{
+		{Key: "-race", Value: "true"}, {Key: "-tags", Value: "a,b"}, {Key: "-trimpath", Value: "true"}, {Key: "GOOS", Value: "linux"},
+	}}
+	got := buildArgs(info, "/tmp/x.test")
+	want := []string{"test", "-c", "-o", "/tmp/x.test", "-race", "-tags=a,b", "example.com/m/eval/x"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("buildArgs = %q, want %q", got, want)
+	}
+	info.Settings = []debug.BuildSetting{{Key: "-race", Value: "false"}}
+	if got := buildArgs(info, "b"); !slices.Equal(got, []string{"test", "-c", "-o", "b", "example.com/m/eval/x"}) {
+		t.Fatalf("buildArgs without flags = %q", got)
 	}
 }
 

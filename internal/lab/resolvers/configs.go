@@ -72,24 +72,10 @@ remote-control:
 	return []string{"-d", "-d", "-c", conf}, nil
 }
 
-// configBIND: named -f -4 -c named.conf, logging to the log file via its
-// logging statement (named -g would ignore it).
-func (r *Resolver) configBIND(o Options) ([]string, error) {
-	conf := filepath.Join(o.Dir, "named.conf")
-	rndcConf := filepath.Join(o.Dir, "rndc.conf")
-	secret := randomSecret()
-	qmin := "disabled"
-	if o.QNameMinimisation {
-		qmin = "relaxed" // the 9.18 default
-	}
-	// -d 1 puts named in debug mode, so the resolver channel's debug 11
-	// applies; other categories log at info unless Debug.
-	severity, debug := "info", "1"
-	if o.Debug {
-		severity, debug = "dynamic", "10"
-	}
-	key := fmt.Sprintf("key \"resolvers\" {\n\talgorithm hmac-sha256;\n\tsecret %q;\n};\n", secret)
-	text := fmt.Sprintf(`# written by resolvers
+// namedConf is named.conf; its arguments: 1 directory, 2 pid file, 3 session
+// key file, 4 dump file, 5 statistics file, 6 address, 7 qname-minimization
+// mode, 8 the rndc key statement, 9 root hints file, 10 log severity.
+const namedConf = `# written by resolvers
 options {
 	directory %[1]q;
 	pid-file %[2]q;
@@ -143,7 +129,26 @@ logging {
 	category edns-disabled { lab; };
 	category resolver { lab_resolver; };
 };
-`, o.Dir, filepath.Join(o.Dir, "named.pid"), filepath.Join(o.Dir, "session.key"),
+`
+
+// configBIND: named -f -4 -c named.conf, logging to the log file via its
+// logging statement (named -g would ignore it).
+func (r *Resolver) configBIND(o Options) ([]string, error) {
+	conf := filepath.Join(o.Dir, "named.conf")
+	rndcConf := filepath.Join(o.Dir, "rndc.conf")
+	secret := randomSecret()
+	qmin := "disabled"
+	if o.QNameMinimisation {
+		qmin = "relaxed" // the 9.18 default
+	}
+	// -d 1 puts named in debug mode, so the resolver channel's debug 11
+	// applies; other categories log at info unless Debug.
+	severity, debug := "info", "1"
+	if o.Debug {
+		severity, debug = "dynamic", "10"
+	}
+	key := fmt.Sprintf("key \"resolvers\" {\n\talgorithm hmac-sha256;\n\tsecret %q;\n};\n", secret)
+	text := fmt.Sprintf(namedConf, o.Dir, filepath.Join(o.Dir, "named.pid"), filepath.Join(o.Dir, "session.key"),
 		filepath.Join(o.Dir, "named_dump.db"), filepath.Join(o.Dir, "named.stats"),
 		o.Addr, qmin, key, filepath.Join(o.Dir, "root.hints"), severity)
 	if err := writeFile(conf, text); err != nil {

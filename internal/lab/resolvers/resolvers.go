@@ -173,34 +173,8 @@ func Start(ctx context.Context, kind Kind, o Options) (*Resolver, error) {
 	if err := Available(kind); err != nil {
 		return nil, err
 	}
-	if !o.Addr.Is4() && !o.Addr.Is4In6() {
-		return nil, fmt.Errorf("resolvers: Addr %v: only IPv4 is supported", o.Addr)
-	}
-	o.Addr = o.Addr.Unmap()
-	if len(o.RootHints) == 0 || len(o.RootHints) > 26 {
-		return nil, fmt.Errorf("resolvers: need 1 to 26 RootHints, got %d", len(o.RootHints))
-	}
-	hints := make([]netip.Addr, len(o.RootHints))
-	for i, h := range o.RootHints {
-		if !h.Is4() && !h.Is4In6() {
-			return nil, fmt.Errorf("resolvers: RootHints %v: only IPv4 is supported", h)
-		}
-		hints[i] = h.Unmap()
-	}
-	o.RootHints = hints
-	if o.Dir == "" {
-		return nil, errors.New("resolvers: Options.Dir is required")
-	}
-	dir, err := filepath.Abs(o.Dir)
-	if err != nil {
+	if err := o.normalize(); err != nil {
 		return nil, err
-	}
-	o.Dir = dir
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	if o.StartTimeout <= 0 {
-		o.StartTimeout = 20 * time.Second
 	}
 
 	r := &Resolver{Kind: kind, Addr: o.Addr, Dir: o.Dir}
@@ -212,30 +186,15 @@ func Start(ctx context.Context, kind Kind, o Options) (*Resolver, error) {
 	// test name can exceed that, so fall back to a short directory.
 	sockDir := o.Dir
 	if len(sockDir) > 80 {
-		sockDir, err = os.MkdirTemp("", "rlab")
+		short, err := os.MkdirTemp("", "rlab")
 		if err != nil {
 			return nil, err
 		}
-		r.cleanup = append(r.cleanup, func() { os.RemoveAll(sockDir) })
+		sockDir = short
+		r.cleanup = append(r.cleanup, func() { os.RemoveAll(short) })
 	}
 
-	var args []string
-	switch kind {
-	case Unbound:
-		args, err = r.configUnbound(o, sockDir)
-	case BIND:
-		args, err = r.configBIND(o)
-		if err == nil {
-			var remove func() error
-			if remove, err = addLoopbackAddr(o.Addr); err == nil {
-				r.cleanup = append(r.cleanup, func() { _ = remove() })
-			}
-		}
-	case Knot:
-		args, err = r.configKnot(o, sockDir)
-	case PowerDNS:
-		args, err = r.configPowerDNS(o, sockDir)
-	}
+	args, err := r.configure(o, sockDir)
 	if err != nil {
 		r.runCleanup()
 		return nil, err
@@ -260,6 +219,63 @@ func Start(ctx context.Context, kind Kind, o Options) (*Resolver, error) {
 		return nil, fmt.Errorf("%s on %s: %w\n--- %s log ---\n%s", kind, o.Addr, err, kind, r.Log())
 	}
 	return r, nil
+}
+
+// normalize checks o and fills in its defaults: IPv4 addresses in their
+// 4-byte form, an absolute Dir that exists, a start timeout.
+func (o *Options) normalize() error {
+	if !o.Addr.Is4() && !o.Addr.Is4In6() {
+		return fmt.Errorf("resolvers: Addr %v: only IPv4 is supported", o.Addr)
+	}
+	o.Addr = o.Addr.Unmap()
+	if len(o.RootHints) == 0 || len(o.RootHints) > 26 {
+		return fmt.Errorf("resolvers: need 1 to 26 RootHints, got %d", len(o.RootHints))
+	}
+	hints := make([]netip.Addr, len(o.RootHints))
+	for i, h := range o.RootHints {
+		if !h.Is4() && !h.Is4In6() {
+			return fmt.Errorf("resolvers: RootHints %v: only IPv4 is supported", h)
+		}
+		hints[i] = h.Unmap()
+	}
+	o.RootHints = hints
+	if o.Dir == "" {
+		return errors.New("resolvers: Options.Dir is required")
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return err
+	}
+	o.Dir = dir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 20 * time.Second
+	}
+	return nil
+}
+
+// configure writes the configuration of r.Kind and returns the arguments
+// that start it in the foreground.
+func (r *Resolver) configure(o Options, sockDir string) (args []string, err error) {
+	switch r.Kind {
+	case Unbound:
+		args, err = r.configUnbound(o, sockDir)
+	case BIND:
+		args, err = r.configBIND(o)
+		if err == nil {
+			var remove func() error
+			if remove, err = addLoopbackAddr(o.Addr); err == nil {
+				r.cleanup = append(r.cleanup, func() { _ = remove() })
+			}
+		}
+	case Knot:
+		args, err = r.configKnot(o, sockDir)
+	case PowerDNS:
+		args, err = r.configPowerDNS(o, sockDir)
+	}
+	return args, err
 }
 
 // readinessProbe is a query the resolver answers by itself (no upstream

@@ -184,46 +184,13 @@ func (s *Store) scanShard(shard string) ([]scanned, uint64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("diskcache: %w", err)
 	}
-	type file struct {
-		gen   uint64
-		size  int64
-		mtime int64
-	}
-	type group struct {
-		metas  []file
-		bodies map[uint64]int64
-	}
-	groups := make(map[string]*group)
-	var maxGen uint64
-	for _, de := range des {
-		path := filepath.Join(dir, de.Name())
-		name, gen, isMeta, ok := parseObjectFile(de.Name())
-		if !ok || shardOf(name) != shard || !de.Type().IsRegular() {
-			s.discard(path, "unexpected file", false)
-			continue
-		}
-		maxGen = max(maxGen, gen)
-		info, err := de.Info()
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			return nil, 0, fmt.Errorf("diskcache: %w", err)
-		}
-		g := groups[name]
-		if g == nil {
-			g = &group{bodies: make(map[uint64]int64, 1)}
-			groups[name] = g
-		}
-		if isMeta {
-			g.metas = append(g.metas, file{gen, info.Size(), info.ModTime().UnixNano()})
-		} else {
-			g.bodies[gen] = info.Size()
-		}
+	groups, maxGen, err := s.groupShard(dir, shard, des)
+	if err != nil {
+		return nil, 0, err
 	}
 	var found []scanned
 	for name, g := range groups {
-		slices.SortFunc(g.metas, func(a, b file) int { return cmp.Compare(b.gen, a.gen) })
+		slices.SortFunc(g.metas, func(a, b shardFile) int { return cmp.Compare(b.gen, a.gen) })
 		var chosen uint64
 		for _, mf := range g.metas {
 			path := s.metaPath(name, mf.gen)
@@ -260,6 +227,54 @@ func (s *Store) scanShard(shard string) ([]scanned, uint64, error) {
 		}
 	}
 	return found, maxGen, nil
+}
+
+// shardFile is a metadata file of an object found in a shard.
+type shardFile struct {
+	gen   uint64
+	size  int64
+	mtime int64
+}
+
+// shardGroup is the files of one object name found in a shard: its
+// metadata files and its bodies' sizes by generation.
+type shardGroup struct {
+	metas  []shardFile
+	bodies map[uint64]int64
+}
+
+// groupShard sorts a shard directory's entries by object name, discarding
+// files that do not belong there, and returns the highest generation seen.
+func (s *Store) groupShard(dir, shard string, des []os.DirEntry) (map[string]*shardGroup, uint64, error) {
+	groups := make(map[string]*shardGroup)
+	var maxGen uint64
+	for _, de := range des {
+		path := filepath.Join(dir, de.Name())
+		name, gen, isMeta, ok := parseObjectFile(de.Name())
+		if !ok || shardOf(name) != shard || !de.Type().IsRegular() {
+			s.discard(path, "unexpected file", false)
+			continue
+		}
+		maxGen = max(maxGen, gen)
+		info, err := de.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, 0, fmt.Errorf("diskcache: %w", err)
+		}
+		g := groups[name]
+		if g == nil {
+			g = &shardGroup{bodies: make(map[uint64]int64, 1)}
+			groups[name] = g
+		}
+		if isMeta {
+			g.metas = append(g.metas, shardFile{gen, info.Size(), info.ModTime().UnixNano()})
+		} else {
+			g.bodies[gen] = info.Size()
+		}
+	}
+	return groups, maxGen, nil
 }
 
 // discard removes a file or directory found by scan.

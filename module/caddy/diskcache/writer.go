@@ -70,27 +70,8 @@ const (
 // within MaxBytes even after evicting everything else. Passing those
 // checks reserves nothing: a later Write may still find the room taken.
 func (s *Store) Create(key string, m Meta) (*Writer, error) {
-	if err := checkKey(key); err != nil {
-		return nil, err
-	}
-	if m.Key != "" && m.Key != key {
-		return nil, fmt.Errorf("%w: Meta.Key %q for key %q", ErrInvalidMeta, m.Key, key)
-	}
-	if m.Size < -1 {
-		return nil, fmt.Errorf("%w: Meta.Size %d", ErrInvalidMeta, m.Size)
-	}
-	if m.Size > s.maxObject {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, m.Size, s.maxObject)
-	}
-	m = m.Clone()
-	m.Key = key
-	if m.Stored.IsZero() {
-		m.Stored = s.now()
-	}
-	// Fail now, not at Commit, on metadata that cannot be stored.
-	probe := m
-	probe.Size = max(m.Size, 0)
-	if _, err := encodeMeta(probe, 1); err != nil {
+	m, err := s.createMeta(key, m)
+	if err != nil {
 		return nil, err
 	}
 	if !s.beginOp() {
@@ -151,6 +132,35 @@ func (s *Store) Create(key string, m Meta) (*Writer, error) {
 	s.writing++
 	s.mu.Unlock()
 	return w, nil
+}
+
+// createMeta checks the key and metadata of a Create and returns the
+// metadata a Writer starts from: a copy, with the key and the time stored.
+// Metadata that could not be stored fails now, not at Commit.
+func (s *Store) createMeta(key string, m Meta) (Meta, error) {
+	if err := checkKey(key); err != nil {
+		return m, err
+	}
+	if m.Key != "" && m.Key != key {
+		return m, fmt.Errorf("%w: Meta.Key %q for key %q", ErrInvalidMeta, m.Key, key)
+	}
+	if m.Size < -1 {
+		return m, fmt.Errorf("%w: Meta.Size %d", ErrInvalidMeta, m.Size)
+	}
+	if m.Size > s.maxObject {
+		return m, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, m.Size, s.maxObject)
+	}
+	m = m.Clone()
+	m.Key = key
+	if m.Stored.IsZero() {
+		m.Stored = s.now()
+	}
+	probe := m
+	probe.Size = max(m.Size, 0)
+	if _, err := encodeMeta(probe, 1); err != nil {
+		return m, err
+	}
+	return m, nil
 }
 
 // Key returns the key being written.
@@ -260,115 +270,6 @@ func (s *Store) reserve(w *Writer, total int64, commit bool) error {
 				ErrFull, pending, unlinked, need, s.opt.MaxBytes)
 		}
 	}
-}
-
-// Commit publishes the object as complete with the final metadata (for
-// example with trailers merged into Header; final.Size must be -1 or the
-// number of bytes written, and equal the size declared at Create if there
-// was one). It fsyncs the body, renames it into place, writes the metadata
-// file atomically and fsyncs the directory; only then is the object
-// complete, in the index and on disk. Readers of the in-progress object
-// then see io.EOF at its end and Complete() == true. The previous version,
-// if any, is removed. On error the write is aborted.
-func (w *Writer) Commit(final Meta) error {
-	w.wmu.Lock()
-	defer w.wmu.Unlock()
-	if err := w.usableLocked(); err != nil {
-		return err
-	}
-	s := w.s
-	switch {
-	case final.Key != "" && final.Key != w.key:
-		return w.abortLocked(fmt.Errorf("%w: Meta.Key %q for key %q", ErrInvalidMeta, final.Key, w.key))
-	case w.meta.Size >= 0 && w.n != w.meta.Size:
-		return w.abortLocked(fmt.Errorf("%w: %d bytes written, %d declared", ErrSizeMismatch, w.n, w.meta.Size))
-	case final.Size != -1 && final.Size != w.n:
-		return w.abortLocked(fmt.Errorf("%w: %d bytes written, Commit says %d", ErrSizeMismatch, w.n, final.Size))
-	}
-	final = final.Clone()
-	final.Key, final.Size = w.key, w.n
-	if final.Stored.IsZero() {
-		final.Stored = w.meta.Stored
-	}
-	mb, err := encodeMeta(final, w.gen)
-	if err != nil {
-		return w.abortLocked(err)
-	}
-	// The metadata file counts against MaxBytes too (and an empty body's
-	// one block).
-	if err := s.reserve(w, s.blocks(w.n)+s.blocks(int64(len(mb))), true); err != nil {
-		return w.abortLocked(err)
-	}
-	// 1. The body's bytes are durable before anything names it complete.
-	if !s.opt.NoSync {
-		err = w.f.Sync()
-	}
-	if cerr := w.f.Close(); err == nil {
-		err = cerr
-	}
-	w.f = nil
-	if err != nil {
-		return w.abortLocked(fmt.Errorf("diskcache: sync %s: %w", w.tmpPath, err))
-	}
-	s.at("commit:synced")
-	// 2. Move it into objects/ (under w.mu: new readers open w.path).
-	body := s.bodyPath(w.name, w.gen)
-	w.mu.Lock()
-	if err = os.Rename(w.tmpPath, body); err == nil {
-		w.path = body
-	}
-	w.mu.Unlock()
-	if err != nil {
-		return w.abortLocked(fmt.Errorf("diskcache: commit %q: %w", w.key, err))
-	}
-	s.at("commit:body-renamed")
-	// 3. The metadata file is the commit record: written to tmp/, fsynced,
-	// renamed next to the body, and the directory fsynced.
-	metaPath := s.metaPath(w.name, w.gen)
-	if err := s.writeFileAtomic(metaPath, mb); err != nil {
-		return w.abortLocked(fmt.Errorf("diskcache: commit %q: %w", w.key, err))
-	}
-	w.metaFinal = metaPath
-	s.at("commit:meta-renamed")
-	if err := s.syncDir(s.shardDir(w.name)); err != nil {
-		return w.abortLocked(fmt.Errorf("diskcache: commit %q: %w", w.key, err))
-	}
-	s.at("commit:dir-synced")
-	// 4. Publish in the index, replacing the previous version.
-	s.mu.Lock()
-	if w.detached != nil {
-		cause := w.detached
-		s.mu.Unlock()
-		return w.abortLocked(cause)
-	}
-	e := s.index[w.key] // e.w == w while not detached
-	var remove []version
-	if e.gen != 0 {
-		remove = append(remove, s.dropLocked(e))
-	}
-	e.w = nil
-	s.pending -= w.reserved
-	w.reserved = 0
-	s.writing--
-	e.gen, e.size, e.metaLen, e.used = w.gen, w.n, int32(len(mb)), s.now().UnixNano()
-	s.pushFront(e)
-	s.bytes += s.accounted(e) // what w.reserved was: moved, not added
-	if w.readers > 0 {
-		// Its Readers read the complete version now.
-		e.readers = int32(w.readers)
-		w.readers = 0
-		s.held += s.accounted(e)
-	}
-	victims, _ := s.evictLocked(0, e) // no more bytes land: unlinked below
-	s.mu.Unlock()
-	s.commits.Add(1)
-
-	w.mu.Lock()
-	w.state, w.final = committed, final
-	w.wakeLocked()
-	w.mu.Unlock()
-	s.removeVersions(append(remove, victims...))
-	return nil
 }
 
 // Abort abandons the write: the files are removed and readers of the

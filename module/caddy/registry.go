@@ -1,0 +1,137 @@
+package coralcaddy
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
+)
+
+// The running coral apps and coral_proxy handlers of this process: what
+// the admin API, the status page, purges and the DNS provider find the
+// node, the stores and the engines through.
+
+// The running apps and handlers, in the order they were provisioned. A
+// reload provisions the new configuration before cleaning up the old one,
+// so for a moment both are here; the newest comes last.
+var running struct {
+	mu      sync.Mutex
+	apps    []*App
+	proxies []*Handler
+}
+
+// addRunningApp makes a provisioned coral app visible to the rest of the
+// process (admin API, status page, purges). Call it at the end of App.Provision, once the node is there.
+func addRunningApp(a *App) {
+	running.mu.Lock()
+	defer running.mu.Unlock()
+	if !slices.Contains(running.apps, a) {
+		running.apps = append(running.apps, a)
+	}
+	if e := a.current(); e != nil && e.node != nil && a.run == nil {
+		// An app built by hand (tests); current registers the purge
+		// handler on every node it sees.
+		e.node.HandleApp(purgeKind, peerPurgeHandler(runningCaches))
+	}
+}
+
+// runningNode is the DSHT node of the newest started coral app, as it runs
+// now, or nil.
+func runningNode() *coraldht.Node {
+	if e := runningEntry(); e != nil {
+		return e.node
+	}
+	return nil
+}
+
+// runningApp is the newest started coral app with a node, or nil.
+func runningApp() (*App, *nodeEntry) {
+	apps, _ := runningAll()
+	for i := len(apps) - 1; i >= 0; i-- {
+		if e := apps[i].current(); e != nil && e.node != nil {
+			return apps[i], e
+		}
+	}
+	return nil, nil
+}
+
+func runningEntry() *nodeEntry {
+	_, e := runningApp()
+	return e
+}
+
+// removeRunningApp removes the app; call it first thing in App.Cleanup.
+func removeRunningApp(a *App) {
+	running.mu.Lock()
+	defer running.mu.Unlock()
+	running.apps = slices.DeleteFunc(running.apps, func(x *App) bool { return x == a })
+}
+
+// addRunningProxy makes a provisioned coral_proxy handler (its store) visible
+// to the rest of the process. Call it at the end of Handler.Provision, once h.store
+// is set; the handler's fields must not change afterwards.
+func addRunningProxy(h *Handler) {
+	running.mu.Lock()
+	defer running.mu.Unlock()
+	if !slices.Contains(running.proxies, h) {
+		running.proxies = append(running.proxies, h)
+	}
+}
+
+// removeRunningProxy removes the handler; call it first thing in
+// Handler.Cleanup, before the store is released.
+func removeRunningProxy(h *Handler) {
+	running.mu.Lock()
+	defer running.mu.Unlock()
+	running.proxies = slices.DeleteFunc(running.proxies, func(x *Handler) bool { return x == h })
+}
+
+func runningAll() (apps []*App, proxies []*Handler) {
+	running.mu.Lock()
+	defer running.mu.Unlock()
+	return slices.Clone(running.apps), slices.Clone(running.proxies)
+}
+
+// cacheRef is one distinct store and the handlers using it: their
+// zones, the reference tables of the store (one per store, but a handler
+// set up outside Caddy may have none) and their fetch engines.
+type cacheRef struct {
+	dir     string
+	store   *diskcache.Store
+	zones   []string
+	refs    []*refTable
+	engines []*engine
+}
+
+// runningCaches lists the distinct stores of the registered handlers,
+// newest first.
+func runningCaches() []cacheRef {
+	_, proxies := runningAll()
+	var out []cacheRef
+	for i := len(proxies) - 1; i >= 0; i-- {
+		h := proxies[i]
+		if h.store == nil {
+			continue
+		}
+		j := slices.IndexFunc(out, func(c cacheRef) bool { return c.store == h.store })
+		if j < 0 {
+			dir := h.storeKey
+			if dir == "" {
+				dir = h.CacheDir
+			}
+			out = append(out, cacheRef{dir: dir, store: h.store})
+			j = len(out) - 1
+		}
+		if !slices.Contains(out[j].zones, h.Zone) {
+			out[j].zones = append(out[j].zones, h.Zone)
+		}
+		if h.eng != nil {
+			out[j].engines = append(out[j].engines, h.eng)
+			if h.eng.refs != nil && !slices.Contains(out[j].refs, h.eng.refs) {
+				out[j].refs = append(out[j].refs, h.eng.refs)
+			}
+		}
+	}
+	return out
+}
