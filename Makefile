@@ -40,13 +40,14 @@ tidy-check:
 	$(GO) mod tidy -diff
 
 # From Debian: the resolvers, dig and dnsperf for the resolver lab,
-# Chromium for the status page test, curl for the demo network tests, and
-# promtool for the alert rules (test/deploy).
+# Chromium for the status page test, curl for the demo network tests,
+# promtool for the alert rules (test/deploy), and iproute2 and nftables
+# for the lab of separate hosts (internal/lab/netns, eval/chaos).
 # Without root it only reports what is missing; those tests then skip (and
 # fail under CI=true).
 deps:
 	@for s in test/resolverlab/install-deps.sh test/statuspage/install-deps.sh \
-			test/demonet/install-deps.sh test/deploy/install-deps.sh; do \
+			test/demonet/install-deps.sh test/deploy/install-deps.sh internal/lab/netns/install-deps.sh; do \
 		if [ "$$(id -u)" -eq 0 ]; then bash $$s || exit 1; \
 		else bash $$s || echo "deps: not root; the tests that need what $$s installs will skip"; fi; \
 	done
@@ -64,16 +65,21 @@ fuzz:
 	for target in FuzzParseName FuzzServeDNS FuzzCookieCheck FuzzDNSMatchesProxy; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./plugin/coredns || exit 1; \
 	done
-	for target in FuzzParseCoralized FuzzCacheKey FuzzDecodeReference FuzzNoServeRedirect FuzzRequestThroughProxy \
+	for target in FuzzParseHost FuzzCacheKey FuzzNormalizeShortcuts FuzzOriginURL FuzzEscapeQuery FuzzCheckDomain; do \
+		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coralname || exit 1; \
+	done
+	for target in FuzzDecodeReference FuzzRequestThroughProxy \
 			FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL FuzzLocalizeLocation; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy || exit 1; \
 	done
+	$(GO) test -run=NONE -fuzz='^FuzzNoServeRedirect$$' -fuzztime=$(FUZZTIME) ./module/caddy/abuse
 	for target in FuzzParseCacheControl FuzzTargetedCacheControl FuzzParseHTTPDate; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/httpcache || exit 1; \
 	done
 	$(GO) test -run=NONE -fuzz='^FuzzDecodeMeta$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
 	$(GO) test -run=NONE -fuzz='^FuzzParseRecipe$$' -fuzztime=$(FUZZTIME) ./internal/lab/evilorigin
 	$(GO) test -run=NONE -fuzz='^FuzzParseAndScore$$' -fuzztime=$(FUZZTIME) ./eval/conformance
+	$(GO) test -run=NONE -fuzz='^FuzzParseMetrics$$' -fuzztime=$(FUZZTIME) ./internal/lab/netns/coralnet
 
 # The experiments behind docs/evaluation.md (several minutes).
 eval:
@@ -87,6 +93,7 @@ eval:
 	bash builds/caddy/build.sh
 	$(GO) run ./eval/httpbench
 	$(GO) run ./eval/flashcrowd
+	$(GO) run ./eval/chaos
 
 # RFC 9111 conformance (docs/evaluation.md): the cache-tests suite, kept
 # outside the repository, against bin/caddy's coral_proxy in strict mode
