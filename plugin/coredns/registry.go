@@ -63,6 +63,9 @@ func (r runningNode) Nodes(ctx context.Context, level, count int, target netip.A
 func (r runningNode) Ping(ctx context.Context, addr netip.AddrPort) (time.Duration, error) {
 	return r.e.node().Ping(ctx, addr)
 }
+func (r runningNode) PingNode(ctx context.Context, addr netip.AddrPort) (coraldht.NodeInfo, error) {
+	return r.e.node().PingNode(ctx, addr)
+}
 func (r runningNode) HintedNodes(ctx context.Context, prefix netip.Prefix) ([]netip.AddrPort, error) {
 	return r.e.node().HintedNodes(ctx, prefix)
 }
