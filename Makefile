@@ -65,10 +65,14 @@ fuzz:
 	for target in FuzzParseName FuzzServeDNS FuzzCookieCheck FuzzDNSMatchesProxy; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./plugin/coredns || exit 1; \
 	done
-	for target in FuzzParseCoralized FuzzCacheKey FuzzDecodeReference FuzzNoServeRedirect FuzzRequestThroughProxy \
+	for target in FuzzParseHost FuzzCacheKey FuzzNormalizeShortcuts FuzzOriginURL FuzzEscapeQuery FuzzCheckDomain; do \
+		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coralname || exit 1; \
+	done
+	for target in FuzzDecodeReference FuzzRequestThroughProxy \
 			FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL FuzzLocalizeLocation; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy || exit 1; \
 	done
+	$(GO) test -run=NONE -fuzz='^FuzzNoServeRedirect$$' -fuzztime=$(FUZZTIME) ./module/caddy/abuse
 	for target in FuzzParseCacheControl FuzzTargetedCacheControl FuzzParseHTTPDate; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/httpcache || exit 1; \
 	done

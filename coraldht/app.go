@@ -231,18 +231,8 @@ func truncateText(s string, max int) []byte {
 // context's error when it was cancelled.
 func (n *Node) CallApp(ctx context.Context, addr netip.AddrPort, kind uint8, payload []byte) ([]byte, error) {
 	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
-	switch {
-	case n.closed.Load():
-		return nil, ErrClosed
-	case kind == 0:
-		return nil, fmt.Errorf("%w: app message kind 0 is reserved", ErrInvalid)
-	case len(payload) > MaxAppPayload:
-		return nil, fmt.Errorf("%w: app payload of %d bytes exceeds %d", ErrInvalid, len(payload), MaxAppPayload)
-	case addr == n.self.Addr:
-		return nil, fmt.Errorf("%w: app message to this node itself", ErrInvalid)
-	}
-	if err := wire.CheckAddr(addr); err != nil {
-		return nil, fmt.Errorf("%w: app message to %v: %v", ErrInvalid, addr, err)
+	if err := n.checkAppCall(addr, kind, payload); err != nil {
+		return nil, err
 	}
 	ctx, cancel := n.opContext(ctx)
 	defer cancel()
@@ -283,16 +273,7 @@ func (n *Node) CallApp(ctx context.Context, addr netip.AddrPort, kind uint8, pay
 			if ev.err != nil {
 				return nil, ev.err
 			}
-			switch m := ev.reply; m.AppResult {
-			case wire.AppOK:
-				return m.Payload, nil
-			case wire.AppUnknown:
-				return nil, fmt.Errorf("%w (kind %d at %v)", ErrAppUnknown, kind, addr)
-			case wire.AppBusy:
-				return nil, fmt.Errorf("%w (%v)", ErrAppBusy, addr)
-			default:
-				return nil, &AppError{Peer: addr, Text: string(m.Payload)}
-			}
+			return appReply(ev.reply, kind, addr)
 		case <-timer.C:
 			// Lost on the way, or the handler is still running (then the
 			// peer ignores the copy): send again, less and less often.
@@ -313,5 +294,38 @@ func (n *Node) CallApp(ctx context.Context, addr netip.AddrPort, kind uint8, pay
 			}
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// checkAppCall refuses what CallApp must not send.
+func (n *Node) checkAppCall(addr netip.AddrPort, kind uint8, payload []byte) error {
+	switch {
+	case n.closed.Load():
+		return ErrClosed
+	case kind == 0:
+		return fmt.Errorf("%w: app message kind 0 is reserved", ErrInvalid)
+	case len(payload) > MaxAppPayload:
+		return fmt.Errorf("%w: app payload of %d bytes exceeds %d", ErrInvalid, len(payload), MaxAppPayload)
+	case addr == n.self.Addr:
+		return fmt.Errorf("%w: app message to this node itself", ErrInvalid)
+	}
+	if err := wire.CheckAddr(addr); err != nil {
+		return fmt.Errorf("%w: app message to %v: %v", ErrInvalid, addr, err)
+	}
+	return nil
+}
+
+// appReply is CallApp's result for the reply m to a message of kind sent
+// to addr.
+func appReply(m *wire.Message, kind uint8, addr netip.AddrPort) ([]byte, error) {
+	switch m.AppResult {
+	case wire.AppOK:
+		return m.Payload, nil
+	case wire.AppUnknown:
+		return nil, fmt.Errorf("%w (kind %d at %v)", ErrAppUnknown, kind, addr)
+	case wire.AppBusy:
+		return nil, fmt.Errorf("%w (%v)", ErrAppBusy, addr)
+	default:
+		return nil, &AppError{Peer: addr, Text: string(m.Payload)}
 	}
 }

@@ -343,14 +343,35 @@ func (n *Node) reconsider(ctx context.Context, lv *level) (alone bool) {
 			stay = false
 		}
 	}
-	lv.mu.Lock()
-	for id, l := range lv.left {
-		if now.Sub(l.at) >= rejoinHoldoff {
-			delete(lv.left, id)
+	cands := n.clusterCandidates(lv, groups, cur, stay, alone, now)
+	for i, c := range cands {
+		if i == maxCandidates || ctx.Err() != nil {
+			break
+		}
+		if info, ok := n.validateCluster(ctx, lv, c); ok {
+			n.joinCluster(ctx, lv, info, !stay)
+			return false
 		}
 	}
-	left := maps.Clone(lv.left)
+	lv.mu.Lock()
+	sinceSplit := now.Sub(lv.lastSplit)
 	lv.mu.Unlock()
+	// Right after a split the far side is still sorting itself out: some
+	// of its members are about to join better clusters. Splitting it again
+	// at once made cascades of moves; give it two periods.
+	if !stay && sinceSplit >= 2*n.cfg.ClusterInterval {
+		n.splitAway(ctx, lv, cur)
+	}
+	return alone
+}
+
+// clusterCandidates lists, best first, the clusters at lv worth
+// validating this round: acceptable on what the node already knows, not
+// left recently (except for a better one), and preferred to cur, or any
+// acceptable one when the node must leave (!stay), or a larger one when it
+// is alone.
+func (n *Node) clusterCandidates(lv *level, groups map[ID]*clusterSample, cur ClusterInfo, stay, alone bool, now time.Time) []*clusterSample {
+	left := n.recentlyLeft(lv, now)
 	var cands []*clusterSample
 	for id, g := range groups {
 		if id == cur.ID {
@@ -371,7 +392,7 @@ func (n *Node) reconsider(ctx context.Context, lv *level) (alone bool) {
 		if measured, under := g.rttCounts(lv.threshold); measured >= 2 && float64(under) < n.joinFraction(g, lv.threshold)*float64(measured) {
 			continue
 		}
-		if !stay || preferCluster(g.info, cur, now) || (curGroup == nil && g.info.LogSize > cur.LogSize) {
+		if !stay || preferCluster(g.info, cur, now) || (alone && g.info.LogSize > cur.LogSize) {
 			cands = append(cands, g)
 		}
 	}
@@ -395,25 +416,20 @@ func (n *Node) reconsider(ctx context.Context, lv *level) (alone bool) {
 		}
 		return a.info.ID.Cmp(b.info.ID)
 	})
-	for i, c := range cands {
-		if i == maxCandidates || ctx.Err() != nil {
-			break
-		}
-		if info, ok := n.validateCluster(ctx, lv, c); ok {
-			n.joinCluster(ctx, lv, info, !stay)
-			return false
-		}
-	}
+	return cands
+}
+
+// recentlyLeft forgets the clusters lv left longer than rejoinHoldoff ago
+// and returns the others.
+func (n *Node) recentlyLeft(lv *level, now time.Time) map[ID]leftCluster {
 	lv.mu.Lock()
-	sinceSplit := now.Sub(lv.lastSplit)
-	lv.mu.Unlock()
-	// Right after a split the far side is still sorting itself out: some
-	// of its members are about to join better clusters. Splitting it again
-	// at once made cascades of moves; give it two periods.
-	if !stay && sinceSplit >= 2*n.cfg.ClusterInterval {
-		n.splitAway(ctx, lv, cur)
+	defer lv.mu.Unlock()
+	for id, l := range lv.left {
+		if now.Sub(l.at) >= rejoinHoldoff {
+			delete(lv.left, id)
+		}
 	}
-	return alone
+	return maps.Clone(lv.left)
 }
 
 // logSizeEstimate estimates log2 of the size of the cluster a routing table

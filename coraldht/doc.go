@@ -100,4 +100,20 @@
 // Create a node with NewNode(DefaultConfig() plus your changes, transport),
 // join with Bootstrap, then call Put, Get, PutGet, Nodes and Levels. Stats
 // returns plain counters for export to any metrics system.
+//
+// # Layout
+//
+// node.go is a node's lifecycle (NewNode, Close, maintenance); dispatch.go
+// receives datagrams and dispatches them; rpc.go is the table of calls in
+// flight; lookup.go and lookup_hop.go walk a level toward a key; ops.go,
+// put.go and join.go are the operations; store.go holds values; cluster.go
+// and cluster_join.go are clustering; hints.go locality hints; app.go
+// application messages; auth.go the network key; introspect.go and
+// stats.go what a node tells about itself. Beside the package:
+// coraldht/internal/wire is the codec PROTOCOL.md specifies (ID, Contact,
+// ClusterInfo and Services are defined there and aliased here);
+// coraldht/memnet the in-memory network for tests and simulations;
+// coraldht/icmpprobe the ICMP traces (hints) and RTT probes the DNS plugin
+// also uses; coraldht/host runs a server's node across reloads and reads
+// its options; coraldht/acmetxt keeps ACME DNS-01 values in the DSHT.
 package coraldht

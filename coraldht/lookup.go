@@ -325,32 +325,7 @@ func (n *Node) lookup(parent context.Context, p lookupParams) *lookupResult {
 		ls.salt = n.rng.Uint64()
 		n.mu.Unlock()
 	}
-	self := ls.add(n.self)
-	self.isSelf, self.state = true, candAnswered
-	ls.answer(self)
-
-	// This node is the first one the operation contacts.
-	lk := levelKey{level: uint8(p.level), key: p.key}
-	switch p.kind {
-	case lookupGet:
-		n.load.request(lk, kindGet, true, began)
-		if vs := n.store.get(lk, began); len(vs) > 0 {
-			ls.res.values, ls.res.valuesFrom = vs, n.self
-			ls.done = true
-		}
-	case lookupPut:
-		self.loaded = n.load.request(lk, kindPutProbe, true, began)
-		self.status = n.store.status(lk, began)
-		if p.wantValues {
-			if vs := n.store.get(lk, began); len(vs) > 0 {
-				ls.res.values, ls.res.valuesFrom = vs, n.self
-			}
-		}
-		if !n.cfg.PlainDHT && self.loaded && self.status.full(n.cfg.FullValues, p.ttl) {
-			ls.res.saturated = true
-			ls.done = true
-		}
-	}
+	ls.startAtSelf(began)
 	if !ls.done {
 		for _, e := range lv.rt.all() {
 			ls.add(e.Contact)
@@ -389,6 +364,37 @@ func (n *Node) lookup(parent context.Context, p lookupParams) *lookupResult {
 	}
 	n.counters.observeLookup(ls.res.hops, time.Since(began))
 	return ls.res
+}
+
+// startAtSelf makes this node the first one the operation contacts: it
+// answers from its own store and load, and may end a get (values here) or
+// a put (full and loaded here) before any RPC.
+func (ls *lookupState) startAtSelf(now time.Time) {
+	n, p := ls.n, ls.p
+	self := ls.add(n.self)
+	self.isSelf, self.state = true, candAnswered
+	ls.answer(self)
+	lk := levelKey{level: uint8(p.level), key: p.key}
+	switch p.kind {
+	case lookupGet:
+		n.load.request(lk, kindGet, true, now)
+		if vs := n.store.get(lk, now); len(vs) > 0 {
+			ls.res.values, ls.res.valuesFrom = vs, n.self
+			ls.done = true
+		}
+	case lookupPut:
+		self.loaded = n.load.request(lk, kindPutProbe, true, now)
+		self.status = n.store.status(lk, now)
+		if p.wantValues {
+			if vs := n.store.get(lk, now); len(vs) > 0 {
+				ls.res.values, ls.res.valuesFrom = vs, n.self
+			}
+		}
+		if !n.cfg.PlainDHT && self.loaded && self.status.full(n.cfg.FullValues, p.ttl) {
+			ls.res.saturated = true
+			ls.done = true
+		}
+	}
 }
 
 // findNode looks up target at one level to fill the routing table.

@@ -677,3 +677,28 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestPingNode: the reply names the node's services, whether or not this
+// node knew it; a node that is gone is an error.
+func TestPingNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tn := newTestNet(t, 3, memnet.Config{Latency: pairLatency(time.Millisecond, 10*time.Millisecond)}, func(i int, c *Config) {
+			c.Services = []Services{0, ServiceHTTP, ServiceDNS}[i]
+		})
+		ctx := context.Background()
+		for i, want := range []Services{ServiceHTTP, ServiceDNS} {
+			other := tn.nodes[i+1]
+			ni, err := tn.nodes[0].PingNode(ctx, other.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ni.Addr != other.Addr() || ni.ID != other.ID() || ni.Services != want || ni.RTT <= 0 || ni.LastHeard.IsZero() {
+				t.Errorf("PingNode(%v) = %+v, want services %v, its ID and a measured RTT", other.Addr(), ni, want)
+			}
+		}
+		tn.nodes[2].Close()
+		if _, err := tn.nodes[0].PingNode(ctx, tn.nodes[2].Addr()); err == nil {
+			t.Error("PingNode of a closed node succeeded")
+		}
+	})
+}

@@ -179,3 +179,27 @@ func (n *Node) Ping(ctx context.Context, addr netip.AddrPort) (time.Duration, er
 	}
 	return time.Since(start), nil
 }
+
+// PingNode pings addr and returns the node there as it announced itself in
+// its reply (its ID and services), heard now, with the smallest RTT this
+// node has measured to it.
+func (n *Node) PingNode(ctx context.Context, addr netip.AddrPort) (NodeInfo, error) {
+	if n.closed.Load() {
+		return NodeInfo{}, ErrClosed
+	}
+	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	if err := wire.CheckAddr(addr); err != nil {
+		return NodeInfo{}, fmt.Errorf("%w: ping %v: %v", ErrInvalid, addr, err)
+	}
+	start := time.Now()
+	reply, err := n.call(ctx, Contact{ID: NodeIDFor(addr), Addr: addr}, &wire.Message{Type: wire.Ping})
+	if err != nil {
+		return NodeInfo{}, err
+	}
+	rtt := time.Since(start)
+	ni := n.nodeInfo(Contact{ID: reply.Sender.ID, Addr: addr, Services: reply.Sender.Services}, time.Now())
+	if ni.RTT == 0 || rtt < ni.RTT {
+		ni.RTT = rtt
+	}
+	return ni, nil
+}

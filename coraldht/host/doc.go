@@ -29,6 +29,20 @@
 // that a node off loopback needs a network key file (KeyFile), since the
 // key authenticates every datagram.
 //
+// # Configuration
+//
+// Both servers read the node's options from their configuration files with
+// this package's parser: ParseOptions for a block of node options alone
+// (Caddy's coral global option), OptionsParser one line at a time for a
+// block that mixes them with a server's own properties (CoreDNS's coral
+// block). It reads through a small Dispenser interface that CoreDNS's
+// Controller and, with NextBlock(0), Caddy's Dispenser both provide, so the
+// grammar, the checks and the messages are the same in both.
+//
+// Running lists the nodes running in the process, by listen address: the
+// registry both servers' metrics read; state a server keeps beside a node
+// across reloads is Attached to its listen address.
+//
 // # Reloads
 //
 // The policy, the same in both servers: a reload whose node settings are

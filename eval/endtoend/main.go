@@ -4,7 +4,7 @@
 // single-level network, a multi-level one, and a multi-level one whose DNS
 // servers map clients with a trace toward them and locality hints.
 //
-//	go run ./eval/endtoend [-n 168] [-persite 2] [-requests 12] [-out docs/eval]
+//	go run ./eval/endtoend [-n 168] [-persite 2] [-configs 0,1,2] [-variants 0,1] [-out docs/eval]
 //
 // It runs in virtual time on coraldht's in-memory network with latencies
 // from the WonderProxy RTT matrix when CORAL_RTT_DATA names it, or the
@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -52,12 +53,32 @@ type params struct {
 	Warmup   time.Duration // virtual time for clustering before the DNS servers start
 	Seed     uint64
 	Out      string
+	// Configs and Variants select what to run, indices into configs and
+	// variants (all by default); fewer make a cheaper run for iterating.
+	Configs  []int
+	Variants []int
 }
 
 func defaultParams() params {
 	return params{N: 168, PerSite: 2, Pages: 4, PerPage: 3, Size: 41 << 10, OriginBW: 384e3 / 8, ProxyBW: 10e6 / 8,
 		Think: 10 * time.Second, Jitter: 180 * time.Second, Duration: 30 * time.Minute,
-		Warmup: 6 * coraldht.DefaultConfig().ClusterInterval, Seed: 1, Out: "docs/eval"}
+		Warmup: 6 * coraldht.DefaultConfig().ClusterInterval, Seed: 1, Out: "docs/eval",
+		Configs: []int{0, 1, 2}, Variants: []int{0, 1}}
+}
+
+// indexList parses "0,2" into indices below n.
+func indexList(s string, n int) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		var i int
+		if _, err := fmt.Sscan(strings.TrimSpace(f), &i); err != nil || i < 0 || i >= n {
+			return nil, fmt.Errorf("%q: want indices 0..%d separated by commas", s, n-1)
+		}
+		if !slices.Contains(out, i) {
+			out = append(out, i)
+		}
+	}
+	return out, nil
 }
 
 func main() {
@@ -70,7 +91,17 @@ func main() {
 	flag.DurationVar(&p.Warmup, "warmup", p.Warmup, "virtual time each network clusters before the clients start")
 	flag.Uint64Var(&p.Seed, "seed", p.Seed, "random seed")
 	flag.StringVar(&p.Out, "out", p.Out, "directory for endtoend.json and the PNG figures")
+	cfgs := flag.String("configs", "0,1,2", "configurations to run: 0 single-level, 1 multi-level, 2 multi-level, traceroute")
+	vars := flag.String("variants", "0,1", "client variants to run: 0 beside a proxy, 1 no shared prefix")
 	flag.Parse()
+	var err error
+	if p.Configs, err = indexList(*cfgs, len(configs)); err == nil {
+		p.Variants, err = indexList(*vars, len(variants))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "endtoend:", err)
+		os.Exit(2)
+	}
 	vtime.Main(func() error {
 		_, err := experiment(p)
 		return err
@@ -127,6 +158,8 @@ type runResult struct {
 	DNSP50        float64 `json:"dns_p50_s"`
 	ProxyRTTP50   float64 `json:"client_proxy_rtt_p50_s"`
 	SameSiteShare float64 `json:"proxy_at_client_site_share"`
+	// Breakdown classifies the requests by how their proxy was chosen.
+	Breakdown breakdown `json:"breakdown"`
 
 	all, region []float64
 }
@@ -140,6 +173,9 @@ func experiment(p params) (*report, error) {
 	fmt.Printf("End-to-end latency (paper Fig. 5): %d nodes, %d per site, topology %s (%s); region %q\n",
 		p.N, p.PerSite, m.Source, m.Stats(), region)
 	for _, multi := range []bool{false, true} {
+		if !slices.Contains(p.Configs, 0) && !multi || !slices.Contains(p.Configs, 1) && !slices.Contains(p.Configs, 2) && multi {
+			continue
+		}
 		res, err := runNetwork(m, w, p, multi, region)
 		if err != nil {
 			return nil, err
@@ -215,12 +251,15 @@ func runNetwork(m *topology.Matrix, w *world, p params, multi bool, region strin
 	fmt.Printf("network %d levels: %d nodes joined; warming up %v (wall %.0f s)\n", levels, p.N, p.Warmup, sim.WallNow().Sub(wallStart).Seconds())
 	time.Sleep(p.Warmup)
 	var out []*runResult
-	names := configs[:1]
-	if multi {
-		names = configs[1:]
+	var names []string
+	for _, ci := range p.Configs {
+		if (ci > 0) == multi {
+			names = append(names, configs[ci])
+		}
 	}
 	for _, cfg := range names {
-		for vi, variant := range variants {
+		for _, vi := range p.Variants {
+			variant := variants[vi]
 			r, err := runConfig(s, w, p, cfg, vi, region)
 			if err != nil {
 				return nil, err
@@ -281,11 +320,6 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 		parent = append(parent, all[i])
 	}
 
-	type sample struct {
-		lat, dns, proxyRTT time.Duration
-		src                string
-		region, sameSite   bool
-	}
 	var mu sync.Mutex
 	var samples []sample
 	failed, requests := 0, 0
@@ -313,7 +347,7 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 				page := crng.IntN(p.Pages)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				t0 := time.Now()
-				addrs, err := res.resolve(ctx, name)
+				addrs, info, err := res.resolve(ctx, name)
 				dnsTime := time.Since(t0)
 				mu.Lock()
 				requests += p.PerPage
@@ -334,8 +368,11 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 							time.Sleep(2 * rtt) // connect, request
 							src := rn.serve(ctx, px, url)
 							time.Sleep(rn.transfer(rtt, p.ProxyBW))
+							sm := sample{lat: time.Since(t0), dns: dnsTime, proxyRTT: rtt, serverRTT: w.rtt(res.addr, info.server),
+								src: src, region: inRegion(w.m, site), sameSite: w.site[px.addr] == site}
+							w.describe(&sm, site, px.addr, info)
 							mu.Lock()
-							samples = append(samples, sample{time.Since(t0), dnsTime, rtt, src, inRegion(w.m, site), w.site[px.addr] == site})
+							samples = append(samples, sm)
 							mu.Unlock()
 						})
 					}
@@ -372,6 +409,7 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 	if len(samples) > 0 {
 		r.SameSiteShare = float64(same) / float64(len(samples))
 	}
+	r.Breakdown = breakDown(samples)
 	return r, nil
 }
 
@@ -402,5 +440,9 @@ func printTable(rep *report) {
 	for _, r := range rep.Results {
 		fmt.Printf("  %-24s %-17s failed %d/%d, proxy at the client's site %.0f%%, DNS p50 %.3f s, client–proxy RTT p50 %.4f s, served from %v\n",
 			r.Config, r.Variant, r.Failed, r.Requests, 100*r.SameSiteShare, r.DNSP50, r.ProxyRTTP50, r.Sources)
+	}
+	fmt.Printf("\nBreakdown of the requests by how their proxy was chosen:\n")
+	for _, r := range rep.Results {
+		printBreakdown(r, rep.Region)
 	}
 }

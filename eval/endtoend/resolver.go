@@ -30,43 +30,62 @@ type resolver struct {
 	ns      map[string]nsEntry // zone → servers
 	answers map[string]answerEntry
 	srtt    map[netip.Addr]time.Duration
+	parent  string // the coral zone, whose NS set is the parent's delegation
 }
 
 type nsEntry struct {
 	servers []netip.Addr
 	expires time.Time
+	// hop is the strongest hint among the servers of a set handed out on
+	// a client's hints (0 the client's /24, 1 its gateway, 2 its region
+	// router), -1 when none had one.
+	hop int
 }
 
 type answerEntry struct {
 	addrs   []netip.Addr
 	expires time.Time
+	info    answerInfo
+}
+
+// answerInfo says how an answer was reached, for the report's breakdown.
+type answerInfo struct {
+	server  netip.Addr // the name server that answered
+	zone    string     // the zone whose NS set the resolver asked it from
+	lockHop int        // that NS set's hop (nsEntry.hop); -2 the parent's set
+	source  string     // the answer's proximity source
+	hop     int        // the first address's hint hop, -1 none
 }
 
 var errResolve = errors.New("resolution failed")
 
 func newResolver(addr netip.Addr, w *world, dnsOf map[netip.Addr]*coral.Simulated, zone string, parentNS []netip.Addr, seed uint64) *resolver {
 	r := &resolver{addr: addr, w: w, dnsOf: dnsOf, rng: rand.New(rand.NewPCG(seed, 53)),
-		ns: map[string]nsEntry{}, answers: map[string]answerEntry{}, srtt: map[netip.Addr]time.Duration{}}
-	r.ns[zone] = nsEntry{servers: parentNS, expires: time.Now().Add(1000 * time.Hour)}
+		ns: map[string]nsEntry{}, answers: map[string]answerEntry{}, srtt: map[netip.Addr]time.Duration{}, parent: zone}
+	r.ns[zone] = nsEntry{servers: parentNS, expires: time.Now().Add(1000 * time.Hour), hop: -1}
 	return r
 }
 
 // resolve returns name's addresses, from the cache or by asking.
-func (r *resolver) resolve(ctx context.Context, name string) ([]netip.Addr, error) {
+func (r *resolver) resolve(ctx context.Context, name string) ([]netip.Addr, answerInfo, error) {
 	skip := map[string]bool{} // zones whose servers gave no answer
 	for range 8 {
 		r.mu.Lock()
 		if a, ok := r.answers[name]; ok && time.Now().Before(a.expires) {
 			r.mu.Unlock()
-			return a.addrs, nil
+			return a.addrs, a.info, nil
 		}
 		zone, servers := r.deepestZone(name, skip)
+		lockHop := r.ns[zone].hop
+		if r.parent == zone {
+			lockHop = -2
+		}
 		r.mu.Unlock()
 		if zone == "" {
-			return nil, errResolve
+			return nil, answerInfo{}, errResolve
 		}
 		server := r.pickServer(servers)
-		resp := r.ask(ctx, server, name)
+		resp, dec := r.ask(ctx, server, name)
 		if resp == nil {
 			skip[zone] = true
 			continue
@@ -103,23 +122,33 @@ func (r *resolver) resolve(ctx context.Context, name string) ([]netip.Addr, erro
 		for z, s := range sets {
 			old, had := r.ns[z]
 			if !had || now.After(old.expires) || dns.CountLabel(z) > dns.CountLabel(zone) || z == zone {
-				r.ns[z] = nsEntry{servers: s, expires: now.Add(time.Duration(setTTL[z]) * time.Second)}
+				hop := -1
+				for _, a := range s {
+					if h, ok := dec.Hop[a]; ok && dec.Source == "hints" && (hop < 0 || h < hop) {
+						hop = h
+					}
+				}
+				r.ns[z] = nsEntry{servers: s, expires: now.Add(time.Duration(setTTL[z]) * time.Second), hop: hop}
 				if !had || dns.CountLabel(z) > dns.CountLabel(zone) {
 					progressed = true
 				}
 			}
 		}
 		if len(addrs) > 0 {
-			r.answers[name] = answerEntry{addrs: addrs, expires: now.Add(time.Duration(ttl) * time.Second)}
+			info := answerInfo{server: server, zone: zone, lockHop: lockHop, source: dec.Source, hop: -1}
+			if h, ok := dec.Hop[addrs[0]]; ok {
+				info.hop = h
+			}
+			r.answers[name] = answerEntry{addrs: addrs, expires: now.Add(time.Duration(ttl) * time.Second), info: info}
 			r.mu.Unlock()
-			return addrs, nil
+			return addrs, info, nil
 		}
 		r.mu.Unlock()
 		if !progressed {
 			skip[zone] = true
 		}
 	}
-	return nil, errResolve
+	return nil, answerInfo{}, errResolve
 }
 
 func slicesConcat(a, b []dns.RR) []dns.RR {
@@ -168,10 +197,10 @@ func (r *resolver) pickServer(servers []netip.Addr) netip.Addr {
 }
 
 // ask sends one query to server: a round trip plus the server's own time.
-func (r *resolver) ask(ctx context.Context, server netip.Addr, name string) *dns.Msg {
+func (r *resolver) ask(ctx context.Context, server netip.Addr, name string) (*dns.Msg, coral.Decision) {
 	s := r.dnsOf[server]
 	if s == nil {
-		return nil
+		return nil, coral.Decision{}
 	}
 	start := time.Now()
 	half := r.w.rtt(r.addr, server) / 2
@@ -179,7 +208,7 @@ func (r *resolver) ask(ctx context.Context, server netip.Addr, name string) *dns
 	q := new(dns.Msg)
 	q.SetQuestion(dns.Fqdn(strings.ToLower(name)), dns.TypeA)
 	q.SetEdns0(1232, false)
-	resp := s.Serve(ctx, netip.AddrPortFrom(r.addr, 53), q)
+	resp, dec := s.ServeObserved(ctx, netip.AddrPortFrom(r.addr, 53), q)
 	time.Sleep(half)
 	d := time.Since(start)
 	r.mu.Lock()
@@ -189,7 +218,7 @@ func (r *resolver) ask(ctx context.Context, server netip.Addr, name string) *dns
 	r.srtt[server] = d
 	r.mu.Unlock()
 	if resp == nil || resp.Rcode != dns.RcodeSuccess {
-		return nil
+		return nil, dec
 	}
-	return resp
+	return resp, dec
 }

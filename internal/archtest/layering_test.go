@@ -58,6 +58,12 @@ var rules = []rule{
 		"the DNS server and the proxy meet only in coraldht and coralname"},
 	{"module/caddy/...", []pattern{"plugin/coredns/..."},
 		"the DNS server and the proxy meet only in coraldht and coralname"},
+	{"coraldht/internal/wire", []pattern{"coraldht", "coraldht/host", "coraldht/memnet", "coraldht/icmpprobe", "coraldht/acmetxt"},
+		"the wire codec is the bottom of the node: the packages above use it, it uses none of them"},
+	{"coraldht/memnet", []pattern{"coraldht", "coraldht/host", "coraldht/icmpprobe", "coraldht/acmetxt"},
+		"the in-memory network stands below the node, so the node's own tests can run on it"},
+	{"coraldht/icmpprobe", []pattern{"coraldht", "coraldht/host", "coraldht/memnet", "coraldht/internal/...", "coraldht/acmetxt"},
+		"ICMP knows nothing of the DSHT; the node and the DNS plugin both use it"},
 	{"module/caddy/*", []pattern{"module/caddy"},
 		"the proxy's subpackages are parts it assembles, not users of it"},
 }

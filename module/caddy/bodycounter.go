@@ -3,12 +3,11 @@ package coralcaddy
 import (
 	"io"
 	"net/http"
-	"time"
 )
 
 // bodyCounter is the one response writer the handler wraps around
 // Caddy's: it counts the body bytes written through it, for the request
-// metrics, and once the request is admitted (abuseControls.charge) adds
+// metrics, and once the request is admitted (chargeAbuse) adds
 // them to the bandwidth budget too, if there is one (responses to peers
 // included: they are this proxy's bandwidth too). Header bytes are not
 // counted. It keeps ReadFrom, so sendfile still works through it (and is
@@ -16,8 +15,7 @@ import (
 type bodyCounter struct {
 	http.ResponseWriter
 	n      int64
-	budget *bandwidthBudget // nil: not charged to a budget
-	now    func() time.Time
+	charge func(n int64) // nil: not charged to a budget
 }
 
 func (c *bodyCounter) Write(p []byte) (int, error) {
@@ -34,8 +32,8 @@ func (c *bodyCounter) ReadFrom(r io.Reader) (int64, error) {
 
 func (c *bodyCounter) counted(n int64) {
 	c.n += n
-	if c.budget != nil {
-		c.budget.add(n, c.now())
+	if c.charge != nil {
+		c.charge(n)
 	}
 }
 

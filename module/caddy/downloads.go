@@ -131,7 +131,7 @@ type relaySlot struct {
 	takenOver bool
 }
 
-// clientOrigin is a client address (rateKey, as a string; "" for none)
+// clientOrigin is a client address (abuse.ClientKey, as a string; "" for none)
 // and an origin.
 type clientOrigin struct{ client, origin string }
 

@@ -170,7 +170,7 @@ type Handler struct {
 	storeKey string
 	eng      *engine
 	metrics  *proxyMetrics
-	abuse    *abuseControls
+	abuse    abuseControl
 	logger   *zap.Logger
 }
 
@@ -378,8 +378,8 @@ func (h *Handler) Validate() error {
 func (h *Handler) Cleanup() error {
 	removeRunningProxy(h)
 	h.metrics.release()
-	if h.abuse != nil && h.abuse.blacklist != nil {
-		h.abuse.blacklist.Close()
+	if h.abuse != nil {
+		h.abuse.Close()
 	}
 	if h.storeKey == "" {
 		return nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coralname"
+	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
@@ -73,13 +74,13 @@ func (fr *fetchRequest) forwarded() http.Header {
 	return fr.view
 }
 
-// clientKey is the client address as download slots count it (rateKey;
+// clientKey is the client address as download slots count it (abuse.ClientKey;
 // "": not counted).
 func (fr *fetchRequest) clientKey() string {
 	if !fr.clientAddr.IsValid() {
 		return ""
 	}
-	return rateKey(fr.clientAddr).String()
+	return abuse.ClientKey(fr.clientAddr).String()
 }
 
 // originURL is the URL fetched from the origin (before any https upgrade).

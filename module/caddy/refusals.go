@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/module/caddy/abuse"
 	"go.uber.org/zap"
 )
 
@@ -82,7 +83,7 @@ func (h *Handler) refuseWithBody(w http.ResponseWriter, err error) error {
 	switch {
 	case errors.Is(err, errOriginForbidden):
 		cause, msg = causeOrigin, "refused an origin on an address allow_origins does not permit (private, loopback or this node's own)"
-	case errors.Is(err, errBlacklisted):
+	case errors.Is(err, abuse.ErrBlacklisted):
 		cause, msg = causeBlacklist, "refused an origin on the blacklist"
 	}
 	if cause != "" {

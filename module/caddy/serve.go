@@ -64,7 +64,7 @@ func (h *Handler) admit(w *bodyCounter, r *http.Request, acct *requestAccount) (
 	key := target.Key()
 	fr = fetchRequest{key: key, baseKey: key, target: target, scheme: scheme, header: r.Header, allow: h.eng.forward, clientIP: clientIP(r)}
 	fr.clientAddr = requestClientAddr(r)
-	if refused, err := h.abuse.admit(w, r, target.Host, func() string { return fr.originURL().String() }); refused {
+	if refused, err := admitAbuse(h.abuse, w, r, target.Host, func() string { return fr.originURL().String() }); refused {
 		return fr, true, h.refuseWithBody(w, err)
 	}
 	if _, ok := r.Header["Authorization"]; ok {
@@ -73,7 +73,7 @@ func (h *Handler) admit(w *bodyCounter, r *http.Request, acct *requestAccount) (
 		// fetched without them (RFC 9111 §3.5).
 		return fr, true, caddyhttp.Error(http.StatusForbidden, fmt.Errorf("%w; fetch %s directly", errAuthorization, fr.originURL()))
 	}
-	h.abuse.charge(w)
+	chargeAbuse(h.abuse, w)
 	return fr, false, nil
 }
 

@@ -42,7 +42,7 @@ type probeCall struct {
 	e    rttEntry
 }
 
-// rttCache holds measured RTTs per prefix. It lives in the node registry so
+// rttCache holds measured RTTs per prefix. It lives beside the node in coraldht/host so
 // that a configuration reload keeps what was measured.
 type rttCache struct {
 	mu       sync.RWMutex

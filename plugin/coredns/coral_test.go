@@ -56,6 +56,24 @@ func (f *fakeNodes) Ping(ctx context.Context, addr netip.AddrPort) (time.Duratio
 	return time.Millisecond, nil
 }
 
+// PingNode answers for the members and contacts that are not dead.
+func (f *fakeNodes) PingNode(ctx context.Context, addr netip.AddrPort) (coraldht.NodeInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pings++
+	if !f.dead[addr] {
+		for _, list := range append(slices.Clone(f.members), f.contacts) {
+			for _, ni := range list {
+				if ni.Addr == addr {
+					ni.LastHeard = time.Now()
+					return ni, nil
+				}
+			}
+		}
+	}
+	return coraldht.NodeInfo{}, coraldht.ErrNoResponse
+}
+
 func (f *fakeNodes) Levels() []coraldht.LevelInfo { return nil }
 
 func (f *fakeNodes) RoutingTable(level int) []coraldht.NodeInfo {

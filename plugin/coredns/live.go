@@ -33,6 +33,7 @@ type liveSet struct {
 type nodeSource interface {
 	Nodes(ctx context.Context, level, count int, target netip.Addr, services coraldht.Services) []coraldht.NodeInfo
 	Ping(ctx context.Context, addr netip.AddrPort) (time.Duration, error)
+	PingNode(ctx context.Context, addr netip.AddrPort) (coraldht.NodeInfo, error)
 	Levels() []coraldht.LevelInfo
 	RoutingTable(level int) []coraldht.NodeInfo
 }
@@ -58,6 +59,11 @@ type tracker struct {
 	bookWindow time.Duration
 	joined     func() bool
 
+	// wanted are the nodes that strong locality hints placed near recent
+	// clients (see want), with when they were last wanted.
+	wantMu sync.Mutex
+	wanted map[netip.Addr]wantedNode
+
 	snap   atomic.Pointer[liveSet]
 	swept  chan struct{} // closed after the first sweep
 	once   sync.Once
@@ -67,7 +73,8 @@ type tracker struct {
 
 func newTracker(node nodeSource, levels int, interval, liveWithin, syncWait time.Duration) *tracker {
 	t := &tracker{node: node, levels: levels, interval: interval, liveWithin: liveWithin, syncWait: syncWait,
-		now: time.Now, intn: rand.IntN, swept: make(chan struct{}), book: newNSBook(nsBookSize), bookWindow: nsRemember}
+		now: time.Now, intn: rand.IntN, swept: make(chan struct{}), book: newNSBook(nsBookSize), bookWindow: nsRemember,
+		wanted: make(map[netip.Addr]wantedNode)}
 	t.snap.Store(&liveSet{proxy: make([][]coraldht.NodeInfo, levels), dns: make([][]coraldht.NodeInfo, levels)})
 	return t
 }
@@ -101,6 +108,9 @@ func (t *tracker) sweep(ctx context.Context) {
 	for lvl := range t.levels {
 		set.proxy[lvl] = t.node.Nodes(ctx, lvl, sweepSize, netip.Addr{}, coraldht.ServiceHTTP)
 		set.dns[lvl] = t.node.Nodes(ctx, lvl, sweepSize, netip.Addr{}, coraldht.ServiceDNS)
+		if lvl == 0 {
+			t.addWanted(ctx, set)
+		}
 		for _, list := range [][]coraldht.NodeInfo{set.proxy[lvl], set.dns[lvl]} {
 			for i := range list {
 				if !list[i].Self && t.now().Sub(list[i].LastHeard) > t.liveWithin/3 {
@@ -153,6 +163,110 @@ func (t *tracker) sweep(ctx context.Context) {
 	t.once.Do(func() { close(t.swept) })
 }
 
+// The sweep keeps the sweepSize members nearest this node. At level 0,
+// whose cluster is every node, the nodes that locality hints place near a
+// client are members too, however far they are from this node: a server
+// far from a client (the parent zone's, before the client's resolver is
+// locked) must be able to name them, in the answer and in the NS set that
+// locks the resolver onto servers near it. So a mapping's strong hints are
+// wanted for wantFor, and each sweep adds the wanted nodes to level 0,
+// pinging those it has not heard from lately (the reply says which
+// services they run), so that only live ones are named.
+const (
+	wantMax = sweepSize
+	wantFor = 10 * time.Minute
+)
+
+type wantedNode struct {
+	dht netip.AddrPort
+	at  time.Time
+}
+
+// want notes the strongly hinted nodes of a mapping (see strongHint).
+func (t *tracker) want(ranked []nearNode) {
+	now := t.now()
+	t.wantMu.Lock()
+	defer t.wantMu.Unlock()
+	for _, n := range ranked {
+		if !strongHint(n) || !n.dht.IsValid() {
+			continue
+		}
+		if _, ok := t.wanted[n.addr]; !ok && len(t.wanted) >= wantMax {
+			t.forgetWantedLocked(now)
+		}
+		t.wanted[n.addr] = wantedNode{n.dht, now}
+	}
+}
+
+// forgetWantedLocked drops the wanted nodes older than wantFor, and the
+// oldest one when that leaves no room.
+func (t *tracker) forgetWantedLocked(now time.Time) {
+	var oldest netip.Addr
+	var at time.Time
+	for a, w := range t.wanted {
+		if now.Sub(w.at) > wantFor {
+			delete(t.wanted, a)
+		} else if !oldest.IsValid() || w.at.Before(at) {
+			oldest, at = a, w.at
+		}
+	}
+	if len(t.wanted) >= wantMax && oldest.IsValid() {
+		delete(t.wanted, oldest)
+	}
+}
+
+// addWanted adds to the level-0 lists of set the wanted nodes they lack,
+// from the routing table when it heard from them lately, else from a ping.
+func (t *tracker) addWanted(ctx context.Context, set *liveSet) {
+	now := t.now()
+	t.wantMu.Lock()
+	var want []wantedNode
+	for a, w := range t.wanted {
+		if now.Sub(w.at) > wantFor {
+			delete(t.wanted, a)
+		} else if !containsAddr(set.proxy[0], a) && !containsAddr(set.dns[0], a) {
+			want = append(want, w)
+		}
+	}
+	t.wantMu.Unlock()
+	if len(want) == 0 {
+		return
+	}
+	known := make(map[netip.AddrPort]coraldht.NodeInfo)
+	for _, ni := range t.node.RoutingTable(0) {
+		known[ni.Addr] = ni
+	}
+	found := make([]coraldht.NodeInfo, len(want))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, w := range want {
+		if ni, ok := known[w.dht]; ok && now.Sub(ni.LastHeard) <= t.liveWithin/3 {
+			found[i] = ni
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			t.pings.Add(1)
+			if ni, err := t.node.PingNode(ctx, w.dht); err == nil {
+				found[i] = ni
+			}
+		})
+	}
+	wg.Wait()
+	for _, ni := range found {
+		if !ni.Addr.IsValid() {
+			continue
+		}
+		if ni.Services.Has(coraldht.ServiceHTTP) {
+			set.proxy[0] = append(set.proxy[0], ni)
+		}
+		if ni.Services.Has(coraldht.ServiceDNS) {
+			set.dns[0] = append(set.dns[0], ni)
+		}
+	}
+}
+
 // seed starts the tracker from the live set of the instance it replaces
 // (a reload): answers go on from what that one saw instead of waiting for
 // this one's first sweep, which after a node restart can come before the
@@ -195,13 +309,14 @@ type pickOptions struct {
 	services coraldht.Services
 	family   int // 4 or 6: only addresses of that family; 0 any
 	// nearOnly: when at least minNear members are in the resolver's prefix
-	// or left hints near it, return only those. Name server sets use it:
+	// or left strong hints near it, return only those. Name server sets use it:
 	// servers that share the resolver's network are better than any other,
 	// this server included.
 	nearOnly bool
 	// ranked are the nodes that left hints near the client (proximity.go),
-	// best first: those that are members come before all others, by score
-	// and then by RTT from this server.
+	// best first. Members with strong hints come first, by score and then
+	// by RTT from this server, then those in the resolver's prefix, then
+	// those with weak hints (see appendHinted), then the rest.
 	ranked []nearNode
 }
 
@@ -243,28 +358,25 @@ func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions) []coraldht.
 		return true
 	}
 	out := make([]coraldht.NodeInfo, 0, o.count)
-	hinted := 0
-	if len(o.ranked) > 0 {
-		out = appendHinted(out, members, o, usable)
-		hinted = len(out)
-		if len(out) == o.count {
-			return out
-		}
-	}
+	taken := func(ni *coraldht.NodeInfo) bool { return containsAddr(out, ni.Addr.Addr()) }
+	// Strong evidence first: strong hints near the client, then members in
+	// the resolver's prefix.
+	out = appendHinted(out, members, o, usable, true)
 	if o.near.IsValid() {
 		for i := range members {
 			if len(out) == o.count {
 				return out
 			}
-			if usable(&members[i]) && nearP.Contains(members[i].Addr.Addr().Unmap()) &&
-				(hinted == 0 || !containsAddr(out[:hinted], members[i].Addr.Addr())) {
+			if usable(&members[i]) && nearP.Contains(members[i].Addr.Addr().Unmap()) && !taken(&members[i]) {
 				out = append(out, members[i])
 			}
 		}
 	}
-	if o.nearOnly && len(out) >= minNear {
+	if len(out) == o.count || o.nearOnly && len(out) >= minNear {
 		return out
 	}
+	// Then weak hints, below members measured nearer.
+	out = appendHinted(out, members, o, usable, false)
 	n := len(members)
 	if n == 0 {
 		return out
@@ -275,8 +387,7 @@ func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions) []coraldht.
 			break
 		}
 		ni := &members[(start+j)%n]
-		if !usable(ni) || (o.near.IsValid() && nearP.Contains(ni.Addr.Addr().Unmap())) ||
-			(hinted > 0 && containsAddr(out[:hinted], ni.Addr.Addr())) {
+		if !usable(ni) || taken(ni) {
 			continue
 		}
 		out = append(out, *ni)
@@ -284,36 +395,77 @@ func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions) []coraldht.
 	return out
 }
 
+// measuredRTT is this server's RTT to a member (itself: zero), or an hour
+// when it has not measured one.
+func measuredRTT(ni *coraldht.NodeInfo) time.Duration {
+	if ni.Self {
+		return 0
+	}
+	if ni.RTT == 0 {
+		return time.Hour
+	}
+	return ni.RTT
+}
+
 // appendHinted appends up to o.count usable members that left hints near
-// the client, best score first, then lowest RTT from this server (itself
-// first: zero).
-func appendHinted(out, members []coraldht.NodeInfo, o pickOptions, usable func(*coraldht.NodeInfo) bool) []coraldht.NodeInfo {
+// the client, strong ones (strongHint) or weak ones, best score first, then
+// lowest RTT from this server.
+//
+// A weak hint says only that a member is in the client's region. At level
+// 1 and above the resolver is within the level's threshold of this server,
+// so this server's RTT to a member bounds how far the member is from the
+// resolver: there an unhinted member measured nearer than a weakly hinted
+// one comes before it. At level 0 the RTT from this server says nothing
+// about the client, and weak hints rank as they are.
+func appendHinted(out, members []coraldht.NodeInfo, o pickOptions, usable func(*coraldht.NodeInfo) bool, strong bool) []coraldht.NodeInfo {
+	if len(o.ranked) == 0 {
+		return out
+	}
 	type scored struct {
 		i, score int
 	}
 	var hits []scored
 	for i := range members {
-		if s := scoreOf(o.ranked, members[i].Addr.Addr().Unmap()); s > 0 && usable(&members[i]) {
-			hits = append(hits, scored{i, s})
+		n, ok := rankedNode(o.ranked, members[i].Addr.Addr().Unmap())
+		if ok && strongHint(n) == strong && usable(&members[i]) && !containsAddr(out, members[i].Addr.Addr()) {
+			hits = append(hits, scored{i, n.score})
 		}
-	}
-	rtt := func(ni *coraldht.NodeInfo) time.Duration {
-		if ni.Self {
-			return 0
-		}
-		if ni.RTT == 0 {
-			return time.Hour // unmeasured last
-		}
-		return ni.RTT
 	}
 	slices.SortStableFunc(hits, func(x, y scored) int {
 		if x.score != y.score {
 			return y.score - x.score
 		}
-		return int(rtt(&members[x.i]) - rtt(&members[y.i]))
+		return int(measuredRTT(&members[x.i]) - measuredRTT(&members[y.i]))
 	})
-	for _, h := range hits[:min(len(hits), o.count-len(out))] {
-		out = append(out, members[h.i])
+	for _, h := range hits {
+		if len(out) >= o.count {
+			break
+		}
+		w := &members[h.i]
+		if !strong && o.level > 0 {
+			out = appendNearer(out, members, o, usable, measuredRTT(w))
+		}
+		if len(out) < o.count && !containsAddr(out, w.Addr.Addr()) {
+			out = append(out, *w)
+		}
+	}
+	return out
+}
+
+// appendNearer appends, nearest first, the usable members that left no
+// hint near the client and that this server measured nearer than rtt.
+func appendNearer(out, members []coraldht.NodeInfo, o pickOptions, usable func(*coraldht.NodeInfo) bool, rtt time.Duration) []coraldht.NodeInfo {
+	var nearer []int
+	for i := range members {
+		ni := &members[i]
+		if _, hinted := rankedNode(o.ranked, ni.Addr.Addr().Unmap()); !hinted && measuredRTT(ni) < rtt &&
+			usable(ni) && !containsAddr(out, ni.Addr.Addr()) {
+			nearer = append(nearer, i)
+		}
+	}
+	slices.SortStableFunc(nearer, func(x, y int) int { return int(measuredRTT(&members[x]) - measuredRTT(&members[y])) })
+	for _, i := range nearer[:min(len(nearer), o.count-len(out))] {
+		out = append(out, members[i])
 	}
 	return out
 }

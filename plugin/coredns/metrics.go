@@ -10,6 +10,8 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/coralcdn/coral/coraldht/host"
 )
 
 var (
@@ -131,8 +133,8 @@ func recordLive(node string, set *liveSet, t *tracker) {
 	}
 }
 
-// dhtCollector exports the Stats of every node in the registry as
-// coredns_coral_dht_* metrics, read at scrape time.
+// dhtCollector exports the Stats of every node running in the process
+// (host.Running) as coredns_coral_dht_* metrics, read at scrape time.
 type dhtCollector struct{}
 
 var (
@@ -143,14 +145,8 @@ var (
 func (dhtCollector) Describe(ch chan<- *prometheus.Desc) { dhtDescs.Describe(ch) }
 
 func (dhtCollector) Collect(ch chan<- prometheus.Metric) {
-	registry.Lock()
-	entries := make([]*nodeEntry, 0, len(registry.nodes))
-	for _, e := range registry.nodes {
-		entries = append(entries, e)
-	}
-	registry.Unlock()
-	for _, e := range entries {
-		dhtDescs.Collect(ch, e.listen, e.node(), e.joined.Load())
+	for _, inst := range host.Running() {
+		dhtDescs.Collect(ch, inst.Listen().String(), inst.Node(), inst.Joined())
 	}
 }
 

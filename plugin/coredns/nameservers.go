@@ -17,7 +17,7 @@ import (
 // only for addresses that are, or were within nsRemember, Coral name
 // servers as far as this node knows: its own address, the name servers of
 // every sweep, and the DNS servers in its routing tables. The knowledge
-// lives in the node registry, so a reload keeps it.
+// lives beside the node in coraldht/host, so a reload keeps it.
 
 // nsRemember is how long a name server's name keeps answering after this
 // node last heard from it (or ns_ttl, if that is longer): a resolver that

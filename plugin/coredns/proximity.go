@@ -27,15 +27,19 @@ import (
 // nearest target last.
 type hopTracer func(ctx context.Context, target netip.Addr) ([]netip.Addr, error)
 
-// hintFinder returns the addresses of the nodes that published a locality
-// hint under p.
-type hintFinder func(ctx context.Context, p netip.Prefix) ([]netip.Addr, error)
+// hintFinder returns the DSHT addresses of the nodes that published a
+// locality hint under p.
+type hintFinder func(ctx context.Context, p netip.Prefix) ([]netip.AddrPort, error)
 
 // nearNode is a node that left a hint near a target, with its score: the
 // larger, the nearer the target its hints were.
 type nearNode struct {
-	addr  netip.Addr
+	addr  netip.Addr     // its address (unmapped), the one answers name
+	dht   netip.AddrPort // its DSHT address, as the hint had it
 	score int
+	// hop is where the node's heaviest hint was: 0 the target's own /24,
+	// 1 the router nearest the target, 2 the next one out, and so on.
+	hop int
 }
 
 // nearEntry is one mapping; ranked is best first and never modified once
@@ -219,23 +223,27 @@ func (p *proximity) evictOldestLocked() {
 type hintKeyWeight struct {
 	p      netip.Prefix
 	weight int
+	hop    int // 0: the target's /24; k: the k-th router out from the target
 }
 
 // hintKeys lists the keys for a target whose last hops are hops (nearest
 // the target last): the target's own /24 first and heaviest, then each hop
 // from the target outward, its own address above its /24. Private hops
-// mean nothing about a public target's location and are left out.
+// mean nothing about a public target's location and are left out; the
+// hops kept are numbered from the target outward.
 func hintKeys(target netip.Addr, hops []netip.Addr) []hintKeyWeight {
 	target = target.Unmap()
 	w := 2*len(hops) + 2
-	keys := []hintKeyWeight{{coraldht.SitePrefix(target), w}}
+	keys := []hintKeyWeight{{coraldht.SitePrefix(target), w, 0}}
+	hop := 0 // among the hops kept: the nearest the target is 1
 	for i := len(hops) - 1; i >= 0; i-- {
 		a := hops[i].Unmap()
 		if !a.IsValid() || (privateAddr(a) && !privateAddr(target)) {
 			continue
 		}
 		w = 2*i + 1
-		keys = append(keys, hintKeyWeight{netip.PrefixFrom(a, a.BitLen()), w + 1}, hintKeyWeight{coraldht.SitePrefix(a), w})
+		hop++
+		keys = append(keys, hintKeyWeight{netip.PrefixFrom(a, a.BitLen()), w + 1, hop}, hintKeyWeight{coraldht.SitePrefix(a), w, hop})
 	}
 	return keys
 }
@@ -256,30 +264,34 @@ func (p *proximity) mapTarget(ctx context.Context, target netip.Addr) nearEntry 
 	}
 	keys := hintKeys(target, hops)
 	type found struct {
-		weight int
-		addrs  []netip.Addr
+		weight, hop int
+		addrs       []netip.AddrPort
 	}
 	results := make([]found, len(keys))
 	var wg sync.WaitGroup
 	for i, k := range keys {
 		wg.Go(func() {
 			addrs, _ := p.hints(ctx, k.p)
-			results[i] = found{k.weight, addrs}
+			results[i] = found{k.weight, k.hop, addrs}
 		})
 	}
 	wg.Wait()
 	best := make(map[netip.Addr]int)
+	hop := make(map[netip.Addr]int)
 	count := make(map[netip.Addr]int)
+	dht := make(map[netip.Addr]netip.AddrPort)
 	for _, r := range results {
-		for _, a := range r.addrs {
-			a = a.Unmap()
-			best[a] = max(best[a], r.weight)
+		for _, ap := range r.addrs {
+			a := ap.Addr().Unmap()
+			if r.weight > best[a] {
+				best[a], hop[a], dht[a] = r.weight, r.hop, netip.AddrPortFrom(a, ap.Port())
+			}
 			count[a]++
 		}
 	}
 	ranked := make([]nearNode, 0, len(best))
 	for a, w := range best {
-		ranked = append(ranked, nearNode{a, w*64 + count[a]})
+		ranked = append(ranked, nearNode{addr: a, dht: dht[a], score: w*64 + count[a], hop: hop[a]})
 	}
 	slices.SortFunc(ranked, func(x, y nearNode) int {
 		if x.score != y.score {
@@ -293,14 +305,24 @@ func (p *proximity) mapTarget(ctx context.Context, target netip.Addr) nearEntry 
 	return nearEntry{ranked: ranked, ok: true, measured: p.now()}
 }
 
-// scoreOf is a's score in ranked, 0 when it left no hint near the target.
-func scoreOf(ranked []nearNode, a netip.Addr) int {
+// strongHint says whether n's hint is strong evidence that n is near the
+// target: it was found under the target's own /24 or the router nearest
+// the target. Routers farther out (a regional or national router, where
+// many networks' paths meet) are weak: they place n in the same region,
+// which may be large. Only strong hints make an NS set of their own
+// (pickOptions.nearOnly), and a weak hint ranks below a member measured
+// nearer (appendHinted).
+func strongHint(n nearNode) bool { return n.hop <= 1 }
+
+// rankedNode is a's entry in ranked; ok is false when a left no hint near
+// the target.
+func rankedNode(ranked []nearNode, a netip.Addr) (n nearNode, ok bool) {
 	for _, n := range ranked {
 		if n.addr == a {
-			return n.score
+			return n, true
 		}
 	}
-	return 0
+	return nearNode{}, false
 }
 
 // nodeTracer is the production tracer: the last hops of a real trace.
@@ -314,14 +336,7 @@ func nodeTracer(hops int, timeout time.Duration) hopTracer {
 func nodeHints(n interface {
 	HintedNodes(context.Context, netip.Prefix) ([]netip.AddrPort, error)
 }) hintFinder {
-	return func(ctx context.Context, p netip.Prefix) ([]netip.Addr, error) {
-		aps, err := n.HintedNodes(ctx, p)
-		out := make([]netip.Addr, 0, len(aps))
-		for _, ap := range aps {
-			out = append(out, ap.Addr().Unmap())
-		}
-		return out, err
-	}
+	return n.HintedNodes
 }
 
 // startNear looks the target's mapping up, starting one if needed.
@@ -357,6 +372,16 @@ func (b *builder) nearby() []nearNode {
 		}
 		b.nearState = 2
 		proximityCount.WithLabelValues(b.nearSrc).Inc()
+		if len(b.near) > 0 {
+			b.c.tracker.want(b.near)
+		}
+		if d, ok := b.ctx.Value(decisionKey{}).(*Decision); ok {
+			d.Source = b.nearSrc
+			d.Hop = make(map[netip.Addr]int, len(b.near))
+			for _, n := range b.near {
+				d.Hop[n.addr] = n.hop
+			}
+		}
 	}
 	return b.near
 }

@@ -32,10 +32,10 @@ func nearWorld() *fakeNodes {
 // fakeHints is a DSHT's hints: prefix → node addresses.
 type fakeHints map[string][]string
 
-func (h fakeHints) find(ctx context.Context, p netip.Prefix) ([]netip.Addr, error) {
-	var out []netip.Addr
+func (h fakeHints) find(ctx context.Context, p netip.Prefix) ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
 	for _, a := range h[p.String()] {
-		out = append(out, netip.MustParseAddr(a))
+		out = append(out, netip.AddrPortFrom(netip.MustParseAddr(a), 4000))
 	}
 	if len(out) == 0 {
 		return nil, coraldht.ErrNotFound
@@ -248,9 +248,9 @@ func TestHintKeys(t *testing.T) {
 	a := netip.MustParseAddr
 	got := hintKeys(a("198.51.100.77"), []netip.Addr{a("192.168.1.1"), a("203.0.113.1"), a("198.51.100.1")})
 	want := []hintKeyWeight{
-		{netip.MustParsePrefix("198.51.100.0/24"), 8},
-		{netip.MustParsePrefix("198.51.100.1/32"), 6}, {netip.MustParsePrefix("198.51.100.0/24"), 5},
-		{netip.MustParsePrefix("203.0.113.1/32"), 4}, {netip.MustParsePrefix("203.0.113.0/24"), 3},
+		{netip.MustParsePrefix("198.51.100.0/24"), 8, 0},
+		{netip.MustParsePrefix("198.51.100.1/32"), 6, 1}, {netip.MustParsePrefix("198.51.100.0/24"), 5, 1},
+		{netip.MustParsePrefix("203.0.113.1/32"), 4, 2}, {netip.MustParsePrefix("203.0.113.0/24"), 3, 2},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("hintKeys = %v, want %v (private hop left out for a public target)", got, want)

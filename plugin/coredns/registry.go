@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +63,9 @@ func (r runningNode) Nodes(ctx context.Context, level, count int, target netip.A
 func (r runningNode) Ping(ctx context.Context, addr netip.AddrPort) (time.Duration, error) {
 	return r.e.node().Ping(ctx, addr)
 }
+func (r runningNode) PingNode(ctx context.Context, addr netip.AddrPort) (coraldht.NodeInfo, error) {
+	return r.e.node().PingNode(ctx, addr)
+}
 func (r runningNode) HintedNodes(ctx context.Context, prefix netip.Prefix) ([]netip.AddrPort, error) {
 	return r.e.node().HintedNodes(ctx, prefix)
 }
@@ -74,12 +76,6 @@ func (r runningNode) RoutingTable(l int) []coraldht.NodeInfo { return r.e.node()
 type loadFunc func() bool
 
 func (f loadFunc) Load() bool { return f() }
-
-// registry holds the newest entry per listen address, for the metrics.
-var registry = struct {
-	sync.Mutex
-	nodes map[string]*nodeEntry
-}{nodes: make(map[string]*nodeEntry)}
 
 // rttCacheSize bounds the resolver prefixes remembered per node.
 const rttCacheSize = 100_000
@@ -93,28 +89,19 @@ func (cfg *config) nodeOptions() host.Options {
 }
 
 // acquireNode takes the node for cfg.listen, starting or restarting it as
-// its settings require.
+// its settings require. The nodes running in the process, for the metrics,
+// are host.Running().
 func acquireNode(cfg *config) (*nodeEntry, error) {
-	registry.Lock()
-	defer registry.Unlock()
 	h, err := host.Acquire(cfg.nodeOptions())
 	if err != nil {
 		return nil, err
 	}
-	e := &nodeEntry{nodeState: host.Attached(h, newNodeState), listen: cfg.listen, handle: h,
-		joined: func() bool { return h.Instance().Joined() }}
-	registry.nodes[cfg.listen] = e
-	return e, nil
+	return &nodeEntry{nodeState: host.Attached(h, newNodeState), listen: cfg.listen, handle: h,
+		joined: func() bool { return h.Instance().Joined() }}, nil
 }
 
 // releaseNode drops the instance's hold; the last one closes the node.
-func releaseNode(e *nodeEntry) {
-	registry.Lock()
-	defer registry.Unlock()
-	if e.handle.Release() {
-		delete(registry.nodes, e.listen)
-	}
-}
+func releaseNode(e *nodeEntry) { e.handle.Release() }
 
 // clogHandler sends the node's slog output to CoreDNS's log.
 type clogHandler struct{ attrs []slog.Attr }

@@ -12,6 +12,8 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
+
+	"github.com/coralcdn/coral/coraldht/host"
 )
 
 func parseTest(t *testing.T, input string) *config {
@@ -81,10 +83,7 @@ func TestRegistryAcrossReloads(t *testing.T) {
 	if !closedNode(first) {
 		t.Error("replaced node still open")
 	}
-	registry.Lock()
-	newest := registry.nodes["127.0.3.1:4100"]
-	registry.Unlock()
-	if newest != e3 {
+	if inst := runningOn("127.0.3.1:4100"); inst == nil || inst.Node() != e3.node() {
 		t.Error("the metrics see the replaced node")
 	}
 	releaseNode(e2) // the old instance stopping
@@ -93,10 +92,7 @@ func TestRegistryAcrossReloads(t *testing.T) {
 	}
 	last := e3.node()
 	releaseNode(e3)
-	registry.Lock()
-	_, still := registry.nodes["127.0.3.1:4100"]
-	registry.Unlock()
-	if still || !closedNode(last) {
+	if runningOn("127.0.3.1:4100") != nil || !closedNode(last) {
 		t.Error("entry kept after its last release")
 	}
 }
@@ -152,4 +148,15 @@ func TestStartStop(t *testing.T) {
 	if err := cr.stop(); err != nil {
 		t.Errorf("second stop: %v", err)
 	}
+}
+
+// runningOn is the instance running on listen, as the metrics see it; nil
+// if none.
+func runningOn(listen string) *host.Instance {
+	for _, inst := range host.Running() {
+		if inst.Listen().String() == listen {
+			return inst
+		}
+	}
+	return nil
 }

@@ -1,8 +1,6 @@
 package coral
 
 import (
-	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
@@ -11,14 +9,11 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
-	"github.com/coralcdn/coral/coraldht/acmetxt"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/miekg/dns"
-
-	"github.com/coralcdn/coral/coraldht/icmpprobe"
 
 	"github.com/coralcdn/coral/coraldht/host"
 )
@@ -33,7 +28,7 @@ type config struct {
 
 	// node is the DSHT node's options (coraldht/host reads and checks
 	// them, as for Caddy); listen and levels are read from it by finish:
-	// the listen address as the node registry's key and metrics label, and
+	// the listen address as the metrics label, and
 	// the RTT thresholds in effect (coraldht's defaults when none given).
 	node      host.Options
 	nodeBlock host.OptionsParser
@@ -253,6 +248,24 @@ func (cfg *config) parseProperty(c *caddy.Controller, prop string, args []string
 		if err = need(2); err == nil {
 			err = cfg.parseClassify(c, args)
 		}
+	default:
+		if known, err := cfg.parseProbingProperty(c, prop, args); known {
+			return err
+		}
+		if known, err := cfg.parseAnswerProperty(c, prop, args, answerTTLs); known {
+			return err
+		}
+		return c.Errf("unknown property %q", prop)
+	}
+	return err
+}
+
+// parseProbingProperty reads a property of how clients are measured and
+// proxies checked, reporting whether prop is one.
+func (cfg *config) parseProbingProperty(c *caddy.Controller, prop string, args []string) (bool, error) {
+	need := func(n int) error { return needArgs(c, prop, args, n) }
+	var err error
+	switch prop {
 	case "probe":
 		if err = need(1); err == nil {
 			switch args[0] {
@@ -290,6 +303,18 @@ func (cfg *config) parseProperty(c *caddy.Controller, prop string, args []string
 		if err = need(1); err == nil {
 			cfg.drainFile = args[0]
 		}
+	default:
+		return false, nil
+	}
+	return true, err
+}
+
+// parseAnswerProperty reads a property of the answers (counts, TTLs, CAA,
+// rate limiting), reporting whether prop is one.
+func (cfg *config) parseAnswerProperty(c *caddy.Controller, prop string, args []string, answerTTLs *[]time.Duration) (bool, error) {
+	need := func(n int) error { return needArgs(c, prop, args, n) }
+	var err error
+	switch prop {
 	case "answers":
 		if err = need(1); err == nil {
 			cfg.set.answers, err = parseCount(c, prop, args[0], 16)
@@ -300,13 +325,13 @@ func (cfg *config) parseProperty(c *caddy.Controller, prop string, args []string
 		}
 	case "answer_ttl":
 		if len(args) == 0 {
-			return c.Errf("answer_ttl takes one TTL for all levels or one per level")
+			return true, c.Errf("answer_ttl takes one TTL for all levels or one per level")
 		}
 		*answerTTLs = (*answerTTLs)[:0]
 		for _, a := range args {
 			d, err := parseTTL(c, prop, a)
 			if err != nil {
-				return err
+				return true, err
 			}
 			*answerTTLs = append(*answerTTLs, d)
 		}
@@ -330,9 +355,9 @@ func (cfg *config) parseProperty(c *caddy.Controller, prop string, args []string
 	case "retry_ttl":
 		err = parseTTLInto(c, prop, args, &cfg.set.retryTTL)
 	default:
-		return c.Errf("unknown property %q", prop)
+		return false, nil
 	}
-	return err
+	return true, err
 }
 
 // parseClassify reads "classify PREFIX LEVEL".
@@ -451,129 +476,6 @@ func parseCount(c *caddy.Controller, prop, s string, most int) (int, error) {
 		return 0, c.Errf("%s %q: want a number 1..%d", prop, s, most)
 	}
 	return n, nil
-}
-
-// newCoral builds the handler; start brings up the node and the background
-// work.
-func newCoral(cfg *config) *Coral {
-	sch, err := newScheme(cfg.zone, cfg.alias, len(cfg.levels)+1)
-	if err != nil {
-		panic(err) // parse checked it
-	}
-	// The cookie secret comes from the node registry at start-up, so that it
-	// survives reloads; until then (tests) a fresh one.
-	var secret [16]byte
-	_, _ = rand.Read(secret[:])
-	c := &Coral{scheme: sch, set: cfg.set, cfg: cfg, cookies: newServerCookies(secret), ecs: cfg.ecs}
-	if cfg.rrl != nil {
-		c.rrl = newRateLimiter(*cfg.rrl, time.Now)
-	}
-	return c
-}
-
-// start runs at server start-up: it takes the DSHT node from the registry
-// (creating it on first use, keeping it across reloads) and starts the
-// liveness sweep.
-func (c *Coral) start() error {
-	cfg := c.cfg
-	entry, err := acquireNode(cfg)
-	if err != nil {
-		return plugin.Error("coral", err)
-	}
-	registerDHTCollector()
-	reloadSucceeded(configHash(cfg))
-	c.entry = entry
-	c.cookies = newServerCookies(entry.cookie)
-	c.self = entry.node().Addr().Addr().Unmap()
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	var probe probeFunc
-	switch cfg.probe {
-	case "tcp":
-		probe = tcpProbe
-	case "auto":
-		probe = tcpProbe
-		if p, err := icmpprobe.NewProber(); err == nil {
-			c.closers = append(c.closers, p.Close)
-			probe = firstProbe(tcpProbe, p.Probe)
-		} else {
-			log.Infof("probe auto: ICMP unavailable (%v); measuring with TCP only", err)
-		}
-	case "icmp":
-		p, err := icmpprobe.NewProber()
-		if err != nil {
-			log.Warningf("probe icmp: %v; measuring with TCP instead", err)
-			probe = tcpProbe
-		} else {
-			c.closers = append(c.closers, p.Close)
-			probe = p.Probe
-		}
-	}
-	c.classifier = &classifier{
-		thresholds: cfg.levels,
-		overrides:  cfg.overrides,
-		cache:      entry.rtts,
-		probe:      probe,
-		wait:       cfg.levels[0],
-		fresh:      cfg.probeCache,
-		failedFor:  min(cfg.probeCache, time.Minute),
-		limit:      cfg.probeLimit,
-		observe:    observeProbe,
-		now:        time.Now,
-		ctx:        ctx,
-	}
-	c.prox = startProximity(ctx, cfg.prox, runningNode{entry})
-	if cfg.alias != "" {
-		c.challenges = newChallenges(cfg.alias, func() acmetxt.Getter { return entry.node() })
-	}
-	c.tracker = newTracker(runningNode{entry}, len(cfg.levels)+1, cfg.checkInterval, cfg.liveWithin, cfg.syncWait)
-	c.tracker.book = entry.names
-	c.tracker.bookWindow = nsWindow(cfg.set.nsTTL)
-	c.tracker.joined = entry.joined.Load
-	c.tracker.onSweep = func(set *liveSet) {
-		entry.live.Store(set)
-		recordLive(entry.listen, set, c.tracker)
-	}
-	if prev := entry.live.Load(); prev != nil && !prev.empty() {
-		// A reload: go on from the previous instance's view until this
-		// node has joined and found somebody itself.
-		c.tracker.seed(prev)
-		c.tracker.keepSeed = func(set *liveSet) bool { return set.empty() && !entry.joined.Load() }
-	}
-	c.done = make(chan struct{})
-	c.drainDone = make(chan struct{})
-	go func() {
-		defer close(c.done)
-		c.tracker.run(ctx)
-	}()
-	go func() {
-		defer close(c.drainDone)
-		c.watchDrainFile(ctx)
-	}()
-	addDrainer(c)
-	return nil
-}
-
-// stop ends the background work and hands the node back to the registry,
-// which closes it when no configuration uses it any more.
-func (c *Coral) stop() error {
-	if c.cancel == nil {
-		return nil
-	}
-	removeDrainer(c)
-	c.cancel()
-	<-c.done
-	<-c.drainDone
-	c.classifier.background.Wait()
-	if c.prox != nil {
-		c.prox.wg.Wait()
-	}
-	for _, f := range c.closers {
-		_ = f()
-	}
-	releaseNode(c.entry)
-	c.cancel = nil
-	return nil
 }
 
 func (cfg *config) String() string {

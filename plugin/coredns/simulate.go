@@ -91,6 +91,27 @@ func (s *Simulated) Serve(ctx context.Context, from netip.AddrPort, q *dns.Msg) 
 	return w.msg
 }
 
+// Decision is what an answer's choice of proxies and name servers was based
+// on, for experiments that break their results down by it.
+type Decision struct {
+	// Source is the proximity source (hints, no_hints, pending, …); empty
+	// when proximity was off or not consulted.
+	Source string
+	// Hop is, for each node ranked near the target, where its heaviest
+	// hint was: 0 the target's /24, 1 the router nearest the target, 2 the
+	// next one out.
+	Hop map[netip.Addr]int
+}
+
+type decisionKey struct{}
+
+// ServeObserved is Serve, also returning what the answer was based on.
+func (s *Simulated) ServeObserved(ctx context.Context, from netip.AddrPort, q *dns.Msg) (*dns.Msg, Decision) {
+	var d Decision
+	m := s.Serve(context.WithValue(ctx, decisionKey{}, &d), from, q)
+	return m, d
+}
+
 // Close stops the sweep and waits for the background work.
 func (s *Simulated) Close() {
 	s.cancel()

@@ -105,6 +105,24 @@ func Encode(dst []byte, m *Message) ([]byte, error) {
 	}
 	start := len(dst)
 	w := &writer{b: dst, limit: start + MaxDatagram - TagLen}
+	encodeHeader(w, m)
+	var err error
+	if m.Response {
+		err = encodeResponseBody(w, m)
+	} else {
+		err = encodeRequestBody(w, m)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(w.b)-start > MaxDatagram-TagLen {
+		return nil, fmt.Errorf("coraldht: encode: %d bytes exceed the datagram limit", len(w.b)-start)
+	}
+	return w.b, nil
+}
+
+// encodeHeader writes the fixed header, the sender and its clusters.
+func encodeHeader(w *writer, m *Message) {
 	w.u8(wireMagic0)
 	w.u8(wireMagic1)
 	w.u8(wireVersion)
@@ -132,83 +150,86 @@ func Encode(dst []byte, m *Message) ([]byte, error) {
 		w.u8(uint8(ls + 0.5))
 		w.u64(uint64(max(c.Created.Unix(), 0)))
 	}
-	if m.Response {
-		switch m.Type {
-		case Ping:
-		case FindNode, Members:
-			w.u8(m.Status)
-			w.contacts(m.Nodes)
-		case Get:
-			w.u8(m.Status)
-			// Values first, keeping room for at least a few contacts' count byte.
-			w.values(m.Values, 1)
-			w.contacts(m.Nodes)
-		case PutProbe:
-			w.u8(m.Status)
-			w.boolean(m.Loaded)
-			w.u8(m.Count)
-			w.u32(m.MinRemaining)
-			// Contacts matter more than values here: a probe's values are only
-			// a shortcut for put+get. Reserve room for the contacts.
-			reserve := 1
-			for i, c := range m.Nodes {
-				if i == MaxContacts {
-					break
-				}
-				reserve += IDLen + addrLen(c.Addr) + 4
-			}
-			w.values(m.Values, reserve)
-			w.contacts(m.Nodes)
-		case Store:
-			w.u8(m.Status)
-			w.u8(m.Result)
-			w.u8(m.Count)
-			w.values(m.Values, 0)
-		case App:
-			if len(m.Payload) > MaxAppPayload {
-				return nil, fmt.Errorf("coraldht: encode: app payload of %d bytes", len(m.Payload))
-			}
-			w.u8(m.AppResult)
-			w.u16(uint16(len(m.Payload)))
-			w.b = append(w.b, m.Payload...)
+}
+
+// encodeRequestBody writes the body of a request of m's type.
+func encodeRequestBody(w *writer, m *Message) error {
+	switch m.Type {
+	case Ping:
+	case FindNode, Members:
+		w.u8(m.Level)
+		w.id(m.Target)
+	case Get:
+		w.u8(m.Level)
+		w.id(m.Key)
+		w.id(m.Target)
+	case PutProbe:
+		w.u8(m.Level)
+		w.u8(m.Flags)
+		w.id(m.Key)
+		w.id(m.Target)
+		w.u32(m.TTL)
+	case Store:
+		if len(m.Value) == 0 || len(m.Value) > MaxValueSizeLimit {
+			return fmt.Errorf("coraldht: encode: value of %d bytes", len(m.Value))
 		}
-	} else {
-		switch m.Type {
-		case Ping:
-		case FindNode, Members:
-			w.u8(m.Level)
-			w.id(m.Target)
-		case Get:
-			w.u8(m.Level)
-			w.id(m.Key)
-			w.id(m.Target)
-		case PutProbe:
-			w.u8(m.Level)
-			w.u8(m.Flags)
-			w.id(m.Key)
-			w.id(m.Target)
-			w.u32(m.TTL)
-		case Store:
-			if len(m.Value) == 0 || len(m.Value) > MaxValueSizeLimit {
-				return nil, fmt.Errorf("coraldht: encode: value of %d bytes", len(m.Value))
-			}
-			w.u8(m.Level)
-			w.u8(m.Flags)
-			w.id(m.Key)
-			w.u32(m.TTL)
-			w.u16(uint16(len(m.Value)))
-			w.b = append(w.b, m.Value...)
-		case App:
-			if len(m.Payload) > MaxAppPayload {
-				return nil, fmt.Errorf("coraldht: encode: app payload of %d bytes", len(m.Payload))
-			}
-			w.u8(m.Kind)
-			w.u16(uint16(len(m.Payload)))
-			w.b = append(w.b, m.Payload...)
+		w.u8(m.Level)
+		w.u8(m.Flags)
+		w.id(m.Key)
+		w.u32(m.TTL)
+		w.u16(uint16(len(m.Value)))
+		w.b = append(w.b, m.Value...)
+	case App:
+		if len(m.Payload) > MaxAppPayload {
+			return fmt.Errorf("coraldht: encode: app payload of %d bytes", len(m.Payload))
 		}
+		w.u8(m.Kind)
+		w.u16(uint16(len(m.Payload)))
+		w.b = append(w.b, m.Payload...)
 	}
-	if len(w.b)-start > MaxDatagram-TagLen {
-		return nil, fmt.Errorf("coraldht: encode: %d bytes exceed the datagram limit", len(w.b)-start)
+	return nil
+}
+
+// encodeResponseBody writes the body of a reply of m's type.
+func encodeResponseBody(w *writer, m *Message) error {
+	switch m.Type {
+	case Ping:
+	case FindNode, Members:
+		w.u8(m.Status)
+		w.contacts(m.Nodes)
+	case Get:
+		w.u8(m.Status)
+		// Values first, keeping room for at least a few contacts' count byte.
+		w.values(m.Values, 1)
+		w.contacts(m.Nodes)
+	case PutProbe:
+		w.u8(m.Status)
+		w.boolean(m.Loaded)
+		w.u8(m.Count)
+		w.u32(m.MinRemaining)
+		// Contacts matter more than values here: a probe's values are only
+		// a shortcut for put+get. Reserve room for the contacts.
+		reserve := 1
+		for i, c := range m.Nodes {
+			if i == MaxContacts {
+				break
+			}
+			reserve += IDLen + addrLen(c.Addr) + 4
+		}
+		w.values(m.Values, reserve)
+		w.contacts(m.Nodes)
+	case Store:
+		w.u8(m.Status)
+		w.u8(m.Result)
+		w.u8(m.Count)
+		w.values(m.Values, 0)
+	case App:
+		if len(m.Payload) > MaxAppPayload {
+			return fmt.Errorf("coraldht: encode: app payload of %d bytes", len(m.Payload))
+		}
+		w.u8(m.AppResult)
+		w.u16(uint16(len(m.Payload)))
+		w.b = append(w.b, m.Payload...)
 	}
-	return w.b, nil
+	return nil
 }

@@ -1,4 +1,4 @@
-package coralcaddy
+package abuse
 
 import (
 	"math"
@@ -9,47 +9,47 @@ import (
 
 // Defaults of the rate limit, each with its reason.
 const (
-	// defaultRate and defaultBurst: 10 requests a second per client, with
+	// DefaultRate and DefaultBurst: 10 requests a second per client, with
 	// bursts of 50. A browser loading a page with all its images, scripts
 	// and style sheets through Coral stays within the burst, and a network
 	// of users behind one NAT address within the rate, while a client
 	// caught in a redirect loop or a scraper hammering the proxy is slowed
 	// at once. The rate limit is on unless configured off: CoralCDN
 	// proxies always tracked clients' request rates.
-	defaultRate  = 10
-	defaultBurst = 50
+	DefaultRate  = 10
+	DefaultBurst = 50
 
-	// peerRateFactor: requests with Cache-Control: only-if-cached (what
+	// PeerRateFactor: requests with Cache-Control: only-if-cached (what
 	// peer proxies send) are counted apart, at this multiple of the client
 	// rate and burst. One proxy fetches for all its clients, so it asks a
 	// peer far more often than a browser asks a proxy; and such requests
 	// cannot make this proxy fetch anything, so a client that sends them
 	// to dodge the limit gains only cached bytes, which the bandwidth
 	// budget bounds.
-	peerRateFactor = 10
+	PeerRateFactor = 10
 
-	// defaultMaxClients bounds the clients the rate limiter tracks. At the
+	// DefaultMaxClients bounds the clients the rate limiter tracks. At the
 	// default rate a bucket is full again (and so forgettable without loss)
 	// 5 s after its client's last request, so the table only has to hold
 	// the clients of the last few seconds: 65536 entries cover more than
 	// 13,000 new clients a second, in about 7 MB.
-	defaultMaxClients = 1 << 16
+	DefaultMaxClients = 1 << 16
 )
 
 // ---------------------------------------------------------------------
 // Per-client request rate.
 
-// rateLimiter is a token bucket per client: rate requests a second on
+// RateLimiter is a token bucket per client: rate requests a second on
 // average, up to burst at once. IPv4 clients are counted per address,
 // IPv6 clients per /64 (what a single subscriber is usually given).
 //
 // Memory is bounded: at most maxClients buckets, kept in least recently
-// used order. A bucket that has been idle long enough to be full again
+// Used order. A bucket that has been idle long enough to be full again
 // holds no information and is dropped as it reaches the old end of the
 // list; when the table is full of busy buckets, the least recently used
 // is dropped anyway (its client starts again with a full bucket). Each
 // request costs one map lookup and a few pointer moves under one mutex.
-type rateLimiter struct {
+type RateLimiter struct {
 	rate  float64 // tokens per second
 	burst float64
 	max   int
@@ -67,18 +67,18 @@ type bucket struct {
 	prev, next *bucket
 }
 
-// newRateLimiter returns a limiter of rate requests a second per client
+// NewRateLimiter returns a limiter of rate requests a second per client
 // with bursts of burst (at least 1), tracking at most maxClients clients
-// (defaultMaxClients if ≤ 0). A rate ≤ 0 (or NaN) means no limit: the
+// (DefaultMaxClients if ≤ 0). A rate ≤ 0 (or NaN) means no limit: the
 // result is nil, whose allow always says yes.
-func newRateLimiter(rate float64, burst int, maxClients int) *rateLimiter {
+func NewRateLimiter(rate float64, burst int, maxClients int) *RateLimiter {
 	if !(rate > 0) {
 		return nil
 	}
 	if maxClients <= 0 {
-		maxClients = defaultMaxClients
+		maxClients = DefaultMaxClients
 	}
-	l := &rateLimiter{
+	l := &RateLimiter{
 		rate:    rate,
 		burst:   float64(max(burst, 1)),
 		max:     maxClients,
@@ -93,9 +93,9 @@ func newRateLimiter(rate float64, burst int, maxClients int) *rateLimiter {
 	return l
 }
 
-// rateKey is what a client is counted by: the IPv4 address (also for
+// ClientKey is what a client is counted by: the IPv4 address (also for
 // IPv4-mapped IPv6), or the IPv6 /64; zones are dropped.
-func rateKey(ip netip.Addr) netip.Addr {
+func ClientKey(ip netip.Addr) netip.Addr {
 	ip = ip.Unmap().WithZone("")
 	if ip.Is6() {
 		p, _ := ip.Prefix(64)
@@ -104,15 +104,15 @@ func rateKey(ip netip.Addr) netip.Addr {
 	return ip
 }
 
-// allow takes a token for the client at ip at time now. When there is
+// Allow takes a token for the client at ip at time now. When there is
 // none, ok is false and retryAfter is how long until there is one. An
 // invalid ip is not limited. Times earlier than the client's last request
 // are taken as equal to it.
-func (l *rateLimiter) allow(ip netip.Addr, now time.Time) (ok bool, retryAfter time.Duration) {
+func (l *RateLimiter) Allow(ip netip.Addr, now time.Time) (ok bool, retryAfter time.Duration) {
 	if l == nil || !ip.IsValid() {
 		return true, 0
 	}
-	key := rateKey(ip)
+	key := ClientKey(ip)
 	t := now.UnixNano()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -146,7 +146,7 @@ func (l *rateLimiter) allow(ip netip.Addr, now time.Time) (ok bool, retryAfter t
 
 // newBucket makes a full bucket for key, evicting the least recently used
 // bucket if the table is full (and reusing its memory).
-func (l *rateLimiter) newBucket(key netip.Addr, t int64) *bucket {
+func (l *RateLimiter) newBucket(key netip.Addr, t int64) *bucket {
 	var b *bucket
 	if len(l.clients) >= l.max {
 		b = l.lru.prev
@@ -160,24 +160,24 @@ func (l *rateLimiter) newBucket(key netip.Addr, t int64) *bucket {
 	return b
 }
 
-func (l *rateLimiter) remove(b *bucket) {
+func (l *RateLimiter) remove(b *bucket) {
 	l.unlink(b)
 	delete(l.clients, b.key)
 }
 
-func (l *rateLimiter) unlink(b *bucket) {
+func (l *RateLimiter) unlink(b *bucket) {
 	b.prev.next, b.next.prev = b.next, b.prev
 	b.prev, b.next = nil, nil
 }
 
-func (l *rateLimiter) pushFront(b *bucket) {
+func (l *RateLimiter) pushFront(b *bucket) {
 	b.prev, b.next = &l.lru, l.lru.next
 	l.lru.next.prev = b
 	l.lru.next = b
 }
 
-// tracked is the number of clients in the table.
-func (l *rateLimiter) tracked() int {
+// Tracked is the number of clients in the table.
+func (l *RateLimiter) Tracked() int {
 	if l == nil {
 		return 0
 	}

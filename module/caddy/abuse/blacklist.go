@@ -1,4 +1,4 @@
-package coralcaddy
+package abuse
 
 import (
 	"bytes"
@@ -15,16 +15,16 @@ import (
 	"github.com/coralcdn/coral/coralname"
 )
 
-// defaultBlacklistPoll: how often the blacklist file is checked for
+// DefaultBlacklistPoll: how often the blacklist file is checked for
 // changes. A stat every 10 s costs nothing measurable, and an operator who
 // edits the list sees it applied about as soon as they look. The
 // blacklist itself is off unless a file is configured.
-const defaultBlacklistPoll = 10 * time.Second
+const DefaultBlacklistPoll = 10 * time.Second
 
 // ---------------------------------------------------------------------
 // Domain blacklist.
 
-// blacklist is a set of origin domains the proxy refuses, read from a
+// Blacklist is a set of origin domains the proxy refuses, read from a
 // file and reloaded when the file changes.
 //
 // The file has one entry per line; '#' starts a comment (whole line or
@@ -50,7 +50,7 @@ const defaultBlacklistPoll = 10 * time.Second
 // Replace the file by renaming a complete new one over it: one written in
 // place may be read half-written (the rest is picked up at the next
 // check).
-type blacklist struct {
+type Blacklist struct {
 	path string
 	logf func(format string, args ...any)
 	set  atomic.Pointer[blockSet]
@@ -85,14 +85,14 @@ const racyWindow = 3 * time.Second
 // maxReportedLines bounds the bad lines listed in one error or log entry.
 const maxReportedLines = 10
 
-// newBlacklist loads the blacklist at path and, if every > 0, checks the
+// NewBlacklist loads the blacklist at path and, if every > 0, checks the
 // file for changes every that long until Close. logf receives reloads and
 // problems after startup (nil discards them).
-func newBlacklist(path string, every time.Duration, logf func(string, ...any)) (*blacklist, error) {
+func NewBlacklist(path string, every time.Duration, logf func(string, ...any)) (*Blacklist, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	b := &blacklist{path: path, logf: logf, stop: make(chan struct{}), done: make(chan struct{})}
+	b := &Blacklist{path: path, logf: logf, stop: make(chan struct{}), done: make(chan struct{})}
 	fi, data, sum, racy, err := b.read()
 	if err != nil {
 		return nil, fmt.Errorf("coral_proxy: blacklist: %w", err)
@@ -111,10 +111,10 @@ func newBlacklist(path string, every time.Duration, logf func(string, ...any)) (
 	return b, nil
 }
 
-// blocked reports whether host (an origin host name or IPv4 literal,
+// Blocked reports whether host (an origin host name or IPv4 literal,
 // without port) is on the list. It is safe for concurrent use and takes
 // no lock.
-func (b *blacklist) blocked(host string) bool {
+func (b *Blacklist) Blocked(host string) bool {
 	if b == nil {
 		return false
 	}
@@ -122,7 +122,7 @@ func (b *blacklist) blocked(host string) bool {
 }
 
 // entries is the number of entries in force.
-func (b *blacklist) entries() int {
+func (b *Blacklist) entries() int {
 	if b == nil {
 		return 0
 	}
@@ -131,7 +131,7 @@ func (b *blacklist) entries() int {
 
 // Close stops the polling. It waits for a check under way to finish and
 // may be called more than once.
-func (b *blacklist) Close() {
+func (b *Blacklist) Close() {
 	if b == nil {
 		return
 	}
@@ -139,7 +139,7 @@ func (b *blacklist) Close() {
 	<-b.done
 }
 
-func (b *blacklist) poll(every time.Duration) {
+func (b *Blacklist) poll(every time.Duration) {
 	defer close(b.done)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -155,7 +155,7 @@ func (b *blacklist) poll(every time.Duration) {
 
 // check reloads the list if the file changed, and reports whether it did.
 // Problems are logged, never returned: the last list stays in force.
-func (b *blacklist) check() (reloaded bool) {
+func (b *Blacklist) check() (reloaded bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	fi, err := os.Stat(b.path)
@@ -190,7 +190,7 @@ func (b *blacklist) check() (reloaded bool) {
 }
 
 // report logs a problem reading the file, once until it changes.
-func (b *blacklist) report(err error) {
+func (b *Blacklist) report(err error) {
 	if msg := err.Error(); msg != b.problem {
 		b.problem = msg
 		b.logf("coral_proxy: blacklist: %v; keeping the last list read (%d %s)",
@@ -199,7 +199,7 @@ func (b *blacklist) report(err error) {
 }
 
 // read reads the file, with its stat from the same open file.
-func (b *blacklist) read() (fi os.FileInfo, data []byte, sum [sha256.Size]byte, racy bool, err error) {
+func (b *Blacklist) read() (fi os.FileInfo, data []byte, sum [sha256.Size]byte, racy bool, err error) {
 	f, err := os.Open(b.path)
 	if err != nil {
 		return nil, nil, sum, false, err
