@@ -41,8 +41,19 @@ const KeyHelp = "create one with: umask 077; head -c 32 /dev/urandom | base64 > 
 // and tags every datagram with it. The zero Key is not usable.
 type Key struct {
 	mac  [sha256.Size]byte // HMAC key derived from the secret
+	fp   string            // Fingerprint
 	pool *sync.Pool
 }
+
+// fingerprintLen is how many bytes of SHA-256 of the derived key a
+// fingerprint shows: enough to tell a keyring's keys apart, and a hash of
+// the derived key, never of the secret, so it reveals nothing usable.
+const fingerprintLen = 8
+
+// Fingerprint names the key without revealing it: the first 8 bytes of
+// SHA-256 of the derived MAC key, in hex. Status pages, metrics and the
+// keyring's admin calls name keys by it.
+func (k *Key) Fingerprint() string { return k.fp }
 
 // NewKey derives a network key from secret, which must hold at least KeySize
 // random bytes.
@@ -56,6 +67,8 @@ func NewKey(secret []byte) (*Key, error) {
 	h.Write([]byte("coral dht v1 datagram tag"))
 	k := &Key{}
 	copy(k.mac[:], h.Sum(nil))
+	sum := sha256.Sum256(k.mac[:])
+	k.fp = hex.EncodeToString(sum[:fingerprintLen])
 	k.pool = &sync.Pool{New: func() any { return hmac.New(sha256.New, k.mac[:]) }}
 	return k, nil
 }
@@ -92,6 +105,19 @@ func WriteKeyFile(path string) error {
 		return fmt.Errorf("coraldht: write key file: %w", err)
 	}
 	return f.Close()
+}
+
+// ParseKey reads a network key from a key file's contents (see
+// LoadKeyFile), for keys that arrive another way, such as an admin call.
+func ParseKey(text []byte) (*Key, error) {
+	if len(text) > keyFileMaxBytes {
+		return nil, fmt.Errorf("coraldht: network key is larger than %d bytes", keyFileMaxBytes)
+	}
+	secret, err := parseKeyText(text)
+	if err != nil {
+		return nil, fmt.Errorf("coraldht: network key: %v; %s", err, KeyHelp)
+	}
+	return NewKey(secret)
 }
 
 // LoadKeyFile reads a network key. The file holds the secret as base64 or

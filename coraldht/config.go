@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,6 +57,11 @@ type Config struct {
 	// loopback: the node then uses a fixed development key that offers no
 	// protection. Load one with LoadKeyFile.
 	Key *Key
+
+	// AcceptedKeys are further network keys the node accepts but does not
+	// send with, during a key rotation (see Keyring); with Key, at most
+	// KeyringSize. Default: none.
+	AcceptedKeys []*Key
 
 	// Services this node runs; advertised to peers. Default: none.
 	Services Services
@@ -248,7 +254,7 @@ func DefaultConfig() Config {
 
 // Validate reports the first field that is out of range, by name.
 func (c *Config) Validate() error {
-	for _, check := range []func() *ConfigError{c.validateLevels, c.validateProtocol, c.validateRPC, c.validateClustering, c.validateNames} {
+	for _, check := range []func() *ConfigError{c.validateLevels, c.validateKeys, c.validateProtocol, c.validateRPC, c.validateClustering, c.validateNames} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -280,6 +286,20 @@ func (c *Config) validateLevels() *ConfigError {
 		if i > 0 && th >= c.Levels[i-1] {
 			return badConfig("Levels", "threshold of level %d (%v) must be below level %d's (%v)", i+1, th, i, c.Levels[i-1])
 		}
+	}
+	return nil
+}
+
+// validateKeys checks the keyring's keys.
+func (c *Config) validateKeys() *ConfigError {
+	if len(c.AcceptedKeys) > 0 && c.Key == nil {
+		return badConfig("AcceptedKeys", "accepted keys need a primary Key")
+	}
+	if len(c.AcceptedKeys)+1 > KeyringSize {
+		return badConfig("AcceptedKeys", "%d keys; a keyring holds at most %d, the primary included", len(c.AcceptedKeys)+1, KeyringSize)
+	}
+	if slices.Contains(c.AcceptedKeys, nil) {
+		return badConfig("AcceptedKeys", "nil key")
 	}
 	return nil
 }

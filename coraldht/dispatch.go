@@ -44,7 +44,7 @@ func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 		n.drop(dropOversize, from)
 		return
 	}
-	body, ok := n.key.open(pkt)
+	body, keyUsed, ok := n.keys.open(pkt)
 	if !ok {
 		n.drop(dropBadAuth, from)
 		return
@@ -67,6 +67,7 @@ func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 		n.drop(r, from)
 		return
 	}
+	keyUsed.accepted.Add(1)
 	n.learn(m.Sender, m.Clusters, now)
 	n.peers.noteClusters(m.Sender, m.Clusters, now)
 	if m.Response {

@@ -21,7 +21,7 @@ import (
 type Node struct {
 	cfg  Config
 	tr   Transport
-	key  *Key
+	keys *Keyring // keyring.go
 	self Contact
 	log  *slog.Logger
 
@@ -100,6 +100,10 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		}
 		key = insecureLoopbackKey
 	}
+	keys, err := newKeyring(key, cfg.AcceptedKeys)
+	if err != nil {
+		return nil, err
+	}
 	seed := cfg.Seed
 	if seed == 0 {
 		var b [8]byte
@@ -114,7 +118,7 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		tr:       tr,
-		key:      key,
+		keys:     keys,
 		self:     Contact{ID: NodeIDFor(adv), Addr: adv, Services: cfg.Services},
 		store:    newStore(cfg.FullValues, cfg.MaxValues, cfg.MaxKeys),
 		load:     newLoadTracker(cfg.Leak, cfg.MaxTrackedKeys),

@@ -148,6 +148,7 @@ func (n *Node) Get(ctx context.Context, key ID, levels ...int) (GetResult, error
 		failures += r.failures
 		timedOut = timedOut || r.timedOut
 		if r.err != nil {
+			n.counters.getFailures.Add(1)
 			return res, n.opError(ctx, r.err)
 		}
 		if len(r.values) > 0 {
@@ -161,8 +162,10 @@ func (n *Node) Get(ctx context.Context, key ID, levels ...int) (GetResult, error
 	}
 	switch {
 	case res.Hops == 0 && failures > 0:
+		n.counters.getFailures.Add(1)
 		return res, ErrNoResponse
 	case timedOut:
+		n.counters.getFailures.Add(1)
 		return res, fmt.Errorf("%w: lookup exceeded LookupTimeout (%v) without finding values", ErrTimeout, n.cfg.LookupTimeout)
 	}
 	return res, ErrNotFound
@@ -184,6 +187,7 @@ func (n *Node) checkPut(value []byte, ttl time.Duration) error {
 // insertion on the given levels (default all), highest first. See PutGet.
 func (n *Node) Put(ctx context.Context, key ID, value []byte, ttl time.Duration, levels ...int) (PutResult, error) {
 	r, err := n.putGet(ctx, key, value, ttl, levels, false)
+	n.countPutFailure(err)
 	return r.PutResult, err
 }
 

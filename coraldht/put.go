@@ -2,6 +2,7 @@ package coraldht
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -26,7 +27,17 @@ import (
 // fetching when there is one. See coraldht/README.md for why this cannot
 // make two callers wait on each other.
 func (n *Node) PutGet(ctx context.Context, key ID, value []byte, ttl time.Duration, levels ...int) (PutGetResult, error) {
-	return n.putGet(ctx, key, value, ttl, levels, true)
+	r, err := n.putGet(ctx, key, value, ttl, levels, true)
+	n.countPutFailure(err)
+	return r, err
+}
+
+// countPutFailure counts a put or put+get that failed, other than for
+// invalid arguments.
+func (n *Node) countPutFailure(err error) {
+	if err != nil && !errors.Is(err, ErrInvalid) {
+		n.counters.putFailures.Add(1)
+	}
 }
 
 type levelStack struct {

@@ -26,7 +26,7 @@ func (n *Node) send(m *wire.Message, to netip.AddrPort, toID ID) error {
 	if err != nil {
 		return err
 	}
-	b = n.key.seal(b)
+	b = n.keys.seal(b)
 	if m.Response {
 		n.counters.repOut[m.Type].Add(1)
 	} else {

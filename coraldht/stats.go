@@ -99,10 +99,13 @@ type Stats struct {
 	RepliesIn   MessageCounts // replies matched to an outstanding request
 	RepliesOut  MessageCounts // replies sent
 	Refused     uint64        // requests answered with a non-OK status (not a member, bad level, invalid)
-	Drops       DropCounts
-	Timeouts    uint64 // RPCs that went unanswered
+	Drops       DropCounts    // Drops.BadAuth: no installed key verifies
+	Keys        []KeyInfo     // installed keys, primary first, with datagrams accepted under each
+	Timeouts    uint64        // RPCs that went unanswered
 
 	Gets, GetHits, Puts, PutGets uint64 // operations started by this node's applications
+	GetFailures                  uint64 // gets that failed (no node answered, timeout, error); not finding values is no failure
+	PutFailures                  uint64 // puts and put+gets that failed (no node answered, timeout, error)
 
 	Lookups       uint64
 	LookupHops    Histogram // remote nodes that answered, per lookup level
@@ -139,6 +142,7 @@ type nodeCounters struct {
 	drops                        [dropReasonEnd]atomic.Uint64
 	timeouts                     atomic.Uint64
 	gets, getHits, puts, putGets atomic.Uint64
+	getFailures, putFailures     atomic.Uint64
 	lookups                      atomic.Uint64
 	hops, seconds                *histogram
 
@@ -183,6 +187,8 @@ func (n *Node) Stats() Stats {
 		Timeouts:      c.timeouts.Load(),
 		Gets:          c.gets.Load(),
 		GetHits:       c.getHits.Load(),
+		GetFailures:   c.getFailures.Load(),
+		PutFailures:   c.putFailures.Load(),
 		Puts:          c.puts.Load(),
 		PutGets:       c.putGets.Load(),
 		Lookups:       c.lookups.Load(),
@@ -206,6 +212,7 @@ func (n *Node) Stats() Stats {
 		Self:        c.drops[dropSelf].Load(),
 		Misdirected: c.drops[dropMisdirected].Load(),
 	}
+	s.Keys = n.keys.Keys()
 	keys, values, sc := n.store.sizes()
 	s.StoredKeys, s.StoredValues = keys, values
 	s.Store = sc

@@ -2,6 +2,7 @@ package host
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 //	listen     IP:PORT          required
 //	advertise  IP:PORT
 //	bootstrap  IP:PORT...       may repeat
-//	key_file   PATH
+//	key        PRIMARY_FILE [ACCEPTED_FILE...]   (key_file PATH: one file)
 //	levels     DURATION...      1..7 decreasing RTT thresholds (levels 1..n)
 //	cluster    LEVEL NAME       pins LEVEL (1..n) to the cluster NAME
 
@@ -62,7 +63,7 @@ func ParseOptions(d Dispenser) (Options, error) {
 func (p *OptionsParser) Property(d Dispenser) (bool, error) {
 	prop := d.Val()
 	switch prop {
-	case "listen", "advertise", "bootstrap", "key_file", "levels", "cluster":
+	case "listen", "advertise", "bootstrap", "key", "key_file", "levels", "cluster":
 	default:
 		return false, nil
 	}
@@ -87,11 +88,18 @@ func (p *OptionsParser) Property(d Dispenser) (bool, error) {
 		return true, err
 	case "bootstrap":
 		return true, p.bootstrap(d, args)
-	case "key_file":
-		if err := argCount(d, prop, args, 1); err != nil {
-			return true, err
+	case "key", "key_file":
+		// key_file is the older spelling of key with one file.
+		switch {
+		case o.KeyFile != "":
+			return true, d.Errf("%s: the network keys are given once (key PRIMARY_FILE [ACCEPTED_FILE...])", prop)
+		case len(args) == 0 || (prop == "key_file" && len(args) != 1):
+			return true, d.Errf("%s takes a key file (key PRIMARY_FILE [ACCEPTED_FILE...])", prop)
 		}
 		o.KeyFile = args[0]
+		if len(args) > 1 {
+			o.AcceptedKeyFiles = slices.Clone(args[1:])
+		}
 	case "levels":
 		return true, p.levels(d, args)
 	case "cluster":

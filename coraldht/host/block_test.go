@@ -102,7 +102,9 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"bootstrap empty", listen + "bootstrap", "line 2: bootstrap needs at least one IP:PORT"},
 		{"bootstrap no port", listen + "bootstrap 127.0.41.3", `bootstrap "127.0.41.3": want a specific IP:PORT`},
 		{"bootstrap unspecified", listen + "bootstrap 127.0.41.3:4000 [::]:4000", `bootstrap "[::]:4000": want a specific IP:PORT`},
-		{"key_file args", listen + "key_file a b", "key_file takes 1 argument(s), got 2"},
+		{"key_file args", listen + "key_file a b", "key_file takes a key file (key PRIMARY_FILE [ACCEPTED_FILE...])"},
+		{"key none", listen + "key", "key takes a key file"},
+		{"key twice", listen + "key a\nkey_file b", "line 3: key_file: the network keys are given once"},
 		{"key_file missing off loopback", "listen 192.0.2.1:4000", "key_file is required unless the node listens on loopback"},
 		{"levels none", listen + "levels", "levels takes 1..7 RTT thresholds (levels 1..n), got 0"},
 		{"levels too many", listen + "levels 8ms 7ms 6ms 5ms 4ms 3ms 2ms 1ms", "levels takes 1..7 RTT thresholds (levels 1..n), got 8"},
@@ -154,5 +156,17 @@ func TestPropertyLeavesOtherLines(t *testing.T) {
 	o, err := p.Finish(d)
 	if err != nil || !slices.Equal(o.Levels, []time.Duration{30 * time.Millisecond}) {
 		t.Fatalf("Finish = %+v, %v", o, err)
+	}
+}
+
+// TestParseKey: `key PRIMARY [ACCEPTED...]` names the primary and the
+// accepted key files.
+func TestParseKey(t *testing.T) {
+	o, err := ParseOptions(newLines("listen 127.0.180.7:4000\nkey /k/new /k/old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.KeyFile != "/k/new" || !reflect.DeepEqual(o.AcceptedKeyFiles, []string{"/k/old"}) {
+		t.Errorf("KeyFile %q, AcceptedKeyFiles %q; want /k/new and [/k/old]", o.KeyFile, o.AcceptedKeyFiles)
 	}
 }

@@ -47,9 +47,14 @@
 //
 // The policy, the same in both servers: a reload whose node settings are
 // unchanged keeps the running node, its socket, routing tables, clusters
-// and the values it stores for others. A reload that changes them (the
-// advertised address, the bootstrap list, the key file or its contents, the
-// levels, the pins or the services) restarts the node in place: the old
+// and the values it stores for others. A reload that changes only the
+// network keys (Options.KeyFile and AcceptedKeyFiles, or their contents)
+// updates the running node's keyring in place, so a network rotates its
+// key by reloading every node three times (see coraldht.Keyring), and
+// undoes admin calls that changed the keyring since. A reload that changes
+// node settings (the advertised address, the bootstrap list, whether there
+// is a key file at all, the levels, the pins or the services) restarts
+// the node in place: the old
 // node stops, and a new one with the new settings starts on the same UDP
 // socket. The socket stays bound throughout (each node reads a duplicate of
 // its descriptor), so nothing else can take the port, there is no "address

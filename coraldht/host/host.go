@@ -64,6 +64,13 @@ func Acquire(opts Options) (*Handle, error) {
 		if err := s.restart(p); err != nil {
 			return nil, err
 		}
+	case p.st.keyed && !slices.Equal(s.inst.Load().Node().Keyring().Fingerprints(), p.keys):
+		// Compared with the running keyring rather than the previous
+		// plan: the configuration also wins over keys changed through
+		// an admin call since.
+		if err := s.rekey(p, "network keys changed; updating the running node's keyring in place"); err != nil {
+			return nil, err
+		}
 	}
 	h := &Handle{s: s, plan: p}
 	s.holders = append(s.holders, h)
@@ -132,6 +139,17 @@ func (s *slot) restartWhy(p plan, why string) error {
 	return err
 }
 
+// rekey gives the running node p's keyring; the node keeps running,
+// with its ID, tables and store.
+func (s *slot) rekey(p plan, why string) error {
+	if err := s.inst.Load().Node().Keyring().Set(p.cfg.Key, p.cfg.AcceptedKeys...); err != nil {
+		return err
+	}
+	p.log.Info(why, "keys", p.keys)
+	s.plan = p
+	return nil
+}
+
 // Instance is the node running on the handle's address now: after a
 // restart, the new one.
 func (h *Handle) Instance() *Instance { return h.s.inst.Load() }
@@ -158,9 +176,14 @@ func (h *Handle) Release() (closed bool) {
 	newest := len(s.holders) > 0 && s.holders[len(s.holders)-1] == h
 	s.holders = slices.DeleteFunc(s.holders, func(x *Handle) bool { return x == h })
 	if len(s.holders) > 0 {
-		if back := s.holders[len(s.holders)-1].plan; newest && !s.plan.st.equal(back.st) && h.plan.st.equal(s.plan.st) &&
-			!slices.ContainsFunc(s.holders, func(x *Handle) bool { return x.plan.st.equal(s.plan.st) }) {
+		back := s.holders[len(s.holders)-1].plan
+		switch {
+		case newest && !s.plan.st.equal(back.st) && h.plan.st.equal(s.plan.st) &&
+			!slices.ContainsFunc(s.holders, func(x *Handle) bool { return x.plan.st.equal(s.plan.st) }):
 			_ = s.restartWhy(back, "the configuration that changed the node settings stopped; restarting the node with the previous settings")
+		case newest && s.plan.st.equal(back.st) && !s.plan.keysEqual(back) && h.plan.keysEqual(s.plan) &&
+			!slices.ContainsFunc(s.holders, func(x *Handle) bool { return x.plan.keysEqual(s.plan) }):
+			_ = s.rekey(back, "the configuration that changed the network keys stopped; restoring the previous keys")
 		}
 		return false
 	}

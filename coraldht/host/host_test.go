@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -233,11 +234,14 @@ func TestFailedAcquireKeepsNode(t *testing.T) {
 	}
 }
 
-// TestKeyContentsRestart: a new key in the same file is a change of
-// settings; the same key is not.
+// TestKeyContentsRestart: a change of the keys alone (a new key in the
+// same file, an accepted key added, the primary switched, one removed)
+// updates the running node's keyring in place: the node keeps running,
+// with its store. A configuration that changed the keys and then stops
+// gives the previous keys back.
 func TestKeyContentsRestart(t *testing.T) {
 	key := writeKey(t)
-	o := Options{Listen: netip.MustParseAddrPort("127.0.40.5:4000"), KeyFile: key}
+	o := Options{Listen: netip.MustParseAddrPort("127.0.180.5:4000"), KeyFile: key}
 	h1 := acquire(t, o)
 	defer h1.Release()
 	first := h1.Instance()
@@ -246,16 +250,70 @@ func TestKeyContentsRestart(t *testing.T) {
 	if h2.Instance() != first {
 		t.Fatal("the same key restarted the node")
 	}
-	if err := os.Remove(key); err != nil {
+	oldFP := first.Node().Keyring().Fingerprints()
+	// Something in the node's store, to see that it survives.
+	stored := coraldht.KeyFor("kept across key changes")
+	if _, err := first.Node().Put(context.Background(), stored, []byte("v"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	keys := func(h *Handle) []string { return h.Node().Keyring().Fingerprints() }
+	same := func(h *Handle, what string) {
+		t.Helper()
+		if h.Instance() != first || closed(first.Node()) {
+			t.Fatalf("%s restarted the node", what)
+		}
+		if r, err := h.Node().Get(context.Background(), stored); err != nil || len(r.Values) != 1 {
+			t.Fatalf("%s: the node lost its store (%v)", what, err)
+		}
+	}
+
+	old := filepath.Join(t.TempDir(), "old.key")
+	if err := os.Rename(key, old); err != nil {
 		t.Fatal(err)
 	}
 	if err := coraldht.WriteKeyFile(key); err != nil {
 		t.Fatal(err)
 	}
-	h3 := acquire(t, o)
-	defer h3.Release()
-	if h3.Instance() == first {
-		t.Error("a new key in the same file kept the old node")
+	h3 := acquire(t, Options{Listen: o.Listen, KeyFile: old, AcceptedKeyFiles: []string{key}})
+	same(h3, "installing an accepted key")
+	newFP := keys(h3)
+	if len(newFP) != 2 || newFP[0] != oldFP[0] || newFP[1] == oldFP[0] {
+		t.Fatalf("keys after installing one: %v; want [%s, the new key]", newFP, oldFP[0])
+	}
+	h4 := acquire(t, Options{Listen: o.Listen, KeyFile: key, AcceptedKeyFiles: []string{old}})
+	same(h4, "switching the primary")
+	if got := keys(h4); !slices.Equal(got, []string{newFP[1], oldFP[0]}) {
+		t.Fatalf("keys after the switch: %v", got)
+	}
+	h5 := acquire(t, o) // the new key in the same file, alone
+	same(h5, "a new key in the same file")
+	if got := keys(h5); !slices.Equal(got, []string{newFP[1]}) {
+		t.Fatalf("keys after the removal: %v; want only %s", got, newFP[1])
+	}
+	// The configuration that removed the old key stops (another app of it
+	// failed): the previous configuration's keys come back.
+	h5.Release()
+	same(h4, "releasing the newest configuration")
+	if got := keys(h4); !slices.Equal(got, []string{newFP[1], oldFP[0]}) {
+		t.Fatalf("keys after the newest configuration stopped: %v; want the previous one's", got)
+	}
+	h3.Release()
+	h4.Release()
+}
+
+// TestKeyValidation: accepted key files need a primary, and a node holds
+// at most coraldht.KeyringSize keys.
+func TestKeyValidation(t *testing.T) {
+	listen := netip.MustParseAddrPort("127.0.180.6:4000")
+	k := writeKey(t)
+	for _, o := range []Options{
+		{Listen: listen, AcceptedKeyFiles: []string{k}},
+		{Listen: listen, KeyFile: k, AcceptedKeyFiles: []string{k, k, k, k}},
+	} {
+		var fe *FieldError
+		if err := o.Validate(); !errors.As(err, &fe) || !strings.Contains(fe.Msg, "key") {
+			t.Errorf("Validate(%+v) = %v; want a FieldError about the key option", o, err)
+		}
 	}
 }
 

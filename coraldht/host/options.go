@@ -1,13 +1,11 @@
 package host
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net/netip"
-	"os"
 	"slices"
 	"time"
 
@@ -36,10 +34,20 @@ type Options struct {
 	Bootstrap []netip.AddrPort
 
 	// KeyFile is the network key shared by every node of the Coral network
-	// (see coraldht.LoadKeyFile); a change of its contents is a change of
-	// settings. Required unless the node listens on and advertises a
-	// loopback address, where a public development key is used.
+	// (see coraldht.LoadKeyFile), the primary of the node's keyring: it
+	// tags every datagram the node sends. Required unless the node listens
+	// on and advertises a loopback address, where a public development key
+	// is used.
 	KeyFile string
+
+	// AcceptedKeyFiles are further network keys the node accepts but does
+	// not send with, during a key rotation (coraldht.Keyring): the files
+	// after the first of the servers' `key` option. At most
+	// coraldht.KeyringSize-1; they need KeyFile.
+	//
+	// The keys are not node settings: a reload that changes only the key
+	// files or their contents updates the running node's keyring in place.
+	AcceptedKeyFiles []string
 
 	// Levels are the RTT thresholds of cluster levels 1..n, decreasing.
 	// Empty: coraldht's default, 60ms and 20ms.
@@ -93,6 +101,12 @@ func (o Options) Validate() error {
 			return bad("KeyFile", "key_file is required to advertise %v, an address off loopback (%s)", o.Advertise, coraldht.KeyHelp)
 		}
 	}
+	if len(o.AcceptedKeyFiles) > 0 && o.KeyFile == "" {
+		return bad("KeyFile", "accepted key files need a primary key file (key PRIMARY_FILE [ACCEPTED_FILE...])")
+	}
+	if n := 1 + len(o.AcceptedKeyFiles); n > coraldht.KeyringSize {
+		return bad("AcceptedKeyFiles", "key: %d files; a node holds at most %d keys", n, coraldht.KeyringSize)
+	}
 	if !o.Advertise.IsValid() && o.Listen.Addr().IsUnspecified() {
 		return bad("Advertise", "advertise is required when listen (%v) is not a specific address", o.Listen)
 	}
@@ -123,12 +137,12 @@ func (o Options) config() coraldht.Config {
 }
 
 // settings are what identifies a node's configuration: equal settings
-// share a node, different ones restart it.
+// share a node, different ones restart it. The keys are not among them
+// (plan.keysEqual): a new key set updates the running node.
 type settings struct {
 	advertise netip.AddrPort
 	bootstrap []netip.AddrPort
-	keyFile   string
-	keySum    [sha256.Size]byte // of the key file's contents
+	keyed     bool // has a key file; without one the node uses the development key
 	levels    []time.Duration
 	pins      map[int]string
 	services  coraldht.Services
@@ -136,7 +150,7 @@ type settings struct {
 
 func (s settings) equal(t settings) bool {
 	return s.advertise == t.advertise && slices.Equal(s.bootstrap, t.bootstrap) &&
-		s.keyFile == t.keyFile && s.keySum == t.keySum && slices.Equal(s.levels, t.levels) &&
+		s.keyed == t.keyed && slices.Equal(s.levels, t.levels) &&
 		maps.Equal(s.pins, t.pins) && s.services == t.services
 }
 
@@ -147,8 +161,12 @@ type plan struct {
 	cfg    coraldht.Config // with the key
 	boot   []netip.AddrPort
 	st     settings
+	keys   []string     // fingerprints of cfg.Key and cfg.AcceptedKeys, in that order
 	log    *slog.Logger // this package's messages
 }
+
+// keysEqual reports whether p and q configure the same keyring.
+func (p plan) keysEqual(q plan) bool { return slices.Equal(p.keys, q.keys) }
 
 func (o Options) plan() (plan, error) {
 	if err := o.Validate(); err != nil {
@@ -156,18 +174,22 @@ func (o Options) plan() (plan, error) {
 	}
 	listen := netip.AddrPortFrom(o.Listen.Addr().Unmap(), o.Listen.Port())
 	p := plan{listen: listen, cfg: o.config(), boot: slices.Clone(o.Bootstrap)}
-	p.st = settings{advertise: o.Advertise, bootstrap: p.boot, keyFile: o.KeyFile,
+	p.st = settings{advertise: o.Advertise, bootstrap: p.boot, keyed: o.KeyFile != "",
 		levels: p.cfg.Levels, pins: p.cfg.Pins, services: o.Services}
-	if o.KeyFile != "" {
-		k, err := coraldht.LoadKeyFile(o.KeyFile)
+	for i, path := range append([]string{o.KeyFile}, o.AcceptedKeyFiles...) {
+		if path == "" {
+			continue
+		}
+		k, err := coraldht.LoadKeyFile(path)
 		if err != nil {
 			return plan{}, err
 		}
-		raw, err := os.ReadFile(o.KeyFile)
-		if err != nil {
-			return plan{}, fmt.Errorf("coraldht: network key: %w", err)
+		if i == 0 {
+			p.cfg.Key = k
+		} else {
+			p.cfg.AcceptedKeys = append(p.cfg.AcceptedKeys, k)
 		}
-		p.cfg.Key, p.st.keySum = k, sha256.Sum256(raw)
+		p.keys = append(p.keys, k.Fingerprint())
 	}
 	log := o.Logger
 	if log == nil {

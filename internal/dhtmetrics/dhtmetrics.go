@@ -16,6 +16,7 @@ import (
 type Descs struct {
 	messages, drops, timeouts, refused, lookups, stored, keys *prometheus.Desc
 	contacts, clusterLog, changes, joined                     *prometheus.Desc
+	keyDatagrams, keyPrimary                                  *prometheus.Desc
 }
 
 // New describes the metrics namespace_subsystem_dht_*.
@@ -35,13 +36,17 @@ func New(namespace, subsystem string) *Descs {
 		clusterLog: desc("cluster_log2_size", "Estimated log2 size of this node's cluster by level.", "level"),
 		changes:    desc("cluster_changes_total", "Cluster changes (joins and splits) over all levels."),
 		joined:     desc("joined", "1 once the node has joined the network."),
+		// The key label is an installed key's fingerprint (never the key)
+		// or "none": at most coraldht.KeyringSize+1 values per node.
+		keyDatagrams: desc("network_key_datagrams_total", "DSHT datagrams accepted per installed network key (by fingerprint), and those no installed key verifies (key=\"none\", also counted as drops_total{reason=\"bad_auth\"}).", "key"),
+		keyPrimary:   desc("network_key_primary", "One series per installed network key (by fingerprint): 1 for the primary, which the node sends with, 0 for keys only accepted.", "key"),
 	}
 }
 
 // Describe sends every description.
 func (d *Descs) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range []*prometheus.Desc{d.messages, d.drops, d.timeouts, d.refused, d.lookups, d.stored,
-		d.keys, d.contacts, d.clusterLog, d.changes, d.joined} {
+		d.keys, d.contacts, d.clusterLog, d.changes, d.joined, d.keyDatagrams, d.keyPrimary} {
 		ch <- x
 	}
 }
@@ -74,6 +79,15 @@ func (d *Descs) Collect(ch chan<- prometheus.Metric, node string, n *coraldht.No
 		{"queue_full", dr.QueueFull}, {"unsolicited", dr.Unsolicited}, {"self", dr.Self}, {"misdirected", dr.Misdirected}} {
 		counter(d.drops, r.v, r.name)
 	}
+	for _, k := range s.Keys {
+		counter(d.keyDatagrams, k.Accepted, k.Fingerprint)
+		primary := 0.0
+		if k.Primary {
+			primary = 1
+		}
+		gauge(d.keyPrimary, primary, k.Fingerprint)
+	}
+	counter(d.keyDatagrams, dr.BadAuth, "none")
 	counter(d.timeouts, s.Timeouts)
 	counter(d.refused, s.Refused)
 	counter(d.lookups, s.Lookups)

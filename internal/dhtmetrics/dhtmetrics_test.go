@@ -102,4 +102,23 @@ func TestCollect(t *testing.T) {
 	if out < 1 || in < 1 {
 		t.Errorf("ping requests out %v, replies in %v; want at least 1 each", out, in)
 	}
+	// The reply came in under the one installed key, which is primary;
+	// the key label is its fingerprint, never the key.
+	keySeries := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, p := range m.GetLabel() {
+				if p.GetName() != "key" {
+					continue
+				}
+				v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+				keySeries[strings.TrimPrefix(f.GetName(), "test_coral_dht_")+" "+p.GetValue()] = v
+			}
+		}
+	}
+	fp := key.Fingerprint()
+	if keySeries["network_key_datagrams_total "+fp] < 1 || keySeries["network_key_primary "+fp] != 1 ||
+		keySeries["network_key_datagrams_total none"] != 0 || len(keySeries) != 3 {
+		t.Errorf("key series %v; want datagrams under %s, it primary, and 0 for none", keySeries, fp)
+	}
 }

@@ -56,6 +56,10 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/coral/purge", Handler: caddy.AdminHandlerFunc(a.handlePurge)},
 		{Pattern: "/coral/health", Handler: caddy.AdminHandlerFunc(a.handleHealth)},
 		{Pattern: "/coral/drain", Handler: caddy.AdminHandlerFunc(a.handleDrain)},
+		{Pattern: "/coral/keys", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
+		{Pattern: "/coral/keys/install", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
+		{Pattern: "/coral/keys/primary", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
+		{Pattern: "/coral/keys/remove", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
 	}
 }
 
@@ -166,6 +170,8 @@ type adminDHT struct {
 	DropsBy        map[string]uint64 `json:"drops_by_reason,omitempty"`
 	Gets           uint64            `json:"gets"`
 	GetHits        uint64            `json:"get_hits"`
+	GetFailures    uint64            `json:"get_failures"` // no node answered, or a timeout
+	PutFailures    uint64            `json:"put_failures"` // puts and put+gets, likewise
 	Puts           uint64            `json:"puts"`
 	PutGets        uint64            `json:"put_gets"`
 	Lookups        uint64            `json:"lookups"`
@@ -183,6 +189,9 @@ type adminDHT struct {
 	// most ten); Loaded ones are being answered "loaded" (Coral's rate
 	// limit per key).
 	HotKeys []adminKeyLoad `json:"hot_keys,omitempty"`
+	// NetworkKeys are the node's installed network keys, by fingerprint,
+	// the primary first (see keys.go).
+	NetworkKeys []adminNetworkKey `json:"network_keys"`
 }
 
 type adminKeyLoad struct {
@@ -292,11 +301,12 @@ func adminDHTSummary(s coraldht.Stats) *adminDHT {
 		RequestsIn: s.RequestsIn.Total(), RequestsOut: s.RequestsOut.Total(),
 		RepliesIn: s.RepliesIn.Total(), RepliesOut: s.RepliesOut.Total(),
 		Refused: s.Refused, Timeouts: s.Timeouts,
-		Gets: s.Gets, GetHits: s.GetHits, Puts: s.Puts, PutGets: s.PutGets, Lookups: s.Lookups,
+		Gets: s.Gets, GetHits: s.GetHits, GetFailures: s.GetFailures, PutFailures: s.PutFailures, Puts: s.Puts, PutGets: s.PutGets, Lookups: s.Lookups,
 		StoredKeys: s.StoredKeys, StoredValues: s.StoredValues, Peers: s.Peers,
 		ClusterRounds: s.ClusterRounds, ClusterChanges: s.ClusterChanges,
 		StoresAccepted: s.Store.Stored, StoresRefused: s.Store.RefusedFull + s.Store.RefusedExhausted,
 		StoresEvicted: s.Store.EvictedForNewer + s.Store.EvictedForSpace,
+		NetworkKeys:   adminNetworkKeys(s.Keys),
 	}
 	in := s.RequestsIn
 	for _, t := range []struct {

@@ -55,10 +55,17 @@ type App struct {
 	// network. Required unless Listen is a loopback address.
 	KeyFile string `json:"key_file,omitempty"`
 
-	// KeyFileSHA256 is the SHA-256 of the key file when the Caddyfile was
+	// AcceptedKeyFiles are further network keys the node accepts but does
+	// not send with, during a key rotation (the Caddyfile's `key` option:
+	// the files after the first). A reload that changes only the key
+	// files or their contents updates the running node's keys in place.
+	AcceptedKeyFiles []string `json:"accepted_key_files,omitempty"`
+
+	// KeyFileSHA256 is the SHA-256 of the key files when the Caddyfile was
 	// adapted. Only its change matters: it makes `caddy reload` see a new
 	// key in the same file, which the Caddyfile's text alone would not
-	// show ("config is unchanged"). The key file itself is what counts.
+	// show ("config is unchanged"). The key files themselves are what
+	// count.
 	KeyFileSHA256 string `json:"key_file_sha256,omitempty"`
 
 	// Levels are the RTT thresholds of cluster levels 1..n, decreasing.
@@ -189,6 +196,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.KeyFile != "" {
 		a.config.addFile(a.KeyFile)
 	}
+	for _, f := range a.AcceptedKeyFiles {
+		a.config.addFile(f)
+	}
 	return nil
 }
 
@@ -224,7 +234,7 @@ func (a *App) nodeOptions() (host.Options, error) {
 			o.Pins[lvl] = a.Clusters[k]
 		}
 	}
-	o.KeyFile = a.KeyFile
+	o.KeyFile, o.AcceptedKeyFiles = a.KeyFile, a.AcceptedKeyFiles
 	if err := o.Validate(); err != nil {
 		return o, fmt.Errorf("coral: %w", err)
 	}

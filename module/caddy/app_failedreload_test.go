@@ -228,3 +228,43 @@ func expositionValue(exposition, prefix string) string {
 	}
 	return ""
 }
+
+// TestKeyOption: `key PRIMARY ACCEPTED` adapts to key_file and
+// accepted_key_files, and a new key in the accepted file changes the
+// adapted JSON, so `caddy reload` applies it.
+func TestKeyOption(t *testing.T) {
+	dir := t.TempDir()
+	primary, accepted := filepath.Join(dir, "new.key"), filepath.Join(dir, "old.key")
+	for _, k := range []string{primary, accepted} {
+		if err := coraldht.WriteKeyFile(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adapt := func() string {
+		t.Helper()
+		out, err := adaptCaddyfile(fmt.Sprintf("{\n\tcoral {\n\t\tlisten 127.0.180.31:4000\n\t\tkey %s %s\n\t}\n}\n", primary, accepted))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	first := adapt()
+	want := fmt.Sprintf(`"key_file":%q,"accepted_key_files":[%q]`, primary, accepted)
+	if !strings.Contains(first, want) {
+		t.Fatalf("adapted JSON %s lacks %s", first, want)
+	}
+	if err := os.Remove(accepted); err != nil {
+		t.Fatal(err)
+	}
+	if err := coraldht.WriteKeyFile(accepted); err != nil {
+		t.Fatal(err)
+	}
+	if adapt() == first {
+		t.Error("a new key in the accepted file adapts to the same JSON")
+	}
+	for _, bad := range []string{"key", "key a\n\t\tkey_file b", "key_file a b"} {
+		if _, err := adaptCaddyfile("{\n\tcoral {\n\t\tlisten 127.0.180.31:4000\n\t\t" + bad + "\n\t}\n}\n"); err == nil {
+			t.Errorf("%q adapted without an error", bad)
+		}
+	}
+}

@@ -36,7 +36,7 @@ func init() {
 //	        listen     IP:PORT
 //	        advertise  IP:PORT
 //	        bootstrap  IP:PORT...
-//	        key_file   PATH
+//	        key        PRIMARY_FILE [ACCEPTED_FILE...]
 //	        levels     DURATION...
 //	        cluster    LEVEL NAME
 //	    }
@@ -64,7 +64,7 @@ func (d optionLines) NextBlock() bool { return d.Dispenser.NextBlock(0) }
 
 // appFromOptions is the app's JSON configuration of the node options.
 func appFromOptions(o host.Options) *App {
-	app := &App{Listen: o.Listen.String(), KeyFile: o.KeyFile}
+	app := &App{Listen: o.Listen.String(), KeyFile: o.KeyFile, AcceptedKeyFiles: o.AcceptedKeyFiles}
 	if o.Advertise.IsValid() {
 		app.Advertise = o.Advertise.String()
 	}
@@ -81,9 +81,9 @@ func appFromOptions(o host.Options) *App {
 		app.Clusters[strconv.Itoa(lvl)] = name
 	}
 	if app.KeyFile != "" {
-		// The key's digest in the adapted JSON makes `caddy reload` see a
+		// The keys' digest in the adapted JSON makes `caddy reload` see a
 		// new key in the same file.
-		app.KeyFileSHA256 = fileSHA256(app.KeyFile)
+		app.KeyFileSHA256 = keyFilesSHA256(append([]string{app.KeyFile}, app.AcceptedKeyFiles...))
 	}
 	return app
 }

@@ -90,6 +90,21 @@ func fileSHA256(path string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// keyFilesSHA256 is what the Caddyfile adapter records beside the key
+// files: fileSHA256 of one file, so a configuration with one key adapts
+// as before; for several, the SHA-256 of their digests in order.
+func keyFilesSHA256(paths []string) string {
+	if len(paths) == 1 {
+		return fileSHA256(paths[0])
+	}
+	var all strings.Builder
+	for _, p := range paths {
+		all.WriteString(fileSHA256(p) + "\n")
+	}
+	sum := sha256.Sum256([]byte(all.String()))
+	return hex.EncodeToString(sum[:])
+}
+
 // reloadLog is the outcome of the configuration loads this process has
 // seen reach the coral app.
 type reloadLog struct {

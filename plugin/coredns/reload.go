@@ -50,7 +50,7 @@ var (
 // failed reloads.
 type restartFailedKey struct{}
 
-// configHash is the hash of a coral block's settings and its key file's
+// configHash is the hash of a coral block's settings and its key files'
 // contents: a new key in the same file is a new configuration.
 func configHash(cfg *config) string {
 	h := sha256.New()
@@ -60,8 +60,8 @@ func configHash(cfg *config) string {
 	if cfg.rrl != nil {
 		fmt.Fprintf(h, "%+v\n", *cfg.rrl)
 	}
-	if cfg.node.KeyFile != "" {
-		if b, err := os.ReadFile(cfg.node.KeyFile); err == nil {
+	for _, f := range append([]string{cfg.node.KeyFile}, cfg.node.AcceptedKeyFiles...) {
+		if b, err := os.ReadFile(f); f != "" && err == nil {
 			h.Write(b)
 		}
 	}

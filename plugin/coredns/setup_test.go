@@ -139,6 +139,10 @@ func TestParseErrors(t *testing.T) {
 		{"live_within short", "coral nyucd.test {\n" + listen + "live_within 500ms\n}", "at least 1s"},
 		{"no key off loopback", "coral nyucd.test {\nlisten 192.0.2.1:4000\n}", "key_file is required"},
 		{"twice", "coral nyucd.test {\n" + listen + "}\ncoral nyucd.test {\n" + listen + "}", "only once"},
+		{"key none", "coral nyucd.test {\n" + listen + "key\n}", "key takes a key file"},
+		{"key_file two", "coral nyucd.test {\n" + listen + "key_file a b\n}", "key_file takes a key file"},
+		{"key twice", "coral nyucd.test {\n" + listen + "key a\nkey_file b\n}", "given once"},
+		{"key five", "coral nyucd.test {\n" + listen + "key a b c d e\n}", "at most 4 keys"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse(caddy.NewTestController("dns", tc.input))
@@ -303,5 +307,19 @@ func TestParseRRLErrors(t *testing.T) {
 				t.Errorf("error %q does not contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestSetupKey: `key PRIMARY [ACCEPTED...]` names the primary and the
+// accepted key files; key_file is its one-file spelling.
+func TestSetupKey(t *testing.T) {
+	cfg := parseTest(t, "coral nyucd.test {\nlisten 127.0.180.30:4000\nkey /k/new /k/old\n}")
+	o := cfg.nodeOptions()
+	if o.KeyFile != "/k/new" || len(o.AcceptedKeyFiles) != 1 || o.AcceptedKeyFiles[0] != "/k/old" {
+		t.Errorf("key /k/new /k/old: KeyFile %q, AcceptedKeyFiles %q", o.KeyFile, o.AcceptedKeyFiles)
+	}
+	cfg = parseTest(t, "coral nyucd.test {\nlisten 127.0.180.30:4000\nkey_file /k/one\n}")
+	if o := cfg.nodeOptions(); o.KeyFile != "/k/one" || len(o.AcceptedKeyFiles) != 0 {
+		t.Errorf("key_file /k/one: KeyFile %q, AcceptedKeyFiles %q", o.KeyFile, o.AcceptedKeyFiles)
 	}
 }

@@ -94,6 +94,7 @@ type proxyOptions struct {
 	noAllowOrigins bool     // leave out allow_origins 127.0.0.0/8
 	noAllowPeers   bool     // leave out allow_peers 127.0.0.0/8
 	extra          []string // more coral_proxy lines, e.g. "min_ttl 0"
+	keys           []string // network key files, the primary first (none: the loopback development key)
 	// hosts are lines added to /etc/hosts for this process only: it runs
 	// in a mount namespace of its own with a copy of /etc/hosts bound over
 	// the real one (needs root; see hostsSupported).
@@ -137,6 +138,9 @@ func caddyfile(dir string, ip, boot netip.Addr, opts proxyOptions) string {
 	node := labconf.Node{Listen: netip.AddrPortFrom(ip, dhtPort)}
 	if boot.IsValid() {
 		node.Bootstrap = []netip.AddrPort{netip.AddrPortFrom(boot, dhtPort)}
+	}
+	if len(opts.keys) > 0 {
+		node.KeyFile, node.AcceptedKeys = opts.keys[0], opts.keys[1:]
 	}
 	px := labconf.Proxy{Zone: zone, CacheDir: filepath.Join(dir, "cache"), RateLimit: "off"}
 	if !opts.noAllowOrigins {

@@ -126,9 +126,11 @@ func (r *reader) contact(field string) Contact {
 	return c
 }
 
-// Decode parses a datagram body (the bytes before the tag). It accepts
-// exactly the encodings Encode produces, so decode→encode reproduces
-// the input byte for byte.
+// Decode parses a datagram body (the bytes before the tag). Up to the end
+// of the body it accepts exactly the encodings Encode produces, so
+// decode→encode reproduces the input byte for byte, less any bytes after
+// the body, which it ignores: fields appended by a later protocol
+// revision.
 func Decode(b []byte) (*Message, error) {
 	if len(b) > MaxDatagram-TagLen {
 		// Encode never produces more; accepting it would let a list
@@ -185,9 +187,8 @@ func Decode(b []byte) (*Message, error) {
 	} else {
 		decodeRequestBody(r, m)
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.fail("body", errTrailing)
-	}
+	// Bytes after the body are fields a later revision of the protocol
+	// appended; this one ignores them (PROTOCOL.md, Versions).
 	if r.err != nil {
 		return nil, r.err
 	}

@@ -177,7 +177,6 @@ func (e wireError) Error() string { return string(e) }
 
 const (
 	errShort      wireError = "truncated"
-	errTrailing   wireError = "trailing bytes"
 	errMagic      wireError = "not a Coral datagram"
 	errVersion    wireError = "unsupported protocol version"
 	errUnknown    wireError = "unknown message type"

@@ -271,12 +271,30 @@ func TestWireTruncated(t *testing.T) {
 	}
 }
 
-func TestWireTrailingByte(t *testing.T) {
+// TestWireTrailingBytes: bytes after a message's body, fields a later
+// revision appended, are ignored, not fatal: the message decodes as it
+// would without them (PROTOCOL.md, Versions).
+func TestWireTrailingBytes(t *testing.T) {
 	for _, tc := range wireSamples() {
 		t.Run(tc.name, func(t *testing.T) {
-			b := append(wireEncode(t, tc.m), 0)
-			_, err := Decode(b)
-			wantDecodeError(t, err, "body", errTrailing)
+			plain := wireEncode(t, tc.m)
+			want, err := Decode(plain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, trailer := range [][]byte{{0}, {0xff, 1, 2, 3}, bytes.Repeat([]byte{7}, 64)} {
+				b := append(append([]byte(nil), plain...), trailer...)
+				if len(b) > MaxDatagram-TagLen {
+					continue
+				}
+				got, err := Decode(b)
+				if err != nil {
+					t.Fatalf("with %d trailing bytes: %v", len(trailer), err)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("with %d trailing bytes decoded to\n%+v\nwant\n%+v", len(trailer), got, want)
+				}
+			}
 		})
 	}
 }

@@ -151,13 +151,16 @@ func WriteFile(path, text string) error { return os.WriteFile(path, []byte(text)
 type Node struct {
 	Listen    netip.AddrPort   // listen
 	Bootstrap []netip.AddrPort // bootstrap (none: the node starts a network)
-	KeyFile   string           // key_file, if set
-	Levels    string           // levels, the RTT thresholds ("60ms 20ms"), if set
-	Clusters  map[int]string   // cluster LEVEL NAME: pinned clusters
+	KeyFile   string           // key_file, if set: the primary key
+	// AcceptedKeys are further key files the node accepts (a rotation):
+	// with them the line is `key KeyFile AcceptedKeys...`.
+	AcceptedKeys []string
+	Levels       string         // levels, the RTT thresholds ("60ms 20ms"), if set
+	Clusters     map[int]string // cluster LEVEL NAME: pinned clusters
 }
 
 // Directives are the node's lines, in a fixed order: listen, bootstrap,
-// key_file, levels, then the pinned clusters by level.
+// key_file (or key), levels, then the pinned clusters by level.
 func (n Node) Directives() []Directive {
 	var out []Directive
 	if n.Listen.IsValid() {
@@ -170,7 +173,10 @@ func (n Node) Directives() []Directive {
 		}
 		out = append(out, D("bootstrap", boot))
 	}
-	if n.KeyFile != "" {
+	switch {
+	case len(n.AcceptedKeys) > 0:
+		out = append(out, D("key", append([]string{n.KeyFile}, n.AcceptedKeys...)))
+	case n.KeyFile != "":
 		out = append(out, D("key_file", n.KeyFile))
 	}
 	if n.Levels != "" {

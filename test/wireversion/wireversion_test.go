@@ -1,0 +1,189 @@
+package wireversion
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coralcdn/coral/coraldht"
+)
+
+// skipOrFail skips the test for a missing prerequisite, or fails it under
+// CI=true, where the prerequisites are there.
+func skipOrFail(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg + " (CI=true, so this is a failure, not a skip)")
+	}
+	t.Skip(msg)
+}
+
+// buildPrevious extracts coraldht, go.mod and go.sum of the recorded
+// commit into a temporary module, adds the driver and builds it.
+func buildPrevious(t *testing.T) (bin, commit string) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := os.ReadFile(filepath.Join(root, "coraldht/testdata/previous-wire-version"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit = strings.TrimSpace(string(rec))
+	if _, err := exec.LookPath("git"); err != nil {
+		skipOrFail(t, "no git: the previous wire version is built from git archive %s", commit)
+	}
+	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		skipOrFail(t, "%s is not a git checkout holding commit %s, the previous wire version (coraldht/testdata/previous-wire-version): %v %s", root, commit, err, out)
+	}
+	dir := t.TempDir()
+	archive := exec.Command("git", "-C", root, "archive", commit, "coraldht", "go.mod", "go.sum")
+	tar := exec.Command("tar", "-x", "-C", dir)
+	var errs bytes.Buffer
+	archive.Stderr, tar.Stderr = &errs, &errs
+	if tar.Stdin, err = archive.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tar.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := archive.Run(); err != nil {
+		t.Fatalf("git archive %s: %v %s", commit, err, errs.String())
+	}
+	if err := tar.Wait(); err != nil {
+		t.Fatalf("tar: %v %s", err, errs.String())
+	}
+	src, err := os.ReadFile("testdata/driver/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "cmd/driver"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cmd/driver/main.go"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(dir, "driver")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/driver")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building coraldht of %s with the driver: %v\n%s", commit, err, out)
+	}
+	return bin, commit
+}
+
+// previousNode is the driver process.
+type previousNode struct {
+	t   *testing.T
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func (p *previousNode) do(cmd string) string {
+	p.t.Helper()
+	if _, err := fmt.Fprintln(p.in, cmd); err != nil {
+		p.t.Fatal(err)
+	}
+	if !p.out.Scan() {
+		p.t.Fatalf("%s: the previous-version node exited (%v)", cmd, p.out.Err())
+	}
+	return p.out.Text()
+}
+
+// TestPreviousWireVersion: a node of the recorded previous commit and one
+// of this checkout join through each other (both directions) and each gets
+// what the other put.
+func TestPreviousWireVersion(t *testing.T) {
+	bin, commit := buildPrevious(t)
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "network.key")
+	if err := coraldht.WriteKeyFile(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	key, err := coraldht.LoadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The current node holds the network key and one more (a rotation
+	// under way): the previous node has no keyring and must not notice.
+	other, err := coraldht.NewKey(bytes.Repeat([]byte{9}, coraldht.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := coraldht.ListenUDP("127.0.180.41:4000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := coraldht.DefaultConfig()
+	cfg.Key, cfg.AcceptedKeys = key, []*coraldht.Key{other}
+	cur, err := coraldht.NewNode(cfg, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const prevAddr = "127.0.180.40:4000"
+	cmd := exec.CommandContext(ctx, bin, "-listen", prevAddr, "-key", keyFile)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); _ = cmd.Wait() }()
+	prev := &previousNode{t: t, in: in, out: bufio.NewScanner(stdout)}
+	if !prev.out.Scan() || !strings.HasPrefix(prev.out.Text(), "ready ") {
+		t.Fatalf("previous-version node did not start: %q", prev.out.Text())
+	}
+
+	// The previous node joins through the current one, and the current
+	// one through the previous one.
+	if got := prev.do("join " + cur.Addr().String()); got != "ok" {
+		t.Fatalf("previous node joining through the current one: %s", got)
+	}
+	if err := cur.Bootstrap(ctx, netip.MustParseAddrPort(prevAddr)); err != nil {
+		t.Fatalf("current node joining through the previous one: %v", err)
+	}
+	if got := prev.do("put from-previous v-previous"); got != "ok" {
+		t.Fatalf("previous node's put: %s", got)
+	}
+	if _, err := cur.Put(ctx, coraldht.KeyFor("from-current"), []byte("v-current"), time.Minute); err != nil {
+		t.Fatalf("current node's put: %v", err)
+	}
+	// The value crossed the wire: the previous node stored it here, or
+	// this node fetched it from there.
+	r, err := cur.Get(ctx, coraldht.KeyFor("from-previous"))
+	if err != nil || len(r.Values) != 1 || string(r.Values[0].Data) != "v-previous" ||
+		(r.From.Addr.String() != prevAddr && cur.Stats().RequestsIn.Store == 0) {
+		t.Fatalf("current node's get of the previous node's value: %+v, %v; want v-previous, stored by or fetched from %s", r, err, prevAddr)
+	}
+	if got := prev.do("get from-current"); got != "value v-current" {
+		t.Fatalf("previous node's get of the current node's value: %s", got)
+	}
+	s := cur.Stats()
+	if s.Drops.Malformed != 0 || s.Drops.BadAuth != 0 || len(s.Keys) != 2 || s.Keys[0].Accepted == 0 || s.RequestsIn.Total() == 0 || s.RepliesIn.Total() == 0 {
+		t.Fatalf("current node: drops %+v, keys %+v; want no malformed or bad-key drops, requests and replies from the previous node, its datagrams under the primary", s.Drops, s.Keys)
+	}
+	t.Logf("node of %s and this checkout: joined both ways, put and got both ways; %d datagrams accepted from it", commit[:7], s.Keys[0].Accepted)
+}
