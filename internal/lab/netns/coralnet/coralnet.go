@@ -165,23 +165,8 @@ func CoralHost() string { return OriginAddr().String() + "." + AliasZone }
 // Start creates the hosts and starts everything, and returns once every
 // node has joined and every name server sees every proxy.
 func Start(ctx context.Context, o Options) (_ *Net, err error) {
-	if o.Nodes == 0 {
-		o.Nodes = 6
-	}
-	if o.Clients == 0 {
-		o.Clients = 4
-	}
-	if o.Nodes < 2 || o.Nodes > 80 || o.Clients > 100 {
-		return nil, fmt.Errorf("coralnet: %d nodes, %d clients: want 2–80 nodes, at most 100 clients", o.Nodes, o.Clients)
-	}
-	if o.Dir == "" || o.Origin == nil || o.CoreDNS == "" || o.Caddy == "" {
-		return nil, errors.New("coralnet: Dir, Origin, CoreDNS and Caddy are required")
-	}
-	if o.StartTimeout <= 0 {
-		o.StartTimeout = 2 * time.Minute
-	}
-	if o.Logf == nil {
-		o.Logf = func(string, ...any) {}
+	if err := o.normalize(); err != nil {
+		return nil, err
 	}
 	if err := Available(); err != nil {
 		return nil, err
@@ -205,53 +190,11 @@ func Start(ctx context.Context, o Options) (_ *Net, err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
-	if n.Origin, err = lab.AddHost("origin", OriginAddr()); err != nil {
+	if err := n.addOrigin(); err != nil {
 		return nil, err
 	}
-	if n.Control, err = lab.AddHost("control", host(5)); err != nil {
+	if err := n.addHosts(); err != nil {
 		return nil, err
-	}
-	n.ctl = &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: n.Control.DialContext, DisableKeepAlives: true}}
-	ln, err := n.Origin.Listen("tcp", netip.AddrPortFrom(OriginAddr(), PortHTTP).String())
-	if err != nil {
-		return nil, err
-	}
-	n.originSrv = &http.Server{Handler: o.Origin, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = n.originSrv.Serve(ln) }()
-	for i := range o.Nodes {
-		region := RegionEast
-		if i >= (o.Nodes+1)/2 {
-			region = RegionWest
-		}
-		h, err := lab.AddHost(fmt.Sprintf("node%d", i), host(10+i))
-		if err != nil {
-			return nil, err
-		}
-		nd := &Node{Index: i, Host: h, Region: region, Dir: filepath.Join(o.Dir, h.Name),
-			CoreDNSBin: o.CoreDNS, CaddyBin: o.Caddy, Keys: []string{n.KeyFile}}
-		if err := os.MkdirAll(nd.Dir, 0o755); err != nil {
-			return nil, err
-		}
-		n.Nodes = append(n.Nodes, nd)
-	}
-	for i, region := range []string{RegionEast, RegionWest} {
-		h, err := lab.AddHost("unbound-"+region, host(3+i))
-		if err != nil {
-			return nil, err
-		}
-		r := &Resolver{Host: h, Region: region}
-		if err := n.startUnbound(r); err != nil {
-			return nil, err
-		}
-		n.Resolvers = append(n.Resolvers, r)
-	}
-	for i := range o.Clients {
-		h, err := lab.AddHost(fmt.Sprintf("client%d", i), host(100+i))
-		if err != nil {
-			return nil, err
-		}
-		r := n.Resolvers[i%2]
-		n.Clients = append(n.Clients, &Client{Host: h, Resolver: r.Host.Addr, Region: r.Region})
 	}
 	for _, nd := range n.Nodes {
 		if err := n.StartNode(nd); err != nil {
