@@ -30,7 +30,7 @@ func init() {
 //	                    or a form body), prefix=1 (every URL under it),
 //	                    network=1 (also at the proxies that hold a copy,
 //	                    asked over the DSHT), network=all, timeout=10s;
-//	                    see purge.go
+//	                    see package purge
 //	GET /coral/health   200 when joined and not draining, else 503
 //	POST /coral/drain   take the node out of DNS answers; DELETE: undo;
 //	                    see reload.go

@@ -16,6 +16,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coraldht/host"
+	"github.com/coralcdn/coral/module/caddy/purge"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
 )
@@ -134,7 +135,7 @@ func (a *App) current() *nodeEntry {
 		r.entry = newNodeEntry(inst)
 		// Other proxies' purges arrive as app messages to the node; the
 		// handler finds the caches through the admin registry.
-		r.entry.node.HandleApp(purgeKind, peerPurgeHandler(runningCaches))
+		r.entry.node.HandleApp(purge.Kind, peerPurgeHandler(runningCaches))
 	}
 	return r.entry
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/purge"
 )
 
 // The running coral apps and coral_proxy handlers of this process: what
@@ -32,7 +33,7 @@ func addRunningApp(a *App) {
 	if e := a.current(); e != nil && e.node != nil && a.run == nil {
 		// An app built by hand (tests); current registers the purge
 		// handler on every node it sees.
-		e.node.HandleApp(purgeKind, peerPurgeHandler(runningCaches))
+		e.node.HandleApp(purge.Kind, peerPurgeHandler(runningCaches))
 	}
 }
 
