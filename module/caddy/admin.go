@@ -240,14 +240,14 @@ func adminBuildStatus() adminStatus {
 // whether a has a node.
 func (st *adminStatus) setNode(a *App) bool {
 	e := a.current()
-	if e == nil || e.node == nil {
+	if e == nil || e.Node() == nil {
 		return false
 	}
-	n := e.node
+	n := e.Node()
 	st.Node = &adminNode{ID: n.ID().String(), Address: n.Addr().String(), Listen: a.Listen,
-		Bootstrap: a.Bootstrap, Joined: e.joined.Load(), Draining: a.draining()}
-	if !e.start.IsZero() {
-		t := e.start
+		Bootstrap: a.Bootstrap, Joined: e.Joined(), Draining: a.draining()}
+	if !e.Started().IsZero() {
+		t := e.Started()
 		st.Node.Started = &t
 	}
 	st.Levels = []adminLevel{}
