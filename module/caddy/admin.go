@@ -30,7 +30,7 @@ func init() {
 //	                    or a form body), prefix=1 (every URL under it),
 //	                    network=1 (also at the proxies that hold a copy,
 //	                    asked over the DSHT), network=all, timeout=10s;
-//	                    see purge.go
+//	                    see package purge
 //	GET /coral/health   200 when joined and not draining, else 503
 //	POST /coral/drain   take the node out of DNS answers; DELETE: undo;
 //	                    see reload.go
@@ -249,14 +249,14 @@ func adminBuildStatus() adminStatus {
 // whether a has a node.
 func (st *adminStatus) setNode(a *App) bool {
 	e := a.current()
-	if e == nil || e.node == nil {
+	if e == nil || e.Node() == nil {
 		return false
 	}
-	n := e.node
+	n := e.Node()
 	st.Node = &adminNode{ID: n.ID().String(), Address: n.Addr().String(), Listen: a.Listen,
-		Bootstrap: a.Bootstrap, Joined: e.joined.Load(), Draining: a.draining()}
-	if !e.start.IsZero() {
-		t := e.start
+		Bootstrap: a.Bootstrap, Joined: e.Joined(), Draining: a.draining()}
+	if !e.Started().IsZero() {
+		t := e.Started()
 		st.Node.Started = &t
 	}
 	st.Levels = []adminLevel{}

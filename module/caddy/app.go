@@ -16,6 +16,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coraldht/host"
+	"github.com/coralcdn/coral/module/caddy/purge"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
 )
@@ -79,16 +80,16 @@ type App struct {
 	opts   host.Options
 	ctx    caddy.Context
 	logger *zap.Logger
-	config *configDigest // this configuration's hash, for the reload metrics
-	run    *appRun       // from Provision
-	entry  *nodeEntry    // apps built by hand (tests): their node
+	config *configDigest  // this configuration's hash, for the reload metrics
+	run    *appRun        // from Provision
+	inst   *host.Instance // apps built by hand (tests): their node (host.Detached)
 }
 
 // appRun is the app's hold on the node, from Start.
 type appRun struct {
 	mu      sync.Mutex
 	handle  *host.Handle
-	entry   *nodeEntry // the node as it runs now; see current
+	inst    *host.Instance // the node as it runs now, as current last saw it
 	started atomic.Bool
 }
 
@@ -97,39 +98,15 @@ func (App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "coral", New: func() caddy.Module { return new(App) }}
 }
 
-// nodeEntry is one run of the app's node, for the admin API, the metrics
-// and the status page.
-type nodeEntry struct {
-	node   *coraldht.Node
-	joined atomic.Bool
-	start  time.Time     // when the node started (its uptime, for coral_status)
-	done   chan struct{} // closed once joined is final: joined, or the node stopped
-	inst   *host.Instance
-}
-
-func newNodeEntry(inst *host.Instance) *nodeEntry {
-	e := &nodeEntry{node: inst.Node(), start: inst.Started(), done: make(chan struct{}), inst: inst}
-	e.joined.Store(inst.Joined())
-	go func() {
-		defer close(e.done)
-		select {
-		case <-inst.WhenJoined():
-			e.joined.Store(true)
-		case <-inst.Stopped():
-		}
-	}()
-	return e
-}
-
 // current is the node as it runs now: after a restart (a newer
 // configuration's or a drain), the new one. Nil before Start. Apps built
-// by hand (tests) have an entry and no handle.
-func (a *App) current() *nodeEntry {
+// by hand (tests) have an instance and no handle.
+func (a *App) current() *host.Instance {
 	if a == nil {
 		return nil
 	}
 	if a.run == nil {
-		return a.entry
+		return a.inst
 	}
 	r := a.run
 	r.mu.Lock()
@@ -137,13 +114,13 @@ func (a *App) current() *nodeEntry {
 	if r.handle == nil {
 		return nil
 	}
-	if inst := r.handle.Instance(); r.entry == nil || r.entry.inst != inst {
-		r.entry = newNodeEntry(inst)
+	if inst := r.handle.Instance(); r.inst != inst {
+		r.inst = inst
 		// Other proxies' purges arrive as app messages to the node; the
 		// handler finds the caches through the admin registry.
-		r.entry.node.HandleApp(purgeKind, peerPurgeHandler(runningCaches))
+		inst.Node().HandleApp(purge.Kind, peerPurgeHandler(runningCaches))
 	}
-	return r.entry
+	return r.inst
 }
 
 // handle is the app's hold on the node; nil before Start.
@@ -245,7 +222,7 @@ func (a *App) nodeOptions() (host.Options, error) {
 // running on its listen address (the previous configuration's), if any.
 func (a *App) Node() *coraldht.Node {
 	if e := a.current(); e != nil {
-		return e.node
+		return e.Node()
 	}
 	for _, inst := range host.Running() {
 		if inst.Listen() == a.opts.Listen {
@@ -258,7 +235,7 @@ func (a *App) Node() *coraldht.Node {
 // Joined reports whether the node has joined the network.
 func (a *App) Joined() bool {
 	e := a.current()
-	return e != nil && e.joined.Load()
+	return e != nil && e.Joined()
 }
 
 // Start takes the node: it starts it, shares the running one, or restarts

@@ -113,13 +113,14 @@ func (a *App) waitJoined(ctx context.Context, d time.Duration) error {
 		return errNodeStopped
 	}
 	select {
-	case <-e.done:
+	case <-e.WhenJoined():
+	case <-e.Stopped():
 	case <-t.C:
 		return fmt.Errorf("the DSHT node has not joined the network after %v", d)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if !e.joined.Load() {
+	if !e.Joined() {
 		return errNodeStopped
 	}
 	return nil

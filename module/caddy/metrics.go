@@ -225,11 +225,11 @@ func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
 	seen := map[*coraldht.Node]bool{}
 	for _, a := range apps {
 		e := a.current()
-		if e == nil || e.node == nil || seen[e.node] {
+		if e == nil || e.Node() == nil || seen[e.Node()] {
 			continue
 		}
-		seen[e.node] = true
-		dhtDescs.Collect(ch, e.node.Addr().String(), e.node, e.joined.Load())
+		seen[e.Node()] = true
+		dhtDescs.Collect(ch, e.Node().Addr().String(), e.Node(), e.Joined())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coraldht/host"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -39,9 +40,7 @@ func metricsTestNode(t *testing.T, addr string) *coraldht.Node {
 
 // metricsTestApp wraps a node in a coral app as Provision would.
 func metricsTestApp(n *coraldht.Node, listen string, joined bool) *App {
-	a := &App{Listen: listen, entry: &nodeEntry{node: n, done: make(chan struct{})}}
-	a.entry.joined.Store(joined)
-	return a
+	return &App{Listen: listen, inst: host.Detached(n, time.Time{}, joined)}
 }
 
 func metricsTestStore(t *testing.T) *diskcache.Store {
@@ -408,7 +407,7 @@ func TestMetricsCollector(t *testing.T) {
 	}
 
 	// Not joined yet.
-	app.entry.joined.Store(false)
+	app.inst = host.Detached(app.inst.Node(), time.Time{}, false)
 	if got := gatherValues(t, reg, "caddy_coral_dht_joined"); got[nl] != 0 {
 		t.Errorf("dht_joined = %v for a node that has not joined", got)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/module/caddy/httpcache"
+	"github.com/coralcdn/coral/module/caddy/purge"
 )
 
 // fetchFromPeers asks the peers for the object, two at a time: the first
@@ -57,7 +58,7 @@ func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []re
 // purgeMemory is how long after a purge an object is fetched from its
 // origin only: the longest a network purge may take (its timeout is at
 // most 5 min).
-const purgeMemory = purgeMaxTimeout
+const purgeMemory = purge.MaxTimeout
 
 // peerFreshnessField is the response field in which a proxy tells a peer
 // how many more seconds its copy is fresh (in its own cache, under its own

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,7 +11,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +20,7 @@ import (
 	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
+	"github.com/coralcdn/coral/module/caddy/purge"
 	"go.uber.org/zap"
 )
 
@@ -157,7 +156,7 @@ func startPurgeProxies(t *testing.T, n, first int, network bool) []*purgeProxy {
 		srv := serveAsPeer(t, h, ip)
 		p := &purgeProxy{h: h, node: node, srv: srv, refs: refs}
 		if node != nil {
-			node.HandleApp(purgeKind, peerPurgeHandler(func() []cacheRef { return []cacheRef{p.cacheRef()} }))
+			node.HandleApp(purge.Kind, peerPurgeHandler(func() []cacheRef { return []cacheRef{p.cacheRef()} }))
 		}
 		out = append(out, p)
 	}
@@ -239,8 +238,8 @@ func (p *purgeProxy) settle(t *testing.T) {
 			p.h.store.Walk(0, func(infos []diskcache.Info) bool {
 				for _, in := range infos {
 					if m, ok := p.h.store.Peek(in.Key); ok && m.Extra[varyIndexField] == "" {
-						if norm, ok := storedNorm(m.Extra["url"]); ok {
-							if _, ok := p.refs.refs[keyOfNorm(norm)]; !ok {
+						if norm, ok := purge.StoredNorm(m.Extra["url"]); ok {
+							if _, ok := p.refs.refs[purge.KeyOfNorm(norm)]; !ok {
 								refsDone = false
 							}
 						}
@@ -281,136 +280,17 @@ func atoiPort(s string) int {
 }
 
 // purgePOST calls POST /coral/purge with form values and decodes the answer.
-func purgePOST(t *testing.T, form url.Values) purgeResponse {
+func purgePOST(t *testing.T, form url.Values) purge.Response {
 	t.Helper()
 	w, err := adminTestCall(t, "/coral/purge", http.MethodPost, "/coral/purge?"+form.Encode())
 	if err != nil {
 		t.Fatalf("purge %v: %v", form, err)
 	}
-	var out purgeResponse
+	var out purge.Response
 	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
 		t.Fatalf("purge %v: %v\n%s", form, err, w.Body)
 	}
 	return out
-}
-
-func TestParsePurgeURL(t *testing.T) {
-	zones := []string{"nyud.test", "Other.Test."}
-	key := func(host string, port int, path, query string) string {
-		return coralname.CacheKey("http", host, port, path, query)
-	}
-	same := []struct {
-		url, norm string
-	}{
-		{"http://www.example.com.nyud.test/a.jpg", "//www.example.com/a.jpg"},
-		{"http://www.example.com/a.jpg", "//www.example.com/a.jpg"},
-		{"https://www.example.com/a.jpg", "//www.example.com/a.jpg"},
-		{"https://www.example.com:443/a.jpg", "//www.example.com/a.jpg"},
-		{"http://www.example.com:80/a.jpg", "//www.example.com/a.jpg"},
-		{"HTTP://WWW.Example.COM./a.jpg#frag", "//www.example.com/a.jpg"},
-		{"http://www.example.com.nyud.test:8090/a.jpg", "//www.example.com/a.jpg"}, // a proxy's port
-		{"http://WWW.EXAMPLE.COM.NYUD.TEST./a.jpg", "//www.example.com/a.jpg"},     // case, root dot
-		{"http://www.example.com.other.test/a.jpg", "//www.example.com/a.jpg"},     // the other zone
-		{"http://www.example.com/x/../a.jpg", "//www.example.com/a.jpg"},           // dot segments
-		{"http://www.example.com/%61.jpg", "//www.example.com/a.jpg"},              // unreserved escape
-		{"http://www.example.com.8080.nyud.test/a?b=1", "//www.example.com:8080/a?b=1"},
-		{"http://www.example.com:8080/a?b=1", "//www.example.com:8080/a?b=1"},
-		{"https://www.example.com:8443/a", "//www.example.com:8443/a"},
-		{"http://www.example.com:443/a", "//www.example.com:443/a"},
-		{"http://192.0.2.7/a", "//192.0.2.7/a"},
-		{"http://192.0.2.7.nyud.test/a", "//192.0.2.7/a"},
-		{"http://www.example.com", "//www.example.com/"},
-		{"http://www.example.com?q", "//www.example.com/?q"},
-		{"http://a_b.example.com/", "//a_b.example.com/"},
-	}
-	for _, c := range same {
-		spec, err := parsePurgeURL(c.url, false, zones)
-		if err != nil {
-			t.Errorf("%s: %v", c.url, err)
-			continue
-		}
-		h, port, p, q := purgeSplitNorm(t, c.norm)
-		if spec.norm != c.norm || spec.key != key(h, port, p, q) || spec.prefix {
-			t.Errorf("%s: %+v, want norm %s", c.url, spec, c.norm)
-		}
-		pspec, err := parsePurgeURL(c.url, true, zones)
-		if err != nil || pspec.norm != c.norm || !pspec.prefix || pspec.key != "" {
-			t.Errorf("%s as a prefix: %+v, %v", c.url, pspec, err)
-		}
-	}
-	for _, bad := range []string{
-		"",
-		"/a.jpg",
-		"www.example.com/a.jpg",
-		"ftp://www.example.com/a",
-		"http://user:pw@www.example.com/a",
-		"http:www.example.com/a",
-		"http:///a",
-		"http://[2001:db8::1]/a",
-		"http://localhost/a",
-		"http://intranet/a",
-		"http://127.1/a",
-		"http://example.123/a",
-		"http://www.example.com:0/a",
-		"http://www.example.com:65536/a",
-		"http://www.example.com:080/a",
-		"http://-bad-.example.com/a",
-		"http://a.nyud.test.example.com/a", // the zone inside an origin
-		"http://a.nyud.test.nyud.test/a",   // the zone twice
-		"http://nyud.test/a",               // the zone alone
-		"http://www.exämple.com/a",         // not punycode
-		"http://www.example.com.99999.nyud.test/a",
-		"http://%zz/a",
-		"http://" + strings.Repeat("a", purgeURLMax) + ".com/",
-	} {
-		if spec, err := parsePurgeURL(bad, false, zones); err == nil {
-			t.Errorf("%q accepted as %+v", bad, spec)
-		} else if !errors.Is(err, errPurgeURL) {
-			t.Errorf("%q: %v does not wrap errPurgeURL", bad, err)
-		}
-	}
-	// Without zones (cannot happen through the API, which needs a proxy),
-	// origin URLs still parse.
-	if spec, err := parsePurgeURL("http://www.example.com/a", false, nil); err != nil || spec.norm != "//www.example.com/a" {
-		t.Errorf("no zones: %+v, %v", spec, err)
-	}
-}
-
-// purgeSplitNorm splits "//host[:port]/path[?query]".
-func purgeSplitNorm(t *testing.T, norm string) (host string, port int, path, query string) {
-	u, err := url.Parse("http:" + norm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := u.Port(); p != "" {
-		port = atoiPort(p)
-	}
-	return u.Hostname(), port, u.EscapedPath(), u.RawQuery
-}
-
-// TestStoredNorm: the URL stored with an object (the origin URL, http or
-// https) gives back the key it was stored under.
-func TestStoredNorm(t *testing.T) {
-	for _, tc := range []Target{
-		{Host: "www.example.com", Scheme: "http", Path: "/a.jpg"},
-		{Host: "www.example.com", Port: 8080, Scheme: "http", Path: "/a b/%7e", RawQuery: "x=1&y"},
-		{Host: "www.example.com", Scheme: "https", Path: "/"},
-		{Host: "www.example.com", Port: 8443, Scheme: "https", Path: "/a"},
-		{Host: "192.0.2.1", Port: 81, Scheme: "http", Path: "/a/../b"},
-	} {
-		stored := tc.OriginURL().String()
-		norm, ok := storedNorm(stored)
-		want := tc
-		want.Scheme = "http"
-		if !ok || keyOfNorm(norm) != want.Key() {
-			t.Errorf("%+v stored as %s: norm %q (%v), key %s; want %s", tc, stored, norm, ok, keyOfNorm(norm), want.Key())
-		}
-	}
-	for _, bad := range []string{"", "/a", "ftp://x/a", "http:opaque", "http://x:port/"} {
-		if n, ok := storedNorm(bad); ok {
-			t.Errorf("%q gives %q", bad, n)
-		}
-	}
 }
 
 // TestPurgeLocal: exact purges by either URL form remove the object (and
@@ -643,7 +523,7 @@ func TestPurgeAdminErrors(t *testing.T) {
 	if err := (&AdminAPI{}).handlePurge(w, req); err != nil {
 		t.Fatalf("form body: %v", err)
 	}
-	var res purgeResponse
+	var res purge.Response
 	if err := json.Unmarshal(w.Body.Bytes(), &res); err != nil || res.Normalized != "//www.example.com/a?b=c&d" {
 		t.Errorf("form body: %+v, %v", res, err)
 	}
@@ -665,13 +545,13 @@ func TestPurgeNetwork(t *testing.T) {
 		t.Fatalf("origin asked %d times, want 1 (the others from peers)", n)
 	}
 	ctx := context.Background()
-	spec, err := parsePurgeURL(o.coralURL("/n.jpg"), false, []string{"nyud.test"})
+	spec, err := purge.ParseURL(o.coralURL("/n.jpg"), false, []string{"nyud.test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	caches := []cacheRef{ps[0].cacheRef()}
-	local := purgeLocal(ctx, spec, caches)
-	net := purgeNetwork(ctx, ps[0].node, spec, "references", caches)
+	local := purge.Local(ctx, spec, purgeCaches(caches))
+	net := purgeNetwork(ps[0].node, caches).Purge(ctx, spec, "references")
 	t.Logf("network purge: %+v", *net)
 	if local.Purged != 1 || net.Asked != 2 || net.Reached != 2 || net.Purged != 2 || net.Unreachable != 0 || net.References < 3 {
 		t.Fatalf("local %+v, network %+v", local, *net)
@@ -697,9 +577,9 @@ func TestPurgeNetwork(t *testing.T) {
 		p.get(t, o, "/dir/a")
 		p.settle(t)
 	}
-	pspec, _ := parsePurgeURL(o.originURL("/dir/"), true, nil)
-	purgeLocal(ctx, pspec, caches)
-	net = purgeNetwork(ctx, ps[0].node, pspec, "known", caches)
+	pspec, _ := purge.ParseURL(o.originURL("/dir/"), true, nil)
+	purge.Local(ctx, pspec, purgeCaches(caches))
+	net = purgeNetwork(ps[0].node, caches).Purge(ctx, pspec, "known")
 	if net.Asked != 2 || net.Reached != 2 || net.Purged != 2 || net.References != 0 {
 		t.Fatalf("prefix: %+v", *net)
 	}
@@ -717,9 +597,9 @@ func TestPurgeNetwork(t *testing.T) {
 		p.get(t, o, "/m.jpg")
 		p.settle(t)
 	}
-	mspec, _ := parsePurgeURL(o.originURL("/m.jpg"), false, nil)
+	mspec, _ := purge.ParseURL(o.originURL("/m.jpg"), false, nil)
 	old := reference{Addr: netip.MustParseAddrPort("127.0.6.99:8090"), Complete: true}
-	if _, err := ps[1].node.Put(ctx, coraldht.KeyFor(mspec.key), old.encode(), time.Minute); err != nil {
+	if _, err := ps[1].node.Put(ctx, coraldht.KeyFor(mspec.Key), old.encode(), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	ps[2].node.Close()
@@ -727,9 +607,9 @@ func TestPurgeNetwork(t *testing.T) {
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	start := time.Now()
-	net = purgeNetwork(tctx, ps[0].node, mspec, "all", caches)
+	net = purgeNetwork(ps[0].node, caches).Purge(tctx, mspec, "all")
 	t.Logf("with a dead and an old proxy, after %v: %+v", time.Since(start), *net)
-	var dead, oldOne, live *purgePeer
+	var dead, oldOne, live *purge.Peer
 	for i, peer := range net.Peers {
 		switch {
 		case peer.Node == ps[2].node.Addr().String():
@@ -754,233 +634,6 @@ func TestPurgeNetwork(t *testing.T) {
 	if ps[1].cached("/m.jpg", o) {
 		t.Error("the live proxy still has /m.jpg")
 	}
-}
-
-// TestPurgeMessages: the purge payloads between proxies.
-func TestPurgeMessages(t *testing.T) {
-	key := coralname.CacheKey("http", "www.example.com", 0, "/a.jpg", "")
-	for _, spec := range []purgeSpec{
-		{key: key},
-		{prefix: true, norm: "//www.example.com/img/"},
-		{prefix: true, norm: "//www.example.com:8080/"},
-		{prefix: true, norm: "//192.0.2.1/a?b=%20"},
-	} {
-		b, err := encodePurgeRequest(spec)
-		if err != nil {
-			t.Fatalf("%+v: %v", spec, err)
-		}
-		got, err := decodePurgeRequest(b)
-		want := spec
-		if !spec.prefix {
-			want.norm = ""
-		}
-		if err != nil || got != want {
-			t.Errorf("%+v → %x → %+v, %v", spec, b, got, err)
-		}
-	}
-	for name, spec := range map[string]purgeSpec{
-		"bad key":        {key: "xyz"},
-		"short key":      {key: key[:38]},
-		"empty prefix":   {prefix: true},
-		"no host":        {prefix: true, norm: "///a"},
-		"no slash":       {prefix: true, norm: "//www.example.com"},
-		"relative":       {prefix: true, norm: "/a"},
-		"too long":       {prefix: true, norm: "//www.example.com/" + strings.Repeat("a", coraldht.MaxAppPayload)},
-		"space":          {prefix: true, norm: "//www.example.com/a b"},
-		"bad port":       {prefix: true, norm: "//www.example.com:0/"},
-		"host with @":    {prefix: true, norm: "//user@www.example.com/"},
-		"host with junk": {prefix: true, norm: "//www.exa mple.com/"},
-	} {
-		if b, err := encodePurgeRequest(spec); err == nil {
-			t.Errorf("%s: encoded as %x", name, b)
-		}
-	}
-	good, _ := encodePurgeRequest(purgeSpec{key: key})
-	for name, b := range map[string][]byte{
-		"empty":     nil,
-		"version 2": append([]byte{2}, good[1:]...),
-		"mode 2":    append([]byte{1, 2}, good[2:]...),
-		"short key": good[:21],
-		"long key":  append(append([]byte(nil), good...), 0),
-		"prefix /":  []byte("\x01\x01/"),
-	} {
-		if spec, err := decodePurgeRequest(b); err == nil {
-			t.Errorf("%s: %x accepted as %+v", name, b, spec)
-		}
-	}
-
-	for _, r := range []purgeReply{
-		{status: purgeStatusOK, purged: 3, variants: 2, aborted: 1, pending: 0, scanned: 1 << 31, complete: true},
-		{status: purgeStatusRefused, detail: "coral purge: malformed"},
-		{status: purgeStatusNoCache, complete: true},
-	} {
-		got, err := decodePurgeReply(encodePurgeReply(r))
-		if err != nil || got != r {
-			t.Errorf("%+v → %+v, %v", r, got, err)
-		}
-	}
-	long := encodePurgeReply(purgeReply{status: purgeStatusRefused, detail: strings.Repeat("x", 2000)})
-	if len(long) != coraldht.MaxAppPayload {
-		t.Errorf("a long detail makes a reply of %d bytes", len(long))
-	}
-	for name, b := range map[string][]byte{
-		"short":      make([]byte, purgeReplyFixed-1),
-		"version 0":  make([]byte, purgeReplyFixed),
-		"status 3":   append([]byte{1, 3}, make([]byte, purgeReplyFixed-2)...),
-		"flags 0x02": append(append([]byte{1, 0}, make([]byte, 20)...), 2),
-	} {
-		if r, err := decodePurgeReply(b); err == nil {
-			t.Errorf("%s: accepted as %+v", name, r)
-		}
-	}
-}
-
-// FuzzDecodePurgeRequest: whatever a member sends, decoding never panics,
-// and what it accepts re-encodes to the same bytes.
-func FuzzDecodePurgeRequest(f *testing.F) {
-	for _, spec := range []purgeSpec{
-		{key: coralname.CacheKey("http", "www.example.com", 0, "/a.jpg", "")},
-		{prefix: true, norm: "//www.example.com/img/"},
-		{prefix: true, norm: "//127.0.0.1:8080/a?b"},
-	} {
-		b, err := encodePurgeRequest(spec)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	f.Add([]byte{1, 1, '/', '/'})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		spec, err := decodePurgeRequest(b)
-		if err != nil {
-			return
-		}
-		again, err := encodePurgeRequest(spec)
-		if err != nil || !bytes.Equal(again, b) {
-			t.Fatalf("%x → %+v → %x, %v", b, spec, again, err)
-		}
-	})
-}
-
-// FuzzDecodePurgeReply: likewise for a peer's reply.
-func FuzzDecodePurgeReply(f *testing.F) {
-	f.Add(encodePurgeReply(purgeReply{status: purgeStatusOK, purged: 7, scanned: 100000, complete: true}))
-	f.Add(encodePurgeReply(purgeReply{status: purgeStatusRefused, detail: "coral purge: malformed purge message: mode 9"}))
-	f.Add(encodePurgeReply(purgeReply{status: purgeStatusNoCache}))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := decodePurgeReply(b)
-		if err != nil {
-			return
-		}
-		if len(b) > coraldht.MaxAppPayload {
-			return // CallApp never returns more; the encoder cuts the detail
-		}
-		if again := encodePurgeReply(r); !bytes.Equal(again, b) {
-			t.Fatalf("%x → %+v → %x", b, r, again)
-		}
-	})
-}
-
-// FuzzParsePurgeURL: whatever an operator types, parsing never panics; an
-// accepted URL's key is the hash of its normalized form, the normalized
-// form parses to itself, and its Coralized form names the same key.
-func FuzzParsePurgeURL(f *testing.F) {
-	for _, s := range []string{
-		"http://www.example.com.nyud.test/a.jpg", "https://www.example.com:8443/a/../b?c=%7e#f",
-		"http://192.0.2.1.8080.nyud.test/", "http://www.example.com", "http://a_b.example.com/%zz",
-	} {
-		f.Add(s, false)
-	}
-	f.Add("http://www.example.com/img/", true)
-	zones := []string{"nyud.test"}
-	f.Fuzz(func(t *testing.T, raw string, prefix bool) {
-		spec, err := parsePurgeURL(raw, prefix, zones)
-		if err != nil {
-			return
-		}
-		if prefix != spec.prefix || (!prefix && spec.key != keyOfNorm(spec.norm)) || (prefix && spec.key != "") {
-			t.Fatalf("%q: %+v", raw, spec)
-		}
-		again, err := parsePurgeURL("http:"+spec.norm, prefix, zones)
-		if err != nil || again != spec {
-			t.Fatalf("%q → %+v; its normalized form → %+v, %v", raw, spec, again, err)
-		}
-		if prefix && len(spec.norm) <= coraldht.MaxAppPayload-2 {
-			if _, err := encodePurgeRequest(spec); err != nil {
-				t.Fatalf("%q: prefix %q does not encode: %v", raw, spec.norm, err)
-			}
-		}
-		u, _ := url.Parse("http:" + spec.norm)
-		port := 0
-		if p := u.Port(); p != "" {
-			port = atoiPort(p)
-		}
-		coral := "http://" + coralname.Coralize(coralname.Origin{Host: u.Hostname(), Port: port}, "nyud.test") + u.EscapedPath()
-		if u.RawQuery != "" {
-			coral += "?" + u.RawQuery
-		}
-		if c, err := parsePurgeURL(coral, prefix, zones); err != nil || c != spec {
-			t.Fatalf("%q → %+v; Coralized %q → %+v, %v", raw, spec, coral, c, err)
-		}
-	})
-}
-
-// BenchmarkPurgePrefixScan measures a prefix purge over a cache of
-// PURGE_BENCH_OBJECTS (default 20000) objects that matches none of them:
-// the cost per object scanned, and the longest another user of the store
-// waited for its lock meanwhile.
-func BenchmarkPurgePrefixScan(b *testing.B) {
-	n := 20000
-	if v := os.Getenv("PURGE_BENCH_OBJECTS"); v != "" {
-		fmt.Sscan(v, &n)
-	}
-	store, err := diskcache.Open(diskcache.Options{Dir: b.TempDir(), MaxBytes: 1 << 40, NoSync: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
-	for i := range n {
-		t := Target{Host: "www.example.com", Scheme: "http", Path: fmt.Sprintf("/obj/%d.jpg", i)}
-		m := diskcache.Meta{Status: 200, Header: http.Header{"Content-Type": {"image/jpeg"}}, Size: 1,
-			Stored: time.Now(), Expires: time.Now().Add(time.Hour), Extra: map[string]string{"url": t.OriginURL().String(), "source": "origin"}}
-		w, err := store.Create(t.Key(), m)
-		if err != nil {
-			b.Fatal(err)
-		}
-		w.Write([]byte("x"))
-		if err := w.Commit(m); err != nil {
-			b.Fatal(err)
-		}
-	}
-	c := cacheRef{dir: "bench", store: store}
-	stop := make(chan struct{})
-	waits := make(chan time.Duration, 1)
-	go func() {
-		var worst time.Duration
-		for {
-			select {
-			case <-stop:
-				waits <- worst
-				return
-			default:
-			}
-			t0 := time.Now()
-			store.Stat("0000000000000000000000000000000000000000")
-			worst = max(worst, time.Since(t0))
-		}
-	}()
-	b.ResetTimer()
-	for range b.N {
-		r := purgePrefix(context.Background(), c, "//www.example.org/")
-		if r.Scanned != n || r.Purged != 0 {
-			b.Fatalf("%+v", r)
-		}
-	}
-	b.StopTimer()
-	close(stop)
-	worst := <-waits
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/object")
-	b.ReportMetric(float64(worst.Microseconds()), "µs-max-lock-wait")
 }
 
 // TestPurgeSkipsPeersAfterwards: after a purge, a miss for the object goes
@@ -1009,8 +662,7 @@ func TestPurgeSkipsPeersAfterwards(t *testing.T) {
 	// Purge at P1 only (as if a network purge had not reached P0 yet).
 	tg, _ := ParseTarget(host, "nyud.test", "/obj", "")
 	c := cacheRef{store: proxies[1].h.store, engines: []*engine{proxies[1].h.eng}}
-	var r purgeCacheResult
-	if !purgeKey(c, tg.Key(), &r) {
+	if r := purge.Local(context.Background(), purge.Spec{Key: tg.Key()}, []purge.Cache{c.purgeCache()}); r.Purged == 0 {
 		t.Fatal("nothing purged")
 	}
 	body, cs := askProxy(t, proxies[1], host, "/obj")

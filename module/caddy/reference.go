@@ -12,7 +12,7 @@ import (
 // "this proxy has (or is fetching) the object; ask it". It is the whole
 // value, so it is small and versioned. Version 2 (put by this version)
 // also names the proxy's DSHT node, so that a purge can reach it
-// (purge.go); version 1 (put by older versions, still read) does not.
+// (package purge); version 1 (put by older versions, still read) does not.
 //
 // Version 1, 8 or 20 bytes:
 //

@@ -5,7 +5,9 @@ import (
 	"sync"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coraldht/host"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/purge"
 )
 
 // The running coral apps and coral_proxy handlers of this process: what
@@ -29,34 +31,34 @@ func addRunningApp(a *App) {
 	if !slices.Contains(running.apps, a) {
 		running.apps = append(running.apps, a)
 	}
-	if e := a.current(); e != nil && e.node != nil && a.run == nil {
+	if e := a.current(); e != nil && e.Node() != nil && a.run == nil {
 		// An app built by hand (tests); current registers the purge
 		// handler on every node it sees.
-		e.node.HandleApp(purgeKind, peerPurgeHandler(runningCaches))
+		e.Node().HandleApp(purge.Kind, peerPurgeHandler(runningCaches))
 	}
 }
 
 // runningNode is the DSHT node of the newest started coral app, as it runs
 // now, or nil.
 func runningNode() *coraldht.Node {
-	if e := runningEntry(); e != nil {
-		return e.node
+	if e := runningInstance(); e != nil {
+		return e.Node()
 	}
 	return nil
 }
 
 // runningApp is the newest started coral app with a node, or nil.
-func runningApp() (*App, *nodeEntry) {
+func runningApp() (*App, *host.Instance) {
 	apps, _ := runningAll()
 	for i := len(apps) - 1; i >= 0; i-- {
-		if e := apps[i].current(); e != nil && e.node != nil {
+		if e := apps[i].current(); e != nil && e.Node() != nil {
 			return apps[i], e
 		}
 	}
 	return nil, nil
 }
 
-func runningEntry() *nodeEntry {
+func runningInstance() *host.Instance {
 	_, e := runningApp()
 	return e
 }

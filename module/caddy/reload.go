@@ -178,7 +178,7 @@ func health() (ok bool, why string) {
 		return false, "no coral app is running"
 	case a.draining():
 		return false, "draining (POST /coral/drain); DELETE /coral/drain puts the node back"
-	case !e.joined.Load():
+	case !e.Joined():
 		return false, "not joined: no bootstrap node has answered yet (check UDP reachability and that the network key matches)"
 	}
 	return true, "ok"

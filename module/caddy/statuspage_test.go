@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/coraldht/host"
 )
 
 func TestStatusPageCaddyfile(t *testing.T) {
@@ -219,7 +220,7 @@ func TestStatusPageContent(t *testing.T) {
 	const addr = "127.0.5.10:4000"
 	node := metricsTestNode(t, addr)
 	app := metricsTestApp(node, addr, true)
-	app.entry.start = time.Now().Add(-90 * time.Minute)
+	app.inst = host.Detached(node, time.Now().Add(-90*time.Minute), true)
 	store := metricsTestStore(t)
 	const dir = "/tmp/status-page-cache"
 	h := &Handler{Zone: "nyud.test", store: store, storeKey: dir}

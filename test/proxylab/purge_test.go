@@ -12,7 +12,7 @@ import (
 )
 
 // purgeResult is the part of POST /coral/purge's answer this lab reads
-// (module/caddy/purge.go).
+// (module/caddy/purge).
 type purgeResult struct {
 	Normalized string `json:"normalized"`
 	Key        string `json:"key"`
