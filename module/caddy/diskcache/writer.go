@@ -120,9 +120,11 @@ func (s *Store) Create(key string, m Meta) (*Writer, error) {
 	// declared size: this write would fail midway and cut off the clients
 	// reading it, where failing now lets them get it whole, uncached.
 	if room := s.opt.MaxBytes - s.pending - s.orphaned - s.held; want > room {
+		// The counts are read under the lock: other writers change them.
+		err := fmt.Errorf("%w: readers hold %d bytes, writes %d; no room for %d more, limit %d",
+			ErrFull, s.held+s.orphaned, s.pending, want, s.opt.MaxBytes)
 		s.mu.Unlock()
-		return fail(fmt.Errorf("%w: readers hold %d bytes, writes %d; no room for %d more, limit %d",
-			ErrFull, s.held+s.orphaned, s.pending, want, s.opt.MaxBytes))
+		return fail(err)
 	}
 	if e == nil {
 		e = &entry{key: key}
