@@ -54,7 +54,7 @@ const (
 	metricRefusedAddress = "refused_address"
 	// peer: a put+get done again after a peer failed (refetch.go)
 	metricPeerRetry = "retry"
-	metricError          = "error" // any other failure
+	metricError     = "error" // any other failure
 
 	metricOther = "other"
 )
