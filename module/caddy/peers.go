@@ -20,13 +20,14 @@ import (
 // on our behalf. It returns a nil response when no peer had it, and then
 // the peers that failed: dead or unreachable, not merely without the
 // object (peerFailed).
-func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []reference) (*http.Response, map[netip.AddrPort]bool) {
-	var failed map[netip.AddrPort]bool
+func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []reference) (*http.Response, peerMisses) {
+	var miss peerMisses
 	for i := 0; i < len(peers); i += 2 {
 		batch := peers[i:min(i+2, len(peers))]
 		type result struct {
 			peer   netip.AddrPort
 			resp   *http.Response
+			err    error
 			failed bool
 		}
 		results := make(chan result, len(batch))
@@ -38,17 +39,14 @@ func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []re
 				resp, err := e.askPeer(traceConnected(pctx, &connected, &mu), fr, p)
 				mu.Lock()
 				defer mu.Unlock()
-				results <- result{p.Addr, resp, peerFailed(err, connected)}
+				results <- result{p.Addr, resp, err, peerFailed(err, connected)}
 			}()
 		}
 		var win *http.Response
 		for range batch {
 			r := <-results
-			if r.failed && ctx.Err() == nil {
-				if failed == nil {
-					failed = make(map[netip.AddrPort]bool)
-				}
-				failed[r.peer] = true
+			if ctx.Err() == nil {
+				miss.add(r.peer, r.failed, r.err)
 			}
 			if r.resp != nil && win == nil {
 				win = r.resp
@@ -62,11 +60,11 @@ func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []re
 			// The loser was cancelled or closed above; keep the winner's
 			// context alive until its body is read.
 			win.Body = &cancelOnClose{ReadCloser: win.Body, cancel: cancel}
-			return win, nil
+			return win, peerMisses{}
 		}
 		cancel()
 	}
-	return nil, failed
+	return nil, miss
 }
 
 // purgeMemory is how long after a purge an object is fetched from its
@@ -129,6 +127,9 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 		// the object.
 		e.metrics.peerFetch("not_cached")
 		resp.Body.Close()
+		if resp.StatusCode == http.StatusGatewayTimeout && resp.Header.Get("Cache-Status") == notCachedHeaderValue(peerRetryingDetail) {
+			return nil, errPeerRetrying
+		}
 		return nil, fmt.Errorf("%w: %s answered %d", errPeerNotCached, p.Addr, resp.StatusCode)
 	}
 	e.metrics.peerFetch("ok")

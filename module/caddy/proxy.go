@@ -152,12 +152,12 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 	idle := e.originTimeout + e.peerTimeout // a peer may itself wait on its origin
 	requested := e.now()
 	var err error
-	resp, failed := e.fetchFromPeers(ctx, fr, peers)
-	if resp == nil && len(failed) > 0 {
+	resp, miss := e.fetchFromPeers(ctx, fr, peers)
+	if resp == nil && miss.retry(e.selfAddr()) {
 		// A peer died or is out of reach: the put+get again, without it,
 		// rather than the origin at once (refetch.go).
 		requested = e.now()
-		resp, peerLevel, err = e.retryPeers(ctx, fr, d, failed, peerLevel)
+		resp, peerLevel, err = e.retryPeers(ctx, fr, d, miss, peerLevel)
 		source = fmt.Sprintf("peer-l%d", peerLevel)
 		if err != nil {
 			d.err = err

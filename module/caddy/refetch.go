@@ -3,6 +3,7 @@ package coralcaddy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -30,13 +31,20 @@ import (
 // the origin remains the fallback; every round is bounded by the same
 // timeouts as the first.
 const (
-	maxPeerRetries  = 2
+	maxPeerRetries  = 3
 	peerRetryJitter = time.Second
 )
 
 // errPeerNotCached is a peer's answer that it has not got the object (504
-// to only-if-cached, or a refusal): the peer is alive.
-var errPeerNotCached = errors.New("peer does not have it")
+// to only-if-cached, or a refusal): the peer is alive. errPeerRetrying is
+// the 504 of a peer that lost its own peer and retries (the Cache-Status
+// detail peerRetryingDetail).
+var (
+	errPeerNotCached = errors.New("peer does not have it")
+	errPeerRetrying  = fmt.Errorf("%w: it lost its own peer and retries", errPeerNotCached)
+)
+
+const peerRetryingDetail = "retrying"
 
 // peerRetryState says whether a download has lost its peer and waits to
 // retry (while it does, peers asking it get 504 at once), and wakes the
@@ -95,24 +103,64 @@ func traceConnected(ctx context.Context, connected *bool, mu *sync.Mutex) contex
 	})
 }
 
-// retryPeers runs after the peers asked for fr left failed (dead or
-// unreachable) ones and none had the object: it waits a random delay, does
-// the put+get again and asks the peers it returns but the failed ones, up
-// to maxPeerRetries times. It returns the response of the first peer that
-// had it, or nil (go to the origin), and the DSHT level of the last
-// put+get.
-func (e *engine) retryPeers(ctx context.Context, fr fetchRequest, d *download, failed map[netip.AddrPort]bool, level int) (*http.Response, int, error) {
-	for round := 0; round < maxPeerRetries && len(failed) > 0; round++ {
-		d.peerRetry.set(true)
+// peerMisses is what the peers asked for an object said when none had it:
+// which failed (dead or unreachable), and which lost their own peer and
+// retry as well (errPeerRetrying).
+type peerMisses struct {
+	failed   map[netip.AddrPort]bool
+	retrying []netip.AddrPort
+}
+
+// add notes what asking peer brought.
+func (m *peerMisses) add(peer netip.AddrPort, failed bool, err error) {
+	if failed {
+		if m.failed == nil {
+			m.failed = make(map[netip.AddrPort]bool)
+		}
+		m.failed[peer] = true
+	}
+	if errors.Is(err, errPeerRetrying) {
+		m.retrying = append(m.retrying, peer)
+	}
+}
+
+// retry reports whether a download that got m from its peers should do
+// its put+get again rather than go to the origin: a peer failed, or a
+// peer with a lower address than self retries too. Of the proxies that
+// lost their peer at once and see one another retrying, the one with the
+// lowest address goes to the origin; the others find it downloading in
+// their next round.
+func (m *peerMisses) retry(self netip.AddrPort) bool {
+	if len(m.failed) > 0 {
+		return true
+	}
+	for _, p := range m.retrying {
+		if p.Compare(self) < 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// retryPeers runs when the peers asked for fr had no copy but said to
+// retry (miss.retry): it waits a random delay, does the put+get again and
+// asks the peers it returns but the failed ones, up to maxPeerRetries
+// times. It returns the response of the first peer that had it, or nil
+// (go to the origin), and the DSHT level of the last put+get. Meanwhile
+// peers asking this proxy get 504 at once.
+func (e *engine) retryPeers(ctx context.Context, fr fetchRequest, d *download, miss peerMisses, level int) (*http.Response, int, error) {
+	d.peerRetry.set(true)
+	defer d.peerRetry.set(false)
+	self := e.selfAddr()
+	failed := miss.failed
+	for round := 0; round < maxPeerRetries && miss.retry(self); round++ {
 		t := time.NewTimer(e.peerRetryDelay())
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			d.peerRetry.set(false)
 			return nil, level, ctx.Err()
 		}
-		d.peerRetry.set(false)
 		e.metrics.peerFetch(metricPeerRetry)
 		peers, lvl := e.putGetPeers(ctx, fr)
 		level = lvl
@@ -122,17 +170,15 @@ func (e *engine) retryPeers(ctx context.Context, fr fetchRequest, d *download, f
 				live = append(live, p)
 			}
 		}
-		if len(live) == 0 {
-			return nil, level, nil
-		}
-		resp, newlyFailed := e.fetchFromPeers(ctx, fr, live)
+		var resp *http.Response
+		resp, miss = e.fetchFromPeers(ctx, fr, live)
 		if resp != nil {
 			return resp, level, nil
 		}
-		if len(newlyFailed) == 0 {
-			return nil, level, nil // every live peer answered without it
-		}
-		for a := range newlyFailed {
+		for a := range miss.failed {
+			if failed == nil {
+				failed = make(map[netip.AddrPort]bool)
+			}
 			failed[a] = true
 		}
 	}

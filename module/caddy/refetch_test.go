@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,9 +22,15 @@ import (
 // refused them.) The proxies' retry delays are fixed and apart, as the
 // random ones almost always are.
 func TestDownloaderDiesWithWaitingPeers(t *testing.T) {
+	// Whether the proxy with the lowest address retries first or last.
+	t.Run("lowest first", func(t *testing.T) { downloaderDies(t, []time.Duration{0, 0, 400 * time.Millisecond, 800 * time.Millisecond}) })
+	t.Run("lowest last", func(t *testing.T) { downloaderDies(t, []time.Duration{0, 800 * time.Millisecond, 400 * time.Millisecond, 0}) })
+}
+
+func downloaderDies(t *testing.T, delays []time.Duration) {
 	proxies := startTestProxiesIn(t, 4, 186)
 	for i, p := range proxies {
-		p.h.eng.retryDelay = func() time.Duration { return time.Duration(i) * 400 * time.Millisecond }
+		p.h.eng.retryDelay = func() time.Duration { return delays[i] }
 	}
 	half := bytes.Repeat([]byte("q"), 256<<10)
 	var fetches atomic.Int32
@@ -116,3 +123,49 @@ type timeoutErr struct{}
 func (*timeoutErr) Error() string   { return "i/o timeout" }
 func (*timeoutErr) Timeout() bool   { return true }
 func (*timeoutErr) Temporary() bool { return true }
+
+// TestRetryingPeerAnswers: a proxy whose download lost its peer answers a
+// peer's only-if-cached request with the 504 that says it retries too,
+// at once, and the asking proxy reads it as such (errPeerRetrying).
+func TestRetryingPeerAnswers(t *testing.T) {
+	proxies := startTestProxiesIn(t, 2, 186)
+	req, _ := http.NewRequest(http.MethodGet, proxies[0].srv.URL+"/x", nil)
+	req.Host = "127.0.0.1.8080.nyud.test"
+	target, err := requestTarget(req, "nyud.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := proxies[0].h.eng
+	d := &download{ready: make(chan struct{}), key: target.Key(), background: true} // nobody cancels it
+	d.peerRetry.set(true)
+	e.mu.Lock()
+	e.inflight[target.Key()] = d
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.inflight, target.Key())
+		e.mu.Unlock()
+	}()
+	fr := fetchRequest{key: target.Key(), baseKey: target.Key(), target: target, scheme: "http"}
+	ref := reference{Addr: netip.MustParseAddrPort(proxies[0].srv.Listener.Addr().String())}
+	start := time.Now()
+	_, err = proxies[1].h.eng.askPeer(t.Context(), fr, ref)
+	if !errors.Is(err, errPeerRetrying) {
+		t.Fatalf("asking a retrying peer: %v, want errPeerRetrying", err)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Errorf("the retrying peer answered after %v, want at once", waited)
+	}
+	// Not retrying (searching its peers): the peer holds the request
+	// until its download is ready or peer_timeout, and a retry that
+	// starts meanwhile releases it with the same answer.
+	d.peerRetry.set(false)
+	go func() {
+		time.Sleep(200 * time.Millisecond) // let the request arrive and wait; the answer does not depend on it
+		d.peerRetry.set(true)
+	}()
+	_, err = proxies[1].h.eng.askPeer(t.Context(), fr, ref)
+	if !errors.Is(err, errPeerRetrying) {
+		t.Fatalf("asking a peer that starts to retry: %v, want errPeerRetrying", err)
+	}
+}

@@ -153,12 +153,13 @@ func (h *Handler) serveOnlyIfCached(w http.ResponseWriter, r *http.Request, fr f
 		defer h.eng.letGo(d)
 		retrying, lost := d.peerRetry.state()
 		if retrying {
-			return notCached(w, "only-if-cached")
+			return notCached(w, peerRetryingDetail)
 		}
 		t := time.NewTimer(time.Duration(h.PeerTimeout))
 		defer t.Stop()
 		select {
 		case <-lost:
+			return notCached(w, peerRetryingDetail)
 		case <-d.ready:
 			if d.err == nil && d.direct == nil {
 				if rd, _, ok := h.lookup(r.Context(), &fr); ok && (!rd.Complete() || h.eng.now().Before(rd.Meta().Expires)) {
