@@ -23,8 +23,12 @@ import (
 // random ones almost always are.
 func TestDownloaderDiesWithWaitingPeers(t *testing.T) {
 	// Whether the proxy with the lowest address retries first or last.
-	t.Run("lowest first", func(t *testing.T) { downloaderDies(t, []time.Duration{0, 0, 400 * time.Millisecond, 800 * time.Millisecond}) })
-	t.Run("lowest last", func(t *testing.T) { downloaderDies(t, []time.Duration{0, 800 * time.Millisecond, 400 * time.Millisecond, 0}) })
+	t.Run("lowest first", func(t *testing.T) {
+		downloaderDies(t, []time.Duration{0, 0, 400 * time.Millisecond, 800 * time.Millisecond})
+	})
+	t.Run("lowest last", func(t *testing.T) {
+		downloaderDies(t, []time.Duration{0, 800 * time.Millisecond, 400 * time.Millisecond, 0})
+	})
 }
 
 func downloaderDies(t *testing.T, delays []time.Duration) {
