@@ -157,7 +157,7 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 		// A peer died or is out of reach: the put+get again, without it,
 		// rather than the origin at once (refetch.go).
 		requested = e.now()
-		resp, peerLevel, err = e.retryPeers(ctx, fr, d, miss, peerLevel)
+		resp, peerLevel, err = e.retryPeers(ctx, fr, d, peers, miss, peerLevel)
 		source = fmt.Sprintf("peer-l%d", peerLevel)
 		if err != nil {
 			d.err = err

@@ -148,11 +148,16 @@ func (m *peerMisses) retry(self netip.AddrPort) bool {
 // times. It returns the response of the first peer that had it, or nil
 // (go to the origin), and the DSHT level of the last put+get. Meanwhile
 // peers asking this proxy get 504 at once.
-func (e *engine) retryPeers(ctx context.Context, fr fetchRequest, d *download, miss peerMisses, level int) (*http.Response, int, error) {
+func (e *engine) retryPeers(ctx context.Context, fr fetchRequest, d *download, asked []reference, miss peerMisses, level int) (*http.Response, int, error) {
 	d.peerRetry.set(true)
 	defer d.peerRetry.set(false)
 	self := e.selfAddr()
 	failed := miss.failed
+	// The peers asked before are asked again with those the new put+get
+	// returns: a get answers with the first values it finds, which may be
+	// only the dead peer's reference, while a peer that said it retries
+	// may be the new downloader by now.
+	known := append([]reference(nil), asked...)
 	for round := 0; round < maxPeerRetries && miss.retry(self); round++ {
 		t := time.NewTimer(e.peerRetryDelay())
 		select {
@@ -164,12 +169,15 @@ func (e *engine) retryPeers(ctx context.Context, fr fetchRequest, d *download, m
 		e.metrics.peerFetch(metricPeerRetry)
 		peers, lvl := e.putGetPeers(ctx, fr)
 		level = lvl
-		live := peers[:0]
-		for _, p := range peers {
-			if !failed[p.Addr] {
+		var live []reference
+		seen := make(map[netip.AddrPort]bool)
+		for _, p := range append(peers, known...) {
+			if !failed[p.Addr] && !seen[p.Addr] {
+				seen[p.Addr] = true
 				live = append(live, p)
 			}
 		}
+		known = live
 		var resp *http.Response
 		resp, miss = e.fetchFromPeers(ctx, fr, live)
 		if resp != nil {
