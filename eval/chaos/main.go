@@ -221,6 +221,11 @@ func (s *schedule) all(ctx context.Context, p params, upgradeNote string) error 
 		bound int // origin fetches per object (phase.Bound)
 		skip  string
 		event func(context.Context) (string, error)
+		// waveAfter starts the phase's wave once the event is done, not
+		// as it begins: the heal takes a moment (0.4 s for the nftables
+		// rules), and a wave started before it ends is fetched once per
+		// side, while the phase's bound counts one network.
+		waveAfter bool
 	}
 	skipRotate := ""
 	if !p.Rotate {
@@ -229,15 +234,15 @@ func (s *schedule) all(ctx context.Context, p params, upgradeNote string) error 
 		skipRotate = "keyring not in this build (" + why + ")"
 	}
 	for _, st := range []step{
-		{"warmup", 1, "", s.warmup},
-		{"upgrade", 2, upgradeNote, s.upgrade},
-		{"kill", 2, "", s.kill},
-		{"partition", 2, "", s.partition},
-		{"heal", 1, "", s.heal},
-		{"restart", 1, "", s.restart},
-		{"rotate", 1, skipRotate, s.rotate},
+		{"warmup", 1, "", s.warmup, false},
+		{"upgrade", 2, upgradeNote, s.upgrade, false},
+		{"kill", 2, "", s.kill, false},
+		{"partition", 2, "", s.partition, false},
+		{"heal", 1, "", s.heal, true},
+		{"restart", 1, "", s.restart, false},
+		{"rotate", 1, skipRotate, s.rotate, false},
 	} {
-		if err := s.run(ctx, st.name, st.bound, st.skip, st.event); err != nil {
+		if err := s.run(ctx, st.name, st.bound, st.skip, st.waveAfter, st.event); err != nil {
 			return err
 		}
 	}

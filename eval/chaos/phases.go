@@ -53,7 +53,7 @@ type schedule struct {
 
 // run runs one phase: event, then the wait for a quiet stretch. A phase
 // with a reason to skip it only records the reason.
-func (s *schedule) run(ctx context.Context, name string, bound int, skip string, event func(context.Context) (string, error)) error {
+func (s *schedule) run(ctx context.Context, name string, bound int, skip string, waveAfter bool, event func(context.Context) (string, error)) error {
 	p := &phase{Name: name, Bound: bound, Start: s.rec.now()}
 	s.phases = append(s.phases, p)
 	if skip != "" {
@@ -64,8 +64,9 @@ func (s *schedule) run(ctx context.Context, name string, bound int, skip string,
 	s.logf("phase %s", name)
 	// Each phase after the first brings a new wave of objects the crowd
 	// wants, so every phase has first fetches (on each side of a
-	// partition) and peer fetches.
-	if len(s.phases) > 1 {
+	// partition) and peer fetches: from the start of the event, or with
+	// waveAfter from its end.
+	if len(s.phases) > 1 && !waveAfter {
 		s.load.nextWave()
 	}
 	note, err := event(ctx)
@@ -73,6 +74,9 @@ func (s *schedule) run(ctx context.Context, name string, bound int, skip string,
 	if err != nil {
 		p.End = s.rec.now()
 		return fmt.Errorf("phase %s: %w", name, err)
+	}
+	if len(s.phases) > 1 && waveAfter {
+		s.load.nextWave()
 	}
 	err = s.waitQuiet(ctx, p)
 	p.End = s.rec.now()

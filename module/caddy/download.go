@@ -56,6 +56,9 @@ type download struct {
 	// 101) to the request that started the download, which relays them
 	// (RFC 9110 §15.2: a proxy forwards them). They are never stored.
 	interim chan interimResponse
+	// peerRetry says whether the download lost its peer and waits to do
+	// its put+get again (refetch.go).
+	peerRetry peerRetryState
 }
 
 // interimResponse is one 1xx response from the origin.

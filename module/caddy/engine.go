@@ -62,6 +62,9 @@ type engineConfig struct {
 	maxObject int64
 	// clock is time.Now; tests replace it to move time on.
 	clock func() time.Time
+	// retryDelay, when set, replaces the random delay before a download
+	// that lost its peer does its put+get again (tests).
+	retryDelay func() time.Duration
 	// refs renews the long-lived references of requested objects.
 	refs    *refTable
 	metrics *proxyMetrics

@@ -52,7 +52,9 @@ const (
 	metricBackoff   = "backoff"    // origin: recently unreachable; not tried
 	// peer: a reference to an address allow_peers does not permit; skipped
 	metricRefusedAddress = "refused_address"
-	metricError          = "error" // any other failure
+	// peer: a put+get done again after a peer failed (refetch.go)
+	metricPeerRetry = "retry"
+	metricError     = "error" // any other failure
 
 	metricOther = "other"
 )
@@ -430,7 +432,7 @@ func (m *proxyMetrics) peerFetch(outcome string) {
 		return
 	}
 	switch outcome {
-	case metricOK, metricNotCached, metricTimeout, metricError, metricRefusedAddress:
+	case metricOK, metricNotCached, metricTimeout, metricError, metricRefusedAddress, metricPeerRetry:
 	default:
 		outcome = metricOther
 	}

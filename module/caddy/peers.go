@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -17,26 +18,38 @@ import (
 // fetchFromPeers asks the peers for the object, two at a time: the first
 // to answer with the object wins; the next ones are tried if both fail.
 // Peers are asked with only-if-cached, so a peer never goes to the origin
-// on our behalf. It returns a nil response when no peer had it.
-func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []reference) (*http.Response, error) {
+// on our behalf. It returns a nil response when no peer had it, and then
+// the peers that failed: dead or unreachable, not merely without the
+// object (peerFailed).
+func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []reference) (*http.Response, peerMisses) {
+	var miss peerMisses
 	for i := 0; i < len(peers); i += 2 {
 		batch := peers[i:min(i+2, len(peers))]
 		type result struct {
-			resp *http.Response
-			err  error
+			peer   netip.AddrPort
+			resp   *http.Response
+			err    error
+			failed bool
 		}
 		results := make(chan result, len(batch))
 		pctx, cancel := context.WithCancel(ctx)
 		for _, p := range batch {
 			go func() {
-				resp, err := e.askPeer(pctx, fr, p)
-				results <- result{resp, err}
+				var mu sync.Mutex
+				connected := false
+				resp, err := e.askPeer(traceConnected(pctx, &connected, &mu), fr, p)
+				mu.Lock()
+				defer mu.Unlock()
+				results <- result{p.Addr, resp, err, peerFailed(err, connected)}
 			}()
 		}
 		var win *http.Response
 		for range batch {
 			r := <-results
-			if r.err == nil && win == nil {
+			if ctx.Err() == nil {
+				miss.add(r.peer, r.failed, r.err)
+			}
+			if r.resp != nil && win == nil {
 				win = r.resp
 				continue
 			}
@@ -48,11 +61,11 @@ func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []re
 			// The loser was cancelled or closed above; keep the winner's
 			// context alive until its body is read.
 			win.Body = &cancelOnClose{ReadCloser: win.Body, cancel: cancel}
-			return win, nil
+			return win, peerMisses{}
 		}
 		cancel()
 	}
-	return nil, nil
+	return nil, miss
 }
 
 // purgeMemory is how long after a purge an object is fetched from its
@@ -115,7 +128,10 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 		// the object.
 		e.metrics.peerFetch("not_cached")
 		resp.Body.Close()
-		return nil, fmt.Errorf("peer %s does not have it (%d)", p.Addr, resp.StatusCode)
+		if resp.StatusCode == http.StatusGatewayTimeout && resp.Header.Get("Cache-Status") == notCachedHeaderValue(peerRetryingDetail) {
+			return nil, errPeerRetrying
+		}
+		return nil, fmt.Errorf("%w: %s answered %d", errPeerNotCached, p.Addr, resp.StatusCode)
 	}
 	e.metrics.peerFetch("ok")
 	resp.Header.Del("Cache-Status")

@@ -34,10 +34,16 @@ type testProxy struct {
 
 func startTestProxies(t *testing.T, n int) []*testProxy {
 	t.Helper()
+	return startTestProxiesIn(t, n, 4)
+}
+
+// startTestProxiesIn starts n test proxies on 127.0.<subnet>.10 and up.
+func startTestProxiesIn(t *testing.T, n int, subnet byte) []*testProxy {
+	t.Helper()
 	var out []*testProxy
 	var boot []netip.AddrPort
 	for i := range n {
-		ip := netip.AddrFrom4([4]byte{127, 0, 4, byte(10 + i)})
+		ip := netip.AddrFrom4([4]byte{127, 0, subnet, byte(10 + i)})
 		cfg := coraldht.DefaultConfig()
 		cfg.Services = coraldht.ServiceHTTP
 		cfg.HintHops = 0

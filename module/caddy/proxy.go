@@ -152,7 +152,19 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 	source := fmt.Sprintf("peer-l%d", peerLevel)
 	idle := e.originTimeout + e.peerTimeout // a peer may itself wait on its origin
 	requested := e.now()
-	resp, err := e.fetchFromPeers(ctx, fr, peers)
+	var err error
+	resp, miss := e.fetchFromPeers(ctx, fr, peers)
+	if resp == nil && miss.retry(e.selfAddr()) {
+		// A peer died or is out of reach: the put+get again, without it,
+		// rather than the origin at once (refetch.go).
+		requested = e.now()
+		resp, peerLevel, err = e.retryPeers(ctx, fr, d, peers, miss, peerLevel)
+		source = fmt.Sprintf("peer-l%d", peerLevel)
+		if err != nil {
+			d.err = err
+			return
+		}
+	}
 	if resp == nil {
 		requested = e.now()
 		resp, err = e.fetchFromOrigin(ctx, fr)
@@ -182,7 +194,35 @@ func (e *engine) announce(ctx context.Context, fr fetchRequest) (peers []referen
 		return nil, -1, func() {}
 	}
 	selfRef := e.selfReference(self)
-	res, err := node.PutGet(ctx, dhtKey, selfRef.encode(), refFetchingTTL)
+	peers, peerLevel = e.putGetPeers(ctx, fr)
+	// Keep the short reference alive while the download runs, so peers
+	// that arrive later find this proxy.
+	renewCtx, stop := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(refFetchingTTL * 3 / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-renewCtx.Done():
+				return
+			case <-t.C:
+				_, _ = node.Put(renewCtx, dhtKey, selfRef.encode(), refFetchingTTL)
+			}
+		}
+	}()
+	return peers, peerLevel, stop
+}
+
+// putGetPeers puts the short reference to this proxy under fr's URL and
+// returns the references already there to the peers this proxy may ask,
+// with the DSHT level the get ended at (-1 without a node).
+func (e *engine) putGetPeers(ctx context.Context, fr fetchRequest) (peers []reference, level int) {
+	self := e.selfAddr()
+	node := e.dhtNode()
+	if node == nil || !self.IsValid() {
+		return nil, -1
+	}
+	res, err := node.PutGet(ctx, coraldht.KeyFor(fr.baseKey), e.selfReference(self).encode(), refFetchingTTL)
 	if err != nil {
 		e.logger.Debug("put+get failed; going to the origin", zap.Error(err))
 	}
@@ -203,22 +243,7 @@ func (e *engine) announce(ctx context.Context, fr fetchRequest) (peers []referen
 		}
 		peers = append(peers, r)
 	}
-	// Keep the short reference alive while the download runs, so peers
-	// that arrive later find this proxy.
-	renewCtx, stop := context.WithCancel(ctx)
-	go func() {
-		t := time.NewTicker(refFetchingTTL * 3 / 4)
-		defer t.Stop()
-		for {
-			select {
-			case <-renewCtx.Done():
-				return
-			case <-t.C:
-				_, _ = node.Put(renewCtx, dhtKey, selfRef.encode(), refFetchingTTL)
-			}
-		}
-	}()
-	return peers, res.Level, stop
+	return peers, res.Level
 }
 
 // keep stores a fetched response and streams it into the cache, or hands

@@ -145,13 +145,21 @@ func (h *Handler) serveFound(w http.ResponseWriter, r *http.Request, fr fetchReq
 // serveOnlyIfCached answers an only-if-cached request (a peer's, or a
 // client's) for an object not stored: a download under way here still
 // counts, so it waits for one, a little; else 504. The bound breaks the
-// rare cycle of two proxies each waiting on the other.
+// rare cycle of two proxies each waiting on the other. A download that
+// lost its peer and waits to retry has nothing to give: 504 at once, also
+// to the requests already waiting for it (refetch.go).
 func (h *Handler) serveOnlyIfCached(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
 	if d := h.eng.holdInflight(fr.key, true); d != nil {
 		defer h.eng.letGo(d)
+		retrying, lost := d.peerRetry.state()
+		if retrying {
+			return notCached(w, peerRetryingDetail)
+		}
 		t := time.NewTimer(time.Duration(h.PeerTimeout))
 		defer t.Stop()
 		select {
+		case <-lost:
+			return notCached(w, peerRetryingDetail)
 		case <-d.ready:
 			if d.err == nil && d.direct == nil {
 				if rd, _, ok := h.lookup(r.Context(), &fr); ok && (!rd.Complete() || h.eng.now().Before(rd.Meta().Expires)) {

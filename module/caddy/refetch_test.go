@@ -1,0 +1,175 @@
+package coralcaddy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestDownloaderDiesWithWaitingPeers: three proxies copy an object from
+// the proxy downloading it from the origin, which dies halfway. Their
+// clients are cut off and ask again, all at once: the object is fetched
+// from the origin once more, by one of them, and the others copy it from
+// that one. (Each used to go to the origin on its own once the dead peer
+// refused them.) The proxies' retry delays are fixed and apart, as the
+// random ones almost always are.
+func TestDownloaderDiesWithWaitingPeers(t *testing.T) {
+	// Whether the proxy with the lowest address retries first or last.
+	t.Run("lowest first", func(t *testing.T) {
+		downloaderDies(t, []time.Duration{0, 0, 400 * time.Millisecond, 800 * time.Millisecond})
+	})
+	t.Run("lowest last", func(t *testing.T) {
+		downloaderDies(t, []time.Duration{0, 800 * time.Millisecond, 400 * time.Millisecond, 0})
+	})
+}
+
+func downloaderDies(t *testing.T, delays []time.Duration) {
+	proxies := startTestProxiesIn(t, 4, 186)
+	for i, p := range proxies {
+		p.h.eng.retryDelay = func() time.Duration { return delays[i] }
+	}
+	half := bytes.Repeat([]byte("q"), 256<<10)
+	var fetches atomic.Int32
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(2*len(half)))
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Write(half)
+		w.(http.Flusher).Flush()
+		if fetches.Add(1) == 1 {
+			<-o.gate // the first fetch (P0's) stalls halfway
+		}
+		w.Write(half)
+	})
+	defer close(o.gate)
+	ask := func(p *testProxy) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/big", nil)
+		req.Host = o.coralHost()
+		return http.DefaultClient.Do(req)
+	}
+	var first []*http.Response
+	for i, p := range proxies {
+		resp, err := ask(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if i > 0 && !strings.Contains(resp.Header.Get("Cache-Status"), "peer") {
+			t.Fatalf("P%d did not copy from P0: %q", i, resp.Header.Get("Cache-Status"))
+		}
+		if _, err := io.ReadFull(resp.Body, make([]byte, len(half))); err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, resp)
+	}
+	// P0 dies: its HTTP server and its DSHT node.
+	proxies[0].srv.CloseClientConnections()
+	proxies[0].srv.Close()
+	proxies[0].node.Close()
+	for i, resp := range first[1:] {
+		if rest, err := io.ReadAll(resp.Body); err == nil {
+			t.Fatalf("P%d's client saw a clean end after %d more bytes from a dead peer", i+1, len(rest))
+		}
+	}
+	// Their clients ask again, at once.
+	var wg sync.WaitGroup
+	for i, p := range proxies[1:] {
+		wg.Go(func() {
+			resp, err := ask(p)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil || !bytes.Equal(body, append(half, half...)) {
+				t.Errorf("P%d again: %d bytes, %v, Cache-Status %q", i+1, len(body), err, resp.Header.Get("Cache-Status"))
+			}
+			t.Logf("P%d again: %s", i+1, resp.Header.Get("Cache-Status"))
+		})
+	}
+	wg.Wait()
+	if n := o.count("/big"); n != 2 {
+		t.Errorf("origin fetches: %d, want 2 (P0's, then one for the three proxies it left)", n)
+	}
+}
+
+// TestPeerFailed: which errors leave a peer out of the next put+get.
+func TestPeerFailed(t *testing.T) {
+	timeout := &timeoutErr{}
+	for _, c := range []struct {
+		err       error
+		connected bool
+		want      bool
+	}{
+		{nil, true, false},
+		{fmt.Errorf("%w: 504", errPeerNotCached), true, false},
+		{errors.New("connection refused"), false, true},
+		{io.ErrUnexpectedEOF, true, true},
+		{timeout, false, true}, // could not connect: out of reach
+		{timeout, true, false}, // connected, slow: alive, maybe waiting on its own peer
+	} {
+		if got := peerFailed(c.err, c.connected); got != c.want {
+			t.Errorf("peerFailed(%v, connected %v) = %v, want %v", c.err, c.connected, got, c.want)
+		}
+	}
+}
+
+type timeoutErr struct{}
+
+func (*timeoutErr) Error() string   { return "i/o timeout" }
+func (*timeoutErr) Timeout() bool   { return true }
+func (*timeoutErr) Temporary() bool { return true }
+
+// TestRetryingPeerAnswers: a proxy whose download lost its peer answers a
+// peer's only-if-cached request with the 504 that says it retries too,
+// at once, and the asking proxy reads it as such (errPeerRetrying).
+func TestRetryingPeerAnswers(t *testing.T) {
+	proxies := startTestProxiesIn(t, 2, 186)
+	req, _ := http.NewRequest(http.MethodGet, proxies[0].srv.URL+"/x", nil)
+	req.Host = "127.0.0.1.8080.nyud.test"
+	target, err := requestTarget(req, "nyud.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := proxies[0].h.eng
+	d := &download{ready: make(chan struct{}), key: target.Key(), background: true} // nobody cancels it
+	d.peerRetry.set(true)
+	e.mu.Lock()
+	e.inflight[target.Key()] = d
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.inflight, target.Key())
+		e.mu.Unlock()
+	}()
+	fr := fetchRequest{key: target.Key(), baseKey: target.Key(), target: target, scheme: "http"}
+	ref := reference{Addr: netip.MustParseAddrPort(proxies[0].srv.Listener.Addr().String())}
+	start := time.Now()
+	_, err = proxies[1].h.eng.askPeer(t.Context(), fr, ref)
+	if !errors.Is(err, errPeerRetrying) {
+		t.Fatalf("asking a retrying peer: %v, want errPeerRetrying", err)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Errorf("the retrying peer answered after %v, want at once", waited)
+	}
+	// Not retrying (searching its peers): the peer holds the request
+	// until its download is ready or peer_timeout, and a retry that
+	// starts meanwhile releases it with the same answer.
+	d.peerRetry.set(false)
+	go func() {
+		time.Sleep(200 * time.Millisecond) // let the request arrive and wait; the answer does not depend on it
+		d.peerRetry.set(true)
+	}()
+	_, err = proxies[1].h.eng.askPeer(t.Context(), fr, ref)
+	if !errors.Is(err, errPeerRetrying) {
+		t.Fatalf("asking a peer that starts to retry: %v, want errPeerRetrying", err)
+	}
+}
