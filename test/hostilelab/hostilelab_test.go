@@ -30,7 +30,13 @@ var longer = map[string]time.Duration{"stalled-readers": 6 * time.Second, "redir
 var knownDefects = map[string]struct {
 	defect string
 	shows  []string
-}{}
+}{
+	"stalled-readers": {
+		defect: "issue 19, stalled readers: about 2 runs in 5 (also with the binaries of 556f003) a victim of the attacked origin " +
+			"gets a 502 or a cut body, and once in a while a canary of the honest origin gets a cut body; cause under investigation",
+		shows: []string{"same-origin objects unavailable", "canary failures"},
+	},
+}
 
 func TestHostileOrigin(t *testing.T) {
 	bin, err := labconf.Binary("caddy")
