@@ -171,7 +171,7 @@ func waitJoinedStatus(t *testing.T) adminStatus {
 
 func adminGet(t *testing.T, path string) string {
 	t.Helper()
-	resp, err := http.Get("http://localhost:2999" + path)
+	resp, err := http.Get("http://" + testAdmin + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func adminGet(t *testing.T, path string) string {
 
 func adminPost(t *testing.T, path, caddyfile string) (int, string) {
 	t.Helper()
-	resp, err := http.Post("http://localhost:2999"+path, "text/caddyfile", strings.NewReader(caddyfile))
+	resp, err := http.Post("http://"+testAdmin+path, "text/caddyfile", strings.NewReader(caddyfile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func adminPost(t *testing.T, path, caddyfile string) (int, string) {
 func failedReloadConfig(port int, listen, bootstrap netip.AddrPort, dir, handlerExtra string) string {
 	return fmt.Sprintf(`{
 		skip_install_trust
-		admin localhost:2999
+		admin {$CORAL_TEST_ADMIN}
 		http_port %[1]d
 		grace_period 1ns
 		coral {

@@ -76,7 +76,7 @@ func TestReloadRestartsNodeInPlace(t *testing.T) {
 func reloadConfig(port int, listen netip.AddrPort, dir, nodeSettings string) string {
 	return fmt.Sprintf(`{
 		skip_install_trust
-		admin localhost:2999
+		admin {$CORAL_TEST_ADMIN}
 		http_port %[1]d
 		grace_period 1ns
 		coral {
@@ -99,9 +99,9 @@ func coralStatus(t *testing.T) adminStatus {
 	// (another test binary may be running its own Caddy there).
 	apps, _ := runningAll()
 	if len(apps) == 0 {
-		t.Fatal("localhost:2999 is another process's Caddy: no coral app here")
+		t.Fatal(testAdmin + " is another process's Caddy: no coral app here")
 	}
-	resp, err := http.Get("http://localhost:2999/coral/status")
+	resp, err := http.Get("http://" + testAdmin + "/coral/status")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package coralcaddy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"slices"
 	"sync"
@@ -44,7 +46,22 @@ var testCertStorage = sync.OnceValue(func() string {
 var certStorageDir atomic.Pointer[string]
 
 // TestMain removes testCertStorage's directory if a test made one.
+// testAdmin is the admin endpoint of the package's in-process Caddy, on a
+// port free when the tests start rather than caddytest's fixed 2999, so
+// that two test processes (two worktrees, two runs) never load their
+// configurations into each other's Caddy. The tests' Caddyfiles name it as
+// {$CORAL_TEST_ADMIN}.
+var testAdmin string
+
 func TestMain(m *testing.M) {
+	port, err := freeLocalPort()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "no free port for the admin endpoint:", err)
+		os.Exit(2)
+	}
+	caddytest.Default.AdminPort = port
+	testAdmin = fmt.Sprintf("localhost:%d", port)
+	os.Setenv("CORAL_TEST_ADMIN", testAdmin)
 	code := m.Run()
 	if dir := certStorageDir.Load(); dir != nil {
 		os.RemoveAll(*dir)
@@ -132,4 +149,14 @@ func waitForCachedCert(t *testing.T, subject string) {
 			t.Fatalf("no certificate for %s in Caddy's cache after 2 minutes", subject)
 		}
 	}
+}
+
+// freeLocalPort returns a TCP port nothing listens on at localhost now.
+func freeLocalPort() (int, error) {
+	l, err := net.Listen("tcp", "localhost:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

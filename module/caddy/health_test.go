@@ -14,7 +14,7 @@ import (
 // body.
 func adminDo(t *testing.T, method, path string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://localhost:2999"+path, nil)
+	req, err := http.NewRequest(method, "http://"+testAdmin+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +51,9 @@ func TestHealthAndDrain(t *testing.T) {
 	}
 	if code, body := adminDo(t, http.MethodGet, "/coral/health"); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
 		t.Errorf("health while draining: %d %q", code, body)
+	}
+	if runningNode() == nil {
+		t.Fatal("no coral node runs in this process (is " + testAdmin + " another process's Caddy?)")
 	}
 	if s := runningNode().Contact().Services; s != 0 {
 		t.Errorf("the draining node advertises %v", s)

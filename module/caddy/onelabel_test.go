@@ -43,7 +43,7 @@ func TestOneLabelOverHTTPS(t *testing.T) {
 	initServerWithCertEvents(t, tester, fmt.Sprintf(`{
 		skip_install_trust
 		storage file_system %[4]s
-		admin localhost:2999
+		admin {$CORAL_TEST_ADMIN}
 		http_port %[1]d
 		https_port %[2]d
 		grace_period 1ns

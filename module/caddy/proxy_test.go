@@ -77,7 +77,7 @@ func startProxy(t *testing.T, options ...string) (tester *caddytest.Tester, base
 func proxyConfig(port int, dir string, options ...string) string {
 	return fmt.Sprintf(`{
 		skip_install_trust
-		admin localhost:2999
+		admin {$CORAL_TEST_ADMIN}
 		http_port %d
 		grace_period 1ns
 		coral {
@@ -596,7 +596,7 @@ func waitDownloads(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, err := http.Get("http://localhost:2999/coral/status")
+		resp, err := http.Get("http://" + testAdmin + "/coral/status")
 		if err != nil {
 			t.Fatal(err)
 		}

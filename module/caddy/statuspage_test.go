@@ -403,7 +403,7 @@ func checkStatusJSON(t *testing.T, b []byte, id, addr, dir string) {
 func statusPageConfig(port int, dir string) string {
 	return fmt.Sprintf(`{
 		skip_install_trust
-		admin localhost:2999
+		admin {$CORAL_TEST_ADMIN}
 		http_port %[1]d
 		grace_period 1ns
 		coral {
