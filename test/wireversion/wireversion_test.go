@@ -50,8 +50,9 @@ func buildPrevious(t *testing.T) (bin, commit string) {
 	dir := t.TempDir()
 	archive := exec.Command("git", "-C", root, "archive", commit, "coraldht", "go.mod", "go.sum")
 	tar := exec.Command("tar", "-x", "-C", dir)
-	var errs bytes.Buffer
-	archive.Stderr, tar.Stderr = &errs, &errs
+	// One buffer each: the two processes write their errors concurrently.
+	var archiveErrs, tarErrs bytes.Buffer
+	archive.Stderr, tar.Stderr = &archiveErrs, &tarErrs
 	if tar.Stdin, err = archive.StdoutPipe(); err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +60,10 @@ func buildPrevious(t *testing.T) (bin, commit string) {
 		t.Fatal(err)
 	}
 	if err := archive.Run(); err != nil {
-		t.Fatalf("git archive %s: %v %s", commit, err, errs.String())
+		t.Fatalf("git archive %s: %v %s", commit, err, archiveErrs.String())
 	}
 	if err := tar.Wait(); err != nil {
-		t.Fatalf("tar: %v %s", err, errs.String())
+		t.Fatalf("tar: %v %s", err, tarErrs.String())
 	}
 	src, err := os.ReadFile("testdata/driver/main.go")
 	if err != nil {
