@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/internal/lab/proc"
+	"github.com/coralcdn/coral/internal/lab/resolvers"
 	"github.com/miekg/dns"
 )
 
@@ -270,22 +271,5 @@ func Lookup(ctx context.Context, r netip.Addr, name string) ([]netip.Addr, uint3
 	if err != nil {
 		return nil, 0, err
 	}
-	if resp.Rcode != dns.RcodeSuccess {
-		return nil, 0, fmt.Errorf("%s: %s", name, dns.RcodeToString[resp.Rcode])
-	}
-	var out []netip.Addr
-	ttl := uint32(0)
-	for _, rr := range resp.Answer {
-		if a, ok := rr.(*dns.A); ok {
-			ad, _ := netip.AddrFromSlice(a.A)
-			out = append(out, ad.Unmap())
-			if len(out) == 1 || a.Hdr.Ttl < ttl {
-				ttl = a.Hdr.Ttl
-			}
-		}
-	}
-	if len(out) == 0 {
-		return nil, 0, fmt.Errorf("%s: no addresses in the answer", name)
-	}
-	return out, ttl, nil
+	return resolvers.AnswerA(name, resp)
 }

@@ -4,11 +4,12 @@ package coralnet
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/coralcdn/coral/internal/lab/resolvers"
 )
 
 // Lookup asks the client's resolver for name's A records, from the
@@ -35,22 +36,6 @@ func (c *Client) Lookup(ctx context.Context, name string) ([]netip.Addr, time.Du
 	if err != nil {
 		return nil, 0, err
 	}
-	if resp.Rcode != dns.RcodeSuccess {
-		return nil, 0, fmt.Errorf("%s: %s", name, dns.RcodeToString[resp.Rcode])
-	}
-	var out []netip.Addr
-	ttl := uint32(0)
-	for _, rr := range resp.Answer {
-		if a, ok := rr.(*dns.A); ok {
-			ad, _ := netip.AddrFromSlice(a.A)
-			out = append(out, ad.Unmap())
-			if len(out) == 1 || a.Hdr.Ttl < ttl {
-				ttl = a.Hdr.Ttl
-			}
-		}
-	}
-	if len(out) == 0 {
-		return nil, 0, fmt.Errorf("%s: no addresses in the answer", name)
-	}
-	return out, time.Duration(ttl) * time.Second, nil
+	out, ttl, err := resolvers.AnswerA(name, resp)
+	return out, time.Duration(ttl) * time.Second, err
 }
