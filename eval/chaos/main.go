@@ -73,23 +73,25 @@ const defaultOldCommit = "556f003"
 
 // params describe a run.
 type params struct {
-	Nodes     int                  `json:"nodes"`
-	Objects   int                  `json:"objects"`
-	Workers   int                  `json:"workers_per_client_host"`
-	Think     time.Duration        `json:"think"`
-	Min       time.Duration        `json:"min_phase"`
-	Quiet     time.Duration        `json:"quiet"`
-	Timeout   time.Duration        `json:"phase_timeout"`
-	Upgrade   bool                 `json:"upgrade"`
-	OldCommit string               `json:"old_commit,omitempty"`
-	OldBin    string               `json:"old_bin,omitempty"`
-	NewBin    string               `json:"new_bin,omitempty"`
-	Drain     bool                 `json:"drain_before_upgrade"`
-	Rotate    bool                 `json:"rotate"`
-	Out       string               `json:"-"`
-	Name      string               `json:"-"` // file name stem in Out
-	Command   string               `json:"-"` // the command line, for the report
-	Logf      func(string, ...any) `json:"-"`
+	Nodes     int           `json:"nodes"`
+	Objects   int           `json:"objects"`
+	Workers   int           `json:"workers_per_client_host"`
+	Think     time.Duration `json:"think"`
+	Min       time.Duration `json:"min_phase"`
+	Quiet     time.Duration `json:"quiet"`
+	Timeout   time.Duration `json:"phase_timeout"`
+	Upgrade   bool          `json:"upgrade"`
+	OldCommit string        `json:"old_commit,omitempty"`
+	OldBin    string        `json:"old_bin,omitempty"`
+	NewBin    string        `json:"new_bin,omitempty"`
+	Drain     bool          `json:"drain_before_upgrade"`
+	Rotate    bool          `json:"rotate"`
+	// DebugProxy keeps each proxy's debug log in the run directory.
+	DebugProxy bool                 `json:"-"`
+	Out        string               `json:"-"`
+	Name       string               `json:"-"` // file name stem in Out
+	Command    string               `json:"-"` // the command line, for the report
+	Logf       func(string, ...any) `json:"-"`
 }
 
 func main() {
@@ -108,6 +110,7 @@ func main() {
 	flag.BoolVar(&p.Drain, "drain", true, "drain each node (operations guide) before its upgrade")
 	flag.BoolVar(&p.Rotate, "rotate", true, "rotate the network key (skipped without the keyring)")
 	flag.StringVar(&p.Out, "out", "docs/eval/chaos", "directory for chaos.json and chaos.png")
+	flag.BoolVar(&p.DebugProxy, "debug-proxy", false, "write each proxy's debug log (coral-debug.log in the kept run directory)")
 	flag.Parse()
 	p.Name = "chaos"
 	p.Command = evalrun.CommandLine("chaos")
@@ -169,7 +172,7 @@ func run(ctx context.Context, p params) (*report, error) {
 	orig := newOrigin(objs, start)
 	loadAvg := evalrun.LoadAvg()
 	net, err := coralnet.Start(ctx, coralnet.Options{Dir: dir, Nodes: p.Nodes, Clients: 4,
-		CoreDNS: startCoreDNS, Caddy: startCaddy, Origin: orig, Logf: p.Logf})
+		CoreDNS: startCoreDNS, Caddy: startCaddy, Origin: orig, Logf: p.Logf, DebugProxy: p.DebugProxy})
 	if err != nil {
 		return nil, err
 	}

@@ -65,6 +65,10 @@ type engineConfig struct {
 	// retryDelay, when set, replaces the random delay before a download
 	// that lost its peer does its put+get again (tests).
 	retryDelay func() time.Duration
+	// urlPeers, when set, filters the references a put+get on a URL's
+	// key returns (tests: a get that answers with only the downloader's
+	// reference, as after a partition).
+	urlPeers func([]reference) []reference
 	// refs renews the long-lived references of requested objects.
 	refs    *refTable
 	metrics *proxyMetrics

@@ -154,7 +154,7 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 	requested := e.now()
 	var err error
 	resp, miss := e.fetchFromPeers(ctx, fr, peers)
-	if resp == nil && miss.retry(e.selfAddr()) {
+	if resp == nil && miss.retry(e.selfAddr(), nil) {
 		// A peer died or is out of reach: the put+get again, without it,
 		// rather than the origin at once (refetch.go).
 		requested = e.now()
@@ -166,6 +166,10 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 		}
 	}
 	if resp == nil {
+		if ce := e.logger.Check(zap.DebugLevel, "fetching from the origin"); ce != nil {
+			ce.Write(zap.String("url", fr.target.OriginURL().String()), zap.Int("references", len(peers)),
+				zap.Int("dsht_level", peerLevel), zap.Int("peers_failed", len(miss.failed)), zap.Int("peers_retrying", len(miss.retrying)))
+		}
 		requested = e.now()
 		resp, err = e.fetchFromOrigin(ctx, fr)
 		source, idle = "origin", e.originTimeout
@@ -242,6 +246,9 @@ func (e *engine) putGetPeers(ctx context.Context, fr fetchRequest) (peers []refe
 			continue
 		}
 		peers = append(peers, r)
+	}
+	if e.urlPeers != nil {
+		peers = e.urlPeers(peers)
 	}
 	return peers, res.Level
 }

@@ -87,7 +87,7 @@ func (n *Net) writeConfig(nd *Node) error {
 	caddyfile := labconf.Caddy{
 		Comment: header, Admin: admin, AdminOrigins: []string{admin.String()},
 		HTTPSOff: true, Grace: "2s",
-		Options: []labconf.Directive{labconf.D("log").With(labconf.D("exclude", "admin.api")), coralApp},
+		Options: append([]labconf.Directive{labconf.D("log").With(labconf.D("exclude", "admin.api")), coralApp}, n.debugLog(nd)...),
 		Sites: []labconf.Directive{
 			labconf.D(fmt.Sprintf("http://:%d", PortHTTP)).With(labconf.D("bind", nd.Addr()), proxy),
 		},
@@ -96,4 +96,16 @@ func (n *Net) writeConfig(nd *Node) error {
 		return err
 	}
 	return labconf.WriteFile(filepath.Join(nd.Dir, "Caddyfile"), caddyfile)
+}
+
+// debugLog is the Caddy logger of coral_proxy's debug lines, with
+// Options.DebugProxy.
+func (n *Net) debugLog(nd *Node) []labconf.Directive {
+	if !n.opts.DebugProxy {
+		return nil
+	}
+	return []labconf.Directive{labconf.D("log", "coraldebug").With(
+		labconf.D("level", "DEBUG"),
+		labconf.D("include", "http.handlers.coral_proxy"),
+		labconf.D("output", "file", filepath.Join(nd.Dir, "coral-debug.log")))}
 }

@@ -83,6 +83,9 @@ type Options struct {
 	// StartTimeout bounds Start (default 2 min).
 	StartTimeout time.Duration
 	Logf         func(format string, args ...any)
+	// DebugProxy writes coral_proxy's debug log (why each download went
+	// where it did) to coral-debug.log in each node's directory.
+	DebugProxy bool
 }
 
 // Node is one Coral node.
