@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -188,5 +189,114 @@ func TestRetryingPeerAnswers(t *testing.T) {
 	_, err = proxies[1].h.eng.askPeer(t.Context(), fr, ref)
 	if !errors.Is(err, errPeerRetrying) {
 		t.Fatalf("asking a peer that starts to retry: %v, want errPeerRetrying", err)
+	}
+}
+
+// TestRetrierFindsWhomItSentToTheOrigin: proxy B lost the downloader it
+// copied from and retries; proxy A, whose put+get named only B, asks B,
+// is told B retries, and being the lower address goes to the origin
+// itself. B's next round must find A on the URL's key and copy from it,
+// not claim the retry key (where A never stored) and fetch once more.
+// (eval/chaos caught the claim-first order: 3 fetches of one object in a
+// partition, bound 2.)
+func TestRetrierFindsWhomItSentToTheOrigin(t *testing.T) {
+	proxies := startTestProxiesIn(t, 3, 186)
+	p0, a, b := proxies[0], proxies[1], proxies[2]
+	addrOf := func(p *testProxy) netip.AddrPort { return netip.MustParseAddrPort(p.srv.Listener.Addr().String()) }
+	if addrOf(a).Compare(addrOf(b)) >= 0 {
+		t.Fatal("the test wants A's address below B's")
+	}
+	dead := addrOf(p0)
+	var p0Dead, bFiltered atomic.Bool
+	// B's first put+get after the death names only the dead downloader
+	// (as across a partition); A's names only B.
+	b.h.eng.urlPeers = func(refs []reference) []reference {
+		if p0Dead.Load() && bFiltered.CompareAndSwap(false, true) {
+			return []reference{{Addr: dead}}
+		}
+		return refs
+	}
+	a.h.eng.urlPeers = func(refs []reference) []reference {
+		return slices.DeleteFunc(refs, func(r reference) bool { return r.Addr != addrOf(b) })
+	}
+	b.h.eng.retryDelay = func() time.Duration { return 600 * time.Millisecond }
+	half := bytes.Repeat([]byte("r"), 256<<10)
+	var fetches atomic.Int32
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(2*len(half)))
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Write(half)
+		w.(http.Flusher).Flush()
+		if fetches.Add(1) == 1 {
+			<-o.gate // P0's fetch stalls halfway
+		}
+		w.Write(half)
+	})
+	defer close(o.gate)
+	ask := func(p *testProxy) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/big", nil)
+		req.Host = o.coralHost()
+		return http.DefaultClient.Do(req)
+	}
+	var first []*http.Response
+	for _, p := range []*testProxy{p0, b} {
+		resp, err := ask(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if _, err := io.ReadFull(resp.Body, make([]byte, len(half))); err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, resp)
+	}
+	p0.srv.CloseClientConnections()
+	p0.srv.Close()
+	p0.node.Close()
+	p0Dead.Store(true)
+	if _, err := io.ReadAll(first[1].Body); err == nil {
+		t.Fatal("B's client saw a clean end from a dead peer")
+	}
+	want := append(half, half...)
+	fetch := func(name string, p *testProxy) {
+		resp, err := ask(p)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || !bytes.Equal(body, want) {
+			t.Errorf("%s: %d bytes, %v", name, len(body), err)
+		}
+		t.Logf("%s: %s", name, resp.Header.Get("Cache-Status"))
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { fetch("B", b) })
+	// A asks once B's download waits to retry.
+	req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/big", nil)
+	req.Host = o.coralHost()
+	target, err := requestTarget(req, "nyud.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b.h.eng.mu.Lock()
+		d := b.h.eng.inflight[target.Key()]
+		b.h.eng.mu.Unlock()
+		if d != nil {
+			if retrying, _ := d.peerRetry.state(); retrying {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("B never started to retry")
+		}
+		time.Sleep(5 * time.Millisecond) // polling B's state; the outcome does not depend on the interval
+	}
+	wg.Go(func() { fetch("A", a) })
+	wg.Wait()
+	if n := o.count("/big"); n != 2 {
+		t.Errorf("origin fetches: %d, want 2 (P0's, then A's, which B copies)", n)
 	}
 }
