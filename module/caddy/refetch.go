@@ -190,13 +190,12 @@ func retryKey(baseKey string, lost netip.AddrPort) coraldht.ID {
 // URL's key again and asks the peers it returns but the failed ones, then
 // the put+get on the retry key, and goes to the origin if it is the first
 // there, or else asks the retriers ahead of it; up to maxPeerRetries
-// times. While a retrier ahead of it
-// on the retry key still says it retries (its put+get may wait on a dead
-// node's timeout), it asks that one again every rivalPoll, for up to
-// peer_timeout, without spending a round. It returns the response of
-// the first peer that had it, or nil (go to the origin), and the DSHT
-// level of the last put+get. Meanwhile peers asking this proxy get 504 at
-// once.
+// times. While a retrier ahead of it on the retry key still says it
+// retries (its put+get may wait on a dead node's timeout), it asks that
+// one again every rivalPoll, for up to peer_timeout, without spending a
+// round. It returns the response of the first peer that had it, or nil
+// (go to the origin), and the DSHT level of the last put+get. Meanwhile
+// peers asking this proxy get 504 at once.
 func (e *engine) retryPeers(ctx context.Context, fr fetchRequest, d *download, asked []reference, miss peerMisses, level int) (*http.Response, int, error) {
 	d.peerRetry.set(true)
 	defer d.peerRetry.set(false)
