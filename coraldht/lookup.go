@@ -1,6 +1,7 @@
 package coraldht
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"time"
@@ -41,6 +42,7 @@ type lookupParams struct {
 	start      ID            // initial intermediate target
 	seeds      []Contact     // candidates besides the routing table
 	closing    int           // nearest answered nodes needed to finish
+	gather     bool          // get: the union of every answered node's values, not the first
 }
 
 type candState uint8
@@ -273,7 +275,9 @@ func (ls *lookupState) handle(ev rpcEvent) {
 	}
 	switch ls.p.kind {
 	case lookupGet:
-		if len(m.Values) > 0 {
+		if ls.p.gather {
+			ls.gatherValues(m.Values, c.Contact)
+		} else if len(m.Values) > 0 {
 			ls.res.values, ls.res.valuesFrom = m.Values, c.Contact
 			ls.done = true
 		}
@@ -378,7 +382,9 @@ func (ls *lookupState) startAtSelf(now time.Time) {
 	switch p.kind {
 	case lookupGet:
 		n.load.request(lk, kindGet, true, now)
-		if vs := n.store.get(lk, now); len(vs) > 0 {
+		if vs := n.store.get(lk, now); p.gather {
+			ls.gatherValues(vs, n.self)
+		} else if len(vs) > 0 {
 			ls.res.values, ls.res.valuesFrom = vs, n.self
 			ls.done = true
 		}
@@ -400,4 +406,21 @@ func (ls *lookupState) startAtSelf(now time.Time) {
 // findNode looks up target at one level to fill the routing table.
 func (n *Node) findNode(ctx context.Context, lvl int, target ID) *lookupResult {
 	return n.lookup(ctx, lookupParams{level: lvl, key: target, kind: lookupFind, start: n.self.ID, closing: n.cfg.BucketSize})
+}
+
+// gatherValues adds vs, from c, to a gathering get's values: each value
+// once, with the longest time left any node gave it.
+func (ls *lookupState) gatherValues(vs []wire.Value, c Contact) {
+	for _, v := range vs {
+		i := slices.IndexFunc(ls.res.values, func(w wire.Value) bool { return bytes.Equal(w.Data, v.Data) })
+		switch {
+		case i < 0:
+			if ls.res.values == nil {
+				ls.res.valuesFrom = c
+			}
+			ls.res.values = append(ls.res.values, v)
+		case v.TTL > ls.res.values[i].TTL:
+			ls.res.values[i].TTL = v.TTL
+		}
+	}
 }

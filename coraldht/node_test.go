@@ -702,3 +702,47 @@ func TestPingNode(t *testing.T) {
 		}
 	})
 }
+
+// TestGetAllGathersEveryValue: a value that reached only the node nearest
+// the key (its other stores timed out, say) is missed by Get, which
+// answers with the first values it finds (here the getter's own), and
+// found by GetAll, which returns the union over the nodes its walk
+// reaches, the nearest ones included. ACME challenge values need it: a
+// name's and its wildcard's are published at once and validated apart.
+func TestGetAllGathersEveryValue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tn := newTestNet(t, 12, memnet.Config{}, nil)
+		key := KeyFor("challenge values")
+		nodes := slices.Clone(tn.nodes)
+		slices.SortFunc(nodes, func(a, b *Node) int { return CompareDistance(key, a.ID(), b.ID()) })
+		nearest, getter := nodes[0], nodes[len(nodes)-1]
+		now := time.Now()
+		lk := levelKey{level: 0, key: key}
+		for _, n := range nodes[1:] {
+			n.storeLocal(lk, []byte("first"), time.Minute, now)
+		}
+		nearest.storeLocal(lk, []byte("second"), time.Minute, now)
+		got := func(r GetResult) []string {
+			var out []string
+			for _, v := range r.Values {
+				out = append(out, string(v.Data))
+			}
+			slices.Sort(out)
+			return out
+		}
+		r, err := getter.Get(t.Context(), key, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vs := got(r); !slices.Equal(vs, []string{"first"}) {
+			t.Fatalf("Get = %v, want the getter's own [first] (the test's premise)", vs)
+		}
+		r, err = getter.GetAll(t.Context(), key, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vs := got(r); !slices.Equal(vs, []string{"first", "second"}) {
+			t.Fatalf("GetAll = %v, want [first second]", vs)
+		}
+	})
+}

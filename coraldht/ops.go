@@ -128,6 +128,22 @@ func (n *Node) continuation(r *lookupResult, next int) (ID, []Contact) {
 // no values anywhere it returns ErrNotFound; if no remote node answered at
 // all, ErrNoResponse.
 func (n *Node) Get(ctx context.Context, key ID, levels ...int) (GetResult, error) {
+	return n.get(ctx, key, levels, false)
+}
+
+// GetAll is Get, but at the first level where it finds values it returns
+// the union of the values of every node its walk reached, the Replicas
+// nearest the key included, instead of the first node's. A get answers
+// with the first values it finds, which is right for a proxy (any copy
+// will do) but not where every value counts: two values put one after the
+// other can sit on different nodes when a store timed out, and a get
+// would name one of them. The ACME challenge records of a name and its
+// wildcard, published at once, are such values (package acmetxt).
+func (n *Node) GetAll(ctx context.Context, key ID, levels ...int) (GetResult, error) {
+	return n.get(ctx, key, levels, true)
+}
+
+func (n *Node) get(ctx context.Context, key ID, levels []int, gather bool) (GetResult, error) {
 	res := GetResult{Level: -1}
 	lvls, err := n.resolveLevels(levels)
 	if err != nil {
@@ -142,7 +158,7 @@ func (n *Node) Get(ctx context.Context, key ID, levels ...int) (GetResult, error
 	start, seeds := n.self.ID, []Contact(nil)
 	failures, timedOut := 0, false
 	for i, l := range lvls {
-		r := n.lookup(ctx, lookupParams{level: l, key: key, kind: lookupGet, start: start, seeds: seeds, closing: n.cfg.Replicas})
+		r := n.lookup(ctx, lookupParams{level: l, key: key, kind: lookupGet, start: start, seeds: seeds, closing: n.cfg.Replicas, gather: gather})
 		res.Hops += r.hops
 		res.RPCs += r.rpcs
 		failures += r.failures

@@ -80,7 +80,7 @@ type Putter interface {
 
 // Getter is the part of a DSHT node Lookup uses (*coraldht.Node).
 type Getter interface {
-	Get(ctx context.Context, key coraldht.ID, levels ...int) (coraldht.GetResult, error)
+	GetAll(ctx context.Context, key coraldht.ID, levels ...int) (coraldht.GetResult, error)
 }
 
 // Publish stores value as a challenge value for domain for ttl (0:
@@ -106,7 +106,10 @@ func Publish(ctx context.Context, node Putter, domain, value string, ttl time.Du
 // once, those with the most time left first, at most MaxValues. No values
 // is not an error (nil, nil); an unreachable network is.
 func Lookup(ctx context.Context, node Getter, domain string) ([]string, error) {
-	res, err := node.Get(ctx, Key(domain), 0)
+	// Every value: the name's and its wildcard's are published at once
+	// and validated apart, and a node holding one of them is not enough
+	// (coraldht.Node.GetAll).
+	res, err := node.GetAll(ctx, Key(domain), 0)
 	if errors.Is(err, coraldht.ErrNotFound) {
 		return nil, nil
 	}
