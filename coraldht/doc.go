@@ -98,8 +98,9 @@
 // # Using it
 //
 // Create a node with NewNode(DefaultConfig() plus your changes, transport),
-// join with Bootstrap, then call Put, Get, PutGet, Nodes and Levels. Stats
-// returns plain counters for export to any metrics system.
+// join with Bootstrap, then call Put, Get (GetAll for every node's values),
+// PutGet, Nodes and Levels. Stats returns plain counters for export to any
+// metrics system.
 //
 // # Layout
 //
