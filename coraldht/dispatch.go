@@ -68,7 +68,7 @@ func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 		return
 	}
 	keyUsed.accepted.Add(1)
-	n.learn(m.Sender, m.Clusters, now)
+	n.learn(m.Sender, m.Clusters, now, !m.Response)
 	n.peers.noteClusters(m.Sender, m.Clusters, now)
 	if m.Response {
 		n.handleResponse(m, from, now)
@@ -99,13 +99,13 @@ func (n *Node) sharesCluster(clusters []ClusterInfo, lvl int) bool {
 // which it shares our cluster, and drops it from the tables of levels where
 // it no longer does: a member that moved has said so, and the move itself
 // is now clustering evidence.
-func (n *Node) learn(c Contact, clusters []ClusterInfo, now time.Time) {
+func (n *Node) learn(c Contact, clusters []ClusterInfo, now time.Time, request bool) {
 	for _, lv := range n.levels {
 		if !n.sharesCluster(clusters, lv.index) {
 			lv.rt.remove(c.ID)
 			continue
 		}
-		if stale := lv.rt.heard(c, now); stale != nil {
+		if stale := lv.rt.heardAs(c, now, request); stale != nil {
 			n.checkQuestionable(lv, *stale)
 		}
 	}

@@ -59,6 +59,13 @@ func (e *rtEntry) bad(maxFailures int) bool { return e.failures >= maxFailures }
 // quiet for a while, heard returns that contact so the caller can ping it;
 // the caller reports the outcome through failed or a later heard.
 func (rt *routingTable) heard(c Contact, now time.Time) (ping *Contact) {
+	return rt.heardAs(c, now, true)
+}
+
+// heardAs is heard; with byRank false a newcomer does not displace a
+// better-ranked... any entry of a full bucket by rank, and waits in the
+// replacement cache.
+func (rt *routingTable) heardAs(c Contact, now time.Time, byRank bool) (ping *Contact) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	b := rt.bucketFor(c.ID)
@@ -88,7 +95,7 @@ func (rt *routingTable) heard(c Contact, now time.Time) (ping *Contact) {
 			return nil
 		}
 	}
-	if worst := rt.worstRanked(b); rt.rank(c.ID) < rt.rank(b.entries[worst].ID) {
+	if worst := rt.worstRanked(b); byRank && rt.rank(c.ID) < rt.rank(b.entries[worst].ID) {
 		old := b.entries[worst]
 		b.entries = slices.Delete(b.entries, worst, worst+1)
 		b.entries = append(b.entries, e)
