@@ -98,7 +98,8 @@ func (n *Node) sharesCluster(clusters []ClusterInfo, lvl int) bool {
 // learn feeds an authentic sender into the routing table of every level at
 // which it shares our cluster, and drops it from the tables of levels where
 // it no longer does: a member that moved has said so, and the move itself
-// is now clustering evidence.
+// is now clustering evidence. Only the sender of a request may take a
+// full bucket's slot by rank (routing.go, heardAs).
 func (n *Node) learn(c Contact, clusters []ClusterInfo, now time.Time, request bool) {
 	for _, lv := range n.levels {
 		if !n.sharesCluster(clusters, lv.index) {

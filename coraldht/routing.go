@@ -62,9 +62,12 @@ func (rt *routingTable) heard(c Contact, now time.Time) (ping *Contact) {
 	return rt.heardAs(c, now, true)
 }
 
-// heardAs is heard; with byRank false a newcomer does not displace a
-// better-ranked... any entry of a full bucket by rank, and waits in the
-// replacement cache.
+// heardAs is heard; with byRank false a newcomer to a full bucket does
+// not displace an entry by rank (only a bad one) and waits in the
+// replacement cache, as in Kademlia. The node passes false for contacts
+// heard in replies: those are the nodes its own walks contact, which
+// are the nodes near the keys it works on, not a sample of the bucket's
+// range (coraldht/README.md, "the busiest node").
 func (rt *routingTable) heardAs(c Contact, now time.Time, byRank bool) (ping *Contact) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
