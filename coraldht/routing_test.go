@@ -287,3 +287,31 @@ func TestUnreachablePeers(t *testing.T) {
 		t.Fatal("still unreachable after it answered")
 	}
 }
+
+// TestRepliesDoNotDisplaceByRank: a contact heard only in a reply (a
+// node this one contacted) waits in the replacement cache of a full
+// bucket even when it ranks better; the same contact sending a request
+// takes the worst entry's slot. Replies come from the nodes a node's own
+// walks visit, those near the keys it works on; when they competed by
+// rank, far buckets filled with them and at n = 1024 the busiest node of
+// a hot key took 2.4× the paper's bound (eval/hotspot -trace).
+func TestRepliesDoNotDisplaceByRank(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	self := randID(rng)
+	rt := newRoutingTable(self, 3, 2, 15*time.Minute, t0)
+	cs := rankedContacts(rt, 2, 4, rng, 0) // cs[0] ranks best
+	for _, c := range cs[1:] {
+		rt.heard(c, t0)
+	}
+	rt.heardAs(cs[0], t0, false)
+	if indexOf(rt.buckets[2].entries, cs[0].ID) >= 0 {
+		t.Fatal("a contact heard in a reply displaced an entry by rank")
+	}
+	if indexOf(rt.buckets[2].replacements, cs[0].ID) < 0 {
+		t.Fatal("a contact heard in a reply is not in the replacement cache")
+	}
+	rt.heardAs(cs[0], t0, true)
+	if indexOf(rt.buckets[2].entries, cs[0].ID) < 0 || indexOf(rt.buckets[2].entries, cs[3].ID) >= 0 {
+		t.Fatal("a request's better-ranked sender did not take the worst entry's slot")
+	}
+}
