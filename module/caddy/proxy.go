@@ -230,7 +230,19 @@ func (e *engine) putGetPeers(ctx context.Context, fr fetchRequest) (peers []refe
 	if err != nil {
 		e.logger.Debug("put+get failed; going to the origin", zap.Error(err))
 	}
-	for _, v := range res.Values {
+	peers = e.peerReferences(fr, res.Values, self)
+	if e.urlPeers != nil {
+		peers = e.urlPeers(peers)
+	}
+	return peers, res.Level
+}
+
+// peerReferences decodes the references a put+get for fr returned: not
+// this proxy's own, not undecodable ones, and none on an address
+// allow_peers does not permit.
+func (e *engine) peerReferences(fr fetchRequest, values []coraldht.Value, self netip.AddrPort) []reference {
+	var peers []reference
+	for _, v := range values {
 		r, err := decodeReference(v.Data)
 		if err != nil || r.Addr == self {
 			continue
@@ -247,10 +259,7 @@ func (e *engine) putGetPeers(ctx context.Context, fr fetchRequest) (peers []refe
 		}
 		peers = append(peers, r)
 	}
-	if e.urlPeers != nil {
-		peers = e.urlPeers(peers)
-	}
-	return peers, res.Level
+	return peers
 }
 
 // keep stores a fetched response and streams it into the cache, or hands

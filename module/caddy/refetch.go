@@ -334,14 +334,7 @@ func (e *engine) putGetRivals(ctx context.Context, fr fetchRequest, lost netip.A
 		e.logger.Debug("put+get on the retry key failed", zap.Error(err))
 		return nil, false, false
 	}
-	for _, v := range res.Values {
-		r, err := decodeReference(v.Data)
-		if err != nil || r.Addr == self || failed[r.Addr] || !e.peerGuard.permitted(r.Addr.Addr()) {
-			continue
-		}
-		r.Left = v.TTL
-		rivals = append(rivals, r)
-	}
+	rivals = slices.DeleteFunc(e.peerReferences(fr, res.Values, self), func(r reference) bool { return failed[r.Addr] })
 	return rivals, len(rivals) == 0, true
 }
 

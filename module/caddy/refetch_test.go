@@ -50,23 +50,7 @@ func downloaderDies(t *testing.T, delays []time.Duration, blind bool) {
 		p.h.eng.retryDelay = func() time.Duration { return delays[i] }
 	}
 	half := bytes.Repeat([]byte("q"), 256<<10)
-	var fetches atomic.Int32
-	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", fmt.Sprint(2*len(half)))
-		w.Header().Set("Cache-Control", "max-age=600")
-		w.Write(half)
-		w.(http.Flusher).Flush()
-		if fetches.Add(1) == 1 {
-			<-o.gate // the first fetch (P0's) stalls halfway
-		}
-		w.Write(half)
-	})
-	defer close(o.gate)
-	ask := func(p *testProxy) (*http.Response, error) {
-		req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/big", nil)
-		req.Host = o.coralHost()
-		return http.DefaultClient.Do(req)
-	}
+	o, ask := stallingOrigin(t, half)
 	var first []*http.Response
 	for i, p := range proxies {
 		resp, err := ask(p)
@@ -117,6 +101,30 @@ func downloaderDies(t *testing.T, delays []time.Duration, blind bool) {
 	if n := o.count("/big"); n != 2 {
 		t.Errorf("origin fetches: %d, want 2 (P0's, then one for the three proxies it left)", n)
 	}
+}
+
+// stallingOrigin serves /big as half twice; its first fetch (P0's)
+// stalls after the first half until the test ends. ask requests /big
+// from a proxy under the origin's Coralized name.
+func stallingOrigin(t *testing.T, half []byte) (*countingOrigin, func(*testProxy) (*http.Response, error)) {
+	var fetches atomic.Int32
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(2*len(half)))
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Write(half)
+		w.(http.Flusher).Flush()
+		if fetches.Add(1) == 1 {
+			<-o.gate
+		}
+		w.Write(half)
+	})
+	t.Cleanup(func() { close(o.gate) })
+	ask := func(p *testProxy) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/big", nil)
+		req.Host = o.coralHost()
+		return http.DefaultClient.Do(req)
+	}
+	return o, ask
 }
 
 // TestPeerFailed: which errors leave a peer out of the next put+get.
@@ -221,23 +229,7 @@ func TestRetrierFindsWhomItSentToTheOrigin(t *testing.T) {
 	}
 	b.h.eng.retryDelay = func() time.Duration { return 600 * time.Millisecond }
 	half := bytes.Repeat([]byte("r"), 256<<10)
-	var fetches atomic.Int32
-	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", fmt.Sprint(2*len(half)))
-		w.Header().Set("Cache-Control", "max-age=600")
-		w.Write(half)
-		w.(http.Flusher).Flush()
-		if fetches.Add(1) == 1 {
-			<-o.gate // P0's fetch stalls halfway
-		}
-		w.Write(half)
-	})
-	defer close(o.gate)
-	ask := func(p *testProxy) (*http.Response, error) {
-		req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/big", nil)
-		req.Host = o.coralHost()
-		return http.DefaultClient.Do(req)
-	}
+	o, ask := stallingOrigin(t, half)
 	var first []*http.Response
 	for _, p := range []*testProxy{p0, b} {
 		resp, err := ask(p)
