@@ -292,11 +292,13 @@ func TestStalledRelayGivesUpItsSlot(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			trickle := make(chan struct{})
+			bigStarted := make(chan struct{}, 10)
 			bigGone := make(chan struct{}, 10)
 			o := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Cache-Control", "no-store")
 				switch r.URL.Path {
 				case "/big":
+					bigStarted <- struct{}{}
 					w.Header().Set("Content-Length", strconv.Itoa(bigSize))
 					chunk := make([]byte, 64<<10)
 					for n := 0; n < bigSize; n += len(chunk) {
@@ -323,6 +325,13 @@ func TestStalledRelayGivesUpItsSlot(t *testing.T) {
 			})
 			t.Cleanup(func() { close(trickle) }) // before the proxy's and origin's Close
 			stalled := p.stallingClient(t, "127.0.0.1", o.coralHost(), "/big")
+			// The big download must hold its slot before the second request
+			// asks for one; otherwise the second may simply get there first.
+			select {
+			case <-bigStarted:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the origin never got the stalled client's request")
+			}
 			start := time.Now()
 			resp, cancel := p.openFrom(t, tc.second, o.coralHost(), "/small")
 			body, _ := io.ReadAll(resp.Body)
