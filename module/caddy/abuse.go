@@ -37,11 +37,18 @@ type abuseControl interface {
 // why in Cache-Status. The client address is Caddy's client_ip (which
 // honours trusted_proxies), else the connection's.
 func admitAbuse(a abuseControl, w http.ResponseWriter, r *http.Request, origin string, originURL func() string) (done bool, err error) {
+	fromPeer := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
+	return admitAbuseFrom(a, w, r, origin, requestClientAddr(r), fromPeer, originURL)
+}
+
+// admitAbuseFrom is admitAbuse for a request whose client address and
+// only-if-cached directive (a peer's request) the caller has already
+// taken from it.
+func admitAbuseFrom(a abuseControl, w http.ResponseWriter, r *http.Request, origin string, client netip.Addr, fromPeer bool, originURL func() string) (done bool, err error) {
 	if a == nil {
 		return false, nil
 	}
-	fromPeer := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
-	ref := a.Admit(origin, requestClientAddr(r), fromPeer)
+	ref := a.Admit(origin, client, fromPeer)
 	switch {
 	case ref == nil:
 		return false, nil

@@ -137,6 +137,7 @@ func (e *engine) downloadContext() (context.Context, context.CancelFunc) {
 // fetched from, peerGuard which peer addresses may be asked.
 func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peerGuard originGuard, policy httpcache.Policy) {
 	h.store = store
+	h.targets = newTargetCache()
 	h.eng = newEngine(h.engineConfig(node, guard, peerGuard, policy))
 }
 

@@ -180,10 +180,14 @@ func (h *Handler) advertisedAddrs() []netip.Addr {
 // learnPeerAddr fills in this proxy's HTTP address from the first request:
 // the node's IP and the port the request came in on.
 func (h *Handler) learnPeerAddr(r *http.Request) {
+	if h.eng.peerAddr.Load() != nil || r.TLS != nil {
+		// Learnt already (every request after the first asks only
+		// this), or TLS: peers speak plain HTTP, so a port that answers
+		// with TLS is not their way in.
+		return
+	}
 	node := h.eng.dhtNode()
-	if h.eng.peerAddr.Load() != nil || node == nil || r.TLS != nil {
-		// Peers speak plain HTTP: a port that answers with TLS is not
-		// their way in.
+	if node == nil {
 		return
 	}
 	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)

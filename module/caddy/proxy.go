@@ -62,6 +62,10 @@ type fetchRequest struct {
 	// for a background refresh); clientKey turns it into what download
 	// slots count, only when a download needs a slot.
 	clientAddr netip.Addr
+	// onlyIfCached says the request carries only-if-cached (a peer's
+	// request): it is served from this cache or joins a download, never
+	// starts one.
+	onlyIfCached bool
 	// stale is the stored copy's metadata when this fetch revalidates it.
 	stale *diskcache.Meta
 }

@@ -46,9 +46,19 @@ var errBadTarget = errors.New("coral_proxy: request target must be a path (/…)
 // and query from r.URL. Errors wrap a *coralname.Error (see ParseTarget) or
 // errBadTarget.
 func requestTarget(r *http.Request, zone string) (Target, error) {
+	path, err := requestPath(r)
+	if err != nil {
+		return Target{}, err
+	}
+	return ParseTarget(r.Host, zone, path, r.URL.RawQuery)
+}
+
+// requestPath checks the form of r's target (errBadTarget) and returns its
+// escaped path: what requestTarget does before it parses the host.
+func requestPath(r *http.Request) (string, error) {
 	u := r.URL
-	bad := func(detail string) (Target, error) {
-		return Target{}, fmt.Errorf("%w: %s", errBadTarget, detail)
+	bad := func(detail string) (string, error) {
+		return "", fmt.Errorf("%w: %s", errBadTarget, detail)
 	}
 	if u == nil {
 		return bad("no URL")
@@ -71,7 +81,7 @@ func requestTarget(r *http.Request, zone string) (Target, error) {
 	if path != "" && path[0] != '/' {
 		return bad("path " + quoteTarget(path) + " does not start with '/'")
 	}
-	return ParseTarget(r.Host, zone, path, u.RawQuery)
+	return path, nil
 }
 
 // hasPrefixFold is strings.HasPrefix ignoring ASCII case.

@@ -2,7 +2,6 @@ package coralcaddy
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -47,35 +46,46 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 		left := max(m.Expires.Sub(now), 0)
 		vals = setOwnValue(hdr, vals, peerFreshnessField, strconv.FormatInt(int64(left/time.Second), 10))
 	}
-	if rd.Complete() && m.Status == http.StatusOK {
-		if !plainRequest(r, hdr) {
-			// Ranges and conditional requests are answered from the cache.
-			// The file itself, so that bodies go out with sendfile.
-			http.ServeContent(w, r, "", lastModified(m.Header), rd.Content())
-			return nil
-		}
-		// What ServeContent sends for a request without conditions or
-		// ranges, without its checks, date parsing and formatting.
-		setOwnValue(hdr, vals, "Accept-Ranges", "bytes")
-		if cl := hdr["Content-Length"]; len(cl) != 1 || !isDecimal(cl[0], m.Size) {
-			hdr["Content-Length"] = []string{strconv.FormatInt(m.Size, 10)}
-		}
-		w.WriteHeader(http.StatusOK)
-		if r.Method == http.MethodHead {
-			return nil
-		}
-		if _, err := rd.WriteTo(w); err != nil {
-			// The client went away, or the file is damaged: never let a
-			// truncated body look complete.
-			panic(http.ErrAbortHandler)
-		}
+	if !rd.Complete() || m.Status != http.StatusOK || !plainRequest(r, hdr) {
+		return serveStoredOther(w, r, rd, m.Status, m.Size, m.Header)
+	}
+	// What ServeContent sends for a request without conditions or
+	// ranges, without its checks, date parsing and formatting.
+	setOwnValue(hdr, vals, "Accept-Ranges", "bytes")
+	if cl := hdr["Content-Length"]; len(cl) != 1 || !isDecimal(cl[0], m.Size) {
+		hdr["Content-Length"] = []string{strconv.FormatInt(m.Size, 10)}
+	}
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return nil
+	}
+	if _, err := rd.WriteTo(w); err != nil {
+		// The client went away, or the file is damaged: never let a
+		// truncated body look complete.
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+// serveStoredOther sends what serveStored does not send itself: a
+// complete 200 to a request with a range or a precondition (or without a
+// stored Content-Type, or with a Content-Encoding), through
+// http.ServeContent; any other status; a body still being downloaded. Out
+// of serveStored so that a plain hit's frame stays small (see serve).
+// stored is the stored header (for its Last-Modified).
+func serveStoredOther(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status int, size int64, stored http.Header) error {
+	hdr := w.Header()
+	if rd.Complete() && status == http.StatusOK {
+		// Ranges and conditional requests are answered from the cache.
+		// The file itself, so that bodies go out with sendfile.
+		http.ServeContent(w, r, "", lastModified(stored), rd.Content())
 		return nil
 	}
 	hdr.Del("Content-Length")
-	if m.Size >= 0 {
-		hdr.Set("Content-Length", fmt.Sprint(m.Size))
+	if size >= 0 {
+		hdr.Set("Content-Length", strconv.FormatInt(size, 10))
 	}
-	w.WriteHeader(m.Status)
+	w.WriteHeader(status)
 	if r.Method == http.MethodHead {
 		return nil
 	}

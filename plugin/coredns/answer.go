@@ -33,6 +33,8 @@ type builder struct {
 	nearUntil time.Time
 	nearSrc   string
 	nearState int // 0 not started, 1 started, 2 known
+
+	recs *responseRecords // the response's records (records.go)
 }
 
 // level classifies the target once per query.
@@ -248,7 +250,7 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 	}
 	ttl := b.c.set.answerTTL[used]
 	for _, ni := range nodes {
-		b.m.Answer = append(b.m.Answer, addrRR(owner, ni.Addr.Addr(), ttl))
+		b.m.Answer = append(b.m.Answer, b.recs.addr(owner, ni.Addr.Addr(), ttl))
 	}
 	if withAuthority {
 		b.nsSet(b.c.scheme.zoneApex(zone), zone, false)
@@ -330,13 +332,13 @@ func (b *builder) nsSet(owner string, level int, inAnswer bool) {
 	for _, ni := range servers {
 		a := ni.Addr.Addr().Unmap()
 		host := b.c.hostName(a)
-		ns := &dns.NS{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: ttl}, Ns: host}
+		ns := b.recs.nameserver(owner, host, ttl)
 		if inAnswer {
 			b.m.Answer = append(b.m.Answer, ns)
 		} else {
 			b.m.Ns = append(b.m.Ns, ns)
 		}
-		b.m.Extra = append(b.m.Extra, addrRR(host, a, ttl))
+		b.m.Extra = append(b.m.Extra, b.recs.addr(host, a, ttl))
 	}
 }
 

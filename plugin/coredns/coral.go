@@ -128,8 +128,10 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	m.SetReply(r)
 	m.Authoritative = true
 	m.Compress = true
+	recs := new(responseRecords)
+	recs.sections(m, c.set.answers, c.set.nameservers)
 
-	b := builder{c: c, m: m, state: &state, ctx: ctx, client: client, target: target}
+	b := builder{c: c, m: m, state: &state, ctx: ctx, client: client, target: target, recs: recs}
 	kind = b.respond(p)
 	var ecsOut *dns.EDNS0_SUBNET
 	if ecs != nil {
