@@ -113,3 +113,29 @@ func BenchmarkTargetCache(b *testing.B) {
 		}
 	}
 }
+
+// FuzzTargetCache: for any host, path and query, the cache answers, the
+// first time and from its entry, exactly what parsing gives.
+func FuzzTargetCache(f *testing.F) {
+	f.Add("www.example.com.nyud.net", "/a/../b%7e", "x=1")
+	f.Add("www-example-com.nyud.net:8080", "/", "")
+	f.Add("10.0.0.1.8080.nyud.net", "/.well-known/acme-challenge/x", "")
+	f.Add("WWW.Example.COM.nyud.net.", "/%2e%2e/%2F", "a=%zz")
+	f.Add("example.com", "/", "")
+	c := newTargetCache()
+	f.Fuzz(func(t *testing.T, host, path, query string) {
+		want, werr := ParseTarget(host, "nyud.net", path, query)
+		for range 2 {
+			pt, err := c.parse(host, "nyud.net", path, query)
+			if (err != nil) != (werr != nil) {
+				t.Fatalf("cached error %v, parsed %v", err, werr)
+			}
+			if err != nil {
+				continue
+			}
+			if pt.target != want || pt.key != want.Key() {
+				t.Fatalf("cached %+v %s, parsed %+v %s", pt.target, pt.key, want, want.Key())
+			}
+		}
+	})
+}
