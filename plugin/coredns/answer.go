@@ -43,16 +43,27 @@ func (b *builder) level() int {
 		b.startNear()
 		b.cls = b.c.classifier.classify(b.ctx, b.target)
 		b.done = true
-		classifyCount.WithLabelValues(b.cls.source).Inc()
+		countClassification(b.cls.source)
 	}
 	return b.cls.level
 }
 
-func (b *builder) levelLabel() string {
+// levelOrNone is the resolver's level, or -1 when the answer did not
+// depend on it.
+func (b *builder) levelOrNone() int {
 	if !b.done {
+		return -1
+	}
+	return b.cls.level
+}
+
+// levelLabel is the level label of the queries metric for level (-1:
+// "none").
+func levelLabel(level int) string {
+	if level < 0 {
 		return "none"
 	}
-	return strconv.Itoa(b.cls.level)
+	return strconv.Itoa(level)
 }
 
 // respond fills in the response for p and returns its metric kind.

@@ -120,7 +120,7 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		m := new(dns.Msg)
 		m.SetRcode(r, rcode)
 		c.send(server, w, &state, m, kind, clientCookie, client, verdict, nil)
-		queryCount.WithLabelValues(server, "none", kind).Inc()
+		countQuery(server, -1, kind)
 		return dns.RcodeSuccess, nil
 	}
 
@@ -138,7 +138,7 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		ecsOut = ecsReply(ecs, ecsNet, b.done || b.nearState != 0)
 	}
 	c.send(server, w, &state, m, kind, clientCookie, client, verdict, ecsOut)
-	queryCount.WithLabelValues(server, b.levelLabel(), kind).Inc()
+	countQuery(server, b.levelOrNone(), kind)
 	return dns.RcodeSuccess, nil
 }
 
