@@ -40,6 +40,13 @@ func startTestProxies(t *testing.T, n int) []*testProxy {
 // startTestProxiesIn starts n test proxies on 127.0.<subnet>.10 and up.
 func startTestProxiesIn(t *testing.T, n int, subnet byte) []*testProxy {
 	t.Helper()
+	return startTestProxiesWith(t, n, subnet, nil)
+}
+
+// startTestProxiesWith is startTestProxiesIn with configure (if not nil)
+// applied to every node's configuration.
+func startTestProxiesWith(t *testing.T, n int, subnet byte, configure func(*coraldht.Config)) []*testProxy {
+	t.Helper()
 	var out []*testProxy
 	var boot []netip.AddrPort
 	for i := range n {
@@ -47,6 +54,9 @@ func startTestProxiesIn(t *testing.T, n int, subnet byte) []*testProxy {
 		cfg := coraldht.DefaultConfig()
 		cfg.Services = coraldht.ServiceHTTP
 		cfg.HintHops = 0
+		if configure != nil {
+			configure(&cfg)
+		}
 		tr, err := coraldht.ListenUDP(netip.AddrPortFrom(ip, 4000).String())
 		if err != nil {
 			t.Fatal(err)
