@@ -69,7 +69,8 @@ fuzz:
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coralname || exit 1; \
 	done
 	for target in FuzzDecodeReference FuzzRequestThroughProxy \
-			FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL FuzzLocalizeLocation FuzzTargetCache; do \
+			FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL FuzzLocalizeLocation FuzzTargetCache \
+			FuzzReadHead FuzzParseProcNet; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy || exit 1; \
 	done
 	$(GO) test -run=NONE -fuzz='^FuzzNoServeRedirect$$' -fuzztime=$(FUZZTIME) ./module/caddy/abuse
