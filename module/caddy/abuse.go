@@ -13,7 +13,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/module/caddy/abuse"
-	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
 
 // abuseControl is what the handler asks of its abuse controls
@@ -28,23 +27,17 @@ type abuseControl interface {
 }
 
 // admitAbuse asks a (nil: no controls) whether a Coralized request may be
-// served. origin is the origin host (from ParseTarget) and originURL
-// returns the absolute URL of the object at the origin (called only for a
-// refusal or a redirect, so a request that is admitted does not pay for
-// building it). When done is true the request has been answered or
-// refused and ServeHTTP should return err: a caddyhttp.HandlerError for a
-// refusal, nil after a redirect has been written. A peer's refusal says
-// why in Cache-Status. The client address is Caddy's client_ip (which
-// honours trusted_proxies), else the connection's.
-func admitAbuse(a abuseControl, w http.ResponseWriter, r *http.Request, origin string, originURL func() string) (done bool, err error) {
-	fromPeer := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
-	return admitAbuseFrom(a, w, r, origin, requestClientAddr(r), fromPeer, originURL)
-}
-
-// admitAbuseFrom is admitAbuse for a request whose client address and
-// only-if-cached directive (a peer's request) the caller has already
-// taken from it.
-func admitAbuseFrom(a abuseControl, w http.ResponseWriter, r *http.Request, origin string, client netip.Addr, fromPeer bool, originURL func() string) (done bool, err error) {
+// served. origin is the origin host (from ParseTarget), client the
+// client's address (requestClientAddr: Caddy's client_ip, which honours
+// trusted_proxies, else the connection's), fromPeer whether the request
+// carries only-if-cached (a peer's), and originURL returns the absolute
+// URL of the object at the origin (called only for a refusal or a
+// redirect, so a request that is admitted does not pay for building it).
+// When done is true the request has been answered or refused and
+// ServeHTTP should return err: a caddyhttp.HandlerError for a refusal,
+// nil after a redirect has been written. A peer's refusal says why in
+// Cache-Status.
+func admitAbuse(a abuseControl, w http.ResponseWriter, r *http.Request, origin string, client netip.Addr, fromPeer bool, originURL func() string) (done bool, err error) {
 	if a == nil {
 		return false, nil
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/module/caddy/abuse"
+	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -64,7 +65,7 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 
 	// Blacklisted: 403, before the rate limit is touched.
 	w := httptest.NewRecorder()
-	done, err := admitAbuse(a, w, newAbuseRequest("www.blocked.example", "", false), "www.blocked.example", func() string { return "http://www.blocked.example/a?x=1" })
+	done, err := admitRequest(a, w, newAbuseRequest("www.blocked.example", "", false), "www.blocked.example", func() string { return "http://www.blocked.example/a?x=1" })
 	if !done || handlerStatus(t, err) != http.StatusForbidden || !errors.Is(err, abuse.ErrBlacklisted) {
 		t.Fatalf("blacklisted: done=%v err=%v", done, err)
 	}
@@ -73,19 +74,19 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 	}
 	// ... and 504 for a peer.
 	w = httptest.NewRecorder()
-	done, err = admitAbuse(a, w, newAbuseRequest("www.blocked.example", "", true), "www.blocked.example", func() string { return "http://www.blocked.example/" })
+	done, err = admitRequest(a, w, newAbuseRequest("www.blocked.example", "", true), "www.blocked.example", func() string { return "http://www.blocked.example/" })
 	if !done || handlerStatus(t, err) != http.StatusGatewayTimeout || !strings.Contains(w.Header().Get("Cache-Status"), "blacklisted") {
 		t.Fatalf("blacklisted, peer: done=%v err=%v", done, err)
 	}
 
 	// Admitted.
 	w = httptest.NewRecorder()
-	if done, err := admitAbuse(a, w, newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL }); done || err != nil {
+	if done, err := admitRequest(a, w, newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL }); done || err != nil {
 		t.Fatalf("first request: done=%v err=%v", done, err)
 	}
 	// Same client again: 429 with Retry-After.
 	w = httptest.NewRecorder()
-	done, err = admitAbuse(a, w, newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL })
+	done, err = admitRequest(a, w, newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL })
 	if !done || handlerStatus(t, err) != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "1" {
 		t.Fatalf("second request: done=%v err=%v Retry-After=%q", done, err, w.Header().Get("Retry-After"))
 	}
@@ -93,24 +94,24 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 	// of their own (burst 2 here): admitted twice, then 504 without
 	// Retry-After.
 	for i := range 2 {
-		if done, err := admitAbuse(a, httptest.NewRecorder(), newAbuseRequest("www.example.com", "", true), "www.example.com", func() string { return originURL }); done || err != nil {
+		if done, err := admitRequest(a, httptest.NewRecorder(), newAbuseRequest("www.example.com", "", true), "www.example.com", func() string { return originURL }); done || err != nil {
 			t.Fatalf("peer request %d within the peer rate: done=%v err=%v", i+1, done, err)
 		}
 	}
 	w = httptest.NewRecorder()
-	done, err = admitAbuse(a, w, newAbuseRequest("www.example.com", "", true), "www.example.com", func() string { return originURL })
+	done, err = admitRequest(a, w, newAbuseRequest("www.example.com", "", true), "www.example.com", func() string { return originURL })
 	if !done || handlerStatus(t, err) != http.StatusGatewayTimeout || w.Header().Get("Retry-After") != "" {
 		t.Fatalf("peer over rate: done=%v err=%v", done, err)
 	}
 	// The client is Caddy's client_ip when set (trusted_proxies): another
 	// client behind the same connection address is admitted, and two
 	// connections with one client_ip share its bucket.
-	if done, _ := admitAbuse(a, httptest.NewRecorder(), newAbuseRequest("www.example.com", "2001:db8::1", false), "www.example.com", func() string { return originURL }); done {
+	if done, _ := admitRequest(a, httptest.NewRecorder(), newAbuseRequest("www.example.com", "2001:db8::1", false), "www.example.com", func() string { return originURL }); done {
 		t.Fatal("client_ip client refused")
 	}
 	r := newAbuseRequest("www.example.com", "2001:db8::2", false) // same /64
 	r.RemoteAddr = "198.51.100.1:1"
-	if done, _ := admitAbuse(a, httptest.NewRecorder(), r, "www.example.com", func() string { return originURL }); !done {
+	if done, _ := admitRequest(a, httptest.NewRecorder(), r, "www.example.com", func() string { return originURL }); !done {
 		t.Fatal("client_ip not used as the client")
 	}
 
@@ -118,7 +119,7 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 	now = now.Add(time.Second) // a token again for 203.0.113.9
 	a.Budget.Add(100, now)
 	w = httptest.NewRecorder()
-	done, err = admitAbuse(a, w, newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL })
+	done, err = admitRequest(a, w, newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL })
 	if !done || err != nil || w.Code != http.StatusFound {
 		t.Fatalf("over budget: done=%v err=%v code=%d", done, err, w.Code)
 	}
@@ -131,24 +132,24 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 	// A peer over budget: 504.
 	now = now.Add(time.Second)
 	w = httptest.NewRecorder()
-	done, err = admitAbuse(a, w, newAbuseRequest("www.example.com", "", true), "www.example.com", func() string { return originURL })
+	done, err = admitRequest(a, w, newAbuseRequest("www.example.com", "", true), "www.example.com", func() string { return originURL })
 	if !done || handlerStatus(t, err) != http.StatusGatewayTimeout || !errors.Is(err, abuse.ErrOverBudget) {
 		t.Fatalf("peer over budget: done=%v err=%v", done, err)
 	}
 	// The next window serves again.
 	now = now.Add(time.Hour)
-	if done, err := admitAbuse(a, httptest.NewRecorder(), newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL }); done || err != nil {
+	if done, err := admitRequest(a, httptest.NewRecorder(), newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL }); done || err != nil {
 		t.Fatalf("next window: done=%v err=%v", done, err)
 	}
 
 	// Nothing configured: everything admitted.
 	var none *abuse.Controls
-	if done, err := admitAbuse(none, httptest.NewRecorder(), newAbuseRequest("www.blocked.example", "", false), "www.blocked.example", func() string { return originURL }); done || err != nil {
+	if done, err := admitRequest(none, httptest.NewRecorder(), newAbuseRequest("www.blocked.example", "", false), "www.blocked.example", func() string { return originURL }); done || err != nil {
 		t.Fatal("nil controls refuse")
 	}
 	empty := &abuse.Controls{}
 	for range 100 {
-		if done, _ := admitAbuse(empty, httptest.NewRecorder(), newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL }); done {
+		if done, _ := admitRequest(empty, httptest.NewRecorder(), newAbuseRequest("www.example.com", "", false), "www.example.com", func() string { return originURL }); done {
 			t.Fatal("empty controls refuse")
 		}
 	}
@@ -208,4 +209,11 @@ func TestRetryAfterSeconds(t *testing.T) {
 	if got := retryAfterSeconds(2*time.Second + time.Nanosecond); got != "3" {
 		t.Errorf("Retry-After for 2s+1ns = %q, want 3", got)
 	}
+}
+
+// admitRequest is admitAbuse with the client address and only-if-cached
+// taken from r, as admit takes them.
+func admitRequest(a abuseControl, w http.ResponseWriter, r *http.Request, origin string, originURL func() string) (done bool, err error) {
+	fromPeer := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
+	return admitAbuse(a, w, r, origin, requestClientAddr(r), fromPeer, originURL)
 }

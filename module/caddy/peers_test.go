@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -153,25 +152,7 @@ func TestFlashCrowdAcrossProxies(t *testing.T) {
 func TestPeerKilledMidTransfer(t *testing.T) {
 	proxies := startTestProxies(t, 2)
 	half := bytes.Repeat([]byte("p"), 256<<10)
-	var gated sync.Once
-	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", fmt.Sprint(2*len(half)))
-		w.Header().Set("Cache-Control", "max-age=600")
-		w.Write(half)
-		w.(http.Flusher).Flush()
-		first := false
-		gated.Do(func() { first = true })
-		if first {
-			<-o.gate // the first fetch (P0's) stalls halfway
-		}
-		w.Write(half)
-	})
-	defer close(o.gate)
-	ask := func(p *testProxy) (*http.Response, error) {
-		req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/file", nil)
-		req.Host = o.coralHost()
-		return http.DefaultClient.Do(req)
-	}
+	_, ask := stallingOrigin(t, half) // the first fetch (P0's) stalls halfway
 	// P0 starts the download from the origin; its client reads half.
 	r0, err := ask(proxies[0])
 	if err != nil {

@@ -40,21 +40,10 @@ import (
 // origin-form nor the absolute form of a Coralized http(s) URL.
 var errBadTarget = errors.New("coral_proxy: request target must be a path (/…) or a Coralized http URL")
 
-// requestTarget parses a Coralized request into the origin resource it
-// names: the host from r.Host (which net/http takes from an absolute-form
-// target, ignoring the Host field, as RFC 9112 §3.2.2 requires), the path
-// and query from r.URL. Errors wrap a *coralname.Error (see ParseTarget) or
-// errBadTarget.
-func requestTarget(r *http.Request, zone string) (Target, error) {
-	path, err := requestPath(r)
-	if err != nil {
-		return Target{}, err
-	}
-	return ParseTarget(r.Host, zone, path, r.URL.RawQuery)
-}
-
 // requestPath checks the form of r's target (errBadTarget) and returns its
-// escaped path: what requestTarget does before it parses the host.
+// escaped path. The host is taken from r.Host (which net/http takes from
+// an absolute-form target, ignoring the Host field, as RFC 9112 §3.2.2
+// requires) and parsed by admit, through its target cache.
 func requestPath(r *http.Request) (string, error) {
 	u := r.URL
 	bad := func(detail string) (string, error) {

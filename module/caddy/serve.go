@@ -61,7 +61,7 @@ func (h *Handler) admit(w *bodyCounter, r *http.Request, acct *requestAccount, f
 	fr.header, fr.allow, fr.clientIP = r.Header, h.eng.forward, clientIP(r)
 	fr.clientAddr = requestClientAddr(r)
 	fr.onlyIfCached = httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
-	if refused, err := admitAbuseFrom(h.abuse, w, r, target.Host, fr.clientAddr, fr.onlyIfCached, func() string { return fr.originURL().String() }); refused {
+	if refused, err := admitAbuse(h.abuse, w, r, target.Host, fr.clientAddr, fr.onlyIfCached, func() string { return fr.originURL().String() }); refused {
 		return true, h.refuseWithBody(w, err)
 	}
 	if _, ok := r.Header["Authorization"]; ok {
@@ -170,13 +170,7 @@ func (h *Handler) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetc
 		acct.set(cacheMiss, "origin")
 		return h.fetchOwn(w, r, *fr, acct)
 	}
-	if h.eng.now().Before(m.Expires) {
-		// Fresh after all: it became so between serveFound's look and
-		// this one (a revalidation committed).
-		h.eng.refs.touch(fr.baseKey)
-		acct.set(cacheHit, "local")
-		return h.serveStored(w, r, rd, cacheHit, "local", onlyIfCached)
-	}
+	// Complete and not fresh (serveFound): stale.
 	if onlyIfCached {
 		// Stale, and the client (a peer, usually) wants no origin
 		// contact: RFC 9111 §5.2.1.7.
@@ -187,7 +181,7 @@ func (h *Handler) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetc
 	// revalidate the stale copy is served at once meanwhile: the one
 	// already open, so that the new version the refresh may create
 	// before this request reads is not served in its place.
-	stale := m // a copy: taking m's address would move it to the heap on every hit
+	stale := m // a copy: taking m's address would move it to the heap for the collapsed joiners above too
 	fr.stale = &stale
 	if swr, _ := httpcache.StaleWindows(m.Header); h.eng.now().Sub(m.Expires) < swr {
 		// In the background, if a download slot is free now.

@@ -86,3 +86,15 @@ func TestTarget(t *testing.T) {
 		t.Errorf("ParseTarget outside the zone: %v", err)
 	}
 }
+
+// requestTarget parses a Coralized request into the origin resource it
+// names, as admit does without its cache: the host from r.Host, the path
+// and query from r.URL. Errors wrap a *coralname.Error (see ParseTarget)
+// or errBadTarget.
+func requestTarget(r *http.Request, zone string) (Target, error) {
+	path, err := requestPath(r)
+	if err != nil {
+		return Target{}, err
+	}
+	return ParseTarget(r.Host, zone, path, r.URL.RawQuery)
+}

@@ -1,6 +1,7 @@
 package coral
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -36,26 +37,18 @@ func (c *counterCache[K]) get(k K, labels func() []string) prometheus.Counter {
 	ctr := c.vec.WithLabelValues(labels()...)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old := c.m.Load()
-	if old != nil && len(*old) >= maxCachedCounters {
+	var old map[K]prometheus.Counter
+	if m := c.m.Load(); m != nil {
+		old = *m
+	}
+	if len(old) >= maxCachedCounters {
 		return ctr
 	}
-	next := make(map[K]prometheus.Counter, 1+mapLen(old))
-	if old != nil {
-		for key, v := range *old {
-			next[key] = v
-		}
-	}
+	next := make(map[K]prometheus.Counter, len(old)+1)
+	maps.Copy(next, old)
 	next[k] = ctr
 	c.m.Store(&next)
 	return ctr
-}
-
-func mapLen[K comparable, V any](m *map[K]V) int {
-	if m == nil {
-		return 0
-	}
-	return len(*m)
 }
 
 // queryLabels are queryCount's label values.
