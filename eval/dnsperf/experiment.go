@@ -18,6 +18,7 @@ import (
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/sim"
+	"github.com/coralcdn/coral/internal/lab/profdiff"
 )
 
 func experiment(ctx context.Context, p params, command string) (rep *report, err error) {
@@ -184,13 +185,21 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	hp.Window = time.Since(loadStart).Seconds()
 
 	if p.Profile != "" {
+		sides := make(map[string]profdiff.Side)
 		for _, t := range b.targets {
-			path, err := b.profile(ctx, t)
+			path, qps, err := b.profile(ctx, t)
 			if err != nil {
 				return nil, err
 			}
 			rep.Profiles = append(rep.Profiles, path)
+			sides[t.name] = profdiff.Side{Name: t.name, Path: path, Rate: qps}
 		}
+		// Where a coral answer's CPU goes beyond the floor's.
+		c, err := profdiff.Compare(ctx, p.CoreDNS, "unthrottled", "query", sides["coral"], sides["whoami"], 30)
+		if err != nil {
+			return nil, err
+		}
+		rep.ProfileDiff = c
 	}
 	rep.Commands = b.commands
 	rep.Host.LoadAvgAfter = evalrun.LoadAvg()
@@ -514,6 +523,10 @@ func printReport(w io.Writer, rep *report) {
 	if len(rep.Profiles) > 0 {
 		fmt.Fprintf(w, "CPU profiles: %s\n", strings.Join(rep.Profiles, " "))
 	}
+	if rep.ProfileDiff != nil {
+		fmt.Fprintln(w)
+		rep.ProfileDiff.Print(w)
+	}
 }
 
 func fmtFloats(v []float64, f string) string {
@@ -526,9 +539,9 @@ func fmtFloats(v []float64, f string) string {
 
 // profile takes a CPU profile of CoreDNS during one more unmeasured
 // unthrottled run against t.
-func (b *bench) profile(ctx context.Context, t *target) (string, error) {
+func (b *bench) profile(ctx context.Context, t *target) (string, float64, error) {
 	if err := os.MkdirAll(b.p.Profile, 0o755); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	path := filepath.Join(b.p.Profile, "dnsperf-"+t.name+".pprof")
 	secs := max(1, int(b.p.Duration.Seconds())-2)
@@ -554,13 +567,13 @@ func (b *bench) profile(ctx context.Context, t *target) (string, error) {
 	r, err := b.runPerf(ctx, "profile", 0, t, b.p.Duration, 0, false)
 	res := <-done
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if res.err != nil {
-		return "", fmt.Errorf("CPU profile: %w", res.err)
+		return "", 0, fmt.Errorf("CPU profile: %w", res.err)
 	}
 	fmt.Printf("Profile run %-5s %8.0f qps (profiled, not counted): %s\n", t.name, r.QPS, path)
-	return path, os.WriteFile(path, res.body, 0o644)
+	return path, r.QPS, os.WriteFile(path, res.body, 0o644)
 }
 
 func dnsperfVersion(bin string) string {

@@ -1,5 +1,7 @@
 package main
 
+import "github.com/coralcdn/coral/internal/lab/profdiff"
+
 // report is dnsperf.json.
 type report struct {
 	Command  string   `json:"command"`
@@ -22,6 +24,9 @@ type report struct {
 	Latency    latencyResult    `json:"latency"`
 	HotPath    hotPath          `json:"hot_path"`
 	Profiles   []string         `json:"cpu_profiles,omitempty"`
+	// ProfileDiff: with -profile, where coral's CPU per query goes beyond
+	// whoami's.
+	ProfileDiff *profdiff.Comparison `json:"profile_diff,omitempty"`
 
 	PassRatio bool `json:"pass_qps_ratio_ge_0_8"`
 	// PassWhoami is issue 25's: coral ≥ 0.9× whoami's unthrottled qps,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/sim"
+	"github.com/coralcdn/coral/internal/lab/profdiff"
 )
 
 // disturbedCores is how much CPU other processes may use during a run, in
@@ -127,16 +128,24 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	}
 	if p.Profile != "" {
 		for _, size := range p.Sizes {
+			sides := make(map[string]profdiff.Side)
 			for _, name := range []string{"coral", "file", "respond", "coral-old"} {
 				if b.target(name) == nil {
 					continue
 				}
-				path, err := b.profile(ctx, b.target(name), size)
+				path, rps, err := b.profile(ctx, b.target(name), size)
 				if err != nil {
 					return nil, err
 				}
 				rep.Profiles = append(rep.Profiles, path)
+				sides[name] = profdiff.Side{Name: name, Path: path, Rate: rps}
 			}
+			// Where a hit's CPU goes beyond the floor's.
+			c, err := profdiff.Compare(ctx, p.Caddy, sizeName(size), "request", sides["coral"], sides["respond"], 30)
+			if err != nil {
+				return nil, err
+			}
+			rep.ProfileDiffs = append(rep.ProfileDiffs, c)
 		}
 	}
 	if err := b.memory(ctx, rep); err != nil {
@@ -605,9 +614,9 @@ func runProblems(r *run, server string, conns int) []string {
 
 // profile takes a CPU profile of Caddy during one more unmeasured run
 // against t.
-func (b *bench) profile(ctx context.Context, t *target, size int) (string, error) {
+func (b *bench) profile(ctx context.Context, t *target, size int) (string, float64, error) {
 	if err := os.MkdirAll(b.p.Profile, 0o755); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	path := filepath.Join(b.p.Profile, fmt.Sprintf("httpbench-%s-%s.pprof", t.name, sizeName(size)))
 	secs := max(1, int(b.p.Duration.Seconds())-2)
@@ -646,12 +655,12 @@ func (b *bench) profile(ctx context.Context, t *target, size int) (string, error
 		if profiling {
 			<-done
 		}
-		return "", err
+		return "", 0, err
 	}
 	res := <-done
 	if res.err != nil {
-		return "", fmt.Errorf("CPU profile: %w", res.err)
+		return "", 0, fmt.Errorf("CPU profile: %w", res.err)
 	}
 	fmt.Printf("Profile run %-9s %-4s %8.0f req/s (profiled, not counted): %s\n", t.name, sizeName(size), r.RPS, path)
-	return path, os.WriteFile(path, res.body, 0o644)
+	return path, r.RPS, os.WriteFile(path, res.body, 0o644)
 }

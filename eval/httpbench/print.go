@@ -109,6 +109,10 @@ func printReport(w io.Writer, rep *report) {
 	if len(rep.Profiles) > 0 {
 		fmt.Fprintf(w, "CPU profiles (go tool pprof -top FILE): %s\n", strings.Join(rep.Profiles, " "))
 	}
+	for _, c := range rep.ProfileDiffs {
+		fmt.Fprintln(w)
+		c.Print(w)
+	}
 }
 
 // printThroughput prints every measured run, the medians and the ratios.

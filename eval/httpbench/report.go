@@ -1,5 +1,7 @@
 package main
 
+import "github.com/coralcdn/coral/internal/lab/profdiff"
+
 // report is httpbench.json.
 type report struct {
 	Command string  `json:"command"`
@@ -27,6 +29,9 @@ type report struct {
 	Disturbed  []*run      `json:"disturbed_runs,omitempty"` // repeated: other processes took CPU
 	Summary    []*sizeSumm `json:"by_size"`
 	Profiles   []string    `json:"cpu_profiles,omitempty"`
+	// ProfileDiffs: with -profile, where a hit's CPU per request goes
+	// beyond respond's, per size.
+	ProfileDiffs []*profdiff.Comparison `json:"profile_diffs,omitempty"`
 
 	Index *indexResult `json:"index_memory,omitempty"`
 	Proxy *proxyResult `json:"proxy_memory,omitempty"`
