@@ -233,13 +233,12 @@ func (p *purgeProxy) settle(t *testing.T) {
 		p.h.eng.mu.Unlock()
 		refsDone := true
 		if p.node != nil {
-			p.refs.mu.Lock()
 			urls := 0
 			p.h.store.Walk(0, func(infos []diskcache.Info) bool {
 				for _, in := range infos {
 					if m, ok := p.h.store.Peek(in.Key); ok && m.Extra[varyIndexField] == "" {
 						if norm, ok := purge.StoredNorm(m.Extra["url"]); ok {
-							if _, ok := p.refs.refs[purge.KeyOfNorm(norm)]; !ok {
+							if !p.refs.has(purge.KeyOfNorm(norm)) {
 								refsDone = false
 							}
 						}
@@ -248,7 +247,6 @@ func (p *purgeProxy) settle(t *testing.T) {
 				}
 				return true
 			})
-			p.refs.mu.Unlock()
 		}
 		if n == 0 && p.h.store.Stats().Writing == 0 && refsDone {
 			return
@@ -262,10 +260,7 @@ func (p *purgeProxy) settle(t *testing.T) {
 
 // hasRef reports whether p renews a reference for key.
 func (p *purgeProxy) hasRef(key string) bool {
-	p.refs.mu.Lock()
-	defer p.refs.mu.Unlock()
-	_, ok := p.refs.refs[key]
-	return ok
+	return p.refs.has(key)
 }
 
 func (p *purgeProxy) cached(path string, o *purgeOrigin) bool {

@@ -3,6 +3,7 @@ package coralcaddy
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
@@ -14,9 +15,14 @@ import (
 // if the object was requested since the last put: a reference to an
 // object nobody wants lapses on its own. It lives with the cache (across
 // reloads), not with one handler configuration.
+//
+// Every hit notes its request (touch), so touch takes no lock: the
+// references are in a sync.Map, read without one, and a request only sets
+// a flag. mu serializes the writers (put, forget, due).
 type refTable struct {
 	mu    sync.Mutex
-	refs  map[string]*refState
+	refs  sync.Map // object key → *refState
+	n     int      // references in refs; under mu
 	store *diskcache.Store
 	node  *coraldht.Node
 	// nodeFunc, when set, finds the node running now: the table outlives
@@ -31,15 +37,21 @@ type refTable struct {
 type refState struct {
 	ref       reference
 	ttl       time.Duration
-	putAt     time.Time
-	requested time.Time
+	putAt     time.Time   // under mu
+	requested atomic.Bool // since putAt
+}
+
+// refRenewal is a reference to put again.
+type refRenewal struct {
+	ref reference
+	ttl time.Duration
 }
 
 // renewAhead is how long before a reference expires it is renewed.
 const renewAhead = 2 * time.Minute
 
 func newRefTable(store *diskcache.Store, node *coraldht.Node) *refTable {
-	return &refTable{refs: make(map[string]*refState), store: store, node: node, now: time.Now}
+	return &refTable{store: store, node: node, now: time.Now}
 }
 
 func (t *refTable) dhtNode() *coraldht.Node {
@@ -56,8 +68,9 @@ func (t *refTable) put(key string, ref reference, ttl time.Duration) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.now()
-	t.refs[key] = &refState{ref: ref, ttl: ttl, putAt: now}
+	if _, replaced := t.refs.Swap(key, &refState{ref: ref, ttl: ttl, putAt: t.now()}); !replaced {
+		t.n++
+	}
 }
 
 // forget stops renewing the reference put for key: its object was purged
@@ -70,8 +83,10 @@ func (t *refTable) forget(key string) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_, ok := t.refs[key]
-	delete(t.refs, key)
+	_, ok := t.refs.LoadAndDelete(key)
+	if ok {
+		t.n--
+	}
 	return ok
 }
 
@@ -82,7 +97,13 @@ func (t *refTable) len() int {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.refs)
+	return t.n
+}
+
+// has reports whether the table renews a reference for key.
+func (t *refTable) has(key string) bool {
+	_, ok := t.refs.Load(key)
+	return ok
 }
 
 // touch notes that key was requested.
@@ -90,35 +111,39 @@ func (t *refTable) touch(key string) {
 	if t == nil {
 		return
 	}
-	t.mu.Lock()
-	if s, ok := t.refs[key]; ok {
-		s.requested = t.now()
+	if v, ok := t.refs.Load(key); ok {
+		if s := v.(*refState); !s.requested.Load() {
+			// Only the first request after a put writes: the flag's cache
+			// line is not bounced between CPUs on every hit.
+			s.requested.Store(true)
+		}
 	}
-	t.mu.Unlock()
 }
 
 // due returns the references to renew now, and forgets those that lapse
 // (not requested since their put, or no longer cached).
-func (t *refTable) due() map[string]refState {
+func (t *refTable) due() map[string]refRenewal {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	out := make(map[string]refState)
-	for key, s := range t.refs {
+	out := make(map[string]refRenewal)
+	t.refs.Range(func(k, v any) bool {
+		key, s := k.(string), v.(*refState)
 		if now.Before(s.putAt.Add(s.ttl - renewAhead)) {
-			continue
+			return true
 		}
-		if !s.requested.After(s.putAt) {
-			delete(t.refs, key)
-			continue
-		}
-		if _, ok := t.store.Peek(key); !ok {
-			delete(t.refs, key)
-			continue
+		// Swap, not Load: a request after this point counts for the
+		// next renewal, not this one.
+		_, cached := t.store.Peek(key)
+		if !s.requested.Swap(false) || !cached {
+			t.refs.Delete(key)
+			t.n--
+			return true
 		}
 		s.putAt = now
-		out[key] = *s
-	}
+		out[key] = refRenewal{ref: s.ref, ttl: s.ttl}
+		return true
+	})
 	return out
 }
 

@@ -1,7 +1,10 @@
 package coralcaddy
 
 import (
+	"fmt"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,10 +57,63 @@ func TestRefTableRenewsOnlyRequested(t *testing.T) {
 	if d := tab.due(); len(d) != 0 {
 		t.Errorf("renewed an unrequested reference: %v", d)
 	}
-	tab.mu.Lock()
-	left := len(tab.refs)
-	tab.mu.Unlock()
-	if left != 0 {
+	if left := tab.len(); left != 0 {
 		t.Errorf("%d references still tracked, want 0", left)
+	}
+}
+
+// TestRefTableTouchDuringRenewal: hits note their requests (touch, no
+// lock) while references are put, renewed and forgotten; under -race this
+// finds any unsynchronized access, and the table's count stays the number
+// of references it holds.
+func TestRefTableTouchDuringRenewal(t *testing.T) {
+	store, err := diskcache.Open(diskcache.Options{Dir: t.TempDir(), MaxBytes: 1 << 20, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var clock atomic.Int64
+	tab := newRefTable(store, nil)
+	tab.now = func() time.Time { return time.Unix(clock.Load(), 0) }
+	ref := reference{Addr: netip.MustParseAddrPort("192.0.2.1:80"), Complete: true}
+	keys := make([]string, 64)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%040d", i)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 2 {
+		wg.Go(func() {
+			for i := g; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tab.touch(keys[i%len(keys)])
+			}
+		})
+	}
+	for round := range 200 {
+		for i, key := range keys {
+			if (i+round)%3 == 0 {
+				tab.forget(key)
+			} else {
+				tab.put(key, ref, time.Hour)
+			}
+		}
+		clock.Add(3600)
+		tab.due()
+	}
+	close(stop)
+	wg.Wait()
+	held := 0
+	for _, key := range keys {
+		if tab.has(key) {
+			held++
+		}
+	}
+	if n := tab.len(); n != held {
+		t.Errorf("table counts %d references, holds %d", n, held)
 	}
 }

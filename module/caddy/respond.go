@@ -15,8 +15,10 @@ import (
 
 // serveStored writes a cached (or still arriving) object. To a peer (an
 // only-if-cached request) it also says how long the copy stays fresh here
-// (peerFreshnessField), which bounds the peer's copy.
-func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status CacheStatus, source string, toPeer bool) error {
+// (peerFreshnessField), which bounds the peer's copy. now is the time the
+// response's Age is computed for: the caller's clock reading (a hit reads
+// the clock once).
+func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status CacheStatus, source string, toPeer bool, now time.Time) error {
 	defer rd.Close()
 	m := rd.Meta()
 	hdr := w.Header()
@@ -40,7 +42,6 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 	}
 	vals = setOwnValue(hdr, vals, "Via", "1.1 coral")
 	vals = setOwnValue(hdr, vals, "Cache-Status", status.headerValue(source))
-	now := h.eng.now()
 	vals = setOwnValue(hdr, vals, "Age", formatAge(storedAge(&m, now)))
 	if toPeer {
 		left := max(m.Expires.Sub(now), 0)

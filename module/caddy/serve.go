@@ -136,10 +136,10 @@ func (h *Handler) serveMissing(w http.ResponseWriter, r *http.Request, fr *fetch
 // kept to the fewest and smallest frames: see serve), or else
 // serveNotFresh.
 func (h *Handler) serveFound(w http.ResponseWriter, r *http.Request, fr *fetchRequest, rd *diskcache.Reader, acct *requestAccount) error {
-	if rd.Complete() && h.eng.now().Before(rd.Meta().Expires) {
+	if now := h.eng.now(); rd.Complete() && now.Before(rd.Meta().Expires) {
 		h.eng.refs.touch(fr.baseKey)
 		acct.set(cacheHit, "local")
-		return h.serveStored(w, r, rd, cacheHit, "local", fr.onlyIfCached)
+		return h.serveStored(w, r, rd, cacheHit, "local", fr.onlyIfCached, now)
 	}
 	return h.serveNotFresh(w, r, fr, rd, acct)
 }
@@ -157,7 +157,7 @@ func (h *Handler) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetc
 			d := h.eng.holdInflight(fr.key, true)
 			defer h.eng.letGo(d)
 			acct.set(cacheCollapsed, m.Extra["source"])
-			return h.serveStored(w, r, rd, cacheCollapsed, m.Extra["source"], onlyIfCached)
+			return h.serveStored(w, r, rd, cacheCollapsed, m.Extra["source"], onlyIfCached, h.eng.now())
 		}
 		// Being downloaded, but stale as it arrives (max-age=0, an
 		// Age beyond its lifetime): it answers the request that
@@ -187,7 +187,7 @@ func (h *Handler) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetc
 		// In the background, if a download slot is free now.
 		_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), *fr, 0, false)
 		acct.set(cacheStaleWhileRevalidate, "local")
-		return h.serveStored(w, r, rd, cacheStaleWhileRevalidate, "local", onlyIfCached)
+		return h.serveStored(w, r, rd, cacheStaleWhileRevalidate, "local", onlyIfCached, h.eng.now())
 	}
 	rd.Close()
 	return h.download(w, r, *fr, acct)
@@ -215,7 +215,7 @@ func (h *Handler) serveOnlyIfCached(w http.ResponseWriter, r *http.Request, fr f
 			if d.err == nil && d.direct == nil {
 				if rd, ok := h.lookup(r.Context(), &fr); ok && (!rd.Complete() || h.eng.now().Before(rd.Meta().Expires)) {
 					acct.set(cacheCollapsed, d.source)
-					return h.serveStored(w, r, rd, cacheCollapsed, d.source, true)
+					return h.serveStored(w, r, rd, cacheCollapsed, d.source, true, h.eng.now())
 				} else if ok {
 					rd.Close()
 				}
@@ -343,10 +343,10 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 		}
 		if d.revalidated {
 			acct.set(cacheRevalidated, "local")
-			return h.serveStored(w, r, rd, cacheRevalidated, "local", false)
+			return h.serveStored(w, r, rd, cacheRevalidated, "local", false, h.eng.now())
 		}
 		acct.set(cacheStale, "local")
-		return h.serveStored(w, r, rd, cacheStale, "local", false)
+		return h.serveStored(w, r, rd, cacheStale, "local", false, h.eng.now())
 	}
 	if d.err != nil {
 		return fetchFailed(acct, d.err)
@@ -390,7 +390,7 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 	if !ok {
 		return caddyhttp.Error(http.StatusBadGateway, errors.New("the download ended before the object could be read"))
 	}
-	return h.serveStored(w, r, rd, status, d.source, false)
+	return h.serveStored(w, r, rd, status, d.source, false, h.eng.now())
 }
 
 // awaitDownload waits until d has something to serve, relaying its
