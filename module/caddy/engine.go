@@ -80,6 +80,8 @@ type engine struct {
 	engineConfig
 
 	failures *originFailures
+	// targets keeps recent requests' parsed targets (targetcache.go).
+	targets *targetCache
 	// httpsUpgrades remembers URLs and origins (host and http port) that
 	// redirected to the https form of a URL, so later fetches go to https
 	// at once.
@@ -111,6 +113,7 @@ func newEngine(c engineConfig) *engine {
 	e := &engine{
 		engineConfig: c,
 		failures:     newOriginFailures(3, 30*time.Second),
+		targets:      newTargetCache(),
 		tooLarge:     newBoundedMap[time.Time](maxRemembered),
 		purged:       newBoundedMap[time.Time](maxRemembered),
 		slots:        newDownloadSlots(c.maxDownloads, c.maxDownloadsPerOrigin, c.maxDownloadsPerClient),
@@ -137,7 +140,6 @@ func (e *engine) downloadContext() (context.Context, context.CancelFunc) {
 // fetched from, peerGuard which peer addresses may be asked.
 func (h *Handler) setup(store *diskcache.Store, node *coraldht.Node, guard, peerGuard originGuard, policy httpcache.Policy) {
 	h.store = store
-	h.targets = newTargetCache()
 	h.eng = newEngine(h.engineConfig(node, guard, peerGuard, policy))
 }
 

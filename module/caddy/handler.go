@@ -171,7 +171,6 @@ type Handler struct {
 	eng      *engine
 	metrics  *proxyMetrics
 	abuse    abuseControl
-	targets  *targetCache // recent requests' parsed targets (targetcache.go)
 	logger   *zap.Logger
 }
 
@@ -264,7 +263,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	cfg := h.engineConfig(nil, guard, peerGuard, policy)
 	cfg.nodeFunc, cfg.refs, cfg.metrics = runningNode, entry.refs, h.metrics
 	h.eng = newEngine(cfg)
-	h.targets = newTargetCache()
 	if peerAddr.IsValid() {
 		h.eng.peerAddr.Store(&peerAddr)
 	}

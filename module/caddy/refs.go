@@ -22,7 +22,6 @@ import (
 type refTable struct {
 	mu    sync.Mutex
 	refs  sync.Map // object key → *refState
-	n     int      // references in refs; under mu
 	store *diskcache.Store
 	node  *coraldht.Node
 	// nodeFunc, when set, finds the node running now: the table outlives
@@ -68,9 +67,7 @@ func (t *refTable) put(key string, ref reference, ttl time.Duration) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, replaced := t.refs.Swap(key, &refState{ref: ref, ttl: ttl, putAt: t.now()}); !replaced {
-		t.n++
-	}
+	t.refs.Store(key, &refState{ref: ref, ttl: ttl, putAt: t.now()})
 }
 
 // forget stops renewing the reference put for key: its object was purged
@@ -84,26 +81,20 @@ func (t *refTable) forget(key string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, ok := t.refs.LoadAndDelete(key)
-	if ok {
-		t.n--
-	}
 	return ok
 }
 
-// len is how many references the table renews.
+// len is how many references the table renews (for the admin API).
 func (t *refTable) len() int {
 	if t == nil {
 		return 0
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.n
-}
-
-// has reports whether the table renews a reference for key.
-func (t *refTable) has(key string) bool {
-	_, ok := t.refs.Load(key)
-	return ok
+	n := 0
+	t.refs.Range(func(any, any) bool {
+		n++
+		return true
+	})
+	return n
 }
 
 // touch notes that key was requested.
@@ -137,7 +128,6 @@ func (t *refTable) due() map[string]refRenewal {
 		_, cached := t.store.Peek(key)
 		if !s.requested.Swap(false) || !cached {
 			t.refs.Delete(key)
-			t.n--
 			return true
 		}
 		s.putAt = now

@@ -117,3 +117,9 @@ func TestRefTableTouchDuringRenewal(t *testing.T) {
 		t.Errorf("table counts %d references, holds %d", n, held)
 	}
 }
+
+// has reports whether t renews a reference for key.
+func (t *refTable) has(key string) bool {
+	_, ok := t.refs.Load(key)
+	return ok
+}

@@ -41,7 +41,7 @@ func (h *Handler) admit(w *bodyCounter, r *http.Request, acct *requestAccount, f
 	var pt *parsedTarget
 	path, err := requestPath(r)
 	if err == nil {
-		pt, err = h.targets.parse(r.Host, h.Zone, path, r.URL.RawQuery)
+		pt, err = h.eng.targets.parse(r.Host, h.Zone, path, r.URL.RawQuery)
 	}
 	if err != nil {
 		return true, h.targetRefused(r, err)

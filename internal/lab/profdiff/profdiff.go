@@ -129,14 +129,14 @@ type Row struct {
 
 // Diff returns the total and then up to n functions whose time per unit
 // is larger in a than in b, largest difference first, leaving out those
-// that differ by less than min.
-func Diff(a, b map[string]time.Duration, n int, min time.Duration) []Row {
+// that differ by less than atLeast.
+func Diff(a, b map[string]time.Duration, n int, atLeast time.Duration) []Row {
 	var rows []Row
 	for f, da := range a {
 		if f == TotalRow {
 			continue
 		}
-		if db := b[f]; da-db >= min {
+		if db := b[f]; da-db >= atLeast {
 			rows = append(rows, Row{Func: f, A: da, B: db})
 		}
 	}
