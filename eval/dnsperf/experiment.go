@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +27,10 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	if p.Rounds < 1 || p.Duration < time.Second || p.LatDur < time.Second || p.Rate < 1 || p.Clients < 1 || p.Threads < 1 || p.Queue < 1 || p.LatQueue < 1 {
 		return nil, fmt.Errorf("need -rounds ≥ 1, -duration and -latduration ≥ 1s, -rate, -c, -T, -q, -latq ≥ 1")
 	}
+	slice, err := sliceDuration(p)
+	if err != nil {
+		return nil, err
+	}
 	if p.Idle <= 0 {
 		p.Idle = p.Duration
 	}
@@ -41,7 +46,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	rep = &report{
 		Command: command,
 		Tools: tools{
-			Throughput: "dnsperf, unthrottled (queries per second from its summary)",
+			Throughput: throughputTool(p.Slices),
 			Latency:    "dnsperf -Q <rate> -v (every response's latency, µs resolution, from its verbose output)",
 			Metrics:    "CoreDNS's prometheus plugin, scraped before and after every run",
 			CoreDNS:    evalrun.FirstLine(exec.Command(p.CoreDNS, "-version")),
@@ -49,7 +54,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 		},
 		Host: host{CPUs: runtime.NumCPU(), Kernel: evalrun.Kernel(), LoadAvgBefore: evalrun.LoadAvg(), GoVersion: runtime.Version()},
 		Params: jsonPar{Server: fmt.Sprintf("%s:%d", p.Server, p.Port), Client: p.Client, Names: p.Names, Rounds: p.Rounds,
-			Duration: p.Duration.String(), Warmup: p.Warmup.String(), Idle: p.Idle.String(), Clients: p.Clients,
+			Duration: p.Duration.String(), Slices: p.Slices, Warmup: p.Warmup.String(), Idle: p.Idle.String(), Clients: p.Clients,
 			Threads: p.Threads, Queue: p.Queue, Rate: p.Rate, Rates: latencyRates(p), LatDur: p.LatDur.String(), LatQueue: p.LatQueue, Quiet: p.Quiet.String(),
 			Explicit: p.Explicit, Proxies: 3, NameSrvrs: 2},
 	}
@@ -121,7 +126,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 
 	if p.Warmup > 0 {
 		for _, t := range b.targets {
-			r, err := b.runPerf(ctx, "warmup", 0, t, p.Warmup, 0, false)
+			r, err := b.runPerf(ctx, "warmup", 0, t, p.Warmup, 0, false, true)
 			if err != nil {
 				return nil, err
 			}
@@ -153,15 +158,43 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	// The load: from here on no query may wait for a probe or the DSHT.
 	mLoad0 := mIdle1
 	loadStart := time.Now()
-	fmt.Printf("Throughput: %d rounds of %v per zone, dnsperf -c %d -T %d -q %d unthrottled\n", p.Rounds, p.Duration, p.Clients, p.Threads, p.Queue)
+	if p.Slices > 1 {
+		fmt.Printf("Throughput: %d rounds of %v per zone in %d interleaved slices of %v, dnsperf -c %d -T %d -q %d unthrottled\n",
+			p.Rounds, p.Duration, p.Slices, slice, p.Clients, p.Threads, p.Queue)
+	} else {
+		fmt.Printf("Throughput: %d rounds of %v per zone, dnsperf -c %d -T %d -q %d unthrottled\n", p.Rounds, p.Duration, p.Clients, p.Threads, p.Queue)
+	}
+	sliceWidth := len(fmt.Sprint(p.Slices)) // of "slice 2/5" in the lines below: "%*d/%d"
 	for round := 1; round <= p.Rounds; round++ {
-		for _, t := range rotate(b.targets, round-1) {
-			r, err := b.runPerf(ctx, "throughput", round, t, p.Duration, 0, false)
+		byTarget := map[*target][]*run{}
+		for i, st := range evalrun.Interleave(b.targets, round, p.Slices) {
+			// Without slices every run waits for a quiet machine, as
+			// always; with slices only the round's first. The wait samples
+			// at least a second, so before every slice it would add a
+			// second per slice (doubling the phase with 1 s slices) and
+			// pull the zones' slices apart in time, when their being close
+			// together is the point: whatever the machine does during the
+			// round then falls on every zone alike, and each slice's
+			// other_processes_cpu_s still shows it.
+			r, err := b.runPerf(ctx, "throughput", round, st.Target, slice, 0, false, p.Slices == 1 || i == 0)
 			if err != nil {
 				return nil, err
 			}
-			fmt.Printf("  round %d %-6s %8.0f qps  (coredns %5.1f µs CPU/query, server mean %5.1f µs, other processes %.1f CPU-s)\n",
-				round, t.name, r.QPS, r.CPUPerQuery, r.ServerMeanUs, r.OtherCPU)
+			label := fmt.Sprintf("round %d", round)
+			if p.Slices > 1 {
+				r.Slice = st.Slice
+				label = fmt.Sprintf("round %d slice %*d/%d", round, sliceWidth, st.Slice, p.Slices)
+			}
+			printThroughputRun(label, r)
+			byTarget[st.Target] = append(byTarget[st.Target], r)
+		}
+		// The round's figures, in the round's order: with one slice, the
+		// runs as they are (printed above).
+		for _, t := range rotate(b.targets, round-1) {
+			r := mergeSlices(byTarget[t])
+			if len(r.Slices) > 0 {
+				printThroughputRun(fmt.Sprintf("round %d %-*s", round, len("slice /")+2*sliceWidth, "merged"), r)
+			}
 			rep.Throughput = append(rep.Throughput, r)
 		}
 	}
@@ -169,7 +202,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	fmt.Printf("Latency: dnsperf -Q <rate> -v -q %d, %v per zone, at %s qps\n", p.LatQueue, p.LatDur, fmtInts(rates))
 	for i, qps := range rates {
 		for _, t := range rotate(b.targets, i) {
-			r, err := b.runPerf(ctx, "latency", 0, t, p.LatDur, qps, true)
+			r, err := b.runPerf(ctx, "latency", 0, t, p.LatDur, qps, true, true)
 			if err != nil {
 				return nil, err
 			}
@@ -296,6 +329,128 @@ func summarize(rep *report) {
 		c.AchievedQPS >= 0.98*float64(rep.Latency.Rate) && c.LossRate < 0.001
 }
 
+// sliceDuration is the length of one throughput slice, -duration/-slices:
+// whole seconds, at least one. (dnsperf 2.10 takes fractional -l too; whole
+// seconds keep the slices' lengths exact and their command lines as plain
+// as the unsliced runs'.) With one slice -duration is taken as it is.
+func sliceDuration(p params) (time.Duration, error) {
+	if p.Slices < 1 {
+		return 0, fmt.Errorf("-slices %d: want ≥ 1", p.Slices)
+	}
+	if p.Slices == 1 {
+		return p.Duration, nil
+	}
+	d := p.Duration / time.Duration(p.Slices)
+	if d < time.Second || d%time.Second != 0 || d*time.Duration(p.Slices) != p.Duration {
+		return 0, fmt.Errorf("-duration %v in -slices %d is %v per slice: want a whole number of seconds, at least 1 s (e.g. -duration %v)",
+			p.Duration, p.Slices, d, time.Duration(p.Slices)*max(time.Second, d.Truncate(time.Second)))
+	}
+	return d, nil
+}
+
+// throughputTool describes the throughput runs for the report.
+func throughputTool(slices int) string {
+	if slices > 1 {
+		return fmt.Sprintf("dnsperf, unthrottled, each run as %d interleaved slices (queries per second: completed queries over run time, both summed over the slices)", slices)
+	}
+	return "dnsperf, unthrottled (queries per second from its summary)"
+}
+
+// printThroughputRun prints one line of the throughput phase as it runs.
+func printThroughputRun(label string, r *run) {
+	fmt.Printf("  %s %-6s %8.0f qps  (coredns %5.1f µs CPU/query, server mean %5.1f µs, other processes %.1f CPU-s)\n",
+		label, r.Target, r.QPS, r.CPUPerQuery, r.ServerMeanUs, r.OtherCPU)
+}
+
+// mergeSlices is a zone's throughput run of a round made of its slices, in
+// the order they ran, as one dnsperf run of their total length would have
+// reported it: counts, run times, CPU seconds and metric deltas summed; qps
+// and CPU per query the ratios of those sums (not means of the slices'
+// ratios); means weighted by what they average over; every response's
+// latency, where recorded (-v), pooled, so percentiles stay exact. One
+// slice is returned as it is.
+func mergeSlices(parts []*run) *run {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	first := parts[0]
+	m := &run{Phase: first.Phase, Round: first.Round, Target: first.Target, Rate: first.Rate,
+		Argv:       fmt.Sprintf("%d × %s", len(parts), first.Argv),
+		BusyBefore: first.BusyBefore, // the only slice that can have waited
+		Rcodes:     map[string]int64{}, MinLatMs: first.MinLatMs, MaxLatMs: first.MaxLatMs, Slices: parts}
+	var latSum, srvSum float64
+	var reqSizes, respSizes []float64
+	for _, s := range parts {
+		m.QuietWait += s.QuietWait
+		m.Sent += s.Sent
+		m.Completed += s.Completed
+		m.Lost += s.Lost
+		for rc, n := range s.Rcodes {
+			m.Rcodes[rc] += n
+		}
+		m.RunTime += s.RunTime
+		latSum += s.AvgLatMs * float64(s.Completed)
+		m.MinLatMs, m.MaxLatMs = min(m.MinLatMs, s.MinLatMs), max(m.MaxLatMs, s.MaxLatMs)
+		m.Timeouts += s.Timeouts
+		m.Interrupts += s.Interrupts
+		m.CorednsCPU += s.CorednsCPU
+		m.DnsperfCPU += s.DnsperfCPU
+		m.SelfCPU += s.SelfCPU
+		m.OtherCPU += s.OtherCPU
+		m.Wall += s.Wall
+		m.RcvbufDrops += s.RcvbufDrops
+		m.ServerRequests += s.ServerRequests
+		// coredns_dns_requests_total and the duration histogram's count
+		// count the same requests, so this weighs each slice's mean by its
+		// count.
+		srvSum += s.ServerMeanUs * s.ServerRequests
+		m.DHTOut += s.DHTOut
+		m.Classified += s.Classified
+		m.latencies = append(m.latencies, s.latencies...)
+		reqSizes, respSizes = append(reqSizes, float64(s.ReqSize)), append(respSizes, float64(s.RespSize))
+	}
+	if m.RunTime > 0 {
+		m.QPS = float64(m.Completed) / m.RunTime
+	}
+	if m.Completed > 0 {
+		m.AvgLatMs = latSum / float64(m.Completed)
+		m.CPUPerQuery = 1e6 * m.CorednsCPU / float64(m.Completed)
+	}
+	if m.ServerRequests > 0 {
+		m.ServerMeanUs = srvSum / m.ServerRequests
+	}
+	// dnsperf's sample standard deviation, pooled: each slice's sum of
+	// squared deviations from the overall mean is (n−1)s² + n(mean−M)².
+	if m.Completed > 1 {
+		ss := 0.0
+		for _, s := range parts {
+			n, d := float64(s.Completed), s.AvgLatMs-m.AvgLatMs
+			ss += max(n-1, 0)*s.StdDevMs*s.StdDevMs + n*d*d
+		}
+		m.StdDevMs = math.Sqrt(ss / float64(m.Completed-1))
+	}
+	// dnsperf prints its mean packet sizes in whole bytes (rounded down), so
+	// no weighting of them is exact: the median over the slices. The answer
+	// check (checkHotPath) looks at every slice's.
+	m.ReqSize, m.RespSize = int(math.Round(evalrun.Median(reqSizes))), int(math.Round(evalrun.Median(respSizes)))
+	slices.Sort(m.latencies)
+	return m
+}
+
+// dnsperfRuns is every dnsperf run of rs: a merged run's slices in its
+// place.
+func dnsperfRuns(rs []*run) []*run {
+	var out []*run
+	for _, r := range rs {
+		if len(r.Slices) > 0 {
+			out = append(out, r.Slices...)
+		} else {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // rotate returns ts rotated left by k: each round starts with another
 // target, so that none always runs first or last.
 func rotate[T any](ts []T, k int) []T {
@@ -360,15 +515,19 @@ func checkHotPath(rep *report, before, after metrics) {
 	// make them smaller, and the comparison meaningless. whoami's have a
 	// size of their own.
 	hp.PassAnswers = true
-	for _, r := range slices.Concat(rep.Throughput, rep.LatRuns) {
+	for _, r := range dnsperfRuns(slices.Concat(rep.Throughput, rep.LatRuns)) {
 		want := rep.ExpectedBytes
 		if r.Target == "whoami" {
 			want = rep.Whoami.Bytes
 		}
 		if r.RespSize != want || r.Rcodes["NOERROR"] != r.Completed {
 			hp.PassAnswers = false
-			hp.Problems = append(hp.Problems, fmt.Sprintf("%s run of %s (round %d, rate %d): mean response %d bytes, want %d; response codes %v",
-				r.Phase, r.Target, r.Round, r.Rate, r.RespSize, want, r.Rcodes))
+			which := fmt.Sprintf("round %d", r.Round)
+			if r.Slice > 0 {
+				which += fmt.Sprintf(" slice %d", r.Slice)
+			}
+			hp.Problems = append(hp.Problems, fmt.Sprintf("%s run of %s (%s, rate %d): mean response %d bytes, want %d; response codes %v",
+				r.Phase, r.Target, which, r.Rate, r.RespSize, want, r.Rcodes))
 		}
 	}
 	for _, r := range rep.Throughput {
@@ -411,9 +570,10 @@ func checkHotPath(rep *report, before, after metrics) {
 	hp.PassNoSync = hp.SyncAnswers == 0 && hp.Lookups == 0
 	// The sweep pings each quiet member at most once per check_interval; the
 	// load must not add to that. Allow for where the sweeps fall in the
-	// windows: one sweep's worth of pings (every member) per window.
+	// windows: one sweep's worth of pings (every member) per window, and
+	// with slices every slice is a window of its own.
 	base := max(rate(hp.IdleDHT, hp.IdleSeconds), rate(hp.FileLoadDHT, hp.FileLoadSeconds))
-	slack := float64(len(nodeServices) * rep.Params.Rounds)
+	slack := float64(len(nodeServices) * rep.Params.Rounds * max(1, rep.Params.Slices))
 	hp.PassDHTRate = hp.CoralLoadDHT <= base*hp.CoralLoadSeconds+slack
 	if !hp.PassDHTRate {
 		hp.Problems = append(hp.Problems, fmt.Sprintf("the coral node sent %.0f DSHT requests in %.0f s of coral load, against %.2f/s otherwise",
@@ -460,8 +620,12 @@ func printReport(w io.Writer, rep *report) {
 	}
 	tw.Flush()
 
-	fmt.Fprintf(w, "\nThroughput (dnsperf unthrottled, -c %d -T %d -q %d, %s per run; CPU from /proc; other = processes other than CoreDNS, dnsperf and this one):\n",
-		rep.Params.Clients, rep.Params.Threads, rep.Params.Queue, rep.Params.Duration)
+	per := rep.Params.Duration + " per run"
+	if rep.Params.Slices > 1 {
+		per += fmt.Sprintf(" in %d interleaved slices, merged", rep.Params.Slices)
+	}
+	fmt.Fprintf(w, "\nThroughput (dnsperf unthrottled, -c %d -T %d -q %d, %s; CPU from /proc; other = processes other than CoreDNS, dnsperf and this one):\n",
+		rep.Params.Clients, rep.Params.Threads, rep.Params.Queue, per)
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "round\tzone\tqps\tcompleted\tlost\tmean lat ms\tcoredns µs CPU/q\tserver mean µs\tdnsperf CPU s\tother CPU s\tquiet wait s\t")
 	for _, r := range rep.Throughput {
@@ -564,7 +728,7 @@ func (b *bench) profile(ctx context.Context, t *target) (string, float64, error)
 		}
 		done <- result{body, err}
 	}()
-	r, err := b.runPerf(ctx, "profile", 0, t, b.p.Duration, 0, false)
+	r, err := b.runPerf(ctx, "profile", 0, t, b.p.Duration, 0, false, true)
 	res := <-done
 	if err != nil {
 		return "", 0, err

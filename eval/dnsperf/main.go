@@ -5,7 +5,7 @@
 // the least a plugin in the same CoreDNS can do for an answer): one
 // bin/coredns process, one run, the same load for all.
 //
-//	go run ./eval/dnsperf [-rounds 3] [-duration 10s] [-rate 20000] [-out docs/eval]
+//	go run ./eval/dnsperf [-rounds 3] [-duration 10s] [-slices 1] [-rate 20000] [-out docs/eval]
 //
 // bin/coredns (make coredns) listens on 127.0.80.1:5300 with two server
 // blocks, and on 127.0.80.1:5301 (-port+1) with a third, all with the same
@@ -35,7 +35,13 @@
 //   - idle: coral's DSHT traffic with no load, for comparison;
 //   - throughput: dnsperf unthrottled, -rounds rounds of one run per zone,
 //     rotating which zone goes first (coral/file/whoami,
-//     file/whoami/coral, …);
+//     file/whoami/coral, …). With -slices K > 1 a zone's run of a round is
+//     K dnsperf runs of -duration/K, the zones' slices interleaved (slice 1
+//     of every zone, then slice 2 rotated by one more, …), and the round's
+//     figure for the zone is its slices merged (queries and run time
+//     summed: qps is their ratio). On a shared machine whose speed drifts
+//     over tens of seconds, the zones of a round then see the same machine,
+//     not each its own stretch of it;
 //   - latency: dnsperf -Q rate -v on each zone, at -rate (20000) and the
 //     lower -rates for context; -v reports every response's latency, from
 //     which the percentiles come (dnsperf itself prints only the mean);
@@ -83,6 +89,7 @@ type params struct {
 	Names    int    // distinct query names per zone
 	Rounds   int
 	Duration time.Duration // one throughput run
+	Slices   int           // a throughput run is this many interleaved dnsperf runs of Duration/Slices
 	Warmup   time.Duration // one unmeasured run per zone first
 	Idle     time.Duration // the idle window (0: Duration)
 	Clients  int           // dnsperf -c
@@ -109,6 +116,7 @@ func defaultParams() params {
 		Names:    10000,
 		Rounds:   3,
 		Duration: 10 * time.Second,
+		Slices:   1,
 		Warmup:   3 * time.Second,
 		Clients:  4,
 		Threads:  1,
@@ -141,6 +149,7 @@ func main() {
 	flag.IntVar(&p.Names, "names", p.Names, "distinct query names per zone")
 	flag.IntVar(&p.Rounds, "rounds", p.Rounds, "throughput rounds (one unthrottled run per zone each)")
 	flag.DurationVar(&p.Duration, "duration", p.Duration, "length of one throughput run")
+	flag.IntVar(&p.Slices, "slices", p.Slices, "split each throughput run into this many dnsperf runs of -duration/slices (whole seconds), the zones' slices interleaved, and merge them (1: one run per zone and round)")
 	flag.DurationVar(&p.Warmup, "warmup", p.Warmup, "unmeasured dnsperf run per zone before measuring (0: none)")
 	flag.DurationVar(&p.Idle, "idle", p.Idle, "idle window for coral's background DSHT traffic (0: -duration)")
 	flag.IntVar(&p.Clients, "c", p.Clients, "dnsperf -c: clients (sockets)")

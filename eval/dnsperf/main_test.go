@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -160,7 +161,7 @@ func TestExperimentShort(t *testing.T) {
 	}
 	p := defaultParams()
 	p.CoreDNS, p.Server, p.Client, p.Port = bin, "127.0.82.1", "127.0.83.1", 5301
-	p.Names, p.Rounds, p.Duration, p.Warmup, p.Idle, p.LatDur = 500, 1, time.Second, 0, time.Second, time.Second
+	p.Names, p.Rounds, p.Duration, p.Slices, p.Warmup, p.Idle, p.LatDur = 500, 1, 2*time.Second, 2, 0, time.Second, time.Second
 	p.Rate, p.Rates = 2000, nil
 	p.Quiet = 0 // plumbing, not figures: never wait for an idle machine (it cost CI up to 3 min)
 	p.Out = t.TempDir()
@@ -179,12 +180,19 @@ func TestExperimentShort(t *testing.T) {
 	if len(back.Throughput) != 3 || back.Latency.Coral == nil || back.Latency.File == nil || back.Latency.Whoami == nil || back.Coral.Bytes != back.File.Bytes {
 		t.Fatalf("report incomplete: %s", raw)
 	}
+	// -slices 2: every zone's run of the round is its two 1 s slices merged.
+	for _, r := range back.Throughput {
+		if back.Params.Slices != 2 || len(r.Slices) != 2 || r.Slices[0].Slice != 1 || r.Slices[1].Slice != 2 || r.Completed != r.Slices[0].Completed+r.Slices[1].Completed ||
+			!strings.Contains(r.Slices[0].Argv, " -l 1 ") {
+			t.Errorf("%s's merged run: %d slices, %d queries, slices %+v", r.Target, len(r.Slices), r.Completed, r.Slices)
+		}
+	}
 	// whoami, the floor: measured, its answers of their own size in every
 	// run, coral/whoami per round.
 	if back.Whoami.Bytes == 0 || back.Whoami.Bytes >= back.Coral.Bytes || len(back.Summary.WhoamiRatios) != 1 || back.Summary.MedianWhoami <= 0 || !rep.HotPath.PassAnswers {
 		t.Errorf("whoami: response %+v, throughput %+v, answers unchanged %v", back.Whoami, back.Summary, rep.HotPath.PassAnswers)
 	}
-	t.Logf("coral/file %.3f, coral/whoami %.3f (1 s runs)", back.Summary.MedianRatio, back.Summary.MedianWhoamiRatio)
+	t.Logf("coral/file %.3f, coral/whoami %.3f (two 1 s slices)", back.Summary.MedianRatio, back.Summary.MedianWhoamiRatio)
 	if !rep.HotPath.PassNoProbe || !rep.HotPath.PassNoSync || rep.HotPath.Classifications["cache"] == 0 {
 		t.Errorf("hot path: %+v", rep.HotPath)
 	}
@@ -337,5 +345,124 @@ func TestSummarizeWhoami(t *testing.T) {
 	summarize(rep)
 	if rep.PassWhoami || !rep.PassRatio {
 		t.Errorf("median coral/whoami %.3f: pass %v; coral/file %.3f pass %v", rep.Summary.MedianWhoamiRatio, rep.PassWhoami, rep.Summary.MedianRatio, rep.PassRatio)
+	}
+}
+
+// TestSliceDuration checks -slices against -duration: whole seconds per
+// slice, at least one; one slice takes -duration as it is.
+func TestSliceDuration(t *testing.T) {
+	for _, c := range []struct {
+		duration time.Duration
+		slices   int
+		want     time.Duration // 0: refused
+	}{
+		{5 * time.Second, 5, time.Second},
+		{10 * time.Second, 2, 5 * time.Second},
+		{10 * time.Second, 1, 10 * time.Second},
+		{1500 * time.Millisecond, 1, 1500 * time.Millisecond}, // as before -slices
+		{5 * time.Second, 2, 0},                               // 2.5 s
+		{3 * time.Second, 5, 0},                               // 600 ms
+		{10 * time.Second, 0, 0},
+		{10 * time.Second, -1, 0},
+	} {
+		p := defaultParams()
+		p.Duration, p.Slices = c.duration, c.slices
+		got, err := sliceDuration(p)
+		if c.want == 0 && err == nil || c.want != 0 && (err != nil || got != c.want) {
+			t.Errorf("-duration %v -slices %d: %v, %v; want %v", c.duration, c.slices, got, err, c.want)
+		}
+	}
+}
+
+// TestMergeSlices checks that a zone's slices merge into the run one
+// dnsperf run of their total length would have reported: qps and CPU per
+// query the ratios of sums, means weighted by queries.
+func TestMergeSlices(t *testing.T) {
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	slice := func(n int, completed int64, runTime, cpu, latMs float64) *run {
+		return &run{Phase: "throughput", Round: 2, Slice: n, Target: "coral", Argv: "dnsperf -l 1", Sent: completed + 10, Completed: completed, Lost: 10,
+			Rcodes: map[string]int64{"NOERROR": completed}, RespSize: 200, ReqSize: 60, RunTime: runTime, QPS: float64(completed) / runTime,
+			AvgLatMs: latMs, MinLatMs: latMs / 2, MaxLatMs: latMs * 2, CorednsCPU: cpu, CPUPerQuery: 1e6 * cpu / float64(completed),
+			DnsperfCPU: 0.5, OtherCPU: 0.1, Wall: runTime + 0.1, ServerRequests: float64(completed), ServerMeanUs: 10 * latMs, DHTOut: 1}
+	}
+
+	// Equal run times: 1000 and 3000 queries in 1 s each are 2000 qps.
+	m := mergeSlices([]*run{slice(1, 1000, 1, 0.1, 1), slice(2, 3000, 1, 0.2, 2)})
+	if !near(m.QPS, 2000) || !near(m.CPUPerQuery, 75) {
+		t.Errorf("1000 and 3000 queries in 1 s each: %v qps, %v µs CPU per query; want 2000 and 0.3 s / 4000 = 75", m.QPS, m.CPUPerQuery)
+	}
+	// Unequal run times: 1000 queries in 1 s and 3000 in 2 s are 4000 in
+	// 3 s, not the mean of 1000 and 1500 qps (1250).
+	parts := []*run{slice(1, 1000, 1, 0.1, 1), slice(2, 3000, 2, 0.2, 2)}
+	m = mergeSlices(parts)
+	if !near(m.QPS, 4000.0/3) || !near(m.RunTime, 3) || !near(m.CPUPerQuery, 75) || !near(m.CorednsCPU, 0.3) {
+		t.Errorf("1000 queries in 1 s and 3000 in 2 s: %v qps in %v s, %v µs CPU per query; want 1333.3 in 3 s, 75 µs", m.QPS, m.RunTime, m.CPUPerQuery)
+	}
+	if m.Completed != 4000 || m.Sent != 4020 || m.Lost != 20 || m.Rcodes["NOERROR"] != 4000 || !near(m.DnsperfCPU, 1) || !near(m.OtherCPU, 0.2) ||
+		!near(m.Wall, 3.2) || m.ServerRequests != 4000 || m.DHTOut != 2 {
+		t.Errorf("sums: %+v", m)
+	}
+	if !near(m.AvgLatMs, 1.75) || !near(m.ServerMeanUs, 17.5) || m.MinLatMs != 0.5 || m.MaxLatMs != 4 || m.RespSize != 200 || m.ReqSize != 60 {
+		t.Errorf("means and extremes: mean %v ms (want (1000×1+3000×2)/4000 = 1.75), server %v µs, min %v, max %v, sizes %d/%d",
+			m.AvgLatMs, m.ServerMeanUs, m.MinLatMs, m.MaxLatMs, m.ReqSize, m.RespSize)
+	}
+	if m.Phase != "throughput" || m.Round != 2 || m.Slice != 0 || m.Target != "coral" || m.Argv != "2 × dnsperf -l 1" || len(m.Slices) != 2 || m.Slices[1] != parts[1] {
+		t.Errorf("identity: %+v", m)
+	}
+
+	// The standard deviation pooled as dnsperf computes it over all
+	// responses (n−1), and the responses' latencies pooled: {1, 2, 3} and
+	// {4, 6} are {1, 2, 3, 4, 6}, mean 3.2, variance 14.8/4.
+	a, b := slice(1, 3, 1, 0, 2), slice(2, 2, 1, 0, 5)
+	a.StdDevMs, a.latencies = 1, []float64{1, 2, 3}
+	b.StdDevMs, b.latencies = math.Sqrt2, []float64{4, 6}
+	m = mergeSlices([]*run{a, b})
+	if !near(m.AvgLatMs, 3.2) || !near(m.StdDevMs, math.Sqrt(14.8/4)) || fmt.Sprint(m.latencies) != "[1 2 3 4 6]" {
+		t.Errorf("pooled: mean %v, stddev %v, latencies %v", m.AvgLatMs, m.StdDevMs, m.latencies)
+	}
+}
+
+// TestMergeOneSlice checks that without slices a run is left as it is, and
+// its JSON gains no slice fields.
+func TestMergeOneSlice(t *testing.T) {
+	r := &run{Phase: "throughput", Round: 1, Target: "file", Completed: 1000, RunTime: 0.9, QPS: 1111, CPUPerQuery: 20}
+	before := *r
+	if m := mergeSlices([]*run{r}); m != r || !reflect.DeepEqual(*m, before) {
+		t.Errorf("one slice: %+v, want %+v", m, before)
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), `"slice`) {
+		t.Errorf("JSON of an unsliced run: %s", raw)
+	}
+}
+
+// TestSlicedAnswersChecked checks that the answer check looks at every
+// slice, not at the merged run, whose response size is the slices' median.
+func TestSlicedAnswersChecked(t *testing.T) {
+	rep := &report{Params: jsonPar{Rounds: 1, Slices: 3}, ExpectedBytes: 200, Whoami: responseShape{Bytes: 100}}
+	for _, name := range []string{"coral", "file", "whoami"} {
+		size := 200
+		if name == "whoami" {
+			size = 100
+		}
+		var parts []*run
+		for n := 1; n <= 3; n++ {
+			parts = append(parts, &run{Phase: "throughput", Round: 1, Slice: n, Target: name, Completed: 10, RunTime: 1,
+				Rcodes: map[string]int64{"NOERROR": 10}, RespSize: size})
+		}
+		rep.Throughput = append(rep.Throughput, mergeSlices(parts))
+	}
+	checkHotPath(rep, nil, nil)
+	if !rep.HotPath.PassAnswers {
+		t.Fatalf("answers: %v", rep.HotPath.Problems)
+	}
+	rep.Throughput[0].Slices[1].RespSize = 150 // coral lost a name server in slice 2
+	rep.Throughput[0] = mergeSlices(rep.Throughput[0].Slices)
+	checkHotPath(rep, nil, nil)
+	if rep.Throughput[0].RespSize != 200 || rep.HotPath.PassAnswers || !strings.Contains(strings.Join(rep.HotPath.Problems, "\n"), "coral (round 1 slice 2") {
+		t.Errorf("a short answer in one slice: merged size %d, pass %v, problems %v", rep.Throughput[0].RespSize, rep.HotPath.PassAnswers, rep.HotPath.Problems)
 	}
 }

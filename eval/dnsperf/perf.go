@@ -38,13 +38,18 @@ func (b *bench) dnsperfArgs(t *target, d time.Duration, rate int, verbose bool) 
 
 // runPerf runs dnsperf once against t and records what CoreDNS did
 // meanwhile: its CPU time, its own request metrics, coral's DSHT traffic.
-func (b *bench) runPerf(ctx context.Context, phase string, round int, t *target, d time.Duration, rate int, verbose bool) (*run, error) {
+// quiet has it wait for the machine to be quiet first (waitQuiet).
+func (b *bench) runPerf(ctx context.Context, phase string, round int, t *target, d time.Duration, rate int, verbose, quiet bool) (*run, error) {
 	if err := b.alive(); err != nil {
 		return nil, err
 	}
-	waited, busy, err := b.waitQuiet(ctx)
-	if err != nil {
-		return nil, err
+	var waited time.Duration
+	var busy float64
+	if quiet {
+		var err error
+		if waited, busy, err = b.waitQuiet(ctx); err != nil {
+			return nil, err
+		}
 	}
 	args := b.dnsperfArgs(t, d, rate, verbose)
 	r := &run{QuietWait: waited.Seconds(), BusyBefore: busy, Phase: phase, Round: round, Target: t.name, Rate: rate, Argv: b.p.Dnsperf + " " + strings.Join(args, " ")}

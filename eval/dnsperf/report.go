@@ -60,6 +60,7 @@ type jsonPar struct {
 	Names     int    `json:"names_per_zone"`
 	Rounds    int    `json:"rounds"`
 	Duration  string `json:"run_duration"`
+	Slices    int    `json:"throughput_slices"` // a throughput run is this many interleaved dnsperf runs
 	Warmup    string `json:"warmup_duration"`
 	Idle      string `json:"idle_duration"`
 	Clients   int    `json:"dnsperf_clients"`
@@ -87,16 +88,20 @@ type responseShape struct {
 	Text       string `json:"text"`
 }
 
-// run is one dnsperf run with what CoreDNS did meanwhile.
+// run is one dnsperf run with what CoreDNS did meanwhile, or, with -slices
+// K > 1, a zone's throughput run of a round: its K slices merged (see
+// mergeSlices), the slices themselves in Slices.
 type run struct {
 	Phase  string `json:"phase"` // warmup, throughput, latency, profile
 	Round  int    `json:"round,omitempty"`
+	Slice  int    `json:"slice,omitempty"`      // 1..K: which slice of its round a throughput slice is
 	Target string `json:"target"`               // coral, file or whoami
 	Rate   int    `json:"target_qps,omitempty"` // dnsperf -Q; 0: unthrottled
 	Argv   string `json:"dnsperf_command"`
 
 	// Before the run: how long it waited for the machine to be quiet, and
-	// the CPUs other processes used in the last second of that.
+	// the CPUs other processes used in the last second of that. With
+	// slices only a round's first run waits: 0 and 0 for the others.
 	QuietWait  float64 `json:"quiet_wait_s"`
 	BusyBefore float64 `json:"other_cpus_before"`
 
@@ -131,6 +136,10 @@ type run struct {
 	ServerMeanUs   float64 `json:"server_mean_us"`      // coredns_dns_request_duration_seconds, mean
 	DHTOut         float64 `json:"dsht_requests_sent"`  // by the coral node
 	Classified     float64 `json:"coral_cache_classif"` // coral classifications from the cache
+
+	// The dnsperf runs a merged throughput run is made of, in the order
+	// they ran (-slices K > 1; none otherwise).
+	Slices []*run `json:"slices,omitempty"`
 
 	latencies []float64 // ms, every response, sorted (verbose runs)
 }

@@ -47,7 +47,7 @@ var lastModified = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // target is one server under test.
 type target struct {
-	name   string // coral, file, respond, nginx; over TLS coral-tls, file-tls, respond-tls; the A/B's coral-old
+	name   string // coral, file, respond, respond-head, nginx; over TLS coral-tls, file-tls, respond-tls; the A/B's coral-old
 	server string // what answers: coral (coral_proxy), file (file_server), respond (Caddy's respond), nginx
 	addr   netip.AddrPort
 	// host is the name the target is asked for. Over HTTP it is the Host
@@ -112,11 +112,9 @@ func newBench(p params) (*bench, error) {
 		addrs = append(addrs, a)
 	}
 	// Caddy's sites: coral_proxy on Port, file_server on Port+1, respond on
-	// Port+4; over TLS the same three on Port+2, Port+3 and Port+5.
-	lastPort := p.Port + 4
-	if p.TLS {
-		lastPort = p.Port + 5
-	}
+	// Port+4, respond with coral_proxy's head on Port+6; over TLS the first
+	// three on Port+2, Port+3 and Port+5.
+	lastPort := p.Port + 6
 	if p.Port < 1 || lastPort > 65535 || (adminPort >= p.Port && adminPort <= lastPort) {
 		return nil, fmt.Errorf("-port %d: want 1..%d, Caddy's ports %d..%d clear of the admin port %d", p.Port, 65535-(lastPort-p.Port), p.Port, lastPort, adminPort)
 	}
@@ -157,6 +155,7 @@ func (b *bench) setUp(addrs []netip.Addr) error {
 		{name: "coral", server: "coral", addr: netip.AddrPortFrom(addrs[1], port), host: coralname.Coralize(origin, zone)},
 		{name: "file", server: "file", addr: netip.AddrPortFrom(addrs[1], port+1)},
 		{name: "respond", server: "respond", addr: netip.AddrPortFrom(addrs[1], port+4)},
+		{name: "respond-head", server: "respond", addr: netip.AddrPortFrom(addrs[1], port+6)},
 	}
 	if p.TLS {
 		tlsTargets, err := b.tlsTargets(origin, addrs[1])
@@ -242,11 +241,46 @@ func (b *bench) caddyfileText(addr netip.Addr, dir string, measured bool) (strin
 		labconf.D(fmt.Sprintf("http://:%d", b.target("respond").addr.Port())).With(
 			labconf.D("bind", addr),
 			labconf.D("import", respondSnippet),
-		).Commented("respond: the same bytes from the configuration, Caddy's floor."))
+		).Commented("respond: the same bytes from the configuration, Caddy's floor."),
+		b.respondHeadSite(addr))
 	if b.p.TLS {
 		b.addTLSSites(&conf, addr)
 	}
 	return conf.String(), nil
+}
+
+// respondHeadSite is the respond-head site: respond with the same bytes
+// and, set by Caddy's header directive, the header fields of a
+// coral_proxy hit of them, value for value (the origin's Content-Type,
+// Cache-Control, Last-Modified and Content-Length, a Date, and Via,
+// Cache-Status, Age and Accept-Ranges): the floor of the same response,
+// where respond's map holds two fields (Server, Content-Type). coral_proxy
+// against it leaves out what any handler pays for those fields (the
+// response's map outgrowing a small Go map, net/http cloning, sorting
+// and writing them), and so measures the handler's own work.
+// responseProblems checks that the two heads have the same fields.
+func (b *bench) respondHeadSite(addr netip.Addr) labconf.Directive {
+	// The origin's Date when coral_proxy fetched the object: a fixed
+	// time, as a stored response's is.
+	date := `"` + time.Now().UTC().Format(http.TimeFormat) + `"`
+	site := labconf.D(fmt.Sprintf("http://:%d", b.target("respond-head").addr.Port())).With(
+		labconf.D("bind", addr),
+		labconf.D("header").With(
+			labconf.D("Content-Type", "application/octet-stream"),
+			labconf.D("Cache-Control", `"public, max-age=86400"`),
+			labconf.D("Last-Modified", `"`+lastModified.Format(http.TimeFormat)+`"`),
+			labconf.D("Date", date),
+			labconf.D("Via", `"1.1 coral"`),
+			labconf.D("Cache-Status", "`"+`coral; hit; detail="local"`+"`"),
+			labconf.D("Age", 0),
+			labconf.D("Accept-Ranges", "bytes"),
+		),
+	)
+	for _, size := range b.p.Sizes {
+		site.Block = append(site.Block, labconf.D("header", "/"+sizeName(size), "Content-Length", len(b.origin.bodies["/"+sizeName(size)])))
+	}
+	site.Block = append(site.Block, labconf.D("import", respondSnippet))
+	return site.Commented("respond-head: the same bytes with the header fields of a coral_proxy hit\n(set by the header directive): the floor of the same response.")
 }
 
 // respondSnippetText is the snippet the respond sites import: for each

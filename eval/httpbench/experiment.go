@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -93,6 +94,9 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	if p.Rounds < 1 || p.Duration < time.Second || p.Threads < 1 || p.Conns < p.Threads || len(p.Sizes) == 0 || p.IndexObjects < 0 || p.ProxyObjects < 0 || p.ProxySettle < 0 || p.Repeat < 0 {
 		return nil, errors.New("need -rounds ≥ 1, -duration ≥ 1s, -t ≥ 1, -c ≥ -t, a size, -index-objects, -proxy-objects, -proxy-settle and -repeat ≥ 0")
 	}
+	if err := checkSlices(p.Duration, p.Slices); err != nil {
+		return nil, err
+	}
 	if err := findTools(&p); err != nil {
 		return nil, err
 	}
@@ -129,7 +133,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	if p.Profile != "" {
 		for _, size := range p.Sizes {
 			sides := make(map[string]profdiff.Side)
-			for _, name := range []string{"coral", "file", "respond", "coral-old"} {
+			for _, name := range []string{"coral", "file", "respond", "respond-head", "coral-old"} {
 				if b.target(name) == nil {
 					continue
 				}
@@ -142,6 +146,13 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 			}
 			// Where a hit's CPU goes beyond the floor's.
 			c, err := profdiff.Compare(ctx, p.Caddy, sizeName(size), "request", sides["coral"], sides["respond"], 30)
+			if err != nil {
+				return nil, err
+			}
+			rep.ProfileDiffs = append(rep.ProfileDiffs, c)
+			// And beyond the floor of the same response: the handler's
+			// own work.
+			c, err = profdiff.Compare(ctx, p.Caddy, sizeName(size), "request", sides["coral"], sides["respond-head"], 30)
 			if err != nil {
 				return nil, err
 			}
@@ -193,7 +204,7 @@ func newReport(p params, command string) *report {
 			Wrk:   evalrun.FirstLine(exec.Command(p.Wrk, "-v")),
 		},
 		Host: host{CPUs: runtime.NumCPU(), Kernel: evalrun.Kernel(), LoadAvgBefore: evalrun.LoadAvg(), GoVersion: runtime.Version()},
-		Params: jsonPar{Sizes: p.Sizes, Rounds: p.Rounds, Duration: p.Duration.String(), Warmup: p.Warmup.String(), TLS: p.TLS,
+		Params: jsonPar{Sizes: p.Sizes, Rounds: p.Rounds, Duration: p.Duration.String(), Slices: max(1, p.Slices), Warmup: p.Warmup.String(), TLS: p.TLS,
 			Threads: p.Threads, Conns: p.Conns, Repeat: p.Repeat, IndexObjects: p.IndexObjects, ProxyObjects: p.ProxyObjects, ProxySettle: p.ProxySettle.String(), Quiet: p.Quiet.String()},
 	}
 	if p.Baseline != "" {
@@ -304,7 +315,7 @@ func (b *bench) warmupRuns(ctx context.Context, rep *report) error {
 	fmt.Printf("Warm-up: %v per target and size (not counted):", b.p.Warmup)
 	for _, size := range b.p.Sizes {
 		for _, t := range b.targets {
-			r, err := b.runWrk(ctx, "warmup", 0, t, size, b.p.Warmup, nil)
+			r, err := b.runWrk(ctx, "warmup", 0, t, size, b.p.Warmup, true, nil)
 			if err != nil {
 				return err
 			}
@@ -323,6 +334,9 @@ func (b *bench) warmupRuns(ctx context.Context, rep *report) error {
 func (b *bench) throughput(ctx context.Context, rep *report) error {
 	p := b.p
 	fmt.Printf("Throughput: %d rounds of %v per target and size, wrk -t %d -c %d --latency\n", p.Rounds, p.Duration, p.Threads, p.Conns)
+	if p.Slices > 1 {
+		fmt.Printf("  each run in %d slices of %v, the targets' slices interleaved; a round's req/s is its slices' requests over their time\n", p.Slices, p.Duration/time.Duration(p.Slices))
+	}
 	for round := 1; round <= p.Rounds; round++ {
 		sizes := slices.Clone(p.Sizes)
 		if round%2 == 0 {
@@ -330,17 +344,9 @@ func (b *bench) throughput(ctx context.Context, rep *report) error {
 		}
 		for _, size := range sizes {
 			for attempt := 0; ; attempt++ {
-				var runs []*run
-				worst := 0.0
-				for _, t := range rotate(b.targets, round-1) {
-					r, err := b.runWrk(ctx, "throughput", round, t, size, p.Duration, nil)
-					if err != nil {
-						return err
-					}
-					fmt.Printf("  round %d %-4s %-11s %8.0f req/s %7.1f MiB/s  p50 %6.3f ms  p99 %6.3f ms  server %5.1f µs CPU/req  origin requests %d  other CPU %.1f s\n",
-						round, sizeName(size), t.name, r.RPS, r.TransferMiBs, r.P50, r.P99, r.CPUPerRequest, r.OriginRequests, r.OtherCPU)
-					runs = append(runs, r)
-					worst = max(worst, r.OtherCPU/r.Wall)
+				runs, worst, err := b.throughputStep(ctx, round, size)
+				if err != nil {
+					return err
 				}
 				if worst <= disturbedCores || attempt >= p.Repeat {
 					for _, r := range runs {
@@ -356,6 +362,118 @@ func (b *bench) throughput(ctx context.Context, rep *report) error {
 				rep.Disturbed = append(rep.Disturbed, runs...)
 			}
 		}
+	}
+	return nil
+}
+
+// throughputStep is one round's runs of one size: one per target, in the
+// round's rotated order, each of -duration; with -slices K, each run is K
+// slices of -duration/K and the targets' slices are interleaved
+// (evalrun.Interleave), so that a drift of the machine's speed over the
+// step reaches every target alike. It returns each target's run (its
+// slices merged: mergeSlices) in the round's order, and the most CPUs
+// other processes used during any of them.
+func (b *bench) throughputStep(ctx context.Context, round, size int) ([]*run, float64, error) {
+	k := max(1, b.p.Slices)
+	parts := make(map[*target][]*run, len(b.targets))
+	worst := 0.0
+	for i, slot := range evalrun.Interleave(b.targets, round, k) {
+		t := slot.Target
+		// Uncut, every run waits for a quiet machine, as it always did;
+		// cut, only the step's first: the wait samples a second at least,
+		// and slices a second apart would again meet the machine at
+		// different speeds. A slice disturbed anyway shows in its
+		// other_processes_cpu_s and repeats the step.
+		r, err := b.runWrk(ctx, "throughput", round, t, size, b.p.Duration/time.Duration(k), k == 1 || i == 0, nil)
+		if err != nil {
+			return nil, 0, err
+		}
+		if k > 1 {
+			fmt.Printf("    round %d %-4s %-11s slice %d/%d %8.0f req/s  server %5.1f µs CPU/req\n", round, sizeName(size), t.name, slot.Slice, k, r.RPS, r.CPUPerRequest)
+		}
+		parts[t] = append(parts[t], r)
+		worst = max(worst, r.OtherCPU/r.Wall)
+	}
+	var runs []*run
+	for _, slot := range evalrun.Interleave(b.targets, round, 1) {
+		r := mergeSlices(parts[slot.Target])
+		fmt.Printf("  round %d %-4s %-11s %8.0f req/s %7.1f MiB/s  p50 %6.3f ms  p99 %6.3f ms  server %5.1f µs CPU/req  origin requests %d  other CPU %.1f s\n",
+			round, sizeName(size), slot.Target.name, r.RPS, r.TransferMiBs, r.P50, r.P99, r.CPUPerRequest, r.OriginRequests, r.OtherCPU)
+		runs = append(runs, r)
+	}
+	return runs, worst, nil
+}
+
+// mergeSlices is one run made of the slices of a target's run (one slice:
+// that run itself). Counts, times and CPU seconds are summed, so its req/s
+// is the slices' requests over their run time and its CPU per request
+// the slices' CPU over their requests (ratios of sums, not means of
+// ratios); the mean latency is weighted by requests and the maximum is
+// the slices' largest. wrk's percentiles and standard deviation cannot
+// be merged without its histograms: the merged run has the median of the
+// slices' (the slices themselves are kept, in Slices).
+func mergeSlices(parts []*run) *run {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	first := parts[0]
+	m := &run{Phase: first.Phase, Round: first.Round, Target: first.Target, Size: first.Size, Argv: first.Argv, Slices: parts}
+	var p50, p75, p90, p99, stdev []float64
+	latSum := 0.0
+	for _, r := range parts {
+		m.QuietWait += r.QuietWait
+		m.BusyBefore = max(m.BusyBefore, r.BusyBefore)
+		m.Requests += r.Requests
+		m.RunTime += r.RunTime
+		m.BytesRead += r.BytesRead
+		latSum += r.AvgLatMs * float64(r.Requests)
+		m.MaxLatMs = max(m.MaxLatMs, r.MaxLatMs)
+		p50, p75, p90, p99 = append(p50, r.P50), append(p75, r.P75), append(p90, r.P90), append(p99, r.P99)
+		stdev = append(stdev, r.StdevLatMs)
+		m.ErrConnect += r.ErrConnect
+		m.ErrRead += r.ErrRead
+		m.ErrWrite += r.ErrWrite
+		m.ErrTimeout += r.ErrTimeout
+		m.Non2xx += r.Non2xx
+		m.OriginRequests += r.OriginRequests
+		if r.CoralRequests != nil {
+			if m.CoralRequests == nil {
+				m.CoralRequests = map[string]float64{}
+			}
+			for k, v := range r.CoralRequests {
+				m.CoralRequests[k] += v
+			}
+		}
+		m.ServerCPU += r.ServerCPU
+		m.IdleServerCPU += r.IdleServerCPU
+		m.WrkCPU += r.WrkCPU
+		m.SelfCPU += r.SelfCPU
+		m.OtherCPU += r.OtherCPU
+		m.Wall += r.Wall
+	}
+	if m.RunTime > 0 {
+		m.RPS = float64(m.Requests) / m.RunTime
+		m.TransferMiBs = m.BytesRead / m.RunTime / (1 << 20)
+	}
+	if m.Requests > 0 {
+		m.AvgLatMs = latSum / float64(m.Requests)
+		m.BytesPerResponse = m.BytesRead / float64(m.Requests)
+		m.CPUPerRequest = 1e6 * m.ServerCPU / float64(m.Requests)
+	}
+	m.P50, m.P75, m.P90, m.P99 = evalrun.Median(p50), evalrun.Median(p75), evalrun.Median(p90), evalrun.Median(p99)
+	m.StdevLatMs = evalrun.Median(stdev)
+	return m
+}
+
+// checkSlices refuses a -slices that does not cut -duration into whole
+// seconds of at least one (wrk's -d has a resolution of a second; an
+// uncut run is rounded, as it always was).
+func checkSlices(d time.Duration, k int) error {
+	if k < 1 {
+		return fmt.Errorf("-slices %d: need at least 1", k)
+	}
+	if s := d / time.Duration(k); k > 1 && (s < time.Second || s%time.Second != 0) {
+		return fmt.Errorf("-slices %d: -duration %v must cut into whole seconds (wrk -d), at least 1 s each", k, d)
 	}
 	return nil
 }
@@ -410,12 +528,6 @@ func (b *bench) memory(ctx context.Context, rep *report) error {
 	return nil
 }
 
-// rotate returns ts rotated left by k.
-func rotate[T any](ts []T, k int) []T {
-	k %= len(ts)
-	return append(slices.Clone(ts[k:]), ts[:k]...)
-}
-
 // check requests t's object of the given size and checks the body and, for
 // the caches, that it was a hit.
 func (b *bench) check(t *target, size int, when string) (*sample, error) {
@@ -440,19 +552,53 @@ func (b *bench) check(t *target, size int, when string) (*sample, error) {
 }
 
 // responseProblems lists responses that were not hits or not the origin's
-// bytes.
+// bytes, and respond-head responses whose header fields are not those of
+// coral's hit of the same object (the same names, and values of the same
+// length but for Date and Age, whose values differ by when).
 func responseProblems(ss []*sample) error {
 	var probs []string
+	coral := map[string]http.Header{}
 	for _, s := range ss {
 		if !s.Hit || !s.Same {
 			probs = append(probs, fmt.Sprintf("%s %s (%s): status %d, %d bytes, origin's bytes %v, cache header %q",
 				s.Target, sizeName(s.Size), s.When, s.Status, s.BodyBytes, s.Same, s.Cache))
+		}
+		if s.Target == "coral" {
+			coral[s.When+sizeName(s.Size)] = s.Header
+		}
+	}
+	for _, s := range ss {
+		if c := coral[s.When+sizeName(s.Size)]; s.Target == "respond-head" && c != nil {
+			if diff := headDiff(c, s.Header); diff != "" {
+				probs = append(probs, fmt.Sprintf("respond-head %s (%s): not coral's head: %s", sizeName(s.Size), s.When, diff))
+			}
 		}
 	}
 	if len(probs) > 0 {
 		return errors.New("responses: " + strings.Join(probs, "; "))
 	}
 	return nil
+}
+
+// headDiff says how head b's fields differ from head a's: a field one has
+// and the other has not, or a value of another length (Date and Age
+// aside, whose values depend on when). "" when they have the same.
+func headDiff(a, b http.Header) string {
+	var diff []string
+	for _, k := range slices.Sorted(maps.Keys(a)) {
+		switch {
+		case b[k] == nil:
+			diff = append(diff, "no "+k)
+		case k != "Date" && k != "Age" && len(strings.Join(a[k], ", ")) != len(strings.Join(b[k], ", ")):
+			diff = append(diff, fmt.Sprintf("%s %q against %q", k, b[k], a[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(b)) {
+		if a[k] == nil {
+			diff = append(diff, "also "+k)
+		}
+	}
+	return strings.Join(diff, ", ")
 }
 
 // summarize fills in the per-size results and the checks.
@@ -551,6 +697,10 @@ func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 		if c, r := runs["coral"], runs["respond"]; c != nil && r != nil && c.CPUPerRequest > 0 {
 			ss.RespondCPURatios = append(ss.RespondCPURatios, r.CPUPerRequest/c.CPUPerRequest)
 		}
+		ratio(&ss.RespondHeadRatios, runs, "coral", "respond-head")
+		if c, r := runs["coral"], runs["respond-head"]; c != nil && r != nil && c.CPUPerRequest > 0 {
+			ss.RespondHeadCPURatios = append(ss.RespondHeadCPURatios, r.CPUPerRequest/c.CPUPerRequest)
+		}
 		ratio(&ss.BaselineRatios, runs, "coral", "coral-old")
 		if n, o := runs["coral"], runs["coral-old"]; n != nil && o != nil && n.CPUPerRequest > 0 {
 			ss.BaselineCPURatios = append(ss.BaselineCPURatios, o.CPUPerRequest/n.CPUPerRequest)
@@ -561,6 +711,12 @@ func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 	ss.MedianRespondRatio = evalrun.Median(ss.RespondRatios)
 	ss.PassRespond = len(ss.RespondRatios) > 0 && ss.MedianRespondRatio >= respondRatio
 	ss.MedianRespondCPURatio = evalrun.Median(ss.RespondCPURatios)
+	if len(ss.RespondHeadRatios) > 0 {
+		ss.MedianRespondHeadRatio = evalrun.Median(ss.RespondHeadRatios)
+	}
+	if len(ss.RespondHeadCPURatios) > 0 {
+		ss.MedianRespondHeadCPU = evalrun.Median(ss.RespondHeadCPURatios)
+	}
 	if len(ss.NginxRatios) > 0 {
 		ss.MedianNginxRatio, ss.CoralOverNginx = evalrun.Median(ss.NginxRatios), evalrun.Median(ss.CoralNginxRatios)
 	}
@@ -584,7 +740,8 @@ func summarizeSize(rep *report, targets []*target, size int) *sizeSumm {
 // runProblems lists what shows that not every response of a wrk run was a
 // hit: the origin saw requests, coral_proxy counted other than hits, wrk
 // saw errors or non-2xx responses. server is the target's (coral, file,
-// respond, nginx); conns is wrk's -c, the most requests cut off at the run's end.
+// respond, nginx); conns is wrk's -c, the most requests cut off at the end
+// of a run (or of each of its slices).
 func runProblems(r *run, server string, conns int) []string {
 	var what []string
 	if r.OriginRequests != 0 {
@@ -602,7 +759,9 @@ func runProblems(r *run, server string, conns int) []string {
 				other += v
 			}
 		}
-		if other != 0 || hits < float64(r.Requests) || hits > float64(r.Requests)+float64(conns) {
+		// Each wrk run (each slice) can leave conns requests cut off.
+		cutOff := float64(conns * max(1, len(r.Slices)))
+		if other != 0 || hits < float64(r.Requests) || hits > float64(r.Requests)+cutOff {
 			what = append(what, fmt.Sprintf("coral_proxy counted %v for %d requests", r.CoralRequests, r.Requests))
 		}
 	}
@@ -650,7 +809,7 @@ func (b *bench) profile(ctx context.Context, t *target, size int) (string, float
 			done <- result{body, err}
 		}()
 	}
-	r, err := b.runWrk(ctx, "profile", 0, t, size, b.p.Duration, profileFrom)
+	r, err := b.runWrk(ctx, "profile", 0, t, size, b.p.Duration, true, profileFrom)
 	if err != nil {
 		if profiling {
 			<-done

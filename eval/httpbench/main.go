@@ -28,7 +28,13 @@
 //     `respond /1k `<the bytes>` 200` per object in a snippet (the bytes
 //     are letters and digits, so a backtick-quoted token carries them as
 //     they are; respond sets no Content-Length, so net/http sends a body
-//     too big for its 2 KiB buffer, the 100 KiB one, chunked); with -tls
+//     too big for its 2 KiB buffer, the 100 KiB one, chunked), and
+//     respond-head on :8086 (-port+6): the same respond, with Caddy's
+//     header directive setting the header fields of a coral_proxy hit
+//     (the origin's Content-Type, Cache-Control, Last-Modified and
+//     Content-Length, a fixed Date, Via, Cache-Status, Age and
+//     Accept-Ranges; the checks compare its head with coral's), the floor
+//     of the same response, where respond sends two fields; with -tls
 //     also coral_proxy over TLS on :8082 (site *.nyud.test), reached as
 //     https://127-0-90-1-8080.nyud.test:8082/ (the one-label name, which a
 //     wildcard certificate covers; the same cache directory, so the same
@@ -75,7 +81,15 @@
 //     (-t -c, --latency) per target, the targets' order rotated from round
 //     to round (coral/file/respond/coral-tls/file-tls/respond-tls/nginx,
 //     then file/respond/coral-tls/.../nginx/coral, ...) and the sizes'
-//     order alternated;
+//     order alternated; with -slices K, each of those runs is K wrk runs
+//     of -duration/K, the targets' slices interleaved (slice 1 of every
+//     target, then slice 2, the order rotated once more per slice), and a
+//     target's req/s in the round is its slices' requests over their run
+//     time (and its CPU per request their CPU over their requests): on a
+//     shared machine whose speed drifts by 15-35 % over tens of seconds,
+//     the drift then reaches every target of a round alike (and only the
+//     first slice of a round's size waits for a quiet machine, so that
+//     the slices follow each other closely);
 //   - proxy memory: -proxy-objects distinct small objects are fetched through
 //     coral_proxy (each a miss: an origin fetch, a DSHT put+get, a disk
 //     write), and Caddy's heap in use after a GC (its admin endpoint's
@@ -122,7 +136,9 @@
 // (median over rounds of the per-round ratio) for both object sizes; and,
 // with -tls, the same over TLS: coral-tls ≥ 0.9× file-tls. Issue 25:
 // coral ≥ 0.9× respond (median over rounds of the per-round ratio) for
-// every size, and with -tls coral-tls ≥ 0.9× respond-tls. With -baseline
+// every size, and with -tls coral-tls ≥ 0.9× respond-tls; coral/respond-head
+// is printed beside it, without an acceptance: the part of a hit's cost
+// that is the handler's own, not the header fields'. With -baseline
 // (issue 19), new/old ≥ 1.0 for every size. The command writes its results
 // either way (httpbench.json: coral_over_respond_by_round,
 // median_coral_over_respond and their TLS twins per size,
@@ -153,10 +169,11 @@ type params struct {
 	OriginAddr   string // the origin's address
 	CaddyAddr    string // Caddy's sites, admin endpoint and DSHT node
 	NginxAddr    string
-	Port         int // origin, coral_proxy and nginx; file_server on Port+1, respond on Port+4
+	Port         int // origin, coral_proxy and nginx; file_server on Port+1, respond on Port+4, respond-head on Port+6
 	Sizes        []int
 	Rounds       int
 	Duration     time.Duration // one measured wrk run
+	Slices       int           // a measured run cut into this many slices, interleaved with the other targets'
 	Warmup       time.Duration // one unmeasured wrk run per target and size first
 	Threads      int           // wrk -t
 	Conns        int           // wrk -c
@@ -187,6 +204,7 @@ func defaultParams() params {
 		Sizes:        []int{1 << 10, 100 << 10},
 		Rounds:       3,
 		Duration:     10 * time.Second,
+		Slices:       1,
 		Warmup:       2 * time.Second,
 		Threads:      1,
 		Conns:        32,
@@ -221,10 +239,11 @@ func main() {
 	flag.StringVar(&p.OriginAddr, "origin-addr", p.OriginAddr, "loopback address of the origin (served by this command)")
 	flag.StringVar(&p.CaddyAddr, "caddy-addr", p.CaddyAddr, "loopback address of Caddy's sites, admin endpoint (:2019) and DSHT node (UDP :4000)")
 	flag.StringVar(&p.NginxAddr, "nginx-addr", p.NginxAddr, "loopback address of nginx")
-	flag.IntVar(&p.Port, "port", p.Port, "TCP port of the origin, coral_proxy and nginx; file_server gets -port+1, respond -port+4, and with -tls coral_proxy, file_server and respond over TLS -port+2, -port+3 and -port+5")
+	flag.IntVar(&p.Port, "port", p.Port, "TCP port of the origin, coral_proxy and nginx; file_server gets -port+1, respond -port+4, respond-head -port+6, and with -tls coral_proxy, file_server and respond over TLS -port+2, -port+3 and -port+5")
 	flag.Var((*sizeList)(&p.Sizes), "sizes", "object sizes in bytes, space-separated (k suffix: KiB)")
 	flag.IntVar(&p.Rounds, "rounds", p.Rounds, "throughput rounds (one wrk run per target and size each)")
 	flag.DurationVar(&p.Duration, "duration", p.Duration, "length of one measured wrk run")
+	flag.IntVar(&p.Slices, "slices", p.Slices, "cut each measured run into this many wrk runs of -duration/slices (whole seconds), interleaved with the other targets' in the round; a round's req/s is then its slices' requests over their time")
 	flag.DurationVar(&p.Warmup, "warmup", p.Warmup, "unmeasured wrk run per target and size before measuring (0: none)")
 	flag.IntVar(&p.Threads, "t", p.Threads, "wrk -t: threads")
 	flag.IntVar(&p.Conns, "c", p.Conns, "wrk -c: connections (kept alive)")
@@ -234,7 +253,7 @@ func main() {
 	flag.DurationVar(&p.ProxySettle, "proxy-settle", p.ProxySettle, "measure Caddy's heap again this long after the proxy-memory fetch, when the DSHT node has dropped its per-key load records (kept 2 min; 0: don't)")
 	flag.DurationVar(&p.Quiet, "quiet", p.Quiet, "before each run, wait at most this long for other processes to use under 0.15 CPUs (1 s samples; 0: don't wait)")
 	flag.IntVar(&p.Repeat, "repeat", p.Repeat, "repeat a round's runs of one size, at most this many times, when other processes used over 0.25 CPUs during one of them")
-	flag.StringVar(&p.Profile, "profile", p.Profile, "directory for CPU profiles of Caddy under load (an extra unmeasured coral, file and respond run per size) and its heap profile after the proxy-memory fetch (empty: none)")
+	flag.StringVar(&p.Profile, "profile", p.Profile, "directory for CPU profiles of Caddy under load (an extra unmeasured coral, file, respond and respond-head run per size) and its heap profile after the proxy-memory fetch (empty: none)")
 	flag.StringVar(&p.Baseline, "baseline", p.Baseline, "a second Caddy binary with coral (an older build) run beside -caddy with the same Caddyfile on -baseline-addr: its coral_proxy hits (target coral-old) alternate with -caddy's, and new/old req/s is printed per size (empty: none)")
 	flag.StringVar(&p.BaselineAddr, "baseline-addr", p.BaselineAddr, "loopback address of the -baseline Caddy's sites, admin endpoint and DSHT node")
 	flag.BoolVar(&p.Install, "install", p.Install, "when wrk or nginx is missing and this runs as root, install them with eval/httpbench/install-deps.sh")

@@ -80,9 +80,6 @@ func TestSizes(t *testing.T) {
 			t.Errorf("size %q accepted", bad)
 		}
 	}
-	if got := fmt.Sprint(rotate([]int{1, 2, 3}, 4)); got != "[2 3 1]" {
-		t.Errorf("rotate: %s", got)
-	}
 	if got := shellJoin([]string{"wrk", "-H", "Host: a.b", "http://x/1k"}); got != "wrk -H 'Host: a.b' http://x/1k" {
 		t.Errorf("shellJoin: %s", got)
 	}
@@ -200,7 +197,7 @@ func TestTLSSetUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b2.close()
-	if len(b2.targets) != 3 || !strings.Contains(b2.caddyfile, "auto_https off") || strings.Contains(b2.caddyfile, "https://") {
+	if len(b2.targets) != 4 || !strings.Contains(b2.caddyfile, "auto_https off") || strings.Contains(b2.caddyfile, "https://") {
 		t.Errorf("-tls=false: %d targets, Caddyfile:\n%s", len(b2.targets), b2.origin.elideBodies(b2.caddyfile))
 	}
 }
@@ -255,7 +252,7 @@ func TestExperimentShort(t *testing.T) {
 	if err := json.Unmarshal(raw, &back); err != nil {
 		t.Fatal(err)
 	}
-	want := 6 // coral, file, respond, coral-tls, file-tls, respond-tls
+	want := 7 // coral, file, respond, respond-head, coral-tls, file-tls, respond-tls
 	if p.Nginx != "" {
 		want++
 	}
@@ -263,7 +260,7 @@ func TestExperimentShort(t *testing.T) {
 		t.Fatalf("report incomplete: %s", raw)
 	}
 	for _, ss := range rep.Summary {
-		for _, name := range []string{"coral", "coral-tls", "respond", "respond-tls"} {
+		for _, name := range []string{"coral", "coral-tls", "respond", "respond-tls", "respond-head"} {
 			if c := ss.Targets[name]; c == nil || c.MedianRPS <= 0 || c.WireBytes < ss.Size {
 				t.Errorf("%d: %s %+v", ss.Size, name, c)
 			}
@@ -273,6 +270,9 @@ func TestExperimentShort(t *testing.T) {
 		}
 		if len(ss.RespondRatios) != 1 || len(ss.TLSRespondRatios) != 1 || ss.PassTLSRespond == nil || ss.MedianRespondRatio <= 0 {
 			t.Errorf("%d: coral/respond %v, over TLS %v", ss.Size, ss.RespondRatios, ss.TLSRespondRatios)
+		}
+		if len(ss.RespondHeadRatios) != 1 || ss.MedianRespondHeadRatio <= 0 || ss.MedianRespondHeadCPU <= 0 {
+			t.Errorf("%d: coral/respond-head %v, CPU %v", ss.Size, ss.RespondHeadRatios, ss.RespondHeadCPURatios)
 		}
 		t.Logf("%s: coral/file %.3f, over TLS %.3f; coral/respond %.3f, over TLS %.3f (1 s runs)", sizeLabel(ss.Size), ss.MedianRatio, ss.MedianTLSRatio, ss.MedianRespondRatio, ss.MedianTLSRespondRatio)
 	}
@@ -329,7 +329,8 @@ func TestExperimentBaseline(t *testing.T) {
 	p := defaultParams()
 	p.Caddy, p.Baseline, p.Nginx, p.TLS = bin, bin, "", false
 	p.OriginAddr, p.CaddyAddr, p.NginxAddr, p.BaselineAddr, p.Port = "127.0.93.1", "127.0.93.2", "127.0.93.3", "127.0.93.4", 8280
-	p.Rounds, p.Duration, p.Warmup, p.Quiet, p.Install = 1, time.Second, 0, 0, false
+	// In two interleaved slices of 1 s, as -slices 2.
+	p.Rounds, p.Duration, p.Slices, p.Warmup, p.Quiet, p.Install = 1, 2*time.Second, 2, 0, 0, false
 	p.IndexObjects, p.ProxyObjects = 0, 0
 	p.Out = t.TempDir()
 	rep, err := experiment(context.Background(), p, "test")
@@ -338,8 +339,13 @@ func TestExperimentBaseline(t *testing.T) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Throughput) != 4*len(p.Sizes) || !rep.PassCheck || rep.PassBaseline == nil || rep.PassTLSRatio != nil || rep.PassTLSRespond != nil {
+	if len(rep.Throughput) != 5*len(p.Sizes) || !rep.PassCheck || rep.PassBaseline == nil || rep.PassTLSRatio != nil || rep.PassTLSRespond != nil {
 		t.Fatalf("report incomplete: %+v", rep)
+	}
+	for _, r := range rep.Throughput {
+		if len(r.Slices) != 2 || r.Requests != r.Slices[0].Requests+r.Slices[1].Requests || !strings.Contains(r.Slices[0].Argv, " -d 1s ") {
+			t.Errorf("%s %s: merged run of %d slices, %d requests, slices %+v", r.Target, sizeName(r.Size), len(r.Slices), r.Requests, r.Slices)
+		}
 	}
 	if !strings.Contains(rep.BaselineCaddyfile, "127.0.93.4") || strings.Contains(rep.BaselineCaddyfile, "127.0.93.2") || strings.Contains(rep.BaselineCaddyfile, "respond") || rep.Params.Baseline != "127.0.93.4:8280" {
 		t.Errorf("baseline set-up: %q at %q", rep.BaselineCaddyfile, rep.Params.Baseline)
@@ -456,7 +462,7 @@ func TestRespondSetUp(t *testing.T) {
 			}
 		}
 	}
-	for _, site := range []string{"http://:8484", "https://respond.test:8485"} {
+	for _, site := range []string{"http://:8484", "https://respond.test:8485", "http://:8486"} {
 		if len(bodies[site]) != len(p.Sizes) {
 			t.Errorf("site %s: respond for %v", site, bodies[site])
 		}
@@ -467,8 +473,11 @@ func TestRespondSetUp(t *testing.T) {
 			}
 		}
 	}
-	if len(bodies) != 2 {
-		t.Errorf("respond in sites %v, want the two respond sites only", slices.Collect(maps.Keys(bodies)))
+	if len(bodies) != 3 {
+		t.Errorf("respond in sites %v, want the three respond sites only", slices.Collect(maps.Keys(bodies)))
+	}
+	if rh := b.target("respond-head"); rh == nil || rh.addr.String() != "127.0.150.2:8486" || rh.server != "respond" || rh.tls {
+		t.Errorf("respond-head target %+v", rh)
 	}
 	if strings.Contains(b.baseCaddyfile, "respond") {
 		t.Errorf("the baseline's Caddyfile has a respond site:\n%s", b.baseCaddyfile)
@@ -486,11 +495,11 @@ func TestRespondSetUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b2.close()
-	if b2.target("respond") == nil || b2.target("respond-tls") != nil || strings.Contains(b2.caddyfile, respondName) || strings.Count(b2.caddyfile, "import "+respondSnippet) != 1 {
+	if b2.target("respond") == nil || b2.target("respond-tls") != nil || strings.Contains(b2.caddyfile, respondName) || strings.Count(b2.caddyfile, "import "+respondSnippet) != 2 {
 		t.Errorf("-tls=false: targets %d, Caddyfile:\n%s", len(b2.targets), b2.origin.elideBodies(b2.caddyfile))
 	}
-	// The respond site's port, Port+4, must be free of the admin port.
-	p.Port = adminPort - 4
+	// The respond-head site's port, Port+6, must be free of the admin port.
+	p.Port = adminPort - 6
 	if b3, err := newBench(p); err == nil {
 		b3.close()
 		t.Errorf("-port %d accepted: respond would take the admin port", p.Port)
@@ -614,5 +623,98 @@ func TestCoralRequestsSince(t *testing.T) {
 	}
 	if got["hit"] != 14 || len(runProblems(&run{Requests: 15, CoralRequests: got}, "coral", 32)) != 1 {
 		t.Errorf("short count: %v", got)
+	}
+}
+
+// A run cut into slices merges into ratios of sums: 1000 requests in 1 s,
+// 1000 in 3 s and 2000 in 2 s are 4000 in 6 s, 666.7 req/s, where the
+// mean of the slices' req/s would be 777.8.
+func TestMergeSlices(t *testing.T) {
+	one := &run{Target: "coral", Requests: 1000, RunTime: 1, RPS: 1000}
+	if got := mergeSlices([]*run{one}); got != one {
+		t.Fatalf("one slice: got a new run %+v, want the run itself", got)
+	}
+	parts := []*run{
+		{Phase: "throughput", Round: 2, Target: "coral", Size: 1024, Requests: 1000, RunTime: 1, RPS: 1000, BytesRead: 1e6,
+			AvgLatMs: 1, MaxLatMs: 9, P50: 1, P99: 5, ServerCPU: 0.02, Wall: 1.1, OtherCPU: 0.1, OriginRequests: 0,
+			CoralRequests: map[string]float64{"hit": 1010}, ErrRead: 1},
+		{Phase: "throughput", Round: 2, Target: "coral", Size: 1024, Requests: 1000, RunTime: 3, RPS: 333.3, BytesRead: 1e6,
+			AvgLatMs: 3, MaxLatMs: 4, P50: 3, P99: 7, ServerCPU: 0.06, Wall: 3.1, OtherCPU: 0.2, OriginRequests: 2,
+			CoralRequests: map[string]float64{"hit": 1020, "miss": 2}, Non2xx: 3},
+		{Phase: "throughput", Round: 2, Target: "coral", Size: 1024, Requests: 2000, RunTime: 2, RPS: 1000, BytesRead: 2e6,
+			AvgLatMs: 2, MaxLatMs: 6, P50: 2, P99: 6, ServerCPU: 0.04, Wall: 2.1, OtherCPU: 0.3},
+	}
+	m := mergeSlices(parts)
+	if m.Requests != 4000 || m.RunTime != 6 || m.RPS != 4000.0/6 {
+		t.Errorf("requests %d in %v s at %v req/s, want 4000 in 6 s at %v", m.Requests, m.RunTime, m.RPS, 4000.0/6)
+	}
+	if want := 1e6 * 0.12 / 4000; math.Abs(m.CPUPerRequest-want) > 1e-9 {
+		t.Errorf("CPU per request %v µs, want %v (sum of CPU over sum of requests)", m.CPUPerRequest, want)
+	}
+	if want := (1*1000 + 3*1000 + 2*2000) / 4000.0; m.AvgLatMs != want || m.MaxLatMs != 9 || m.P50 != 2 || m.P99 != 6 {
+		t.Errorf("latency mean %v max %v p50 %v p99 %v, want %v, 9, 2 (median), 6 (median)", m.AvgLatMs, m.MaxLatMs, m.P50, m.P99, want)
+	}
+	if m.CoralRequests["hit"] != 2030 || m.CoralRequests["miss"] != 2 || m.OriginRequests != 2 || m.ErrRead != 1 || m.Non2xx != 3 {
+		t.Errorf("counts: coral %v, origin %d, read errors %d, non-2xx %d", m.CoralRequests, m.OriginRequests, m.ErrRead, m.Non2xx)
+	}
+	if math.Abs(m.OtherCPU-0.6) > 1e-9 || math.Abs(m.Wall-6.3) > 1e-9 || len(m.Slices) != 3 || m.Round != 2 || m.Target != "coral" || m.Size != 1024 {
+		t.Errorf("merged run %+v", m)
+	}
+	// Each slice may leave -c requests cut off at its end, which
+	// coral_proxy counts and wrk does not.
+	three := &run{Requests: 100, CoralRequests: map[string]float64{"hit": 100 + 3*32}, Slices: make([]*run, 3)}
+	if what := runProblems(three, "coral", 32); len(what) != 0 {
+		t.Errorf("3 slices, 96 cut off: %v", what)
+	}
+	three.CoralRequests["hit"]++
+	if what := runProblems(three, "coral", 32); len(what) != 1 {
+		t.Errorf("3 slices, 97 more counted than completed: %v", what)
+	}
+}
+
+func TestCheckSlices(t *testing.T) {
+	for _, c := range []struct {
+		d  time.Duration
+		k  int
+		ok bool
+	}{
+		{5 * time.Second, 1, true},
+		{5 * time.Second, 5, true},
+		{10 * time.Second, 5, true},
+		{5 * time.Second, 2, false}, // 2.5 s
+		{5 * time.Second, 10, false},
+		{5 * time.Second, 0, false},
+		{1500 * time.Millisecond, 1, true}, // one run, rounded by wrkArgs
+		{3 * time.Second, 2, false},
+	} {
+		if err := checkSlices(c.d, c.k); (err == nil) != c.ok {
+			t.Errorf("checkSlices(%v, %d) = %v, want ok %v", c.d, c.k, err, c.ok)
+		}
+	}
+}
+
+// respond-head must answer with coral's fields: the same names, values of
+// the same length (Date and Age aside).
+func TestHeadDiff(t *testing.T) {
+	coral := http.Header{"Via": {"1.1 coral"}, "Age": {"12"}, "Date": {"Thu, 26 Nov 2026 19:00:00 GMT"}, "Cache-Status": {`coral; hit; detail="local"`}}
+	same := http.Header{"Via": {"1.1 coral"}, "Age": {"0"}, "Date": {"Fri, 27 Nov 2026 01:02:03 GMT"}, "Cache-Status": {`coral; hit; detail="local"`}}
+	if d := headDiff(coral, same); d != "" {
+		t.Errorf("same fields: %s", d)
+	}
+	other := http.Header{"Via": {"1.1 caddy"}, "Age": {"0"}, "Cache-Status": {"x"}, "Server": {"Caddy"}}
+	if d := headDiff(coral, other); d != `Cache-Status ["x"] against ["coral; hit; detail=\"local\""], no Date, also Server` {
+		t.Errorf("different fields: %s", d)
+	}
+	ss := []*sample{
+		{When: "before", Target: "coral", Size: 1024, Hit: true, Same: true, response: response{Header: coral}},
+		{When: "before", Target: "respond-head", Size: 1024, Hit: true, Same: true, response: response{Header: other}},
+		{When: "before", Target: "respond-head", Size: 2048, Hit: true, Same: true, response: response{Header: other}}, // no coral sample
+	}
+	if err := responseProblems(ss); err == nil || !strings.Contains(err.Error(), "respond-head 1k (before): not coral's head") || strings.Contains(err.Error(), "2k") {
+		t.Errorf("responseProblems: %v", err)
+	}
+	ss[1].Header = same
+	if err := responseProblems(ss); err != nil {
+		t.Errorf("responseProblems with the same head: %v", err)
 	}
 }

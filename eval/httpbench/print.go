@@ -11,7 +11,7 @@ import (
 
 // targetOrder is the order of the targets in the tables and the plot: the
 // pairs under comparison side by side.
-var targetOrder = []string{"coral", "coral-old", "file", "respond", "coral-tls", "file-tls", "respond-tls", "nginx"}
+var targetOrder = []string{"coral", "coral-old", "file", "respond", "respond-head", "coral-tls", "file-tls", "respond-tls", "nginx"}
 
 // baseline is the target a target's req/s is compared with: file_server
 // over the same protocol (nginx speaks only HTTP).
@@ -158,6 +158,10 @@ func printThroughput(w io.Writer, rep *report) {
 			fmt.Fprintf(w, "; over TLS coral-tls/respond-tls %s, median %.3f (target ≥ %.1f: %s)", fmtFloats(ss.TLSRespondRatios, "%.3f"), ss.MedianTLSRespondRatio, respondRatio, evalrun.PassFail(*ss.PassTLSRespond))
 		}
 		fmt.Fprintln(w)
+		if len(ss.RespondHeadRatios) > 0 {
+			fmt.Fprintf(w, "    coral/respond-head (respond with a hit's header fields) %s, median %.3f; server CPU per request respond-head/coral %s, median %.3f\n",
+				fmtFloats(ss.RespondHeadRatios, "%.3f"), ss.MedianRespondHeadRatio, fmtFloats(ss.RespondHeadCPURatios, "%.3f"), ss.MedianRespondHeadCPU)
+		}
 		if len(ss.NginxRatios) > 0 {
 			fmt.Fprintf(w, "    coral/nginx %s, median %.3f; nginx/file %s, median %.3f\n", fmtFloats(ss.CoralNginxRatios, "%.3f"), ss.CoralOverNginx, fmtFloats(ss.NginxRatios, "%.3f"), ss.MedianNginxRatio)
 		}

@@ -89,6 +89,7 @@ type jsonPar struct {
 	Sizes          []int  `json:"object_bytes"`
 	Rounds         int    `json:"rounds"`
 	Duration       string `json:"run_duration"`
+	Slices         int    `json:"slices_per_run"`
 	Warmup         string `json:"warmup_duration"`
 	Threads        int    `json:"wrk_threads"`
 	Conns          int    `json:"wrk_connections"`
@@ -161,6 +162,9 @@ type run struct {
 	// Other processes used over disturbedCores during this run or another
 	// of its round and size, and -repeat was exhausted.
 	Disturbed bool `json:"disturbed,omitempty"`
+	// With -slices K > 1, the K wrk runs this run merges (mergeSlices),
+	// in the order they ran.
+	Slices []*run `json:"slices,omitempty"`
 }
 
 // sizeSumm is one object size's result: medians over rounds.
@@ -180,6 +184,15 @@ type sizeSumm struct {
 	// varies less than req/s.
 	RespondCPURatios      []float64 `json:"respond_over_coral_cpu_per_request_by_round"`
 	MedianRespondCPURatio float64   `json:"median_respond_over_coral_cpu_per_request"`
+	// Per round, coral's req/s over respond-head's (respond with a
+	// coral_proxy hit's header fields: the floor of the same response),
+	// and the median; and the same for server CPU per request,
+	// respond-head's over coral's. No acceptance: they separate the
+	// handler's own work from what the fields of a cache's response cost.
+	RespondHeadRatios      []float64 `json:"coral_over_respond_head_by_round,omitempty"`
+	MedianRespondHeadRatio float64   `json:"median_coral_over_respond_head,omitempty"`
+	RespondHeadCPURatios   []float64 `json:"respond_head_over_coral_cpu_per_request_by_round,omitempty"`
+	MedianRespondHeadCPU   float64   `json:"median_respond_head_over_coral_cpu_per_request,omitempty"`
 	// nginx's over file's, and coral's over nginx's.
 	NginxRatios      []float64 `json:"nginx_over_file_by_round,omitempty"`
 	MedianNginxRatio float64   `json:"median_nginx_over_file,omitempty"`

@@ -45,14 +45,19 @@ func shellJoin(argv []string) string {
 
 // runWrk runs wrk once against t's object of the given size and records
 // what the servers did meanwhile: their CPU time, the origin's requests.
-// started, if not nil, is called just before wrk starts.
-func (b *bench) runWrk(ctx context.Context, phase string, round int, t *target, size int, d time.Duration, started func()) (*run, error) {
+// With quiet it first waits (at most -quiet) for other processes to go
+// quiet. started, if not nil, is called just before wrk starts.
+func (b *bench) runWrk(ctx context.Context, phase string, round int, t *target, size int, d time.Duration, quiet bool, started func()) (*run, error) {
 	if err := b.alive(); err != nil {
 		return nil, err
 	}
-	waited, busy, err := b.waitQuiet(ctx)
-	if err != nil {
-		return nil, err
+	var waited time.Duration
+	var busy float64
+	if quiet {
+		var err error
+		if waited, busy, err = b.waitQuiet(ctx); err != nil {
+			return nil, err
+		}
 	}
 	argv := append([]string{b.p.Wrk}, b.wrkArgs(t, size, d)...)
 	r := &run{Phase: phase, Round: round, Target: t.name, Size: size, Argv: shellJoin(argv), QuietWait: waited.Seconds(), BusyBefore: busy}

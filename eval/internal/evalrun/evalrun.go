@@ -110,6 +110,32 @@ func Median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// Slot is one run of a round measured in interleaved slices: slice
+// Slice (1..K) of Target.
+type Slot[T any] struct {
+	Slice  int
+	Target T
+}
+
+// Interleave is the order of a round's runs when each target's run is cut
+// into k slices: slice 1 of every target, in ts's order rotated left by
+// round-1 (round counts from 1, so that each round starts with another
+// target, as uncut rounds do), then slice 2 rotated by one more, and so on,
+// so that no target always runs first or last. The targets then meet a
+// machine whose speed drifts over tens of seconds alike, where a target
+// measured for the whole run in one go meets its own stretch of it. With
+// k = 1 it is the uncut round: each target once, rotated by round-1.
+func Interleave[T any](ts []T, round, k int) []Slot[T] {
+	var out []Slot[T]
+	for s := 1; s <= k && len(ts) > 0; s++ {
+		r := (round - 1 + s - 1) % len(ts)
+		for _, t := range slices.Concat(ts[r:], ts[:r]) {
+			out = append(out, Slot[T]{Slice: s, Target: t})
+		}
+	}
+	return out
+}
+
 // PassFail prints an acceptance check.
 func PassFail(ok bool) string {
 	if ok {

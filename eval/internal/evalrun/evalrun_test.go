@@ -3,8 +3,10 @@ package evalrun
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -78,5 +80,34 @@ func TestCPUCounters(t *testing.T) {
 	}
 	if b1, s1 := MachineBusy(), SelfCPU(); !(b1 > b0 && s1 > s0) {
 		t.Errorf("after spinning: machine busy %v → %v s, self %v → %v s; want both to grow", b0, b1, s0, s1)
+	}
+}
+
+func TestInterleave(t *testing.T) {
+	names := func(ss []Slot[string]) string {
+		var b strings.Builder
+		for _, s := range ss {
+			fmt.Fprintf(&b, "%s%d ", s.Target, s.Slice)
+		}
+		return strings.TrimSpace(b.String())
+	}
+	zones := []string{"a", "b", "c"}
+	for _, c := range []struct {
+		round, k int
+		want     string
+	}{
+		{1, 1, "a1 b1 c1"},
+		{2, 1, "b1 c1 a1"},
+		{4, 1, "a1 b1 c1"},
+		{1, 3, "a1 b1 c1 b2 c2 a2 c3 a3 b3"},
+		{2, 3, "b1 c1 a1 c2 a2 b2 a3 b3 c3"},
+		{1, 0, ""},
+	} {
+		if got := names(Interleave(zones, c.round, c.k)); got != c.want {
+			t.Errorf("round %d, %d slices: %s, want %s", c.round, c.k, got, c.want)
+		}
+	}
+	if got := Interleave([]string(nil), 1, 3); len(got) != 0 {
+		t.Errorf("no targets: %v", got)
 	}
 }
