@@ -44,3 +44,19 @@ func TestCounterCache(t *testing.T) {
 		t.Errorf("a series past the bound: %v, want 2", got)
 	}
 }
+
+// An answer's proximity source is counted through the cache, into the
+// series proximityCount exports.
+func TestCountProximity(t *testing.T) {
+	const source = "test-cache-source"
+	before := counterValue(proximityCount.WithLabelValues(source))
+	for range 3 {
+		countProximity(source)
+	}
+	if got := counterValue(proximityCount.WithLabelValues(source)); got != before+3 {
+		t.Errorf("proximity source %q counted %v, want %v", source, got, before+3)
+	}
+	if m := proximityCounters.m.Load(); m == nil || (*m)[source] == nil {
+		t.Errorf("source %q not cached", source)
+	}
+}

@@ -371,7 +371,7 @@ func (b *builder) nearby() []nearNode {
 			b.near, b.nearSrc = b.c.prox.await(b.ctx, b.nearCall, b.nearUntil)
 		}
 		b.nearState = 2
-		proximityCount.WithLabelValues(b.nearSrc).Inc()
+		countProximity(b.nearSrc)
 		if len(b.near) > 0 {
 			b.c.tracker.want(b.near)
 		}
