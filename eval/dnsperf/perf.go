@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 )
 
 // dnsperfArgs is the command line of one run: rate 0 is unthrottled; verbose
@@ -38,18 +40,18 @@ func (b *bench) dnsperfArgs(t *target, d time.Duration, rate int, verbose bool) 
 
 // runPerf runs dnsperf once against t and records what CoreDNS did
 // meanwhile: its CPU time, its own request metrics, coral's DSHT traffic.
-// quiet has it wait for the machine to be quiet first (waitQuiet).
+// quiet has it wait (at most -quiet) for the machine to be quiet first.
 func (b *bench) runPerf(ctx context.Context, phase string, round int, t *target, d time.Duration, rate int, verbose, quiet bool) (*run, error) {
 	if err := b.alive(); err != nil {
 		return nil, err
 	}
-	var waited time.Duration
-	var busy float64
-	if quiet {
-		var err error
-		if waited, busy, err = b.waitQuiet(ctx); err != nil {
-			return nil, err
-		}
+	within := b.p.Quiet
+	if !quiet {
+		within = 0
+	}
+	waited, busy, err := evalrun.WaitQuiet(ctx, within, b.otherCPU)
+	if err != nil {
+		return nil, err
 	}
 	args := b.dnsperfArgs(t, d, rate, verbose)
 	r := &run{QuietWait: waited.Seconds(), BusyBefore: busy, Phase: phase, Round: round, Target: t.name, Rate: rate, Argv: b.p.Dnsperf + " " + strings.Join(args, " ")}
@@ -206,27 +208,9 @@ func parsePerf(out io.Reader, r *run) (string, error) {
 	return s, nil
 }
 
-// quietCores is how much CPU other processes may use, in CPUs, for the
-// machine to count as quiet.
-const quietCores = 0.15
-
-// waitQuiet waits, at most -quiet, until the rest of the machine (everything
-// but CoreDNS and this process) uses under quietCores of CPU over a second:
-// on a shared machine a neighbour's build would otherwise land in one run
-// and not the other. It returns how long it waited and the last share seen.
-func (b *bench) waitQuiet(ctx context.Context) (time.Duration, float64, error) {
-	start := time.Now()
-	for {
-		c0, t0 := b.cpu(), time.Now()
-		select {
-		case <-ctx.Done():
-			return 0, 0, ctx.Err()
-		case <-time.After(time.Second):
-		}
-		c1 := b.cpu()
-		busy := ((c1.busy - c0.busy) - (c1.coredns - c0.coredns) - (c1.self - c0.self)) / time.Since(t0).Seconds()
-		if busy < quietCores || time.Since(start) >= b.p.Quiet {
-			return time.Since(start), max(busy, 0), nil
-		}
-	}
+// otherCPU is the CPU time, in seconds, used so far by everything but
+// CoreDNS and this process (evalrun.WaitQuiet).
+func (b *bench) otherCPU() float64 {
+	c := b.cpu()
+	return c.busy - c.coredns - c.self
 }

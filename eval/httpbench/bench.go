@@ -731,33 +731,11 @@ func groupCPU(groups map[int]*float64) {
 	}
 }
 
-// quietCores is how much CPU other processes may use, in CPUs, for the
-// machine to count as quiet.
-const quietCores = 0.15
-
-// waitQuiet waits, at most -quiet, until the rest of the machine (everything
-// but the Caddys, nginx and this process) uses under quietCores of CPU over a
-// second: on a shared machine a neighbour's build would otherwise land in
-// one run and not another. It returns how long it waited and the last share
-// seen.
-func (b *bench) waitQuiet(ctx context.Context) (time.Duration, float64, error) {
-	if b.p.Quiet <= 0 {
-		return 0, 0, ctx.Err()
-	}
-	start := time.Now()
-	for {
-		c0, t0 := b.cpu(), time.Now()
-		select {
-		case <-ctx.Done():
-			return 0, 0, ctx.Err()
-		case <-time.After(time.Second):
-		}
-		c1 := b.cpu()
-		busy := ((c1.busy - c0.busy) - c1.servers() + c0.servers() - (c1.self - c0.self)) / time.Since(t0).Seconds()
-		if busy < quietCores || time.Since(start) >= b.p.Quiet {
-			return time.Since(start), max(busy, 0), nil
-		}
-	}
+// otherCPU is the CPU time, in seconds, used so far by everything but the
+// Caddys, nginx and this process (evalrun.WaitQuiet).
+func (b *bench) otherCPU() float64 {
+	c := b.cpu()
+	return c.busy - c.servers() - c.self
 }
 
 // vmRSS is a process's resident set size in bytes (0 if unknown).

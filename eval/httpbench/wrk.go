@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 )
 
 // wrkArgs is the command line of one run.
@@ -51,13 +53,13 @@ func (b *bench) runWrk(ctx context.Context, phase string, round int, t *target, 
 	if err := b.alive(); err != nil {
 		return nil, err
 	}
-	var waited time.Duration
-	var busy float64
-	if quiet {
-		var err error
-		if waited, busy, err = b.waitQuiet(ctx); err != nil {
-			return nil, err
-		}
+	within := b.p.Quiet
+	if !quiet {
+		within = 0
+	}
+	waited, busy, err := evalrun.WaitQuiet(ctx, within, b.otherCPU)
+	if err != nil {
+		return nil, err
 	}
 	argv := append([]string{b.p.Wrk}, b.wrkArgs(t, size, d)...)
 	r := &run{Phase: phase, Round: round, Target: t.name, Size: size, Argv: shellJoin(argv), QuietWait: waited.Seconds(), BusyBefore: busy}

@@ -136,6 +136,36 @@ func Interleave[T any](ts []T, round, k int) []Slot[T] {
 	return out
 }
 
+// QuietCores is how much CPU the rest of the machine may use, in CPUs, for
+// it to count as quiet (WaitQuiet).
+const QuietCores = 0.15
+
+// WaitQuiet waits, at most within, until the rest of the machine uses under
+// QuietCores of CPU over a second: on a shared machine a neighbour's build
+// would otherwise land in one run and not another. others is the CPU time,
+// in seconds, that the rest of the machine (everything but the servers
+// measured and this process) has used so far. It returns how long it waited
+// and the CPUs the rest used in the last second it sampled; within ≤ 0 does
+// not wait.
+func WaitQuiet(ctx context.Context, within time.Duration, others func() float64) (time.Duration, float64, error) {
+	if within <= 0 {
+		return 0, 0, ctx.Err()
+	}
+	start := time.Now()
+	for {
+		o0, t0 := others(), time.Now()
+		select {
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		busy := (others() - o0) / time.Since(t0).Seconds()
+		if busy < QuietCores || time.Since(start) >= within {
+			return time.Since(start), max(busy, 0), nil
+		}
+	}
+}
+
 // PassFail prints an acceptance check.
 func PassFail(ok bool) string {
 	if ok {

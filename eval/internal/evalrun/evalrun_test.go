@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -110,4 +111,29 @@ func TestInterleave(t *testing.T) {
 	if got := Interleave([]string(nil), 1, 3); len(got) != 0 {
 		t.Errorf("no targets: %v", got)
 	}
+}
+
+// WaitQuiet samples a second at a time (virtual time here) until the rest
+// of the machine is under QuietCores, or within has passed.
+func TestWaitQuiet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		if waited, busy, err := WaitQuiet(ctx, 0, func() float64 { panic("sampled without a wait") }); waited != 0 || busy != 0 || err != nil {
+			t.Errorf("within 0: waited %v, busy %v, %v", waited, busy, err)
+		}
+		idle := func() float64 { return 7 }
+		if waited, busy, err := WaitQuiet(ctx, time.Minute, idle); waited != time.Second || busy != 0 || err != nil {
+			t.Errorf("quiet machine: waited %v, busy %v, %v; want one second's sample", waited, busy, err)
+		}
+		start := time.Now()
+		oneCPU := func() float64 { return time.Since(start).Seconds() } // another process using a whole CPU
+		if waited, busy, err := WaitQuiet(ctx, 5*time.Second, oneCPU); waited != 5*time.Second || math.Abs(busy-1) > 1e-9 || err != nil {
+			t.Errorf("busy machine: waited %v, busy %v, %v; want 5 s at 1 CPU", waited, busy, err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, _, err := WaitQuiet(cctx, time.Minute, idle); !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled: %v", err)
+		}
+	})
 }
