@@ -709,6 +709,12 @@ func (b *bench) profile(ctx context.Context, t *target) (string, float64, error)
 	}
 	path := filepath.Join(b.p.Profile, "dnsperf-"+t.name+".pprof")
 	secs := max(1, int(b.p.Duration.Seconds())-2)
+	// Wait for a quiet machine before the profile starts, not within it:
+	// a profile that covered the wait would hold less CPU than its run's
+	// queries took, and the differences per query would come out short.
+	if _, _, err := evalrun.WaitQuiet(ctx, b.p.Quiet, b.otherCPU); err != nil {
+		return "", 0, err
+	}
 	type result struct {
 		body []byte
 		err  error
@@ -728,7 +734,7 @@ func (b *bench) profile(ctx context.Context, t *target) (string, float64, error)
 		}
 		done <- result{body, err}
 	}()
-	r, err := b.runPerf(ctx, "profile", 0, t, b.p.Duration, 0, false, true)
+	r, err := b.runPerf(ctx, "profile", 0, t, b.p.Duration, 0, false, false)
 	res := <-done
 	if err != nil {
 		return "", 0, err

@@ -19,7 +19,8 @@ import (
 type builder struct {
 	c      *Coral
 	m      *dns.Msg
-	state  *request.Request
+	state  request.Request
+	qname  string // the question's name, as asked
 	ctx    context.Context
 	client netip.Addr // the querying resolver
 	target netip.Addr // whom the answer is for: the resolver, or its client's subnet (ECS)
@@ -35,6 +36,17 @@ type builder struct {
 	nearState int // 0 not started, 1 started, 2 known
 
 	recs *responseRecords // the response's records (records.go)
+
+	at time.Time // the tracker's clock, read once per query (clock)
+}
+
+// clock is the tracker's time for this query: every pick of an answer
+// judges liveness at the same instant, and reads the clock once.
+func (b *builder) clock() time.Time {
+	if b.at.IsZero() {
+		b.at = b.c.tracker.now()
+	}
+	return b.at
 }
 
 // level classifies the target once per query.
@@ -95,13 +107,13 @@ func (b *builder) respond(p parsedName) string {
 	case kindProxy:
 		switch {
 		case p.challenge:
-			return b.challenge(b.state.QName(), min(p.level, b.level()))
+			return b.challenge(b.qname, min(p.level, b.level()))
 		case p.above:
 			return b.nodata(min(p.level, b.level()), b.c.set.negTTL)
 		case p.badOrigin:
 			return b.nxdomain(min(p.level, b.level()))
 		}
-		return b.proxies(b.state.QName(), b.state.QType(), p.level, true)
+		return b.proxies(b.qname, b.state.QType(), p.level, true)
 	case kindAliasApex:
 		return b.aliasApex()
 	case kindAliasBelow:
@@ -143,7 +155,7 @@ func (b *builder) nsHostAddr(a netip.Addr) string {
 		return b.hinfoAny() // RFC 8482
 	}
 	if qtype == dns.TypeA && a.Is4() || qtype == dns.TypeAAAA && a.Is6() {
-		b.m.Answer = append(b.m.Answer, addrRR(b.state.QName(), a, b.c.set.nsTTL))
+		b.m.Answer = append(b.m.Answer, addrRR(b.qname, a, b.c.set.nsTTL))
 		return respAnswer
 	}
 	return b.nodata(-1, b.c.set.negTTL)
@@ -201,7 +213,7 @@ func (b *builder) aliasBelow(p parsedName) string {
 		return respYXDomain
 	}
 	b.m.Answer = append(b.m.Answer, &dns.CNAME{
-		Hdr:    dns.RR_Header{Name: b.state.QName(), Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: b.c.set.nsTTL},
+		Hdr:    dns.RR_Header{Name: b.qname, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: b.c.set.nsTTL},
 		Target: target,
 	})
 	if qtype == dns.TypeANY {
@@ -255,7 +267,9 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 	default:
 		return b.nodata(zone, b.c.set.negTTL)
 	}
-	used, nodes := b.c.pickProxies(b.ctx, b.level(), b.nearAddr(), b.nearby(), family)
+	var buf [pickRoom]*coraldht.NodeInfo
+	o := pickOptions{count: b.c.set.answers, near: b.nearAddr(), services: coraldht.ServiceHTTP, family: family, ranked: b.nearby(), now: b.clock()}
+	used, nodes := b.c.pickProxies(b.ctx, b.level(), o, buf[:0])
 	if len(nodes) == 0 {
 		return b.nodata(zone, b.c.set.retryTTL)
 	}
@@ -271,9 +285,8 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 
 // pickProxies chooses proxies for a resolver at level lvl: from the sweep at
 // lvl, lvl-1, …, 0, then the same levels synchronously. It returns the level
-// the proxies came from.
-func (c *Coral) pickProxies(ctx context.Context, lvl int, near netip.Addr, ranked []nearNode, family int) (int, []coraldht.NodeInfo) {
-	o := pickOptions{count: c.set.answers, near: near, services: coraldht.ServiceHTTP, family: family, ranked: ranked}
+// the proxies came from, and the proxies, appended to buf.
+func (c *Coral) pickProxies(ctx context.Context, lvl int, o pickOptions, buf []*coraldht.NodeInfo) (int, []*coraldht.NodeInfo) {
 	if !c.tracker.ready() {
 		// Just started: the first sweep is under way. Waiting for it (a
 		// little) beats answering with nothing, which resolvers would cache.
@@ -287,13 +300,13 @@ func (c *Coral) pickProxies(ctx context.Context, lvl int, near netip.Addr, ranke
 	}
 	for l := lvl; l >= 0; l-- {
 		o.level = l
-		if nodes := c.tracker.pick(o); len(nodes) > 0 {
+		if nodes := c.tracker.pick(o, buf); len(nodes) > 0 {
 			return l, nodes
 		}
 	}
 	for l := lvl; l >= 0; l-- {
 		o.level = l
-		if nodes := c.tracker.pickSync(ctx, o); len(nodes) > 0 {
+		if nodes := c.tracker.pickSync(ctx, o, buf); len(nodes) > 0 {
 			staleAnswers.Inc()
 			return l, nodes
 		}
@@ -306,12 +319,13 @@ func (c *Coral) pickProxies(ctx context.Context, lvl int, near netip.Addr, ranke
 // NS records in the answer section (a query for them) rather than the
 // authority section (a referral or the paper's lock).
 func (b *builder) nsSet(owner string, level int, inAnswer bool) {
-	o := pickOptions{level: level, count: b.c.set.nameservers, near: b.nearAddr(), services: coraldht.ServiceDNS, nearOnly: true, ranked: b.nearby()}
-	servers := b.c.tracker.pick(o)
+	o := pickOptions{level: level, count: b.c.set.nameservers, near: b.nearAddr(), services: coraldht.ServiceDNS, nearOnly: true, ranked: b.nearby(), now: b.clock()}
+	var buf, lowerBuf [pickRoom]*coraldht.NodeInfo
+	servers := b.c.tracker.pick(o, buf[:0])
 	if !containsSelf(servers) && len(servers) < min(o.count, minNear) {
 		// This server always serves its own clusters; it is added when the
 		// sweep found too few others.
-		servers = append(servers, coraldht.NodeInfo{Contact: coraldht.Contact{Addr: netip.AddrPortFrom(b.c.self, 53)}, Self: true})
+		servers = append(servers, &coraldht.NodeInfo{Contact: coraldht.Contact{Addr: netip.AddrPortFrom(b.c.self, 53)}, Self: true})
 	}
 	// A delegation wants two servers (RFC 2182 §5): a resolver caches the
 	// set for ns_ttl, and if its only server dies, the resolver has no
@@ -322,7 +336,7 @@ func (b *builder) nsSet(owner string, level int, inAnswer bool) {
 	for l := level - 1; len(servers) < want && l >= 0; l-- {
 		lower := o
 		lower.level = l
-		for _, ni := range b.c.tracker.pick(lower) {
+		for _, ni := range b.c.tracker.pick(lower, lowerBuf[:0]) {
 			if len(servers) < want && !containsAddr(servers, ni.Addr.Addr()) {
 				servers = append(servers, ni)
 			}
@@ -352,6 +366,11 @@ func (b *builder) nsSet(owner string, level int, inAnswer bool) {
 		b.m.Extra = append(b.m.Extra, b.recs.addr(host, a, ttl))
 	}
 }
+
+// pickRoom is how many picked members fit the arrays an answer picks into
+// on its stack: the default answers and nameservers, and then some. A
+// larger setting only costs an allocation.
+const pickRoom = 8
 
 // minNSSet is the size of the smallest NS set handed out while this node
 // knows that many name servers (RFC 2182 §5), unless nameservers is

@@ -28,7 +28,7 @@ func (b *builder) anyAnswer(p parsedName) (kind string, ok bool) {
 // is the long one (ns_ttl): resolvers need not ask again.
 func (b *builder) hinfoAny() string {
 	b.m.Answer = append(b.m.Answer, &dns.HINFO{
-		Hdr: dns.RR_Header{Name: b.state.QName(), Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: b.c.set.nsTTL},
+		Hdr: dns.RR_Header{Name: b.qname, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: b.c.set.nsTTL},
 		Cpu: "RFC8482", Os: "",
 	})
 	return respAnswer

@@ -239,7 +239,7 @@ func (b *builder) caaAt(p parsedName) (kind string, ok bool) {
 	}
 	for _, prop := range b.c.set.caa {
 		b.m.Answer = append(b.m.Answer, &dns.CAA{
-			Hdr: dns.RR_Header{Name: b.state.QName(), Rrtype: dns.TypeCAA, Class: dns.ClassINET, Ttl: b.c.set.nsTTL},
+			Hdr: dns.RR_Header{Name: b.qname, Rrtype: dns.TypeCAA, Class: dns.ClassINET, Ttl: b.c.set.nsTTL},
 			Tag: prop.tag, Value: prop.value,
 		})
 	}

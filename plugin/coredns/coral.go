@@ -8,6 +8,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -85,8 +86,15 @@ const ednsUDPSize = 1232
 
 // ServeDNS implements plugin.Handler.
 func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	state := request.Request{W: w, Req: r}
-	p, ok := c.scheme.parse(state.Name())
+	// The request's state lives in the builder, so that neither escapes:
+	// one allocation fewer per query.
+	b := builder{c: c, ctx: ctx, state: request.Request{W: w, Req: r}}
+	state := &b.state
+	// The name as asked, for owner names (they keep the query's case), and
+	// in lower case for parsing: request.Request's Name would format it a
+	// second time.
+	b.qname = state.QName()
+	p, ok := c.scheme.parse(strings.ToLower(b.qname))
 	if !ok {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
@@ -119,7 +127,7 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	if rcode != dns.RcodeSuccess {
 		m := new(dns.Msg)
 		m.SetRcode(r, rcode)
-		c.send(server, w, &state, m, kind, clientCookie, client, verdict, nil)
+		c.send(server, w, state, m, kind, clientCookie, client, verdict, nil)
 		countQuery(server, -1, kind)
 		return dns.RcodeSuccess, nil
 	}
@@ -131,13 +139,13 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	recs := new(responseRecords)
 	recs.sections(m, c.set.answers, c.set.nameservers)
 
-	b := builder{c: c, m: m, state: &state, ctx: ctx, client: client, target: target, recs: recs}
+	b.m, b.client, b.target, b.recs = m, client, target, recs
 	kind = b.respond(p)
 	var ecsOut *dns.EDNS0_SUBNET
 	if ecs != nil {
 		ecsOut = ecsReply(ecs, ecsNet, b.done || b.nearState != 0)
 	}
-	c.send(server, w, &state, m, kind, clientCookie, client, verdict, ecsOut)
+	c.send(server, w, state, m, kind, clientCookie, client, verdict, ecsOut)
 	countQuery(server, b.levelOrNone(), kind)
 	return dns.RcodeSuccess, nil
 }

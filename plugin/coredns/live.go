@@ -224,7 +224,7 @@ func (t *tracker) addWanted(ctx context.Context, set *liveSet) {
 	for a, w := range t.wanted {
 		if now.Sub(w.at) > wantFor {
 			delete(t.wanted, a)
-		} else if !containsAddr(set.proxy[0], a) && !containsAddr(set.dns[0], a) {
+		} else if !listsAddr(set.proxy[0], a) && !listsAddr(set.dns[0], a) {
 			want = append(want, w)
 		}
 	}
@@ -318,6 +318,9 @@ type pickOptions struct {
 	// by RTT from this server, then those in the resolver's prefix, then
 	// those with weak hints (see appendHinted), then the rest.
 	ranked []nearNode
+	// now is when liveness is judged; zero: the tracker's clock, read
+	// by the pick.
+	now time.Time
 }
 
 // minNear is how many servers in the resolver's prefix make an NS set on
@@ -329,20 +332,30 @@ const minNear = 2
 // prefix first, then the rest from a random starting point so that load
 // spreads over the cluster. Non-recursive proxies are only for resolvers in
 // their own prefix.
-func (t *tracker) pick(o pickOptions) []coraldht.NodeInfo {
+//
+// The members are appended to buf, as pointers into the sweep's lists:
+// the lists are never changed once swept, and a caller with room in buf
+// (an answer's pick fits an array on its stack) allocates nothing.
+func (t *tracker) pick(o pickOptions, buf []*coraldht.NodeInfo) []*coraldht.NodeInfo {
 	set := t.snap.Load()
 	list := set.proxy
 	if o.services.Has(coraldht.ServiceDNS) {
 		list = set.dns
 	}
 	if o.level < 0 || o.level >= len(list) {
-		return nil
+		return buf
 	}
-	return t.choose(list[o.level], o)
+	return t.choose(list[o.level], o, buf)
 }
 
-func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions) []coraldht.NodeInfo {
-	now := t.now()
+// choose returns the members pick returns, in out's array while it has
+// room.
+func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions, out []*coraldht.NodeInfo) []*coraldht.NodeInfo {
+	out = out[:0]
+	now := o.now
+	if now.IsZero() {
+		now = t.now()
+	}
 	nearP := coraldht.SitePrefix(o.near)
 	usable := func(ni *coraldht.NodeInfo) bool {
 		a := ni.Addr.Addr().Unmap()
@@ -357,7 +370,6 @@ func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions) []coraldht.
 		}
 		return true
 	}
-	out := make([]coraldht.NodeInfo, 0, o.count)
 	taken := func(ni *coraldht.NodeInfo) bool { return containsAddr(out, ni.Addr.Addr()) }
 	// Strong evidence first: strong hints near the client, then members in
 	// the resolver's prefix.
@@ -368,7 +380,7 @@ func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions) []coraldht.
 				return out
 			}
 			if usable(&members[i]) && nearP.Contains(members[i].Addr.Addr().Unmap()) && !taken(&members[i]) {
-				out = append(out, members[i])
+				out = append(out, &members[i])
 			}
 		}
 	}
@@ -390,7 +402,7 @@ func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions) []coraldht.
 		if !usable(ni) || taken(ni) {
 			continue
 		}
-		out = append(out, *ni)
+		out = append(out, ni)
 	}
 	return out
 }
@@ -417,7 +429,7 @@ func measuredRTT(ni *coraldht.NodeInfo) time.Duration {
 // resolver: there an unhinted member measured nearer than a weakly hinted
 // one comes before it. At level 0 the RTT from this server says nothing
 // about the client, and weak hints rank as they are.
-func appendHinted(out, members []coraldht.NodeInfo, o pickOptions, usable func(*coraldht.NodeInfo) bool, strong bool) []coraldht.NodeInfo {
+func appendHinted(out []*coraldht.NodeInfo, members []coraldht.NodeInfo, o pickOptions, usable func(*coraldht.NodeInfo) bool, strong bool) []*coraldht.NodeInfo {
 	if len(o.ranked) == 0 {
 		return out
 	}
@@ -446,7 +458,7 @@ func appendHinted(out, members []coraldht.NodeInfo, o pickOptions, usable func(*
 			out = appendNearer(out, members, o, usable, measuredRTT(w))
 		}
 		if len(out) < o.count && !containsAddr(out, w.Addr.Addr()) {
-			out = append(out, *w)
+			out = append(out, w)
 		}
 	}
 	return out
@@ -454,7 +466,7 @@ func appendHinted(out, members []coraldht.NodeInfo, o pickOptions, usable func(*
 
 // appendNearer appends, nearest first, the usable members that left no
 // hint near the client and that this server measured nearer than rtt.
-func appendNearer(out, members []coraldht.NodeInfo, o pickOptions, usable func(*coraldht.NodeInfo) bool, rtt time.Duration) []coraldht.NodeInfo {
+func appendNearer(out []*coraldht.NodeInfo, members []coraldht.NodeInfo, o pickOptions, usable func(*coraldht.NodeInfo) bool, rtt time.Duration) []*coraldht.NodeInfo {
 	var nearer []int
 	for i := range members {
 		ni := &members[i]
@@ -465,7 +477,7 @@ func appendNearer(out, members []coraldht.NodeInfo, o pickOptions, usable func(*
 	}
 	slices.SortStableFunc(nearer, func(x, y int) int { return int(measuredRTT(&members[x]) - measuredRTT(&members[y])) })
 	for _, i := range nearer[:min(len(nearer), o.count-len(out))] {
-		out = append(out, members[i])
+		out = append(out, &members[i])
 	}
 	return out
 }
@@ -473,13 +485,14 @@ func appendNearer(out, members []coraldht.NodeInfo, o pickOptions, usable func(*
 // pickSync is the slow path for when the latest sweep has nothing live at
 // any level: it asks the node, which pings members synchronously, waiting
 // at most syncWait.
-func (t *tracker) pickSync(ctx context.Context, o pickOptions) []coraldht.NodeInfo {
+func (t *tracker) pickSync(ctx context.Context, o pickOptions, buf []*coraldht.NodeInfo) []*coraldht.NodeInfo {
 	ctx, cancel := context.WithTimeout(ctx, t.syncWait)
 	defer cancel()
-	return t.choose(t.node.Nodes(ctx, o.level, sweepSize, o.near, o.services), o)
+	return t.choose(t.node.Nodes(ctx, o.level, sweepSize, o.near, o.services), o, buf)
 }
 
-func containsAddr(nodes []coraldht.NodeInfo, a netip.Addr) bool {
+// containsAddr reports whether one of nodes has address a.
+func containsAddr(nodes []*coraldht.NodeInfo, a netip.Addr) bool {
 	a = a.Unmap()
 	for _, ni := range nodes {
 		if ni.Addr.Addr().Unmap() == a {
@@ -489,7 +502,18 @@ func containsAddr(nodes []coraldht.NodeInfo, a netip.Addr) bool {
 	return false
 }
 
-func containsSelf(nodes []coraldht.NodeInfo) bool {
+// listsAddr is containsAddr for a sweep's list.
+func listsAddr(nodes []coraldht.NodeInfo, a netip.Addr) bool {
+	a = a.Unmap()
+	for i := range nodes {
+		if nodes[i].Addr.Addr().Unmap() == a {
+			return true
+		}
+	}
+	return false
+}
+
+func containsSelf(nodes []*coraldht.NodeInfo) bool {
 	for _, ni := range nodes {
 		if ni.Self {
 			return true

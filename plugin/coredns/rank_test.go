@@ -58,7 +58,7 @@ func TestChooseRanksHintsByStrength(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := newTracker(&fakeNodes{}, 2, time.Second, 15*time.Second, time.Second)
 			tr.intn = func(int) int { return 0 }
-			got := tr.choose(members, pickOptions{level: tc.level, count: tc.count, nearOnly: tc.nearOnly, ranked: tc.ranked})
+			got := tr.choose(members, pickOptions{level: tc.level, count: tc.count, nearOnly: tc.nearOnly, ranked: tc.ranked}, nil)
 			var addrs []string
 			for _, ni := range got {
 				addrs = append(addrs, ni.Addr.Addr().String())

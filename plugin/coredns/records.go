@@ -13,17 +13,19 @@ import (
 // brings was the largest part of the plugin's work per query. The records
 // are the response's own (nothing else points into the arrays), and the
 // arrays live as long as any of their records does.
+//
+// The arrays hold the default answer (answers 2, nameservers 3) with one
+// record to spare in each section, and no more: the whole is one 768-octet
+// allocation (with 8 A records and 16 sections' slots it was 1,024, the
+// largest thing a query allocated). A larger setting allocates its extra
+// records one by one.
 type responseRecords struct {
-	a   [8]aRecord
+	a   [6]dns.A
+	ip  [6][4]byte // a[i]'s address
 	ns  [4]dns.NS
-	rrs [16]dns.RR // the backing array of the message's sections
+	rrs [12]dns.RR // the backing array of the message's sections
 	na  int
 	nns int
-}
-
-type aRecord struct {
-	rr dns.A
-	ip [4]byte
 }
 
 // addr is an A or AAAA record for a, from the arrays while they last (or
@@ -33,11 +35,11 @@ func (rs *responseRecords) addr(owner string, a netip.Addr, ttl uint32) dns.RR {
 	if rs == nil || !a.Is4() || rs.na == len(rs.a) {
 		return addrRR(owner, a, ttl)
 	}
-	e := &rs.a[rs.na]
+	i := rs.na
 	rs.na++
-	e.ip = a.As4()
-	e.rr = dns.A{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: e.ip[:]}
-	return &e.rr
+	rs.ip[i] = a.As4()
+	rs.a[i] = dns.A{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: rs.ip[i][:]}
+	return &rs.a[i]
 }
 
 // nameserver is an NS record, from the arrays while they last.
