@@ -14,16 +14,17 @@ import (
 // are the response's own (nothing else points into the arrays), and the
 // arrays live as long as any of their records does.
 //
-// The arrays hold the default answer (answers 2, nameservers 3) with one
-// record to spare in each section, and no more: the whole is one 768-octet
-// allocation (with 8 A records and 16 sections' slots it was 1,024, the
-// largest thing a query allocated). A larger setting allocates its extra
-// records one by one.
+// The arrays hold the default answer (answers 2, nameservers 3: 5 A and
+// 3 NS records) and no more, and the sections' slots that answer with one
+// spare in each (the OPT record's, in the additional section): the whole
+// is one 640-octet allocation (with 8 A records and 16 slots it was 1,024,
+// the largest thing a query allocated). A larger setting allocates its
+// extra records one by one, and a section past its slots reallocates.
 type responseRecords struct {
-	a   [6]dns.A
-	ip  [6][4]byte // a[i]'s address
-	ns  [4]dns.NS
-	rrs [12]dns.RR // the backing array of the message's sections
+	a   [5]dns.A
+	ip  [5][4]byte // a[i]'s address
+	ns  [3]dns.NS
+	rrs [11]dns.RR // the backing array of the message's sections
 	na  int
 	nns int
 }
