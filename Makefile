@@ -94,6 +94,7 @@ eval:
 	$(GO) run ./eval/dnsperf
 	bash builds/caddy/build.sh
 	$(GO) run ./eval/httpbench
+	$(GO) run ./eval/headerfields
 	$(GO) run ./eval/flashcrowd
 	$(GO) run ./eval/chaos
 
