@@ -722,10 +722,6 @@ func deltaBy(before, after map[string]float64) map[string]float64 {
 
 // --- CPU accounting --------------------------------------------------------
 
-// clockTick is USER_HZ, the unit of /proc's CPU times: 100 on every Linux
-// architecture Go runs on.
-const clockTick = 100.0
-
 // cpuSnap is the CPU time used so far, in seconds.
 type cpuSnap struct {
 	coredns float64 // the CoreDNS process, all threads
@@ -736,18 +732,7 @@ type cpuSnap struct {
 
 func (b *bench) cpu() cpuSnap {
 	var s cpuSnap
-	if raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", b.coredns.Pid())); err == nil {
-		// Fields after the parenthesised command name; utime and stime are
-		// fields 14 and 15 of the whole line.
-		if i := strings.LastIndexByte(string(raw), ')'); i >= 0 {
-			f := strings.Fields(string(raw[i+1:]))
-			if len(f) > 12 {
-				u, _ := strconv.ParseFloat(f[11], 64)
-				st, _ := strconv.ParseFloat(f[12], 64)
-				s.coredns = (u + st) / clockTick
-			}
-		}
-	}
+	s.coredns = evalrun.ProcessCPU(b.coredns.Pid())
 	s.self = evalrun.SelfCPU()
 	s.busy = evalrun.MachineBusy()
 	if raw, err := os.ReadFile("/proc/net/snmp"); err == nil {

@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coralcdn/coral/eval/internal/evaltest"
 	"github.com/miekg/dns"
 )
 
@@ -146,19 +146,7 @@ func TestStaticZoneSize(t *testing.T) {
 // TestExperimentShort runs the whole experiment briefly, when bin/coredns
 // and dnsperf are there.
 func TestExperimentShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts CoreDNS and dnsperf")
-	}
-	bin, err := filepath.Abs("../../bin/coredns")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Skip("no bin/coredns (make coredns)")
-	}
-	if _, err := exec.LookPath("dnsperf"); err != nil {
-		t.Skip("no dnsperf")
-	}
+	bin := evaltest.LabBinary(t, "coredns", "dnsperf")
 	p := defaultParams()
 	p.CoreDNS, p.Server, p.Client, p.Port = bin, "127.0.82.1", "127.0.83.1", 5301
 	p.Names, p.Rounds, p.Duration, p.Slices, p.Warmup, p.Idle, p.LatDur = 500, 1, 2*time.Second, 2, 0, time.Second, time.Second

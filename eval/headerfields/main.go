@@ -210,12 +210,12 @@ func experiment(ctx context.Context, p params, command string) (*report, error) 
 	for round := range p.Rounds {
 		for j := range rep.Sites {
 			s := rep.Sites[(j+round)%len(rep.Sites)]
-			c0 := procCPU(caddy.Pid())
+			c0 := evalrun.ProcessCPU(caddy.Pid())
 			reqs, secs, err := runWrk(ctx, p, s.url(p))
 			if err != nil {
 				return nil, err
 			}
-			s.cpu += procCPU(caddy.Pid()) - c0
+			s.cpu += evalrun.ProcessCPU(caddy.Pid()) - c0
 			s.Requests += reqs
 			s.Seconds += secs
 		}
@@ -300,24 +300,6 @@ func parseWrk(out string) (int64, float64, error) {
 	v, _ := strconv.ParseFloat(m[2], 64)
 	unit := map[string]float64{"us": 1e-6, "ms": 1e-3, "s": 1, "m": 60}[m[3]]
 	return n, v * unit, nil
-}
-
-// procCPU is a process's user and system CPU seconds, from /proc.
-func procCPU(pid int) float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command name, which is in parentheses and may
-	// hold spaces: utime and stime are the 12th and 13th of them.
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (u + st) / 100 // USER_HZ
 }
 
 func printReport(rep *report) {

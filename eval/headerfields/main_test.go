@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/coralcdn/coral/eval/internal/evaltest"
 )
 
 func TestParseFields(t *testing.T) {
@@ -79,19 +80,7 @@ func TestConfig(t *testing.T) {
 // every site answers with its fields (checked before the load), and every
 // site's figures are there.
 func TestExperimentShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts Caddy and wrk")
-	}
-	bin, err := filepath.Abs("../../bin/caddy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Skip("no bin/caddy (make caddy)")
-	}
-	if _, err := exec.LookPath("wrk"); err != nil {
-		t.Skip("no wrk (eval/httpbench/install-deps.sh)")
-	}
+	bin := evaltest.LabBinary(t, "caddy", "wrk")
 	p := defaultParams()
 	p.Caddy, p.Addr, p.Port = bin, "127.0.97.2", 9320
 	p.Fields, p.Rounds, p.Duration = []int{3, 9}, 1, time.Second

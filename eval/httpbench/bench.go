@@ -658,10 +658,6 @@ func startServer(name, dir string, argv, env []string) (*proc.Process, error) {
 
 // --- CPU accounting --------------------------------------------------------
 
-// clockTick is USER_HZ, the unit of /proc's CPU times: 100 on every Linux
-// architecture Go runs on.
-const clockTick = 100.0
-
 // cpuSnap is the CPU time used so far, in seconds.
 type cpuSnap struct {
 	caddy float64 // Caddy's process group
@@ -710,24 +706,10 @@ func groupCPU(groups map[int]*float64) {
 		if err != nil {
 			continue
 		}
-		// Fields after the parenthesised command name: state is field 3 of
-		// the whole line, pgrp 5, utime 14, stime 15.
-		i := bytes.LastIndexByte(raw, ')')
-		if i < 0 {
-			continue
+		pgrp, cpu, ok := evalrun.ParseStat(raw)
+		if dst := groups[pgrp]; ok && dst != nil {
+			*dst += cpu
 		}
-		f := strings.Fields(string(raw[i+1:]))
-		if len(f) <= 12 {
-			continue
-		}
-		pgrp, _ := strconv.Atoi(f[2])
-		dst := groups[pgrp]
-		if dst == nil {
-			continue
-		}
-		u, _ := strconv.ParseFloat(f[11], 64)
-		st, _ := strconv.ParseFloat(f[12], 64)
-		*dst += (u + st) / clockTick
 	}
 }
 

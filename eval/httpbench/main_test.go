@@ -16,7 +16,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/coralcdn/coral/eval/internal/evaltest"
 )
 
 const wrkOutput = `Running 10s test @ http://127.0.90.2:8080/1k
@@ -217,19 +217,7 @@ func TestIndexMemorySmall(t *testing.T) {
 // TestExperimentShort runs the whole experiment briefly, when bin/caddy and
 // wrk are there (and nginx, which is left out otherwise).
 func TestExperimentShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts Caddy, nginx and wrk")
-	}
-	bin, err := filepath.Abs("../../bin/caddy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Skip("no bin/caddy (make caddy)")
-	}
-	if _, err := exec.LookPath("wrk"); err != nil {
-		t.Skip("no wrk (eval/httpbench/install-deps.sh)")
-	}
+	bin := evaltest.LabBinary(t, "caddy", "wrk")
 	p := defaultParams()
 	p.Caddy, p.OriginAddr, p.CaddyAddr, p.NginxAddr, p.Port = bin, "127.0.92.1", "127.0.92.2", "127.0.92.3", 8180
 	if _, err := lookNginx("nginx"); err != nil {
@@ -313,19 +301,7 @@ func TestExperimentShort(t *testing.T) {
 // sides: a second Caddy on its own address, its coral_proxy target
 // coral-old measured in the same round, and new/old per size.
 func TestExperimentBaseline(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two Caddys and wrk")
-	}
-	bin, err := filepath.Abs("../../bin/caddy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Skip("no bin/caddy (make caddy)")
-	}
-	if _, err := exec.LookPath("wrk"); err != nil {
-		t.Skip("no wrk (eval/httpbench/install-deps.sh)")
-	}
+	bin := evaltest.LabBinary(t, "caddy", "wrk")
 	p := defaultParams()
 	p.Caddy, p.Baseline, p.Nginx, p.TLS = bin, bin, "", false
 	p.OriginAddr, p.CaddyAddr, p.NginxAddr, p.BaselineAddr, p.Port = "127.0.93.1", "127.0.93.2", "127.0.93.3", "127.0.93.4", 8280

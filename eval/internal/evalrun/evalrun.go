@@ -1,10 +1,12 @@
 // Package evalrun holds what the experiments that run real servers
-// (eval/dnsperf, eval/httpbench, eval/flashcrowd) share: how a run records
-// its command line and machine, waiting for a server to come up, and small
+// (eval/dnsperf, eval/httpbench, eval/headerfields, eval/flashcrowd)
+// share: how a run records its command line and machine, waiting for a
+// server to come up, the CPU time of processes from /proc, and small
 // formatting helpers for their tables.
 package evalrun
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -197,6 +199,36 @@ func SelfCPU() float64 {
 		return 0
 	}
 	return Seconds(ru.Utime) + Seconds(ru.Stime)
+}
+
+// ParseStat reads a /proc/PID/stat line: the process's group and its user
+// and system CPU seconds, all threads. The fields are counted after the
+// command name, which is in parentheses and may hold spaces: pgrp is field
+// 5 of the whole line, utime 14 and stime 15.
+func ParseStat(raw []byte) (pgrp int, cpu float64, ok bool) {
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) <= 12 {
+		return 0, 0, false
+	}
+	pgrp, _ = strconv.Atoi(f[2])
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return pgrp, (u + st) / userHZ, true
+}
+
+// ProcessCPU is a process's user and system CPU seconds, all threads, or
+// 0 when it cannot be read.
+func ProcessCPU(pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, cpu, _ := ParseStat(raw)
+	return cpu
 }
 
 // MachineBusy is the CPU seconds the whole machine has spent busy since

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -136,4 +137,21 @@ func TestWaitQuiet(t *testing.T) {
 			t.Errorf("cancelled: %v", err)
 		}
 	})
+}
+
+// TestParseStat reads a process's group and CPU from a /proc/PID/stat
+// line whose command name holds spaces and a parenthesis, and refuses one
+// cut short.
+func TestParseStat(t *testing.T) {
+	line := "4242 (caddy (x) run) S 1 4240 4240 0 -1 4194560 100 0 0 0 250 130 0 0 20 0 12 0 1000 0 0\n"
+	pgrp, cpu, ok := ParseStat([]byte(line))
+	if !ok || pgrp != 4240 || math.Abs(cpu-3.8) > 1e-9 {
+		t.Errorf("ParseStat = %d, %v, %v; want 4240, 3.8 s, true", pgrp, cpu, ok)
+	}
+	if _, _, ok := ParseStat([]byte("4242 (caddy) S 1 4240")); ok {
+		t.Error("a short line parsed")
+	}
+	if cpu := ProcessCPU(os.Getpid()); cpu < 0 {
+		t.Errorf("ProcessCPU(self) = %v", cpu)
+	}
 }
