@@ -39,15 +39,18 @@ lint:
 tidy-check:
 	$(GO) mod tidy -diff
 
-# From Debian: the resolvers, dig and dnsperf for the resolver lab,
-# Chromium for the status page test, curl for the demo network tests,
-# promtool for the alert rules (test/deploy), and iproute2 and nftables
-# for the lab of separate hosts (internal/lab/netns, eval/chaos).
+# From Debian: the resolvers, dig and dnsperf for the resolver lab (and
+# eval/dnsperf's test), Chromium for the status page test, curl for the
+# demo network tests, promtool for the alert rules (test/deploy), iproute2
+# and nftables for the lab of separate hosts (internal/lab/netns,
+# eval/chaos), and wrk and nginx for the tests of eval/httpbench and
+# eval/headerfields.
 # Without root it only reports what is missing; those tests then skip (and
 # fail under CI=true).
 deps:
 	@for s in test/resolverlab/install-deps.sh test/statuspage/install-deps.sh \
-			test/demonet/install-deps.sh test/deploy/install-deps.sh internal/lab/netns/install-deps.sh; do \
+			test/demonet/install-deps.sh test/deploy/install-deps.sh internal/lab/netns/install-deps.sh \
+			eval/httpbench/install-deps.sh; do \
 		if [ "$$(id -u)" -eq 0 ]; then bash $$s || exit 1; \
 		else bash $$s || echo "deps: not root; the tests that need what $$s installs will skip"; fi; \
 	done
