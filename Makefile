@@ -102,6 +102,9 @@ eval:
 	$(GO) run ./eval/headerfields
 	$(GO) run ./eval/flashcrowd
 	$(GO) run ./eval/chaos
+	bash builds/coredns/build.sh
+	$(GO) run ./eval/wan
+	$(GO) run ./eval/wan -mode dht
 
 # RFC 9111 conformance (docs/evaluation.md): the cache-tests suite, kept
 # outside the repository, against bin/caddy's coral_proxy in strict mode

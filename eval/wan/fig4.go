@@ -152,7 +152,7 @@ func runFigure4(ctx context.Context, f *fleet.Fleet, l *wan.Lab, ol *originLog, 
 		return nil, err
 	}
 	c.ProxyFetches = pf
-	minutes := int(wl.Duration/time.Minute) + 1
+	minutes := int((wl.Duration + time.Minute - 1) / time.Minute)
 	for m := range minutes {
 		row := minuteRow{Minute: m + 1, BySource: map[string]int{}, PeerFetches: map[string]int{}}
 		var lat []float64

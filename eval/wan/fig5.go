@@ -45,17 +45,20 @@ type latencySummary struct {
 	FetchP50 float64 `json:"fetch_p50_ms"`
 	// SameSite is the share of ok requests served by a proxy at the
 	// client's site; ProxyRTTP50 the median lab RTT to the proxy.
-	SameSite    float64        `json:"proxy_at_client_site_share"`
-	ProxyRTTP50 float64        `json:"client_proxy_rtt_p50_ms"`
-	ProxyRTTP96 float64        `json:"client_proxy_rtt_p96_ms"`
-	Sources     map[string]int `json:"served_from"`
-	Errors      map[string]int `json:"errors,omitempty"`
+	SameSite float64 `json:"proxy_at_client_site_share"`
+	// SiteInAnswer is the share of ok requests whose answer named a
+	// proxy at the client's site (first or not).
+	SiteInAnswer float64        `json:"site_in_answer_share"`
+	ProxyRTTP50  float64        `json:"client_proxy_rtt_p50_ms"`
+	ProxyRTTP96  float64        `json:"client_proxy_rtt_p96_ms"`
+	Sources      map[string]int `json:"served_from"`
+	Errors       map[string]int `json:"errors,omitempty"`
 }
 
 func summarize(class string, rs []request) latencySummary {
 	s := latencySummary{Class: class, Sources: map[string]int{}, Errors: map[string]int{}}
 	var lat, dns, fetch, rtt []float64
-	same := 0
+	same, inAnswer := 0, 0
 	for _, r := range rs {
 		s.Requests++
 		if !r.OK {
@@ -75,6 +78,9 @@ func summarize(class string, rs []request) latencySummary {
 		if r.ProxySite == r.Site {
 			same++
 		}
+		if r.SiteInAnswer {
+			inAnswer++
+		}
 	}
 	for _, v := range [][]float64{lat, dns, fetch, rtt} {
 		slices.Sort(v)
@@ -84,6 +90,7 @@ func summarize(class string, rs []request) latencySummary {
 	s.ProxyRTTP50, s.ProxyRTTP96 = pct(rtt, 50), pct(rtt, 96)
 	if len(lat) > 0 {
 		s.SameSite = float64(same) / float64(len(lat))
+		s.SiteInAnswer = float64(inAnswer) / float64(len(lat))
 	}
 	return s
 }
@@ -167,12 +174,13 @@ func runFigure5(ctx context.Context, f *fleet.Fleet, l *wan.Lab, wl workload, wa
 }
 
 func printE2E(out io.Writer, r *e2eRun) {
-	fmt.Fprintf(out, "  %-26s %8s %6s %8s %8s %8s %8s %8s %9s  %s\n", r.Config.Name, "requests", "failed", "p50 s", "p96 s",
-		"DNS p50", "DNS p96", "same site", "RTT p50", "served from")
+	fmt.Fprintf(out, "  %-26s %8s %6s %8s %8s %9s %9s %9s %9s %9s  %s\n", r.Config.Name, "requests", "failed", "p50 s", "p96 s",
+		"DNS p50", "DNS p96", "same site", "in answer", "RTT p50", "served from")
 	for _, s := range r.Summary {
-		fmt.Fprintf(out, "  %-26s %8d %6d %8.3f %8.3f %6.0fms %6.0fms %8.0f%% %7.0fms  %v\n", s.Class, s.Requests, s.Failed,
-			s.P50, s.P96, s.DNSP50, s.DNSP96, 100*s.SameSite, s.ProxyRTTP50, s.Sources)
+		fmt.Fprintf(out, "  %-26s %8d %6d %8.3f %8.3f %7.1fms %7.0fms %8.0f%% %8.0f%% %7.1fms  %v\n", s.Class, s.Requests, s.Failed,
+			s.P50, s.P96, s.DNSP50, s.DNSP96, 100*s.SameSite, 100*s.SiteInAnswer, s.ProxyRTTP50, s.Sources)
 	}
+	fmt.Fprintf(out, "  slowest 4 %%: %v\n", r.Tail)
 }
 
 // endToEndVirtual is the part of eval/endtoend's endtoend.json compared.
@@ -191,6 +199,9 @@ type endToEndVirtual struct {
 		DNSP50      float64        `json:"dns_p50_s"`
 		ProxyRTTP50 float64        `json:"client_proxy_rtt_p50_s"`
 		SameSite    float64        `json:"proxy_at_client_site_share"`
+		// SiteInAnswer is the share of ok requests whose answer named a
+		// proxy at the client's site (first or not).
+		SiteInAnswer float64 `json:"site_in_answer_share"`
 	} `json:"results"`
 	Wall float64 `json:"wall_seconds"`
 	// Command is how this command ran it.

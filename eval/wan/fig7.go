@@ -40,6 +40,10 @@ type clusterRun struct {
 	// alone, mean size), -1 if none did.
 	SettledS  []float64 `json:"settled_seconds"`
 	CriteriaS []float64 `json:"criteria_seconds"`
+	// FormedS is, per level, the last cluster change any node made (its
+	// own clock: seconds since the nodes started), -1 if none changed:
+	// when the clusters seen at the end had formed.
+	FormedS []float64 `json:"formed_seconds"`
 	// LiveProxies are, per name server (CoreDNS node), the proxies of its
 	// clusters it saw live at levels 0, 1, 2 at the end (real run only:
 	// CoreDNS does not report its cluster IDs).
@@ -118,6 +122,7 @@ func watchClusters(ctx context.Context, f *fleet.Fleet, w *world, start time.Tim
 	}
 	for {
 		labels := [][]string{make([]string, len(f.Nodes)), make([]string, len(f.Nodes))}
+		r.FormedS = []float64{-1, -1}
 		for i, nd := range f.Nodes {
 			st, err := nd.Status(ctx)
 			if err != nil {
@@ -126,6 +131,9 @@ func watchClusters(ctx context.Context, f *fleet.Fleet, w *world, start time.Tim
 			for _, lv := range st.Levels {
 				if lv.Level >= 1 && lv.Level <= 2 {
 					labels[lv.Level-1][i] = lv.Cluster
+					if lv.LastChange != nil {
+						r.FormedS[lv.Level-1] = max(r.FormedS[lv.Level-1], lv.LastChange.Sub(start).Seconds())
+					}
 				}
 			}
 		}
@@ -156,8 +164,8 @@ func (r *clusterRun) last() clusterSnapshot { return r.Snapshots[len(r.Snapshots
 // printClusters prints the run's final clusters per level, by site name,
 // and the quality table.
 func printClusters(out io.Writer, w *world, name string, r *clusterRun) {
-	fmt.Fprintf(out, "%s: %d nodes; criteria met at level 1 after %.0f s, level 2 after %.0f s (-1: never); last change %.0f s / %.0f s\n",
-		name, len(r.NodeSites), r.CriteriaS[0], r.CriteriaS[1], r.SettledS[0], r.SettledS[1])
+	fmt.Fprintf(out, "%s: %d nodes; last cluster change %.1f s (level 1) and %.1f s (level 2) after the start; criteria met at the snapshot of %.0f s / %.0f s (-1: never)\n",
+		name, len(r.NodeSites), r.FormedS[0], r.FormedS[1], r.CriteriaS[0], r.CriteriaS[1])
 	last := r.last()
 	for li := range thresholds {
 		groups := map[string][]string{}

@@ -28,6 +28,8 @@ type labOptions struct {
 	Caddy       string
 	Logf        func(string, ...any)
 	Files, Size int
+	// silent, if set, picks the silent routers by name instead of Silent.
+	silent func(router string) bool
 }
 
 // buildLab builds the wide area of w.
@@ -36,7 +38,7 @@ func buildLab(ctx context.Context, w *world, o labOptions) (*wan.Lab, error) {
 	for s := range w.Sites {
 		sites = append(sites, wan.Site{Name: w.name(s), Region: w.region(s)})
 	}
-	return wan.New(ctx, wan.Options{Sites: sites, RTT: w.RTT, SilentShare: o.Silent, Loss: o.Loss, Seed: o.Seed,
+	return wan.New(ctx, wan.Options{Sites: sites, RTT: w.RTT, SilentShare: o.Silent, Silent: o.silent, Loss: o.Loss, Seed: o.Seed,
 		Dir: filepath.Join(o.Dir, "wan"), Logf: func(string, ...any) {}})
 }
 

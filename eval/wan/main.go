@@ -65,6 +65,7 @@ type params struct {
 	E2E                        workload
 	Crowd                      workload
 	Pairs                      int
+	CrowdPeerTimeout           string // a second crowd with this peer_timeout ("": none)
 	Virtual                    bool
 	Out, Name                  string
 	Reduced                    bool
@@ -91,6 +92,7 @@ func main() {
 	flag.DurationVar(&p.Crowd.Duration, "crowd", 4*time.Minute, "Figure 4: how long the flash crowd lasts")
 	flag.DurationVar(&p.Crowd.Think, "crowd-think", 5*time.Second, "Figure 4: pause between a client's pages (uniform 0.5–1.5×)")
 	flag.IntVar(&p.Pairs, "pairs", 16, "site pairs the lab check samples")
+	flag.StringVar(&p.CrowdPeerTimeout, "crowd-peer-timeout", "15s", "Figure 4: run the crowd again on a fresh deployment with this coral_proxy peer_timeout (\"\": don't)")
 	flag.BoolVar(&p.Virtual, "virtual", true, "run the virtual-time side of the comparison")
 	flag.StringVar(&p.Out, "out", "docs/eval", "directory for the JSON and PNG files")
 	flag.StringVar(&p.Name, "name", "wan", "file name prefix of the results")
@@ -137,6 +139,8 @@ type wanReport struct {
 		Virtual *clusterRun `json:"virtual,omitempty"`
 	} `json:"figure7_clusters"`
 	Figure4 *crowdRun `json:"figure4_flash_crowd"`
+	// Figure4PeerTimeout is the same crowd with a longer peer_timeout.
+	Figure4PeerTimeout *crowdRun `json:"figure4_flash_crowd_peer_timeout,omitempty"`
 	Figure5 struct {
 		Workload workload         `json:"workload"`
 		Warmup   float64          `json:"warmup_seconds"`
@@ -243,7 +247,7 @@ func figures(ctx context.Context, p params, out io.Writer) error {
 	}
 	printClusters(out, w, "real servers", rep.Figure7.Real)
 	rep.Cost = idleCost(ctx, f, rep.Cost, 30*time.Second)
-	fmt.Fprintf(out, "idle fleet: %.2f cores for %d server processes (machine %.2f), RSS CoreDNS %.0f MiB, Caddy %.0f MiB per process\n",
+	fmt.Fprintf(out, "idle fleet: %.3f cores for %d server processes (machine %.2f), RSS CoreDNS %.0f MiB, Caddy %.0f MiB per process\n",
 		rep.Cost.IdleFleetCores, rep.Cost.Processes, rep.Cost.IdleMachineCores, rep.Cost.CoreDNSRSSMiB, rep.Cost.CaddyRSSMiB)
 	if p.Virtual {
 		rep.Figure7.Virtual, err = virtualClusterRun(w, filepath.Join(dir, "virtual"), p.PerSite, p.Watch, 5*time.Second, p.Seed)
@@ -266,6 +270,20 @@ func figures(ctx context.Context, p params, out io.Writer) error {
 	}
 	if err := plotCrowd(p.Out, p.Name, rep.Figure4); err != nil {
 		return err
+	}
+	if p.CrowdPeerTimeout != "" {
+		if err := f.Redeploy(ctx, fleet.Config{PeerTimeout: p.CrowdPeerTimeout}); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nFigure 4 again, peer_timeout %s, on a fresh deployment (%v to cluster)\n", p.CrowdPeerTimeout, p.Warmup)
+		sleep(ctx, p.Warmup)
+		labels, err := currentLabels(ctx, f)
+		if err != nil {
+			return err
+		}
+		if rep.Figure4PeerTimeout, err = runFigure4(ctx, f, l, org.log, p.Crowd, labels, out, nil); err != nil {
+			return err
+		}
 	}
 
 	// 4. Figure 5.
@@ -300,6 +318,23 @@ func figures(ctx context.Context, p params, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "\nwrote %s and %s-*.png (wall %.0f s, load %s)\n", path, filepath.Join(p.Out, p.Name), prov.WallSeconds, prov.LoadAfter)
 	return nil
+}
+
+// currentLabels are the nodes' clusters at levels 1 and 2 now.
+func currentLabels(ctx context.Context, f *fleet.Fleet) ([][]string, error) {
+	labels := [][]string{make([]string, len(f.Nodes)), make([]string, len(f.Nodes))}
+	for i, nd := range f.Nodes {
+		st, err := nd.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, lv := range st.Levels {
+			if lv.Level >= 1 && lv.Level <= 2 {
+				labels[lv.Level-1][i] = lv.Cluster
+			}
+		}
+	}
+	return labels, nil
 }
 
 // probeHosts is a host per site to measure from: a client host, or the

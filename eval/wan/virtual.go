@@ -30,6 +30,7 @@ type virtualClusters struct {
 	NodeSites []int        `json:"node_sites"` // the data set's site index = the lab's
 	At        []float64    `json:"at_seconds"`
 	Labels    [][][]string `json:"labels"` // [snapshot][level-1][node]
+	FormedS   []float64    `json:"formed_seconds"`
 }
 
 // runVirtual is -mode virtual: n nodes, perSite per site, on the data set
@@ -63,6 +64,14 @@ func runVirtual(dir string, perSite int, d, step time.Duration, seed uint64, out
 			v.At = append(v.At, time.Since(start).Seconds())
 			v.Labels = append(v.Labels, labels)
 			if time.Since(start) >= d {
+				v.FormedS = []float64{-1, -1}
+				for _, n := range s.Nodes {
+					for _, lv := range n.Levels() {
+						if lv.Level >= 1 && lv.Level <= 2 && !lv.LastChange.IsZero() {
+							v.FormedS[lv.Level-1] = max(v.FormedS[lv.Level-1], lv.LastChange.Sub(start).Seconds())
+						}
+					}
+				}
 				break
 			}
 			time.Sleep(step)
@@ -100,6 +109,7 @@ func virtualClusterRun(w *world, dir string, perSite int, d, step time.Duration,
 		r.judge(w, time.Duration(at*float64(time.Second)), v.Labels[i])
 	}
 	r.settle()
+	r.FormedS = v.FormedS
 	return r, nil
 }
 

@@ -29,6 +29,11 @@ type request struct {
 	TTL       int     `json:"answer_ttl_s"`
 	Proxy     string  `json:"proxy,omitempty"`
 	ProxySite int     `json:"proxy_site"`
+	// Answer is the resolver's answer, in its order (the client uses the
+	// first address, as a browser does); SiteInAnswer whether it named a
+	// proxy at the client's site.
+	Answer       []string `json:"answer,omitempty"`
+	SiteInAnswer bool     `json:"site_in_answer"`
 	// ProxyRTTMs is the lab's RTT between the client's site and the
 	// proxy's (0 at the client's own site).
 	ProxyRTTMs float64 `json:"proxy_rtt_ms"`
@@ -114,6 +119,10 @@ func runWorkload(ctx context.Context, f *fleet.Fleet, l *wan.Lab, wl workload) [
 						recs = append(recs, r)
 					}
 				} else {
+					for _, a := range addrs {
+						base.Answer = append(base.Answer, a.String())
+						base.SiteInAnswer = base.SiteInAnswer || wan.SiteOf(a) == c.Site
+					}
 					recs = fetchPage(ctx, hc, f, l, addrs[0], page, base, bodies)
 				}
 				mu.Lock()

@@ -72,6 +72,7 @@ func (f *Fleet) writeConfig(nd *Node) error {
 		// treats as non-public: the origin and the peers must be allowed.
 		AllowOrigins: []string{f.OriginAddr().String() + "/32"},
 		AllowPeers:   []string{"198.18.0.0/15"},
+		Extra:        []labconf.Directive{labconf.If(cfg.PeerTimeout != "", labconf.D("peer_timeout", cfg.PeerTimeout))},
 	}.Directive()
 	caddyfile := labconf.Caddy{
 		Comment: header, Admin: admin, HTTPSOff: true, Grace: "2s",

@@ -109,6 +109,8 @@ type Config struct {
 	// NoProximity sets CoreDNS's `proximity off`: answers chosen without
 	// a trace toward the client.
 	NoProximity bool
+	// PeerTimeout, if set, is coral_proxy's `peer_timeout`.
+	PeerTimeout string
 }
 
 // Node is one Coral node: a host running bin/coredns and bin/caddy.
