@@ -42,10 +42,10 @@ type params struct {
 
 // periodRow is the quality at the end of one clustering period.
 type periodRow struct {
-	Period  int       `json:"period"`
-	Minutes float64   `json:"virtual_minutes"`
+	Period  int                `json:"period"`
+	Minutes float64            `json:"virtual_minutes"`
 	Quality []clusterq.Quality `json:"quality"`
-	Pass    []bool    `json:"criteria_met"` // per level above 0
+	Pass    []bool             `json:"criteria_met"` // per level above 0
 }
 
 type stability struct {
@@ -65,18 +65,18 @@ type joinerResult struct {
 }
 
 type report struct {
-	Topology   string       `json:"topology"`
-	N          int          `json:"n"`
-	PerSite    int          `json:"per_site"`
-	IntervalNs int64        `json:"cluster_interval_ns"`
-	Periods    []periodRow  `json:"periods"`
-	Converged  []float64    `json:"converged_minutes"` // per level above 0; -1 if never
-	Greedy     []clusterq.Quality    `json:"greedy"`
-	Final      []clusterq.Quality    `json:"final"`
-	Stability  stability    `json:"stability"`
-	Joiners    joinerResult `json:"late_joiners"`
-	WallSec    float64      `json:"wall_seconds"`
-	PeakRSS    uint64       `json:"peak_rss_bytes"`
+	Topology   string             `json:"topology"`
+	N          int                `json:"n"`
+	PerSite    int                `json:"per_site"`
+	IntervalNs int64              `json:"cluster_interval_ns"`
+	Periods    []periodRow        `json:"periods"`
+	Converged  []float64          `json:"converged_minutes"` // per level above 0; -1 if never
+	Greedy     []clusterq.Quality `json:"greedy"`
+	Final      []clusterq.Quality `json:"final"`
+	Stability  stability          `json:"stability"`
+	Joiners    joinerResult       `json:"late_joiners"`
+	WallSec    float64            `json:"wall_seconds"`
+	PeakRSS    uint64             `json:"peak_rss_bytes"`
 }
 
 func main() {

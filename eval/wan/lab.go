@@ -30,6 +30,8 @@ type labOptions struct {
 	Files, Size int
 	// silent, if set, picks the silent routers by name instead of Silent.
 	silent func(router string) bool
+	// config is what the fleet runs beyond the defaults.
+	config fleet.Config
 }
 
 // buildLab builds the wide area of w.
@@ -48,7 +50,7 @@ func startFleet(ctx context.Context, l *wan.Lab, w *world, o labOptions, org *or
 		Lab: l, NodeSites: w.NodeSites, NodesPerSite: o.PerSite, ClientSites: w.ClientSites,
 		Clients: o.Clients, LANClients: o.LANClients, OriginSite: w.OriginSite, OriginLine: o.OriginLine,
 		Origin: org, DNSSite: w.DNSSite, CoreDNS: o.CoreDNS, Caddy: o.Caddy,
-		Dir: filepath.Join(o.Dir, "fleet"), Logf: o.Logf,
+		Dir: filepath.Join(o.Dir, "fleet"), Logf: o.Logf, Config: o.config,
 	})
 }
 

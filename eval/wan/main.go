@@ -92,7 +92,7 @@ func main() {
 	flag.DurationVar(&p.Crowd.Duration, "crowd", 4*time.Minute, "Figure 4: how long the flash crowd lasts")
 	flag.DurationVar(&p.Crowd.Think, "crowd-think", 5*time.Second, "Figure 4: pause between a client's pages (uniform 0.5–1.5×)")
 	flag.IntVar(&p.Pairs, "pairs", 16, "site pairs the lab check samples")
-	flag.StringVar(&p.CrowdPeerTimeout, "crowd-peer-timeout", "15s", "Figure 4: run the crowd again on a fresh deployment with this coral_proxy peer_timeout (\"\": don't)")
+	flag.StringVar(&p.CrowdPeerTimeout, "crowd-peer-timeout", "18s", "Figure 4: run the crowd again on a fresh deployment with this coral_proxy peer_timeout (\"\": don't)")
 	flag.BoolVar(&p.Virtual, "virtual", true, "run the virtual-time side of the comparison")
 	flag.StringVar(&p.Out, "out", "docs/eval", "directory for the JSON and PNG files")
 	flag.StringVar(&p.Name, "name", "wan", "file name prefix of the results")
@@ -141,7 +141,7 @@ type wanReport struct {
 	Figure4 *crowdRun `json:"figure4_flash_crowd"`
 	// Figure4PeerTimeout is the same crowd with a longer peer_timeout.
 	Figure4PeerTimeout *crowdRun `json:"figure4_flash_crowd_peer_timeout,omitempty"`
-	Figure5 struct {
+	Figure5            struct {
 		Workload workload         `json:"workload"`
 		Warmup   float64          `json:"warmup_seconds"`
 		Real     []*e2eRun        `json:"real"`

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,9 +46,8 @@ func TestShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	// The region router of the first metro is silent.
-	first := w.region(0)
-	l, err := buildLab(ctx, w, labOptions{Dir: dir, Seed: 1, silent: func(name string) bool { return strings.Contains(name, "("+first+")") }})
+	// The region router of the first metro (the first region) is silent.
+	l, err := buildLab(ctx, w, labOptions{Dir: dir, Seed: 1, silent: func(name string) bool { return name == "region0" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,8 +61,13 @@ func TestShort(t *testing.T) {
 	})
 	t.Log("\n" + l.Describe())
 	org := newOrigin(12, 41<<10)
+	// peer_timeout is raised to origin_timeout + peer_timeout (18 s):
+	// with the default 3 s, a proxy waiting on a peer that is itself
+	// waiting for the origin's first byte behind the 384 kbit/s line gives
+	// up and goes to the origin too, and the crowd fetches files up to 4
+	// times (docs/evaluation.md, "Coral on an emulated wide area").
 	f, err := startFleet(ctx, l, w, labOptions{Dir: dir, PerSite: 1, Clients: 2, OriginLine: "384kbit", CoreDNS: coredns, Caddy: caddy,
-		Logf: t.Logf}, org)
+		Logf: t.Logf, config: fleet.Config{PeerTimeout: "18s"}}, org)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +82,7 @@ func TestShort(t *testing.T) {
 			sites = append(sites, s)
 		}
 	}
-	c := checkLab(ctx, l, w, hosts, samplePairs(sites, 8, 1), 3, true, "short", began)
+	c := checkLab(ctx, l, w, hosts, samplePairs(sites, 8, 1), 5, true, "short", began)
 	for _, p := range c.Pairs {
 		if !p.Within {
 			t.Errorf("RTT %s–%s: measured %.1f ms, matrix %.1f ms", p.NameA, p.NameB, p.MinMs, p.MatrixMs)

@@ -6,75 +6,54 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
+	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht/icmpprobe"
 	"github.com/coralcdn/coral/internal/lab/netns"
 )
 
-// echoPort is the UDP port MeasureRTT's echo listens on.
-const echoPort = 7
-
-// MeasureRTT sends n UDP datagrams from host from to an echo on host to
-// (at to.Addr, port 7), one after the other, and returns their round-trip
-// times, sorted. A datagram not back within a second counts as lost and
-// is left out; all lost is an error.
+// MeasureRTT pings host to from host from, n times 200 ms apart (iputils
+// ping, ICMP echo), and returns the round-trip times, sorted. The kernel
+// answers echo requests and ping reads the kernel's receive timestamps,
+// so on a loaded machine neither end's scheduling is counted, only the
+// network's (and the delayer's). A lost echo is left out; all lost is an
+// error.
 func MeasureRTT(ctx context.Context, from, to *netns.Host, n int) ([]time.Duration, error) {
-	srv, err := to.ListenPacket("udp", netip.AddrPortFrom(to.Addr, echoPort).String())
+	ping, err := exec.LookPath("ping")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("wan: %w (run internal/lab/wan/install-deps.sh)", err)
 	}
-	defer srv.Close()
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			k, a, err := srv.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = srv.WriteTo(buf[:k], a)
-		}
-	}()
-	var c net.Conn
-	err = from.Do(func() (err error) {
-		c, err = net.Dial("udp", netip.AddrPortFrom(to.Addr, echoPort).String())
-		return err
-	})
-	if err != nil {
-		return nil, err
+	out, err := from.Run(ctx, ping, "-n", "-c", strconv.Itoa(n), "-i", "0.2", "-W", "1", to.Addr.String())
+	rtts := parsePing(string(out))
+	if len(rtts) == 0 {
+		return nil, fmt.Errorf("wan: no echo from %s (%v) to %s: %v", to.Name, to.Addr, from.Name, err)
 	}
-	defer c.Close()
-	var out []time.Duration
-	buf := make([]byte, 64)
-	for i := range n {
-		if ctx.Err() != nil {
-			return out, ctx.Err()
+	slices.Sort(rtts)
+	return rtts, nil
+}
+
+// parsePing reads the round-trip times of ping's reply lines
+// ("64 bytes from 198.18.3.10: icmp_seq=1 ttl=61 time=44.1 ms").
+func parsePing(out string) []time.Duration {
+	var rtts []time.Duration
+	for _, line := range strings.Split(out, "\n") {
+		_, rest, ok := strings.Cut(line, " time=")
+		if !ok {
+			continue
 		}
-		msg := fmt.Appendf(nil, "probe %d", i)
-		start := time.Now()
-		if _, err := c.Write(msg); err != nil {
-			return nil, err
+		v, unit, _ := strings.Cut(rest, " ")
+		ms, err := strconv.ParseFloat(v, 64)
+		if err != nil || unit != "ms" {
+			continue
 		}
-		_ = c.SetReadDeadline(start.Add(time.Second))
-		for {
-			k, err := c.Read(buf)
-			if err != nil {
-				break // lost
-			}
-			if string(buf[:k]) == string(msg) {
-				out = append(out, time.Since(start))
-				break
-			}
-		}
+		rtts = append(rtts, time.Duration(ms*float64(time.Millisecond)))
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("wan: no echo from %s (%v) to %s", from.Name, to.Addr, from.Addr)
-	}
-	slices.Sort(out)
-	return out, nil
+	return rtts
 }
 
 // Trace runs the project's own trace (coraldht/icmpprobe.TraceRouters:
