@@ -41,6 +41,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -65,6 +67,7 @@ type params struct {
 	E2E                        workload
 	Crowd                      workload
 	Pairs                      int
+	Figures                    string // which of 7, 4, 5 to run
 	CrowdPeerTimeout           string // a second crowd with this peer_timeout ("": none)
 	Virtual                    bool
 	Out, Name                  string
@@ -92,6 +95,7 @@ func main() {
 	flag.DurationVar(&p.Crowd.Duration, "crowd", 4*time.Minute, "Figure 4: how long the flash crowd lasts")
 	flag.DurationVar(&p.Crowd.Think, "crowd-think", 5*time.Second, "Figure 4: pause between a client's pages (uniform 0.5–1.5×)")
 	flag.IntVar(&p.Pairs, "pairs", 16, "site pairs the lab check samples")
+	flag.StringVar(&p.Figures, "figs", "7,4,5", "which figures to run (the lab check always runs)")
 	flag.StringVar(&p.CrowdPeerTimeout, "crowd-peer-timeout", "18s", "Figure 4: run the crowd again on a fresh deployment with this coral_proxy peer_timeout (\"\": don't)")
 	flag.BoolVar(&p.Virtual, "virtual", true, "run the virtual-time side of the comparison")
 	flag.StringVar(&p.Out, "out", "docs/eval", "directory for the JSON and PNG files")
@@ -239,7 +243,9 @@ func figures(ctx context.Context, p params, out io.Writer) error {
 	}
 	check("idle fleet", true)
 
-	// 2. Figure 7.
+	run := func(fig string) bool { return slices.Contains(strings.Split(p.Figures, ","), fig) }
+	// 2. Figure 7. (Figure 4's model needs its clusters: it is always
+	// watched, for -watch.)
 	fmt.Fprintf(out, "\nFigure 7: watching the clusters form for %v\n", p.Watch)
 	rep.Figure7.Real, err = watchClusters(ctx, f, w, fleetStart, p.Watch, 5*time.Second)
 	if err != nil {
@@ -249,7 +255,7 @@ func figures(ctx context.Context, p params, out io.Writer) error {
 	rep.Cost = idleCost(ctx, f, rep.Cost, 30*time.Second)
 	fmt.Fprintf(out, "idle fleet: %.3f cores for %d server processes (machine %.2f), RSS CoreDNS %.0f MiB, Caddy %.0f MiB per process\n",
 		rep.Cost.IdleFleetCores, rep.Cost.Processes, rep.Cost.IdleMachineCores, rep.Cost.CoreDNSRSSMiB, rep.Cost.CaddyRSSMiB)
-	if p.Virtual {
+	if p.Virtual && run("7") {
 		rep.Figure7.Virtual, err = virtualClusterRun(w, filepath.Join(dir, "virtual"), p.PerSite, p.Watch, 5*time.Second, p.Seed)
 		if err != nil {
 			return err
@@ -260,7 +266,32 @@ func figures(ctx context.Context, p params, out io.Writer) error {
 		return err
 	}
 
-	// 3. Figure 4, on the caches still cold.
+	if err := figure4(ctx, p, f, l, org, rep, out, check, run("4")); err != nil {
+		return err
+	}
+	if err := figure5(ctx, p, f, l, w, dir, rep, out, check, run("5")); err != nil {
+		return err
+	}
+	rep.Comparison = compare(rep)
+	printComparison(out, rep.Comparison)
+	prov.finish(busy0)
+	rep.Provenance = prov
+	path := filepath.Join(p.Out, p.Name+".json")
+	if err := sim.WriteJSON(path, rep); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nwrote %s and %s-*.png (wall %.0f s, load %s)\n", path, filepath.Join(p.Out, p.Name), prov.WallSeconds, prov.LoadAfter)
+	return nil
+}
+
+// figure4 runs the flash crowd on the caches still cold, and again with
+// p.CrowdPeerTimeout on a fresh deployment.
+func figure4(ctx context.Context, p params, f *fleet.Fleet, l *wan.Lab, org *origin, rep *wanReport, out io.Writer,
+	check func(string, bool), enabled bool) error {
+	if !enabled {
+		return nil
+	}
+	var err error
 	fmt.Fprintf(out, "\nFigure 4: a flash crowd of %d clients for %v\n", len(f.Clients), p.Crowd.Duration)
 	rep.Figure4, err = runFigure4(ctx, f, l, org.log, p.Crowd, rep.Figure7.Real.last().Labels, out, func() {
 		check("under the flash crowd", false)
@@ -285,8 +316,16 @@ func figures(ctx context.Context, p params, out io.Writer) error {
 			return err
 		}
 	}
+	return nil
+}
 
-	// 4. Figure 5.
+// figure5 runs the three configurations and their virtual-time side.
+func figure5(ctx context.Context, p params, f *fleet.Fleet, l *wan.Lab, w *world, dir string, rep *wanReport, out io.Writer,
+	check func(string, bool), enabled bool) error {
+	if !enabled {
+		return nil
+	}
+	var err error
 	fmt.Fprintf(out, "\nFigure 5: %d clients, think %v, for %v per configuration\n", len(f.Clients), p.E2E.Think, p.E2E.Duration)
 	rep.Figure5.Workload, rep.Figure5.Warmup = p.E2E, p.Warmup.Seconds()
 	rep.Figure5.Real, err = runFigure5(ctx, f, l, p.E2E, p.Warmup, out, func(name string) {
@@ -304,20 +343,8 @@ func figures(ctx context.Context, p params, out io.Writer) error {
 			return err
 		}
 	}
-	title := fmt.Sprintf("End-to-end latency on real servers (paper Fig. 5): %d nodes at %d sites, %s", len(f.Nodes), len(w.NodeSites), m.Source)
-	if err := plotEndToEnd(filepath.Join(p.Out, p.Name+"-endtoend.png"), title, rep.Figure5.Real, rep.Figure5.Virtual); err != nil {
-		return err
-	}
-	rep.Comparison = compare(rep)
-	printComparison(out, rep.Comparison)
-	prov.finish(busy0)
-	rep.Provenance = prov
-	path := filepath.Join(p.Out, p.Name+".json")
-	if err := sim.WriteJSON(path, rep); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "\nwrote %s and %s-*.png (wall %.0f s, load %s)\n", path, filepath.Join(p.Out, p.Name), prov.WallSeconds, prov.LoadAfter)
-	return nil
+	title := fmt.Sprintf("End-to-end latency on real servers (paper Fig. 5): %d nodes at %d sites, %s", len(f.Nodes), len(w.NodeSites), w.M.Source)
+	return plotEndToEnd(filepath.Join(p.Out, p.Name+"-endtoend.png"), title, rep.Figure5.Real, rep.Figure5.Virtual)
 }
 
 // currentLabels are the nodes' clusters at levels 1 and 2 now.
