@@ -199,30 +199,43 @@ func runFigure4(ctx context.Context, f *fleet.Fleet, l *wan.Lab, ol *originLog, 
 }
 
 // treeModel predicts the downloads by level per file from the proxies
-// that downloaded it and the clusters they were in (labels[level-1]
-// by node index).
+// that downloaded it and the clusters they were in (labels[level-1] by
+// node index). A put+get runs level by level, fastest first: in each
+// level-2 cluster all proxies but one find another's reference there; the
+// one left goes on to level 1, where, among those, all but one per
+// level-1 cluster find one; the ones left go on to level 0, where all but
+// one do, and that one fetches from the origin. Clusters need not nest
+// (a node's level-1 cluster may split its level-2 cluster's members):
+// each level-2 cluster's proxy going on is taken to be its first.
 func treeModel(f *fleet.Fleet, pf []proxyFetch, labels [][]string) map[string]int {
 	index := map[string]int{}
 	for i, nd := range f.Nodes {
 		index[nd.Name()] = i
 	}
-	byFile := map[string]map[int]bool{}
+	byFile := map[string][]int{}
 	for _, p := range pf {
-		if byFile[p.URL] == nil {
-			byFile[p.URL] = map[int]bool{}
+		if i := index[p.Node]; !slices.Contains(byFile[p.URL], i) {
+			byFile[p.URL] = append(byFile[p.URL], i)
 		}
-		byFile[p.URL][index[p.Node]] = true
 	}
 	m := map[string]int{}
 	for _, nodes := range byFile {
-		l1, l2 := map[string]bool{}, map[string]bool{}
-		for i := range nodes {
-			l1[labels[0][i]] = true
-			l2[labels[1][i]] = true
+		slices.Sort(nodes)
+		var l2first []int // the first proxy of each level-2 cluster
+		seen2 := map[string]bool{}
+		for _, i := range nodes {
+			if !seen2[labels[1][i]] {
+				seen2[labels[1][i]] = true
+				l2first = append(l2first, i)
+			}
 		}
-		m["peer-l2"] += len(nodes) - len(l2)
-		m["peer-l1"] += len(l2) - len(l1)
-		m["peer-l0"] += len(l1) - 1
+		seen1 := map[string]bool{}
+		for _, i := range l2first {
+			seen1[labels[0][i]] = true
+		}
+		m["peer-l2"] += len(nodes) - len(l2first)
+		m["peer-l1"] += len(l2first) - len(seen1)
+		m["peer-l0"] += len(seen1) - 1
 		m["origin"]++
 	}
 	return m
