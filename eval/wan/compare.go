@@ -3,11 +3,15 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/coralcdn/coral/eval/internal/sim"
 )
 
 // comparison is one figure read on the real servers and in virtual time.
@@ -106,6 +110,65 @@ func printComparison(out io.Writer, cs []comparison) {
 			mark = " *"
 		}
 		fmt.Fprintf(out, "  Fig. %s  %-62s %10.3f %10.3f %+8.0f %%%s\n", c.Figure, c.Metric, c.Real, c.Virtual, c.DiffPct, mark)
+	}
+}
+
+// recompare derives Figure 4's models and the comparison of a result
+// file again from the raw data it holds (the proxies' downloads, the
+// clusters), with this code, and notes so in its provenance.
+func recompare(path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var rep wanReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		return err
+	}
+	r := rep.Figure7.Real
+	if r == nil || len(r.Snapshots) == 0 {
+		return fmt.Errorf("%s: no clusters", path)
+	}
+	for _, c := range []*crowdRun{rep.Figure4, rep.Figure4PeerTimeout} {
+		if c == nil {
+			continue
+		}
+		if c == rep.Figure4 {
+			c.Model = treeModel(r.Nodes, c.ProxyFetches, r.last().Labels)
+		}
+		if len(c.Requests) > 0 {
+			c.CDF = cdfs(c.Requests)
+		}
+	}
+	for _, e := range rep.Figure5.Real {
+		if len(e.Requests) > 0 {
+			e.CDF = cdfs(e.Requests)
+		}
+	}
+	rep.dropRequests()
+	rep.Comparison = compare(&rep)
+	printComparison(os.Stdout, rep.Comparison)
+	commit := "unknown"
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		commit = strings.TrimSpace(string(out))
+	}
+	note := fmt.Sprintf("models and comparison recomputed from this file's raw data at %s (go run ./eval/wan -mode recompare)", commit)
+	if rep.Provenance.Note != "" {
+		note = rep.Provenance.Note + "; " + note
+	}
+	rep.Provenance.Note = note
+	return sim.WriteJSON(path, &rep)
+}
+
+// dropRequests leaves the requests out of the result file.
+func (rep *wanReport) dropRequests() {
+	for _, c := range []*crowdRun{rep.Figure4, rep.Figure4PeerTimeout} {
+		if c != nil {
+			c.Requests = nil
+		}
+	}
+	for _, e := range rep.Figure5.Real {
+		e.Requests = nil
 	}
 }
 

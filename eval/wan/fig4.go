@@ -117,7 +117,9 @@ type crowdRun struct {
 	// origin).
 	PeerByLevel map[string]int `json:"peer_fetches_by_level"`
 	Model       map[string]int `json:"model_fetches_by_level"`
-	Requests    []request      `json:"requests"`
+	// CDF: as e2eRun's.
+	CDF      map[string][]float64 `json:"latency_cdf_ms"`
+	Requests []request            `json:"requests,omitempty"`
 }
 
 // runFigure4 starts every client at once (within Jitter) on cold caches
@@ -188,12 +190,17 @@ func runFigure4(ctx context.Context, f *fleet.Fleet, l *wan.Lab, ol *originLog, 
 		}
 	}
 	c.Latency = summarize("all", rs)
+	c.CDF = cdfs(rs)
 	all := latencies(rs, func(request) bool { return true })
 	c.Percentiles = map[string]float64{}
 	for _, p := range []float64{10, 50, 90, 96, 99} {
 		c.Percentiles[fmt.Sprintf("p%g", p)] = pct(all, p)
 	}
-	c.Model = treeModel(f, pf, labels)
+	var names []string
+	for _, nd := range f.Nodes {
+		names = append(names, nd.Name())
+	}
+	c.Model = treeModel(names, pf, labels)
 	printCrowd(out, c)
 	return c, nil
 }
@@ -207,10 +214,10 @@ func runFigure4(ctx context.Context, f *fleet.Fleet, l *wan.Lab, ol *originLog, 
 // one do, and that one fetches from the origin. Clusters need not nest
 // (a node's level-1 cluster may split its level-2 cluster's members):
 // each level-2 cluster's proxy going on is taken to be its first.
-func treeModel(f *fleet.Fleet, pf []proxyFetch, labels [][]string) map[string]int {
+func treeModel(nodes []string, pf []proxyFetch, labels [][]string) map[string]int {
 	index := map[string]int{}
-	for i, nd := range f.Nodes {
-		index[nd.Name()] = i
+	for i, name := range nodes {
+		index[name] = i
 	}
 	byFile := map[string][]int{}
 	for _, p := range pf {
@@ -219,7 +226,8 @@ func treeModel(f *fleet.Fleet, pf []proxyFetch, labels [][]string) map[string]in
 		}
 	}
 	m := map[string]int{}
-	for _, nodes := range byFile {
+	for _, fetchers := range byFile {
+		nodes := fetchers
 		slices.Sort(nodes)
 		var l2first []int // the first proxy of each level-2 cluster
 		seen2 := map[string]bool{}

@@ -98,8 +98,13 @@ func summarize(class string, rs []request) latencySummary {
 // e2eRun is Figure 5 for one configuration on the real servers.
 type e2eRun struct {
 	Config   e2eConfig        `json:"config"`
-	Summary  []latencySummary `json:"summary"` // all, then each client kind
-	Requests []request        `json:"requests"`
+	Summary []latencySummary `json:"summary"` // all, then each client kind
+	// CDF holds, per class of client, the latency percentiles p1 … p99
+	// and the maximum, in ms.
+	CDF map[string][]float64 `json:"latency_cdf_ms"`
+	// Requests are every request, for the figures; not written to the
+	// result file (its CDF and summaries are).
+	Requests []request `json:"requests,omitempty"`
 	// Tail breaks the slowest 4 % of all ok requests down by where the
 	// proxy was and where the bytes came from.
 	Tail map[string]int `json:"slowest_4pct_by_proxy_and_source"`
@@ -107,8 +112,26 @@ type e2eRun struct {
 
 var kinds = []string{kindBeside, kindLAN, kindNoProxy}
 
+// cdfs are the latency percentiles p1 … p99 and the maximum (ms) of the
+// ok requests of each kind of client, and of all.
+func cdfs(rs []request) map[string][]float64 {
+	out := map[string][]float64{}
+	for _, k := range append([]string{"all"}, kinds...) {
+		lat := latencies(rs, func(r request) bool { return k == "all" || r.Kind == k })
+		if len(lat) == 0 {
+			continue
+		}
+		var c []float64
+		for p := 1; p <= 99; p++ {
+			c = append(c, pct(lat, float64(p)))
+		}
+		out[k] = append(c, lat[len(lat)-1])
+	}
+	return out
+}
+
 func newE2ERun(cfg e2eConfig, rs []request) *e2eRun {
-	r := &e2eRun{Config: cfg, Requests: rs, Tail: map[string]int{}}
+	r := &e2eRun{Config: cfg, Requests: rs, Tail: map[string]int{}, CDF: cdfs(rs)}
 	r.Summary = append(r.Summary, summarize("all", rs))
 	for _, k := range kinds {
 		var sub []request

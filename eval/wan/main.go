@@ -78,7 +78,7 @@ type params struct {
 
 func main() {
 	p := params{}
-	mode := flag.String("mode", "figures", "figures, dht, or virtual (internal: the virtual-time clusters)")
+	mode := flag.String("mode", "figures", "figures, dht, recompare (the models and the comparison of -out/-name.json again, from its raw data), or virtual (internal)")
 	flag.IntVar(&p.Groups, "groups", 4, "metros with Coral nodes")
 	flag.IntVar(&p.GroupSize, "groupsize", 3, "node sites per metro")
 	flag.IntVar(&p.PerSite, "persite", 2, "Coral nodes per node site")
@@ -112,6 +112,13 @@ func main() {
 	flag.Parse()
 	p.E2E.Exp, p.E2E.Files, p.E2E.Size, p.E2E.Seed = true, 12, 41<<10, p.Seed
 	p.Crowd.Files, p.Crowd.Size, p.Crowd.Seed, p.Crowd.Jitter = 12, 41<<10, p.Seed+1, 2*time.Second
+	if *mode == "recompare" {
+		if err := recompare(filepath.Join(p.Out, p.Name+".json")); err != nil {
+			fmt.Fprintln(os.Stderr, "wan:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *mode == "virtual" {
 		runVirtual(*matrix, p.PerSite, p.Watch, *vstep, p.Seed, *vout)
 		return
@@ -276,6 +283,7 @@ func figures(ctx context.Context, p params, out io.Writer) error {
 	printComparison(out, rep.Comparison)
 	prov.finish(busy0)
 	rep.Provenance = prov
+	rep.dropRequests()
 	path := filepath.Join(p.Out, p.Name+".json")
 	if err := sim.WriteJSON(path, rep); err != nil {
 		return err
