@@ -97,7 +97,7 @@ func summarize(class string, rs []request) latencySummary {
 
 // e2eRun is Figure 5 for one configuration on the real servers.
 type e2eRun struct {
-	Config   e2eConfig        `json:"config"`
+	Config  e2eConfig        `json:"config"`
 	Summary []latencySummary `json:"summary"` // all, then each client kind
 	// CDF holds, per class of client, the latency percentiles p1 … p99
 	// and the maximum, in ms.
