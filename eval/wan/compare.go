@@ -92,11 +92,21 @@ func compare(rep *wanReport) []comparison {
 			}
 		}
 	}
-	if c := rep.Figure4; c != nil {
+	for _, v := range []struct {
+		c    *crowdRun
+		name string
+	}{{rep.Figure4, ""}, {rep.Figure4PeerTimeout, ", longer peer_timeout"}} {
+		c := v.c
+		if c == nil {
+			continue
+		}
 		const model = "the put+get tree of the clusters that formed (one origin fetch per file)"
-		out = append(out, row("4", "origin fetches", float64(c.OriginFetches), float64(c.Workload.Files), model))
+		out = append(out, row("4", "origin fetches"+v.name, float64(c.OriginFetches), float64(c.Workload.Files), model))
+		if c.Model == nil {
+			continue
+		}
 		for _, k := range []string{"peer-l2", "peer-l1", "peer-l0"} {
-			out = append(out, row("4", "peer fetches "+k, float64(c.PeerByLevel[k]), float64(c.Model[k]), model))
+			out = append(out, row("4", "peer fetches "+k+v.name, float64(c.PeerByLevel[k]), float64(c.Model[k]), model))
 		}
 	}
 	return out
@@ -133,8 +143,13 @@ func recompare(path string) error {
 		if c == nil {
 			continue
 		}
-		if c == rep.Figure4 {
-			c.Model = treeModel(r.Nodes, c.ProxyFetches, r.last().Labels)
+		switch {
+		case c.Clusters != nil:
+			c.Model = treeModel(r.Nodes, c.ProxyFetches, c.Clusters)
+		case c == rep.Figure4:
+			c.Model, c.Clusters = treeModel(r.Nodes, c.ProxyFetches, r.last().Labels), r.last().Labels
+		default:
+			c.Model = nil // its clusters were not recorded: no model
 		}
 		if len(c.Requests) > 0 {
 			c.CDF = cdfs(c.Requests)
@@ -152,11 +167,15 @@ func recompare(path string) error {
 	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
 		commit = strings.TrimSpace(string(out))
 	}
-	note := fmt.Sprintf("models and comparison recomputed from this file's raw data at %s (go run ./eval/wan -mode recompare)", commit)
-	if rep.Provenance.Note != "" {
-		note = rep.Provenance.Note + "; " + note
+	const recomputed = "models and comparison recomputed from this file's raw data at "
+	notes := []string{}
+	for _, n := range strings.Split(rep.Provenance.Note, "; ") {
+		if n != "" && !strings.HasPrefix(n, recomputed) {
+			notes = append(notes, n)
+		}
 	}
-	rep.Provenance.Note = note
+	notes = append(notes, recomputed+commit+" (go run ./eval/wan -mode recompare)")
+	rep.Provenance.Note = strings.Join(notes, "; ")
 	return sim.WriteJSON(path, &rep)
 }
 

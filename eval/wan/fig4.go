@@ -117,6 +117,9 @@ type crowdRun struct {
 	// origin).
 	PeerByLevel map[string]int `json:"peer_fetches_by_level"`
 	Model       map[string]int `json:"model_fetches_by_level"`
+	// Clusters are the proxies' clusters at levels 1 and 2 (by node, in
+	// the order of ProxyFetches' node names n<site>.<i>) the model used.
+	Clusters [][]string `json:"clusters,omitempty"`
 	// CDF: as e2eRun's.
 	CDF      map[string][]float64 `json:"latency_cdf_ms"`
 	Requests []request            `json:"requests,omitempty"`
@@ -200,7 +203,7 @@ func runFigure4(ctx context.Context, f *fleet.Fleet, l *wan.Lab, ol *originLog, 
 	for _, nd := range f.Nodes {
 		names = append(names, nd.Name())
 	}
-	c.Model = treeModel(names, pf, labels)
+	c.Model, c.Clusters = treeModel(names, pf, labels), labels
 	printCrowd(out, c)
 	return c, nil
 }

@@ -164,7 +164,14 @@ type wanReport struct {
 
 // worldInfo describes the emulated world.
 type worldInfo struct {
-	*world
+	// The lab's sites as indexes of the matrix; the rest are lab indexes
+	// (see world).
+	MatrixSites []int    `json:"matrix_sites"`
+	NodeSites   []int    `json:"node_sites"`
+	ClientSites []int    `json:"client_only_sites"`
+	OriginSite  int      `json:"origin_site"`
+	DNSSite     int      `json:"dns_site"`
+	GroupSize   int      `json:"group_size"`
 	SiteNames   []string `json:"site_names"`
 	Regions     []string `json:"site_regions"`
 	Nodes       int      `json:"nodes"`
@@ -389,7 +396,8 @@ func probeHosts(f *fleet.Fleet) map[int]*netns.Host {
 }
 
 func describeWorld(w *world, l *wan.Lab, f *fleet.Fleet, p params) worldInfo {
-	wi := worldInfo{world: w, Nodes: len(f.Nodes), PerSite: p.PerSite, Clients: len(f.Clients), Routers: len(l.Routers()),
+	wi := worldInfo{MatrixSites: w.Sites, NodeSites: w.NodeSites, ClientSites: w.ClientSites, OriginSite: w.OriginSite,
+		DNSSite: w.DNSSite, GroupSize: w.GroupSize, Nodes: len(f.Nodes), PerSite: p.PerSite, Clients: len(f.Clients), Routers: len(l.Routers()),
 		Description: l.Describe()}
 	for s := range w.Sites {
 		wi.SiteNames = append(wi.SiteNames, w.name(s))
