@@ -60,7 +60,7 @@ type params struct {
 	Groups, GroupSize, PerSite int
 	ClientOnly                 int
 	Clients, LANClients        int
-	Silent                     float64
+	Silent, Loss               float64
 	Seed                       uint64
 	Watch                      time.Duration // Figure 7: how long the clusters are watched
 	Warmup                     time.Duration // Figure 5: before each configuration's clients
@@ -86,6 +86,7 @@ func main() {
 	flag.IntVar(&p.Clients, "clients", 2, "clients per site beside the proxies (its LAN)")
 	flag.IntVar(&p.LANClients, "lanclients", 1, "clients per site on its client LAN")
 	flag.Float64Var(&p.Silent, "silent", 0.15, "share of routers that send no Time Exceeded")
+	flag.Float64Var(&p.Loss, "loss", 0, "probability that a wide-area link loses a packet")
 	flag.Uint64Var(&p.Seed, "seed", 1, "seed of the world, the silent routers and the clients")
 	flag.DurationVar(&p.Watch, "watch", 4*time.Minute, "Figure 7: how long the clusters are watched as they form")
 	flag.DurationVar(&p.Warmup, "warmup", 2*time.Minute, "Figure 5: clustering time before each configuration's clients")
@@ -220,7 +221,7 @@ func figures(ctx context.Context, p params, out io.Writer) error {
 	rep := &wanReport{}
 	fmt.Fprintf(out, "Coral on an emulated wide area: %s (%s)\n", m.Source, m.Stats())
 	began := time.Now()
-	l, err := buildLab(ctx, w, labOptions{Dir: dir, Silent: p.Silent, Seed: p.Seed})
+	l, err := buildLab(ctx, w, labOptions{Dir: dir, Silent: p.Silent, Loss: p.Loss, Seed: p.Seed})
 	if err != nil {
 		return err
 	}
