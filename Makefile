@@ -43,14 +43,15 @@ tidy-check:
 # eval/dnsperf's test), Chromium for the status page test, curl for the
 # demo network tests, promtool for the alert rules (test/deploy), iproute2
 # and nftables for the lab of separate hosts (internal/lab/netns,
-# eval/chaos), and wrk and nginx for the tests of eval/httpbench and
-# eval/headerfields.
+# eval/chaos), wrk and nginx for the tests of eval/httpbench and
+# eval/headerfields, and iptables, tc, chrt and traceroute for the
+# wide-area lab (internal/lab/wan, eval/wan).
 # Without root it only reports what is missing; those tests then skip (and
 # fail under CI=true).
 deps:
 	@for s in test/resolverlab/install-deps.sh test/statuspage/install-deps.sh \
 			test/demonet/install-deps.sh test/deploy/install-deps.sh internal/lab/netns/install-deps.sh \
-			eval/httpbench/install-deps.sh; do \
+			eval/httpbench/install-deps.sh internal/lab/wan/install-deps.sh; do \
 		if [ "$$(id -u)" -eq 0 ]; then bash $$s || exit 1; \
 		else bash $$s || echo "deps: not root; the tests that need what $$s installs will skip"; fi; \
 	done
@@ -85,6 +86,7 @@ fuzz:
 	$(GO) test -run=NONE -fuzz='^FuzzParseAndScore$$' -fuzztime=$(FUZZTIME) ./eval/conformance
 	$(GO) test -run=NONE -fuzz='^FuzzParseMetrics$$' -fuzztime=$(FUZZTIME) ./internal/lab/netns/coralnet
 	$(GO) test -run=NONE -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/lab/profdiff
+	$(GO) test -run=NONE -fuzz='^FuzzParseMessages$$' -fuzztime=$(FUZZTIME) ./internal/lab/wan/nfq
 
 # The experiments behind docs/evaluation.md (several minutes).
 eval:
@@ -100,6 +102,9 @@ eval:
 	$(GO) run ./eval/headerfields
 	$(GO) run ./eval/flashcrowd
 	$(GO) run ./eval/chaos
+	bash builds/coredns/build.sh
+	$(GO) run ./eval/wan
+	$(GO) run ./eval/wan -mode dht
 
 # RFC 9111 conformance (docs/evaluation.md): the cache-tests suite, kept
 # outside the repository, against bin/caddy's coral_proxy in strict mode

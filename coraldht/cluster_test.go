@@ -697,3 +697,37 @@ func TestHintedNodes(t *testing.T) {
 		}
 	})
 }
+
+// The start-up trace aims off the node's own LAN when a bootstrap node is
+// (a trace toward a neighbour on the LAN meets no router), and keeps only
+// the node's half of a short path.
+func TestTraceTargetAndOwnHalf(t *testing.T) {
+	self := netip.MustParseAddr("198.18.3.10")
+	ap := netip.MustParseAddrPort
+	for _, tc := range []struct {
+		boots []netip.AddrPort
+		want  string
+	}{
+		{[]netip.AddrPort{ap("198.18.3.11:4000"), ap("198.18.7.10:4000")}, "198.18.7.10"},
+		{[]netip.AddrPort{ap("198.18.3.10:4000"), ap("198.18.3.11:4000")}, "198.18.3.11"},
+		{[]netip.AddrPort{ap("127.0.0.1:4000"), ap("198.18.3.10:4000")}, ""},
+		{[]netip.AddrPort{ap("198.18.9.1:4000")}, "198.18.9.1"},
+	} {
+		got, ok := traceTargetAmong(self, tc.boots)
+		if (tc.want == "" && ok) || (tc.want != "" && got.String() != tc.want) {
+			t.Errorf("bootstraps %v: target %v %v, want %q", tc.boots, got, ok, tc.want)
+		}
+	}
+	rs := func(n int) []netip.Addr {
+		var out []netip.Addr
+		for i := range n {
+			out = append(out, netip.AddrFrom4([4]byte{198, 19, byte(i), 1}))
+		}
+		return out
+	}
+	for _, tc := range []struct{ heard, hops, want int }{{5, 5, 3}, {3, 5, 2}, {1, 5, 1}, {0, 5, 0}, {10, 5, 5}, {14, 5, 5}, {10, 3, 3}} {
+		if got := ownHalf(rs(tc.heard), tc.hops); len(got) != tc.want || (len(got) > 0 && got[0] != rs(1)[0]) {
+			t.Errorf("%d routers heard, %d hops: kept %v, want the first %d", tc.heard, tc.hops, got, tc.want)
+		}
+	}
+}

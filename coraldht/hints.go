@@ -96,7 +96,9 @@ func (n *Node) hintPrefixes(routers []netip.Addr) []netip.Prefix {
 }
 
 // traceTarget picks where the traceroute aims: the first bootstrap node
-// off this host. Routers on the way to it are this node's upstream.
+// off this node's /24 (on its own LAN a trace meets no router), else the
+// first one off this host. Routers on the way to it are this node's
+// upstream.
 func (n *Node) traceTarget() (netip.Addr, bool) {
 	if n.cfg.HintHops == 0 {
 		return netip.Addr{}, false
@@ -106,12 +108,37 @@ func (n *Node) traceTarget() (netip.Addr, bool) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, a := range n.bootstraps {
-		if !a.Addr().IsLoopback() {
-			return a.Addr(), true
+	return traceTargetAmong(n.self.Addr.Addr(), n.bootstraps)
+}
+
+// traceTargetAmong is traceTarget's choice among the bootstrap addresses
+// for a node at self.
+func traceTargetAmong(self netip.Addr, boots []netip.AddrPort) (netip.Addr, bool) {
+	var sameLAN netip.Addr
+	for _, b := range boots {
+		a := b.Addr().Unmap()
+		if a.IsLoopback() || a == self.Unmap() {
+			continue
+		}
+		if SitePrefix(a) != SitePrefix(self) {
+			return a, true
+		}
+		if !sameLAN.IsValid() {
+			sameLAN = a
 		}
 	}
-	return netip.Addr{}, false
+	return sameLAN, sameLAN.IsValid()
+}
+
+// ownHalf is the part of a trace toward a bootstrap node that is this
+// node's upstream: the first half of the routers heard (rounded up), at
+// most hops. A trace toward a node a few routers away ends in that node's
+// network, whose routers are not near this one: published as hints, they
+// would make a DNS server tracing a client there rank this node among
+// the client's neighbours. Traces across the Internet are longer than
+// twice the hops kept, and keep their first hops as before.
+func ownHalf(routers []netip.Addr, hops int) []netip.Addr {
+	return routers[:min(hops, (len(routers)+1)/2)]
 }
 
 // publishHints publishes this node under each hint prefix with one PutGet
@@ -121,10 +148,11 @@ func (n *Node) publishHints(ctx context.Context) {
 	var routers []netip.Addr
 	if dst, ok := n.traceTarget(); ok {
 		var err error
-		routers, err = icmpprobe.TraceRouters(ctx, dst, n.cfg.HintHops, traceTimeout)
+		routers, err = icmpprobe.TraceRouters(ctx, dst, 2*n.cfg.HintHops, traceTimeout)
 		if err != nil {
 			n.log.Debug("traceroute skipped", "err", err)
 		}
+		routers = ownHalf(routers, n.cfg.HintHops)
 	}
 	self, _ := n.self.Addr.MarshalBinary()
 	var wg sync.WaitGroup

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/eval/internal/clusterq"
 	"github.com/coralcdn/coral/eval/internal/sim"
 	"github.com/coralcdn/coral/eval/internal/topology"
 	"github.com/coralcdn/coral/eval/internal/vtime"
@@ -41,10 +42,10 @@ type params struct {
 
 // periodRow is the quality at the end of one clustering period.
 type periodRow struct {
-	Period  int       `json:"period"`
-	Minutes float64   `json:"virtual_minutes"`
-	Quality []Quality `json:"quality"`
-	Pass    []bool    `json:"criteria_met"` // per level above 0
+	Period  int                `json:"period"`
+	Minutes float64            `json:"virtual_minutes"`
+	Quality []clusterq.Quality `json:"quality"`
+	Pass    []bool             `json:"criteria_met"` // per level above 0
 }
 
 type stability struct {
@@ -64,18 +65,18 @@ type joinerResult struct {
 }
 
 type report struct {
-	Topology   string       `json:"topology"`
-	N          int          `json:"n"`
-	PerSite    int          `json:"per_site"`
-	IntervalNs int64        `json:"cluster_interval_ns"`
-	Periods    []periodRow  `json:"periods"`
-	Converged  []float64    `json:"converged_minutes"` // per level above 0; -1 if never
-	Greedy     []Quality    `json:"greedy"`
-	Final      []Quality    `json:"final"`
-	Stability  stability    `json:"stability"`
-	Joiners    joinerResult `json:"late_joiners"`
-	WallSec    float64      `json:"wall_seconds"`
-	PeakRSS    uint64       `json:"peak_rss_bytes"`
+	Topology   string             `json:"topology"`
+	N          int                `json:"n"`
+	PerSite    int                `json:"per_site"`
+	IntervalNs int64              `json:"cluster_interval_ns"`
+	Periods    []periodRow        `json:"periods"`
+	Converged  []float64          `json:"converged_minutes"` // per level above 0; -1 if never
+	Greedy     []clusterq.Quality `json:"greedy"`
+	Final      []clusterq.Quality `json:"final"`
+	Stability  stability          `json:"stability"`
+	Joiners    joinerResult       `json:"late_joiners"`
+	WallSec    float64            `json:"wall_seconds"`
+	PeakRSS    uint64             `json:"peak_rss_bytes"`
 }
 
 func main() {
@@ -93,14 +94,6 @@ func main() {
 		_, err := experiment(p, os.Stdout)
 		return err
 	})
-}
-
-// criteria are the acceptance tests of one level's quality against the
-// greedy baseline: (a) ≥ 95 % of clusters satisfy the 80 % rule, (b) ≥ 90 %
-// of the nodes with a neighbour under the threshold are not alone, (c) mean
-// size at least half the greedy one.
-func criteria(q, greedy Quality) bool {
-	return q.PairRuleOK >= 0.95 && q.NonSingletonOfThose >= 0.90 && q.MeanSize >= greedy.MeanSize/2
 }
 
 func experiment(p params, w io.Writer) (*report, error) {
@@ -130,13 +123,13 @@ func experiment(p params, w io.Writer) (*report, error) {
 	levels := s.Nodes[0].Levels()[1:]
 	rep := &report{Topology: m.Source, N: len(present), PerSite: p.PerSite, IntervalNs: int64(p.Interval)}
 	for _, lv := range levels {
-		rep.Greedy = append(rep.Greedy, measure(m, placedPresent, lv.Level, lv.Threshold, greedyClusters(m, placedPresent, lv.Threshold)))
+		rep.Greedy = append(rep.Greedy, clusterq.Measure(m, placedPresent, lv.Level, lv.Threshold, clusterq.Greedy(m, placedPresent, lv.Threshold)))
 		rep.Converged = append(rep.Converged, -1)
 	}
-	snapshot := func() []Quality {
-		var qs []Quality
+	snapshot := func() []clusterq.Quality {
+		var qs []clusterq.Quality
 		for _, lv := range levels {
-			qs = append(qs, measure(m, placedPresent, lv.Level, lv.Threshold, pick(labelsAt(s, lv.Level), present)))
+			qs = append(qs, clusterq.Measure(m, placedPresent, lv.Level, lv.Threshold, pick(labelsAt(s, lv.Level), present)))
 		}
 		return qs
 	}
@@ -147,7 +140,7 @@ func experiment(p params, w io.Writer) (*report, error) {
 		time.Sleep(p.Interval)
 		row := periodRow{Period: period, Minutes: time.Since(began).Minutes(), Quality: snapshot()}
 		for i, q := range row.Quality {
-			ok := criteria(q, rep.Greedy[i])
+			ok := clusterq.Criteria(q, rep.Greedy[i])
 			row.Pass = append(row.Pass, ok)
 			if ok && rep.Converged[i] < 0 {
 				rep.Converged[i] = row.Minutes
@@ -161,13 +154,13 @@ func experiment(p params, w io.Writer) (*report, error) {
 	if p.Plot {
 		for _, lv := range levels {
 			path := filepath.Join(p.Out, fmt.Sprintf("clusters-level%d.png", lv.Level))
-			if err := plotClusterMap(path, m, placedPresent, pick(labelsAt(s, lv.Level), present), lv.Level, lv.Threshold); err != nil {
+			if err := clusterq.PlotMap(path, m, placedPresent, pick(labelsAt(s, lv.Level), present), lv.Level, lv.Threshold); err != nil {
 				return nil, err
 			}
 		}
 	}
 	fmt.Fprintln(w)
-	printQuality(w, final, rep.Greedy)
+	clusterq.PrintQuality(w, final, rep.Greedy)
 
 	// Stability: changes per node over the following hours.
 	before := changesAt(s)

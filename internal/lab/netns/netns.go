@@ -17,8 +17,10 @@
 //	lab.Heal()
 //
 // Every namespace is named coral-<pid>-<host>. Close kills what runs in
-// them and deletes them; a run that was killed before Close leaves its
-// namespaces behind, and the next New removes every coral-<pid>- whose
+// them and deletes them. A run killed before Close (SIGKILL, a test's
+// time-out) leaves them to its reaper: a shell New starts in a session of
+// its own, which removes them within a second of the run's death. Should
+// the reaper be gone too, the next New removes every coral-<pid>- whose
 // process is gone.
 //
 // Programs run in a host through `ip netns exec`, which execs them (the
@@ -77,6 +79,7 @@ type Lab struct {
 	hosts       []*Host
 	partitioned []*Host
 	closed      bool
+	reaper      *exec.Cmd
 }
 
 // Host is one namespace with one address.
@@ -142,6 +145,10 @@ func New(o Options) (*Lab, error) {
 	}
 	l.sw = l.prefix + "switch"
 	if err := l.ip("netns", "add", l.sw); err != nil {
+		return nil, err
+	}
+	if err := l.startReaper(); err != nil {
+		l.Close()
 		return nil, err
 	}
 	for _, args := range [][]string{
@@ -216,6 +223,63 @@ func deleteNS(ns string) error {
 	return nil
 }
 
+// reaperScript waits for the lab's process ($1) to die and then removes
+// its namespaces ($2 is their prefix), killing what still runs in them:
+// a run killed with SIGKILL, or by a test's time-out, runs no Close.
+const reaperScript = `while kill -0 "$1" 2>/dev/null; do sleep 1; done
+for ns in $(ls /run/netns 2>/dev/null); do
+	case "$ns" in "$2"*)
+		for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+		ip netns delete "$ns" 2>/dev/null;;
+	esac
+done`
+
+// startReaper starts the watcher that cleans up after a killed run: a
+// shell in a session of its own, with no parent-death signal and no
+// standard streams (a `go test` waiting on the test's output must not
+// wait for it). Close stops it.
+func (l *Lab) startReaper() error {
+	cmd := exec.Command("sh", "-c", reaperScript, "coral-reaper", strconv.Itoa(os.Getpid()), l.prefix)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("netns: starting the reaper: %w", err)
+	}
+	l.reaper = cmd
+	return nil
+}
+
+// AddNamespace creates a namespace of the lab with only lo, up, and
+// nothing on the switch: for a lab that wires links of its own
+// (internal/lab/wan's routers and sites). addr, in Range, is the address
+// the Host reports; the caller puts it on an interface. Close removes the
+// namespace with the others; SetLink does not apply.
+func (l *Lab) AddNamespace(name string, addr netip.Addr) (*Host, error) {
+	if !Range.Contains(addr) {
+		return nil, fmt.Errorf("netns: %s: address %v is not in %v", name, addr, Range)
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, errors.New("netns: lab closed")
+	}
+	for _, h := range l.hosts {
+		if h.Name == name {
+			l.mu.Unlock()
+			return nil, fmt.Errorf("netns: host %s already in the lab", name)
+		}
+	}
+	h := &Host{Name: name, NS: l.prefix + name, Addr: addr, lab: l}
+	l.hosts = append(l.hosts, h)
+	l.mu.Unlock()
+	if err := l.ip("netns", "add", h.NS); err != nil {
+		return nil, err
+	}
+	if err := l.ip("-n", h.NS, "link", "set", "lo", "up"); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
 // AddHost creates a host: its namespace with lo up and eth0 holding addr
 // in the lab's subnet, the other end of eth0 in the switch's bridge.
 func (l *Lab) AddHost(name string, addr netip.Addr) (*Host, error) {
@@ -278,6 +342,10 @@ func (l *Lab) Close() error {
 	}
 	if _, err := os.Stat("/run/netns/" + l.sw); err == nil {
 		errs = append(errs, deleteNS(l.sw))
+	}
+	if l.reaper != nil {
+		_ = l.reaper.Process.Kill()
+		_ = l.reaper.Wait()
 	}
 	return errors.Join(errs...)
 }

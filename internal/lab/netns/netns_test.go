@@ -3,7 +3,9 @@
 package netns
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -222,5 +224,72 @@ func TestDoKeepsChildrenOfItsThreadsAlive(t *testing.T) {
 			t.Fatalf("child %d died while Do ran: %v", i, p.ExitError())
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// A run killed with SIGKILL runs no Close: its reaper removes its
+// namespaces within a second or two of its death. The run is this test
+// binary again, as a child that builds a lab and waits to be killed.
+func TestKilledRunIsCleanedUp(t *testing.T) {
+	if os.Getenv("CORAL_NETNS_KILLED_CHILD") == "1" {
+		l, err := New(Options{Subnet: netip.MustParsePrefix("198.18.9.0/24")})
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		if _, err := l.AddHost("a", netip.MustParseAddr("198.18.9.10")); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		if _, err := l.AddNamespace("r", netip.MustParseAddr("198.19.9.1")); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println("ready", l.prefix)
+		time.Sleep(time.Minute)
+		os.Exit(1)
+	}
+	if err := Available(false); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledRunIsCleanedUp$")
+	cmd.Env = append(os.Environ(), "CORAL_NETNS_KILLED_CHILD=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ready ") {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("child: %q %v", line, err)
+	}
+	prefix := strings.TrimSpace(strings.TrimPrefix(line, "ready "))
+	left := func() []string {
+		var names []string
+		entries, _ := os.ReadDir("/run/netns")
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), prefix) {
+				names = append(names, e.Name())
+			}
+		}
+		return names
+	}
+	if n := left(); len(n) != 3 {
+		t.Fatalf("the child's namespaces before the kill: %v, want switch, a and r", n)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(left()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("namespaces of the killed run still there after 10 s: %v", left())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -99,6 +99,9 @@ func (h *Host) nft(script string) error {
 // SetLink takes the host's link down (false) or up (true): the host is cut
 // off from every other host.
 func (h *Host) SetLink(up bool) error {
+	if h.veth == "" {
+		return fmt.Errorf("netns: %s has no link on the switch", h.Name)
+	}
 	state := "down"
 	if up {
 		state = "up"

@@ -18,9 +18,16 @@ func yesNo(b bool) string {
 
 // configUnbound: unbound -d -c unbound.conf, logging to stderr.
 func (r *Resolver) configUnbound(o Options, sockDir string) ([]string, error) {
-	verbosity := 3 // query level: names each query sent and to which server
+	verbosity, queries := 3, "yes" // query level: names each query sent and to which server
 	if o.Debug {
 		verbosity = 4
+	}
+	if o.Quiet {
+		verbosity, queries = 1, "no"
+	}
+	allow := ""
+	for _, p := range o.Allow {
+		allow += fmt.Sprintf("\taccess-control: %s allow\n", p.Masked())
 	}
 	conf := filepath.Join(o.Dir, "unbound.conf")
 	ctl := filepath.Join(sockDir, "unbound.ctl")
@@ -34,15 +41,15 @@ server:
 	logfile: ""
 	log-time-ascii: yes
 	verbosity: %[3]d
-	log-queries: yes
-	log-replies: yes
+	log-queries: %[8]s
+	log-replies: %[8]s
 	log-servfail: yes
 	interface: %[4]s@53
 	outgoing-interface: %[4]s
 	do-ip4: yes
 	do-ip6: no
 	access-control: 127.0.0.0/8 allow
-	do-not-query-localhost: no
+%[9]s	do-not-query-localhost: no
 	root-hints: %[5]q
 	module-config: "iterator"
 	qname-minimisation: %[6]s
@@ -55,7 +62,7 @@ remote-control:
 	control-interface: %[7]q
 	control-use-cert: no
 `, o.Dir, filepath.Join(o.Dir, "unbound.pid"), verbosity, o.Addr, filepath.Join(o.Dir, "root.hints"),
-		yesNo(o.QNameMinimisation), ctl)
+		yesNo(o.QNameMinimisation), ctl, queries, allow)
 	if err := writeFile(conf, text); err != nil {
 		return nil, err
 	}

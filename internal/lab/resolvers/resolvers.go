@@ -146,6 +146,19 @@ type Options struct {
 	// StartTimeout bounds Start's wait for the resolver to answer, within
 	// ctx. Zero means 20 s.
 	StartTimeout time.Duration
+
+	// In a lab of separate hosts (internal/lab/netns) the resolver runs
+	// inside a host: Command wraps its command line (netns.Host.Command)
+	// and Dial reaches it from the caller (netns.Host.DialContext) for
+	// the readiness check. Nil: the caller's own namespace.
+	Command func(argv ...string) []string
+	Dial    func(ctx context.Context, network, address string) (net.Conn, error)
+	// Allow are the client networks besides 127.0.0.0/8 that may query
+	// it (Unbound only).
+	Allow []netip.Prefix
+	// Quiet logs only errors and warnings instead of every query
+	// (Unbound only): a lab that sends thousands of queries.
+	Quiet bool
 }
 
 // Resolver is one running resolver process.
@@ -176,6 +189,9 @@ func Start(ctx context.Context, kind Kind, o Options) (*Resolver, error) {
 	if err := o.normalize(); err != nil {
 		return nil, err
 	}
+	if (len(o.Allow) > 0 || o.Quiet) && kind != Unbound {
+		return nil, fmt.Errorf("resolvers: Allow and Quiet are for Unbound only, not %s", kind)
+	}
 
 	r := &Resolver{Kind: kind, Addr: o.Addr, Dir: o.Dir}
 	r.LogFile = filepath.Join(o.Dir, string(kind)+".log")
@@ -205,7 +221,11 @@ func Start(ctx context.Context, kind Kind, o Options) (*Resolver, error) {
 		r.runCleanup()
 		return nil, err
 	}
-	r.proc, err = proc.Start(append([]string{bin}, args...), proc.Options{
+	argv := append([]string{bin}, args...)
+	if o.Command != nil {
+		argv = o.Command(argv...)
+	}
+	r.proc, err = proc.Start(argv, proc.Options{
 		Name: string(kind), Dir: o.Dir, Log: r.LogFile, Banner: "resolvers"})
 	if err != nil {
 		r.runCleanup()
@@ -214,7 +234,7 @@ func Start(ctx context.Context, kind Kind, o Options) (*Resolver, error) {
 
 	sctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
-	if err := r.waitReady(sctx); err != nil {
+	if err := r.waitReady(sctx, o.Dial); err != nil {
 		r.Stop()
 		return nil, fmt.Errorf("%s on %s: %w\n--- %s log ---\n%s", kind, o.Addr, err, kind, r.Log())
 	}
@@ -295,15 +315,30 @@ func (r *Resolver) readinessProbe() *dns.Msg {
 
 // waitReady polls the readiness probe over UDP until a positive answer
 // comes back, then checks TCP the same way.
-func (r *Resolver) waitReady(ctx context.Context) error {
+func (r *Resolver) waitReady(ctx context.Context, dial func(ctx context.Context, network, address string) (net.Conn, error)) error {
 	probe := r.readinessProbe()
 	server := netip.AddrPortFrom(r.Addr, 53).String()
 	var lastErr error
 	for _, network := range []string{"udp", "tcp"} {
 		c := &dns.Client{Net: network, Timeout: 250 * time.Millisecond}
+		exchange := func() (*dns.Msg, error) {
+			if dial == nil {
+				resp, _, err := c.ExchangeContext(ctx, probe, server)
+				return resp, err
+			}
+			qctx, cancel := context.WithTimeout(ctx, c.Timeout)
+			defer cancel()
+			conn, err := dial(qctx, network, server)
+			if err != nil {
+				return nil, err
+			}
+			defer conn.Close()
+			resp, _, err := c.ExchangeWithConnContext(qctx, probe, &dns.Conn{Conn: conn})
+			return resp, err
+		}
 		backoff := 10 * time.Millisecond
 		for {
-			resp, _, err := c.ExchangeContext(ctx, probe, server)
+			resp, err := exchange()
 			if err == nil {
 				if resp.Rcode == dns.RcodeSuccess && len(resp.Answer) > 0 {
 					break

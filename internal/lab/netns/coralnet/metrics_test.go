@@ -17,7 +17,7 @@ caddy_coral_peer_fetches_total{outcome="error"} 1e1
 caddy_coral_peer_fetches_total{outcome="bad"} 
 coredns_coral_live_proxies 4
 `
-	got, err := parseMetrics(strings.NewReader(text), "caddy_coral_peer_fetches_total")
+	got, err := ParseMetrics(strings.NewReader(text), "caddy_coral_peer_fetches_total")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ coredns_coral_live_proxies 4
 			t.Errorf("%s: %v, want %v", k, got[k], v)
 		}
 	}
-	live, _ := parseMetrics(strings.NewReader(text), "coredns_coral_live_proxies")
+	live, _ := ParseMetrics(strings.NewReader(text), "coredns_coral_live_proxies")
 	if live[""] != 4 {
 		t.Errorf("unlabelled sample: %v", live)
 	}
@@ -40,7 +40,7 @@ func FuzzParseMetrics(f *testing.F) {
 	f.Add("caddy_coral_peer_fetches_total{outcome=\"ok\"} 12\n", "caddy_coral_peer_fetches_total")
 	f.Add("x{} \nx 1 1700000000\nx{a=\"}\"} 2\n", "x")
 	f.Fuzz(func(t *testing.T, text, name string) {
-		m, _ := parseMetrics(strings.NewReader(text), name)
+		m, _ := ParseMetrics(strings.NewReader(text), name)
 		if name == "" {
 			return
 		}

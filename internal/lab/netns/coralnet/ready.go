@@ -116,13 +116,13 @@ func (n *Net) Metrics(ctx context.Context, nd *Node, port uint16, name string) (
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("metrics of %s: %s", nd.Host.Name, resp.Status)
 	}
-	return parseMetrics(resp.Body, name)
+	return ParseMetrics(resp.Body, name)
 }
 
-// parseMetrics reads Prometheus's text format and returns the samples of
+// ParseMetrics reads Prometheus's text format and returns the samples of
 // the family name: each sample's label text and value (samples with the
 // same labels are added). Lines it cannot read are skipped.
-func parseMetrics(r io.Reader, name string) (map[string]float64, error) {
+func ParseMetrics(r io.Reader, name string) (map[string]float64, error) {
 	out := map[string]float64{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -157,11 +157,17 @@ func (n *Net) Metric(ctx context.Context, nd *Node, port uint16, name, key, val 
 	if err != nil {
 		return 0, err
 	}
+	return SumSamples(m, key, val), nil
+}
+
+// SumSamples is the sum of the samples (ParseMetrics) whose label key has
+// value val (all samples when key is "").
+func SumSamples(m map[string]float64, key, val string) float64 {
 	var sum float64
 	for labels, v := range m {
 		if key == "" || strings.Contains(","+labels+",", fmt.Sprintf(",%s=%q,", key, val)) {
 			sum += v
 		}
 	}
-	return sum, nil
+	return sum
 }

@@ -1,4 +1,4 @@
-package main
+package clusterq
 
 import (
 	"cmp"
@@ -109,10 +109,10 @@ func nearTable(m *topology.Matrix, placed []topology.Node, threshold time.Durati
 	return near
 }
 
-// measure computes the Quality of one level's clustering: labels[i] is the
+// Measure computes the Quality of one level's clustering: labels[i] is the
 // cluster label of placed[i] (see groups for empty labels). It panics if
 // the two slices differ in length.
-func measure(m *topology.Matrix, placed []topology.Node, level int, threshold time.Duration, labels []string) Quality {
+func Measure(m *topology.Matrix, placed []topology.Node, level int, threshold time.Duration, labels []string) Quality {
 	if len(labels) != len(placed) {
 		panic(fmt.Sprintf("clusters: measure: %d labels for %d nodes", len(labels), len(placed)))
 	}
@@ -184,7 +184,15 @@ func measure(m *topology.Matrix, placed []topology.Node, level int, threshold ti
 	return q
 }
 
-// greedyClusters is the offline baseline the nodes' own clustering is
+// Criteria are the acceptance tests of one level's quality against the
+// greedy baseline: (a) ≥ 95 % of clusters satisfy the 80 % rule, (b) ≥ 90 %
+// of the nodes with a neighbour under the threshold are not alone, (c) mean
+// size at least half the greedy one.
+func Criteria(q, greedy Quality) bool {
+	return q.PairRuleOK >= 0.95 && q.NonSingletonOfThose >= 0.90 && q.MeanSize >= greedy.MeanSize/2
+}
+
+// Greedy is the offline baseline the nodes' own clustering is
 // compared with: a central planner that knows every RTT.
 //
 // It repeatedly takes as seed the unassigned node with the most unassigned
@@ -201,7 +209,7 @@ func measure(m *topology.Matrix, placed []topology.Node, level int, threshold ti
 // result is a pure function of the arguments; it takes O(n²) memory
 // (one bool per node pair) and about O(n² + Σ candidates²) time, well under
 // a second for a few thousand nodes.
-func greedyClusters(m *topology.Matrix, placed []topology.Node, threshold time.Duration) []string {
+func Greedy(m *topology.Matrix, placed []topology.Node, threshold time.Duration) []string {
 	n := len(placed)
 	near := nearTable(m, placed, threshold)
 	labels := make([]string, n)
@@ -312,10 +320,10 @@ func greedyClusters(m *topology.Matrix, placed []topology.Node, threshold time.D
 	return labels
 }
 
-// printQuality prints one aligned table per level of online (the nodes'
+// PrintQuality prints one aligned table per level of online (the nodes'
 // own clustering), with the greedy baseline of the same level beside it
 // when greedy has one. Shares with an empty denominator print as "n/a".
-func printQuality(w io.Writer, online, greedy []Quality) {
+func PrintQuality(w io.Writer, online, greedy []Quality) {
 	for _, on := range online {
 		var gr *Quality
 		for i := range greedy {

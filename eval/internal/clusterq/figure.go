@@ -1,4 +1,4 @@
-package main
+package clusterq
 
 import (
 	"cmp"
@@ -110,14 +110,14 @@ func nodeCoords(m *topology.Matrix, placed []topology.Node) plotter.XYs {
 	return xy
 }
 
-// plotClusterMap draws the paper's Figure 7 for one level: the nodes on a
+// PlotMap draws the paper's Figure 7 for one level: the nodes on a
 // longitude/latitude plane (equirectangular, no coastlines), coloured by
 // cluster. The 12 largest clusters are drawn as letters A–L with a legend
 // entry each giving their size; the other non-singleton clusters as
 // coloured dots; singletons as small grey dots. labels[i] is placed[i]'s
 // cluster label, as for measure. The PNG goes to path, whose directory is
 // created if needed.
-func plotClusterMap(path string, m *topology.Matrix, placed []topology.Node, labels []string, level int, threshold time.Duration) error {
+func PlotMap(path string, m *topology.Matrix, placed []topology.Node, labels []string, level int, threshold time.Duration) error {
 	if len(labels) != len(placed) {
 		return fmt.Errorf("clusters: plotClusterMap: %d labels for %d nodes", len(labels), len(placed))
 	}

@@ -1,4 +1,4 @@
-package main
+package clusterq
 
 import (
 	"bytes"
@@ -48,7 +48,7 @@ func TestMeasureSites(t *testing.T) {
 	// Site-mates together: 20 clusters of 3, all fine (intra-site RTTs are
 	// at most 5 ms).
 	labels := siteLabels(placed)
-	q := measure(m, placed, 2, th, labels)
+	q := Measure(m, placed, 2, th, labels)
 	if q.Level != 2 || q.Threshold != th || q.Nodes != 60 || q.Clusters != 20 || q.Singletons != 0 ||
 		q.NonSingleton != 20 || q.MaxSize != 3 || !near(q.MeanSize, 3) {
 		t.Fatalf("site clusters: %+v", q)
@@ -69,7 +69,7 @@ func TestMeasureSites(t *testing.T) {
 			merged[i] = "site" + strconv.Itoa(a)
 		}
 	}
-	q = measure(m, placed, 2, th, merged)
+	q = Measure(m, placed, 2, th, merged)
 	if q.Clusters != 19 || q.MaxSize != 6 || q.Sizes[0] != 6 || q.Sizes[1] != 3 || !near(q.MeanSize, 60.0/19) {
 		t.Fatalf("merged: %+v", q)
 	}
@@ -77,7 +77,7 @@ func TestMeasureSites(t *testing.T) {
 		t.Fatalf("merged cluster should fail the rules: %+v", q)
 	}
 	// Under a threshold above every RTT the same cluster is fine.
-	q = measure(m, placed, 0, time.Hour, merged)
+	q = Measure(m, placed, 0, time.Hour, merged)
 	if q.PairRuleOK != 1 || q.MemberRuleOK != 1 || q.NodesInAcceptable != 1 {
 		t.Fatalf("merged, 1 h threshold: %+v", q)
 	}
@@ -86,21 +86,21 @@ func TestMeasureSites(t *testing.T) {
 	// no longer a clustered node with a neighbour.
 	solo := slices.Clone(labels)
 	solo[0] = "alone"
-	q = measure(m, placed, 2, th, solo)
+	q = Measure(m, placed, 2, th, solo)
 	if q.Clusters != 21 || q.Singletons != 1 || q.NonSingleton != 20 || q.Sizes[20] != 1 || !near(q.MeanSize, 60.0/21) ||
 		q.NodesInAcceptable != 1 || q.HaveNeighbour != 60 || !near(q.NonSingletonOfThose, 59.0/60) {
 		t.Fatalf("one singleton: %+v", q)
 	}
 
 	// Empty labels mean "no cluster": 60 singletons, no share to compute.
-	q = measure(m, placed, 2, th, make([]string, 60))
+	q = Measure(m, placed, 2, th, make([]string, 60))
 	if q.Clusters != 60 || q.Singletons != 60 || q.NonSingleton != 0 || q.MaxSize != 1 || q.PairRuleOK != 0 ||
 		q.MemberRuleOK != 0 || q.NodesInAcceptable != 1 || q.NonSingletonOfThose != 0 {
 		t.Fatalf("no clusters: %+v", q)
 	}
 
 	// "Under" is strict: at a zero threshold nobody has a neighbour.
-	if q := measure(m, placed, 2, 0, labels); q.HaveNeighbour != 0 || q.PairRuleOK != 0 || q.NodesInAcceptable != 0 {
+	if q := Measure(m, placed, 2, 0, labels); q.HaveNeighbour != 0 || q.PairRuleOK != 0 || q.NodesInAcceptable != 0 {
 		t.Fatalf("zero threshold: %+v", q)
 	}
 }
@@ -116,7 +116,7 @@ func TestMeasurePairVersusMember(t *testing.T) {
 	a, b := farSites(t, m, placed, 3*th)
 	moved := slices.IndexFunc(placed, func(nd topology.Node) bool { return nd.Site == b })
 	labels[moved] = "site" + strconv.Itoa(a)
-	q := measure(m, placed, 2, th, labels)
+	q := Measure(m, placed, 2, th, labels)
 	if q.Clusters != 6 || q.MaxSize != 11 || q.Sizes[0] != 11 || q.Sizes[5] != 9 {
 		t.Fatalf("%+v", q)
 	}
@@ -132,21 +132,21 @@ func TestMeasureLengthMismatch(t *testing.T) {
 			t.Fatal("no panic")
 		}
 	}()
-	measure(m, m.Place(6, 3, 1), 1, time.Second, make([]string, 5))
+	Measure(m, m.Place(6, 3, 1), 1, time.Second, make([]string, 5))
 }
 
 func TestGreedyClusters(t *testing.T) {
 	m := topology.Synthetic(250, 1)
 	placed := m.Place(750, 3, 1)
 	for level, th := range map[int]time.Duration{1: 60 * time.Millisecond, 2: 20 * time.Millisecond} {
-		labels := greedyClusters(m, placed, th)
+		labels := Greedy(m, placed, th)
 		if len(labels) != len(placed) || slices.Contains(labels, "") {
 			t.Fatalf("level %d: %d labels for %d nodes, or an empty one", level, len(labels), len(placed))
 		}
-		if again := greedyClusters(m, placed, th); !slices.Equal(labels, again) {
+		if again := Greedy(m, placed, th); !slices.Equal(labels, again) {
 			t.Fatalf("level %d: two runs differ", level)
 		}
-		q := measure(m, placed, level, th, labels)
+		q := Measure(m, placed, level, th, labels)
 		t.Logf("level %d (%v): %d clusters (%d singletons), mean size %.2f, largest %d; %d nodes with a neighbour, %.1f%% of them clustered",
 			level, th, q.Clusters, q.Singletons, q.MeanSize, q.MaxSize, q.HaveNeighbour, 100*q.NonSingletonOfThose)
 		if q.NonSingleton == 0 || q.PairRuleOK != 1 || q.MemberRuleOK != 1 || q.NodesInAcceptable != 1 {
@@ -166,13 +166,13 @@ func TestGreedyClusters(t *testing.T) {
 func TestGreedyClustersExtremes(t *testing.T) {
 	m := topology.Synthetic(30, 3)
 	placed := m.Place(90, 3, 3)
-	if q := measure(m, placed, 0, time.Hour, greedyClusters(m, placed, time.Hour)); q.Clusters != 1 || q.MaxSize != 90 {
+	if q := Measure(m, placed, 0, time.Hour, Greedy(m, placed, time.Hour)); q.Clusters != 1 || q.MaxSize != 90 {
 		t.Fatalf("1 h threshold: %+v", q)
 	}
-	if q := measure(m, placed, 9, 0, greedyClusters(m, placed, 0)); q.Clusters != 90 || q.Singletons != 90 {
+	if q := Measure(m, placed, 9, 0, Greedy(m, placed, 0)); q.Clusters != 90 || q.Singletons != 90 {
 		t.Fatalf("zero threshold: %+v", q)
 	}
-	if labels := greedyClusters(m, nil, time.Second); len(labels) != 0 {
+	if labels := Greedy(m, nil, time.Second); len(labels) != 0 {
 		t.Fatalf("no nodes: %v", labels)
 	}
 }
@@ -185,11 +185,11 @@ func TestPrintQuality(t *testing.T) {
 		if level == 0 {
 			continue
 		}
-		online = append(online, measure(m, placed, level, th, siteLabels(placed)))
-		greedy = append(greedy, measure(m, placed, level, th, greedyClusters(m, placed, th)))
+		online = append(online, Measure(m, placed, level, th, siteLabels(placed)))
+		greedy = append(greedy, Measure(m, placed, level, th, Greedy(m, placed, th)))
 	}
 	var buf bytes.Buffer
-	printQuality(&buf, online, greedy)
+	PrintQuality(&buf, online, greedy)
 	out := buf.String()
 	t.Log("\n" + out)
 	for _, want := range []string{"Level 1 (RTT < 60ms), 120 nodes", "Level 2 (RTT < 20ms)", "online/greedy",
@@ -200,7 +200,7 @@ func TestPrintQuality(t *testing.T) {
 	}
 
 	buf.Reset()
-	printQuality(&buf, []Quality{measure(m, placed, 2, 20*time.Millisecond, make([]string, len(placed)))}, nil)
+	PrintQuality(&buf, []Quality{Measure(m, placed, 2, 20*time.Millisecond, make([]string, len(placed)))}, nil)
 	if out := buf.String(); strings.Contains(out, "greedy") || !strings.Contains(out, "n/a") {
 		t.Errorf("online only, all singletons:\n%s", out)
 	}
@@ -212,7 +212,7 @@ func TestPlotClusterMap(t *testing.T) {
 	dir := t.TempDir()
 	// Many clusters (12 lettered and more) plus singletons; then fewer
 	// clusters than letters, mostly singletons.
-	many := greedyClusters(m, placed, 20*time.Millisecond)
+	many := Greedy(m, placed, 20*time.Millisecond)
 	few := make([]string, len(placed))
 	for i := range many {
 		if i%5 == 0 {
@@ -224,7 +224,7 @@ func TestPlotClusterMap(t *testing.T) {
 	}
 	for name, labels := range map[string][]string{"many": many, "few": few} {
 		path := filepath.Join(dir, "sub", name+".png")
-		if err := plotClusterMap(path, m, placed, labels, 2, 20*time.Millisecond); err != nil {
+		if err := PlotMap(path, m, placed, labels, 2, 20*time.Millisecond); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		b, err := os.ReadFile(path)
@@ -235,7 +235,7 @@ func TestPlotClusterMap(t *testing.T) {
 			t.Fatalf("%s: not a PNG (%d bytes)", name, len(b))
 		}
 	}
-	if err := plotClusterMap(filepath.Join(dir, "x.png"), m, placed, nil, 2, time.Second); err == nil {
+	if err := PlotMap(filepath.Join(dir, "x.png"), m, placed, nil, 2, time.Second); err == nil {
 		t.Fatal("no error for missing labels")
 	}
 }
