@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -110,23 +109,5 @@ func TestHotspotZipf(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(out, "hs-zipf.png")); err != nil || st.Size() == 0 {
 		t.Fatalf("hs-zipf.png: %v", err)
-	}
-}
-
-func TestZipfSampler(t *testing.T) {
-	z := newZipfSampler(100, 1)
-	if s := z.share(0) / z.share(1); s < 1.99 || s > 2.01 {
-		t.Errorf("share(0)/share(1) = %v with s = 1, want 2", s)
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	counts := make([]int, 100)
-	for range 100000 {
-		counts[z.draw(rng)]++
-	}
-	if got, want := float64(counts[0])/100000, z.share(0); got < want*0.95 || got > want*1.05 {
-		t.Errorf("key 0 drawn %.3f of the time, want %.3f", got, want)
-	}
-	if counts[99] == 0 || counts[99] > counts[0] {
-		t.Errorf("counts: first %d, last %d", counts[0], counts[99])
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,35 +106,6 @@ type zipfMinute struct {
 	Ops      uint64 `json:"operations"`
 	Requests uint64 `json:"requests_received"`
 	MaxNode  uint64 `json:"max_node_requests"`
-}
-
-// zipfSampler draws key indices with probability ∝ 1/(k+1)^s.
-type zipfSampler struct{ cdf []float64 }
-
-func newZipfSampler(keys int, s float64) *zipfSampler {
-	z := &zipfSampler{cdf: make([]float64, keys)}
-	sum := 0.0
-	for k := range keys {
-		sum += 1 / math.Pow(float64(k+1), s)
-		z.cdf[k] = sum
-	}
-	for k := range z.cdf {
-		z.cdf[k] /= sum
-	}
-	return z
-}
-
-func (z *zipfSampler) draw(rng *rand.Rand) int {
-	u := rng.Float64()
-	return min(sort.SearchFloat64s(z.cdf, u), len(z.cdf)-1)
-}
-
-// share is key k's probability.
-func (z *zipfSampler) share(k int) float64 {
-	if k == 0 {
-		return z.cdf[0]
-	}
-	return z.cdf[k] - z.cdf[k-1]
 }
 
 // zipfCounter counts the requests each node receives, per key and kind,
@@ -242,7 +212,7 @@ func zipfHotspot(m *topology.Matrix, n int) (*zipfRun, error) {
 			putters[k][i] = true
 		}
 	}
-	z := newZipfSampler(r.Keys, r.S)
+	z := sim.NewZipf(r.Keys, r.S)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Every putter puts its keys once, 64 at a time.
@@ -271,7 +241,7 @@ func zipfHotspot(m *topology.Matrix, n int) (*zipfRun, error) {
 			time.Sleep(offset)
 			for ctx.Err() == nil {
 				began := time.Now()
-				k := z.draw(nrng)
+				k := z.Draw(nrng)
 				if putters[k][i] {
 					if _, err := nd.Put(ctx, keys[k], val, *flagTTL); err != nil && ctx.Err() == nil {
 						putFails.Add(1)
@@ -371,8 +341,8 @@ func zipfHotspot(m *topology.Matrix, n int) (*zipfRun, error) {
 			order[i] = i
 		}
 		slices.SortFunc(order, func(a, b int) int { return coraldht.CompareDistance(keys[k], s.Nodes[a].ID(), s.Nodes[b].ID()) })
-		zk := zipfKey{Rank: k, Share: z.share(k), ClosestPuts: per(perPut[k][order[0]]), ClosestGets: per(perGet[k][order[0]]),
-			GetsPerMin: z.share(k) * float64(n-r.Putters) * *flagRate * 60}
+		zk := zipfKey{Rank: k, Share: z.Share(k), ClosestPuts: per(perPut[k][order[0]]), ClosestGets: per(perGet[k][order[0]]),
+			GetsPerMin: z.Share(k) * float64(n-r.Putters) * *flagRate * 60}
 		best := -1.0
 		for rank, i := range order {
 			if l := per(perPut[k][i] + perGet[k][i]); l > best {
