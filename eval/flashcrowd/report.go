@@ -22,6 +22,7 @@ var sources = []string{"local", "collapsed", "peer-l2", "peer-l1", "peer-l0", "o
 
 // report is everything a run found; it is also the JSON.
 type report struct {
+	Provenance *evalrun.Provenance `json:"provenance"`
 	Command   string       `json:"command"`
 	Date      string       `json:"date"`
 	Caddy     string       `json:"caddy"`
@@ -84,6 +85,12 @@ type jsonParams struct {
 	Think     string `json:"think"`
 	Timeout   string `json:"timeout"`
 	Seed      uint64 `json:"seed"`
+	// Pinned is false when the nodes formed their clusters; ErrorCrowd
+	// when the burst and the crowd asked for the error URL; Burst whether
+	// the start burst ran.
+	Pinned     bool `json:"pinned"`
+	ErrorCrowd bool `json:"error_crowd"`
+	Burst      bool `json:"start_burst"`
 }
 
 type proxyPlace struct {
@@ -117,6 +124,8 @@ type minuteRow struct {
 type originSummary struct {
 	Fetches int   `json:"fetches"`
 	PerFile []int `json:"per_file"`
+	// ErrorFetches is the requests for the error URL (-error-crowd).
+	ErrorFetches int `json:"error_url_fetches"`
 	// Log is every request the origin received, with the client request
 	// behind it.
 	Log []explainedFetch `json:"log"`
@@ -177,7 +186,7 @@ var paper = paperFigures{
 }
 
 // summarize fills in the tables from the records and the origin's log.
-func summarize(rep *report, p params, recs []*record, fetches []originFetch, perFile []int) {
+func summarize(rep *report, p params, recs []*record, fetches []originFetch, perFile []int, errFetches int) {
 	slices.SortFunc(recs, func(a, b *record) int {
 		if a.At != b.At {
 			return cmpFloat(a.At, b.At)
@@ -235,7 +244,7 @@ func summarize(rep *report, p params, recs []*record, fetches []originFetch, per
 	}
 	rep.CDF = cdf(rep.lats["all"], 400)
 
-	rep.Origin = originSummary{Fetches: len(fetches), PerFile: perFile}
+	rep.Origin = originSummary{Fetches: len(fetches), PerFile: perFile, ErrorFetches: errFetches}
 	for _, f := range fetches {
 		e := explainedFetch{originFetch: f, Proxy: -1, Client: -1}
 		if r := byID[f.Request]; r != nil {
@@ -328,12 +337,21 @@ func cmpFloat(a, b float64) int {
 // answered with the right bytes.
 func check(rep *report, p params) {
 	rep.Problems, rep.Warnings = []string{}, []string{}
-	if rep.Origin.Fetches != p.Files {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("the origin got %d requests for %d files (want exactly one per file)", rep.Origin.Fetches, p.Files))
-	}
-	for i, n := range rep.Origin.PerFile {
-		if n != 1 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s fetched from the origin %d times", filePath(i), n))
+	if p.ErrorCrowd {
+		// A measurement, not a verdict: how many of the error URL's
+		// requests reached the origin. No file is asked for.
+		if n := rep.Origin.Fetches - rep.Origin.ErrorFetches; n != 0 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("the origin got %d requests for files no client asked for", n))
+		}
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%d of %d requests for %s reached the origin", rep.Origin.ErrorFetches, rep.Totals.Requests, errorPath))
+	} else {
+		if rep.Origin.Fetches != p.Files {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("the origin got %d requests for %d files (want exactly one per file)", rep.Origin.Fetches, p.Files))
+		}
+		for i, n := range rep.Origin.PerFile {
+			if n != 1 {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s fetched from the origin %d times", filePath(i), n))
+			}
 		}
 	}
 	if rep.Totals.Failed > 0 {
@@ -384,6 +402,9 @@ func printReport(w io.Writer, rep *report, p params) {
 	}
 	fmt.Fprintf(w, "  by source: %s\n", strings.Join(parts, ", "))
 
+	if p.ErrorCrowd {
+		fmt.Fprintf(w, "\nOrigin requests for the error URL %s: %d for %d client requests\n", errorPath, rep.Origin.ErrorFetches, rep.Totals.Requests)
+	}
 	fmt.Fprintf(w, "\nOrigin fetches per file (want 1 each): ")
 	for i, n := range rep.Origin.PerFile {
 		fmt.Fprintf(w, "%s:%d ", filePath(i)[1:], n)

@@ -60,6 +60,12 @@ type Provenance struct {
 	start        time.Time
 }
 
+// Topologies of the experiments that run real processes.
+const (
+	TopologyLoopback = "loopback"           // 127.0.0.0/8, every RTT near zero
+	TopologyNetns    = "network namespaces" // hosts in namespaces on one bridge
+)
+
 // ResultsDir is where the committed result files live, relative to the
 // repository's root. Changes under it do not make a tree unclean: a
 // regeneration writes one file after another there.
