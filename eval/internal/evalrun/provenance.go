@@ -102,6 +102,10 @@ func (p *Provenance) Finish() {
 	}
 }
 
+// TreeState is the repository at root's HEAD commit and the paths that
+// differ from it outside ResultsDir (nil: a clean tree).
+func TreeState(root string) (commit string, dirty []string, err error) { return gitState(root) }
+
 // maxDirty bounds Provenance.Dirty.
 const maxDirty = 20
 
