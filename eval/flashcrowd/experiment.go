@@ -66,9 +66,9 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	rep = &report{
 		Provenance: evalrun.StartProvenance("flashcrowd", evalrun.TopologyLoopback),
 		Command:    command,
-		Date:    time.Now().UTC().Format(time.RFC3339),
-		Caddy:   evalrun.FirstLine(exec.Command(p.Caddy, "version")),
-		Host:    hostInfo{CPUs: runtime.NumCPU(), Kernel: evalrun.Kernel(), GoVersion: runtime.Version(), LoadAvgBefore: evalrun.LoadAvg()},
+		Date:       time.Now().UTC().Format(time.RFC3339),
+		Caddy:      evalrun.FirstLine(exec.Command(p.Caddy, "version")),
+		Host:       hostInfo{CPUs: runtime.NumCPU(), Kernel: evalrun.Kernel(), GoVersion: runtime.Version(), LoadAvgBefore: evalrun.LoadAvg()},
 		Params: jsonParams{Proxies: p.Proxies, L1: p.L1, L2: p.L2, Levels: levelsLine, Origin: originAddr.String(), Host: host,
 			Files: p.Files, FileBytes: p.FileBytes, PageFiles: p.PageFiles, LineKbit: p.LineKbit, Clients: p.Clients,
 			Duration: p.Duration.String(), Spread: p.Spread.String(), Think: p.Think.String(), Timeout: p.Timeout.String(), Seed: p.Seed,

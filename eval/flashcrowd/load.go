@@ -97,7 +97,7 @@ type load struct {
 	// errorBody is the origin's answer to the error URL.
 	errorBody []byte
 	host      string // the Coralized Host
-	t0      time.Time
+	t0        time.Time
 	// onRelease is called with t0 just before the start burst's barrier
 	// opens.
 	onRelease func(t0 time.Time)

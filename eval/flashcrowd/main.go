@@ -106,12 +106,12 @@ type params struct {
 	// ErrorCrowd makes the burst and the crowd ask for the origin's
 	// error URL instead of its files.
 	ErrorCrowd bool
-	Debug     bool          // Caddy logs at DEBUG
-	Keep      bool          // keep the temporary directory (configurations, logs, caches)
-	Quick     bool
-	Records   string // CSV of every request ("": none)
-	Name      string // output file names' stem
-	Out       string
+	Debug      bool // Caddy logs at DEBUG
+	Keep       bool // keep the temporary directory (configurations, logs, caches)
+	Quick      bool
+	Records    string // CSV of every request ("": none)
+	Name       string // output file names' stem
+	Out        string
 }
 
 func defaultParams() params {

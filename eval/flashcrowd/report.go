@@ -23,15 +23,15 @@ var sources = []string{"local", "collapsed", "peer-l2", "peer-l1", "peer-l0", "o
 // report is everything a run found; it is also the JSON.
 type report struct {
 	Provenance *evalrun.Provenance `json:"provenance"`
-	Command   string       `json:"command"`
-	Date      string       `json:"date"`
-	Caddy     string       `json:"caddy"`
-	Host      hostInfo     `json:"host"`
-	Params    jsonParams   `json:"params"`
-	Hierarchy string       `json:"hierarchy"`
-	Proxies   []proxyPlace `json:"proxies"`
-	Ready     *readiness   `json:"readiness"`
-	Burst     *burstResult `json:"start_burst"`
+	Command    string              `json:"command"`
+	Date       string              `json:"date"`
+	Caddy      string              `json:"caddy"`
+	Host       hostInfo            `json:"host"`
+	Params     jsonParams          `json:"params"`
+	Hierarchy  string              `json:"hierarchy"`
+	Proxies    []proxyPlace        `json:"proxies"`
+	Ready      *readiness          `json:"readiness"`
+	Burst      *burstResult        `json:"start_burst"`
 
 	Totals  totals      `json:"totals"`
 	Minutes []minuteRow `json:"minutes"`
