@@ -222,7 +222,6 @@ type runResult struct {
 	Traces map[string]int `json:"traces"`
 
 	all, region []float64
-	samples     []sample
 }
 
 // window is a slice of a run.

@@ -75,7 +75,7 @@ func TestPathShape(t *testing.T) {
 }
 
 func TestTraceOutcomes(t *testing.T) {
-	w, node0, node1, client := testWorld(t, quiet())
+	w, node0, node1, _ := testWorld(t, quiet())
 	now := time.Now()
 	r := w.trace(node0, node1, 32, now)
 	if !r.complete || r.took >= w.rp.TraceTimeout || r.took < w.rtt(node0, node1) || len(r.routers) != len(w.path(node0, node1)) {
@@ -86,7 +86,7 @@ func TestTraceOutcomes(t *testing.T) {
 	// for its timeout, with every router heard.
 	rp := quiet()
 	rp.ClientEcho = 0
-	w, node0, _, client = testWorld(t, rp)
+	w, node0, _, client := testWorld(t, rp)
 	r = w.trace(node0, client, 32, now)
 	if r.complete || !r.noEcho || r.took != rp.TraceTimeout || r.outcome() != "timed out: no echo" {
 		t.Errorf("trace toward a host that ignores echo: %+v", r)

@@ -147,8 +147,16 @@ func init() {
 			return pct(l0, 0), nil
 		case "level0-p50":
 			return ms(l0p50) + " ms", nil
+		case "get-rpcs":
+			return num(m.RPCsP50, 0) + " against " + num(s.RPCsP50, 0), nil
 		case "put-rpcs":
 			return num(m.PutRPCsP50, 0) + " against " + num(s.PutRPCsP50, 0), nil
+		case "putfrac":
+			return pct(r.PutFraction, 0), nil
+		case "persite":
+			return count(r.PerSite), nil
+		case "putters":
+			return count(r.Putters), nil
 		case "datagrams":
 			return count(m.Datagrams) + " against " + count(s.Datagrams), nil
 		}
@@ -208,6 +216,30 @@ func init() {
 		}
 		return table([]string{fmt.Sprintf("after killing %d of %d nodes", killed, r.N), "keys put once", "keys put by 4 nodes", "slowest get", "gets cut short by the lookup timeout"}, rows), nil
 	})
+	// lookup.lost REPLICAS once|four: the share of keys lost after the
+	// kill with that many copies per put.
+	register("lookup.lost", func(c *results, args []string) (string, error) {
+		if err := needArgs(args, 2, "REPLICAS once|four"); err != nil {
+			return "", err
+		}
+		var r lookupReport
+		if err := c.load("lookup.json", &r); err != nil {
+			return "", err
+		}
+		for _, ch := range r.Churn {
+			if fmt.Sprint(ch.Replicas) != args[0] {
+				continue
+			}
+			switch args[1] {
+			case "once":
+				return pct(1-ch.Once.Success, 1), nil
+			case "four":
+				return pct(1-ch.Four.Success, 1), nil
+			}
+			return "", fmt.Errorf("want once or four, not %q", args[1])
+		}
+		return "", fmt.Errorf("lookup.json has no run with %s copies", args[0])
+	})
 	register("lookup.value", func(c *results, args []string) (string, error) {
 		if err := needArgs(args, 1, "n|log2n|killed"); err != nil {
 			return "", err
@@ -245,8 +277,8 @@ func init() {
 			rows = append(rows, q(fmt.Sprintf("period %d", p.Period), p.Quality))
 		}
 		rows = append(rows, q("end of the run", r.Final), q("greedy, offline", r.Greedy))
-		return table([]string{fmt.Sprintf("%d nodes, %s", r.N, r.Topology), "L1 clusters", "L1 mean size", "L1 pairs 80", "L1 not alone",
-			"L2 clusters", "L2 mean size", "L2 pairs 80", "L2 not alone"}, rows), nil
+		return table([]string{fmt.Sprintf("%d nodes, %s", r.N, r.Topology), "L1 clusters", "L1 mean size", "L1 pairs rule", "L1 not alone",
+			"L2 clusters", "L2 mean size", "L2 pairs rule", "L2 not alone"}, rows), nil
 	})
 	register("clusters.stability", func(c *results, args []string) (string, error) {
 		var r clustersReport

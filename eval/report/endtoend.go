@@ -333,6 +333,18 @@ func init() {
 		return table([]string{"topology", "traces", "number", "outcomes"}, rows), nil
 	})
 
+	// endtoend.region TOPOLOGY: the region the tables break out.
+	register("endtoend.region", func(c *results, args []string) (string, error) {
+		if err := needArgs(args, 1, "TOPOLOGY"); err != nil {
+			return "", err
+		}
+		r, err := c.e2e(args[0])
+		if err != nil {
+			return "", err
+		}
+		return r.Region, nil
+	})
+
 	// endtoend.model: the router model's rates and the workload, in a
 	// sentence.
 	register("endtoend.model", func(c *results, args []string) (string, error) {

@@ -25,6 +25,7 @@ var nameWithDigits = regexp.MustCompile(strings.Join([]string{
 	`\b\d{1,3}(\.\d{1,3}){3}(/\d+)?\b`, // IPv4 addresses and prefixes
 	`\b\d{1,3}(\.\d{1,3}){1,2}\.x\b`,   // address patterns: 127.0.101.x
 	`/\d+\b`,                           // prefix lengths: /24, /48
+	`\b\d+(st|nd|rd|th) percentile`,    // percentiles in words
 	`\bHTTP/\d(\.\d)?`, `\bTLS \d\.\d\b`, `\bIPv[46]\b`, `\bICMPv6\b`, `\bSHA-?\d+\b`, `\bUTF-8\b`, `\bHTTP/[23]\b`,
 	`\b(403|404|405|421|502|503|206|304)\b`, // HTTP status codes named in the text
 	`\bwonderproxy-2020-07\b`,               // the data set's name

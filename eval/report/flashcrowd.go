@@ -13,6 +13,7 @@ type fcReport struct {
 		Proxies    int    `json:"proxies"`
 		L1         int    `json:"level1_clusters"`
 		L2         int    `json:"level2_clusters"`
+		Levels     string `json:"levels"`
 		Files      int    `json:"files"`
 		FileBytes  int    `json:"file_bytes"`
 		PageFiles  int    `json:"page_files"`
@@ -117,9 +118,9 @@ func init() {
 			if err != nil {
 				return "", err
 			}
-			origin := fmt.Sprintf("%d for %d files", r.Origin.Fetches, r.Params.Files)
+			origin := fmt.Sprintf("%s for %s files", count(r.Origin.Fetches), count(r.Params.Files))
 			if r.Params.ErrorCrowd {
-				origin = fmt.Sprintf("%d for the error URL", r.Origin.ErrorFetches)
+				origin = fmt.Sprintf("%s for the error URL", count(r.Origin.ErrorFetches))
 			}
 			formed := "–"
 			if r.Ready != nil && len(r.Ready.Clusters) == 3 {
@@ -133,7 +134,7 @@ func init() {
 			if !r.Pass {
 				verdict = "**fail**: " + strings.Join(r.Problems, "; ")
 			}
-			rows = append(rows, []string{"`" + f + "`", r.variant(), r.Params.Duration, count(r.Totals.Requests), count(r.Totals.Failed),
+			rows = append(rows, []string{"`" + f + "`", r.variant(), durString(r.Params.Duration), count(r.Totals.Requests), count(r.Totals.Failed),
 				"**" + origin + "**", pct(local, 1), formed, verdict})
 		}
 		return table([]string{"file", "set-up", "load", "requests", "failed", "origin fetches", "local hits", "clusters at levels 0 / 1 / 2 when the load began", "acceptance"}, rows), nil
@@ -180,6 +181,8 @@ func init() {
 			return count(r.Totals.Failed), nil
 		case "files":
 			return count(p.Files), nil
+		case "levels":
+			return strings.ReplaceAll(strings.ReplaceAll(p.Levels, "ms", " ms"), "  ", " and "), nil
 		case "proxies":
 			return count(p.Proxies), nil
 		case "rate":

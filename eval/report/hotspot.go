@@ -98,7 +98,19 @@ type hsReport struct {
 
 func (c *results) hotspot(file string) (*hsReport, error) {
 	var r hsReport
-	return &r, c.load(file, &r)
+	if err := c.load(file, &r); err != nil {
+		return nil, err
+	}
+	if r.Workload == "zipf" {
+		if len(r.Zipf) == 0 {
+			return nil, fmt.Errorf("%s: no run of the Zipf workload", file)
+		}
+		return &r, nil
+	}
+	if r.Coral == nil || len(r.Repeats) == 0 {
+		return nil, fmt.Errorf("%s: no run of the paper's workload with its repeats (written by an older eval/hotspot?)", file)
+	}
+	return &r, nil
 }
 
 func loads(v []float64) string {
@@ -149,7 +161,7 @@ func init() {
 	// hotspot.busiest FIELD: the busiest nodes over every key, seed and
 	// topology.
 	register("hotspot.busiest", func(c *results, args []string) (string, error) {
-		if err := needArgs(args, 1, "keys|within|over|bound|min|median|max|max-over-bound|over-nearest|closest-max"); err != nil {
+		if err := needArgs(args, 1, "keys|within|over|bound|min|median|max|max-over-bound|over-nearest|closest-max|range|ratio-range"); err != nil {
 			return "", err
 		}
 		r, err := c.hotspot("hotspot.json")
@@ -181,6 +193,10 @@ func init() {
 			return count(b.OverNearest), nil
 		case "closest-max":
 			return num(b.ClosestMax, 0), nil
+		case "range":
+			return num(b.Min, 0) + "–" + num(b.Max, 0), nil
+		case "ratio-range":
+			return num(b.Min/float64(b.Bound), 2) + "–" + num(b.MaxOverBnd, 2) + "×", nil
 		}
 		return "", fmt.Errorf("field %q unknown", args[0])
 	})
@@ -206,6 +222,11 @@ func init() {
 						n++
 					}
 				}
+				if bd.lo == 0 {
+					for _, v := range rp.Run.ClosestByKey {
+						peak = math.Max(peak, v)
+					}
+				}
 				for k, top := range rp.Run.TopByKey {
 					for _, rl := range top {
 						if rl.Rank >= bd.lo && rl.Rank <= bd.hi {
@@ -220,7 +241,11 @@ func init() {
 			if n == 0 {
 				continue
 			}
-			rows = append(rows, []string{bd.name, num(sum/float64(n), 0), num(peak, 0), count(busiest)})
+			most := num(peak, 0)
+			if peak == 0 && bd.lo > 0 {
+				most = "–" // none among any key's busiest ten
+			}
+			rows = append(rows, []string{bd.name, num(sum/float64(n), 0), most, count(busiest)})
 		}
 		return table([]string{"nodes, by distance to the key", "mean put RPCs/min (mean over the keys)", "most any of them took for a key (among each key's busiest ten)", "keys whose busiest node is here"}, rows), nil
 	})
@@ -268,7 +293,7 @@ func init() {
 
 	// hotspot.growth busiest|closest|log2|first|last: the sweep's growth.
 	register("hotspot.growth", func(c *results, args []string) (string, error) {
-		if err := needArgs(args, 1, "busiest|closest|log2|first|last|busiest-first|busiest-last|topology"); err != nil {
+		if err := needArgs(args, 1, "busiest|closest|log2|first|last|busiest-first|busiest-last|topology|max-over-bound"); err != nil {
 			return "", err
 		}
 		r, err := c.hotspot("hotspot.json")
@@ -296,6 +321,12 @@ func init() {
 			return num(last.MaxSteady, 0), nil
 		case "topology":
 			return r.Repeats[0].Topology, nil
+		case "max-over-bound":
+			m := 0.0
+			for _, s := range r.Sweep {
+				m = math.Max(m, s.MaxSteady/float64(s.Predict))
+			}
+			return times(m, 2), nil
 		}
 		return "", fmt.Errorf("field %q unknown", args[0])
 	})
@@ -309,7 +340,7 @@ func init() {
 		m := len(r.Coral.Minutes)
 		return fmt.Sprintf("n = %d, %d nodes per site, a single level-0 cluster; every node issues back-to-back put/get pairs with random values on each of %d hot keys "+
 			"(at most %s pairs a second per node and key, TTL %s) for %d virtual minutes, the first a warm-up; β = %d, so β·⌈log₂ n⌉ = %d",
-			r.Coral.N, r.PerSite, r.Keys, num(r.Rate, 0), r.TTL, m, r.Beta, r.Coral.Predict), nil
+			r.Coral.N, r.PerSite, r.Keys, num(r.Rate, 0), durString(r.TTL), m, r.Beta, r.Coral.Predict), nil
 	})
 
 	// hotspot.zipf: the Zipf workload's runs.

@@ -37,13 +37,18 @@ func main() {
 	only := flag.String("only", "", "-regenerate: result files (hotspot.json) or programs (eval/hotspot), comma-separated")
 	kind := flag.String("kind", "all", "-regenerate: virtual, real or all")
 	keepGoing := flag.Bool("keep-going", false, "-regenerate: go on after an experiment fails")
+	resultsDir := flag.String("results", "", "read the result files from this directory instead of docs/eval (to preview other runs' figures)")
 	flag.Parse()
 	root, err := evalrun.RepoRoot()
 	if err == nil && *regen {
 		err = regenerate(root, *only, *kind, *keepGoing)
 	}
 	if err == nil {
-		err = writeDocs(root, *check)
+		dir := *resultsDir
+		if dir == "" {
+			dir = filepath.Join(root, filepath.FromSlash(evalrun.ResultsDir))
+		}
+		err = writeDocs(root, dir, *check)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
@@ -57,8 +62,8 @@ func renderDoc(c *results, text string) (string, error) {
 }
 
 // writeDocs renders every document; with check it only compares.
-func writeDocs(root string, check bool) error {
-	c := newResults(filepath.Join(root, filepath.FromSlash(evalrun.ResultsDir)))
+func writeDocs(root, resultsDir string, check bool) error {
+	c := newResults(resultsDir)
 	var problems []string
 	for _, d := range documents {
 		path := filepath.Join(root, filepath.FromSlash(d.Path))

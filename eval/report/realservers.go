@@ -35,6 +35,8 @@ func roundRatios(m map[string]any) [][]string {
 		med := "–"
 		if f, ok := m["median_"+n].(float64); ok {
 			med = "**" + num(f, 3) + "**"
+		} else if f, ok := m["median_ratio"].(float64); ok && n == "coral_over_file" {
+			med = "**" + num(f, 3) + "**" // eval/dnsperf's name for it
 		}
 		rows = append(rows, []string{strings.ReplaceAll(n, "_", " "), strings.Join(rounds, " / "), med})
 	}
@@ -216,6 +218,43 @@ func init() {
 				fmt.Sprintf("%d of %d", im.Checks.Passed, im.Checks.Of)})
 		}
 		return table([]string{"cache-tests at " + shortCommit(r.SuiteCommit), "version", "required tests passed", "optimal tests passed", "checks passed"}, rows), nil
+	})
+
+	// conformance.value LABEL-WORD required|optimal|checks: "137 of 160"
+	// for the implementation whose name is the first word.
+	register("conformance.value", func(c *results, args []string) (string, error) {
+		if err := needArgs(args, 2, "coral|trafficserver|squid|nginx required|optimal|checks"); err != nil {
+			return "", err
+		}
+		var r struct {
+			Impls []struct {
+				Name     string `json:"implementation"`
+				Version  string `json:"version"`
+				Required struct{ Passed, Of int }
+				Optimal  struct{ Passed, Of int }
+				Checks   struct{ Passed, Of int }
+			} `json:"implementations"`
+		}
+		if err := c.load("conformance/summary.json", &r); err != nil {
+			return "", err
+		}
+		for _, im := range r.Impls {
+			if im.Name != args[0] {
+				continue
+			}
+			switch args[1] {
+			case "required":
+				return fmt.Sprintf("%d of %d", im.Required.Passed, im.Required.Of), nil
+			case "optimal":
+				return fmt.Sprintf("%d of %d", im.Optimal.Passed, im.Optimal.Of), nil
+			case "checks":
+				return fmt.Sprintf("%d of %d", im.Checks.Passed, im.Checks.Of), nil
+			case "version":
+				return strings.Fields(im.Version + " ")[0], nil
+			}
+			return "", fmt.Errorf("want required, optimal, checks or version, not %q", args[1])
+		}
+		return "", fmt.Errorf("conformance/summary.json has no %q", args[0])
 	})
 
 	// chaos.phases: eval/chaos's table.

@@ -50,12 +50,18 @@ func (c *results) load(name string, v any) error {
 	return nil
 }
 
-// render renders region r.
-func (c *results) render(r region) (string, error) {
+// render renders region r. A result file that lacks what a renderer
+// reads is an error naming the region, not a crash.
+func (c *results) render(r region) (text string, err error) {
 	f, ok := renderers[r.Name]
 	if !ok {
 		return "", fmt.Errorf("no renderer %q (eval/report registers %s)", r.Name, strings.Join(rendererNames(), ", "))
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			text, err = "", fmt.Errorf("the result files lack what %s reads: %v", r.Name, p)
+		}
+	}()
 	return f(c, r.Args)
 }
 
@@ -148,18 +154,6 @@ func date(s string) string {
 		return s
 	}
 	return t.UTC().Format("2006-01-02 15:04 MST")
-}
-
-// median of v (NaN when empty).
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	s := slices.Sorted(slices.Values(v))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // dur formats a duration in one unit: "30 min", "180 s", "500 ms".
