@@ -85,6 +85,7 @@ fuzz:
 	$(GO) test -run=NONE -fuzz='^FuzzParseAndScore$$' -fuzztime=$(FUZZTIME) ./eval/conformance
 	$(GO) test -run=NONE -fuzz='^FuzzParseMetrics$$' -fuzztime=$(FUZZTIME) ./internal/lab/netns/coralnet
 	$(GO) test -run=NONE -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/lab/profdiff
+	$(GO) test -run=NONE -fuzz='^FuzzRegions$$' -fuzztime=$(FUZZTIME) ./eval/report
 
 # The experiments behind docs/evaluation.md, regenerated one after the
 # other from a clean tree with the commands the documents show (hours; the

@@ -333,6 +333,34 @@ func init() {
 		return table([]string{"topology", "traces", "number", "outcomes"}, rows), nil
 	})
 
+	// endtoend.sensitivity FILE...: multi-level against traceroute for
+	// clients sharing no prefix, under other rates of the router model.
+	register("endtoend.sensitivity", func(c *results, args []string) (string, error) {
+		files := append([]string{"endtoend-synthetic.json"}, args...)
+		var rows [][]string
+		for _, f := range files {
+			var r e2eReport
+			if err := c.load(f, &r); err != nil {
+				return "", err
+			}
+			m, err1 := r.find("multi", "apart")
+			t, err2 := r.find("traceroute", "apart")
+			if err := firstErr(err1, err2); err != nil {
+				return "", fmt.Errorf("%s: %w", f, err)
+			}
+			rp := r.Params.Route
+			n := 0
+			for _, k := range t.Traces {
+				n += k
+			}
+			rows = append(rows, []string{"`" + f + "`", fmt.Sprintf("%d ISPs, %s silent, %s answer echo", rp.ISPs, pct(rp.Silent, 0), pct(rp.ClientEcho, 0)),
+				secs(m.AllP50) + " / " + secs(m.AllP96), secs(t.AllP50) + " / " + secs(t.AllP96), times(m.AllP50/t.AllP50, 2),
+				pct(m.SameSite, 0) + " / " + pct(t.SameSite, 0), outcomes(t.Traces, n)})
+		}
+		return table([]string{"file (synthetic world)", "routers: ISPs per site, silent, clients answering echo", "multi-level p50 / p96 (s)",
+			"traceroute p50 / p96 (s)", "multi-level over traceroute, p50", "proxy at the client's site, multi-level / traceroute", "traces toward resolvers"}, rows), nil
+	})
+
 	// endtoend.region TOPOLOGY: the region the tables break out.
 	register("endtoend.region", func(c *results, args []string) (string, error) {
 		if err := needArgs(args, 1, "TOPOLOGY"); err != nil {

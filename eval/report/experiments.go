@@ -35,6 +35,10 @@ var experiments = []experiment{
 	{File: "hotspot.json", Program: "hotspot", Args: []string{"-seeds", "1 2 3 4 5", "-topologies", "both", "-sweep", "128 256 512 1024 2048", "-name", "hotspot"}, Data: true, Virtual: true},
 	{File: "endtoend-synthetic.json", Program: "endtoend", Args: []string{"-topology", "synthetic", "-name", "endtoend-synthetic"}, Virtual: true},
 	{File: "endtoend-wonderproxy.json", Program: "endtoend", Args: []string{"-topology", "wonderproxy", "-name", "endtoend-wonderproxy"}, Data: true, Virtual: true},
+	{File: "endtoend-synthetic-answering.json", Program: "endtoend", Args: []string{"-topology", "synthetic", "-configs", "1,2", "-variants", "1",
+		"-silent", "0", "-echo", "1", "-name", "endtoend-synthetic-answering"}, Virtual: true},
+	{File: "endtoend-synthetic-one-isp.json", Program: "endtoend", Args: []string{"-topology", "synthetic", "-configs", "1,2", "-variants", "1",
+		"-isps", "1", "-name", "endtoend-synthetic-one-isp"}, Virtual: true},
 
 	{File: "dnsperf.json", Program: "dnsperf", Needs: "bin/coredns, dnsperf"},
 	{File: "dnsperf-floor.json", Program: "dnsperf", Args: []string{"-rounds", "3", "-duration", "5s", "-latduration", "5s", "-quiet", "20s", "-name", "dnsperf-floor"},
