@@ -191,7 +191,7 @@ func init() {
 			}
 			return times(a.Windows[len(a.Windows)-1].P50/b.Windows[len(b.Windows)-1].P50, 1), nil
 		}
-		return times(a.AllP50/b.AllP50, 1), nil
+		return times(a.AllP50/b.AllP50, 2), nil
 	})
 
 	// endtoend.value TOPOLOGY VARIANT CONFIG FIELD: one figure of a row:
@@ -224,8 +224,10 @@ func init() {
 			return ms(1000*x.ProxyRTT) + " ms", nil
 		case "requests":
 			return count(x.Requests), nil
+		case "minutes":
+			return num(r.Params.Duration.Minutes(), 0), nil
 		}
-		return "", fmt.Errorf("field %q: want p50, p96, asia-p50, asia-p96, same-site, proxy-rtt or requests", args[3])
+		return "", fmt.Errorf("field %q: want p50, p96, asia-p50, asia-p96, same-site, proxy-rtt, requests or minutes", args[3])
 	})
 
 	// endtoend.share TOPOLOGY VARIANT CONFIG SCOPE DIM CLASS...: the share
@@ -244,7 +246,7 @@ func init() {
 			return "", err
 		}
 		dim := strings.ReplaceAll(args[4], "_", " ")
-		return pct(x.class(args[3], dim, strings.Join(args[5:], " ")).Share, 0), nil
+		return pct(x.class(args[3], dim, strings.Join(args[5:], " ")).Share, 1), nil
 	})
 
 	// endtoend.breakdown TOPOLOGY VARIANT CONFIG SCOPE DIM: the classes of
@@ -270,7 +272,7 @@ func init() {
 		for _, cl := range classes {
 			rows = append(rows, []string{cl.Class, pct(cl.Share, 1), secs(cl.P50), secs(cl.P96), ms(1000 * cl.ProxyRTT), pct(cl.Tail, 0)})
 		}
-		return table([]string{dim, "share of requests", "p50 (s)", "p96 (s)", "client–proxy RTT p50 (ms)", "share of the slowest 4 %"}, rows), nil
+		return table([]string{dim + " (" + e2eConfigs[args[2]] + ")", "share of requests", "p50 (s)", "p96 (s)", "client–proxy RTT p50 (ms)", "share of the slowest 4 %"}, rows), nil
 	})
 
 	// endtoend.stability: the p50 ratios by window and up to each
@@ -353,12 +355,63 @@ func init() {
 			for _, k := range t.Traces {
 				n += k
 			}
-			rows = append(rows, []string{"`" + f + "`", fmt.Sprintf("%d ISPs, %s silent, %s answer echo", rp.ISPs, pct(rp.Silent, 0), pct(rp.ClientEcho, 0)),
+			isps := fmt.Sprintf("%d ISPs", rp.ISPs)
+			if rp.ISPs == 1 {
+				isps = "1 ISP"
+			}
+			rows = append(rows, []string{"`" + f + "`", fmt.Sprintf("%s, %s silent, %s answer echo", isps, pct(rp.Silent, 0), pct(rp.ClientEcho, 0)),
 				secs(m.AllP50) + " / " + secs(m.AllP96), secs(t.AllP50) + " / " + secs(t.AllP96), times(m.AllP50/t.AllP50, 2),
 				pct(m.SameSite, 0) + " / " + pct(t.SameSite, 0), outcomes(t.Traces, n)})
 		}
 		return table([]string{"file (synthetic world)", "routers: ISPs per site, silent, clients answering echo", "multi-level p50 / p96 (s)",
 			"traceroute p50 / p96 (s)", "multi-level over traceroute, p50", "proxy at the client's site, multi-level / traceroute", "traces toward resolvers"}, rows), nil
+	})
+
+	// endtoend.order VARIANT: the configurations from fastest to slowest,
+	// at the median and the p96, on each topology.
+	register("endtoend.order", func(c *results, args []string) (string, error) {
+		if err := needArgs(args, 1, "beside|apart"); err != nil {
+			return "", err
+		}
+		var parts []string
+		for _, topo := range []string{"wonderproxy", "synthetic"} {
+			r, err := c.e2e(topo)
+			if err != nil {
+				return "", err
+			}
+			var rows []*e2eResult
+			for _, cfg := range e2eConfigList {
+				x, err := r.find(cfg, args[0])
+				if err != nil {
+					return "", err
+				}
+				rows = append(rows, x)
+			}
+			for _, pc := range []string{"p50", "p96"} {
+				val := func(x *e2eResult) float64 {
+					if pc == "p50" {
+						return x.AllP50
+					}
+					return x.AllP96
+				}
+				sorted := slices.Clone(rows)
+				slices.SortStableFunc(sorted, func(a, b *e2eResult) int {
+					switch {
+					case val(a) < val(b):
+						return -1
+					case val(a) > val(b):
+						return 1
+					}
+					return 0
+				})
+				var names []string
+				for _, x := range sorted {
+					names = append(names, strings.TrimPrefix(x.Config, "multi-level, ")+" "+secs(val(x))+" s")
+				}
+				parts = append(parts, fmt.Sprintf("%s, %s: %s", topoName(topo), pc, strings.Join(names, " < ")))
+			}
+		}
+		return strings.Join(parts, "; "), nil
 	})
 
 	// endtoend.region TOPOLOGY: the region the tables break out.

@@ -13,9 +13,10 @@ func init() {
 		var b strings.Builder
 		line := func(format string, a ...any) { fmt.Fprintf(&b, "- "+format+"\n", a...) }
 
-		var ratios []string
-		for _, v := range []string{"beside", "apart"} {
-			var parts []string
+		type fig5 struct{ trace, multi, mt []string }
+		var byVariant [2]fig5
+		minutes := ""
+		for vi, v := range []string{"beside", "apart"} {
 			for _, topo := range []string{"wonderproxy", "synthetic"} {
 				r, err := c.e2e(topo)
 				if err != nil {
@@ -27,12 +28,19 @@ func init() {
 				if err := firstErr(err1, err2, err3); err != nil {
 					return "", err
 				}
-				parts = append(parts, fmt.Sprintf("%s %s (multi-level: %s)", topoName(topo), times(s.AllP50/t.AllP50, 1), times(s.AllP50/m.AllP50, 1)))
+				byVariant[vi].trace = append(byVariant[vi].trace, times(s.AllP50/t.AllP50, 1))
+				byVariant[vi].multi = append(byVariant[vi].multi, times(s.AllP50/m.AllP50, 1))
+				byVariant[vi].mt = append(byVariant[vi].mt, times(m.AllP50/t.AllP50, 2))
+				minutes = num(r.Params.Duration.Minutes(), 0)
 			}
-			ratios = append(ratios, fmt.Sprintf("clients %s: %s", e2eVariants[v], strings.Join(parts, ", ")))
 		}
-		line("**End-to-end latency** ([Fig. 5](docs/evaluation.md#end-to-end-latency-figure-5)), single-level p50 over multi-level with traceroute, "+
-			"in virtual time with a router-level model of the traces: %s. The paper measured four times, for clients beside a proxy.", strings.Join(ratios, "; "))
+		line("**End-to-end latency** ([Fig. 5](docs/evaluation.md#end-to-end-latency-figure-5)), in virtual time over %s minutes, with traces that walk a model "+
+			"of the routers: a median request with single-level DNS takes %s (WonderProxy matrix / synthetic world) as long as with multi-level DNS and "+
+			"traceroute for clients beside a proxy (the paper: about four times), and %s for clients sharing no prefix with a proxy. Against multi-level "+
+			"DNS without traceroute: %s and %s, growing with the run's length; multi-level without traceroute over multi-level with it, clients sharing "+
+			"no prefix: %s.",
+			minutes, strings.Join(byVariant[0].trace, " / "), strings.Join(byVariant[1].trace, " / "),
+			strings.Join(byVariant[0].multi, " / "), strings.Join(byVariant[1].multi, " / "), strings.Join(byVariant[1].mt, " / "))
 
 		hs, err := c.hotspot("hotspot.json")
 		if err != nil {
@@ -44,10 +52,10 @@ func init() {
 		bs := hs.Busiest
 		plain := []string{}
 		for _, pl := range hs.Plains {
-			plain = append(plain, fmt.Sprintf("%s on %s", times(hs.PlainBus[pl.Topology], 0), topoName(pl.Topology)))
+			plain = append(plain, fmt.Sprintf("%s Coral's busiest on the %s", times(hs.PlainBus[pl.Topology], 0), topoName(pl.Topology)))
 		}
-		line("**Hot key** ([Fig. 8](docs/evaluation.md#load-on-a-hot-key-paper-fig-8)), n = %d: the key's closest node stays within β·⌈log₂ n⌉ = %d put RPCs a minute "+
-			"on every key (at most %s); the busiest node exceeds it on %d of %d keys, by up to %s. A plain DHT's busiest node takes %s Coral's busiest.",
+		line("**Hot key** ([Fig. 8](docs/evaluation.md#load-on-a-hot-key-paper-fig-8)), n = %d, β·⌈log₂ n⌉ = %d put RPCs a minute: "+
+			"the key's closest node took at most %s; the busiest node exceeded the bound on %d of %d keys, by up to %s. A plain DHT's busiest node takes %s.",
 			hs.Coral.N, bs.Bound, num(bs.ClosestMax, 0), bs.Keys-bs.Within, bs.Keys, times(bs.MaxOverBnd, 2), strings.Join(plain, " and "))
 
 		gp, err := c.getlatency("paper", "wonderproxy")
@@ -59,7 +67,7 @@ func init() {
 			return "", err
 		}
 		line("**Get latency** ([Fig. 6](docs/evaluation.md#get-latency-with-and-without-the-hierarchy-paper-fig-6)), three levels against one at the median: "+
-			"%s when a %s of the nodes hold every key (the paper's kind of workload), %s when %d nodes hold each of %s keys of Zipf popularity.",
+			"%s when %s of the nodes hold every key (the paper's kind of workload), %s when %d nodes hold each of %s keys of Zipf popularity.",
 			speedup(gp.Single.P50, gp.Multi.P50), pct(gp.PutFraction, 0), speedup(gz.Single.P50, gz.Multi.P50), gz.Putters, count(gz.Keys))
 
 		var fc []string
@@ -68,7 +76,11 @@ func init() {
 			if err != nil {
 				return "", err
 			}
-			fc = append(fc, fmt.Sprintf("%d origin fetches for %d files (%s, %s requests)", r.Origin.Fetches, r.Params.Files, r.variant(), count(r.Totals.Requests)))
+			how := "clusters pinned"
+			if !r.pinned() {
+				how = "clusters formed by the nodes"
+			}
+			fc = append(fc, fmt.Sprintf("%d origin fetches for %d files with %s (%s requests)", r.Origin.Fetches, r.Params.Files, how, count(r.Totals.Requests)))
 		}
 		fe, err := c.flashcrowd("flashcrowd-error.json")
 		if err != nil {

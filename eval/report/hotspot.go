@@ -161,7 +161,7 @@ func init() {
 	// hotspot.busiest FIELD: the busiest nodes over every key, seed and
 	// topology.
 	register("hotspot.busiest", func(c *results, args []string) (string, error) {
-		if err := needArgs(args, 1, "keys|within|over|bound|min|median|max|max-over-bound|over-nearest|closest-max|range|ratio-range"); err != nil {
+		if err := needArgs(args, 1, "keys|within|over|bound|min|median|max|max-over-bound|over-nearest|closest-max|closest-verdict|range|ratio-range"); err != nil {
 			return "", err
 		}
 		r, err := c.hotspot("hotspot.json")
@@ -193,6 +193,11 @@ func init() {
 			return count(b.OverNearest), nil
 		case "closest-max":
 			return num(b.ClosestMax, 0), nil
+		case "closest-verdict":
+			if b.ClosestMax <= float64(b.Bound) {
+				return "within the bound on every key of every run", nil
+			}
+			return "over the bound on some keys", nil
 		case "range":
 			return num(b.Min, 0) + "–" + num(b.Max, 0), nil
 		case "ratio-range":
