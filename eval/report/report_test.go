@@ -296,3 +296,34 @@ func programFlags(t *testing.T, dir string) map[string]bool {
 	}
 	return out
 }
+
+func TestExperimentCommands(t *testing.T) {
+	e := experiment{File: "x.json", Program: "hotspot", Args: []string{"-seeds", "1 2 3", "-suite", "$CORAL_TEST_SUITE"}, Data: true, Needs: "a suite"}
+	if got, want := e.commandLine(), `CORAL_RTT_DATA=/path/to/wonderproxy-2020-07 go run ./eval/hotspot -seeds "1 2 3" -suite $CORAL_TEST_SUITE`; got != want {
+		t.Errorf("commandLine = %q, want %q", got, want)
+	}
+	t.Setenv("CORAL_TEST_SUITE", "")
+	if _, err := e.argv(); err == nil || !strings.Contains(err.Error(), "CORAL_TEST_SUITE") {
+		t.Errorf("argv with the variable unset: %v", err)
+	}
+	t.Setenv("CORAL_TEST_SUITE", "/a b")
+	argv, err := e.argv()
+	if err != nil || !slices.Equal(argv, []string{"go", "run", "./eval/hotspot", "-seeds", "1 2 3", "-suite", "/a b"}) {
+		t.Errorf("argv = %q, %v", argv, err)
+	}
+	for _, f := range []string{"hotspot.json", "endtoend-wonderproxy.json", "chaos/chaos.json"} {
+		if _, err := experimentFor(f); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := experimentFor("nothing.json"); err == nil {
+		t.Error("experimentFor(nothing.json): no error")
+	}
+	seen := map[string]bool{}
+	for _, e := range experiments {
+		if seen[e.File] {
+			t.Errorf("%s listed twice", e.File)
+		}
+		seen[e.File] = true
+	}
+}
