@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,27 +27,44 @@ func register(name string, r renderer) {
 	renderers[name] = r
 }
 
-// results reads the committed result files, each once.
+// results reads the committed result files, each once, and decodes each
+// into each type once: renderers only read what they are given.
 type results struct {
-	dir   string // docs/eval
-	cache map[string][]byte
+	dir     string // docs/eval
+	decoded map[decodedKey]reflect.Value
 }
 
-func newResults(dir string) *results { return &results{dir: dir, cache: map[string][]byte{}} }
+type decodedKey struct {
+	name string
+	typ  reflect.Type
+}
 
-// load decodes result file name (relative to the results directory) into v.
+func newResults(dir string) *results {
+	return &results{dir: dir, decoded: map[decodedKey]reflect.Value{}}
+}
+
+// load decodes result file name (relative to the results directory) into
+// v, a pointer.
 func (c *results) load(name string, v any) error {
-	b, ok := c.cache[name]
-	if !ok {
-		var err error
-		if b, err = os.ReadFile(filepath.Join(c.dir, filepath.FromSlash(name))); err != nil {
-			return err
-		}
-		c.cache[name] = b
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return fmt.Errorf("load %s: want a non-nil pointer, have %T", name, v)
+	}
+	k := decodedKey{name, rv.Type()}
+	if d, ok := c.decoded[k]; ok {
+		rv.Elem().Set(d.Elem())
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(c.dir, filepath.FromSlash(name)))
+	if err != nil {
+		return err
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
+	d := reflect.New(rv.Type().Elem())
+	d.Elem().Set(rv.Elem())
+	c.decoded[k] = d
 	return nil
 }
 

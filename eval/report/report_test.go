@@ -76,7 +76,11 @@ func TestHandEditFails(t *testing.T) {
 	c := newResults(filepath.Join(root, evalrun.ResultsDir))
 	digit := regexp.MustCompile(`[0-9]`)
 	edited := 0
-	for _, r := range rs {
+	// Every seventh region, so that the whole document is sampled.
+	for i, r := range rs {
+		if i%7 != 0 {
+			continue
+		}
 		text := doc[r.Start:r.End]
 		loc := digit.FindStringIndex(text)
 		if loc == nil {
@@ -92,9 +96,7 @@ func TestHandEditFails(t *testing.T) {
 		if diffs := regionDiffs(hand, want); len(diffs) != 1 || !strings.Contains(diffs[0], r.Key()) {
 			t.Errorf("changing a digit of region %s (line %d) was not caught: %q", r.Key(), r.Line, diffs)
 		}
-		if edited++; edited == 25 {
-			break
-		}
+		edited++
 	}
 	if edited == 0 {
 		t.Fatal("no region with a figure in docs/evaluation.md")
