@@ -93,6 +93,8 @@ var (
 	e2eConfigs    = map[string]string{"single": "single-level", "multi": "multi-level", "traceroute": "multi-level, traceroute"}
 	e2eVariants   = map[string]string{"beside": "beside a proxy", "apart": "no shared prefix"}
 	e2eConfigList = []string{"single", "multi", "traceroute"}
+	// e2eWho names a variant's clients in prose.
+	e2eWho = map[string]string{"beside": "clients beside a proxy", "apart": "clients sharing no prefix with a proxy"}
 )
 
 func (c *results) e2e(topology string) (*e2eReport, error) {
@@ -143,7 +145,10 @@ func init() {
 		if err != nil {
 			return "", err
 		}
-		head := []string{"request latency (s), p50 / p96, clients " + e2eVariants[args[0]], "WonderProxy, all", "WonderProxy, Asia", "synthetic, all", "synthetic, Asia"}
+		if e2eWho[args[0]] == "" {
+			return "", fmt.Errorf("variant %q: want beside or apart", args[0])
+		}
+		head := []string{"request latency (s), p50 / p96, " + e2eWho[args[0]], "WonderProxy, all", "WonderProxy, Asia", "synthetic, all", "synthetic, Asia"}
 		beside := args[0] == "beside"
 		if beside {
 			head = append(head, "paper, all", "paper, Asia")
@@ -329,7 +334,7 @@ func init() {
 				for _, k := range x.Traces {
 					n += k
 				}
-				rows = append(rows, []string{r.Topology, "name servers' traces toward resolvers " + e2eVariants[v], count(n), outcomes(x.Traces, n)})
+				rows = append(rows, []string{r.Topology, "name servers' traces toward the resolvers of " + e2eWho[v], count(n), outcomes(x.Traces, n)})
 			}
 		}
 		return table([]string{"topology", "traces", "number", "outcomes"}, rows), nil
