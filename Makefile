@@ -87,24 +87,16 @@ fuzz:
 	$(GO) test -run=NONE -fuzz='^FuzzParseMetrics$$' -fuzztime=$(FUZZTIME) ./internal/lab/netns/coralnet
 	$(GO) test -run=NONE -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/lab/profdiff
 	$(GO) test -run=NONE -fuzz='^FuzzParseMessages$$' -fuzztime=$(FUZZTIME) ./internal/lab/wan/nfq
+	$(GO) test -run=NONE -fuzz='^FuzzRegions$$' -fuzztime=$(FUZZTIME) ./eval/report
 
-# The experiments behind docs/evaluation.md (several minutes).
-eval:
-	$(GO) run ./eval/hotspot -sweep "128 256 512 1024 2048"
-	$(GO) run ./eval/lookup
-	$(GO) run ./eval/clusters
-	$(GO) run ./eval/getlatency
-	$(GO) run ./eval/endtoend
-	bash builds/coredns/build.sh
-	$(GO) run ./eval/dnsperf
-	bash builds/caddy/build.sh
-	$(GO) run ./eval/httpbench
-	$(GO) run ./eval/headerfields
-	$(GO) run ./eval/flashcrowd
-	$(GO) run ./eval/chaos
-	bash builds/coredns/build.sh
-	$(GO) run ./eval/wan
-	$(GO) run ./eval/wan -mode dht
+# The experiments behind docs/evaluation.md, regenerated one after the
+# other from a clean tree with the commands the documents show (hours; the
+# WonderProxy ones need CORAL_RTT_DATA, conformance CACHE_TESTS_DIR, chaos
+# and conformance root), then the documents' figures rewritten from them
+# (eval/report/doc.go). EVAL_FLAGS="-kind virtual" runs the simulations
+# alone, EVAL_FLAGS="-only hotspot.json" one file.
+eval: coredns caddy
+	$(GO) run ./eval/report -regenerate $(EVAL_FLAGS)
 
 # RFC 9111 conformance (docs/evaluation.md): the cache-tests suite, kept
 # outside the repository, against bin/caddy's coral_proxy in strict mode

@@ -171,6 +171,8 @@ func run(ctx context.Context, p params) (*report, error) {
 	rec := &recorder{start: start}
 	orig := newOrigin(objs, start)
 	loadAvg := evalrun.LoadAvg()
+	prov := evalrun.StartProvenance("chaos", evalrun.TopologyNetns)
+	prov.Command = p.Command
 	net, err := coralnet.Start(ctx, coralnet.Options{Dir: dir, Nodes: p.Nodes, Clients: 4,
 		CoreDNS: startCoreDNS, Caddy: startCaddy, Origin: orig, Logf: p.Logf, DebugProxy: p.DebugProxy})
 	if err != nil {
@@ -198,6 +200,8 @@ func run(ctx context.Context, p params) (*report, error) {
 	<-done
 	rep := buildReport(s, rec, smp, orig, p, rec.now())
 	rep.Kernel, rep.Load, rep.Command = evalrun.Kernel(), loadAvg, p.Command
+	prov.Finish()
+	rep.Provenance = prov
 	if werr := errors.Join(rep.writeJSON(filepath.Join(p.Out, p.Name+".json")), plotTimeline(filepath.Join(p.Out, p.Name+".png"), rep)); werr != nil {
 		err = errors.Join(err, werr)
 	}

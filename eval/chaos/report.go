@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/internal/lab/netns/coralnet"
 )
 
@@ -50,13 +51,14 @@ type phaseRow struct {
 
 // report is the whole run.
 type report struct {
-	Command string  `json:"command"`
-	Params  params  `json:"params"`
-	Kernel  string  `json:"kernel"`
-	Load    string  `json:"loadavg_before"`
-	TTL     int     `json:"dns_answer_ttl_s"`
-	Window  float64 `json:"ttl_window_s"`
-	Objects int     `json:"objects"`
+	Provenance *evalrun.Provenance `json:"provenance"`
+	Command    string              `json:"command"`
+	Params     params              `json:"params"`
+	Kernel     string              `json:"kernel"`
+	Load       string              `json:"loadavg_before"`
+	TTL        int                 `json:"dns_answer_ttl_s"`
+	Window     float64             `json:"ttl_window_s"`
+	Objects    int                 `json:"objects"`
 
 	Phases []phaseRow `json:"phases"`
 	Total  phaseRow   `json:"total"`

@@ -22,6 +22,7 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/eval/internal/clusterq"
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/sim"
 	"github.com/coralcdn/coral/eval/internal/topology"
 	"github.com/coralcdn/coral/eval/internal/vtime"
@@ -38,6 +39,7 @@ type params struct {
 	Joiners  int           // nodes held back, then joined at sites with other nodes
 	Out      string
 	Plot     bool
+	Topology string // topology.Named
 }
 
 // periodRow is the quality at the end of one clustering period.
@@ -65,18 +67,19 @@ type joinerResult struct {
 }
 
 type report struct {
-	Topology   string             `json:"topology"`
-	N          int                `json:"n"`
-	PerSite    int                `json:"per_site"`
-	IntervalNs int64              `json:"cluster_interval_ns"`
-	Periods    []periodRow        `json:"periods"`
-	Converged  []float64          `json:"converged_minutes"` // per level above 0; -1 if never
-	Greedy     []clusterq.Quality `json:"greedy"`
-	Final      []clusterq.Quality `json:"final"`
-	Stability  stability          `json:"stability"`
-	Joiners    joinerResult       `json:"late_joiners"`
-	WallSec    float64            `json:"wall_seconds"`
-	PeakRSS    uint64             `json:"peak_rss_bytes"`
+	Provenance *evalrun.Provenance `json:"provenance"`
+	Topology   string              `json:"topology"`
+	N          int                 `json:"n"`
+	PerSite    int                 `json:"per_site"`
+	IntervalNs int64               `json:"cluster_interval_ns"`
+	Periods    []periodRow         `json:"periods"`
+	Converged  []float64           `json:"converged_minutes"` // per level above 0; -1 if never
+	Greedy     []clusterq.Quality  `json:"greedy"`
+	Final      []clusterq.Quality  `json:"final"`
+	Stability  stability           `json:"stability"`
+	Joiners    joinerResult        `json:"late_joiners"`
+	WallSec    float64             `json:"wall_seconds"`
+	PeakRSS    uint64              `json:"peak_rss_bytes"`
 }
 
 func main() {
@@ -89,6 +92,7 @@ func main() {
 	flag.DurationVar(&p.Interval, "interval", coraldht.DefaultConfig().ClusterInterval, "clustering period")
 	flag.IntVar(&p.Joiners, "joiners", 24, "nodes held back and joined at the end, each at a site with other nodes")
 	flag.StringVar(&p.Out, "out", "docs/eval", "directory for clusters.json and the maps")
+	flag.StringVar(&p.Topology, "topology", "auto", "RTT matrix: synthetic, wonderproxy ($CORAL_RTT_DATA) or auto")
 	flag.Parse()
 	vtime.Main(func() error {
 		_, err := experiment(p, os.Stdout)
@@ -98,7 +102,12 @@ func main() {
 
 func experiment(p params, w io.Writer) (*report, error) {
 	start := sim.WallNow()
-	m := topology.Load(p.Seed)
+	m, err := topology.Named(p.Topology, p.Seed)
+	if err != nil {
+		return nil, err
+	}
+	prov := evalrun.StartProvenance("clusters", m.Source)
+	fmt.Fprintln(w, prov)
 	// The last node placed at each of the first Joiners sites is held
 	// back: it joins at the end, next to nodes already clustered.
 	late := func(i int) bool {
@@ -121,7 +130,7 @@ func experiment(p params, w io.Writer) (*report, error) {
 	}
 	placedPresent := pick(s.Placed, present)
 	levels := s.Nodes[0].Levels()[1:]
-	rep := &report{Topology: m.Source, N: len(present), PerSite: p.PerSite, IntervalNs: int64(p.Interval)}
+	rep := &report{Provenance: prov, Topology: m.Source, N: len(present), PerSite: p.PerSite, IntervalNs: int64(p.Interval)}
 	for _, lv := range levels {
 		rep.Greedy = append(rep.Greedy, clusterq.Measure(m, placedPresent, lv.Level, lv.Threshold, clusterq.Greedy(m, placedPresent, lv.Threshold)))
 		rep.Converged = append(rep.Converged, -1)
@@ -205,6 +214,7 @@ func experiment(p params, w io.Writer) (*report, error) {
 	rep.WallSec = sim.WallNow().Sub(start).Seconds()
 	rep.PeakRSS = sim.PeakRSS()
 	fmt.Fprintf(w, "wall %.0f s, peak RSS %d MiB\n", rep.WallSec, rep.PeakRSS>>20)
+	prov.Finish()
 	return rep, sim.WriteJSON(filepath.Join(p.Out, "clusters.json"), rep)
 }
 

@@ -117,14 +117,15 @@ type implReport struct {
 
 // summary is summary.json.
 type summary struct {
-	Command     string       `json:"command"`
-	Date        string       `json:"date"`
-	SuiteRepo   string       `json:"suite_repository"`
-	SuiteCommit string       `json:"suite_commit"`
-	Node        string       `json:"node"`
-	Kernel      string       `json:"kernel"`
-	LoadAvg     string       `json:"loadavg_before"`
-	Results     []implReport `json:"implementations"` // without per-test results
+	Provenance  *evalrun.Provenance `json:"provenance"`
+	Command     string              `json:"command"`
+	Date        string              `json:"date"`
+	SuiteRepo   string              `json:"suite_repository"`
+	SuiteCommit string              `json:"suite_commit"`
+	Node        string              `json:"node"`
+	Kernel      string              `json:"kernel"`
+	LoadAvg     string              `json:"loadavg_before"`
+	Results     []implReport        `json:"implementations"` // without per-test results
 }
 
 func run(ctx context.Context, o options) error {
@@ -166,7 +167,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	sum := summary{Command: evalrun.CommandLine("conformance"), Date: time.Now().UTC().Format(time.RFC3339),
+	sum := summary{Provenance: evalrun.StartProvenance("conformance", evalrun.TopologyLoopback), Command: evalrun.CommandLine("conformance"), Date: time.Now().UTC().Format(time.RFC3339),
 		SuiteRepo: suiteRepo, SuiteCommit: s.commit, Node: s.nodeVersion(), Kernel: evalrun.Kernel(), LoadAvg: evalrun.LoadAvg()}
 	log.Printf("cache-tests %s (%d tests), Node.js %s", shortCommit(s.commit), len(tests), sum.Node)
 
@@ -200,6 +201,7 @@ func run(ctx context.Context, o options) error {
 		r.Results, r.ClientOutput = nil, nil
 		sum.Results = append(sum.Results, r)
 	}
+	sum.Provenance.Finish()
 	if err := writeJSON(filepath.Join(outDir, "summary.json"), sum); err != nil {
 		return err
 	}

@@ -44,7 +44,8 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 		return nil, fmt.Errorf("%v: install Debian's dnsperf (apt-get install dnsperf)", err)
 	}
 	rep = &report{
-		Command: command,
+		Provenance: evalrun.StartProvenance("dnsperf", evalrun.TopologyLoopback),
+		Command:    command,
 		Tools: tools{
 			Throughput: throughputTool(p.Slices),
 			Latency:    "dnsperf -Q <rate> -v (every response's latency, µs resolution, from its verbose output)",
@@ -243,13 +244,14 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 
 	rep.Wall = time.Since(wallStart).Seconds()
 	fmt.Printf("\nWall time %.0f s\n", rep.Wall)
-	if err := sim.WriteJSON(filepath.Join(p.Out, "dnsperf.json"), rep); err != nil {
+	rep.Provenance.Finish()
+	if err := sim.WriteJSON(filepath.Join(p.Out, p.Name+".json"), rep); err != nil {
 		return nil, err
 	}
-	if err := plotCDF(filepath.Join(p.Out, "dnsperf.png"), rep); err != nil {
+	if err := plotCDF(filepath.Join(p.Out, p.Name+".png"), rep); err != nil {
 		return nil, err
 	}
-	fmt.Printf("Wrote %s/dnsperf.json and dnsperf.png\n", p.Out)
+	fmt.Printf("Wrote %s/%s.json and %[2]s.png\n", p.Out, p.Name)
 	if !hp.PassNoProbe || !hp.PassNoSync || !hp.PassAnswers {
 		return rep, fmt.Errorf("%w: %s", errHotPath, strings.Join(hp.Problems, "; "))
 	}

@@ -104,6 +104,7 @@ type params struct {
 	Quiet    time.Duration // the longest to wait before a run for other processes to go quiet
 	Profile  string        // directory for CPU profiles of CoreDNS (empty: none)
 	Out      string
+	Name     string // stem of the output files
 }
 
 func defaultParams() params {
@@ -128,6 +129,7 @@ func defaultParams() params {
 		Settle:   90 * time.Second,
 		Quiet:    60 * time.Second,
 		Out:      "docs/eval",
+		Name:     "dnsperf",
 	}
 }
 
@@ -163,7 +165,8 @@ func main() {
 	flag.DurationVar(&p.Settle, "settle", p.Settle, "longest wait for coral's answers to carry every proxy and name server")
 	flag.DurationVar(&p.Quiet, "quiet", p.Quiet, "before each run, wait at most this long for other processes to use under 0.15 CPUs (1 s samples; 0: don't wait)")
 	flag.StringVar(&p.Profile, "profile", p.Profile, "directory for CPU profiles of CoreDNS under load (an extra unmeasured run per zone; empty: none)")
-	flag.StringVar(&p.Out, "out", p.Out, "directory for dnsperf.json and dnsperf.png")
+	flag.StringVar(&p.Out, "out", p.Out, "directory for NAME.json and NAME.png")
+	flag.StringVar(&p.Name, "name", p.Name, "stem of the output files")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

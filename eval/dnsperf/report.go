@@ -1,15 +1,19 @@
 package main
 
-import "github.com/coralcdn/coral/internal/lab/profdiff"
+import (
+	"github.com/coralcdn/coral/eval/internal/evalrun"
+	"github.com/coralcdn/coral/internal/lab/profdiff"
+)
 
 // report is dnsperf.json.
 type report struct {
-	Command  string   `json:"command"`
-	Tools    tools    `json:"tools"`
-	Host     host     `json:"host"`
-	Params   jsonPar  `json:"params"`
-	Corefile string   `json:"corefile"`
-	Commands []string `json:"commands"` // the CoreDNS and dnsperf command lines, in order
+	Provenance *evalrun.Provenance `json:"provenance"`
+	Command    string              `json:"command"`
+	Tools      tools               `json:"tools"`
+	Host       host                `json:"host"`
+	Params     jsonPar             `json:"params"`
+	Corefile   string              `json:"corefile"`
+	Commands   []string            `json:"commands"` // the CoreDNS and dnsperf command lines, in order
 
 	ExpectedBytes int           `json:"expected_response_bytes"`
 	Coral         responseShape `json:"coral_response"`

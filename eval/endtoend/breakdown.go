@@ -12,6 +12,7 @@ import (
 
 // sample is one request: its latency and how its proxy was chosen.
 type sample struct {
+	at                 time.Duration // when it started, from the clients' start
 	lat, dns, proxyRTT time.Duration
 	serverRTT          time.Duration // the answering name server to the resolver
 	src                string        // where the proxy served the object from
@@ -23,8 +24,9 @@ type sample struct {
 // dimensions are the report's breakdown of requests: where the proxy was,
 // the hint that ranked it, the answer's proximity source, the NS set the
 // resolver asked from, where the answering name server was, where the
-// proxy got the object, and all but the last together ("why").
-var dimensions = [...]string{"proxy", "hint", "source", "ns set", "server", "served", "why"}
+// proxy got the object, how the answering server's last trace toward the
+// resolver's /24 ended, and all but "served" together ("why").
+var dimensions = [...]string{"proxy", "hint", "source", "ns set", "server", "served", "trace", "why"}
 
 const (
 	atSite      = "client's site"
@@ -44,16 +46,14 @@ func (w *world) where(site int, b netip.Addr) string {
 	return atElsewhere
 }
 
-// hopName names a hint hop (proximity's nearNode.hop) in this world's
-// traces, which return the region router and the site's gateway.
+// hopName names a hint hop (the plugin's nearNode.hop): 0 the target's
+// own /24, k the k-th router heard counting from the target outward.
 func hopName(hop int) string {
-	switch hop {
-	case 0:
+	switch {
+	case hop == 0:
 		return "client /24"
-	case 1:
-		return "gateway router"
-	case 2:
-		return "region router"
+	case hop > 0:
+		return fmt.Sprintf("router %d from client", hop)
 	}
 	return "none"
 }
@@ -68,8 +68,9 @@ func nsSetName(lockHop int) string {
 	return "level set, " + hopName(lockHop)
 }
 
-// describe fills in a sample's dimensions.
-func (w *world) describe(sm *sample, site int, proxy netip.Addr, info answerInfo) {
+// describe fills in a sample's dimensions; target is the address the
+// answering server mapped (the resolver's).
+func (w *world) describe(sm *sample, site int, proxy, target netip.Addr, info answerInfo) {
 	src := info.source
 	if src == "" {
 		src = "off"
@@ -78,8 +79,12 @@ func (w *world) describe(sm *sample, site int, proxy netip.Addr, info answerInfo
 	if info.source == "hints" {
 		hint = hopName(info.hop)
 	}
-	sm.dims = [len(dimensions)]string{w.where(site, proxy), hint, src, nsSetName(info.lockHop), w.where(site, info.server), sm.src, ""}
-	sm.dims[6] = sm.dims[0] + " | hint " + hint + " | " + src + " | " + sm.dims[3] + " | server " + sm.dims[4]
+	trace := "none"
+	if tr, ok := w.lastTrace(info.server, target); ok {
+		trace = tr.outcome()
+	}
+	sm.dims = [len(dimensions)]string{w.where(site, proxy), hint, src, nsSetName(info.lockHop), w.where(site, info.server), sm.src, trace, ""}
+	sm.dims[7] = sm.dims[0] + " | hint " + hint + " | " + src + " | " + sm.dims[3] + " | server " + sm.dims[4] + " | trace " + trace
 }
 
 // classStat summarises the requests of one class.

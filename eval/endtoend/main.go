@@ -4,15 +4,20 @@
 // single-level network, a multi-level one, and a multi-level one whose DNS
 // servers map clients with a trace toward them and locality hints.
 //
-//	go run ./eval/endtoend [-n 168] [-persite 2] [-configs 0,1,2] [-variants 0,1] [-out docs/eval]
+//	go run ./eval/endtoend [-topology synthetic|wonderproxy] [-name endtoend] [-n 168] [-persite 2]
+//	                       [-configs 0,1,2] [-variants 0,1] [-duration 30m] [-out docs/eval]
 //
 // It runs in virtual time on coraldht's in-memory network with latencies
-// from the WonderProxy RTT matrix when CORAL_RTT_DATA names it, or the
+// from the WonderProxy RTT matrix (CORAL_RTT_DATA names it) or the
 // synthetic world. Every node runs a Coral name server (the coral plugin's
 // own answer logic, coral.Simulated) and a proxy. Each client sits beside a
 // node, as in the paper (same host and /24), or, in the second variant, at
-// the same site in a /24 no node is in. See docs/evaluation.md for what is
-// real and what is modelled.
+// the same site in a /24 no node is in. Traces, the nodes' start-up traces
+// that decide their locality hints and the name servers' traces toward
+// clients, walk a router-level model of the paths hop by hop, with silent
+// routers, ICMP rate limits and clients that do not answer echo
+// (routes.go). See docs/evaluation.md for what is real and what is
+// modelled.
 package main
 
 import (
@@ -29,6 +34,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/sim"
 	"github.com/coralcdn/coral/eval/internal/topology"
 	"github.com/coralcdn/coral/eval/internal/vtime"
@@ -53,6 +59,15 @@ type params struct {
 	Warmup   time.Duration // virtual time for clustering before the DNS servers start
 	Seed     uint64
 	Out      string
+	// Name is the stem of the output files: NAME.json, NAME.png and
+	// NAME-region.png.
+	Name string
+	// Topology names the RTT matrix (topology.Named).
+	Topology string
+	// Window is the length of the slices of the run whose latencies the
+	// report gives apart, to show whether the run was long enough.
+	Window time.Duration
+	Route  routeParams
 	// Configs and Variants select what to run, indices into configs and
 	// variants (all by default); fewer make a cheaper run for iterating.
 	Configs  []int
@@ -62,7 +77,8 @@ type params struct {
 func defaultParams() params {
 	return params{N: 168, PerSite: 2, Pages: 4, PerPage: 3, Size: 41 << 10, OriginBW: 384e3 / 8, ProxyBW: 10e6 / 8,
 		Think: 10 * time.Second, Jitter: 180 * time.Second, Duration: 30 * time.Minute,
-		Warmup: 6 * coraldht.DefaultConfig().ClusterInterval, Seed: 1, Out: "docs/eval",
+		Warmup: 6 * coraldht.DefaultConfig().ClusterInterval, Seed: 1, Out: "docs/eval", Name: "endtoend",
+		Topology: topology.NameAuto, Window: 5 * time.Minute, Route: defaultRouteParams(),
 		Configs: []int{0, 1, 2}, Variants: []int{0, 1}}
 }
 
@@ -90,13 +106,22 @@ func main() {
 	flag.DurationVar(&p.Duration, "duration", p.Duration, "virtual time each client fetches pages")
 	flag.DurationVar(&p.Warmup, "warmup", p.Warmup, "virtual time each network clusters before the clients start")
 	flag.Uint64Var(&p.Seed, "seed", p.Seed, "random seed")
-	flag.StringVar(&p.Out, "out", p.Out, "directory for endtoend.json and the PNG figures")
+	flag.StringVar(&p.Out, "out", p.Out, "directory for NAME.json and the PNG figures")
+	flag.StringVar(&p.Name, "name", p.Name, "stem of the output files: NAME.json, NAME.png, NAME-region.png")
+	flag.StringVar(&p.Topology, "topology", p.Topology, "RTT matrix: synthetic, wonderproxy ($CORAL_RTT_DATA) or auto")
+	flag.DurationVar(&p.Window, "window", p.Window, "slices of the run whose latencies are reported apart (stability)")
+	flag.IntVar(&p.Route.ISPs, "isps", p.Route.ISPs, "access ISPs per site (a client network shares the nodes' with probability 1/isps)")
+	flag.Float64Var(&p.Route.Silent, "silent", p.Route.Silent, "share of routers that never answer a trace's probes")
+	flag.Float64Var(&p.Route.ClientEcho, "echo", p.Route.ClientEcho, "share of hosts in client networks that answer ICMP echo")
 	cfgs := flag.String("configs", "0,1,2", "configurations to run: 0 single-level, 1 multi-level, 2 multi-level, traceroute")
 	vars := flag.String("variants", "0,1", "client variants to run: 0 beside a proxy, 1 no shared prefix")
 	flag.Parse()
 	var err error
 	if p.Configs, err = indexList(*cfgs, len(configs)); err == nil {
 		p.Variants, err = indexList(*vars, len(variants))
+	}
+	if err == nil {
+		err = p.Route.validate()
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "endtoend:", err)
@@ -117,19 +142,47 @@ var configs = []string{"single-level", "multi-level", "multi-level, traceroute"}
 var variants = []string{"beside a proxy", "no shared prefix"}
 
 type report struct {
-	Topology string        `json:"topology"`
-	N        int           `json:"n"`
-	PerSite  int           `json:"nodes_per_site"`
-	Clients  int           `json:"clients"`
-	Region   string        `json:"region"`
-	Params   params        `json:"params"`
-	Results  []*runResult  `json:"results"`
-	Paper    []paperResult `json:"paper"`
+	Provenance *evalrun.Provenance `json:"provenance"`
+	Topology   string              `json:"topology"`
+	N          int                 `json:"n"`
+	PerSite    int                 `json:"nodes_per_site"`
+	Clients    int                 `json:"clients"`
+	Region     string              `json:"region"`
+	Params     params              `json:"params"`
+	Results    []*runResult        `json:"results"`
+	Paper      []paperResult       `json:"paper"`
 	// Ratio is single-level p50 over traceroute p50, all clients beside a
 	// proxy (paper: 0.79/0.19 = 4.2).
-	Ratio   float64 `json:"single_over_traceroute_p50"`
-	Wall    float64 `json:"wall_seconds"`
-	PeakRSS uint64  `json:"peak_rss_bytes"`
+	Ratio float64 `json:"single_over_traceroute_p50"`
+	// Ratios are the same for every pair of configurations run, per
+	// client variant, over the whole run and over each window.
+	Ratios []ratio `json:"ratios"`
+	// StartupTraces says what the nodes' start-up traces heard, by
+	// network (single-level, multi-level).
+	StartupTraces map[string]traceSummary `json:"startup_traces"`
+	Wall          float64                 `json:"wall_seconds"`
+	PeakRSS       uint64                  `json:"peak_rss_bytes"`
+}
+
+// ratio is one configuration's p50 over another's.
+type ratio struct {
+	Of      string    `json:"config"`
+	Over    string    `json:"over"`
+	Variant string    `json:"variant"`
+	Whole   float64   `json:"whole_run"`
+	Windows []float64 `json:"by_window"`
+	// Cumulative is the ratio over the run up to the end of each window.
+	Cumulative []float64 `json:"cumulative"`
+}
+
+// traceSummary counts traces by outcome, and the routers they heard.
+type traceSummary struct {
+	Traces   int            `json:"traces"`
+	Outcomes map[string]int `json:"outcomes"`
+	// RoutersHeard is how many traces heard 0, 1, … routers.
+	RoutersHeard []int `json:"routers_heard"`
+	// Kinds counts the routers heard by kind (gateway, aggregation, …).
+	Kinds map[string]int `json:"kinds_heard"`
 }
 
 type paperResult struct {
@@ -160,44 +213,105 @@ type runResult struct {
 	SameSiteShare float64 `json:"proxy_at_client_site_share"`
 	// Breakdown classifies the requests by how their proxy was chosen.
 	Breakdown breakdown `json:"breakdown"`
+	// Windows are the latencies over consecutive slices of the run
+	// (params.Window long, by the request's start), and Cumulative over
+	// the run up to the end of each slice.
+	Windows    []window `json:"windows"`
+	Cumulative []window `json:"cumulative"`
+	// Traces counts the name servers' traces toward clients by outcome.
+	Traces map[string]int `json:"traces"`
 
 	all, region []float64
 }
 
+// window is a slice of a run.
+type window struct {
+	EndMinutes float64 `json:"end_minutes"`
+	Requests   int     `json:"requests"`
+	P50        float64 `json:"p50_s"`
+	P96        float64 `json:"p96_s"`
+}
+
 func experiment(p params) (*report, error) {
 	wallStart := sim.WallNow()
-	m := topology.Load(p.Seed)
-	w := newWorld(m)
+	m, err := topology.Named(p.Topology, p.Seed)
+	if err != nil {
+		return nil, err
+	}
+	prov := evalrun.StartProvenance("endtoend", m.Source)
+	w := newWorld(m, p.Route, p.Seed)
 	region := asiaName(m)
-	rep := &report{Topology: m.Source, N: p.N, PerSite: p.PerSite, Params: p, Region: region, Paper: paper}
+	rep := &report{Provenance: prov, Topology: m.Source, N: p.N, PerSite: p.PerSite, Params: p, Region: region, Paper: paper,
+		StartupTraces: map[string]traceSummary{}}
 	fmt.Printf("End-to-end latency (paper Fig. 5): %d nodes, %d per site, topology %s (%s); region %q\n",
 		p.N, p.PerSite, m.Source, m.Stats(), region)
+	fmt.Println(prov)
 	for _, multi := range []bool{false, true} {
 		if !slices.Contains(p.Configs, 0) && !multi || !slices.Contains(p.Configs, 1) && !slices.Contains(p.Configs, 2) && multi {
 			continue
 		}
-		res, err := runNetwork(m, w, p, multi, region)
+		res, st, err := runNetwork(m, w, p, multi, region)
 		if err != nil {
 			return nil, err
 		}
 		rep.Results = append(rep.Results, res...)
+		rep.StartupTraces[networkName(multi)] = st
 	}
 	rep.Clients = p.N
 	if s, t := find(rep, configs[0], variants[0]), find(rep, configs[2], variants[0]); s != nil && t != nil && t.AllP50 > 0 {
 		rep.Ratio = s.AllP50 / t.AllP50
 	}
+	rep.Ratios = ratios(rep)
 	printTable(rep)
 	rep.Wall = sim.WallNow().Sub(wallStart).Seconds()
 	rep.PeakRSS = sim.PeakRSS()
 	fmt.Printf("Wall time %.0f s, peak RSS %.0f MiB\n", rep.Wall, float64(rep.PeakRSS)/(1<<20))
-	if err := sim.WriteJSON(filepath.Join(p.Out, "endtoend.json"), rep); err != nil {
+	prov.Finish()
+	if err := sim.WriteJSON(filepath.Join(p.Out, p.Name+".json"), rep); err != nil {
 		return nil, err
 	}
-	if err := plotCDFs(p.Out, rep); err != nil {
+	if err := plotCDFs(p.Out, p.Name, rep); err != nil {
 		return nil, err
 	}
-	fmt.Printf("Wrote %s/endtoend.json, endtoend.png and endtoend-region.png\n", p.Out)
+	fmt.Printf("Wrote %s/%s.json, %[2]s.png and %[2]s-region.png\n", p.Out, p.Name)
 	return rep, nil
+}
+
+func networkName(multi bool) string {
+	if multi {
+		return "multi-level"
+	}
+	return "single-level"
+}
+
+// ratios are, per client variant, each configuration's p50 over each
+// faster one's: over the whole run, per window and cumulatively.
+func ratios(rep *report) []ratio {
+	var out []ratio
+	for _, v := range variants {
+		for i := range configs {
+			for j := i + 1; j < len(configs); j++ {
+				a, b := find(rep, configs[i], v), find(rep, configs[j], v)
+				if a == nil || b == nil || b.AllP50 <= 0 {
+					continue
+				}
+				r := ratio{Of: a.Config, Over: b.Config, Variant: v, Whole: a.AllP50 / b.AllP50}
+				for k := range min(len(a.Windows), len(b.Windows)) {
+					r.Windows = append(r.Windows, safeRatio(a.Windows[k].P50, b.Windows[k].P50))
+					r.Cumulative = append(r.Cumulative, safeRatio(a.Cumulative[k].P50, b.Cumulative[k].P50))
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+func safeRatio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
 }
 
 // asiaName names the region the table breaks out: Asia. The synthetic
@@ -227,26 +341,42 @@ func find(rep *report, config, variant string) *runResult {
 // runNetwork builds one network (single-level, or multi-level), warms it
 // up, and runs its configurations for both client variants, each with its
 // own name servers, resolvers, proxy caches and URLs.
-func runNetwork(m *topology.Matrix, w *world, p params, multi bool, region string) ([]*runResult, error) {
+func runNetwork(m *topology.Matrix, w *world, p params, multi bool, region string) ([]*runResult, traceSummary, error) {
 	wallStart := sim.WallNow()
 	placed := m.Place(p.N, p.PerSite, p.Seed)
+	for _, n := range placed {
+		w.place(n.Addr.Addr(), n.Site)
+	}
+	// Each node's start-up trace toward its bootstrap node decides the
+	// routers it publishes hints under: as if every node were configured
+	// with node 0 as its bootstrap (node 0 with node 1).
+	st := traceSummary{Outcomes: map[string]int{}, Kinds: map[string]int{}}
+	hints := make([][]netip.Prefix, len(placed))
+	if multi {
+		for i, n := range placed {
+			boot := placed[0].Addr.Addr()
+			if i == 0 {
+				boot = placed[1].Addr.Addr()
+			}
+			var tr traceResult
+			hints[i], tr = w.startupHints(n.Addr.Addr(), boot, time.Now())
+			st.add(tr)
+		}
+	}
 	s, err := sim.Start(sim.Options{N: p.N, PerSite: p.PerSite, Seed: p.Seed, Matrix: m,
 		Tweak: func(i int, c *coraldht.Config) {
 			if multi {
 				c.HintPrivate = true // the sim's 10.x.y.0/24 per site are meaningful hints
-				c.HintPrefixes = w.hintPrefixes(placed[i].Site)
+				c.HintPrefixes = hints[i]
 			} else {
 				c.Levels = nil
 			}
 			c.Services = coraldht.ServiceDNS | coraldht.ServiceHTTP
 		}})
 	if err != nil {
-		return nil, err
+		return nil, st, err
 	}
 	defer s.Close()
-	for _, n := range s.Placed {
-		w.place(n.Addr.Addr(), n.Site)
-	}
 	levels := len(s.Nodes[0].Levels())
 	fmt.Printf("network %d levels: %d nodes joined; warming up %v (wall %.0f s)\n", levels, p.N, p.Warmup, sim.WallNow().Sub(wallStart).Seconds())
 	time.Sleep(p.Warmup)
@@ -262,7 +392,7 @@ func runNetwork(m *topology.Matrix, w *world, p params, multi bool, region strin
 			variant := variants[vi]
 			r, err := runConfig(s, w, p, cfg, vi, region)
 			if err != nil {
-				return nil, err
+				return nil, st, err
 			}
 			r.Variant = variant
 			out = append(out, r)
@@ -270,7 +400,20 @@ func runNetwork(m *topology.Matrix, w *world, p params, multi bool, region strin
 				r.AllP50, r.AllP96, region, r.RegionP50, r.RegionP96, sim.WallNow().Sub(wallStart).Seconds())
 		}
 	}
-	return out, nil
+	return out, st, nil
+}
+
+// add counts one trace.
+func (st *traceSummary) add(r traceResult) {
+	st.Traces++
+	st.Outcomes[r.outcome()]++
+	for len(st.RoutersHeard) <= len(r.routers) {
+		st.RoutersHeard = append(st.RoutersHeard, 0)
+	}
+	st.RoutersHeard[len(r.routers)]++
+	for _, k := range r.kinds {
+		st.Kinds[k]++
+	}
 }
 
 // runConfig starts the name servers for one configuration, lets them sweep,
@@ -320,6 +463,9 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 		parent = append(parent, all[i])
 	}
 
+	w.mu.Lock()
+	w.traceCount = map[string]int{}
+	w.mu.Unlock()
 	var mu sync.Mutex
 	var samples []sample
 	failed, requests := 0, 0
@@ -337,6 +483,7 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 		clients[i] = w.place(siteAddr(first, n.Site, 100+h), n.Site)
 		resolvers[i] = newResolver(w.place(siteAddr(first, n.Site, 200+h), n.Site), w, servers, zone, parent, p.Seed*1000+uint64(i))
 	}
+	begin := time.Now()
 	for i, n := range s.Placed {
 		site, client, res := n.Site, clients[i], resolvers[i]
 		crng := rand.New(rand.NewPCG(p.Seed, uint64(i)+1000*uint64(variant+1)))
@@ -368,9 +515,9 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 							time.Sleep(2 * rtt) // connect, request
 							src := rn.serve(ctx, px, url)
 							time.Sleep(rn.transfer(rtt, p.ProxyBW))
-							sm := sample{lat: time.Since(t0), dns: dnsTime, proxyRTT: rtt, serverRTT: w.rtt(res.addr, info.server),
+							sm := sample{at: t0.Sub(begin), lat: time.Since(t0), dns: dnsTime, proxyRTT: rtt, serverRTT: w.rtt(res.addr, info.server),
 								src: src, region: inRegion(w.m, site), sameSite: w.site[px.addr] == site}
-							w.describe(&sm, site, px.addr, info)
+							w.describe(&sm, site, px.addr, res.addr, info)
 							mu.Lock()
 							samples = append(samples, sm)
 							mu.Unlock()
@@ -410,7 +557,44 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 		r.SameSiteShare = float64(same) / float64(len(samples))
 	}
 	r.Breakdown = breakDown(samples)
+	r.Windows, r.Cumulative = windows(samples, p.Window, p.Jitter+p.Duration)
+	w.mu.Lock()
+	r.Traces = w.traceCount
+	w.mu.Unlock()
 	return r, nil
+}
+
+// windows are the latencies of the requests started in each slice of
+// length win of a run of length total, and of those started up to each
+// slice's end.
+func windows(samples []sample, win, total time.Duration) (each, upTo []window) {
+	if win <= 0 {
+		return nil, nil
+	}
+	n := int((total + win - 1) / win)
+	slots := make([][]float64, n)
+	for _, sm := range samples {
+		k := min(int(sm.at/win), n-1)
+		slots[k] = append(slots[k], sm.lat.Seconds())
+	}
+	var acc []float64
+	for k, l := range slots {
+		end := (time.Duration(k+1) * win).Minutes()
+		slices.Sort(l)
+		each = append(each, window{EndMinutes: end, Requests: len(l), P50: sim.Percentile(l, 50), P96: sim.Percentile(l, 96)})
+		acc = append(acc, l...)
+		sorted := slices.Sorted(slices.Values(acc))
+		upTo = append(upTo, window{EndMinutes: end, Requests: len(sorted), P50: sim.Percentile(sorted, 50), P96: sim.Percentile(sorted, 96)})
+	}
+	return each, upTo
+}
+
+func fmtRatios(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(parts, " ")
 }
 
 // levelLabels is "l<n-1>.….l0." for n levels.
@@ -437,9 +621,22 @@ func printTable(rep *report) {
 		}
 	}
 	fmt.Printf("\nsingle-level p50 / traceroute p50, clients beside a proxy: %.1f× (paper 4.2×)\n", rep.Ratio)
+	fmt.Printf("p50 ratios, whole run; per %v window; up to each window's end:\n", rep.Params.Window)
+	for _, r := range rep.Ratios {
+		fmt.Printf("  %-24s / %-24s %-17s %5.2f;  %s;  %s\n", r.Of, r.Over, r.Variant, r.Whole, fmtRatios(r.Windows), fmtRatios(r.Cumulative))
+	}
+	for name, st := range rep.StartupTraces {
+		fmt.Printf("start-up traces, %s network: %d, outcomes %v, routers heard (0, 1, …) %v, by kind %v\n",
+			name, st.Traces, st.Outcomes, st.RoutersHeard, st.Kinds)
+	}
 	for _, r := range rep.Results {
 		fmt.Printf("  %-24s %-17s failed %d/%d, proxy at the client's site %.0f%%, DNS p50 %.3f s, client–proxy RTT p50 %.4f s, served from %v\n",
 			r.Config, r.Variant, r.Failed, r.Requests, 100*r.SameSiteShare, r.DNSP50, r.ProxyRTTP50, r.Sources)
+	}
+	for _, r := range rep.Results {
+		if len(r.Traces) > 0 {
+			fmt.Printf("  %-24s %-17s name servers' traces toward clients: %v\n", r.Config, r.Variant, r.Traces)
+		}
 	}
 	fmt.Printf("\nBreakdown of the requests by how their proxy was chosen:\n")
 	for _, r := range rep.Results {

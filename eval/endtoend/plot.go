@@ -22,13 +22,13 @@ const latencyFloor = 1e-4
 // plotCDFs draws the paper's two graphs: all clients, and the region's.
 // Solid lines are clients beside a proxy, dashed ones clients that share
 // no prefix with any proxy.
-func plotCDFs(dir string, rep *report) error {
+func plotCDFs(dir, name string, rep *report) error {
 	for _, g := range []struct {
 		file, who string
 		pick      func(*runResult) []float64
 	}{
-		{"endtoend.png", "all clients", func(r *runResult) []float64 { return r.all }},
-		{"endtoend-region.png", "clients in " + rep.Region, func(r *runResult) []float64 { return r.region }},
+		{name + ".png", "all clients", func(r *runResult) []float64 { return r.all }},
+		{name + "-region.png", "clients in " + rep.Region, func(r *runResult) []float64 { return r.region }},
 	} {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("End-to-end request latency (paper Fig. 5), %s: %d nodes on %s\nsolid: clients beside a proxy; dashed: clients sharing no prefix with any proxy",

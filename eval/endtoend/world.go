@@ -10,22 +10,29 @@ import (
 )
 
 // world places everything that is not a Coral node (clients, their
-// resolvers, routers, origins) on the sites of the RTT matrix, and gives
-// the modelled RTT between any two addresses.
+// resolvers, origins) on the sites of the RTT matrix, gives the modelled
+// RTT between any two addresses, and the routers between them (routes.go).
 //
 // Addresses: node h at site s is 10.⌊s/256⌋.(s mod 256).h (topology.Place).
 // A client beside node h shares its /24 (host 100+h) and its resolver too
 // (host 200+h). A client apart from every proxy is at the same site in a
-// /24 no node is in: 11.⌊s/256⌋.(s mod 256).(100+h), resolver .(200+h).
-// Each site's gateway router is 12.⌊s/256⌋.(s mod 256).1 and each region's
-// router 13.r.0.1: a site's paths out go gateway, then region router, and
-// paths in the other way round.
+// /24 no node is in: 11.⌊s/256⌋.(s mod 256).(100+h), resolver .(200+h). An
+// origin is in 14.⌊s/256⌋.(s mod 256).0/24. Each /24's gateway router is its
+// .254; the routers beyond are routes.go's.
+//
+// The address book (site) is written while nothing runs (placing a run's
+// clients, resolvers and origin before they start) and read without a
+// lock; the routers' state has its own.
 type world struct {
-	m      *topology.Matrix
-	site   map[netip.Addr]int // every address placed, to its site
-	region []int              // per site: index of its region
+	m         *topology.Matrix
+	site      map[netip.Addr]int // every address placed, to its site
+	region    []int              // per site: index of its region
+	continent []int              // per site: index of its continent
 	// regionNames[r] is region r's name (Site.Region).
 	regionNames []string
+	rp          routeParams
+	seed        uint64
+	routerState
 }
 
 const (
@@ -35,11 +42,13 @@ const (
 	originRTT   = 5 * time.Millisecond   // an origin server's own access delay
 )
 
-func newWorld(m *topology.Matrix) *world {
-	w := &world{m: m, site: make(map[netip.Addr]int), region: make([]int, m.Len())}
-	idx := map[string]int{}
+func newWorld(m *topology.Matrix, rp routeParams, seed uint64) *world {
+	w := &world{m: m, site: make(map[netip.Addr]int), region: make([]int, m.Len()), continent: make([]int, m.Len()),
+		rp: rp, seed: seed, routerState: routerState{global: map[netip.Addr]*bucket{}, perPeer: map[[2]netip.Addr]*bucket{},
+			traces: map[traceKey]traceResult{}, traceCount: map[string]int{}}}
+	idx, cont := map[string]int{}, map[string]int{}
 	for i, s := range m.Sites {
-		// A region router serves a state or province of one country (the
+		// A region serves a state or province of one country (the
 		// WonderProxy data leaves the region empty in many countries) or
 		// a region of the synthetic world.
 		key := s.Country + "/" + s.Region
@@ -50,6 +59,12 @@ func newWorld(m *topology.Matrix) *world {
 			w.regionNames = append(w.regionNames, key)
 		}
 		w.region[i] = r
+		c, ok := cont[s.Continent]
+		if !ok {
+			c = len(cont)
+			cont[s.Continent] = c
+		}
+		w.continent[i] = c
 	}
 	return w
 }
@@ -61,23 +76,6 @@ func siteAddr(first byte, site int, host byte) netip.Addr {
 func (w *world) place(a netip.Addr, site int) netip.Addr {
 	w.site[a.Unmap()] = site
 	return a
-}
-
-// gateway and regionRouter are the routers of a site.
-func (w *world) gateway(site int) netip.Addr { return siteAddr(12, site, 1) }
-func (w *world) regionRouter(site int) netip.Addr {
-	r := w.region[site]
-	return netip.AddrFrom4([4]byte{13, byte(r >> 8), byte(r), 1})
-}
-
-// hintPrefixes are what a node at site would publish after its start-up
-// trace: both routers, their own addresses and their /24s.
-func (w *world) hintPrefixes(site int) []netip.Prefix {
-	var out []netip.Prefix
-	for _, r := range []netip.Addr{w.gateway(site), w.regionRouter(site)} {
-		out = append(out, netip.PrefixFrom(r, 32), coraldht.SitePrefix(r))
-	}
-	return out
 }
 
 // rtt is the modelled round-trip time between two placed addresses.
@@ -119,21 +117,5 @@ func (w *world) prober(from netip.Addr) func(ctx context.Context, a netip.Addr) 
 			return 0, ctx.Err()
 		}
 		return d, nil
-	}
-}
-
-// tracer is a DNS server's trace toward a client: one burst, answered
-// after one round trip, by the region router and the gateway in front of
-// the client's site.
-func (w *world) tracer(from netip.Addr) func(ctx context.Context, a netip.Addr) ([]netip.Addr, error) {
-	return func(ctx context.Context, a netip.Addr) ([]netip.Addr, error) {
-		site, ok := w.site[a.Unmap()]
-		if !ok {
-			return nil, nil
-		}
-		if !sleepCtx(ctx, w.rtt(from, a)) {
-			return nil, ctx.Err()
-		}
-		return []netip.Addr{w.regionRouter(site), w.gateway(site)}, nil
 	}
 }

@@ -64,13 +64,15 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	originAddr := netip.AddrPortFrom(netip.MustParseAddr(p.Net+".1"), uint16(p.Port))
 	host := fmt.Sprintf("%v.%d.%s", originAddr.Addr(), p.Port, zone)
 	rep = &report{
-		Command: command,
-		Date:    time.Now().UTC().Format(time.RFC3339),
-		Caddy:   evalrun.FirstLine(exec.Command(p.Caddy, "version")),
-		Host:    hostInfo{CPUs: runtime.NumCPU(), Kernel: evalrun.Kernel(), GoVersion: runtime.Version(), LoadAvgBefore: evalrun.LoadAvg()},
+		Provenance: evalrun.StartProvenance("flashcrowd", evalrun.TopologyLoopback),
+		Command:    command,
+		Date:       time.Now().UTC().Format(time.RFC3339),
+		Caddy:      evalrun.FirstLine(exec.Command(p.Caddy, "version")),
+		Host:       hostInfo{CPUs: runtime.NumCPU(), Kernel: evalrun.Kernel(), GoVersion: runtime.Version(), LoadAvgBefore: evalrun.LoadAvg()},
 		Params: jsonParams{Proxies: p.Proxies, L1: p.L1, L2: p.L2, Levels: levelsLine, Origin: originAddr.String(), Host: host,
 			Files: p.Files, FileBytes: p.FileBytes, PageFiles: p.PageFiles, LineKbit: p.LineKbit, Clients: p.Clients,
-			Duration: p.Duration.String(), Spread: p.Spread.String(), Think: p.Think.String(), Timeout: p.Timeout.String(), Seed: p.Seed},
+			Duration: p.Duration.String(), Spread: p.Spread.String(), Think: p.Think.String(), Timeout: p.Timeout.String(), Seed: p.Seed,
+			Pinned: p.Pin, ErrorCrowd: p.ErrorCrowd, Burst: p.Burst},
 		Paper: paper,
 	}
 
@@ -98,7 +100,11 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 		p.Proxies, p.Caddy, rep.Caddy, originAddr, p.LineKbit, p.Files, p.FileBytes, p.Files/p.PageFiles, p.Clients, p.Duration)
 	fmt.Printf("Command: %s\n", command)
 	fmt.Printf("%d CPUs, load average %s\n", rep.Host.CPUs, rep.Host.LoadAvgBefore)
-	fmt.Printf("Hierarchy (levels %s; loopback RTTs are ~0, so clusters are pinned):\n%s", levelsLine, rep.Hierarchy)
+	if p.Pin {
+		fmt.Printf("Hierarchy (levels %s; loopback RTTs are ~0, so clusters are pinned):\n%s", levelsLine, rep.Hierarchy)
+	} else {
+		fmt.Printf("Hierarchy (levels %s): not pinned; the nodes form their clusters\n", levelsLine)
+	}
 
 	if err := nw.checkFree(originAddr); err != nil {
 		return nil, err
@@ -120,7 +126,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	}
 	fmt.Printf("Ready after %.1f s: %v\n", rep.Ready.Seconds, readyLine(rep.Ready))
 
-	ld := &load{p: p, proxies: nw.proxies, files: org.files, host: host, onRelease: org.setT0}
+	ld := &load{p: p, proxies: nw.proxies, files: org.files, errorBody: org.errorBody, host: host, onRelease: org.setT0}
 	crowdThenBurst := func() {}
 	if p.Burst {
 		fmt.Printf("Start burst: every proxy asks for every file at once (%d requests) ...\n", p.Proxies*p.Files)
@@ -178,8 +184,8 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	nw.stop()
 	rep.Host.LoadAvgAfter = evalrun.LoadAvg()
 
-	fetches, perFile := org.fetches()
-	summarize(rep, p, ld.records, fetches, perFile)
+	fetches, perFile, errFetches := org.fetches()
+	summarize(rep, p, ld.records, fetches, perFile, errFetches)
 	check(rep, p)
 	if aliveErr != nil {
 		rep.Problems = append(rep.Problems, "a proxy exited during the run: "+aliveErr.Error())
@@ -194,6 +200,7 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 	}
 	rep.Wall = time.Since(wallStart).Seconds()
 	fmt.Printf("\nWall time %.0f s\n", rep.Wall)
+	rep.Provenance.Finish()
 
 	jsonPath := filepath.Join(p.Out, p.Name+".json")
 	if err := sim.WriteJSON(jsonPath, rep); err != nil {
@@ -214,6 +221,9 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 
 // hierarchyText describes the pinned clusters.
 func hierarchyText(xs []*proxy, p params) string {
+	if !p.Pin {
+		return fmt.Sprintf("  level 0: one global cluster of %d; levels 1 (60 ms) and 2 (20 ms): formed by the nodes, not pinned\n", len(xs))
+	}
 	var b strings.Builder
 	byL1 := map[string][]*proxy{}
 	var order []string
@@ -243,12 +253,15 @@ func hierarchyText(xs []*proxy, p params) string {
 }
 
 func readyLine(r *readiness) string {
+	if r.Ready && r.Formed {
+		return "every node joined, its coral_proxy answering, and in one cluster with every other node at levels 1 and 2 (formed, not pinned)"
+	}
 	if r.Ready {
 		return "every node joined, pinned, its coral_proxy answering, and knowing every member of its clusters"
 	}
 	var parts []string
 	for _, n := range r.Nodes {
-		if !n.ready() {
+		if !n.ready(!r.Formed) {
 			parts = append(parts, fmt.Sprintf("proxy %d joined=%v pinned=%v http=%v contacts %v of %v", n.Proxy, n.Joined, n.Pinned, n.HTTP, n.Clusters, n.Want))
 		}
 	}

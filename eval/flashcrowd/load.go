@@ -94,14 +94,29 @@ type load struct {
 	p       params
 	proxies []*proxy
 	files   [][]byte
-	host    string // the Coralized Host
-	t0      time.Time
+	// errorBody is the origin's answer to the error URL.
+	errorBody []byte
+	host      string // the Coralized Host
+	t0        time.Time
 	// onRelease is called with t0 just before the start burst's barrier
 	// opens.
 	onRelease func(t0 time.Time)
 	seq       atomic.Int64
 	mu        sync.Mutex
 	records   []*record
+}
+
+// targets are what the start burst asks every proxy for: every file, or
+// the error URL alone (-error-crowd).
+func (ld *load) targets() []int {
+	if ld.p.ErrorCrowd {
+		return []int{errorFile}
+	}
+	out := make([]int, len(ld.files))
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 func (ld *load) add(r *record) {
@@ -114,12 +129,18 @@ func (ld *load) add(r *record) {
 func (ld *load) check(r *record, status int, cs string, body []byte, err error) {
 	r.Status, r.Bytes, r.CacheStatus = status, len(body), cs
 	r.Source, r.Via = classify(cs)
-	want := ld.files[r.File]
-	r.OK = err == nil && status == http.StatusOK && bytes.Equal(body, want)
+	wantStatus := http.StatusOK
+	var want []byte
+	if r.File == errorFile {
+		wantStatus, want = http.StatusNotFound, ld.errorBody
+	} else {
+		want = ld.files[r.File]
+	}
+	r.OK = err == nil && status == wantStatus && bytes.Equal(body, want)
 	switch {
 	case err != nil:
 		r.Err = err.Error()
-	case status != http.StatusOK:
+	case status != wantStatus:
 		r.Err = fmt.Sprintf("status %d: %.200s", status, strings.TrimSpace(string(body)))
 	case !r.OK:
 		r.Err = fmt.Sprintf("wrong body: %d bytes, want %d, first difference at %d", len(body), len(want), firstDiff(body, want))
@@ -169,7 +190,7 @@ func (ld *load) burst(ctx context.Context) (res *burstResult, wait func(), err e
 		}
 	}
 	// File-major order: every proxy gets its first request early.
-	for f := range ld.files {
+	for _, f := range ld.targets() {
 		for _, x := range ld.proxies {
 			d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: burstAddr(x.i).AsSlice()}}
 			c, err := d.DialContext(ctx, "tcp", fmt.Sprintf("%v:%d", x.addr, ld.p.Port))
@@ -310,12 +331,16 @@ func (ld *load) crowd(ctx context.Context) {
 					return
 				}
 				x := ld.proxies[rng.IntN(len(ld.proxies))]
-				var pw sync.WaitGroup
-				for k := range ld.p.PageFiles {
-					f := page*ld.p.PageFiles + k
-					pw.Go(func() { ld.get(ctx, client, c, x, f) })
+				if ld.p.ErrorCrowd {
+					ld.get(ctx, client, c, x, errorFile)
+				} else {
+					var pw sync.WaitGroup
+					for k := range ld.p.PageFiles {
+						f := page*ld.p.PageFiles + k
+						pw.Go(func() { ld.get(ctx, client, c, x, f) })
+					}
+					pw.Wait()
 				}
-				pw.Wait()
 				think := time.Duration(float64(ld.p.Think) * (0.5 + rng.Float64()))
 				next = time.Now().Add(think)
 			}

@@ -48,6 +48,20 @@
 // minute by source, like Figure 4) and flashcrowd-latency.png (latency CDF,
 // log x, like Figure 5). -quick writes flashcrowd-quick.* instead.
 //
+// Two variants beside the paper's set-up:
+//
+//   - -pin=false: the clusters are not pinned; the nodes form them from
+//     what they measure (on loopback every RTT is below both thresholds),
+//     and the command waits, at most -settle (6 minutes unless given: one
+//     clustering period and some), until every node's clusters at levels 1
+//     and 2 hold every node. What formed is in the JSON's readiness;
+//   - -error-crowd: the origin also answers /missing with a bare 404 (no
+//     freshness information), and the start burst and the crowd ask for
+//     that URL instead of the pages: one request per page load. Every
+//     response must be the origin's 404; the origin's requests for it are
+//     counted, not judged (coral_proxy does not store an error without
+//     freshness: module/caddy/README.md).
+//
 // Acceptance (exit status 1 otherwise, with the reason): exactly one origin
 // fetch per file over the whole run (12 in all), the start burst's included,
 // and every request answered 200 with the right bytes. When the origin saw
@@ -88,12 +102,16 @@ type params struct {
 	Settle    time.Duration // the longest to wait for the DSHT to be ready
 	Seed      uint64        // clients' choices
 	Burst     bool          // the start burst at t = 0
-	Debug     bool          // Caddy logs at DEBUG
-	Keep      bool          // keep the temporary directory (configurations, logs, caches)
-	Quick     bool
-	Records   string // CSV of every request ("": none)
-	Name      string // output file names' stem
-	Out       string
+	Pin       bool          // pin the clusters (false: the nodes form them)
+	// ErrorCrowd makes the burst and the crowd ask for the origin's
+	// error URL instead of its files.
+	ErrorCrowd bool
+	Debug      bool // Caddy logs at DEBUG
+	Keep       bool // keep the temporary directory (configurations, logs, caches)
+	Quick      bool
+	Records    string // CSV of every request ("": none)
+	Name       string // output file names' stem
+	Out        string
 }
 
 func defaultParams() params {
@@ -116,6 +134,7 @@ func defaultParams() params {
 		Settle:    60 * time.Second,
 		Seed:      1,
 		Burst:     true,
+		Pin:       true,
 		Name:      "flashcrowd",
 		Out:       "docs/eval",
 	}
@@ -154,6 +173,8 @@ func main() {
 	flag.DurationVar(&p.Settle, "settle", p.Settle, "longest wait for every DSHT node to join and know its clusters' members")
 	flag.Uint64Var(&p.Seed, "seed", p.Seed, "seed of the clients' choices (pages, proxies, delays)")
 	flag.BoolVar(&p.Burst, "burst", p.Burst, "start with the burst (every proxy asks for every file at t = 0); false: the crowd alone, arriving over -spread")
+	flag.BoolVar(&p.Pin, "pin", p.Pin, "pin the clusters (-l1, -l2); false: the nodes form them from their RTTs (-settle 6m unless given)")
+	flag.BoolVar(&p.ErrorCrowd, "error-crowd", p.ErrorCrowd, "the burst and the crowd ask for "+errorPath+", which the origin answers with a bare 404")
 	flag.BoolVar(&p.Debug, "debug", p.Debug, "Caddy logs at DEBUG level (kept with -keep or on failure)")
 	flag.BoolVar(&p.Keep, "keep", p.Keep, "keep the temporary directory (Caddyfiles, logs, caches); it is always kept when the acceptance fails")
 	flag.BoolVar(&p.Quick, "quick", p.Quick, "about a minute of load (-duration 1m -spread 10s), output as flashcrowd-quick.*")
@@ -161,10 +182,13 @@ func main() {
 	flag.StringVar(&p.Name, "name", p.Name, "stem of the output files in -out (-quick: flashcrowd-quick)")
 	flag.StringVar(&p.Out, "out", p.Out, "directory for NAME.json, NAME.png and NAME-latency.png")
 	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if p.Quick {
-		set := map[string]bool{}
-		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		quickParams(&p, set)
+	}
+	if !p.Pin && !set["settle"] {
+		p.Settle = formedSettle
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -137,9 +137,22 @@ func TestOriginServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	log, per := o.fetches()
-	if len(log) != 2 || log[0].Request != "c7" || log[0].Bytes != 3000 || log[1].File != -1 || resp.StatusCode != 404 || per[0] != 0 || per[1] != 1 {
-		t.Errorf("log %+v, per file %v, status %d", log, per, resp.StatusCode)
+	if resp.StatusCode != 404 {
+		t.Errorf("/f03 of 2 files: status %d, want 404", resp.StatusCode)
+	}
+	resp, err = srv.Client().Get(srv.URL + errorPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body.Reset()
+	_, _ = body.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || !bytes.Equal(body.Bytes(), o.errorBody) || resp.Header.Get("Cache-Control") != "" || resp.Header.Get("Expires") != "" {
+		t.Errorf("error URL: status %d, body %q, Cache-Control %q: want a bare 404", resp.StatusCode, body.Bytes(), resp.Header.Get("Cache-Control"))
+	}
+	log, per, errs := o.fetches()
+	if len(log) != 3 || log[0].Request != "c7" || log[0].Bytes != 3000 || log[1].File != -1 || log[2].File != errorFile || per[0] != 0 || per[1] != 1 || errs != 1 {
+		t.Errorf("log %+v, per file %v, error URL %d", log, per, errs)
 	}
 }
 
@@ -156,7 +169,7 @@ func TestSummarize(t *testing.T) {
 	}
 	fetches := []originFetch{{At: 0.01, Path: "/f01", File: 0, Request: "b0"}, {At: 0.02, Path: "/f02", File: 1, Request: "b2"}}
 	rep := &report{}
-	summarize(rep, p, recs, fetches, []int{1, 1})
+	summarize(rep, p, recs, fetches, []int{1, 1}, 0)
 	check(rep, p)
 	if len(rep.Minutes) != 2 {
 		t.Fatalf("%d minutes", len(rep.Minutes))
@@ -186,7 +199,7 @@ func TestSummarize(t *testing.T) {
 	recs[5].OK, recs[5].Source = true, "origin"
 	fetches = append(fetches, originFetch{At: 70, Path: "/f02", File: 1, Request: "c3"})
 	rep = &report{}
-	summarize(rep, p, recs, fetches, []int{1, 2})
+	summarize(rep, p, recs, fetches, []int{1, 2}, 0)
 	check(rep, p)
 	if rep.Pass || len(rep.Problems) != 2 || !strings.Contains(rep.Problems[1], "/f02 fetched from the origin 2 times") {
 		t.Errorf("pass %v, problems %q", rep.Pass, rep.Problems)
@@ -252,5 +265,39 @@ func TestCaddyfile(t *testing.T) {
 	}
 	if !strings.Contains(nw.proxies[11].caddyfile, "cluster 2 metro-b1") {
 		t.Errorf("proxy 11:\n%s", nw.proxies[11].caddyfile)
+	}
+	// Not pinned: the same node, no cluster lines.
+	p.Pin = false
+	nw, err = newNetwork(p, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := nw.proxies[4].caddyfile; strings.Contains(c, "cluster ") || !strings.Contains(c, "levels 60ms 20ms") {
+		t.Errorf("-pin=false: proxy 4's Caddyfile:\n%s", c)
+	}
+}
+
+// TestSummarizeErrorCrowd: a crowd on the error URL passes when every
+// answer is the origin's 404, whatever reached the origin, which is
+// counted.
+func TestSummarizeErrorCrowd(t *testing.T) {
+	p := defaultParams()
+	p.ErrorCrowd, p.Files = true, 2
+	ld := &load{p: p, files: [][]byte{{1}, {2}}, errorBody: []byte("404 page not found\n")}
+	if got := ld.targets(); len(got) != 1 || got[0] != errorFile {
+		t.Fatalf("targets %v", got)
+	}
+	good, bad := &record{ID: "c1", Client: 1, File: errorFile}, &record{ID: "c2", Client: 2, File: errorFile}
+	ld.check(good, 404, `coral; fwd=uri-miss; detail="origin"`, ld.errorBody, nil)
+	ld.check(bad, 200, "", []byte{1}, nil)
+	if !good.OK || bad.OK {
+		t.Fatalf("404 with the origin's body: ok %v; 200: ok %v (%s)", good.OK, bad.OK, bad.Err)
+	}
+	fetches := []originFetch{{At: 0.1, Path: errorPath, File: errorFile, Request: "c1"}}
+	rep := &report{}
+	summarize(rep, p, []*record{good}, fetches, []int{0, 0}, 1)
+	check(rep, p)
+	if !rep.Pass || rep.Origin.ErrorFetches != 1 || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "1 of 1 requests for /missing reached the origin") {
+		t.Errorf("pass %v, problems %q, warnings %q", rep.Pass, rep.Problems, rep.Warnings)
 	}
 }

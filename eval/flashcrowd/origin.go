@@ -113,7 +113,9 @@ type origin struct {
 	mu     sync.Mutex
 	t0     time.Time
 	log    []*originFetch
-	perKey map[int]int // requests per file
+	perKey map[int]int // requests per file, and for errorFile
+	// errorBody is what the error URL answers.
+	errorBody []byte
 }
 
 // fileBody is file i's content: fixed pseudo-random bytes.
@@ -129,11 +131,27 @@ func fileBody(i, size int) []byte {
 	return b
 }
 
-// filePath is file i's path on the origin: /f01, /f02, ...
-func filePath(i int) string { return fmt.Sprintf("/f%02d", i+1) }
+// The error URL (-error-crowd): the origin answers it with a bare 404, as
+// net/http's NotFound does, without freshness information.
+const (
+	errorPath = "/missing"
+	errorFile = -2 // its index where a file's would be
+)
+
+// filePath is file i's path on the origin: /f01, /f02, ...; errorPath
+// for errorFile.
+func filePath(i int) string {
+	if i == errorFile {
+		return errorPath
+	}
+	return fmt.Sprintf("/f%02d", i+1)
+}
 
 // fileIndex is the inverse of filePath, -1 for any other path.
 func fileIndex(path string, files int) int {
+	if path == errorPath {
+		return errorFile
+	}
 	s, ok := strings.CutPrefix(path, "/f")
 	if !ok || len(s) < 2 {
 		return -1
@@ -146,7 +164,7 @@ func fileIndex(path string, files int) int {
 }
 
 func newOrigin(addr netip.AddrPort, files, size, kbit int) *origin {
-	o := &origin{addr: addr, perKey: map[int]int{}, t0: time.Now()}
+	o := &origin{addr: addr, perKey: map[int]int{}, t0: time.Now(), errorBody: []byte("404 page not found\n")}
 	for i := range files {
 		o.files = append(o.files, fileBody(i, size))
 	}
@@ -186,7 +204,7 @@ func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.mu.Lock()
 	f.At = start.Sub(o.t0).Seconds()
 	o.log = append(o.log, f)
-	if i >= 0 {
+	if i >= 0 || i == errorFile {
 		o.perKey[i]++
 	}
 	o.mu.Unlock()
@@ -196,7 +214,16 @@ func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.mu.Unlock()
 	}()
 	if i < 0 {
-		http.NotFound(w, r)
+		// A bare 404, as http.NotFound writes it (the same body for the
+		// error URL and any other path).
+		h := w.Header()
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(http.StatusNotFound)
+		n, _ := w.Write(o.errorBody)
+		o.mu.Lock()
+		f.Bytes = n
+		o.mu.Unlock()
 		return
 	}
 	body := o.files[i]
@@ -223,8 +250,9 @@ func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.mu.Unlock()
 }
 
-// fetches returns a copy of the request log and the requests per file.
-func (o *origin) fetches() ([]originFetch, []int) {
+// fetches returns a copy of the request log, the requests per file and
+// those for the error URL.
+func (o *origin) fetches() ([]originFetch, []int, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := make([]originFetch, len(o.log))
@@ -235,5 +263,5 @@ func (o *origin) fetches() ([]originFetch, []int) {
 	for i := range per {
 		per[i] = o.perKey[i]
 	}
-	return out, per
+	return out, per, o.perKey[errorFile]
 }

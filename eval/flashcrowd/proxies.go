@@ -27,8 +27,12 @@ const (
 	dhtPort   = 4000
 	adminPort = 2019
 	// The RTT thresholds of levels 1 and 2, the paper's (and the default):
-	// on loopback every RTT is below both, so the clusters are pinned.
+	// on loopback every RTT is below both, so the clusters are pinned
+	// unless -pin=false.
 	levelsLine = "60ms 20ms"
+	// formedSettle is -settle's default with -pin=false: one clustering
+	// period (5 minutes) and some.
+	formedSettle = 6 * time.Minute
 )
 
 // proxy is one bin/caddy process.
@@ -101,14 +105,19 @@ func (nw *network) caddyfileText(x *proxy, boot netip.AddrPort) string {
 		level = "DEBUG"
 	}
 	admin := netip.AddrPortFrom(x.addr, adminPort)
-	node := labconf.Node{Listen: netip.AddrPortFrom(x.addr, dhtPort), KeyFile: nw.keyFile, Levels: levelsLine,
-		Clusters: map[int]string{1: x.l1Name(), 2: x.l2Name()}}
+	node := labconf.Node{Listen: netip.AddrPortFrom(x.addr, dhtPort), KeyFile: nw.keyFile, Levels: levelsLine}
+	comment := fmt.Sprintf("Flash-crowd proxy %d: level-1 cluster %s, level-2 cluster %s.", x.i, x.l1Name(), x.l2Name())
+	if nw.p.Pin {
+		node.Clusters = map[int]string{1: x.l1Name(), 2: x.l2Name()}
+	} else {
+		comment = fmt.Sprintf("Flash-crowd proxy %d: clusters formed by the nodes, not pinned.", x.i)
+	}
 	if x.i != 0 {
 		node.Bootstrap = []netip.AddrPort{boot}
 	}
 	peers := nw.p.Net + ".0/24"
 	return labconf.Caddy{
-		Comment:      fmt.Sprintf("Flash-crowd proxy %d: level-1 cluster %s, level-2 cluster %s.", x.i, x.l1Name(), x.l2Name()),
+		Comment:      comment,
 		Admin:        admin,
 		AdminOrigins: []string{admin.String()},
 		HTTPSOff:     true,
@@ -250,9 +259,16 @@ func proxyStatus(ctx context.Context, x *proxy) (*status, error) {
 
 // readiness is what waiting for the network found.
 type readiness struct {
-	Seconds float64       `json:"seconds"` // from starting proxy 0
-	Ready   bool          `json:"ready"`   // every node joined and knew every member of its clusters
-	Nodes   []nodeReading `json:"nodes"`
+	Seconds float64 `json:"seconds"` // from starting proxy 0
+	// Ready: every node joined and knew every member of its clusters
+	// (pinned), or was in one cluster with every other node at levels 1
+	// and 2 (Formed: -pin=false).
+	Ready  bool          `json:"ready"`
+	Formed bool          `json:"formed"`
+	Nodes  []nodeReading `json:"nodes"`
+	// Clusters counts the distinct clusters the nodes were in, per level
+	// (0, 1, 2), when the load started.
+	Clusters []int `json:"clusters_per_level"`
 }
 
 type nodeReading struct {
@@ -263,10 +279,12 @@ type nodeReading struct {
 	Want     []int  `json:"want"`     // the other members of its cluster per level
 	Pinned   bool   `json:"pinned"`
 	HTTP     bool   `json:"http"` // coral_proxy answered
+	// ClusterIDs are the node's clusters per level.
+	ClusterIDs []string `json:"cluster_ids"`
 }
 
-func (r nodeReading) ready() bool {
-	return r.Joined && r.Pinned && r.HTTP && slices.Equal(r.Clusters, r.Want)
+func (r nodeReading) ready(pinned bool) bool {
+	return r.Joined && r.Pinned == pinned && r.HTTP && slices.Equal(r.Clusters, r.Want)
 }
 
 // waitReady polls every proxy's /coral/status until every node has joined
@@ -276,6 +294,11 @@ func (r nodeReading) ready() bool {
 func (nw *network) waitReady(ctx context.Context, started time.Time) (*readiness, error) {
 	n := len(nw.proxies)
 	want := func(x *proxy) []int {
+		if !nw.p.Pin {
+			// Loopback RTTs are below every threshold: formed clusters
+			// end as one of every node at each level.
+			return []int{n - 1, n - 1, n - 1}
+		}
 		same1, same2 := 0, 0
 		for _, y := range nw.proxies {
 			if y != x && y.l1 == x.l1 {
@@ -290,7 +313,11 @@ func (nw *network) waitReady(ctx context.Context, started time.Time) (*readiness
 	deadline := time.Now().Add(nw.p.Settle)
 	httpOK := make([]bool, n)
 	for {
-		rd := &readiness{Ready: true}
+		rd := &readiness{Ready: true, Formed: !nw.p.Pin}
+		ids := make([]map[string]bool, 3)
+		for i := range ids {
+			ids[i] = map[string]bool{}
+		}
 		for _, x := range nw.proxies {
 			r := nodeReading{Proxy: x.i, Want: want(x)}
 			if st, err := proxyStatus(ctx, x); err == nil && st.Node != nil {
@@ -298,6 +325,10 @@ func (nw *network) waitReady(ctx context.Context, started time.Time) (*readiness
 				r.Pinned = len(st.Levels) == 3
 				for _, l := range st.Levels {
 					r.Clusters = append(r.Clusters, l.Contacts)
+					r.ClusterIDs = append(r.ClusterIDs, l.Cluster)
+					if l.Level >= 0 && l.Level < len(ids) {
+						ids[l.Level][l.Cluster] = true
+					}
 					if l.Level > 0 && !l.Pinned {
 						r.Pinned = false
 					}
@@ -307,10 +338,17 @@ func (nw *network) waitReady(ctx context.Context, started time.Time) (*readiness
 				httpOK[x.i] = probeHTTP(ctx, x, nw.p.Port)
 			}
 			r.HTTP = httpOK[x.i]
-			rd.Ready = rd.Ready && r.ready()
+			rd.Ready = rd.Ready && r.ready(nw.p.Pin)
 			rd.Nodes = append(rd.Nodes, r)
 		}
 		rd.Seconds = time.Since(started).Seconds()
+		rd.Clusters = nil
+		for _, m := range ids {
+			rd.Clusters = append(rd.Clusters, len(m))
+		}
+		if rd.Formed && (rd.Clusters[1] != 1 || rd.Clusters[2] != 1) {
+			rd.Ready = false
+		}
 		if rd.Ready || time.Now().After(deadline) {
 			return rd, nil
 		}

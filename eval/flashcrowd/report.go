@@ -22,15 +22,16 @@ var sources = []string{"local", "collapsed", "peer-l2", "peer-l1", "peer-l0", "o
 
 // report is everything a run found; it is also the JSON.
 type report struct {
-	Command   string       `json:"command"`
-	Date      string       `json:"date"`
-	Caddy     string       `json:"caddy"`
-	Host      hostInfo     `json:"host"`
-	Params    jsonParams   `json:"params"`
-	Hierarchy string       `json:"hierarchy"`
-	Proxies   []proxyPlace `json:"proxies"`
-	Ready     *readiness   `json:"readiness"`
-	Burst     *burstResult `json:"start_burst"`
+	Provenance *evalrun.Provenance `json:"provenance"`
+	Command    string              `json:"command"`
+	Date       string              `json:"date"`
+	Caddy      string              `json:"caddy"`
+	Host       hostInfo            `json:"host"`
+	Params     jsonParams          `json:"params"`
+	Hierarchy  string              `json:"hierarchy"`
+	Proxies    []proxyPlace        `json:"proxies"`
+	Ready      *readiness          `json:"readiness"`
+	Burst      *burstResult        `json:"start_burst"`
 
 	Totals  totals      `json:"totals"`
 	Minutes []minuteRow `json:"minutes"`
@@ -84,6 +85,12 @@ type jsonParams struct {
 	Think     string `json:"think"`
 	Timeout   string `json:"timeout"`
 	Seed      uint64 `json:"seed"`
+	// Pinned is false when the nodes formed their clusters; ErrorCrowd
+	// when the burst and the crowd asked for the error URL; Burst whether
+	// the start burst ran.
+	Pinned     bool `json:"pinned"`
+	ErrorCrowd bool `json:"error_crowd"`
+	Burst      bool `json:"start_burst"`
 }
 
 type proxyPlace struct {
@@ -117,6 +124,8 @@ type minuteRow struct {
 type originSummary struct {
 	Fetches int   `json:"fetches"`
 	PerFile []int `json:"per_file"`
+	// ErrorFetches is the requests for the error URL (-error-crowd).
+	ErrorFetches int `json:"error_url_fetches"`
 	// Log is every request the origin received, with the client request
 	// behind it.
 	Log []explainedFetch `json:"log"`
@@ -177,7 +186,7 @@ var paper = paperFigures{
 }
 
 // summarize fills in the tables from the records and the origin's log.
-func summarize(rep *report, p params, recs []*record, fetches []originFetch, perFile []int) {
+func summarize(rep *report, p params, recs []*record, fetches []originFetch, perFile []int, errFetches int) {
 	slices.SortFunc(recs, func(a, b *record) int {
 		if a.At != b.At {
 			return cmpFloat(a.At, b.At)
@@ -235,7 +244,7 @@ func summarize(rep *report, p params, recs []*record, fetches []originFetch, per
 	}
 	rep.CDF = cdf(rep.lats["all"], 400)
 
-	rep.Origin = originSummary{Fetches: len(fetches), PerFile: perFile}
+	rep.Origin = originSummary{Fetches: len(fetches), PerFile: perFile, ErrorFetches: errFetches}
 	for _, f := range fetches {
 		e := explainedFetch{originFetch: f, Proxy: -1, Client: -1}
 		if r := byID[f.Request]; r != nil {
@@ -328,12 +337,21 @@ func cmpFloat(a, b float64) int {
 // answered with the right bytes.
 func check(rep *report, p params) {
 	rep.Problems, rep.Warnings = []string{}, []string{}
-	if rep.Origin.Fetches != p.Files {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("the origin got %d requests for %d files (want exactly one per file)", rep.Origin.Fetches, p.Files))
-	}
-	for i, n := range rep.Origin.PerFile {
-		if n != 1 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s fetched from the origin %d times", filePath(i), n))
+	if p.ErrorCrowd {
+		// A measurement, not a verdict: how many of the error URL's
+		// requests reached the origin. No file is asked for.
+		if n := rep.Origin.Fetches - rep.Origin.ErrorFetches; n != 0 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("the origin got %d requests for files no client asked for", n))
+		}
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%d of %d requests for %s reached the origin", rep.Origin.ErrorFetches, rep.Totals.Requests, errorPath))
+	} else {
+		if rep.Origin.Fetches != p.Files {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("the origin got %d requests for %d files (want exactly one per file)", rep.Origin.Fetches, p.Files))
+		}
+		for i, n := range rep.Origin.PerFile {
+			if n != 1 {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s fetched from the origin %d times", filePath(i), n))
+			}
 		}
 	}
 	if rep.Totals.Failed > 0 {
@@ -346,7 +364,7 @@ func check(rep *report, p params) {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d of %d requests failed or had wrong bytes (%d of them in the start burst); e.g. %s",
 			rep.Totals.Failed, rep.Totals.Requests, rep.Totals.BurstFailed, strings.Join(ex, "; ")))
 	}
-	if n := rep.Totals.BySource["other"]; n > 0 {
+	if n := rep.Totals.BySource["other"]; n > 0 && !p.ErrorCrowd {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%d responses were neither hits, collapsed, peer nor origin fetches (see cache_status in the JSON)", n))
 	}
 	if rep.Burst != nil && rep.Burst.SpreadMS > 10 {
@@ -384,6 +402,9 @@ func printReport(w io.Writer, rep *report, p params) {
 	}
 	fmt.Fprintf(w, "  by source: %s\n", strings.Join(parts, ", "))
 
+	if p.ErrorCrowd {
+		fmt.Fprintf(w, "\nOrigin requests for the error URL %s: %d for %d client requests\n", errorPath, rep.Origin.ErrorFetches, rep.Totals.Requests)
+	}
 	fmt.Fprintf(w, "\nOrigin fetches per file (want 1 each): ")
 	for i, n := range rep.Origin.PerFile {
 		fmt.Fprintf(w, "%s:%d ", filePath(i)[1:], n)
@@ -425,7 +446,9 @@ func printReport(w io.Writer, rep *report, p params) {
 	}
 	tw.Flush()
 
-	printPaper(w, rep)
+	if !p.ErrorCrowd {
+		printPaper(w, rep)
+	}
 
 	fmt.Fprintf(w, "\nChecks:\n")
 	for _, pr := range rep.Problems {
@@ -434,8 +457,13 @@ func printReport(w io.Writer, rep *report, p params) {
 	for _, wn := range rep.Warnings {
 		fmt.Fprintf(w, "  WARNING: %s\n", wn)
 	}
-	fmt.Fprintf(w, "Acceptance: %d origin fetches for %d files (want exactly one each), %d of %d requests failed (want 0): %s\n",
-		rep.Origin.Fetches, p.Files, rep.Totals.Failed, rep.Totals.Requests, evalrun.PassFail(rep.Pass))
+	if p.ErrorCrowd {
+		fmt.Fprintf(w, "Acceptance: every answer the origin's %s (%d of %d requests failed, want 0): %s; %d of them reached the origin (measured, not judged)\n",
+			errorPath, rep.Totals.Failed, rep.Totals.Requests, evalrun.PassFail(rep.Pass), rep.Origin.ErrorFetches)
+	} else {
+		fmt.Fprintf(w, "Acceptance: %d origin fetches for %d files (want exactly one each), %d of %d requests failed (want 0): %s\n",
+			rep.Origin.Fetches, p.Files, rep.Totals.Failed, rep.Totals.Requests, evalrun.PassFail(rep.Pass))
+	}
 	fmt.Fprintf(w, "Load average before %s, after %s (%d CPUs shared by %d Caddy processes, the origin and the clients)\n",
 		rep.Host.LoadAvgBefore, rep.Host.LoadAvgAfter, rep.Host.CPUs, p.Proxies)
 }

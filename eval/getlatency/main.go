@@ -4,14 +4,19 @@
 // hierarchy (RTT thresholds ∞, 60 ms, 20 ms), with the same nodes, keys and
 // requests.
 //
-//	go run ./eval/getlatency [-n 0] [-keys 12] [-gets 10] [-warmup 30m] [-out docs/eval]
+//	go run ./eval/getlatency [-topology auto] [-name getlatency] [-n 0] [-keys 12] [-gets 10] [-warmup 30m] [-out docs/eval]
+//	go run ./eval/getlatency -workload zipf [-keys 1000] [-putters 3] [-zipf-s 0.9]
 //
 // Each network first runs for a warm-up (six clustering periods by default)
 // so the multi-level one can form its clusters. Then, for each of a dozen
 // popular keys (think URLs), a random quarter of the nodes put their address
 // under it, the way proxies that cached a URL advertise themselves, and every
 // node issues a few gets for keys it did not put, spread over a few virtual
-// minutes. It runs in virtual time on coraldht's in-memory network with
+// minutes. That is the paper workload (-workload paper), in which a
+// quarter of the nodes hold every key, so most gets find a copy nearby.
+// Beside it, -workload zipf: many keys whose popularity follows Zipf's
+// law, each put by a few nodes, and every node's gets drawn by popularity.
+// It runs in virtual time on coraldht's in-memory network with
 // latencies from the WonderProxy RTT matrix (or a synthetic one), 3 nodes
 // per site; each site owns its own /24, so with HintPrivate the multi-level
 // nodes find their site neighbours through the /24 locality hints.
@@ -32,6 +37,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/sim"
 	"github.com/coralcdn/coral/eval/internal/topology"
 	"github.com/coralcdn/coral/eval/internal/vtime"
@@ -49,8 +55,22 @@ type params struct {
 	Warmup      time.Duration // virtual time before the puts, for clustering
 	Parallel    int           // most puts or gets in flight at once
 	Seed        uint64        // topology, placement and workload
-	Out         string        // directory for getlatency.json and .png
+	Out         string        // directory for NAME.json and NAME.png
+	Name        string        // stem of the output files
+	Topology    string        // RTT matrix (topology.Named)
+	// Workload is workPaper (PutFraction of the nodes put each key, keys
+	// got uniformly) or workZipf (Putters nodes put each key, keys got
+	// by Zipf popularity with exponent ZipfS).
+	Workload string
+	Putters  int
+	ZipfS    float64
 }
+
+// Workloads.
+const (
+	workPaper = "paper"
+	workZipf  = "zipf"
+)
 
 func defaultParams() params {
 	return params{
@@ -63,6 +83,11 @@ func defaultParams() params {
 		Parallel:    64,
 		Seed:        1,
 		Out:         "docs/eval",
+		Name:        "getlatency",
+		Topology:    "auto",
+		Workload:    workPaper,
+		Putters:     3,
+		ZipfS:       0.9,
 	}
 }
 
@@ -76,8 +101,18 @@ func main() {
 	flag.DurationVar(&p.Warmup, "warmup", p.Warmup, "virtual time each network runs before the workload (clustering converges)")
 	flag.IntVar(&p.Parallel, "parallel", p.Parallel, "puts or gets in flight at once, at most")
 	flag.Uint64Var(&p.Seed, "seed", p.Seed, "random seed")
-	flag.StringVar(&p.Out, "out", p.Out, "directory for getlatency.json and getlatency.png")
+	flag.StringVar(&p.Out, "out", p.Out, "directory for NAME.json and NAME.png")
+	flag.StringVar(&p.Name, "name", p.Name, "stem of the output files")
+	flag.StringVar(&p.Topology, "topology", p.Topology, "RTT matrix: synthetic, wonderproxy ($CORAL_RTT_DATA) or auto")
+	flag.StringVar(&p.Workload, "workload", p.Workload, "paper: -putfrac of the nodes put every key; zipf: -putters nodes put each key, gets by Zipf popularity")
+	flag.IntVar(&p.Putters, "putters", p.Putters, "-workload zipf: nodes that put each key")
+	flag.Float64Var(&p.ZipfS, "zipf-s", p.ZipfS, "-workload zipf: exponent of the keys' popularity (key k drawn ∝ 1/k^s)")
+	keysSet := false
 	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { keysSet = keysSet || f.Name == "keys" })
+	if p.Workload == workZipf && !keysSet {
+		p.Keys = 1000
+	}
 	vtime.Main(func() error {
 		_, err := experiment(p)
 		return err
@@ -96,15 +131,19 @@ const (
 const latencyFloorMs = 0.1
 
 type report struct {
-	Topology    string  `json:"topology"`
-	N           int     `json:"n"`
-	PerSite     int     `json:"nodes_per_site"`
-	Keys        int     `json:"keys"`
-	PutFraction float64 `json:"put_fraction"`
-	GetsPerNode int     `json:"gets_per_node"`
-	Spread      string  `json:"get_spread"`
-	Warmup      string  `json:"warmup"`
-	Seed        uint64  `json:"seed"`
+	Provenance  *evalrun.Provenance `json:"provenance"`
+	Workload    string              `json:"workload"`
+	Putters     int                 `json:"putters_per_key,omitempty"` // zipf
+	ZipfS       float64             `json:"zipf_s,omitempty"`
+	Topology    string              `json:"topology"`
+	N           int                 `json:"n"`
+	PerSite     int                 `json:"nodes_per_site"`
+	Keys        int                 `json:"keys"`
+	PutFraction float64             `json:"put_fraction"`
+	GetsPerNode int                 `json:"gets_per_node"`
+	Spread      string              `json:"get_spread"`
+	Warmup      string              `json:"warmup"`
+	Seed        uint64              `json:"seed"`
 
 	Single *netResult `json:"single"`
 	Multi  *netResult `json:"multi"`
@@ -211,6 +250,9 @@ func newWorkload(p params, n int) *workload {
 		putBy[i] = map[int]bool{}
 	}
 	count := min(n, max(1, int(math.Round(p.PutFraction*float64(n)))))
+	if p.Workload == workZipf {
+		count = min(n, p.Putters)
+	}
 	for k := range w.keys {
 		w.keys[k] = coraldht.KeyFor(fmt.Sprintf("http://www.example%d.com/ seed %d", k, p.Seed))
 		w.putters[k] = rng.Perm(n)[:count]
@@ -218,9 +260,13 @@ func newWorkload(p params, n int) *workload {
 			putBy[i][k] = true
 		}
 	}
+	// A proxy that cached a URL serves it without a lookup, so a node
+	// gets only keys it did not put (any key if it put them all).
+	var zipf *sim.Zipf
+	if p.Workload == workZipf {
+		zipf = sim.NewZipf(p.Keys, p.ZipfS)
+	}
 	for i := range n {
-		// A proxy that cached a URL serves it without a lookup, so a node
-		// gets only keys it did not put (any key if it put them all).
 		var want []int
 		for k := range p.Keys {
 			if !putBy[i][k] {
@@ -231,10 +277,15 @@ func newWorkload(p params, n int) *workload {
 			want = rng.Perm(p.Keys)
 		}
 		for range p.GetsPerNode {
-			w.gets[i] = append(w.gets[i], plannedGet{
-				at:  time.Duration(rng.Int64N(int64(max(p.Spread, 1)))),
-				key: want[rng.IntN(len(want))],
-			})
+			key := want[rng.IntN(len(want))]
+			if zipf != nil {
+				// By popularity, among the keys it did not put.
+				key = zipf.Draw(rng)
+				for putBy[i][key] && len(want) < p.Keys {
+					key = zipf.Draw(rng)
+				}
+			}
+			w.gets[i] = append(w.gets[i], plannedGet{at: time.Duration(rng.Int64N(int64(max(p.Spread, 1)))), key: key})
 		}
 		slices.SortFunc(w.gets[i], func(a, b plannedGet) int { return cmp.Compare(a.at, b.at) })
 	}
@@ -243,24 +294,36 @@ func newWorkload(p params, n int) *workload {
 
 func experiment(p params) (*report, error) {
 	wallStart := sim.WallNow()
-	if p.Keys < 1 || p.GetsPerNode < 1 || !(p.PutFraction > 0 && p.PutFraction <= 1) || p.PerSite < 1 {
-		return nil, fmt.Errorf("getlatency: need keys ≥ 1, gets ≥ 1, 0 < putfrac ≤ 1, persite ≥ 1; have %d, %d, %g, %d",
-			p.Keys, p.GetsPerNode, p.PutFraction, p.PerSite)
+	if p.Keys < 1 || p.GetsPerNode < 1 || !(p.PutFraction > 0 && p.PutFraction <= 1) || p.PerSite < 1 || p.Putters < 1 || p.ZipfS < 0 {
+		return nil, fmt.Errorf("getlatency: need keys ≥ 1, gets ≥ 1, 0 < putfrac ≤ 1, persite ≥ 1, putters ≥ 1, zipf-s ≥ 0; have %d, %d, %g, %d, %d, %g",
+			p.Keys, p.GetsPerNode, p.PutFraction, p.PerSite, p.Putters, p.ZipfS)
 	}
-	m := topology.Load(p.Seed)
+	if p.Workload != workPaper && p.Workload != workZipf {
+		return nil, fmt.Errorf("getlatency: -workload %q: want %s or %s", p.Workload, workPaper, workZipf)
+	}
+	m, err := topology.Named(p.Topology, p.Seed)
+	if err != nil {
+		return nil, err
+	}
 	n := p.N
 	if n == 0 {
 		n = p.PerSite * m.Len()
 	}
-	rep := &report{Topology: m.Source, N: n, PerSite: p.PerSite, Keys: p.Keys, PutFraction: p.PutFraction,
+	rep := &report{Provenance: evalrun.StartProvenance("getlatency", m.Source), Workload: p.Workload, Topology: m.Source, N: n, PerSite: p.PerSite, Keys: p.Keys, PutFraction: p.PutFraction,
 		GetsPerNode: p.GetsPerNode, Spread: p.Spread.String(), Warmup: p.Warmup.String(), Seed: p.Seed}
 	fmt.Printf("Get latency, single-level vs multi-level (paper Fig. 6): %d nodes, %d per site, topology %s (%s)\n",
 		n, p.PerSite, m.Source, m.Stats())
-	fmt.Printf("Workload: %d keys, each put by %.0f%% of the nodes (TTL 1h); then %d gets per node for keys it did not put, over %v; warm-up %v\n\n",
-		p.Keys, 100*p.PutFraction, p.GetsPerNode, p.Spread, p.Warmup)
+	fmt.Println(rep.Provenance)
+	if p.Workload == workZipf {
+		rep.PutFraction, rep.Putters, rep.ZipfS = 0, p.Putters, p.ZipfS
+		fmt.Printf("Workload (zipf): %d keys, each put by %d nodes (TTL 1h); then %d gets per node for keys it did not put, drawn ∝ 1/k^%g, over %v; warm-up %v\n\n",
+			p.Keys, p.Putters, p.GetsPerNode, p.ZipfS, p.Spread, p.Warmup)
+	} else {
+		fmt.Printf("Workload (paper): %d keys, each put by %.0f%% of the nodes (TTL 1h); then %d gets per node for keys it did not put, over %v; warm-up %v\n\n",
+			p.Keys, 100*p.PutFraction, p.GetsPerNode, p.Spread, p.Warmup)
+	}
 
 	w := newWorkload(p, n)
-	var err error
 	// One network at a time: they would otherwise compete for the CPU and
 	// memory, and each gets the same virtual-time treatment either way.
 	if rep.Single, err = runNetwork(m, p, n, w, false); err != nil {
@@ -281,13 +344,14 @@ func experiment(p params) (*report, error) {
 	rep.Wall = sim.WallNow().Sub(wallStart).Seconds()
 	rep.PeakRSS = sim.PeakRSS()
 	fmt.Printf("Wall time %.0f s, peak RSS %.0f MiB\n", rep.Wall, float64(rep.PeakRSS)/(1<<20))
-	if err := sim.WriteJSON(filepath.Join(p.Out, "getlatency.json"), rep); err != nil {
+	rep.Provenance.Finish()
+	if err := sim.WriteJSON(filepath.Join(p.Out, p.Name+".json"), rep); err != nil {
 		return nil, err
 	}
-	if err := plotCDF(filepath.Join(p.Out, "getlatency.png"), rep); err != nil {
+	if err := plotCDF(filepath.Join(p.Out, p.Name+".png"), rep); err != nil {
 		return nil, err
 	}
-	fmt.Printf("Wrote %s/getlatency.json and getlatency.png\n", p.Out)
+	fmt.Printf("Wrote %s/%s.json and %[2]s.png\n", p.Out, p.Name)
 	return rep, nil
 }
 

@@ -19,9 +19,13 @@ var (
 // gets answered in no time are drawn at latencyFloorMs.
 func plotCDF(path string, rep *report) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Get latency (paper Fig. 6), %d nodes on %s: %d keys, %d gets per network\n"+
+	work := fmt.Sprintf("paper workload, each key put by %.0f%% of the nodes", 100*rep.PutFraction)
+	if rep.Workload == workZipf {
+		work = fmt.Sprintf("Zipf workload (s = %g), each key put by %d nodes", rep.ZipfS, rep.Putters)
+	}
+	p.Title.Text = fmt.Sprintf("Get latency (paper Fig. 6), %d nodes on %s: %d keys, %s, %d gets per network\n"+
 		"gets answered from the getter's own store take no time and are drawn at %g ms",
-		rep.N, rep.Topology, rep.Keys, rep.Single.Gets, latencyFloorMs)
+		rep.N, rep.Topology, rep.Keys, work, rep.Single.Gets, latencyFloorMs)
 	// A long axis label would shrink the data area (gonum pads for it).
 	p.X.Label.Text = "get latency (virtual ms, log scale)"
 	p.Y.Label.Text = "fraction of gets"

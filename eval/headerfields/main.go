@@ -89,12 +89,13 @@ type site struct {
 }
 
 type report struct {
-	Command  string  `json:"command"`
-	Caddy    string  `json:"caddy"`
-	Rounds   int     `json:"rounds"`
-	Duration string  `json:"duration_per_run"`
-	LoadAvg  string  `json:"load_average_before"`
-	Sites    []*site `json:"sites"`
+	Provenance *evalrun.Provenance `json:"provenance"`
+	Command    string              `json:"command"`
+	Caddy      string              `json:"caddy"`
+	Rounds     int                 `json:"rounds"`
+	Duration   string              `json:"duration_per_run"`
+	LoadAvg    string              `json:"load_average_before"`
+	Sites      []*site             `json:"sites"`
 }
 
 func main() {
@@ -193,7 +194,7 @@ func experiment(ctx context.Context, p params, command string) (*report, error) 
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		return nil, err
 	}
-	rep := &report{Command: command, Caddy: evalrun.FirstLine(exec.Command(caddyBin, "version")), Rounds: p.Rounds, Duration: p.Duration.String(), LoadAvg: evalrun.LoadAvg()}
+	rep := &report{Provenance: evalrun.StartProvenance("headerfields", evalrun.TopologyLoopback), Command: command, Caddy: evalrun.FirstLine(exec.Command(caddyBin, "version")), Rounds: p.Rounds, Duration: p.Duration.String(), LoadAvg: evalrun.LoadAvg()}
 	caddy, err := proc.Start([]string{caddyBin, "run", "--config", cfgPath}, proc.Options{Name: "caddy", Dir: dir, Log: filepath.Join(dir, "caddy.log")})
 	if err != nil {
 		return nil, err
@@ -231,6 +232,7 @@ func experiment(ctx context.Context, p params, command string) (*report, error) 
 		s.CPUPerRequest = s.cpu / float64(s.Requests) * 1e6
 		s.AgainstFirst = s.RPS / rep.Sites[0].RPS
 	}
+	rep.Provenance.Finish()
 	if p.Out != "" {
 		if err := os.MkdirAll(p.Out, 0o755); err != nil {
 			return nil, err

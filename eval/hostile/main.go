@@ -38,21 +38,22 @@ import (
 )
 
 type report struct {
-	Command   string              `json:"command"`
-	Date      string              `json:"date"`
-	Caddy     string              `json:"caddy"`
-	CPUs      int                 `json:"cpus"`
-	Kernel    string              `json:"kernel"`
-	Go        string              `json:"go"`
-	LoadAvg   [2]string           `json:"loadavg_before_after"`
-	Seed      uint64              `json:"seed"`
-	PerClass  string              `json:"duration_per_class"`
-	CacheSize int64               `json:"cache_size"`
-	Bounds    hostilelab.Bounds   `json:"bounds"`
-	Classes   []classDoc          `json:"classes"`
-	Results   []hostilelab.Result `json:"results"`
-	Broken    int                 `json:"classes_broken"`
-	Wall      float64             `json:"wall_seconds"`
+	Provenance *evalrun.Provenance `json:"provenance"`
+	Command    string              `json:"command"`
+	Date       string              `json:"date"`
+	Caddy      string              `json:"caddy"`
+	CPUs       int                 `json:"cpus"`
+	Kernel     string              `json:"kernel"`
+	Go         string              `json:"go"`
+	LoadAvg    [2]string           `json:"loadavg_before_after"`
+	Seed       uint64              `json:"seed"`
+	PerClass   string              `json:"duration_per_class"`
+	CacheSize  int64               `json:"cache_size"`
+	Bounds     hostilelab.Bounds   `json:"bounds"`
+	Classes    []classDoc          `json:"classes"`
+	Results    []hostilelab.Result `json:"results"`
+	Broken     int                 `json:"classes_broken"`
+	Wall       float64             `json:"wall_seconds"`
 }
 
 type classDoc struct {
@@ -111,7 +112,8 @@ func run(ctx context.Context, caddy string, seed uint64, d time.Duration, only s
 		return 0, err
 	}
 	rep := report{
-		Command: evalrun.CommandLine("hostile"), Date: time.Now().UTC().Format(time.RFC3339),
+		Provenance: evalrun.StartProvenance("hostile", evalrun.TopologyLoopback),
+		Command:    evalrun.CommandLine("hostile"), Date: time.Now().UTC().Format(time.RFC3339),
 		Caddy: evalrun.FirstLine(exec.Command(caddy, "version")), CPUs: runtime.NumCPU(), Kernel: evalrun.Kernel(),
 		Go: runtime.Version(), Seed: seed, PerClass: d.String(), CacheSize: cacheSize,
 		Bounds: hostilelab.DefaultBounds(cacheSize),
@@ -158,6 +160,7 @@ func run(ctx context.Context, caddy string, seed uint64, d time.Duration, only s
 		}
 	}
 	rep.LoadAvg[1] = evalrun.LoadAvg()
+	rep.Provenance.Finish()
 	rep.Wall = time.Since(started).Seconds()
 	fmt.Printf("\n=== every class, %v each (seed %d) ===\n%s", d, seed, hostilelab.Table(rep.Results))
 	if out != "" {

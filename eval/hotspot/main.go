@@ -18,6 +18,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -35,6 +36,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/sim"
 	"github.com/coralcdn/coral/eval/internal/topology"
 	"github.com/coralcdn/coral/eval/internal/vtime"
@@ -50,8 +52,10 @@ var (
 	flagSeed    = flag.Uint64("seed", 1, "random seed")
 	flagPlain   = flag.Bool("plain", true, "also run the plain-DHT comparison")
 	flagSweep   = flag.String("sweep", "", "sizes for the scaling run, e.g. \"128 256 512 1024 2048\" (empty: skip)")
-	flagOut     = flag.String("out", "docs/eval", "directory for hotspot.json and the PNG figures")
-	flagReplot  = flag.Bool("replot", false, "only redraw the PNG figures from -out's hotspot.json")
+	flagOut     = flag.String("out", "docs/eval", "directory for NAME.json and the PNG figures")
+	flagName    = flag.String("name", "hotspot", "stem of the output files: NAME.json, NAME.png, NAME-sweep.png, NAME-seeds.png")
+	flagReplot  = flag.Bool("replot", false, "only redraw the PNG figures from -out's NAME.json")
+	flagWork    = flag.String("workload", workPaper, "paper: every node puts and gets the hot keys; zipf: many keys of Zipf popularity, each put by a few nodes and got by all")
 	flagMemProf = flag.String("memprofile", "", "write a heap profile, taken at the end of the main run's workload, to this file")
 	flagSeeds   = flag.String("seeds", "", "seeds for repeated main runs, e.g. \"1 2 3 4 5\" (empty: -seed only)")
 	flagTopos   = flag.String("topologies", "", "topologies for the repeated main runs: synthetic, wonderproxy (needs $CORAL_RTT_DATA) or both (empty: whichever the data gives)")
@@ -79,11 +83,26 @@ type run struct {
 	// to the key (0 = closest).
 	BusiestByKey []float64 `json:"busiest_steady_by_key"`
 	BusiestRank  []int     `json:"busiest_rank_by_key"`
-	Silent       float64   `json:"nodes_receiving_no_put_rpcs"` // mean over keys
-	QueueDrops   uint64    `json:"datagrams_dropped_at_full_queues"`
-	Lost         uint64    `json:"datagrams_lost_otherwise"`
-	WallSeconds  float64   `json:"wall_seconds"`
+	// TopByKey is, per hot key, the busiest nodes (at most topNodes),
+	// busiest first, and OverBoundByKey how many nodes took more than
+	// β·⌈log₂ n⌉ a minute for the key.
+	TopByKey       [][]rankLoad `json:"top_nodes_by_key"`
+	OverBoundByKey []int        `json:"nodes_over_bound_by_key"`
+	Silent         float64      `json:"nodes_receiving_no_put_rpcs"` // mean over keys
+	QueueDrops     uint64       `json:"datagrams_dropped_at_full_queues"`
+	Lost           uint64       `json:"datagrams_lost_otherwise"`
+	WallSeconds    float64      `json:"wall_seconds"`
 }
+
+// rankLoad is a node's steady put RPCs per minute for a key and its
+// distance rank to the key (0 = closest).
+type rankLoad struct {
+	Rank int     `json:"rank"`
+	Load float64 `json:"put_rpcs_per_min"`
+}
+
+// topNodes is how many of a key's busiest nodes a run keeps.
+const topNodes = 10
 
 // repeat is the main run on one topology with one seed.
 type repeat struct {
@@ -101,6 +120,9 @@ type minute struct {
 }
 
 type report struct {
+	Provenance *evalrun.Provenance `json:"provenance"`
+	// Workload is workPaper or workZipf.
+	Workload  string  `json:"workload"`
 	Topology  string  `json:"topology"`
 	PerSite   int     `json:"nodes_per_site"`
 	Rate      float64 `json:"pairs_per_second_per_node_and_key"`
@@ -118,7 +140,34 @@ type report struct {
 	SweepLogGrow     float64 `json:"sweep_log2_ratio,omitempty"`
 	// Repeats are the main run on every topology and seed asked for.
 	Repeats []*repeat `json:"repeats,omitempty"`
-	PeakRSS uint64    `json:"peak_rss_bytes"`
+	// Busiest summarises the busiest node of every hot key over the
+	// repeats against β·⌈log₂ n⌉.
+	Busiest *busiestSummary `json:"busiest,omitempty"`
+	// Plains are the plain-DHT run on every topology (first seed), and
+	// PlainOverBusiest, per topology, its busiest node's load over the
+	// busiest node's of Coral's run with the same seed (the heaviest of
+	// its keys).
+	Plains           []*repeat          `json:"plain_runs,omitempty"`
+	PlainOverBusiest map[string]float64 `json:"plain_over_coral_busiest,omitempty"`
+	// Zipf holds the runs of the Zipf workload (-workload zipf).
+	Zipf    []*zipfRun `json:"zipf,omitempty"`
+	PeakRSS uint64     `json:"peak_rss_bytes"`
+}
+
+// busiestSummary is the busiest node per hot key over all repeats.
+type busiestSummary struct {
+	Keys       int     `json:"keys"`
+	Within     int     `json:"within_bound"`
+	Bound      int     `json:"bound"`
+	Min        float64 `json:"min"`
+	Median     float64 `json:"median"`
+	Max        float64 `json:"max"`
+	MaxOverBnd float64 `json:"max_over_bound"`
+	// NearestRanks counts the busiest nodes over the bound that are
+	// among the key's nearest nodes (ranks 1–8).
+	OverNearest int `json:"over_bound_at_ranks_1_to_8"`
+	// ClosestMax is the heaviest closest node of any key.
+	ClosestMax float64 `json:"closest_max"`
 }
 
 func main() {
@@ -164,28 +213,18 @@ func splitFields(s string) []string {
 func matrices(seed uint64) ([]*topology.Matrix, error) {
 	names := splitFields(*flagTopos)
 	if len(names) == 1 && names[0] == "both" {
-		names = []string{topology.SourceSynthetic, "wonderproxy"}
+		names = []string{topology.NameSynthetic, topology.NameWonderProxy}
 	}
 	if len(names) == 0 {
-		return []*topology.Matrix{topology.Load(seed)}, nil
+		names = []string{topology.NameAuto}
 	}
 	var out []*topology.Matrix
 	for _, name := range names {
-		switch name {
-		case topology.SourceSynthetic:
-			out = append(out, topology.Synthetic(250, seed))
-		case "wonderproxy", topology.SourceWonderProxy:
-			if topology.DataDir() == "" {
-				return nil, fmt.Errorf("-topologies %s: $%s is not set", name, topology.EnvDataDir)
-			}
-			m, err := topology.LoadWonderProxy(topology.DataDir())
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, m)
-		default:
-			return nil, fmt.Errorf("-topologies: unknown topology %q (synthetic, wonderproxy or both)", name)
+		m, err := topology.Named(name, seed)
+		if err != nil {
+			return nil, fmt.Errorf("-topologies: %w", err)
 		}
+		out = append(out, m)
 	}
 	return out, nil
 }
@@ -208,8 +247,21 @@ func experiment(sizes []int) error {
 		return err
 	}
 	m := ms[0]
+	var sources []string
+	for _, mm := range ms {
+		sources = append(sources, mm.Source)
+	}
 	beta := coraldht.DefaultConfig().Leak
-	rep := &report{Topology: m.Source, PerSite: *flagPerSite, Rate: *flagRate, Keys: *flagKeys, TTL: flagTTL.String(), Beta: beta}
+	rep := &report{Provenance: evalrun.StartProvenance("hotspot", strings.Join(sources, ", ")), Workload: *flagWork,
+		Topology: m.Source, PerSite: *flagPerSite, Rate: *flagRate, Keys: *flagKeys, TTL: flagTTL.String(), Beta: beta}
+	fmt.Println(rep.Provenance)
+	switch *flagWork {
+	case workZipf:
+		return zipfExperiment(rep, ms, seeds)
+	case workPaper:
+	default:
+		return fmt.Errorf("-workload %q: want %s or %s", *flagWork, workPaper, workZipf)
+	}
 	fmt.Printf("Hot-spot experiment (paper Fig. 8): topology %s, %d nodes/site, %d hot keys, %g put/get pairs/s per node and key, TTL %v, %d virtual minutes per run\n\n",
 		m.Source, *flagPerSite, *flagKeys, *flagRate, *flagTTL, *flagMinutes)
 
@@ -249,36 +301,116 @@ func experiment(sizes []int) error {
 	if err := repeats(rep, ms, seeds); err != nil {
 		return err
 	}
+	if *flagPlain {
+		if err := plains(rep, ms, seeds[0]); err != nil {
+			return err
+		}
+	}
+	rep.Busiest = summarizeBusiest(rep.Repeats)
+	if b := rep.Busiest; b != nil {
+		fmt.Printf("Busiest node of each hot key over %d keys: %d within β·⌈log2 n⌉ = %d; min %.0f, median %.0f, max %.0f (%.2f× the bound); "+
+			"%d of those over it are among the key's nearest 8 nodes; heaviest closest node %.0f\n\n",
+			b.Keys, b.Within, b.Bound, b.Min, b.Median, b.Max, b.MaxOverBnd, b.OverNearest, b.ClosestMax)
+	}
 	rep.PeakRSS = sim.PeakRSS()
 	fmt.Printf("Peak RSS %.0f MiB\n", float64(rep.PeakRSS)/(1<<20))
 
+	rep.Provenance.Finish()
 	if err := writeReport(rep); err != nil {
 		return err
 	}
-	fmt.Printf("Wrote %s/hotspot.json and the PNG figures\n", *flagOut)
+	fmt.Printf("Wrote %s/%s.json and the PNG figures\n", *flagOut, *flagName)
 	return nil
 }
 
+// Workloads.
+const (
+	workPaper = "paper"
+	workZipf  = "zipf"
+)
+
 func writeReport(rep *report) error {
-	if err := sim.WriteJSON(filepath.Join(*flagOut, "hotspot.json"), rep); err != nil {
+	if err := sim.WriteJSON(filepath.Join(*flagOut, *flagName+".json"), rep); err != nil {
 		return err
 	}
 	return plotAll(rep)
 }
 
 func plotAll(rep *report) error {
-	if err := plotCurve(filepath.Join(*flagOut, "hotspot.png"), rep); err != nil {
+	if rep.Workload == workZipf {
+		return plotZipf(filepath.Join(*flagOut, *flagName+".png"), rep)
+	}
+	if err := plotCurve(filepath.Join(*flagOut, *flagName+".png"), rep); err != nil {
 		return err
 	}
 	if len(rep.Sweep) > 0 {
-		if err := plotSweep(filepath.Join(*flagOut, "hotspot-sweep.png"), rep.Sweep); err != nil {
+		if err := plotSweep(filepath.Join(*flagOut, *flagName+"-sweep.png"), rep.Sweep); err != nil {
 			return err
 		}
 	}
 	if len(rep.Repeats) > 1 {
-		return plotRepeats(filepath.Join(*flagOut, "hotspot-seeds.png"), rep.Repeats)
+		return plotRepeats(filepath.Join(*flagOut, *flagName+"-seeds.png"), rep.Repeats)
 	}
 	return nil
+}
+
+// plains runs the plain DHT on every topology but the first (whose plain
+// run is the main one's) with the first seed, and compares each plain
+// run's busiest node with Coral's on the same topology and seed.
+func plains(rep *report, ms []*topology.Matrix, seed uint64) error {
+	rep.Plains = []*repeat{{Topology: rep.Topology, Seed: seed, Run: rep.Plain}}
+	for _, m := range ms[1:] {
+		if m.Source == topology.SourceSynthetic {
+			m = topology.Synthetic(250, seed)
+		}
+		*flagSeed = seed
+		r, err := hotspot(m, *flagN, true)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("[%s, seed %d] ", m.Source, seed)
+		printRun(r)
+		rep.Plains = append(rep.Plains, &repeat{Topology: m.Source, Seed: seed, Run: r})
+	}
+	rep.PlainOverBusiest = map[string]float64{}
+	for _, pl := range rep.Plains {
+		for _, rp := range rep.Repeats {
+			if rp.Topology == pl.Topology && rp.Seed == pl.Seed {
+				rep.PlainOverBusiest[pl.Topology] = pl.Run.MaxSteady / math.Max(rp.Run.MaxSteady, 1)
+				fmt.Printf("Plain DHT / Coral, busiest node's steady load, %s: %.0f / %.0f = %.0f×\n", pl.Topology,
+					pl.Run.MaxSteady, rp.Run.MaxSteady, rep.PlainOverBusiest[pl.Topology])
+			}
+		}
+	}
+	return nil
+}
+
+// summarizeBusiest compares the busiest node of every hot key of every
+// repeat with the bound.
+func summarizeBusiest(rs []*repeat) *busiestSummary {
+	if len(rs) == 0 {
+		return nil
+	}
+	b := &busiestSummary{Bound: rs[0].Run.Predict}
+	var all []float64
+	for _, rp := range rs {
+		r := rp.Run
+		for k, v := range r.BusiestByKey {
+			all = append(all, v)
+			if v <= float64(r.Predict) {
+				b.Within++
+			} else if rank := r.BusiestRank[k]; rank >= 1 && rank <= 8 {
+				b.OverNearest++
+			}
+			b.MaxOverBnd = math.Max(b.MaxOverBnd, v/float64(r.Predict))
+		}
+		for _, v := range r.ClosestByKey {
+			b.ClosestMax = math.Max(b.ClosestMax, v)
+		}
+	}
+	slices.Sort(all)
+	b.Keys, b.Min, b.Max, b.Median = len(all), all[0], all[len(all)-1], evalrun.Median(all)
+	return b
 }
 
 // repeats runs the main size on every topology and seed not yet run, then
@@ -330,7 +462,7 @@ func repeats(rep *report, ms []*topology.Matrix, seeds []uint64) error {
 }
 
 func replot() error {
-	b, err := os.ReadFile(filepath.Join(*flagOut, "hotspot.json"))
+	b, err := os.ReadFile(filepath.Join(*flagOut, *flagName+".json"))
 	if err != nil {
 		return err
 	}
@@ -338,8 +470,8 @@ func replot() error {
 	if err := json.Unmarshal(b, rep); err != nil {
 		return err
 	}
-	if rep.Coral == nil {
-		return fmt.Errorf("%s/hotspot.json holds no main run", *flagOut)
+	if rep.Coral == nil && rep.Workload != workZipf {
+		return fmt.Errorf("%s/%s.json holds no main run", *flagOut, *flagName)
 	}
 	return plotAll(rep)
 }
@@ -495,6 +627,22 @@ func hotspot(m *topology.Matrix, n int, plain bool) (*run, error) {
 		}
 		r.BusiestByKey = append(r.BusiestByKey, busiest)
 		r.BusiestRank = append(r.BusiestRank, busiestRank)
+		var loads []rankLoad
+		over := 0
+		for rank, i := range order {
+			var sum uint64
+			for _, v := range perNode[k][i][1:] {
+				sum += v
+			}
+			avg := float64(sum) / float64(max(len(perNode[k][i])-1, 1))
+			loads = append(loads, rankLoad{Rank: rank, Load: avg})
+			if avg > float64(r.Predict) {
+				over++
+			}
+		}
+		slices.SortStableFunc(loads, func(a, b rankLoad) int { return cmp.Compare(b.Load, a.Load) })
+		r.TopByKey = append(r.TopByKey, loads[:min(topNodes, len(loads))])
+		r.OverBoundByKey = append(r.OverBoundByKey, over)
 	}
 	r.ClosestSteady = r.Steady[0]
 	ns := s.Net.Stats()

@@ -181,3 +181,42 @@ func plotRepeats(path string, reps []*repeat) error {
 	p.Y.Max = hi * 1.15
 	return p.Save(9*vg.Inch, 4.5*vg.Inch, path)
 }
+
+// plotZipf draws, for each run of the Zipf workload, the requests each node
+// received per minute, busiest first, with the per-key bound for scale.
+func plotZipf(path string, rep *report) error {
+	p := plot.New()
+	p.Title.Text = "Requests per minute per node, all keys, Zipf workload (steady state)"
+	p.X.Label.Text = "nodes, busiest first"
+	p.Y.Label.Text = "gets, put probes and stores received per minute + 1"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	colors := []color.Color{coralColor, plainColor, boundColor, color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}}
+	hi := 1.0
+	for i, r := range rep.Zipf {
+		pts := make(plotter.XYs, len(r.Loads))
+		for j, v := range r.Loads {
+			pts[j] = plotter.XY{X: float64(j), Y: v + 1}
+			hi = math.Max(hi, v+1)
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		l.Color = colors[i%len(colors)]
+		l.Dashes = [][]vg.Length{nil, {vg.Points(4), vg.Points(2)}}[i/len(colors)%2]
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("%s, seed %d", r.Topology, r.Seed), l)
+	}
+	if len(rep.Zipf) > 0 {
+		b := rep.Zipf[0].Predict
+		bound := plotter.NewFunction(func(float64) float64 { return float64(b) + 1 })
+		bound.Color = boundColor
+		bound.Dashes = []vg.Length{vg.Points(1), vg.Points(3)}
+		p.Add(bound)
+		p.Legend.Add(fmt.Sprintf("beta * ceil(log2 n) = %d (per key, for puts)", b), bound)
+	}
+	p.Legend.Top = true
+	p.Y.Min, p.Y.Max = 1, hi*2
+	return p.Save(9*vg.Inch, 5*vg.Inch, path)
+}

@@ -171,13 +171,14 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 
 	rep.Wall = time.Since(wallStart).Seconds()
 	fmt.Printf("\nWall time %.0f s\n", rep.Wall)
-	if err := sim.WriteJSON(filepath.Join(p.Out, "httpbench.json"), rep); err != nil {
+	rep.Provenance.Finish()
+	if err := sim.WriteJSON(filepath.Join(p.Out, p.Name+".json"), rep); err != nil {
 		return nil, fmt.Errorf("writing the results: %w", err)
 	}
-	if err := plotBars(filepath.Join(p.Out, "httpbench.png"), rep); err != nil {
+	if err := plotBars(filepath.Join(p.Out, p.Name+".png"), rep); err != nil {
 		return nil, fmt.Errorf("plotting the results: %w", err)
 	}
-	fmt.Printf("Wrote %s/httpbench.json and httpbench.png\n", p.Out)
+	fmt.Printf("Wrote %s/%s.json and %[2]s.png\n", p.Out, p.Name)
 	if !rep.PassCheck {
 		return rep, fmt.Errorf("%w: %s", errChecks, strings.Join(rep.Problems, "; "))
 	}
@@ -197,7 +198,8 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 // parameters, and prints what is measured.
 func newReport(p params, command string) *report {
 	rep := &report{
-		Command: command,
+		Provenance: evalrun.StartProvenance("httpbench", evalrun.TopologyLoopback),
+		Command:    command,
 		Tools: tools{
 			Load:  "wrk --latency, keep-alive connections, GET with only a Host header (over TLS: SNI and Host from the URL's name, no ALPN, HTTP/1.1)",
 			Caddy: evalrun.FirstLine(exec.Command(p.Caddy, "version")),

@@ -189,6 +189,7 @@ type params struct {
 	Install      bool          // run install-deps.sh when wrk or nginx is missing (as root)
 	TLS          bool          // also coral_proxy, file_server and respond over TLS, on Port+2, Port+3 and Port+5
 	Out          string
+	Name         string // stem of the output files
 }
 
 func defaultParams() params {
@@ -216,6 +217,7 @@ func defaultParams() params {
 		Install:      true,
 		TLS:          true,
 		Out:          "docs/eval",
+		Name:         "httpbench",
 	}
 }
 
@@ -258,7 +260,8 @@ func main() {
 	flag.StringVar(&p.BaselineAddr, "baseline-addr", p.BaselineAddr, "loopback address of the -baseline Caddy's sites, admin endpoint and DSHT node")
 	flag.BoolVar(&p.Install, "install", p.Install, "when wrk or nginx is missing and this runs as root, install them with eval/httpbench/install-deps.sh")
 	flag.BoolVar(&p.TLS, "tls", p.TLS, "also measure coral_proxy, file_server and respond over TLS (Caddy's local CA), on -port+2, -port+3 and -port+5")
-	flag.StringVar(&p.Out, "out", p.Out, "directory for httpbench.json and httpbench.png")
+	flag.StringVar(&p.Out, "out", p.Out, "directory for NAME.json and NAME.png")
+	flag.StringVar(&p.Name, "name", p.Name, "stem of the output files")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -1,13 +1,17 @@
 package main
 
-import "github.com/coralcdn/coral/internal/lab/profdiff"
+import (
+	"github.com/coralcdn/coral/eval/internal/evalrun"
+	"github.com/coralcdn/coral/internal/lab/profdiff"
+)
 
 // report is httpbench.json.
 type report struct {
-	Command string  `json:"command"`
-	Tools   tools   `json:"tools"`
-	Host    host    `json:"host"`
-	Params  jsonPar `json:"params"`
+	Provenance *evalrun.Provenance `json:"provenance"`
+	Command    string              `json:"command"`
+	Tools      tools               `json:"tools"`
+	Host       host                `json:"host"`
+	Params     jsonPar             `json:"params"`
 	// Caddyfile is the Caddy's under test, with each respond body (the
 	// origin's object, the same in every run) written as its size, path and
 	// SHA-256 instead of its bytes.

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/sim"
 	"github.com/coralcdn/coral/eval/internal/topology"
 	"github.com/coralcdn/coral/eval/internal/vtime"
@@ -37,6 +38,7 @@ var (
 	flagParallel = flag.Int("parallel", 64, "operations in flight at once")
 	flagSeed     = flag.Uint64("seed", 1, "random seed")
 	flagOut      = flag.String("out", "docs/eval", "directory for lookup.json and lookup.png")
+	flagTopology = flag.String("topology", "auto", "RTT matrix: synthetic, wonderproxy ($CORAL_RTT_DATA) or auto")
 )
 
 type opStats struct {
@@ -62,14 +64,15 @@ type churnResult struct {
 }
 
 type report struct {
-	Topology  string         `json:"topology"`
-	N         int            `json:"n"`
-	Log2N     int            `json:"ceil_log2_n"`
-	Static    opStats        `json:"static_get_after_put"`
-	StaticPut opStats        `json:"static_put"`
-	Churn     []*churnResult `json:"churn"`
-	Wall      float64        `json:"wall_seconds"`
-	PeakRSS   uint64         `json:"peak_rss_bytes"`
+	Provenance *evalrun.Provenance `json:"provenance"`
+	Topology   string              `json:"topology"`
+	N          int                 `json:"n"`
+	Log2N      int                 `json:"ceil_log2_n"`
+	Static     opStats             `json:"static_get_after_put"`
+	StaticPut  opStats             `json:"static_put"`
+	Churn      []*churnResult      `json:"churn"`
+	Wall       float64             `json:"wall_seconds"`
+	PeakRSS    uint64              `json:"peak_rss_bytes"`
 }
 
 func main() {
@@ -120,13 +123,16 @@ func parallel(n int, f func(i int)) {
 
 func experiment() error {
 	wallStart := sim.WallNow()
-	m := topology.Load(*flagSeed)
+	m, err := topology.Named(*flagTopology, *flagSeed)
+	if err != nil {
+		return err
+	}
 	n := *flagN
 	if n == 0 {
 		n = 3 * m.Len()
 	}
-	rep := &report{Topology: m.Source, N: n, Log2N: int(math.Ceil(math.Log2(float64(n))))}
-	fmt.Printf("Lookup experiment: %d nodes, 3 per site, topology %s (%s)\n\n", n, m.Source, m.Stats())
+	rep := &report{Provenance: evalrun.StartProvenance("lookup", m.Source), Topology: m.Source, N: n, Log2N: int(math.Ceil(math.Log2(float64(n))))}
+	fmt.Printf("Lookup experiment: %d nodes, 3 per site, topology %s (%s)\n%s\n\n", n, m.Source, m.Stats(), rep.Provenance)
 
 	// Static network.
 	s, err := start(m, n, 2)
@@ -172,6 +178,7 @@ func experiment() error {
 	rep.Wall = sim.WallNow().Sub(wallStart).Seconds()
 	rep.PeakRSS = sim.PeakRSS()
 	fmt.Printf("Wall time %.0f s, peak RSS %.0f MiB\n", rep.Wall, float64(rep.PeakRSS)/(1<<20))
+	rep.Provenance.Finish()
 	if err := sim.WriteJSON(filepath.Join(*flagOut, "lookup.json"), rep); err != nil {
 		return err
 	}

@@ -1,8 +1,9 @@
-// Package evalrun holds what the experiments that run real servers
-// (eval/dnsperf, eval/httpbench, eval/headerfields, eval/flashcrowd)
-// share: how a run records its command line and machine, waiting for a
-// server to come up, the CPU time of processes from /proc, and small
-// formatting helpers for their tables.
+// Package evalrun holds what the experiments share: every one records
+// its provenance (Provenance: command line, commit, clean tree, dates,
+// load, topology) in its result file. Those that run real servers
+// (eval/dnsperf, eval/httpbench, eval/headerfields, eval/flashcrowd, …)
+// also share waiting for a server to come up, the CPU time of processes
+// from /proc, and small formatting helpers for their tables.
 package evalrun
 
 import (
@@ -21,11 +22,16 @@ import (
 )
 
 // CommandLine spells out how this run was invoked, every flag of the
-// default flag set included, as "go run ./eval/PROG -name=value ...".
+// default flag set included, as "go run ./eval/PROG -name=value ...". The
+// testing package's flags, which a virtual-time run's test binary has,
+// are left out.
 func CommandLine(prog string) string {
 	var b strings.Builder
 	b.WriteString("go run ./eval/" + prog)
 	flag.VisitAll(func(f *flag.Flag) {
+		if isTestFlag(f) {
+			return
+		}
 		v := f.Value.String()
 		if v == "" || strings.ContainsAny(v, " \"'\\$") {
 			v = strconv.Quote(v)

@@ -16,11 +16,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coraldht/memnet"
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/topology"
 )
 
@@ -173,10 +173,4 @@ func Percentile[T ~int64 | ~float64 | ~int](sorted []T, p float64) T {
 
 // WallNow reads the real clock. Inside a virtual-time bubble time.Now is
 // virtual, so experiments that report their own cost use this instead.
-func WallNow() time.Time {
-	var tv syscall.Timeval
-	if err := syscall.Gettimeofday(&tv); err != nil {
-		return time.Time{}
-	}
-	return time.Unix(tv.Unix())
-}
+func WallNow() time.Time { return evalrun.WallNow() }

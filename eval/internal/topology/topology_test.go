@@ -360,6 +360,34 @@ func TestDataDir(t *testing.T) {
 	}()
 }
 
+func TestNamed(t *testing.T) {
+	t.Setenv(EnvDataDir, "")
+	for _, name := range []string{"", NameAuto, NameSynthetic} {
+		if m, err := Named(name, 3); err != nil || m.Source != SourceSynthetic {
+			t.Errorf("Named(%q) without data: %v, %v", name, m, err)
+		}
+	}
+	if _, err := Named(NameWonderProxy, 3); err == nil {
+		t.Error("Named(wonderproxy) without data: no error")
+	}
+	if _, err := Named("mars", 3); err == nil {
+		t.Error("Named(mars): no error")
+	}
+	data := filepath.Join(t.TempDir(), "wonderproxy")
+	writeFiles(t, data, map[string]string{"servers.csv": tinyServers, "pings.csv": tinyPings})
+	t.Setenv(EnvDataDir, data)
+	for name, want := range map[string]string{NameAuto: SourceWonderProxy, NameWonderProxy: SourceWonderProxy,
+		SourceWonderProxy: SourceWonderProxy, NameSynthetic: SourceSynthetic} {
+		if m, err := Named(name, 3); err != nil || m.Source != want {
+			t.Errorf("Named(%q) with data: %v, %v; want %s", name, m, err, want)
+		}
+	}
+	t.Setenv(EnvDataDir, "/explicit/path")
+	if _, err := Named(NameWonderProxy, 3); err == nil {
+		t.Error("Named(wonderproxy) with a broken data directory: no error")
+	}
+}
+
 func TestLoad(t *testing.T) {
 	m := Load(1)
 	checkMatrix(t, m)

@@ -40,6 +40,35 @@ func Load(seed uint64) *Matrix {
 	return loadFrom(DataDir(), seed)
 }
 
+// Topology names for [Named], as experiments' -topology flags take them.
+const (
+	NameAuto        = "auto"        // Load's choice: the data set if named, else synthetic
+	NameSynthetic   = "synthetic"   // Synthetic(250, seed)
+	NameWonderProxy = "wonderproxy" // the data set, which must be named
+)
+
+// Named returns the topology called name: [NameSynthetic], [NameWonderProxy]
+// (an error when [DataDir] is unset or unusable, never a silent fallback),
+// or [NameAuto] or "" for [Load]'s choice. Result files name the topology
+// they ran on, so a regeneration asks for it by name.
+func Named(name string, seed uint64) (*Matrix, error) {
+	switch name {
+	case "", NameAuto:
+		if dir := DataDir(); dir != "" {
+			return LoadWonderProxy(dir)
+		}
+		return Synthetic(250, seed), nil
+	case NameSynthetic:
+		return Synthetic(250, seed), nil
+	case NameWonderProxy, SourceWonderProxy:
+		if DataDir() == "" {
+			return nil, fmt.Errorf("topology %s: $%s does not name the data set", name, EnvDataDir)
+		}
+		return LoadWonderProxy(DataDir())
+	}
+	return nil, fmt.Errorf("unknown topology %q (want %s, %s or %s)", name, NameSynthetic, NameWonderProxy, NameAuto)
+}
+
 func loadFrom(dir string, seed uint64) *Matrix {
 	if dir == "" {
 		return Synthetic(250, seed)

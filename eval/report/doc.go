@@ -1,0 +1,66 @@
+// Command report writes every figure of Coral's documents from the result
+// files committed in docs/eval, and its test fails when a document says
+// anything else.
+//
+// # Regions
+//
+// A document's figures stand in generated regions; the prose around them
+// is written by hand. A region is an HTML comment naming a renderer and
+// its arguments, the generated text, and a closing comment:
+//
+//	<!-- report:hotspot.seeds -->
+//	| topology | seed | … |            a block: whole lines
+//	<!-- /report -->
+//
+//	the busiest node took <!-- report:hotspot.busiest max -->152<!-- /report --> a minute
+//	                                        inline: within one line
+//
+// Markdown shows neither comment. `go run ./eval/report` rewrites every
+// region of the documents listed in main.go (docs/evaluation.md,
+// README.md, docs/design.md and the component READMEs) from the files;
+// `go run ./eval/report -check`, and the test TestDocsMatchResults in
+// `go test ./eval/...`, fail when a region differs from what the files
+// give, so a figure edited by hand fails. docs/evaluation.md is strict:
+// outside its regions, code and links its prose holds no digit but in
+// names (Fig. 8, issue 21, RFC 9111, level 2, p99, /24, 404: figures.go
+// lists them), so a figure typed into a sentence fails too.
+//
+// Every region names what it shows: `provenance FILE` (the commit, the
+// tree's state, date, load and topology of the run that wrote FILE) and
+// `command FILE` (the command that writes it) stand beside each section's
+// figures, and `results` indexes every file.
+//
+// # Adding a section for a new experiment
+//
+//  1. Make the experiment record its provenance: put an
+//     *evalrun.Provenance under the JSON key "provenance", from
+//     evalrun.StartProvenance(prog, topology) when the run starts, with
+//     Finish() just before the file is written. Give it a -name flag if it
+//     writes more than one committed file.
+//  2. Add its result file and the command that writes it to experiments
+//     in experiments.go (File, Program, Args; Data if it needs the
+//     WonderProxy matrix, Virtual for a simulation, Needs otherwise).
+//     TestExperimentFlags checks that the flags exist.
+//  3. Run the command (from a clean tree: `go run ./eval/report
+//     -regenerate -only FILE`) and commit the file.
+//  4. Write the renderers: a Go file here whose init registers, with
+//     register("NAME.what", func(c *results, args []string) (string,
+//     error)), the tables (table(head, rows)) and single figures the
+//     section needs, reading the file with c.load(FILE, &v) into a struct
+//     of the fields used. Format with num, count, pct, times, secs, ms and
+//     dur, so that every figure reads the same way everywhere.
+//  5. Write the section in docs/evaluation.md: prose without figures, a
+//     `command FILE` and a `provenance FILE` region, and the regions of
+//     step 4. Run `go run ./eval/report` to fill them and `go test
+//     ./eval/report` to check.
+//
+// # Regenerating every file
+//
+// `make eval` (`go run ./eval/report -regenerate`, after building the
+// binaries) runs every experiment of the registry from a clean tree, one
+// after the other, each writing its file with its provenance, then
+// rewrites the documents. -kind virtual runs the simulations only, -kind
+// real the experiments with real processes, -only some files. The
+// regeneration refuses a tree with changes outside docs/eval, and checks
+// that each file it ran was written by this run of this commit.
+package main

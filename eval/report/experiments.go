@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// experiment is one committed result file and the command that writes it.
+// The documents show these commands (renderer "command"), and -regenerate
+// runs them, so what a reader is told to run is what made the figures.
+type experiment struct {
+	File    string   // under docs/eval
+	Program string   // eval/PROG
+	Args    []string // after go run ./eval/PROG; $NAME is taken from the environment
+	// Data is true when the run needs the WonderProxy matrix
+	// (CORAL_RTT_DATA).
+	Data bool
+	// Virtual is true for virtual-time simulations, false for runs of
+	// real processes (which need the binaries, tools, sometimes root).
+	Virtual bool
+	Needs   string // what a run needs beyond Go, for the regeneration table
+}
+
+// experiments lists every result file the documents quote, in the order a
+// regeneration runs them (cheap first).
+var experiments = []experiment{
+	{File: "lookup.json", Program: "lookup", Args: []string{"-topology", "wonderproxy"}, Data: true, Virtual: true},
+	{File: "getlatency-wonderproxy.json", Program: "getlatency", Args: []string{"-topology", "wonderproxy", "-name", "getlatency-wonderproxy"}, Data: true, Virtual: true},
+	{File: "getlatency-synthetic.json", Program: "getlatency", Args: []string{"-topology", "synthetic", "-name", "getlatency-synthetic"}, Virtual: true},
+	{File: "getlatency-zipf-wonderproxy.json", Program: "getlatency", Args: []string{"-workload", "zipf", "-topology", "wonderproxy", "-name", "getlatency-zipf-wonderproxy"}, Data: true, Virtual: true},
+	{File: "getlatency-zipf-synthetic.json", Program: "getlatency", Args: []string{"-workload", "zipf", "-topology", "synthetic", "-name", "getlatency-zipf-synthetic"}, Virtual: true},
+	{File: "hotspot-zipf.json", Program: "hotspot", Args: []string{"-workload", "zipf", "-topologies", "both", "-name", "hotspot-zipf"}, Data: true, Virtual: true},
+	{File: "clusters.json", Program: "clusters", Args: []string{"-topology", "wonderproxy"}, Data: true, Virtual: true},
+	{File: "hotspot.json", Program: "hotspot", Args: []string{"-seeds", "1 2 3 4 5", "-topologies", "both", "-sweep", "128 256 512 1024 2048", "-name", "hotspot"}, Data: true, Virtual: true},
+	// Fig. 5 runs 180 virtual minutes, not the paper's 30: the ratios
+	// between configurations were still moving at 30 (docs/evaluation.md).
+	{File: "endtoend-synthetic.json", Program: "endtoend", Args: []string{"-topology", "synthetic", "-duration", "180m", "-window", "15m", "-name", "endtoend-synthetic"}, Virtual: true},
+	{File: "endtoend-wonderproxy.json", Program: "endtoend", Args: []string{"-topology", "wonderproxy", "-duration", "180m", "-window", "15m", "-name", "endtoend-wonderproxy"},
+		Data: true, Virtual: true},
+	{File: "endtoend-synthetic-answering.json", Program: "endtoend", Args: []string{"-topology", "synthetic", "-configs", "1,2", "-variants", "1",
+		"-silent", "0", "-echo", "1", "-duration", "180m", "-window", "15m", "-name", "endtoend-synthetic-answering"}, Virtual: true},
+	{File: "endtoend-synthetic-one-isp.json", Program: "endtoend", Args: []string{"-topology", "synthetic", "-configs", "1,2", "-variants", "1",
+		"-isps", "1", "-duration", "180m", "-window", "15m", "-name", "endtoend-synthetic-one-isp"}, Virtual: true},
+
+	{File: "dnsperf.json", Program: "dnsperf", Needs: "bin/coredns, dnsperf"},
+	{File: "dnsperf-floor.json", Program: "dnsperf", Args: []string{"-rounds", "3", "-duration", "5s", "-latduration", "5s", "-quiet", "20s", "-name", "dnsperf-floor"},
+		Needs: "bin/coredns, dnsperf"},
+	{File: "httpbench.json", Program: "httpbench", Needs: "bin/caddy, wrk, nginx"},
+	{File: "httpbench-floor.json", Program: "httpbench", Args: []string{"-baseline", "$CORAL_BASELINE_CADDY", "-tls", "-nginx=", "-index-objects", "0", "-proxy-objects", "0",
+		"-quiet", "20s", "-repeat", "1", "-rounds", "3", "-duration", "5s", "-name", "httpbench-floor"},
+		Needs: "bin/caddy, wrk, and a bin/caddy built at e4fd3e9 named by CORAL_BASELINE_CADDY"},
+	{File: "headerfields.json", Program: "headerfields", Args: []string{"-rounds", "40", "-duration", "1s"}, Needs: "bin/caddy, wrk"},
+	{File: "flashcrowd.json", Program: "flashcrowd", Needs: "bin/caddy"},
+	{File: "flashcrowd-quick.json", Program: "flashcrowd", Args: []string{"-quick"}, Needs: "bin/caddy"},
+	{File: "flashcrowd-noburst.json", Program: "flashcrowd", Args: []string{"-burst=false", "-duration", "2m", "-name", "flashcrowd-noburst"}, Needs: "bin/caddy"},
+	{File: "flashcrowd-formed.json", Program: "flashcrowd", Args: []string{"-quick", "-pin=false", "-name", "flashcrowd-formed"}, Needs: "bin/caddy"},
+	{File: "flashcrowd-error.json", Program: "flashcrowd", Args: []string{"-quick", "-error-crowd", "-name", "flashcrowd-error"}, Needs: "bin/caddy"},
+	{File: "hostile.json", Program: "hostile", Args: []string{"-duration", "20s", "-seed", "1"}, Needs: "bin/caddy"},
+	{File: "chaos/chaos.json", Program: "chaos", Needs: "root, bin/caddy, bin/coredns, nftables"},
+	{File: "conformance/summary.json", Program: "conformance", Args: []string{"-suite", "$CACHE_TESTS_DIR"},
+		Needs: "root, bin/caddy, Node.js, a cache-tests clone named by CACHE_TESTS_DIR"},
+}
+
+// experimentFor returns the registry entry of a result file.
+func experimentFor(file string) (experiment, error) {
+	for _, e := range experiments {
+		if e.File == file {
+			return e, nil
+		}
+	}
+	return experiment{}, fmt.Errorf("no experiment writes %q (eval/report/experiments.go lists them)", file)
+}
+
+// dataPlaceholder stands for the WonderProxy data's directory in the
+// commands the documents show.
+const dataPlaceholder = "/path/to/wonderproxy-2020-07"
+
+// commandLine is the command as the documents show it.
+func (e experiment) commandLine() string {
+	var b strings.Builder
+	if e.Data {
+		b.WriteString("CORAL_RTT_DATA=" + dataPlaceholder + " ")
+	}
+	b.WriteString("go run ./eval/" + e.Program)
+	for _, a := range e.Args {
+		b.WriteString(" " + shellQuote(a))
+	}
+	return b.String()
+}
+
+// argv is the command to run, with $NAME arguments taken from the
+// environment; an unset one is an error naming it.
+func (e experiment) argv() ([]string, error) {
+	out := []string{"go", "run", "./eval/" + e.Program}
+	for _, a := range e.Args {
+		if name, ok := strings.CutPrefix(a, "$"); ok {
+			v := os.Getenv(name)
+			if v == "" {
+				return nil, fmt.Errorf("%s: set %s (%s)", e.File, name, e.Needs)
+			}
+			a = v
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// shellQuote quotes a word for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\"'\\$*?[]{}();&|<>`~#!") {
+		return s
+	}
+	if strings.HasPrefix(s, "$") && !strings.ContainsAny(s[1:], " \t\"'\\") {
+		return s // an environment variable, for the shell to expand
+	}
+	return "\"" + strings.NewReplacer("\\", "\\\\", "\"", "\\\"", "$", "\\$", "`", "\\`").Replace(s) + "\""
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coralcdn/coral/eval/internal/evalrun"
+)
+
+// document is a file with generated regions. In a strict one no figure
+// stands outside them (strayFigures).
+type document struct {
+	Path   string
+	Strict bool
+}
+
+// documents are the files eval/report writes.
+var documents = []document{
+	{Path: "docs/evaluation.md", Strict: true},
+	{Path: "README.md"},
+	{Path: "docs/design.md"},
+	{Path: "coraldht/README.md"},
+	{Path: "module/caddy/README.md"},
+	{Path: "plugin/coredns/README.md"},
+}
+
+func main() {
+	check := flag.Bool("check", false, "write nothing; exit 1 when a document differs from what the results give, or a strict one holds a figure outside its regions")
+	regen := flag.Bool("regenerate", false, "run the experiments first (the tree must be clean), then write the documents")
+	only := flag.String("only", "", "-regenerate: result files (hotspot.json) or programs (eval/hotspot), comma-separated")
+	kind := flag.String("kind", "all", "-regenerate: virtual, real or all")
+	keepGoing := flag.Bool("keep-going", false, "-regenerate: go on after an experiment fails")
+	resultsDir := flag.String("results", "", "read the result files from this directory instead of docs/eval (to preview other runs' figures)")
+	flag.Parse()
+	root, err := evalrun.RepoRoot()
+	if err == nil && *regen {
+		err = regenerate(root, *only, *kind, *keepGoing)
+	}
+	if err == nil {
+		dir := *resultsDir
+		if dir == "" {
+			dir = filepath.Join(root, filepath.FromSlash(evalrun.ResultsDir))
+		}
+		err = writeDocs(root, dir, *check)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
+}
+
+// renderDoc returns a document with its regions generated.
+func renderDoc(c *results, text string) (string, error) {
+	return fill(text, c.render)
+}
+
+// writeDocs renders every document; with check it only compares.
+func writeDocs(root, resultsDir string, check bool) error {
+	c := newResults(resultsDir)
+	var problems []string
+	for _, d := range documents {
+		path := filepath.Join(root, filepath.FromSlash(d.Path))
+		old, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		text, err := renderDoc(c, string(old))
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.Path, err)
+		}
+		if d.Strict {
+			stray, err := strayFigures(text)
+			if err != nil {
+				return fmt.Errorf("%s: %w", d.Path, err)
+			}
+			for _, s := range stray {
+				problems = append(problems, fmt.Sprintf("%s: a figure outside the generated regions: %s", d.Path, s))
+			}
+		}
+		if text == string(old) {
+			continue
+		}
+		if check {
+			for _, diff := range regionDiffs(string(old), text) {
+				problems = append(problems, d.Path+": "+diff)
+			}
+			continue
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			return err
+		}
+		fmt.Println("wrote", d.Path)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("the documents do not match the results (go run ./eval/report writes them):\n  %s", strings.Join(problems, "\n  "))
+	}
+	return nil
+}
+
+// regionDiffs names each region whose text differs between two versions
+// of a document with the same regions.
+func regionDiffs(old, want string) []string {
+	ro, err1 := parseRegions(old)
+	rw, err2 := parseRegions(want)
+	if err := errors.Join(err1, err2); err != nil || len(ro) != len(rw) {
+		return []string{fmt.Sprintf("differs (regions not comparable: %v)", err)}
+	}
+	var out []string
+	for i := range ro {
+		have, should := old[ro[i].Start:ro[i].End], want[rw[i].Start:rw[i].End]
+		if have != should {
+			out = append(out, fmt.Sprintf("line %d, region %s: the document has %q, the results give %q", ro[i].Line, ro[i].Key(), clip(have), clip(should)))
+		}
+	}
+	return out
+}
+
+// startedBefore reports whether an RFC 3339 time is before t (to the
+// second): the file is an earlier run's.
+func startedBefore(s string, t time.Time) bool {
+	st, err := time.Parse(time.RFC3339, s)
+	return err != nil || st.Before(t.Truncate(time.Second))
+}
+
+func clip(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "…"
+	}
+	return s
+}
+
+// regenerate runs the selected experiments from a clean tree, one after
+// the other, each writing its result file under docs/eval.
+func regenerate(root, only, kind string, keepGoing bool) error {
+	commit, dirty, err := evalrun.TreeState(root)
+	if err != nil {
+		return fmt.Errorf("reading the tree's state: %w", err)
+	}
+	if len(dirty) > 0 {
+		return fmt.Errorf("the tree has changes outside %s (%s): commit them first, so the results name the commit that made them", evalrun.ResultsDir, strings.Join(dirty, ", "))
+	}
+	var picked []experiment
+	names := strings.FieldsFunc(only, func(r rune) bool { return r == ',' || r == ' ' })
+	for _, e := range experiments {
+		switch {
+		case kind == "virtual" && !e.Virtual, kind == "real" && e.Virtual:
+			continue
+		case kind != "all" && kind != "virtual" && kind != "real":
+			return fmt.Errorf("-kind %q: want virtual, real or all", kind)
+		case len(names) > 0 && !slices.Contains(names, e.File) && !slices.Contains(names, "eval/"+e.Program):
+			continue
+		}
+		picked = append(picked, e)
+	}
+	if len(picked) == 0 {
+		return fmt.Errorf("no experiment selected by -only %q -kind %s", only, kind)
+	}
+	for _, e := range picked {
+		if e.Data && os.Getenv(evalrun.EnvRTTData) == "" {
+			return fmt.Errorf("%s needs the WonderProxy matrix: set %s", e.File, evalrun.EnvRTTData)
+		}
+		if _, err := e.argv(); err != nil {
+			return err
+		}
+	}
+	var failed []string
+	for i, e := range picked {
+		argv, _ := e.argv()
+		fmt.Printf("\n=== [%d/%d] %s: %s\n", i+1, len(picked), e.File, e.commandLine())
+		began := time.Now()
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stdout, os.Stderr
+		runErr := cmd.Run()
+		c := newResults(filepath.Join(root, filepath.FromSlash(evalrun.ResultsDir)))
+		fi, err := c.info(e.File)
+		switch {
+		case err != nil:
+			runErr = errors.Join(runErr, err)
+		case fi.Provenance == nil || fi.Provenance.Commit != commit || !fi.Provenance.Clean || startedBefore(fi.Provenance.Started, began):
+			runErr = errors.Join(runErr, fmt.Errorf("%s was not written by this run of commit %s from a clean tree", e.File, shortCommit(commit)))
+		case runErr != nil:
+			// The file is this run's: an experiment whose acceptance
+			// failed still writes its results, which are what they are.
+			fmt.Printf("=== %s: %v; its results were written and are kept\n", e.File, runErr)
+			runErr = nil
+		}
+		fmt.Printf("=== %s: %v wall\n", e.File, time.Since(began).Round(time.Second))
+		if runErr != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", e.File, runErr))
+			if !keepGoing {
+				break
+			}
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("regeneration incomplete:\n  %s", strings.Join(failed, "\n  "))
+	}
+	return nil
+}
