@@ -1,9 +1,9 @@
 package coralcaddy
 
 import (
-	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
@@ -26,7 +25,7 @@ func newAbuseRequest(origin, clientIP string, peer bool) *http.Request {
 	r := httptest.NewRequest(http.MethodGet, "http://"+origin+".nyud.test/a?x=1", nil)
 	r.RemoteAddr = "203.0.113.9:4444"
 	if clientIP != "" {
-		r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{caddyhttp.ClientIPVarKey: clientIP}))
+		r.RemoteAddr = net.JoinHostPort(clientIP, "4444")
 	}
 	if peer {
 		r.Header.Set("Cache-Control", "only-if-cached")
@@ -36,11 +35,11 @@ func newAbuseRequest(origin, clientIP string, peer bool) *http.Request {
 
 func handlerStatus(t *testing.T, err error) int {
 	t.Helper()
-	var he caddyhttp.HandlerError
-	if !errors.As(err, &he) {
-		t.Fatalf("err = %v, want a caddyhttp.HandlerError", err)
+	status := errorStatus(err)
+	if status == 0 {
+		t.Fatalf("err = %v, want an *Error", err)
 	}
-	return he.StatusCode
+	return status
 }
 
 func TestAdmitBlacklistRateBandwidth(t *testing.T) {
@@ -103,16 +102,15 @@ func TestAdmitBlacklistRateBandwidth(t *testing.T) {
 	if !done || handlerStatus(t, err) != http.StatusGatewayTimeout || w.Header().Get("Retry-After") != "" {
 		t.Fatalf("peer over rate: done=%v err=%v", done, err)
 	}
-	// The client is Caddy's client_ip when set (trusted_proxies): another
-	// client behind the same connection address is admitted, and two
-	// connections with one client_ip share its bucket.
+	// A client is its address (Config.ClientAddr), an IPv6 one its /64:
+	// another client is admitted, and two addresses of one /64 share a
+	// bucket.
 	if done, _ := admitRequest(a, httptest.NewRecorder(), newAbuseRequest("www.example.com", "2001:db8::1", false), "www.example.com", func() string { return originURL }); done {
-		t.Fatal("client_ip client refused")
+		t.Fatal("another client refused")
 	}
 	r := newAbuseRequest("www.example.com", "2001:db8::2", false) // same /64
-	r.RemoteAddr = "198.51.100.1:1"
 	if done, _ := admitRequest(a, httptest.NewRecorder(), r, "www.example.com", func() string { return originURL }); !done {
-		t.Fatal("client_ip not used as the client")
+		t.Fatal("another address of the same /64 has a bucket of its own")
 	}
 
 	// Over budget: redirected to the origin.
@@ -189,7 +187,7 @@ func TestBodyCounter(t *testing.T) {
 		t.Errorf("wrote %d bytes, counted %d", rec.Body.Len(), w.n)
 	}
 	// No budget, or no controls: counted, never charged.
-	for _, c := range []abuseControl{&abuse.Controls{}, (*abuse.Controls)(nil), nil} {
+	for _, c := range []Abuse{&abuse.Controls{}, (*abuse.Controls)(nil), nil} {
 		w := &bodyCounter{ResponseWriter: httptest.NewRecorder()}
 		chargeAbuse(c, w)
 		if w.charge != nil {
@@ -213,7 +211,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 
 // admitRequest is admitAbuse with the client address and only-if-cached
 // taken from r, as admit takes them.
-func admitRequest(a abuseControl, w http.ResponseWriter, r *http.Request, origin string, originURL func() string) (done bool, err error) {
+func admitRequest(a Abuse, w http.ResponseWriter, r *http.Request, origin string, originURL func() string) (done bool, err error) {
 	fromPeer := httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
-	return admitAbuse(a, w, r, origin, requestClientAddr(r), fromPeer, originURL)
+	return admitAbuse(a, w, r, origin, RemoteAddr(r), fromPeer, originURL)
 }

@@ -128,7 +128,7 @@ func adminRecentObjects(c cacheRef, n int) []adminObject {
 		if len(out) >= n {
 			break
 		}
-		if o, m, ok := adminObjectOf(c.store, in); ok && m.Extra[varyIndexField] == "" {
+		if o, m, ok := adminObjectOf(c.store, in); ok && !IsVaryIndex(m) {
 			out = append(out, o)
 		}
 	}

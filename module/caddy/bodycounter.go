@@ -5,8 +5,8 @@ import (
 	"net/http"
 )
 
-// bodyCounter is the one response writer the handler wraps around
-// Caddy's: it counts the body bytes written through it, for the request
+// bodyCounter is the one response writer the proxy wraps around the
+// server's: it counts the body bytes written through it, for the request
 // metrics, and once the request is admitted (chargeAbuse) adds
 // them to the bandwidth budget too, if there is one (responses to peers
 // included: they are this proxy's bandwidth too). Header bytes are not

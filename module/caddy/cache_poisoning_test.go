@@ -232,12 +232,12 @@ func TestForgedPeerCopyDoesNotOutliveMember(t *testing.T) {
 	waitStored(t, p)
 	member.Close() // the member is gone
 	// The forged copy's second of freshness is over.
-	m, ok := p.h.store.Peek(key)
+	m, ok := p.px.store.Peek(key)
 	if !ok {
 		t.Fatal("the forged copy was not stored")
 	}
 	m.Expires = time.Now().Add(-time.Second)
-	if err := p.h.store.UpdateMeta(key, m); err != nil {
+	if err := p.px.store.UpdateMeta(key, m); err != nil {
 		t.Fatal(err)
 	}
 	body, cs := askProxy(t, p, o.coralHost(), "/page")
@@ -245,7 +245,7 @@ func TestForgedPeerCopyDoesNotOutliveMember(t *testing.T) {
 		t.Errorf("after revalidation: %q (Cache-Status %q), want the origin's page", body, cs)
 	}
 	waitStored(t, p)
-	if m, ok := p.h.store.Peek(key); !ok || time.Until(m.Expires) > 601*time.Second {
+	if m, ok := p.px.store.Peek(key); !ok || time.Until(m.Expires) > 601*time.Second {
 		t.Errorf("the copy is fresh until %v; want at most the origin's 600 s", m.Expires)
 	}
 	if n := o.count("/page"); n != 1 {
@@ -266,7 +266,7 @@ func TestPeerCopyBoundedByReference(t *testing.T) {
 		t.Fatalf("first request: %q; want the forged copy from the member", body)
 	}
 	waitStored(t, p)
-	m, ok := p.h.store.Peek(key)
+	m, ok := p.px.store.Peek(key)
 	if !ok {
 		t.Fatal("the forged copy was not stored")
 	}

@@ -1,52 +1,59 @@
 package coralcaddy
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 )
 
 // CacheStatus is how a request was answered, the one vocabulary of the
 // Cache-Status response field (RFC 9211), the cache_status label of
 // caddy_coral_requests_total and the request kinds of the coral_status
-// page. The zero value is cacheRefused: a request counts as refused until
-// it is answered otherwise.
+// page (Metrics.Request). The zero value is CacheRefused: a request counts
+// as refused until it is answered otherwise.
 type CacheStatus uint8
 
 const (
-	cacheRefused              CacheStatus = iota // refused: not Coralized, forbidden origin, method, only-if-cached miss, no slot
-	cacheHit                                     // served fresh from the local cache
-	cacheRevalidated                             // served from the local cache after the origin said 304
-	cacheStale                                   // served stale: the origin could not be reached (stale-if-error, ...)
-	cacheStaleWhileRevalidate                    // served stale while a refresh runs in the background
-	cacheMiss                                    // fetched (from a peer or the origin) for this request
-	cacheCollapsed                               // joined a download already under way
-	cacheRedirect                                // a one-label name over http sent to https (https_redirect)
+	CacheRefused              CacheStatus = iota // refused: not Coralized, forbidden origin, method, only-if-cached miss, no slot
+	CacheHit                                     // served fresh from the local cache
+	CacheRevalidated                             // served from the local cache after the origin said 304
+	CacheStale                                   // served stale: the origin could not be reached (stale-if-error, ...)
+	CacheStaleWhileRevalidate                    // served stale while a refresh runs in the background
+	CacheMiss                                    // fetched (from a peer or the origin) for this request
+	CacheCollapsed                               // joined a download already under way
+	CacheRedirect                                // a one-label name over http sent to https (https_redirect)
 	numCacheStatuses
 )
 
-// cacheStatusLabels are the metric labels, in the order the status page
-// lists them; what a CacheStatus counts as is its metricLabel.
-var cacheStatusLabels = []string{"hit", "miss", "collapsed", "stale", "refused", "redirect"}
+// StatusLabels are the labels Label gives, in the order the status page
+// lists them.
+func StatusLabels() []string {
+	return []string{"hit", "miss", "collapsed", "stale", "refused", "redirect"}
+}
 
-// metricLabel is the cache_status label of requests_total: a revalidated
-// hit is a hit, a stale-while-revalidate answer is stale; a value out of
-// range is "other", so that a mistake cannot grow the label set.
-func (s CacheStatus) metricLabel() string {
+// Label is the cache_status label of caddy_coral_requests_total and the
+// status page: a revalidated hit is a hit, a stale-while-revalidate answer
+// is stale; a value out of range is "other", so that a mistake cannot grow
+// the label set.
+func (s CacheStatus) Label() string {
 	switch s {
-	case cacheHit, cacheRevalidated:
+	case CacheHit, CacheRevalidated:
 		return "hit"
-	case cacheStale, cacheStaleWhileRevalidate:
+	case CacheStale, CacheStaleWhileRevalidate:
 		return "stale"
-	case cacheMiss:
+	case CacheMiss:
 		return "miss"
-	case cacheCollapsed:
+	case CacheCollapsed:
 		return "collapsed"
-	case cacheRefused:
+	case CacheRefused:
 		return "refused"
-	case cacheRedirect:
+	case CacheRedirect:
 		return "redirect"
 	}
-	return metricOther
+	return "other"
 }
 
 // headerValue is the Cache-Status field of a response served with this
@@ -54,70 +61,21 @@ func (s CacheStatus) metricLabel() string {
 // misses and collapsed requests, and what happened for the others.
 func (s CacheStatus) headerValue(source string) string {
 	switch s {
-	case cacheHit:
-		if source == metricLocal {
+	case CacheHit:
+		if source == SourceLocal {
 			return `coral; hit; detail="local"` // every hit: no formatting
 		}
 		return fmt.Sprintf(`coral; hit; detail=%q`, source)
-	case cacheRevalidated:
+	case CacheRevalidated:
 		return `coral; hit; fwd=stale; fwd-status=304; detail="revalidated"`
-	case cacheStale:
+	case CacheStale:
 		return `coral; hit; fwd=stale; detail="stale"`
-	case cacheStaleWhileRevalidate:
+	case CacheStaleWhileRevalidate:
 		return `coral; hit; fwd=stale; detail="stale-while-revalidate"`
-	case cacheCollapsed:
+	case CacheCollapsed:
 		return fmt.Sprintf(`coral; fwd=uri-miss; collapsed; detail=%q`, source)
 	}
 	return fmt.Sprintf(`coral; fwd=uri-miss; detail=%q`, source)
-}
-
-// cacheStatusOfLabel is the CacheStatus a requests_total label counts
-// (the first, for labels two statuses share); ok is false for "other".
-func cacheStatusOfLabel(label string) (s CacheStatus, ok bool) {
-	for s := range numCacheStatuses {
-		if s.metricLabel() == label {
-			return s, true
-		}
-	}
-	return 0, false
-}
-
-// The request kinds of the coral_status page and how it names them.
-var statusKinds = []struct{ kind, label string }{
-	{"local_hit", "local hit"},
-	{"peer", "from a peer"},
-	{"origin", "from the origin"},
-	{"stale", "stale"},
-	{"collapsed", "collapsed (joined a download)"},
-	{"failed", "failed"},
-	{"refused", "refused"},
-	{"other", "other"},
-}
-
-// pageKind is the status page's kind for requests answered with this
-// status from source: a miss is told apart by where the body came from.
-func (s CacheStatus) pageKind(source string) string {
-	switch s {
-	case cacheHit, cacheRevalidated:
-		return "local_hit"
-	case cacheStale, cacheStaleWhileRevalidate:
-		return "stale"
-	case cacheCollapsed:
-		return "collapsed"
-	case cacheRefused, cacheRedirect:
-		// A redirect to https serves nothing either.
-		return "refused"
-	case cacheMiss:
-		switch {
-		case source == metricOrigin:
-			return "origin"
-		case source == metricNone:
-			return "failed"
-		case strings.HasPrefix(source, "peer-l"):
-			return "peer"
-		}
-	}
-	return "other"
 }
 
 // uncachedHeaderValue is the Cache-Status field of a response relayed
@@ -147,4 +105,57 @@ func servedFromCache(field string) bool {
 		}
 	}
 	return false
+}
+
+// Where a response's body came from, for Metrics.Request and the
+// Cache-Status field: this proxy's cache, the origin, nowhere (refusals,
+// failures), or a peer found at some DSHT level (PeerSource).
+const (
+	SourceLocal  = "local"
+	SourceOrigin = "origin"
+	SourceNone   = "none"
+)
+
+// PeerSource is the source of a body copied from a peer that the DSHT get
+// found at level: "peer-l<level>".
+func PeerSource(level int) string { return "peer-l" + strconv.Itoa(level) }
+
+// Outcome is how a fetch from an origin or a peer ended, for Metrics.
+type Outcome string
+
+// The outcomes.
+const (
+	OutcomeOK        Outcome = "ok"         // a response to use (origin: status < 400)
+	OutcomeHTTPError Outcome = "http_error" // origin: a response with status >= 400
+	OutcomeNotCached Outcome = "not_cached" // peer: 504 to only-if-cached
+	OutcomeTimeout   Outcome = "timeout"    // connect or response-header timeout
+	OutcomeForbidden Outcome = "forbidden"  // origin: the address guard refused it
+	OutcomeBackoff   Outcome = "backoff"    // origin: recently unreachable; not tried
+	// peer: a reference to an address allow_peers does not permit; skipped
+	OutcomeRefusedAddress Outcome = "refused_address"
+	// peer: a put+get done again after a peer failed (refetch.go)
+	OutcomeRetry Outcome = "retry"
+	OutcomeError Outcome = "error" // any other failure
+)
+
+// fetchOutcome classifies the result of an origin or peer fetch: the
+// response status when err is nil, otherwise the kind of error. Origin
+// backoff is not recognizable from the error; it is OutcomeBackoff
+// directly.
+func fetchOutcome(status int, err error) Outcome {
+	switch {
+	case err == nil && status >= 400:
+		return OutcomeHTTPError
+	case err == nil:
+		return OutcomeOK
+	case errors.Is(err, errOriginForbidden):
+		return OutcomeForbidden
+	case errors.Is(err, context.DeadlineExceeded):
+		return OutcomeTimeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return OutcomeTimeout
+	}
+	return OutcomeError
 }

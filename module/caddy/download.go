@@ -43,7 +43,7 @@ type download struct {
 	// it is found as well.
 	key, storeKey string
 	// holders counts the requests waiting for or reading this download
-	// (clients, and peers streaming it); guarded by engine.mu. When the
+	// (clients, and peers streaming it); guarded by Proxy.mu. When the
 	// last one goes, the download is cancelled unless nearlyDone or
 	// background (started for nobody: a stale-while-revalidate refresh).
 	holders    int
@@ -105,18 +105,18 @@ func traceInterim(ctx context.Context, d *download) context.Context {
 // at most wait for one (0: not at all), and returns errDownloadsBusy after
 // that, or ctx's error when ctx (the request's) ends first. With hold, the
 // download is held for the caller, who must letGo of it.
-func (e *engine) startDownload(ctx context.Context, fr fetchRequest, wait time.Duration, hold bool) (d *download, started bool, err error) {
-	if d := e.holdInflight(fr.key, hold); d != nil {
+func (p *Proxy) startDownload(ctx context.Context, fr fetchRequest, wait time.Duration, hold bool) (d *download, started bool, err error) {
+	if d := p.holdInflight(fr.key, hold); d != nil {
 		return d, false, nil
 	}
 	origin := fr.originSlot()
-	if err := e.slots.acquire(ctx, origin, fr.clientKey(), wait); err != nil {
+	if err := p.slots.acquire(ctx, origin, fr.clientKey(), wait); err != nil {
 		return nil, false, err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if d, ok := e.inflight[fr.key]; ok {
-		e.slots.release(origin, fr.clientKey()) // another request started it meanwhile
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d, ok := p.inflight[fr.key]; ok {
+		p.slots.release(origin, fr.clientKey()) // another request started it meanwhile
 		if hold {
 			d.holders++
 		}
@@ -130,24 +130,24 @@ func (e *engine) startDownload(ctx context.Context, fr fetchRequest, wait time.D
 	} else {
 		d.background = true
 	}
-	dctx, cancel := e.downloadContext()
+	dctx, cancel := p.downloadContext()
 	d.cancel = cancel
-	e.inflight[fr.key] = d
-	go e.run(dctx, fr, d)
+	p.inflight[fr.key] = d
+	go p.run(dctx, fr, d)
 	return d, true, nil
 }
 
 // inflightFor returns the download running for key, if any.
-func (e *engine) inflightFor(key string) *download {
-	return e.holdInflight(key, false)
+func (p *Proxy) inflightFor(key string) *download {
+	return p.holdInflight(key, false)
 }
 
 // holdInflight returns the download running for key, if any, held for the
 // caller (who must letGo of it) if hold.
-func (e *engine) holdInflight(key string, hold bool) *download {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	d := e.inflight[key]
+func (p *Proxy) holdInflight(key string, hold bool) *download {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := p.inflight[key]
 	if d != nil && hold {
 		d.holders++
 	}
@@ -157,17 +157,17 @@ func (e *engine) holdInflight(key string, hold bool) *download {
 // letGo ends the caller's hold on d. A download that still runs, that
 // nobody holds any more and that is not nearly done is cancelled: it
 // leaves the in-flight table at once and frees its slot as it ends.
-func (e *engine) letGo(d *download) {
+func (p *Proxy) letGo(d *download) {
 	if d == nil {
 		return
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	d.holders--
-	if d.holders > 0 || d.background || e.inflight[d.key] != d || d.nearlyDone() {
+	if d.holders > 0 || d.background || p.inflight[d.key] != d || d.nearlyDone() {
 		return
 	}
-	e.finishLocked(d)
+	p.finishLocked(d)
 	d.abandoned.Store(true)
 	d.cancel()
 }
@@ -181,34 +181,34 @@ func (d *download) nearlyDone() bool {
 
 // finish takes d out of the in-flight table (where it is still the
 // download for its keys).
-func (e *engine) finish(d *download) {
-	e.mu.Lock()
-	e.finishLocked(d)
-	e.mu.Unlock()
+func (p *Proxy) finish(d *download) {
+	p.mu.Lock()
+	p.finishLocked(d)
+	p.mu.Unlock()
 }
 
-func (e *engine) finishLocked(d *download) {
+func (p *Proxy) finishLocked(d *download) {
 	for _, k := range []string{d.key, d.storeKey} {
-		if k != "" && e.inflight[k] == d {
-			delete(e.inflight, k)
+		if k != "" && p.inflight[k] == d {
+			delete(p.inflight, k)
 		}
 	}
 }
 
 // storingAs notes that d stores its object under key, so requests for
 // that key find and hold it.
-func (e *engine) storingAs(d *download, key string) {
+func (p *Proxy) storingAs(d *download, key string) {
 	if key == d.key {
 		return
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.inflight[d.key] != d {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inflight[d.key] != d {
 		return // already cancelled or finished
 	}
 	d.storeKey = key
-	if _, ok := e.inflight[key]; !ok {
-		e.inflight[key] = d
+	if _, ok := p.inflight[key]; !ok {
+		p.inflight[key] = d
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coralname"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
 // slowBigOrigin serves 1 MiB objects: first bytes at once, the rest when
@@ -99,9 +99,9 @@ func (o *slowBigOrigin) waitGone(t *testing.T, n int, within time.Duration) {
 // slot of the origin for download_timeout; the next user got 503.
 func TestAbandonedDownloadsCancelled(t *testing.T) {
 	o := newSlowBigOrigin(t)
-	p := startLocalProxy(t, 0, func(h *Handler) {
-		h.MaxDownloadsPerOrigin, h.MaxDownloadsPerClient = 4, 4
-		h.DownloadWait = caddy3s
+	p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) {
+		c.MaxDownloadsPerOrigin, c.MaxDownloadsPerClient = 4, 4
+		c.DownloadWait = 3 * time.Second
 	})
 	for i := range 4 {
 		resp, cancel := p.openFrom(t, "127.0.0.1", o.coralHost(), "/big?i="+strconv.Itoa(i))
@@ -141,7 +141,7 @@ func TestNearlyDoneAndPeerHeldDownloadsFinish(t *testing.T) {
 	if _, err := io.ReadFull(resp.Body, make([]byte, slowBigSize*95/100)); err != nil {
 		t.Fatal(err)
 	}
-	nearly := p.h.eng.inflightFor(coralname.CacheKey("http", "127.0.0.1", o.port(), "/big", "first="+strconv.Itoa(slowBigSize*95/100)))
+	nearly := p.px.inflightFor(coralname.CacheKey("http", "127.0.0.1", o.port(), "/big", "first="+strconv.Itoa(slowBigSize*95/100)))
 	if nearly == nil {
 		t.Fatal("no download running")
 	}
@@ -154,10 +154,10 @@ func TestNearlyDoneAndPeerHeldDownloadsFinish(t *testing.T) {
 	if peer.StatusCode != http.StatusOK {
 		t.Fatalf("peer: %d", peer.StatusCode)
 	}
-	peerHeld := p.h.eng.inflightFor(coralname.CacheKey("http", "127.0.0.1", o.port(), "/big", "peer"))
+	peerHeld := p.px.inflightFor(coralname.CacheKey("http", "127.0.0.1", o.port(), "/big", "peer"))
 	cancelClient()
-	waitHolders(t, p.h.eng, nearly, 0)
-	waitHolders(t, p.h.eng, peerHeld, 1)
+	waitHolders(t, p.px, nearly, 0)
+	waitHolders(t, p.px, peerHeld, 1)
 	o.open()
 	n, err := io.Copy(io.Discard, peer.Body)
 	if err != nil || n != slowBigSize {
@@ -183,13 +183,13 @@ func TestNearlyDoneAndPeerHeldDownloadsFinish(t *testing.T) {
 
 // waitHolders waits until d is held by n requests: the handler lets go
 // when it sees its client gone, which the test cannot wait for otherwise.
-func waitHolders(t *testing.T, e *engine, d *download, n int) {
+func waitHolders(t *testing.T, px *Proxy, d *download, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		e.mu.Lock()
+		px.mu.Lock()
 		h := d.holders
-		e.mu.Unlock()
+		px.mu.Unlock()
 		if h == n {
 			return
 		}
@@ -205,9 +205,9 @@ func waitHolders(t *testing.T, e *engine, d *download, n int) {
 // one meanwhile.
 func TestDownloadSlotsPerClient(t *testing.T) {
 	o := newSlowBigOrigin(t)
-	p := startLocalProxy(t, 0, func(h *Handler) {
-		h.MaxDownloadsPerClient = 2
-		h.DownloadWait = caddy.Duration(300 * time.Millisecond)
+	p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) {
+		c.MaxDownloadsPerClient = 2
+		c.DownloadWait = 300 * time.Millisecond
 	})
 	for i := range 2 {
 		resp, cancel := p.openFrom(t, "127.0.0.1", o.coralHost(), "/big?c="+strconv.Itoa(i))
@@ -239,8 +239,8 @@ func TestDownloadSlotsPerClient(t *testing.T) {
 // the ninth to twelfth waited download_wait and got 503.
 func TestDownloadSlotsPerClientDefaultFitsAPage(t *testing.T) {
 	o := newSlowBigOrigin(t)
-	p := startLocalProxy(t, 0, func(h *Handler) {
-		h.DownloadWait = caddy.Duration(300 * time.Millisecond)
+	p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) {
+		c.DownloadWait = 300 * time.Millisecond
 	})
 	for i := range 12 {
 		resp, cancel := p.openFrom(t, "127.0.0.1", o.coralHost(), "/big?page="+strconv.Itoa(i))
@@ -284,11 +284,11 @@ func TestStalledRelayGivesUpItsSlot(t *testing.T) {
 	const bigSize = 32 << 20 // far beyond what socket buffers take
 	for _, tc := range []struct {
 		name      string
-		configure func(*Handler)
+		configure func(*Config)
 		second    string // the address of the request that needs the slot
 	}{
-		{"per origin", func(h *Handler) { h.MaxDownloadsPerOrigin = 1 }, "127.0.0.2"},
-		{"per client", func(h *Handler) { h.MaxDownloadsPerClient = 1 }, "127.0.0.1"},
+		{"per origin", func(c *Config) { c.MaxDownloadsPerOrigin = 1 }, "127.0.0.2"},
+		{"per client", func(c *Config) { c.MaxDownloadsPerClient = 1 }, "127.0.0.1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			trickle := make(chan struct{})
@@ -319,9 +319,9 @@ func TestStalledRelayGivesUpItsSlot(t *testing.T) {
 				}
 			})
 			const wait = 4 * relayStall
-			p := startLocalProxy(t, 0, func(h *Handler) {
-				tc.configure(h)
-				h.DownloadWait = caddy.Duration(wait)
+			p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) {
+				tc.configure(c)
+				c.DownloadWait = wait
 			})
 			t.Cleanup(func() { close(trickle) }) // before the proxy's and origin's Close
 			stalled := p.stallingClient(t, "127.0.0.1", o.coralHost(), "/big")

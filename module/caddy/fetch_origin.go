@@ -16,33 +16,33 @@ import (
 // redirects to the https form of the same URL, the proxy follows that
 // itself (verifying the certificate) instead of handing the redirect to the
 // client, which would loop through the Coralized name (httpsupgrade.go).
-func (e *engine) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Response, error) {
-	return e.fetchFromOriginWith(ctx, fr, nil)
+func (p *Proxy) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Response, error) {
+	return p.fetchFromOriginWith(ctx, fr, nil)
 }
 
 // fetchFromOriginWith is fetchFromOrigin with a hook that adjusts the
 // request header (validators for a revalidation).
-func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjust func(http.Header)) (*http.Response, error) {
+func (p *Proxy) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjust func(http.Header)) (*http.Response, error) {
 	plain := fr.originURL()
 	u := plain
-	if u.Scheme == "http" && e.httpsUpgrades.upgraded(plain) {
+	if u.Scheme == "http" && p.httpsUpgrades.upgraded(plain) {
 		u = fr.httpsURL()
 	}
 	for range 2 {
 		ep := endpoint(u)
-		if down, until := e.failures.down(ep); down {
-			e.metrics.originFetch("backoff")
+		if down, until := p.failures.down(ep); down {
+			p.metrics.OriginFetch(OutcomeBackoff)
 			return nil, fmt.Errorf("origin %s unreachable; not retrying before %s", ep, until.Format(time.RFC3339))
 		}
-		h := originRequestHeader(fr.forwarded(), fr.clientIP, e.userAgent)
+		h := originRequestHeader(fr.forwarded(), fr.clientIP, p.userAgent)
 		if adjust != nil {
 			adjust(h)
 		}
-		resp, err := e.origin.Do(newGet(ctx, u, h))
-		if tr, ok := e.origin.Transport.(*http.Transport); ok && refusedTransferCoding(err) {
+		resp, err := p.origin.Do(newGet(ctx, u, h))
+		if tr, ok := p.origin.Transport.(*http.Transport); ok && refusedTransferCoding(err) {
 			// Valid HTTP/1.1 that net/http does not take: see
 			// transfercoding.go.
-			resp, err = fetchTransferCoded(ctx, tr, newGet(ctx, u, h), e.originTimeout, e.maxObject)
+			resp, err = fetchTransferCoded(ctx, tr, newGet(ctx, u, h), p.originTimeout, p.maxObject)
 		}
 		if err == nil {
 			if err = checkHeadFields(resp.Header); err != nil {
@@ -54,22 +54,22 @@ func (e *engine) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjus
 		if err == nil {
 			status = resp.StatusCode
 		}
-		e.metrics.originFetch(fetchOutcome(status, err))
+		p.metrics.OriginFetch(fetchOutcome(status, err))
 		if err != nil {
 			if isConnectFailure(err) && !errors.Is(err, errOriginForbidden) {
-				e.failures.failed(ep)
+				p.failures.failed(ep)
 			}
 			if u != plain && ctx.Err() == nil {
 				// The https the URL was upgraded to does not work: ask
 				// over plain http again next time.
-				e.httpsUpgrades.forget(plain)
+				p.httpsUpgrades.forget(plain)
 			}
 			return nil, err
 		}
-		e.failures.succeeded(ep)
+		p.failures.succeeded(ep)
 		if u.Scheme == "http" && isRedirect(resp.StatusCode) && redirectsToHTTPS(u, resp) {
 			resp.Body.Close()
-			e.httpsUpgrades.record(u)
+			p.httpsUpgrades.record(u)
 			u = fr.httpsURL()
 			continue
 		}
@@ -105,8 +105,8 @@ func isRedirect(code int) bool {
 // would come back to the very URL being fetched (a loop through the
 // Coralized name) keeps the origin's Location, which takes the client to
 // the origin directly, and is not cached: loop reports it.
-func (e *engine) coralizeRedirect(fr fetchRequest, resp *http.Response) (loop bool) {
-	if !isRedirect(resp.StatusCode) || e.zone == "" {
+func (p *Proxy) coralizeRedirect(fr fetchRequest, resp *http.Response) (loop bool) {
+	if !isRedirect(resp.StatusCode) || p.zone == "" {
 		return false
 	}
 	loc, err := url.Parse(resp.Header.Get("Location"))
@@ -123,7 +123,7 @@ func (e *engine) coralizeRedirect(fr fetchRequest, resp *http.Response) (loop bo
 		return true
 	}
 	coral := to.OriginURL()
-	coral.Host = to.CoralHost(e.zone)
+	coral.Host = to.CoralHost(p.zone)
 	coral.Fragment, coral.RawFragment = loc.Fragment, loc.RawFragment
 	resp.Header.Set("Location", coral.String())
 	return false

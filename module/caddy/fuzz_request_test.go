@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
@@ -37,13 +36,13 @@ func FuzzRequestThroughProxy(f *testing.F) {
 		w.Header().Set("Cache-Control", "max-age=600")
 		w.Write([]byte("origin " + r.RequestURI))
 	})
-	p := startLocalProxy(f, 0, func(h *Handler) { h.OriginTimeout = caddy.Duration(2 * time.Second) })
+	p := startLocalProxy(f, 0, func(c *Config, _ *diskcache.Options) { c.OriginTimeout = 2 * time.Second })
 	// No name resolution: a fuzzed host must not make the test wait on DNS.
 	noDNS := &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
 		return nil, errors.New("no DNS in this test")
 	}}
-	tr := p.h.eng.origin.Transport.(*http.Transport)
-	dialer := &net.Dialer{Timeout: time.Second, Resolver: noDNS, Control: p.h.eng.guard.control}
+	tr := p.px.origin.Transport.(*http.Transport)
+	dialer := &net.Dialer{Timeout: time.Second, Resolver: noDNS, Control: p.px.guard.control}
 	tr.DialContext = dialer.DialContext
 	coralHost := origin.coralHost()
 
@@ -88,13 +87,13 @@ func FuzzRequestThroughProxy(f *testing.F) {
 					panic(v)
 				}
 			}()
-			serveOrError(p.h, rec, req)
+			serveOrError(p.px, rec, req)
 		}()
 		p.idle(t)
 
 		asked := map[string]bool{}
 		for _, or := range origin.requests() {
-			tg, err := requestTarget(req, p.h.Zone)
+			tg, err := requestTarget(req, p.px.zone)
 			if err != nil {
 				t.Fatalf("%q: the origin was asked for %s although the request is refused: %v", raw, or.RequestURI, err)
 			}

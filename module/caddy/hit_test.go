@@ -2,7 +2,6 @@ package coralcaddy
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"io/fs"
 	"net/http"
@@ -15,11 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/coralname"
+	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
-	"github.com/coralcdn/coral/module/caddy/httpcache"
-	"go.uber.org/zap"
 )
 
 // The cache-hit path: a complete, fresh object served from the local disk
@@ -29,24 +26,23 @@ const hitHost = "127.0.0.1.8080.nyud.test" // origin 127.0.0.1:8080, never conta
 
 var hitLastModified = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// hitHandler is a coral_proxy handler outside Caddy (no DSHT node, the
-// default abuse controls with a rate limit that never refuses, as in
-// eval/httpbench) whose cache holds path's object of size bytes, stored
-// with the metadata the proxy keeps for an origin's response.
-func hitHandler(tb testing.TB, path string, size int) (h *Handler, dir string, body []byte) {
+// hitProxy is a proxy (no DSHT node, abuse controls with a rate limit
+// that never refuses, as in eval/httpbench) whose cache holds path's
+// object of size bytes, stored with the metadata the proxy keeps for an
+// origin's response.
+func hitProxy(tb testing.TB, path string, size int) (px *Proxy, dir string, body []byte) {
 	tb.Helper()
 	dir = tb.TempDir()
-	store, err := diskcache.Open(diskcache.Options{Dir: dir, MaxBytes: 64 << 20, NoSync: true})
+	store := openTestStore(tb, diskcache.Options{Dir: dir, MaxBytes: 64 << 20, NoSync: true})
+	controls, err := abuse.New(abuse.Config{Rate: 1e6, Burst: 1e6})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { store.Close() })
-	h = &Handler{Zone: "nyud.test", PeerTimeout: 3e9, RateLimit: 1e6, RateBurst: 1e6, logger: zap.NewNop()}
-	loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	h.setup(store, nil, loopback, loopback, httpcache.DefaultPolicy())
-	ap := netip.MustParseAddrPort("127.0.0.2:8080")
-	h.eng.peerAddr.Store(&ap)
-	if err := h.provisionAbuse(); err != nil {
+	tb.Cleanup(controls.Close)
+	cfg := testConfig()
+	cfg.Store, cfg.Abuse = store, controls
+	cfg.PeerAddress = netip.MustParseAddrPort("127.0.0.2:8080")
+	if px, err = New(cfg); err != nil {
 		tb.Fatal(err)
 	}
 
@@ -54,7 +50,7 @@ func hitHandler(tb testing.TB, path string, size int) (h *Handler, dir string, b
 	for i := range body {
 		body[i] = byte(i*7 + i>>8)
 	}
-	o, err := coralname.ParseHost(hitHost, h.Zone)
+	o, err := coralname.ParseHost(hitHost, cfg.Zone)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -85,7 +81,7 @@ func hitHandler(tb testing.TB, path string, size int) (h *Handler, dir string, b
 	if err := w.Commit(m); err != nil {
 		tb.Fatal(err)
 	}
-	return h, dir, body
+	return px, dir, body
 }
 
 func hitRequest(method, path string, hdr ...string) *http.Request {
@@ -98,14 +94,10 @@ func hitRequest(method, path string, hdr ...string) *http.Request {
 }
 
 // serveHit serves r and returns the recorded response.
-func serveHit(t *testing.T, h *Handler, r *http.Request) *httptest.ResponseRecorder {
+func serveHit(t *testing.T, px *Proxy, r *http.Request) *httptest.ResponseRecorder {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	if err := h.ServeHTTP(rec, r, nil); err != nil {
-		var he caddyhttp.HandlerError
-		if errors.As(err, &he) {
-			t.Fatalf("%s %s: %d %v", r.Method, r.URL, he.StatusCode, he.Err)
-		}
+	if err := px.ServeHTTP(rec, r); err != nil {
 		t.Fatalf("%s %s: %v", r.Method, r.URL, err)
 	}
 	return rec
@@ -142,11 +134,11 @@ func checkHit(t *testing.T, rec *httptest.ResponseRecorder, body []byte) {
 // store reads no metadata file. (A restart would then drop the object,
 // whose commit record is gone; see diskcache's TestHotSkipsMetaFile.)
 func TestHitReadsNoMetadataFile(t *testing.T) {
-	h, dir, body := hitHandler(t, "/1k", 1024)
+	px, dir, body := hitProxy(t, "/1k", 1024)
 	for range 2 {
-		checkHit(t, serveHit(t, h, hitRequest(http.MethodGet, "/1k")), body)
+		checkHit(t, serveHit(t, px, hitRequest(http.MethodGet, "/1k")), body)
 	}
-	reads := h.store.Stats().MetaReads
+	reads := px.store.Stats().MetaReads
 	if reads != 2 {
 		t.Fatalf("the first two hits read %d metadata files, want 2", reads)
 	}
@@ -162,13 +154,13 @@ func TestHitReadsNoMetadataFile(t *testing.T) {
 		t.Fatalf("removing metadata files: %v (%d removed)", err, removed)
 	}
 	for range 3 {
-		checkHit(t, serveHit(t, h, hitRequest(http.MethodGet, "/1k")), body)
+		checkHit(t, serveHit(t, px, hitRequest(http.MethodGet, "/1k")), body)
 	}
-	rec := serveHit(t, h, hitRequest(http.MethodHead, "/1k"))
+	rec := serveHit(t, px, hitRequest(http.MethodHead, "/1k"))
 	if rec.Code != http.StatusOK || rec.Body.Len() != 0 || rec.Header().Get("Content-Length") != "1024" {
 		t.Fatalf("HEAD: %d, %d bytes, Content-Length %q", rec.Code, rec.Body.Len(), rec.Header().Get("Content-Length"))
 	}
-	if st := h.store.Stats(); st.MetaReads != reads || st.Corrupt != 0 || st.Entries != 1 {
+	if st := px.store.Stats(); st.MetaReads != reads || st.Corrupt != 0 || st.Entries != 1 {
 		t.Fatalf("after the hits: %d metadata reads (want %d), %d corrupt, %d entries", st.MetaReads, reads, st.Corrupt, st.Entries)
 	}
 }
@@ -179,9 +171,9 @@ func TestHitReadsNoMetadataFile(t *testing.T) {
 // header directive replaces values that way) must not change what the next
 // hit serves.
 func TestHitHeaderNotShared(t *testing.T) {
-	h, _, body := hitHandler(t, "/1k", 1024)
+	px, _, body := hitProxy(t, "/1k", 1024)
 	for range 3 {
-		rec := serveHit(t, h, hitRequest(http.MethodGet, "/1k"))
+		rec := serveHit(t, px, hitRequest(http.MethodGet, "/1k"))
 		checkHit(t, rec, body)
 		for _, vs := range rec.Header() {
 			for i := range vs {
@@ -196,7 +188,7 @@ func TestHitHeaderNotShared(t *testing.T) {
 // what http.ServeContent gives them, and a plain request the same header as
 // a conditional one that does not match.
 func TestHitConditionalAndRange(t *testing.T) {
-	h, _, body := hitHandler(t, "/1k", 1024)
+	px, _, body := hitProxy(t, "/1k", 1024)
 	lm := hitLastModified.Format(http.TimeFormat)
 	for _, c := range []struct {
 		hdr    []string
@@ -211,7 +203,7 @@ func TestHitConditionalAndRange(t *testing.T) {
 		{[]string{"Range", "bytes=10-19", "If-Range", hitLastModified.Add(-time.Hour).Format(http.TimeFormat)}, http.StatusOK, body},
 		{[]string{"Range", "bytes=5000-"}, http.StatusRequestedRangeNotSatisfiable, nil},
 	} {
-		rec := serveHit(t, h, hitRequest(http.MethodGet, "/1k", c.hdr...))
+		rec := serveHit(t, px, hitRequest(http.MethodGet, "/1k", c.hdr...))
 		if rec.Code != c.status || (c.body != nil && !bytes.Equal(rec.Body.Bytes(), c.body)) {
 			t.Errorf("%q: status %d, %d bytes; want %d, %d bytes", c.hdr, rec.Code, rec.Body.Len(), c.status, len(c.body))
 		}
@@ -219,8 +211,8 @@ func TestHitConditionalAndRange(t *testing.T) {
 			checkHit(t, rec, body)
 		}
 	}
-	plain := serveHit(t, h, hitRequest(http.MethodGet, "/1k")).Header()
-	cond := serveHit(t, h, hitRequest(http.MethodGet, "/1k", "If-None-Match", `"nope"`)).Header()
+	plain := serveHit(t, px, hitRequest(http.MethodGet, "/1k")).Header()
+	cond := serveHit(t, px, hitRequest(http.MethodGet, "/1k", "If-None-Match", `"nope"`)).Header()
 	for _, hdr := range []http.Header{plain, cond} {
 		hdr.Del("Age") // may tick between the two
 	}
@@ -274,21 +266,21 @@ func (d *discardWriter) ReadFrom(r io.Reader) (int64, error) {
 	return io.CopyBuffer(struct{ io.Writer }{d}, r, d.buf)
 }
 
-// BenchmarkServeHit: coral_proxy's whole ServeHTTP for a cache hit, without
-// the network and Caddy's server around it, for the two object sizes of
-// eval/httpbench.
+// BenchmarkServeHit: the proxy's whole ServeHTTP for a cache hit, without
+// the network and Caddy's server around it (nor the adapter's idle
+// writer), for the two object sizes of eval/httpbench.
 func BenchmarkServeHit(b *testing.B) {
 	for _, size := range []int{1 << 10, 100 << 10} {
 		path := "/" + strconv.Itoa(size>>10) + "k"
 		b.Run(path[1:], func(b *testing.B) {
-			h, _, _ := hitHandler(b, path, size)
+			px, _, _ := hitProxy(b, path, size)
 			r := hitRequest(http.MethodGet, path)
 			w := &discardWriter{hdr: http.Header{}, buf: make([]byte, 32<<10)}
 			b.ReportAllocs()
 			for b.Loop() {
 				clear(w.hdr)
 				w.status, w.n = 0, 0
-				if err := h.ServeHTTP(w, r, nil); err != nil {
+				if err := px.ServeHTTP(w, r); err != nil {
 					b.Fatal(err)
 				}
 				if w.status != http.StatusOK || w.n != int64(size) {

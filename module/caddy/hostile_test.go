@@ -16,11 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
-	"go.uber.org/zap"
 )
 
 // Regression tests for the proxy on hostile input: requests, origins and
@@ -61,59 +58,82 @@ func (o *recordingOrigin) coralHost() string {
 	return fmt.Sprintf("%s.%d.nyud.test", ap.Addr(), ap.Port())
 }
 
-// localProxy is a coral_proxy handler (no DSHT node) behind an HTTP
-// server on loopback.
+// localProxy is a proxy (no DSHT node) behind an HTTP server on
+// loopback.
 type localProxy struct {
-	h     *Handler
+	px    *Proxy
 	store *diskcache.Store
 	srv   *httptest.Server
 }
 
-// startLocalProxy starts a handler with a cache of cacheSize bytes (0: 64
-// MiB); configure adjusts the Handler's settings before setup.
-func startLocalProxy(t testing.TB, cacheSize int64, configure func(*Handler)) *localProxy {
-	t.Helper()
-	loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	return startGuardedProxy(t, cacheSize, configure, loopback)
-}
-
-// startGuardedProxy is startLocalProxy with guard deciding which origins
-// may be fetched (peers: all of loopback).
-func startGuardedProxy(t testing.TB, cacheSize int64, configure func(*Handler), guard originGuard) *localProxy {
+// startLocalProxy starts a proxy of testConfig with a cache of cacheSize
+// bytes (0: 64 MiB); configure, if set, adjusts its configuration and its
+// store's options first.
+func startLocalProxy(t testing.TB, cacheSize int64, configure func(*Config, *diskcache.Options)) *localProxy {
 	t.Helper()
 	if cacheSize == 0 {
 		cacheSize = 64 << 20
 	}
-	h := &Handler{Zone: "nyud.test", PeerTimeout: caddy3s, RateLimit: -1, CacheSize: cacheSize, logger: zap.NewNop()}
+	cfg := testConfig()
+	opts := diskcache.Options{Dir: t.TempDir(), MaxBytes: cacheSize, NoSync: true}
 	if configure != nil {
-		configure(h)
+		configure(&cfg, &opts)
 	}
-	store, err := diskcache.Open(diskcache.Options{Dir: t.TempDir(), MaxBytes: h.CacheSize, MaxObjectBytes: h.MaxObjectSize, MaxEntries: h.MaxObjects, NoSync: true})
+	cfg.Store = openTestStore(t, opts)
+	px, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		serveOrError(px, w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return &localProxy{px: px, store: cfg.Store, srv: srv}
+}
+
+// bareProxy is a proxy of testConfig with a small cache, not served.
+func bareProxy(tb testing.TB) *Proxy {
+	tb.Helper()
+	cfg := testConfig()
+	cfg.Store = openTestStore(tb, diskcache.Options{Dir: tb.TempDir(), MaxBytes: 1 << 20, NoSync: true})
+	px, err := New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return px
+}
+
+// testConfig is the configuration of the tests' proxies: the zone
+// nyud.test, origins and peers on loopback, no node. The origins run in
+// the test's process, on 127.0.0.1, which is so one of the proxy's own
+// addresses: allowed as the adapter's tests allow it, listed alone. The
+// store remains to be set.
+func testConfig() Config {
+	c := DefaultConfig()
+	c.Zone = "nyud.test"
+	c.AllowOrigins = prefixes("127.0.0.0/8", "127.0.0.1/32")
+	c.AllowPeers = prefixes("127.0.0.0/8")
+	return c
+}
+
+// openTestStore opens a store with opts, closed when the test ends.
+func openTestStore(t testing.TB, opts diskcache.Options) *diskcache.Store {
+	t.Helper()
+	store, err := diskcache.Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	h.setup(store, nil, guard, loopback, h.policy())
-	if err := h.provisionAbuse(); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		serveOrError(h, w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return &localProxy{h: h, store: store, srv: srv}
+	return store
 }
 
-const caddy3s = 3e9 // caddy.Duration of 3 s
-
-// serveOrError serves r with h and writes a HandlerError as Caddy would.
-func serveOrError(h *Handler, w http.ResponseWriter, r *http.Request) {
-	if err := h.ServeHTTP(w, r, nil); err != nil {
-		var he caddyhttp.HandlerError
+// serveOrError serves r with px and writes an *Error's status as a server
+// would (Caddy's error handling, in the adapter).
+func serveOrError(px *Proxy, w http.ResponseWriter, r *http.Request) {
+	if err := px.ServeHTTP(w, r); err != nil {
 		status := http.StatusInternalServerError
-		if errors.As(err, &he) {
-			status = he.StatusCode
+		if s := errorStatus(err); s != 0 {
+			status = s
 		}
 		http.Error(w, err.Error(), status)
 	}
@@ -179,9 +199,9 @@ func (p *localProxy) idle(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		p.h.eng.mu.Lock()
-		n := len(p.h.eng.inflight)
-		p.h.eng.mu.Unlock()
+		p.px.mu.Lock()
+		n := len(p.px.inflight)
+		p.px.mu.Unlock()
 		if n == 0 && p.store.Stats().Writing == 0 {
 			return
 		}
@@ -321,9 +341,9 @@ func TestSlowOriginCannotEmptyCache(t *testing.T) {
 				}
 			})
 			defer close(release)
-			p := startLocalProxy(t, cacheSize, func(h *Handler) {
-				h.DownloadTimeout = caddy.Duration(time.Second)
-				h.MaxObjectSize = tc.maxObject
+			p := startLocalProxy(t, cacheSize, func(c *Config, so *diskcache.Options) {
+				c.DownloadTimeout = time.Second
+				so.MaxObjectBytes = tc.maxObject
 			})
 			host := origin.coralHost()
 			for i := range 20 {
@@ -392,9 +412,9 @@ func TestDownloadBounds(t *testing.T) {
 	a := newRecordingOrigin(t, handler)
 	b := newRecordingOrigin(t, handler)
 	c := newRecordingOrigin(t, handler)
-	p := startLocalProxy(t, 0, func(h *Handler) {
-		h.MaxDownloads, h.MaxDownloadsPerOrigin = 2, 1
-		h.DownloadWait = caddy.Duration(200 * time.Millisecond)
+	p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) {
+		c.MaxDownloads, c.MaxDownloadsPerOrigin = 2, 1
+		c.DownloadWait = 200 * time.Millisecond
 	})
 	var wg sync.WaitGroup
 	results := make(chan string, 3)
@@ -442,7 +462,7 @@ func TestDownloadBounds(t *testing.T) {
 	// once but gives its slot back as its goroutine ends (letGo): wait for
 	// that, boundedly; a slot never given back fails.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		all, _ := p.h.eng.slots.inUse("")
+		all, _ := p.px.slots.inUse("")
 		if all == 0 {
 			break
 		}
@@ -495,7 +515,7 @@ func TestOriginDownByPort(t *testing.T) {
 			t.Fatalf("port 1: %d, want 502", resp.StatusCode)
 		}
 	}
-	if down, _ := p.h.eng.failures.down("127.0.0.1:1"); !down {
+	if down, _ := p.px.failures.down("127.0.0.1:1"); !down {
 		t.Error("port 1 is not remembered as down")
 	}
 	if resp, body := p.get(t, origin.coralHost(), "/"); resp.StatusCode != http.StatusOK || body != "up" {
@@ -594,7 +614,7 @@ func TestOnlyIfCachedNeverFetches(t *testing.T) {
 		w.Header().Set("ETag", `"v1"`)
 		io.WriteString(w, "object")
 	})
-	p := startLocalProxy(t, 0, func(h *Handler) { h.MinTTL = new(caddy.Duration) })
+	p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) { c.Policy.MinTTL = 0 })
 	host := origin.coralHost()
 	if resp, _ := p.get(t, host, "/o"); resp.StatusCode != http.StatusOK {
 		t.Fatal(resp.Status)
@@ -645,7 +665,7 @@ func TestUndeclaredTooLarge(t *testing.T) {
 			w.(http.Flusher).Flush() // chunked: no Content-Length
 		}
 	})
-	p := startLocalProxy(t, 0, func(h *Handler) { h.MaxObjectSize = 100_000 })
+	p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) { so.MaxObjectBytes = 100_000 })
 	req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/big", nil)
 	req.Host = origin.coralHost()
 	resp, err := p.srv.Client().Do(req)
@@ -691,7 +711,7 @@ func TestForwardFields(t *testing.T) {
 		}
 	}
 	origin := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "x") })
-	p := startLocalProxy(t, 0, func(h *Handler) { h.forward, _ = forwardFields([]string{"Test-ID"}) })
+	p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) { c.ForwardFields = []string{"Test-ID"} })
 	p.get(t, origin.coralHost(), "/f", "Test-ID", "t1", "X-Other", "no")
 	h := origin.requests()[0].Header
 	if h.Get("Test-Id") != "t1" || h.Get("X-Other") != "" {

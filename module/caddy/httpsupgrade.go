@@ -41,7 +41,6 @@ const (
 type httpsUpgrades struct {
 	urls  *boundedMap[time.Time]   // endpoint and request URI → until when
 	hosts *boundedMap[hostUpgrade] // endpoint (host and http port) → evidence
-	now   func() time.Time
 }
 
 // hostUpgrade is the evidence that a whole host moved to https: the first
@@ -51,8 +50,8 @@ type hostUpgrade struct {
 	until    time.Time
 }
 
-func newHTTPSUpgrades(maxEntries int, now func() time.Time) *httpsUpgrades {
-	return &httpsUpgrades{urls: newBoundedMap[time.Time](maxEntries), hosts: newBoundedMap[hostUpgrade](maxEntries), now: now}
+func newHTTPSUpgrades(maxEntries int) *httpsUpgrades {
+	return &httpsUpgrades{urls: newBoundedMap[time.Time](maxEntries), hosts: newBoundedMap[hostUpgrade](maxEntries)}
 }
 
 // upgradeKey names one URL of an endpoint.
@@ -69,7 +68,7 @@ func firstSegment(u *url.URL) string {
 // upgraded reports whether the plain-http URL u is to be fetched over
 // https: u itself, or its whole host, redirected there.
 func (h *httpsUpgrades) upgraded(u *url.URL) bool {
-	now := h.now()
+	now := time.Now()
 	if until, ok := h.urls.get(upgradeKey(u)); ok && now.Before(until) {
 		return true
 	}
@@ -79,11 +78,11 @@ func (h *httpsUpgrades) upgraded(u *url.URL) bool {
 
 // record notes that the plain-http URL u redirected to its https form.
 func (h *httpsUpgrades) record(u *url.URL) {
-	until := h.now().Add(httpsUpgradeMemory)
+	until := time.Now().Add(httpsUpgradeMemory)
 	h.urls.put(upgradeKey(u), until)
 	seg := firstSegment(u)
 	h.hosts.update(endpoint(u), func(hu hostUpgrade, ok bool) hostUpgrade {
-		if !ok || !h.now().Before(hu.until) {
+		if !ok || !time.Now().Before(hu.until) {
 			hu = hostUpgrade{}
 		}
 		for _, s := range hu.segments {

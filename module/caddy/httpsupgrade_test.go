@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -31,7 +32,7 @@ func newHTTPSLab(t *testing.T, plain http.HandlerFunc) *httpsLab {
 	t.Cleanup(l.tls.Close)
 	l.plain = newRecordingOrigin(t, plain)
 	l.p = startLocalProxy(t, 0, nil)
-	tr := l.p.h.eng.origin.Transport.(*http.Transport)
+	tr := l.p.px.origin.Transport.(*http.Transport)
 	tr.TLSClientConfig = l.tls.Client().Transport.(*http.Transport).TLSClientConfig
 	d := &net.Dialer{Timeout: 5 * time.Second}
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -109,13 +110,29 @@ func TestHTTPSUpgradeOnePathCannotSwitchHost(t *testing.T) {
 	if status, body, _ := l.get(t, "/~alice/z"); status != http.StatusOK || body != "plain /~alice/z" {
 		t.Fatalf("/~alice/z after mallory's upgrades: %d %q, want plain http", status, body)
 	}
-	// The memory expires.
-	start := time.Now()
-	l.p.h.eng.clock = func() time.Time { return start.Add(httpsUpgradeMemory + time.Minute) }
-	l.get(t, "/~mallory/a")
-	if n := l.plainAsked("/~mallory/a"); n != 2 {
-		t.Errorf("after %s the plain port was asked for /~mallory/a %d times in all, want 2", httpsUpgradeMemory, n)
-	}
+}
+
+// TestHTTPSUpgradeMemoryExpires: an upgraded URL, and a whole upgraded
+// host, are fetched over plain http again httpsUpgradeMemory after they
+// redirected (in virtual time).
+func TestHTTPSUpgradeMemoryExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := newHTTPSUpgrades(100)
+		a, b, other := mustURL(t, "http://host.example/~mallory/a"), mustURL(t, "http://host.example/b"), mustURL(t, "http://host.example/c")
+		u.record(a)
+		u.record(b)
+		if !u.upgraded(a) || !u.upgraded(other) {
+			t.Fatal("the URL, or its host after redirects under two first segments, is not upgraded")
+		}
+		time.Sleep(httpsUpgradeMemory - time.Minute)
+		if !u.upgraded(a) || !u.upgraded(other) {
+			t.Error("the upgrade expired early")
+		}
+		time.Sleep(2 * time.Minute)
+		if u.upgraded(a) || u.upgraded(b) || u.upgraded(other) {
+			t.Errorf("after %s: upgraded %v, %v, host %v", httpsUpgradeMemory+time.Minute, u.upgraded(a), u.upgraded(b), u.upgraded(other))
+		}
+	})
 }
 
 // TestHTTPSUpgradeWholeHost: a host whose URLs under two different first
@@ -148,7 +165,7 @@ func TestHTTPSUpgradeWholeHost(t *testing.T) {
 // TestHTTPSUpgradeMemoryBounded: the memory of upgrades stays within its
 // bound however many origins redirect.
 func TestHTTPSUpgradeMemoryBounded(t *testing.T) {
-	u := newHTTPSUpgrades(100, time.Now)
+	u := newHTTPSUpgrades(100)
 	for i := range 1000 {
 		for _, p := range []string{"/a", "/b"} {
 			u.record(mustURL(t, fmt.Sprintf("http://host%d.example%s", i, p)))

@@ -16,8 +16,6 @@ import (
 	"github.com/coralcdn/coral/coraldht/memnet"
 	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
-	"github.com/coralcdn/coral/module/caddy/httpcache"
-	"go.uber.org/zap"
 )
 
 // The lifetimes of the references a proxy puts in the DSHT, as the paper
@@ -26,10 +24,10 @@ import (
 // for an error. The tests below observe them from another node, in virtual
 // time, so each fails if its lifetime is removed or changed.
 
-// lifetimeLab is one proxy (handler on node A) and an observer node B on an
+// lifetimeLab is one proxy (on node A) and an observer node B on an
 // in-memory network, inside a synctest bubble.
 type lifetimeLab struct {
-	h        *Handler
+	px       *Proxy
 	observer *coraldht.Node
 	origin   map[string]func() *http.Response
 }
@@ -63,16 +61,22 @@ func startLifetimeLab(t *testing.T) *lifetimeLab {
 			t.Fatal(err)
 		}
 	}
-	store, err := diskcache.Open(diskcache.Options{Dir: t.TempDir(), MaxBytes: 16 << 20})
+	cfg := testConfig()
+	cfg.Zone = lifetimeZone
+	cfg.Store = openTestStore(t, diskcache.Options{Dir: t.TempDir(), MaxBytes: 16 << 20})
+	cfg.Node = func() DHT { return nodes[0] }
+	cfg.PeerAddress = netip.MustParseAddrPort("127.0.9.10:8080")
+	// An origin may keep a body silent for 5 minutes (origin_timeout):
+	// TestReferenceLifetimeInProgress holds one a minute.
+	cfg.OriginTimeout = 5 * time.Minute
+	px, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() })
-	lab := &lifetimeLab{observer: nodes[1], origin: map[string]func() *http.Response{}}
-	lab.h = &Handler{Zone: lifetimeZone, PeerTimeout: 3e9, logger: zap.NewNop()}
-	loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	lab.h.setup(store, nodes[0], loopback, loopback, httpcache.DefaultPolicy())
-	lab.h.eng.origin.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	lab := &lifetimeLab{px: px, observer: nodes[1], origin: map[string]func() *http.Response{}}
+	// The origin is a function: the proxy runs in a synctest bubble,
+	// where a real connection would be no good.
+	lab.px.origin.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		respond, ok := lab.origin[r.URL.Path]
 		if !ok {
 			return nil, errors.New("no such test object")
@@ -81,8 +85,6 @@ func startLifetimeLab(t *testing.T) *lifetimeLab {
 		resp.Request = r
 		return resp, nil
 	})
-	self := netip.MustParseAddrPort("127.0.9.10:8080")
-	lab.h.eng.peerAddr.Store(&self)
 	return lab
 }
 
@@ -100,7 +102,7 @@ func (lab *lifetimeLab) get(t *testing.T, path string) int {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1.8080."+lifetimeZone+path, nil)
 	rec := httptest.NewRecorder()
-	if err := lab.h.ServeHTTP(rec, req, nil); err != nil {
+	if err := lab.px.ServeHTTP(rec, req); err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
 	return rec.Code

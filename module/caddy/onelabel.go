@@ -18,14 +18,14 @@ import (
 // 308 to the same URL over https (https_redirect). The Location is built
 // from the parsed request with net/url: the canonical one-label name, the
 // configured port, the path and query as received.
-func (h *Handler) redirectToHTTPS(w http.ResponseWriter, r *http.Request, t Target) error {
-	host, err := coralname.CoralizeOneLabel(coralname.Origin{Host: t.Host, Port: t.Port}, h.Zone)
+func (p *Proxy) redirectToHTTPS(w http.ResponseWriter, r *http.Request, t Target) error {
+	host, err := coralname.CoralizeOneLabel(coralname.Origin{Host: t.Host, Port: t.Port}, p.zone)
 	if err != nil {
 		// It arrived in one label, so it fits in one: unreachable.
 		return err
 	}
-	if p := h.HTTPSPort; p != 0 && p != 443 {
-		host = net.JoinHostPort(host, strconv.Itoa(p))
+	if port := p.httpsPort; port != 443 {
+		host = net.JoinHostPort(host, strconv.Itoa(port))
 	}
 	u := url.URL{Scheme: "https", Host: host, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 	w.Header().Set("Location", u.String())
@@ -39,12 +39,12 @@ func (h *Handler) redirectToHTTPS(w http.ResponseWriter, r *http.Request, t Targ
 // in one label must not be sent to a dotted http name (a downgrade, and a
 // name its certificate does not cover). Only Locations on this zone
 // change; a name that does not fit in one label stays dotted.
-func (h *Handler) localizeLocation(hdr http.Header, r *http.Request) {
+func (p *Proxy) localizeLocation(hdr http.Header, r *http.Request) {
 	locs := hdr["Location"]
 	if len(locs) != 1 {
 		return
 	}
-	req, err := coralname.ParseHost(r.Host, h.Zone)
+	req, err := coralname.ParseHost(r.Host, p.zone)
 	if err != nil || !req.OneLabel {
 		return
 	}
@@ -52,11 +52,11 @@ func (h *Handler) localizeLocation(hdr http.Header, r *http.Request) {
 	if err != nil || !loc.IsAbs() || loc.Opaque != "" || loc.User != nil || loc.Port() != "" {
 		return
 	}
-	o, err := coralname.ParseHost(loc.Host, h.Zone)
+	o, err := coralname.ParseHost(loc.Host, p.zone)
 	if err != nil || o.OneLabel {
 		return
 	}
-	one, err := coralname.CoralizeOneLabel(o, h.Zone)
+	one, err := coralname.CoralizeOneLabel(o, p.zone)
 	if err != nil {
 		return
 	}

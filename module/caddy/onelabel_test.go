@@ -177,14 +177,14 @@ func FuzzLocalizeLocation(f *testing.F) {
 	} {
 		f.Add(seed[0], seed[1], true)
 	}
-	h := &Handler{Zone: "nyud.test"}
+	px := bareProxy(f)
 	f.Fuzz(func(t *testing.T, loc, host string, overTLS bool) {
 		r := &http.Request{Host: host}
 		if overTLS {
 			r.TLS = &tls.ConnectionState{}
 		}
 		hdr := http.Header{"Location": {loc}}
-		h.localizeLocation(hdr, r)
+		px.localizeLocation(hdr, r)
 		got := hdr.Get("Location")
 		if got == loc {
 			return

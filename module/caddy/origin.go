@@ -159,7 +159,6 @@ type originFailures struct {
 	threshold int           // consecutive failures before the host is remembered
 	hold      time.Duration // how long it is remembered
 	max       int           // bound on remembered hosts
-	now       func() time.Time
 }
 
 type failState struct {
@@ -168,7 +167,7 @@ type failState struct {
 }
 
 func newOriginFailures(threshold int, hold time.Duration) *originFailures {
-	return &originFailures{hosts: make(map[string]*failState), threshold: threshold, hold: hold, max: 10000, now: time.Now}
+	return &originFailures{hosts: make(map[string]*failState), threshold: threshold, hold: hold, max: 10000}
 }
 
 // down reports whether endpoint (host:port) is remembered as failing, and until when.
@@ -179,7 +178,7 @@ func (f *originFailures) down(endpoint string) (bool, time.Time) {
 	if !ok || s.until.IsZero() {
 		return false, time.Time{}
 	}
-	if f.now().After(s.until) {
+	if time.Now().After(s.until) {
 		// Let one request through to try again; a new failure re-arms it.
 		s.until = time.Time{}
 		s.count = f.threshold - 1
@@ -202,7 +201,7 @@ func (f *originFailures) failed(endpoint string) {
 	}
 	s.count++
 	if s.count >= f.threshold {
-		s.until = f.now().Add(f.hold)
+		s.until = time.Now().Add(f.hold)
 	}
 }
 
@@ -216,7 +215,7 @@ func (f *originFailures) succeeded(endpoint string) {
 // sweepLocked drops entries that are not holding a host down, or all of
 // them if every one is.
 func (f *originFailures) sweepLocked() {
-	now := f.now()
+	now := time.Now()
 	for h, s := range f.hosts {
 		if s.until.IsZero() || now.After(s.until) {
 			delete(f.hosts, h)
@@ -293,29 +292,4 @@ func (b *boundedMap[V]) len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.m)
-}
-
-// newGuard builds an address guard allowing the prefixes of the option
-// named option.
-func newGuard(option string, prefixes []string) (originGuard, error) {
-	var g originGuard
-	for _, a := range prefixes {
-		p, err := parsePrefix(a)
-		if err != nil {
-			return g, fmt.Errorf("coral_proxy: %s %q: %w", option, a, err)
-		}
-		g.allow = append(g.allow, p)
-	}
-	return g, nil
-}
-
-func parsePrefix(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, errors.New("not a prefix or address")
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -90,9 +91,13 @@ func TestOriginTransportRefusesLoopback(t *testing.T) {
 }
 
 func TestOriginFailures(t *testing.T) {
-	now := time.Unix(1000, 0)
+	synctest.Test(t, testOriginFailures)
+}
+
+// testOriginFailures runs in virtual time.
+func testOriginFailures(t *testing.T) {
+	now := time.Now()
 	f := newOriginFailures(3, time.Minute)
-	f.now = func() time.Time { return now }
 	for range 2 {
 		f.failed("dead.example")
 	}
@@ -103,7 +108,7 @@ func TestOriginFailures(t *testing.T) {
 	if down, until := f.down("dead.example"); !down || !until.Equal(now.Add(time.Minute)) {
 		t.Fatalf("not down after 3 failures: %v %v", down, until)
 	}
-	now = now.Add(61 * time.Second)
+	time.Sleep(61 * time.Second)
 	if down, _ := f.down("dead.example"); down {
 		t.Fatal("still down after the hold")
 	}

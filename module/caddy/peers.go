@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/module/caddy/httpcache"
-	"github.com/coralcdn/coral/module/caddy/purge"
 )
 
 // fetchFromPeers asks the peers for the object, two at a time: the first
@@ -21,7 +20,7 @@ import (
 // on our behalf. It returns a nil response when no peer had it, and then
 // the peers that failed: dead or unreachable, not merely without the
 // object (peerFailed).
-func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []reference) (*http.Response, peerMisses) {
+func (p *Proxy) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []reference) (*http.Response, peerMisses) {
 	var miss peerMisses
 	for i := 0; i < len(peers); i += 2 {
 		batch := peers[i:min(i+2, len(peers))]
@@ -33,14 +32,14 @@ func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []re
 		}
 		results := make(chan result, len(batch))
 		pctx, cancel := context.WithCancel(ctx)
-		for _, p := range batch {
+		for _, peer := range batch {
 			go func() {
 				var mu sync.Mutex
 				connected := false
-				resp, err := e.askPeer(traceConnected(pctx, &connected, &mu), fr, p)
+				resp, err := p.askPeer(traceConnected(pctx, &connected, &mu), fr, peer)
 				mu.Lock()
 				defer mu.Unlock()
-				results <- result{p.Addr, resp, err, peerFailed(err, connected)}
+				results <- result{peer.Addr, resp, err, peerFailed(err, connected)}
 			}()
 		}
 		var win *http.Response
@@ -67,11 +66,6 @@ func (e *engine) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []re
 	}
 	return nil, miss
 }
-
-// purgeMemory is how long after a purge an object is fetched from its
-// origin only: the longest a network purge may take (its timeout is at
-// most 5 min).
-const purgeMemory = purge.MaxTimeout
 
 // peerFreshnessField is the response field in which a proxy tells a peer
 // how many more seconds its copy is fresh (in its own cache, under its own
@@ -103,44 +97,44 @@ func peerFreshness(h http.Header) time.Duration {
 }
 
 // askPeer fetches the Coralized URL from one peer, from its cache only.
-func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*http.Response, error) {
+func (p *Proxy) askPeer(ctx context.Context, fr fetchRequest, peer reference) (*http.Response, error) {
 	u := fr.target.OriginURL()
-	u.Scheme, u.Host = "http", p.Addr.String()
+	u.Scheme, u.Host = "http", peer.Addr.String()
 	// The client's fields go along, as to an origin: the peer picks the
 	// variant they select.
-	h := originRequestHeader(fr.forwarded(), "", e.userAgent)
+	h := originRequestHeader(fr.forwarded(), "", p.userAgent)
 	h.Set("Cache-Control", "only-if-cached")
 	req := newGet(ctx, u, h)
-	req.Host = fr.target.CoralHost(e.zone)
-	resp, err := e.peer.Do(req)
+	req.Host = fr.target.CoralHost(p.zone)
+	resp, err := p.peer.Do(req)
 	if err == nil {
 		if err = checkHeadFields(resp.Header); err != nil {
 			resp.Body.Close()
 		}
 	}
 	if err != nil {
-		e.metrics.peerFetch(fetchOutcome(0, err))
+		p.metrics.PeerFetch(fetchOutcome(0, err))
 		return nil, err
 	}
 	if !servedFromCache(resp.Header.Get("Cache-Status")) {
 		// 504: only-if-cached and not cached. Anything else without a
 		// cache's Cache-Status is the peer's own refusal or error, never
 		// the object.
-		e.metrics.peerFetch("not_cached")
+		p.metrics.PeerFetch(OutcomeNotCached)
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusGatewayTimeout && resp.Header.Get("Cache-Status") == notCachedHeaderValue(peerRetryingDetail) {
 			return nil, errPeerRetrying
 		}
-		return nil, fmt.Errorf("%w: %s answered %d", errPeerNotCached, p.Addr, resp.StatusCode)
+		return nil, fmt.Errorf("%w: %s answered %d", errPeerNotCached, peer.Addr, resp.StatusCode)
 	}
-	e.metrics.peerFetch("ok")
+	p.metrics.PeerFetch(OutcomeOK)
 	resp.Header.Del("Cache-Status")
-	if p.Complete && p.Left > 0 {
+	if peer.Complete && peer.Left > 0 {
 		// Fresh no longer than the complete reference that led here
 		// lives on: its owner put it for as long as its copy was fresh.
 		// (A reference put while downloading lives 20 s, renewed, and
 		// says nothing about freshness.)
-		bound := min(peerFreshness(resp.Header), p.Left)
+		bound := min(peerFreshness(resp.Header), peer.Left)
 		resp.Header[peerFreshnessField] = []string{formatAge(bound)}
 	}
 	return resp, nil
@@ -149,44 +143,46 @@ func (e *engine) askPeer(ctx context.Context, fr fetchRequest, p reference) (*ht
 // peerControl runs on every socket opened to a peer, with the address
 // about to be dialled: the references' filter (run) again, where it
 // cannot be missed.
-func (h *Handler) peerControl(network, address string, _ syscall.RawConn) error {
+func (p *Proxy) peerControl(network, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
-	if err != nil || !h.eng.peerGuard.permitted(ap.Addr()) {
+	if err != nil || !p.peerGuard.permitted(ap.Addr()) {
 		return fmt.Errorf("coral_proxy: peer address %s not allowed (allow_peers)", address)
 	}
 	return nil
 }
 
 // selfAddr is the HTTP address put in DSHT references.
-func (h *Handler) selfAddr() netip.AddrPort {
-	if p := h.eng.peerAddr.Load(); p != nil {
-		return *p
+func (p *Proxy) selfAddr() netip.AddrPort {
+	if a := p.peerAddr.Load(); a != nil {
+		return *a
 	}
 	return netip.AddrPort{}
 }
 
-// advertisedAddrs is the address this proxy gives peers (peer_address,
-// or learned), for the node's own addresses.
-func (h *Handler) advertisedAddrs() []netip.Addr {
-	if h.eng == nil {
-		return nil
+// advertisedAddrs are the addresses this proxy gives others: its HTTP
+// address for peers (peer_address, or learned) and its DSHT node's, for
+// the node's own addresses (selfaddr.go).
+func (p *Proxy) advertisedAddrs() []netip.Addr {
+	var out []netip.Addr
+	if a := p.peerAddr.Load(); a != nil {
+		out = append(out, a.Addr())
 	}
-	if p := h.eng.peerAddr.Load(); p != nil {
-		return []netip.Addr{p.Addr()}
+	if node := p.dhtNode(); node != nil {
+		out = append(out, node.Addr().Addr())
 	}
-	return nil
+	return out
 }
 
 // learnPeerAddr fills in this proxy's HTTP address from the first request:
 // the node's IP and the port the request came in on.
-func (h *Handler) learnPeerAddr(r *http.Request) {
-	if h.eng.peerAddr.Load() != nil || r.TLS != nil {
+func (p *Proxy) learnPeerAddr(r *http.Request) {
+	if p.peerAddr.Load() != nil || r.TLS != nil {
 		// Learnt already (every request after the first asks only
 		// this), or TLS: peers speak plain HTTP, so a port that answers
 		// with TLS is not their way in.
 		return
 	}
-	node := h.eng.dhtNode()
+	node := p.dhtNode()
 	if node == nil {
 		return
 	}
@@ -200,5 +196,5 @@ func (h *Handler) learnPeerAddr(r *http.Request) {
 	}
 	ip := node.Addr().Addr()
 	ap := netip.AddrPortFrom(ip, lap.Port())
-	h.eng.peerAddr.CompareAndSwap(nil, &ap)
+	p.peerAddr.CompareAndSwap(nil, &ap)
 }

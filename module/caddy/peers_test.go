@@ -3,7 +3,6 @@ package coralcaddy
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -12,22 +11,21 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
-	"github.com/coralcdn/coral/module/caddy/httpcache"
-	"go.uber.org/zap"
 )
 
-// testProxy is a coral_proxy handler outside Caddy: its own disk cache, a
-// real DSHT node on UDP loopback and an HTTP server on its own 127.0.4.x.
+// testProxy is a proxy with its own disk cache, a real DSHT node on UDP
+// loopback (seen through dht) and an HTTP server on its own 127.0.<subnet>.x.
 type testProxy struct {
-	h    *Handler
+	px   *Proxy
 	node *coraldht.Node
+	dht  *testDHT
 	srv  *httptest.Server
 }
 
@@ -43,38 +41,34 @@ func startTestProxiesIn(t *testing.T, n int, subnet byte) []*testProxy {
 }
 
 // startTestProxiesWith is startTestProxiesIn with configure (if not nil)
-// applied to every node's configuration.
-func startTestProxiesWith(t *testing.T, n int, subnet byte, configure func(*coraldht.Config)) []*testProxy {
+// applied to proxy i's node's configuration and its own before they start.
+func startTestProxiesWith(t *testing.T, n int, subnet byte, configure func(i int, node *coraldht.Config, proxy *Config)) []*testProxy {
 	t.Helper()
 	var out []*testProxy
 	var boot []netip.AddrPort
 	for i := range n {
 		ip := netip.AddrFrom4([4]byte{127, 0, subnet, byte(10 + i)})
-		cfg := coraldht.DefaultConfig()
-		cfg.Services = coraldht.ServiceHTTP
-		cfg.HintHops = 0
+		ncfg := coraldht.DefaultConfig()
+		ncfg.Services = coraldht.ServiceHTTP
+		ncfg.HintHops = 0
+		cfg := testConfig()
 		if configure != nil {
-			configure(&cfg)
+			configure(i, &ncfg, &cfg)
 		}
 		tr, err := coraldht.ListenUDP(netip.AddrPortFrom(ip, 4000).String())
 		if err != nil {
 			t.Fatal(err)
 		}
-		node, err := coraldht.NewNode(cfg, tr)
+		node, err := coraldht.NewNode(ncfg, tr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { node.Close() })
-		store, err := diskcache.Open(diskcache.Options{Dir: t.TempDir(), MaxBytes: 64 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { store.Close() })
-		h := &Handler{Zone: "nyud.test", PeerTimeout: 3e9, logger: zap.NewNop()}
-		loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-		h.setup(store, node, loopback, loopback, httpcache.DefaultPolicy())
-		srv := serveAsPeer(t, h, ip)
-		out = append(out, &testProxy{h: h, node: node, srv: srv})
+		dht := &testDHT{Node: node}
+		cfg.Store = openTestStore(t, diskcache.Options{Dir: t.TempDir(), MaxBytes: 64 << 20})
+		cfg.Node = func() DHT { return dht }
+		px, srv := serveAsPeer(t, cfg, ip)
+		out = append(out, &testProxy{px: px, node: node, dht: dht, srv: srv})
 		boot = append(boot, node.Addr())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -85,6 +79,46 @@ func startTestProxiesWith(t *testing.T, n int, subnet byte, configure func(*cora
 		}
 	}
 	return out
+}
+
+// testNode starts a real DSHT node on a loopback UDP address.
+func testNode(t *testing.T, addr string) *coraldht.Node {
+	t.Helper()
+	cfg := coraldht.DefaultConfig()
+	cfg.Services = coraldht.ServiceHTTP
+	cfg.HintHops = 0
+	tr, err := coraldht.ListenUDP(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := coraldht.NewNode(cfg, tr)
+	if err != nil {
+		_ = tr.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// testDHT is a proxy's view of its DSHT node (Config.Node): the node, but
+// that a test may run each put+get through around, to see what a
+// partition or a slow node would do.
+type testDHT struct {
+	*coraldht.Node
+	around atomic.Pointer[func(key coraldht.ID, putGet func() (coraldht.PutGetResult, error)) (coraldht.PutGetResult, error)]
+}
+
+func (d *testDHT) PutGet(ctx context.Context, key coraldht.ID, value []byte, ttl time.Duration, levels ...int) (coraldht.PutGetResult, error) {
+	putGet := func() (coraldht.PutGetResult, error) { return d.Node.PutGet(ctx, key, value, ttl, levels...) }
+	if f := d.around.Load(); f != nil {
+		return (*f)(key, putGet)
+	}
+	return putGet()
+}
+
+// setAround runs the put+gets from now on through f.
+func (d *testDHT) setAround(f func(key coraldht.ID, putGet func() (coraldht.PutGetResult, error)) (coraldht.PutGetResult, error)) {
+	d.around.Store(&f)
 }
 
 // TestFlashCrowdAcrossProxies: five proxies asked for the same objects at
@@ -225,7 +259,7 @@ func TestVaryAcrossPeers(t *testing.T) {
 	waitIdle := func(p *testProxy) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
-		for p.h.store.Stats().Writing > 0 {
+		for p.px.store.Stats().Writing > 0 {
 			if time.Now().After(deadline) {
 				t.Fatal("download still in progress after 10s")
 			}
@@ -295,7 +329,7 @@ func askProxy(t *testing.T, p *testProxy, host, path string) (body, cacheStatus 
 func waitStored(t *testing.T, p *testProxy) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for p.h.store.Stats().Writing > 0 {
+	for p.px.store.Stats().Writing > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("download still in progress after 10s")
 		}
@@ -308,8 +342,11 @@ func waitStored(t *testing.T, p *testProxy) {
 // loopback: without allow_peers the second proxy ignores the first one's
 // reference and goes to the origin.
 func TestPeerReferencesToPrivateAddresses(t *testing.T) {
-	proxies := startTestProxies(t, 2)
-	proxies[1].h.eng.peerGuard = originGuard{} // no allow_peers
+	proxies := startTestProxiesWith(t, 2, 4, func(i int, _ *coraldht.Config, c *Config) {
+		if i == 1 {
+			c.AllowPeers = nil // no allow_peers
+		}
+	})
 	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "max-age=600")
 		w.Write([]byte("object"))
@@ -326,7 +363,7 @@ func TestPeerReferencesToPrivateAddresses(t *testing.T) {
 		t.Errorf("origin fetches: %d, want 2 (the loopback peer must not be asked)", n)
 	}
 	// The dialer refuses such addresses too, whatever asks it.
-	if err := proxies[1].h.peerControl("tcp", proxies[0].srv.Listener.Addr().String(), nil); err == nil {
+	if err := proxies[1].px.peerControl("tcp", proxies[0].srv.Listener.Addr().String(), nil); err == nil {
 		t.Error("the peer dialer accepts a loopback address without allow_peers")
 	}
 }
@@ -348,12 +385,12 @@ func TestPeerFreshnessBounded(t *testing.T) {
 	waitStored(t, proxies[0])
 	// P0's copy has 20 s left (as after a min_ttl extension, say).
 	key := coralname.CacheKey("http", "127.0.0.1", atoi(t, o.port()), "/x", "")
-	m, ok := proxies[0].h.store.Peek(key)
+	m, ok := proxies[0].px.store.Peek(key)
 	if !ok {
 		t.Fatal("P0 did not store /x")
 	}
 	m.Expires = time.Now().Add(20 * time.Second)
-	if err := proxies[0].h.store.UpdateMeta(key, m); err != nil {
+	if err := proxies[0].px.store.UpdateMeta(key, m); err != nil {
 		t.Fatal(err)
 	}
 	body, cs := askProxy(t, proxies[1], host, "/x")
@@ -361,7 +398,7 @@ func TestPeerFreshnessBounded(t *testing.T) {
 		t.Fatalf("P1: %q %q; want it from the peer", body, cs)
 	}
 	waitStored(t, proxies[1])
-	m1, ok := proxies[1].h.store.Peek(key)
+	m1, ok := proxies[1].px.store.Peek(key)
 	if !ok {
 		t.Fatal("P1 did not store /x")
 	}
@@ -417,28 +454,25 @@ func TestPeerFreshnessField(t *testing.T) {
 	}
 }
 
-// serveAsPeer serves h on ip (a free port) as Caddy would, a handler error
-// becoming its status code, and makes that address h's peer address.
-func serveAsPeer(t testing.TB, h *Handler, ip netip.Addr) *httptest.Server {
+// serveAsPeer builds a proxy from cfg whose peer address (peer_address)
+// is ip and a free port, and serves it there as a server would, an *Error
+// becoming its status code.
+func serveAsPeer(t testing.TB, cfg Config, ip netip.Addr) (*Proxy, *httptest.Server) {
 	t.Helper()
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.PeerAddress = netip.MustParseAddrPort(ln.Addr().String())
+	px, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h.ServeHTTP(w, r, nil); err != nil {
-			var he caddyhttp.HandlerError
-			if errors.As(err, &he) {
-				http.Error(w, he.Error(), he.StatusCode)
-				return
-			}
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-		}
+		serveOrError(px, w, r)
 	}))
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
-	ap := netip.MustParseAddrPort(ln.Addr().String())
-	h.eng.peerAddr.Store(&ap)
-	return srv
+	return px, srv
 }

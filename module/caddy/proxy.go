@@ -113,7 +113,7 @@ func endpoint(u *url.URL) string {
 // run performs one download in ctx (ended by d.cancel): references first,
 // then peers, then the origin. It never runs twice for one key at once
 // (startDownload).
-func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
+func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 	readyOnce := sync.OnceFunc(func() { close(d.ready) })
 	// Deferred calls run last first: the download leaves the in-flight
 	// table before its waiters are released, so a request that comes after
@@ -121,7 +121,7 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 	// finished download.
 	defer close(d.done)
 	defer readyOnce()
-	defer e.finish(d)
+	defer p.finish(d)
 	cancel := d.cancel
 	defer func() {
 		if d.direct != nil {
@@ -129,7 +129,7 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 			// slot, live until the requester closes the body, unless a
 			// request waiting for a slot takes it over from a relay whose
 			// client stopped reading (relayStall).
-			rs := e.slots.relay(d.origin, d.client)
+			rs := p.slots.relay(d.origin, d.client)
 			d.relay, d.cancelRelay = rs, cancel
 			d.direct.Body = &cancelOnClose{ReadCloser: d.direct.Body, cancel: func() {
 				cancel()
@@ -138,45 +138,45 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 			return
 		}
 		cancel()
-		e.slots.release(d.origin, d.client)
+		p.slots.release(d.origin, d.client)
 	}()
 
 	fr.forwarded()
 	ctx = traceInterim(ctx, d)
 	if fr.stale != nil {
-		e.revalidate(ctx, fr, d, readyOnce)
+		p.revalidate(ctx, fr, d, readyOnce)
 		return
 	}
-	peers, peerLevel, stopRenewing := e.announce(ctx, fr)
+	peers, peerLevel, stopRenewing := p.announce(ctx, fr)
 	defer stopRenewing()
 
-	if at, ok := e.purged.get(fr.baseKey); ok && e.now().Sub(at) < purgeMemory {
+	if at, ok := p.purged.get(fr.baseKey); ok && time.Since(at) < purgeMemory {
 		peers = nil
 	}
-	source := fmt.Sprintf("peer-l%d", peerLevel)
-	idle := e.originTimeout + e.peerTimeout // a peer may itself wait on its origin
-	requested := e.now()
+	source := PeerSource(peerLevel)
+	idle := p.originTimeout + p.peerTimeout // a peer may itself wait on its origin
+	requested := time.Now()
 	var err error
-	resp, miss := e.fetchFromPeers(ctx, fr, peers)
-	if resp == nil && miss.retry(e.selfAddr(), nil) {
+	resp, miss := p.fetchFromPeers(ctx, fr, peers)
+	if resp == nil && miss.retry(p.selfAddr(), nil) {
 		// A peer died or is out of reach: the put+get again, without it,
 		// rather than the origin at once (refetch.go).
-		requested = e.now()
-		resp, peerLevel, err = e.retryPeers(ctx, fr, d, peers, miss, peerLevel)
-		source = fmt.Sprintf("peer-l%d", peerLevel)
+		requested = time.Now()
+		resp, peerLevel, err = p.retryPeers(ctx, fr, d, peers, miss, peerLevel)
+		source = PeerSource(peerLevel)
 		if err != nil {
 			d.err = err
 			return
 		}
 	}
 	if resp == nil {
-		if ce := e.logger.Check(zap.DebugLevel, "fetching from the origin"); ce != nil {
+		if ce := p.logger.Check(zap.DebugLevel, "fetching from the origin"); ce != nil {
 			ce.Write(zap.String("url", fr.target.OriginURL().String()), zap.Int("references", len(peers)),
 				zap.Int("dsht_level", peerLevel), zap.Int("peers_failed", len(miss.failed)), zap.Int("peers_retrying", len(miss.retrying)))
 		}
-		requested = e.now()
-		resp, err = e.fetchFromOrigin(ctx, fr)
-		source, idle = "origin", e.originTimeout
+		requested = time.Now()
+		resp, err = p.fetchFromOrigin(ctx, fr)
+		source, idle = "origin", p.originTimeout
 	}
 	if err != nil {
 		d.err = err
@@ -184,7 +184,7 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 	}
 	resp.Body = newIdleTimeoutBody(resp.Body, idle, cancel)
 	d.source = source
-	e.keep(ctx, fr, d, resp, source, requested, readyOnce)
+	p.keep(ctx, fr, d, resp, source, requested, readyOnce)
 }
 
 // announce does the download's put+get: a short reference to this proxy
@@ -192,17 +192,17 @@ func (e *engine) run(ctx context.Context, fr fetchRequest, d *download) {
 // this proxy may ask (allow_peers), with the DSHT level the get ended at
 // (-1 without a node). It keeps the reference alive while the download
 // runs, until stopRenewing is called.
-func (e *engine) announce(ctx context.Context, fr fetchRequest) (peers []reference, peerLevel int, stopRenewing func()) {
+func (p *Proxy) announce(ctx context.Context, fr fetchRequest) (peers []reference, peerLevel int, stopRenewing func()) {
 	// References are per URL, whatever variant: a peer picks the variant
 	// the request's fields select, or answers 504.
 	dhtKey := coraldht.KeyFor(fr.baseKey)
-	self := e.selfAddr()
-	node := e.dhtNode()
+	self := p.selfAddr()
+	node := p.dhtNode()
 	if node == nil || !self.IsValid() {
 		return nil, -1, func() {}
 	}
-	selfRef := e.selfReference(self)
-	peers, peerLevel = e.putGetPeers(ctx, fr)
+	selfRef := p.selfReference(self)
+	peers, peerLevel = p.putGetPeers(ctx, fr)
 	// Keep the short reference alive while the download runs, so peers
 	// that arrive later find this proxy.
 	renewCtx, stop := context.WithCancel(ctx)
@@ -224,27 +224,23 @@ func (e *engine) announce(ctx context.Context, fr fetchRequest) (peers []referen
 // putGetPeers puts the short reference to this proxy under fr's URL and
 // returns the references already there to the peers this proxy may ask,
 // with the DSHT level the get ended at (-1 without a node).
-func (e *engine) putGetPeers(ctx context.Context, fr fetchRequest) (peers []reference, level int) {
-	self := e.selfAddr()
-	node := e.dhtNode()
+func (p *Proxy) putGetPeers(ctx context.Context, fr fetchRequest) (peers []reference, level int) {
+	self := p.selfAddr()
+	node := p.dhtNode()
 	if node == nil || !self.IsValid() {
 		return nil, -1
 	}
-	res, err := node.PutGet(ctx, coraldht.KeyFor(fr.baseKey), e.selfReference(self).encode(), refFetchingTTL)
+	res, err := node.PutGet(ctx, coraldht.KeyFor(fr.baseKey), p.selfReference(self).encode(), refFetchingTTL)
 	if err != nil {
-		e.logger.Debug("put+get failed; going to the origin", zap.Error(err))
+		p.logger.Debug("put+get failed; going to the origin", zap.Error(err))
 	}
-	peers = e.peerReferences(fr, res.Values, self)
-	if e.urlPeers != nil {
-		peers = e.urlPeers(peers)
-	}
-	return peers, res.Level
+	return p.peerReferences(fr, res.Values, self), res.Level
 }
 
 // peerReferences decodes the references a put+get for fr returned: not
 // this proxy's own, not undecodable ones, and none on an address
 // allow_peers does not permit.
-func (e *engine) peerReferences(fr fetchRequest, values []coraldht.Value, self netip.AddrPort) []reference {
+func (p *Proxy) peerReferences(fr fetchRequest, values []coraldht.Value, self netip.AddrPort) []reference {
 	var peers []reference
 	for _, v := range values {
 		r, err := decodeReference(v.Data)
@@ -252,12 +248,12 @@ func (e *engine) peerReferences(fr fetchRequest, values []coraldht.Value, self n
 			continue
 		}
 		r.Left = v.TTL
-		if !e.peerGuard.permitted(r.Addr.Addr()) {
+		if !p.peerGuard.permitted(r.Addr.Addr()) {
 			// Any member may put any value: a reference to a
 			// private or loopback address would make this proxy
 			// send requests into its own network.
-			e.metrics.peerFetch(metricRefusedAddress)
-			logRefusal(e.logger, causePeer, "skipped a peer on an address allow_peers does not permit (private or loopback); list its network in allow_peers if the proxies talk over it",
+			p.metrics.PeerFetch(OutcomeRefusedAddress)
+			logRefusal(p.logger, causePeer, "skipped a peer on an address allow_peers does not permit (private or loopback); list its network in allow_peers if the proxies talk over it",
 				zap.Stringer("peer", r.Addr), zap.String("url", fr.target.OriginURL().String()))
 			continue
 		}
@@ -269,10 +265,10 @@ func (e *engine) peerReferences(fr fetchRequest, values []coraldht.Value, self n
 // keep stores a fetched response and streams it into the cache, or hands
 // it to the requester uncached; on success it puts the long-lived
 // reference. requested is when the request that brought resp was sent.
-func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *http.Response, source string, requested time.Time, readyOnce func()) {
-	now := e.now()
-	loop := e.coralizeRedirect(fr, resp)
-	policy := e.policy.ForRequest(fr.header)
+func (p *Proxy) keep(ctx context.Context, fr fetchRequest, d *download, resp *http.Response, source string, requested time.Time, readyOnce func()) {
+	now := time.Now()
+	loop := p.coralizeRedirect(fr, resp)
+	policy := p.policy.ForRequest(fr.header)
 	ok, _ := policy.Storable(fr.header, resp.StatusCode, resp.Header)
 	// Vary: the object is kept under the key of the variant this
 	// request selects, and the URL's key gets an index naming the fields.
@@ -286,7 +282,7 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 		ok = ok && vok
 		key = variantKey(fr.baseKey, vk)
 	}
-	if until, big := e.tooLarge.get(key); big && now.Before(until) {
+	if until, big := p.tooLarge.get(key); big && now.Before(until) {
 		ok = false
 	}
 	if !ok || loop {
@@ -302,12 +298,12 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 	if source != "origin" {
 		freshFor = min(freshFor, peerFreshness(resp.Header))
 	}
-	if e.wouldHideFresh(fr, key, fields, resp.StatusCode, now) {
+	if p.wouldHideFresh(fr, key, fields, resp.StatusCode, now) {
 		// This request gets it; everyone else keeps the fresh copies.
 		d.direct = resp
 		return
 	}
-	if fields != "" && !e.writeVaryIndex(fr, fields, now, freshFor) {
+	if fields != "" && !p.writeVaryIndex(fr, fields, now, freshFor) {
 		d.direct = resp
 		return
 	}
@@ -323,8 +319,8 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 	if resp.ContentLength >= 0 {
 		meta.Size = resp.ContentLength
 	}
-	if e.storeBody(ctx, d, resp, key, &meta, now, readyOnce) {
-		e.publish(fr, resp.StatusCode, meta.Expires)
+	if p.storeBody(ctx, d, resp, key, &meta, now, readyOnce) {
+		p.publish(fr, resp.StatusCode, meta.Expires)
 	}
 }
 
@@ -334,13 +330,13 @@ func (e *engine) keep(ctx context.Context, fr fetchRequest, d *download, resp *h
 // A body the cache cannot take goes to the requester uncached (d.direct);
 // a truncated one is never presented as complete: readers get the error
 // and the object is dropped.
-func (e *engine) storeBody(ctx context.Context, d *download, resp *http.Response, key string, meta *diskcache.Meta, now time.Time, readyOnce func()) bool {
-	e.storingAs(d, key)
-	w, err := e.store.Create(key, *meta)
+func (p *Proxy) storeBody(ctx context.Context, d *download, resp *http.Response, key string, meta *diskcache.Meta, now time.Time, readyOnce func()) bool {
+	p.storingAs(d, key)
+	w, err := p.store.Create(key, *meta)
 	if err != nil {
 		// The cache cannot take it (full of downloads, or too large): the
 		// client still gets it, uncached.
-		e.logger.Debug("not caching", zap.String("url", meta.Extra["url"]), zap.Error(err))
+		p.logger.Debug("not caching", zap.String("url", meta.Extra["url"]), zap.Error(err))
 		d.direct = resp
 		return false
 	}
@@ -351,7 +347,7 @@ func (e *engine) storeBody(ctx context.Context, d *download, resp *http.Response
 	if ib, ok := resp.Body.(*idleTimeoutBody); ok && err != nil && ib.fired.Load() {
 		err = fmt.Errorf("no data for %s after %d bytes", ib.timeout, n)
 	} else if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		err = fmt.Errorf("download_timeout %s reached after %d bytes", e.downloadTimeout, n)
+		err = fmt.Errorf("download_timeout %s reached after %d bytes", p.downloadTimeout, n)
 	} else if errors.Is(err, context.Canceled) && d.abandoned.Load() {
 		err = fmt.Errorf("%w after %d bytes", errAbandoned, n)
 	}
@@ -362,26 +358,28 @@ func (e *engine) storeBody(ctx context.Context, d *download, resp *http.Response
 		if errors.Is(err, diskcache.ErrTooLarge) {
 			// Larger than max_object_size without saying so: relay it
 			// uncached from now on rather than cut every client off.
-			e.tooLarge.put(key, now.Add(tooLargeMemory))
+			p.tooLarge.put(key, now.Add(tooLargeMemory))
 		}
-		e.finish(d)
+		p.finish(d)
 		w.Abort(err)
 		if errors.Is(err, errAbandoned) {
-			e.logger.Debug("download abandoned", zap.String("url", meta.Extra["url"]), zap.Error(err))
+			p.logger.Debug("download abandoned", zap.String("url", meta.Extra["url"]), zap.Error(err))
 		} else {
-			e.logger.Warn("download aborted", zap.String("url", meta.Extra["url"]), zap.Error(err))
+			p.logger.Warn("download aborted", zap.String("url", meta.Extra["url"]), zap.Error(err))
 		}
 		return false
 	}
 	meta.Size = n
-	recordFetch(meta.Extra["url"], meta.Extra["source"], resp.StatusCode, n, e.now().Sub(now))
+	if p.fetched != nil {
+		p.fetched(Fetch{URL: meta.Extra["url"], Source: meta.Extra["source"], Status: resp.StatusCode, Bytes: n, Took: time.Since(now)})
+	}
 	if err := w.Commit(*meta); err != nil {
-		e.logger.Warn("cache commit failed", zap.Error(err))
+		p.logger.Warn("cache commit failed", zap.Error(err))
 		return false
 	}
 	// Complete: later requests find it in the cache and must not join
 	// this download while it puts its reference.
-	e.finish(d)
+	p.finish(d)
 	return true
 }
 
@@ -389,18 +387,18 @@ func (e *engine) storeBody(ctx context.Context, d *download, resp *http.Response
 // status and freshness, and records it for renewal. The reference lives no
 // longer than the copy is fresh: a peer that follows it takes that as the
 // most the copy may be fresh (askPeer).
-func (e *engine) publish(fr fetchRequest, status int, expires time.Time) {
-	self := e.selfAddr()
+func (p *Proxy) publish(fr fetchRequest, status int, expires time.Time) {
+	self := p.selfAddr()
 	ttl := refGoodTTL
 	if status >= 400 {
 		ttl = refNegativeTTL
 	}
-	ttl = min(ttl, expires.Sub(e.now()))
-	if node := e.dhtNode(); node != nil && self.IsValid() && ttl >= time.Second {
+	ttl = min(ttl, time.Until(expires))
+	if node := p.dhtNode(); node != nil && self.IsValid() && ttl >= time.Second {
 		ref := reference{Addr: self, DHT: node.Addr(), Complete: true, Negative: status >= 400}
 		putCtx, cancelPut := context.WithTimeout(context.Background(), 5*time.Second)
 		if _, err := node.Put(putCtx, coraldht.KeyFor(fr.baseKey), ref.encode(), ttl); err == nil {
-			e.refs.put(fr.baseKey, ref, ttl)
+			p.refs.put(fr.baseKey, ref, ttl)
 		}
 		cancelPut()
 	}

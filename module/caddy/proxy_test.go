@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddytest"
+	"github.com/coralcdn/coral/coraldht/host"
 )
 
 // countingOrigin is an origin web server that counts what it serves.
@@ -66,7 +67,7 @@ func (o *countingOrigin) coralHost() string {
 
 var testProxyPort atomic.Int32
 
-func startProxy(t *testing.T, options ...string) (tester *caddytest.Tester, base string) {
+func startProxy(t testing.TB, options ...string) (tester *caddytest.Tester, base string) {
 	t.Helper()
 	port := 9180 + int(testProxyPort.Add(1))
 	tester = caddytest.NewTester(t)
@@ -336,15 +337,14 @@ func TestProxyReloadKeepsNodeAndCache(t *testing.T) {
 	}
 }
 
-func pooledNode(key string) any {
-	var found any
-	nodes.Range(func(k, v any) bool {
-		if k == key {
-			found = v
+// pooledNode is the instance of the node running on listen address key.
+func pooledNode(key string) *host.Instance {
+	for _, inst := range host.Running() {
+		if inst.Listen().String() == key {
+			return inst
 		}
-		return true
-	})
-	return found
+	}
+	return nil
 }
 
 // TestProxyJoinerGetsBytesAtOnce: a client that joins a download in

@@ -3,14 +3,12 @@ package coralcaddy
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +17,6 @@ import (
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
-	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"github.com/coralcdn/coral/module/caddy/purge"
 	"go.uber.org/zap"
 )
@@ -108,13 +105,14 @@ func (o *purgeOrigin) originURL(path string) string {
 }
 func (o *purgeOrigin) coralURL(path string) string { return "http://" + o.coralHost() + path }
 
-// purgeProxy is a coral_proxy handler outside Caddy, as in peers_test.go,
-// with a reference table and, optionally, a DSHT node.
+// purgeProxy is a proxy as in peers_test.go, with a reference table and,
+// optionally, a DSHT node.
 type purgeProxy struct {
-	h    *Handler
+	px   *Proxy
+	dir  string
 	node *coraldht.Node
 	srv  *httptest.Server
-	refs *refTable
+	refs *References
 }
 
 // startPurgeProxies starts n proxies at 127.0.6.first… with DSHT nodes
@@ -126,37 +124,20 @@ func startPurgeProxies(t *testing.T, n, first int, network bool) []*purgeProxy {
 	var boot []netip.AddrPort
 	for i := range n {
 		ip := netip.AddrFrom4([4]byte{127, 0, 6, byte(first + i)})
+		cfg := testConfig()
 		var node *coraldht.Node
 		if network {
-			cfg := coraldht.DefaultConfig()
-			cfg.Services = coraldht.ServiceHTTP
-			cfg.HintHops = 0
-			tr, err := coraldht.ListenUDP(netip.AddrPortFrom(ip, 4000).String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			node, err = coraldht.NewNode(cfg, tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { node.Close() })
+			node = testNode(t, netip.AddrPortFrom(ip, 4000).String())
 			boot = append(boot, node.Addr())
+			cfg.Node = func() DHT { return node }
 		}
-		store, err := diskcache.Open(diskcache.Options{Dir: t.TempDir(), MaxBytes: 64 << 20, NoSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { store.Close() })
-		h := &Handler{Zone: "nyud.test", PeerTimeout: 3e9, logger: zap.NewNop(), CacheDir: fmt.Sprintf("cache-%d", i)}
-		loopback := originGuard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-		h.setup(store, node, loopback, loopback, httpcache.DefaultPolicy())
-		h.storeKey = h.CacheDir
-		refs := newRefTable(store, node)
-		h.eng.refs = refs
-		srv := serveAsPeer(t, h, ip)
-		p := &purgeProxy{h: h, node: node, srv: srv, refs: refs}
+		dir := t.TempDir()
+		cfg.Store = openTestStore(t, diskcache.Options{Dir: dir, MaxBytes: 64 << 20, NoSync: true})
+		cfg.References = NewReferences(cfg.Store, cfg.Node)
+		px, srv := serveAsPeer(t, cfg, ip)
+		p := &purgeProxy{px: px, dir: dir, node: node, srv: srv, refs: cfg.References}
 		if node != nil {
-			node.HandleApp(purge.Kind, peerPurgeHandler(func() []cacheRef { return []cacheRef{p.cacheRef()} }))
+			node.HandleApp(purge.Kind, purge.PeerHandler(func() []purge.Cache { return []purge.Cache{p.cache()} }, zap.NewNop))
 		}
 		out = append(out, p)
 	}
@@ -172,30 +153,22 @@ func startPurgeProxies(t *testing.T, n, first int, network bool) []*purgeProxy {
 	return out
 }
 
-// cacheRef is p's cache as the admin registry would list it.
-func (p *purgeProxy) cacheRef() cacheRef {
-	return cacheRef{dir: p.h.storeKey, store: p.h.store, zones: []string{p.h.Zone}, refs: []*refTable{p.refs}, engines: []*engine{p.h.eng}}
+// cache is p's cache as purge sees it.
+func (p *purgeProxy) cache() purge.Cache {
+	return PurgeCache(p.dir, []string{p.px.zone}, p.px.store, []*Proxy{p.px}, []*References{p.refs})
 }
 
-// isolateAdminRegistry empties the admin registry for the test (Caddy
-// instances of other tests, caddytest's, stay registered after them) and
-// restores it afterwards.
-func isolateAdminRegistry(t *testing.T) {
-	running.mu.Lock()
-	apps, proxies := running.apps, running.proxies
-	running.apps, running.proxies = nil, nil
-	running.mu.Unlock()
-	t.Cleanup(func() {
-		running.mu.Lock()
-		running.apps, running.proxies = apps, proxies
-		running.mu.Unlock()
-	})
-}
-
-// register makes p the only proxy the admin API sees, for the test.
-func (p *purgeProxy) register(t *testing.T) {
-	isolateAdminRegistry(t)
-	addRunningProxy(p.h)
+// purge purges url (with prefix, everything under it) at p, as the
+// adapter's POST /coral/purge does in every cache it runs.
+func (p *purgeProxy) purge(t *testing.T, url string, prefix bool) purge.Response {
+	t.Helper()
+	spec, err := purge.ParseURL(url, prefix, []string{p.px.zone})
+	if err != nil {
+		t.Fatalf("purge %s: %v", url, err)
+	}
+	res := purge.Response{URL: url, Normalized: spec.Norm, Key: spec.Key, Prefix: spec.Prefix}
+	res.Local = purge.Local(context.Background(), spec, []purge.Cache{p.cache()})
+	return res
 }
 
 // get fetches path through p with optional header pairs.
@@ -228,15 +201,15 @@ func (p *purgeProxy) settle(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		p.h.eng.mu.Lock()
-		n := len(p.h.eng.inflight)
-		p.h.eng.mu.Unlock()
+		p.px.mu.Lock()
+		n := len(p.px.inflight)
+		p.px.mu.Unlock()
 		refsDone := true
 		if p.node != nil {
 			urls := 0
-			p.h.store.Walk(0, func(infos []diskcache.Info) bool {
+			p.px.store.Walk(0, func(infos []diskcache.Info) bool {
 				for _, in := range infos {
-					if m, ok := p.h.store.Peek(in.Key); ok && m.Extra[varyIndexField] == "" {
+					if m, ok := p.px.store.Peek(in.Key); ok && m.Extra[varyIndexField] == "" {
 						if norm, ok := purge.StoredNorm(m.Extra["url"]); ok {
 							if !p.refs.has(purge.KeyOfNorm(norm)) {
 								refsDone = false
@@ -248,7 +221,7 @@ func (p *purgeProxy) settle(t *testing.T) {
 				return true
 			})
 		}
-		if n == 0 && p.h.store.Stats().Writing == 0 && refsDone {
+		if n == 0 && p.px.store.Stats().Writing == 0 && refsDone {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -264,7 +237,7 @@ func (p *purgeProxy) hasRef(key string) bool {
 }
 
 func (p *purgeProxy) cached(path string, o *purgeOrigin) bool {
-	_, ok := p.h.store.Peek(coralname.CacheKey("http", "127.0.0.1", atoiPort(o.port()), path, ""))
+	_, ok := p.px.store.Peek(coralname.CacheKey("http", "127.0.0.1", atoiPort(o.port()), path, ""))
 	return ok
 }
 
@@ -274,27 +247,12 @@ func atoiPort(s string) int {
 	return n
 }
 
-// purgePOST calls POST /coral/purge with form values and decodes the answer.
-func purgePOST(t *testing.T, form url.Values) purge.Response {
-	t.Helper()
-	w, err := adminTestCall(t, "/coral/purge", http.MethodPost, "/coral/purge?"+form.Encode())
-	if err != nil {
-		t.Fatalf("purge %v: %v", form, err)
-	}
-	var out purge.Response
-	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
-		t.Fatalf("purge %v: %v\n%s", form, err, w.Body)
-	}
-	return out
-}
-
 // TestPurgeLocal: exact purges by either URL form remove the object (and
 // its reference), the next request goes to the origin; a Vary'd URL loses
 // its index and every variant; a prefix removes what is under it and
 // nothing else; an uncached URL purges nothing.
 func TestPurgeLocal(t *testing.T) {
 	p := startPurgeProxies(t, 1, 10, true)[0]
-	p.register(t)
 	o := newPurgeOrigin(t)
 	for _, path := range []string{"/a.jpg", "/img/1.png", "/img/2.png", "/imgx.png", "/other.png"} {
 		p.get(t, o, path)
@@ -302,7 +260,7 @@ func TestPurgeLocal(t *testing.T) {
 	p.get(t, o, "/vary/page", "Accept-Language", "en")
 	p.get(t, o, "/vary/page", "Accept-Language", "fr")
 	p.settle(t)
-	before := p.h.store.Stats().Entries
+	before := p.px.store.Stats().Entries
 	if before != 8 { // five objects, a Vary index and two variants
 		t.Fatalf("%d objects cached, want 8", before)
 	}
@@ -312,7 +270,7 @@ func TestPurgeLocal(t *testing.T) {
 	}
 
 	// The origin's URL.
-	res := purgePOST(t, url.Values{"url": {o.originURL("/a.jpg")}})
+	res := p.purge(t, o.originURL("/a.jpg"), false)
 	if res.Local.Purged != 1 || res.Local.ReferencesDropped != 1 || res.Key != aKey || res.Normalized != "//127.0.0.1:"+o.port()+"/a.jpg" ||
 		!res.Local.Complete || len(res.Local.Caches) != 1 || res.Network != nil || res.Local.Scanned != 0 {
 		t.Fatalf("purge by origin URL: %+v", res)
@@ -329,17 +287,17 @@ func TestPurgeLocal(t *testing.T) {
 	}
 	p.settle(t)
 	// The Coralized URL, with the proxy's port.
-	res = purgePOST(t, url.Values{"url": {"http://" + o.coralHost() + ":8090/a.jpg"}})
+	res = p.purge(t, "http://"+o.coralHost()+":8090/a.jpg", false)
 	if res.Local.Purged != 1 || p.cached("/a.jpg", o) {
 		t.Fatalf("purge by Coralized URL: %+v", res)
 	}
 	// Nothing cached: nothing purged, still 200.
-	if res := purgePOST(t, url.Values{"url": {o.originURL("/a.jpg")}}); res.Local.Purged != 0 || res.Local.ReferencesDropped != 0 {
+	if res := p.purge(t, o.originURL("/a.jpg"), false); res.Local.Purged != 0 || res.Local.ReferencesDropped != 0 {
 		t.Errorf("second purge: %+v", res)
 	}
 
 	// Vary: the index and both variants.
-	res = purgePOST(t, url.Values{"url": {o.coralURL("/vary/page")}})
+	res = p.purge(t, o.coralURL("/vary/page"), false)
 	if res.Local.Purged != 3 || res.Local.Variants != 2 || res.Local.Scanned == 0 {
 		t.Fatalf("purge of a Vary'd URL: %+v", res.Local)
 	}
@@ -355,8 +313,8 @@ func TestPurgeLocal(t *testing.T) {
 	p.settle(t)
 
 	// A prefix: /img/ and nothing else (not /imgx.png).
-	res = purgePOST(t, url.Values{"url": {o.originURL("/img/")}, "prefix": {"1"}})
-	if res.Local.Purged != 2 || !res.Prefix || res.Key != "" || res.Local.Scanned != p.h.store.Stats().Entries+2 {
+	res = p.purge(t, o.originURL("/img/"), true)
+	if res.Local.Purged != 2 || !res.Prefix || res.Key != "" || res.Local.Scanned != p.px.store.Stats().Entries+2 {
 		t.Fatalf("prefix purge: %+v", res.Local)
 	}
 	for path, want := range map[string]bool{"/img/1.png": false, "/img/2.png": false, "/imgx.png": true, "/other.png": true} {
@@ -366,11 +324,11 @@ func TestPurgeLocal(t *testing.T) {
 	}
 	// A prefix without the slash takes /imgx.png too; the whole origin,
 	// everything.
-	if res := purgePOST(t, url.Values{"url": {o.coralURL("/img")}, "prefix": {"true"}}); res.Local.Purged != 1 {
+	if res := p.purge(t, o.coralURL("/img"), true); res.Local.Purged != 1 {
 		t.Errorf("prefix /img: %+v", res.Local)
 	}
-	left := p.h.store.Stats().Entries
-	if res := purgePOST(t, url.Values{"url": {"https://127.0.0.1:" + o.port()}, "prefix": {"1"}}); res.Local.Purged != left || p.h.store.Stats().Entries != 0 {
+	left := p.px.store.Stats().Entries
+	if res := p.purge(t, "https://127.0.0.1:"+o.port(), true); res.Local.Purged != left || p.px.store.Stats().Entries != 0 {
 		t.Errorf("whole origin: purged %d of %d", res.Local.Purged, left)
 	}
 }
@@ -380,7 +338,6 @@ func TestPurgeLocal(t *testing.T) {
 // header is waited for and removed once it arrives.
 func TestPurgeDownloads(t *testing.T) {
 	p := startPurgeProxies(t, 1, 11, false)[0]
-	p.register(t)
 	o := newPurgeOrigin(t)
 
 	// Writing: the origin has sent half the body, and the client has it.
@@ -414,7 +371,7 @@ func TestPurgeDownloads(t *testing.T) {
 	}()
 	<-o.arrived
 	<-reading
-	res := purgePOST(t, url.Values{"url": {o.coralURL("/slow/x")}})
+	res := p.purge(t, o.coralURL("/slow/x"), false)
 	if res.Local.Purged != 1 || res.Local.DownloadsAborted != 1 || res.Local.DownloadsPending != 0 {
 		t.Fatalf("purge of a download: %+v", res.Local)
 	}
@@ -444,7 +401,7 @@ func TestPurgeDownloads(t *testing.T) {
 	<-o.arrived
 	time.AfterFunc(300*time.Millisecond, func() { close(o.releaseLate) })
 	start := time.Now()
-	res = purgePOST(t, url.Values{"url": {o.originURL("/late/y")}})
+	res = p.purge(t, o.originURL("/late/y"), false)
 	if res.Local.Purged != 1 || res.Local.DownloadsPending != 0 || time.Since(start) < 250*time.Millisecond {
 		t.Fatalf("purge of a download waiting for its header: %+v after %v", res.Local, time.Since(start))
 	}
@@ -452,75 +409,6 @@ func TestPurgeDownloads(t *testing.T) {
 	p.settle(t)
 	if p.cached("/late/y", o) {
 		t.Error("the download that was waiting got cached after the purge")
-	}
-}
-
-func TestPurgeAdminErrors(t *testing.T) {
-	call := func(method, target string) (int, string) {
-		w, err := adminTestCall(t, "/coral/purge", method, target)
-		if err == nil {
-			return w.Code, w.Header().Get("Allow")
-		}
-		return adminTestStatusCode(err), w.Header().Get("Allow")
-	}
-	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete} {
-		if code, allow := call(m, "/coral/purge?url=http://www.example.com/"); code != http.StatusMethodNotAllowed || allow != "POST" {
-			t.Errorf("%s: %d, Allow %q", m, code, allow)
-		}
-	}
-	isolateAdminRegistry(t)
-	if code, _ := call(http.MethodPost, "/coral/purge?url=http://www.example.com/"); code != http.StatusNotFound {
-		t.Errorf("no cache running: %d, want 404", code)
-	}
-	p := startPurgeProxies(t, 1, 12, false)[0]
-	p.register(t)
-	for _, target := range []string{
-		"/coral/purge",
-		"/coral/purge?url=",
-		"/coral/purge?url=/a.jpg",
-		"/coral/purge?url=ftp://www.example.com/",
-		"/coral/purge?url=http://localhost/",
-		"/coral/purge?url=http://www.example.com/&url=http://www.example.com/b",
-		"/coral/purge?url=http://www.example.com/&prefix=maybe",
-		"/coral/purge?url=http://www.example.com/&network=2",
-		"/coral/purge?url=http://www.example.com/&timeout=forever",
-		"/coral/purge?url=http://www.example.com/&timeout=1h",
-		"/coral/purge?url=http://www.example.com/&timeout=-1s",
-		"/coral/purge?url=http://www.example.com/&recursive=1",
-		"/coral/purge?url=http%3A%2F%2Fwww.example.com%2F%ZZ",
-	} {
-		if code, _ := call(http.MethodPost, target); code != http.StatusBadRequest {
-			t.Errorf("%s: %d, want 400", target, code)
-		}
-	}
-	// network= without a DSHT node.
-	if code, _ := call(http.MethodPost, "/coral/purge?url=http://www.example.com/&network=1"); code != http.StatusServiceUnavailable {
-		t.Errorf("network without a node: %d, want 503", code)
-	}
-	node := metricsTestNode(t, "127.0.6.13:4000")
-	app := metricsTestApp(node, "127.0.6.13:4000", true)
-	addRunningApp(app)
-	t.Cleanup(func() { removeRunningApp(app) })
-	long := url.QueryEscape("http://www.example.com/" + strings.Repeat("x", coraldht.MaxAppPayload))
-	if code, _ := call(http.MethodPost, "/coral/purge?prefix=1&network=1&url="+long); code != http.StatusBadRequest {
-		t.Errorf("a prefix too long for the network: %d, want 400", code)
-	}
-	// The same URL exactly, or locally, is fine (the key travels).
-	for _, q := range []string{"network=1&url=" + long, "prefix=1&url=" + long} {
-		if code, _ := call(http.MethodPost, "/coral/purge?"+q); code != http.StatusOK {
-			t.Errorf("%s…: %d", q[:30], code)
-		}
-	}
-	// A form body works too (curl --data-urlencode).
-	req := httptest.NewRequest(http.MethodPost, "/coral/purge", strings.NewReader("url="+url.QueryEscape("http://www.example.com/a?b=c&d")))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	w := httptest.NewRecorder()
-	if err := (&AdminAPI{}).handlePurge(w, req); err != nil {
-		t.Fatalf("form body: %v", err)
-	}
-	var res purge.Response
-	if err := json.Unmarshal(w.Body.Bytes(), &res); err != nil || res.Normalized != "//www.example.com/a?b=c&d" {
-		t.Errorf("form body: %+v, %v", res, err)
 	}
 }
 
@@ -544,9 +432,9 @@ func TestPurgeNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caches := []cacheRef{ps[0].cacheRef()}
-	local := purge.Local(ctx, spec, purgeCaches(caches))
-	net := purgeNetwork(ps[0].node, caches).Purge(ctx, spec, "references")
+	caches := []purge.Cache{ps[0].cache()}
+	local := purge.Local(ctx, spec, caches)
+	net := PurgeNetwork(ps[0].node, []*Proxy{ps[0].px}).Purge(ctx, spec, "references")
 	t.Logf("network purge: %+v", *net)
 	if local.Purged != 1 || net.Asked != 2 || net.Reached != 2 || net.Purged != 2 || net.Unreachable != 0 || net.References < 3 {
 		t.Fatalf("local %+v, network %+v", local, *net)
@@ -573,8 +461,8 @@ func TestPurgeNetwork(t *testing.T) {
 		p.settle(t)
 	}
 	pspec, _ := purge.ParseURL(o.originURL("/dir/"), true, nil)
-	purge.Local(ctx, pspec, purgeCaches(caches))
-	net = purgeNetwork(ps[0].node, caches).Purge(ctx, pspec, "known")
+	purge.Local(ctx, pspec, caches)
+	net = PurgeNetwork(ps[0].node, []*Proxy{ps[0].px}).Purge(ctx, pspec, "known")
 	if net.Asked != 2 || net.Reached != 2 || net.Purged != 2 || net.References != 0 {
 		t.Fatalf("prefix: %+v", *net)
 	}
@@ -602,7 +490,7 @@ func TestPurgeNetwork(t *testing.T) {
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	start := time.Now()
-	net = purgeNetwork(ps[0].node, caches).Purge(tctx, mspec, "all")
+	net = PurgeNetwork(ps[0].node, []*Proxy{ps[0].px}).Purge(tctx, mspec, "all")
 	t.Logf("with a dead and an old proxy, after %v: %+v", time.Since(start), *net)
 	var dead, oldOne, live *purge.Peer
 	for i, peer := range net.Peers {
@@ -656,8 +544,8 @@ func TestPurgeSkipsPeersAfterwards(t *testing.T) {
 	mu.Unlock()
 	// Purge at P1 only (as if a network purge had not reached P0 yet).
 	tg, _ := ParseTarget(host, "nyud.test", "/obj", "")
-	c := cacheRef{store: proxies[1].h.store, engines: []*engine{proxies[1].h.eng}}
-	if r := purge.Local(context.Background(), purge.Spec{Key: tg.Key()}, []purge.Cache{c.purgeCache()}); r.Purged == 0 {
+	c := PurgeCache("", nil, proxies[1].px.store, []*Proxy{proxies[1].px}, nil)
+	if r := purge.Local(context.Background(), purge.Spec{Key: tg.Key()}, []purge.Cache{c}); r.Purged == 0 {
 		t.Fatal("nothing purged")
 	}
 	body, cs := askProxy(t, proxies[1], host, "/obj")

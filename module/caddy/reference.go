@@ -68,9 +68,9 @@ var errBadReference = errors.New("coral_proxy: malformed DSHT reference")
 
 // selfReference is the reference this proxy puts for itself: its HTTP
 // address self and, when it has one, its DSHT node's address.
-func (e *engine) selfReference(self netip.AddrPort) reference {
+func (p *Proxy) selfReference(self netip.AddrPort) reference {
 	r := reference{Addr: self}
-	if node := e.dhtNode(); node != nil {
+	if node := p.dhtNode(); node != nil {
 		r.DHT = node.Addr()
 	}
 	return r

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/netip"
 	"testing"
+
+	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
 func TestReferenceRoundTrip(t *testing.T) {
@@ -57,11 +59,22 @@ func btoi(b bool) int {
 // it has one.
 func TestSelfReference(t *testing.T) {
 	self := netip.MustParseAddrPort("127.0.6.30:8090")
-	if r := (&engine{}).selfReference(self); r != (reference{Addr: self}) || r.encode()[0] != 1 {
+	cfg := testConfig()
+	cfg.Store = openTestStore(t, diskcache.Options{Dir: t.TempDir(), MaxBytes: 1 << 20, NoSync: true})
+	without, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := without.selfReference(self); r != (reference{Addr: self}) || r.encode()[0] != 1 {
 		t.Errorf("without a node: %+v", r)
 	}
-	node := metricsTestNode(t, "127.0.6.30:4000")
-	if r := (&engine{engineConfig: engineConfig{node: node}}).selfReference(self); r.DHT != node.Addr() || r.Addr != self || r.encode()[0] != 2 {
+	node := testNode(t, "127.0.6.30:4000")
+	cfg.Node = func() DHT { return node }
+	with, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := with.selfReference(self); r.DHT != node.Addr() || r.Addr != self || r.encode()[0] != 2 {
 		t.Errorf("with a node: %+v", r)
 	}
 }

@@ -37,7 +37,7 @@ import (
 // could each see nobody but the dead peer and each go to the origin.
 //
 // The retriers lost their peer at the same instant, so each waits a random
-// delay first (below peerRetryJitter), and while it waits answers the
+// delay first (below Config.PeerRetryJitter, 1 s by default), and while it waits answers the
 // other retriers' requests with 504 at once rather than keeping them until
 // peer_timeout: otherwise two retriers asking each other would both give
 // up to the origin. After maxPeerRetries rounds, or when no peer is left,
@@ -196,17 +196,17 @@ func retryKey(baseKey string, lost netip.AddrPort) coraldht.ID {
 // round. It returns the response of the first peer that had it, or nil
 // (go to the origin), and the DSHT level of the last put+get. Meanwhile
 // peers asking this proxy get 504 at once.
-func (e *engine) retryPeers(ctx context.Context, fr fetchRequest, d *download, asked []reference, miss peerMisses, level int) (*http.Response, int, error) {
+func (p *Proxy) retryPeers(ctx context.Context, fr fetchRequest, d *download, asked []reference, miss peerMisses, level int) (*http.Response, int, error) {
 	d.peerRetry.set(true)
 	defer d.peerRetry.set(false)
-	r := &retrier{e: e, fr: fr, self: e.selfAddr(), failed: miss.failed, lost: miss.lowest(),
+	r := &retrier{p: p, fr: fr, self: p.selfAddr(), failed: miss.failed, lost: miss.lowest(),
 		ahead: make(map[netip.AddrPort]bool), known: slices.Clone(asked), level: level}
-	waitAheadUntil := time.Now().Add(e.peerTimeout)
+	waitAheadUntil := time.Now().Add(p.peerTimeout)
 	for rounds := 0; rounds < maxPeerRetries && miss.retry(r.self, r.ahead); {
 		waitAhead := r.aheadRetrying(miss) && time.Now().Before(waitAheadUntil)
 		delay := rivalPoll
 		if !waitAhead {
-			delay = e.peerRetryDelay()
+			delay = p.peerRetryDelay()
 			rounds++
 		}
 		t := time.NewTimer(delay)
@@ -219,9 +219,9 @@ func (e *engine) retryPeers(ctx context.Context, fr fetchRequest, d *download, a
 		var resp *http.Response
 		var origin bool
 		if waitAhead {
-			resp, miss = e.fetchFromPeers(ctx, fr, r.rivals)
+			resp, miss = p.fetchFromPeers(ctx, fr, r.rivals)
 		} else {
-			e.metrics.peerFetch(metricPeerRetry)
+			p.metrics.PeerFetch(OutcomeRetry)
 			resp, miss, origin = r.round(ctx)
 		}
 		if resp != nil || origin {
@@ -238,7 +238,7 @@ const rivalPoll = 100 * time.Millisecond
 
 // retrier is the state of one download's retries.
 type retrier struct {
-	e      *engine
+	p      *Proxy
 	fr     fetchRequest
 	self   netip.AddrPort
 	failed map[netip.AddrPort]bool
@@ -257,7 +257,7 @@ type retrier struct {
 // another retrier's 504 sent to the origin (the lowest-address rule) is
 // found there, and it never stored on the retry key.
 func (r *retrier) round(ctx context.Context) (resp *http.Response, miss peerMisses, origin bool) {
-	peers, lvl := r.e.putGetPeers(ctx, r.fr)
+	peers, lvl := r.p.putGetPeers(ctx, r.fr)
 	r.level = lvl
 	asked := make(map[netip.AddrPort]bool)
 	var live []reference
@@ -268,7 +268,7 @@ func (r *retrier) round(ctx context.Context) (resp *http.Response, miss peerMiss
 		}
 	}
 	r.known = live
-	if resp, miss = r.e.fetchFromPeers(ctx, r.fr, live); resp != nil {
+	if resp, miss = r.p.fetchFromPeers(ctx, r.fr, live); resp != nil {
 		return resp, miss, false
 	}
 	r.noteFailed(miss)
@@ -277,7 +277,7 @@ func (r *retrier) round(ctx context.Context) (resp *http.Response, miss peerMiss
 	// that) and prove nothing. The rivals it named come first; when all
 	// of them have failed, this proxy goes.
 	if r.lost.IsValid() && !r.placed {
-		rivals, first, ok := r.e.putGetRivals(ctx, r.fr, r.lost, r.failed)
+		rivals, first, ok := r.p.putGetRivals(ctx, r.fr, r.lost, r.failed)
 		if first {
 			return nil, miss, true
 		}
@@ -288,7 +288,7 @@ func (r *retrier) round(ctx context.Context) (resp *http.Response, miss peerMiss
 		rivals = slices.DeleteFunc(slices.Clone(rivals), func(p reference) bool { return asked[p.Addr] })
 		if len(rivals) > 0 {
 			var more peerMisses
-			if resp, more = r.e.fetchFromPeers(ctx, r.fr, rivals); resp != nil {
+			if resp, more = r.p.fetchFromPeers(ctx, r.fr, rivals); resp != nil {
 				return resp, more, false
 			}
 			miss.merge(more)
@@ -323,26 +323,26 @@ func (r *retrier) noteFailed(miss peerMisses) {
 // ones, whether this proxy is the first (the put+get succeeded and named
 // nobody alive), which makes it the one to go to the origin, and whether
 // the put+get succeeded.
-func (e *engine) putGetRivals(ctx context.Context, fr fetchRequest, lost netip.AddrPort, failed map[netip.AddrPort]bool) (rivals []reference, first, ok bool) {
-	self := e.selfAddr()
-	node := e.dhtNode()
+func (p *Proxy) putGetRivals(ctx context.Context, fr fetchRequest, lost netip.AddrPort, failed map[netip.AddrPort]bool) (rivals []reference, first, ok bool) {
+	self := p.selfAddr()
+	node := p.dhtNode()
 	if node == nil || !self.IsValid() {
 		return nil, false, false
 	}
-	res, err := node.PutGet(ctx, retryKey(fr.baseKey, lost), e.selfReference(self).encode(), refFetchingTTL)
+	res, err := node.PutGet(ctx, retryKey(fr.baseKey, lost), p.selfReference(self).encode(), refFetchingTTL)
 	if err != nil {
-		e.logger.Debug("put+get on the retry key failed", zap.Error(err))
+		p.logger.Debug("put+get on the retry key failed", zap.Error(err))
 		return nil, false, false
 	}
-	rivals = slices.DeleteFunc(e.peerReferences(fr, res.Values, self), func(r reference) bool { return failed[r.Addr] })
+	rivals = slices.DeleteFunc(p.peerReferences(fr, res.Values, self), func(r reference) bool { return failed[r.Addr] })
 	return rivals, len(rivals) == 0, true
 }
 
 // peerRetryDelay is how long a download that lost its peer waits before
-// its next put+get: random below peerRetryJitter (tests may fix it).
-func (e *engine) peerRetryDelay() time.Duration {
-	if e.retryDelay != nil {
-		return e.retryDelay()
+// its next put+get: random below Config.PeerRetryJitter.
+func (p *Proxy) peerRetryDelay() time.Duration {
+	if p.peerRetryJitter <= 0 {
+		return 0
 	}
-	return rand.N(peerRetryJitter)
+	return rand.N(p.peerRetryJitter)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coralname"
 )
 
 // TestDownloaderDiesWithWaitingPeers: three proxies copy an object from
@@ -23,7 +24,9 @@ import (
 // from the origin once more, by one of them, and the others copy it from
 // that one. (Each used to go to the origin on its own once the dead peer
 // refused them.) The proxies' retry delays are fixed and apart, as the
-// random ones almost always are.
+// random ones almost always are: their own random delay is off
+// (PeerRetryJitter 0), and their DSHT view (testDHT) holds each round's
+// put+get on the URL's key for the proxy's delay.
 func TestDownloaderDiesWithWaitingPeers(t *testing.T) {
 	// Whether the proxy with the lowest address retries first or last.
 	t.Run("lowest first", func(t *testing.T) {
@@ -55,16 +58,17 @@ func TestDownloaderDiesWithWaitingPeers(t *testing.T) {
 // retry key held. With the floor the test passed 6 times in a row beside
 // three busy loops. TestRetrierFindsWhomItSentToTheOrigin keeps the
 // default: its steps are timed against the dead node's 50 ms timeouts.
-func retryTestConfig(cfg *coraldht.Config) { cfg.MinRPCTimeout = 500 * time.Millisecond }
+func retryTestConfig(_ int, cfg *coraldht.Config, proxy *Config) {
+	cfg.MinRPCTimeout = 500 * time.Millisecond
+	proxy.PeerRetryJitter = 0
+}
 
 func downloaderDies(t *testing.T, delays []time.Duration, blind bool) {
 	proxies := startTestProxiesWith(t, 4, 186, retryTestConfig)
 	dead := netip.MustParseAddrPort(proxies[0].srv.Listener.Addr().String())
-	for i, p := range proxies {
-		p.h.eng.retryDelay = func() time.Duration { return delays[i] }
-	}
 	half := bytes.Repeat([]byte("q"), 256<<10)
 	o, ask := stallingOrigin(t, half)
+	urlKey := coraldht.KeyFor(coralname.CacheKey("http", "127.0.0.1", atoi(t, o.port()), "/big", ""))
 	var first []*http.Response
 	for i, p := range proxies {
 		resp, err := ask(p)
@@ -80,14 +84,27 @@ func downloaderDies(t *testing.T, delays []time.Duration, blind bool) {
 		}
 		first = append(first, resp)
 	}
-	// P0 dies: its HTTP server and its DSHT node.
+	// P0 dies: its HTTP server and its DSHT node. From now on each
+	// proxy's put+gets on the URL's key after the first are its retry
+	// rounds, held for its delay; blind, every one names only P0.
 	proxies[0].srv.CloseClientConnections()
 	proxies[0].srv.Close()
 	proxies[0].node.Close()
-	if blind {
-		for _, p := range proxies[1:] {
-			p.h.eng.urlPeers = func([]reference) []reference { return []reference{{Addr: dead}} }
-		}
+	for i, p := range proxies[1:] {
+		var rounds atomic.Int32
+		p.dht.setAround(func(key coraldht.ID, putGet func() (coraldht.PutGetResult, error)) (coraldht.PutGetResult, error) {
+			if key != urlKey {
+				return putGet()
+			}
+			if rounds.Add(1) > 1 {
+				time.Sleep(delays[i+1])
+			}
+			res, err := putGet()
+			if blind {
+				res.Values = onlyReference(dead)
+			}
+			return res, err
+		})
 	}
 	for i, resp := range first[1:] {
 		if rest, err := io.ReadAll(resp.Body); err == nil {
@@ -179,7 +196,7 @@ func TestRetryingPeerAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := proxies[0].h.eng
+	e := proxies[0].px
 	d := &download{ready: make(chan struct{}), key: target.Key(), background: true} // nobody cancels it
 	d.peerRetry.set(true)
 	e.mu.Lock()
@@ -193,7 +210,7 @@ func TestRetryingPeerAnswers(t *testing.T) {
 	fr := fetchRequest{key: target.Key(), baseKey: target.Key(), target: target, scheme: "http"}
 	ref := reference{Addr: netip.MustParseAddrPort(proxies[0].srv.Listener.Addr().String())}
 	start := time.Now()
-	_, err = proxies[1].h.eng.askPeer(t.Context(), fr, ref)
+	_, err = proxies[1].px.askPeer(t.Context(), fr, ref)
 	if !errors.Is(err, errPeerRetrying) {
 		t.Fatalf("asking a retrying peer: %v, want errPeerRetrying", err)
 	}
@@ -208,7 +225,7 @@ func TestRetryingPeerAnswers(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // let the request arrive and wait; the answer does not depend on it
 		d.peerRetry.set(true)
 	}()
-	_, err = proxies[1].h.eng.askPeer(t.Context(), fr, ref)
+	_, err = proxies[1].px.askPeer(t.Context(), fr, ref)
 	if !errors.Is(err, errPeerRetrying) {
 		t.Fatalf("asking a peer that starts to retry: %v, want errPeerRetrying", err)
 	}
@@ -222,28 +239,50 @@ func TestRetryingPeerAnswers(t *testing.T) {
 // (eval/chaos caught the claim-first order: 3 fetches of one object in a
 // partition, bound 2.)
 func TestRetrierFindsWhomItSentToTheOrigin(t *testing.T) {
-	proxies := startTestProxiesIn(t, 3, 186)
+	// B's own random retry delay is off: the test holds its rounds.
+	proxies := startTestProxiesWith(t, 3, 186, func(i int, _ *coraldht.Config, c *Config) {
+		if i == 2 {
+			c.PeerRetryJitter = 0
+		}
+	})
 	p0, a, b := proxies[0], proxies[1], proxies[2]
 	addrOf := func(p *testProxy) netip.AddrPort { return netip.MustParseAddrPort(p.srv.Listener.Addr().String()) }
 	if addrOf(a).Compare(addrOf(b)) >= 0 {
 		t.Fatal("the test wants A's address below B's")
 	}
 	dead := addrOf(p0)
-	var p0Dead, bFiltered atomic.Bool
-	// B's first put+get after the death names only the dead downloader
-	// (as across a partition); A's names only B.
-	b.h.eng.urlPeers = func(refs []reference) []reference {
-		if p0Dead.Load() && bFiltered.CompareAndSwap(false, true) {
-			return []reference{{Addr: dead}}
-		}
-		return refs
-	}
-	a.h.eng.urlPeers = func(refs []reference) []reference {
-		return slices.DeleteFunc(refs, func(r reference) bool { return r.Addr != addrOf(b) })
-	}
-	b.h.eng.retryDelay = func() time.Duration { return 600 * time.Millisecond }
 	half := bytes.Repeat([]byte("r"), 256<<10)
 	o, ask := stallingOrigin(t, half)
+	urlKey := coraldht.KeyFor(coralname.CacheKey("http", "127.0.0.1", atoi(t, o.port()), "/big", ""))
+	var p0Dead atomic.Bool
+	var bRounds atomic.Int32
+	// B's first put+get on the URL's key after the death names only the
+	// dead downloader (as across a partition), and B waits 600 ms before
+	// each of its retry rounds; A's put+gets there name only B.
+	b.dht.setAround(func(key coraldht.ID, putGet func() (coraldht.PutGetResult, error)) (coraldht.PutGetResult, error) {
+		if key != urlKey || !p0Dead.Load() {
+			return putGet()
+		}
+		n := bRounds.Add(1)
+		if n > 1 {
+			time.Sleep(600 * time.Millisecond)
+		}
+		res, err := putGet()
+		if n == 1 {
+			res.Values = onlyReference(dead)
+		}
+		return res, err
+	})
+	a.dht.setAround(func(key coraldht.ID, putGet func() (coraldht.PutGetResult, error)) (coraldht.PutGetResult, error) {
+		res, err := putGet()
+		if key == urlKey {
+			res.Values = slices.DeleteFunc(res.Values, func(v coraldht.Value) bool {
+				r, err := decodeReference(v.Data)
+				return err != nil || r.Addr != addrOf(b)
+			})
+		}
+		return res, err
+	})
 	var first []*http.Response
 	for _, p := range []*testProxy{p0, b} {
 		resp, err := ask(p)
@@ -287,9 +326,9 @@ func TestRetrierFindsWhomItSentToTheOrigin(t *testing.T) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		b.h.eng.mu.Lock()
-		d := b.h.eng.inflight[target.Key()]
-		b.h.eng.mu.Unlock()
+		b.px.mu.Lock()
+		d := b.px.inflight[target.Key()]
+		b.px.mu.Unlock()
 		if d != nil {
 			if retrying, _ := d.peerRetry.state(); retrying {
 				break
@@ -305,4 +344,10 @@ func TestRetrierFindsWhomItSentToTheOrigin(t *testing.T) {
 	if n := o.count("/big"); n != 2 {
 		t.Errorf("origin fetches: %d, want 2 (P0's, then A's, which B copies)", n)
 	}
+}
+
+// onlyReference is a put+get's values when they name only addr, as a
+// get's first answer often does after a partition or a death.
+func onlyReference(addr netip.AddrPort) []coraldht.Value {
+	return []coraldht.Value{{Data: reference{Addr: addr}.encode()}}
 }

@@ -10,24 +10,22 @@ import (
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
-// refTable keeps the long-lived DSHT references this proxy has put for
+// References keeps the long-lived DSHT references this proxy has put for
 // the objects it holds, and renews each one when its TTL runs out, but only
 // if the object was requested since the last put: a reference to an
 // object nobody wants lapses on its own. It lives with the cache (across
-// reloads), not with one handler configuration.
+// reloads), not with one proxy configuration.
 //
 // Every hit notes its request (touch), so touch takes no lock: the
 // references are in a sync.Map, read without one, and a request only sets
 // a flag. mu serializes the writers (put, forget, due).
-type refTable struct {
+type References struct {
 	mu    sync.Mutex
 	refs  sync.Map // object key → *refState
 	store *diskcache.Store
-	node  *coraldht.Node
-	// nodeFunc, when set, finds the node running now: the table outlives
+	// node finds the node running now (Config.Node): the table outlives
 	// configurations, and so restarts of the node.
-	nodeFunc func() *coraldht.Node
-	now      func() time.Time
+	node func() DHT
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -49,32 +47,28 @@ type refRenewal struct {
 // renewAhead is how long before a reference expires it is renewed.
 const renewAhead = 2 * time.Minute
 
-func newRefTable(store *diskcache.Store, node *coraldht.Node) *refTable {
-	return &refTable{store: store, node: node, now: time.Now}
-}
-
-func (t *refTable) dhtNode() *coraldht.Node {
-	if t.nodeFunc != nil {
-		return t.nodeFunc()
-	}
-	return t.node
+// NewReferences is the reference table of store, whose references are put
+// through the node that node returns (Config.Node). Run starts renewing
+// them.
+func NewReferences(store *diskcache.Store, node func() DHT) *References {
+	return &References{store: store, node: node}
 }
 
 // put records a reference just put for key.
-func (t *refTable) put(key string, ref reference, ttl time.Duration) {
+func (t *References) put(key string, ref reference, ttl time.Duration) {
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.refs.Store(key, &refState{ref: ref, ttl: ttl, putAt: t.now()})
+	t.refs.Store(key, &refState{ref: ref, ttl: ttl, putAt: time.Now()})
 }
 
-// forget stops renewing the reference put for key: its object was purged
-// (purge.go). The reference already in the DSHT runs out on its own (at
+// Forget stops renewing the reference put for key: its object was purged
+// (it makes *References a purge.RefTable). The reference already in the DSHT runs out on its own (at
 // most refGoodTTL); a proxy that follows it meanwhile gets 504 from this
 // one (only-if-cached) and moves on. It reports whether there was one.
-func (t *refTable) forget(key string) bool {
+func (t *References) Forget(key string) bool {
 	if t == nil {
 		return false
 	}
@@ -84,8 +78,8 @@ func (t *refTable) forget(key string) bool {
 	return ok
 }
 
-// len is how many references the table renews (for the admin API).
-func (t *refTable) len() int {
+// Len is how many references the table renews (for the admin API).
+func (t *References) Len() int {
 	if t == nil {
 		return 0
 	}
@@ -98,7 +92,7 @@ func (t *refTable) len() int {
 }
 
 // touch notes that key was requested.
-func (t *refTable) touch(key string) {
+func (t *References) touch(key string) {
 	if t == nil {
 		return
 	}
@@ -113,10 +107,10 @@ func (t *refTable) touch(key string) {
 
 // due returns the references to renew now, and forgets those that lapse
 // (not requested since their put, or no longer cached).
-func (t *refTable) due() map[string]refRenewal {
+func (t *References) due() map[string]refRenewal {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.now()
+	now := time.Now()
 	out := make(map[string]refRenewal)
 	t.refs.Range(func(k, v any) bool {
 		key, s := k.(string), v.(*refState)
@@ -137,8 +131,8 @@ func (t *refTable) due() map[string]refRenewal {
 	return out
 }
 
-// run renews references every interval until stopped.
-func (t *refTable) run(interval time.Duration) {
+// Run renews references every interval until Stop.
+func (t *References) Run(interval time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.cancel, t.done = cancel, make(chan struct{})
 	go func() {
@@ -153,7 +147,7 @@ func (t *refTable) run(interval time.Duration) {
 			}
 			for key, s := range t.due() {
 				pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-				if node := t.dhtNode(); node != nil {
+				if node := t.node(); node != nil {
 					_, _ = node.Put(pctx, coraldht.KeyFor(key), s.ref.encode(), s.ttl)
 				}
 				pcancel()
@@ -162,7 +156,8 @@ func (t *refTable) run(interval time.Duration) {
 	}()
 }
 
-func (t *refTable) stop() {
+// Stop ends what Run started and waits for it.
+func (t *References) Stop() {
 	if t.cancel != nil {
 		t.cancel()
 		<-t.done

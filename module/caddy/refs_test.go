@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coralcdn/coral/module/caddy/diskcache"
@@ -13,8 +13,12 @@ import (
 
 // TestRefTableRenewsOnlyRequested: a reference is renewed when its TTL runs
 // out only if its object was requested since the last put and is still in
-// the cache.
+// the cache (in virtual time).
 func TestRefTableRenewsOnlyRequested(t *testing.T) {
+	synctest.Test(t, testRefTableRenewsOnlyRequested)
+}
+
+func testRefTableRenewsOnlyRequested(t *testing.T) {
 	store, err := diskcache.Open(diskcache.Options{Dir: t.TempDir(), MaxBytes: 1 << 20, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -30,21 +34,19 @@ func TestRefTableRenewsOnlyRequested(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	now := time.Unix(10_000, 0)
-	tab := newRefTable(store, nil)
-	tab.now = func() time.Time { return now }
+	tab := NewReferences(store, noNode)
 	ref := reference{Addr: netip.MustParseAddrPort("192.0.2.1:80"), Complete: true}
 	tab.put("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", ref, time.Hour)
 	tab.put("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", ref, time.Hour)
 	tab.put("cccccccccccccccccccccccccccccccccccccccc", ref, time.Hour) // not cached (evicted)
 
-	now = now.Add(10 * time.Minute)
+	time.Sleep(10 * time.Minute)
 	tab.touch("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
 	tab.touch("cccccccccccccccccccccccccccccccccccccccc")
 	if d := tab.due(); len(d) != 0 {
 		t.Fatalf("renewals before the TTL ran out: %v", d)
 	}
-	now = now.Add(50 * time.Minute) // within renewAhead of the expiry
+	time.Sleep(50 * time.Minute) // within renewAhead of the expiry
 	d := tab.due()
 	if len(d) != 1 {
 		t.Fatalf("renewed %d references, want only the requested, cached one", len(d))
@@ -53,11 +55,11 @@ func TestRefTableRenewsOnlyRequested(t *testing.T) {
 		t.Fatalf("renewed %v", d)
 	}
 	// Not requested since that renewal: it lapses next time.
-	now = now.Add(time.Hour)
+	time.Sleep(time.Hour)
 	if d := tab.due(); len(d) != 0 {
 		t.Errorf("renewed an unrequested reference: %v", d)
 	}
-	if left := tab.len(); left != 0 {
+	if left := tab.Len(); left != 0 {
 		t.Errorf("%d references still tracked, want 0", left)
 	}
 }
@@ -72,9 +74,7 @@ func TestRefTableTouchDuringRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	var clock atomic.Int64
-	tab := newRefTable(store, nil)
-	tab.now = func() time.Time { return time.Unix(clock.Load(), 0) }
+	tab := NewReferences(store, noNode)
 	ref := reference{Addr: netip.MustParseAddrPort("192.0.2.1:80"), Complete: true}
 	keys := make([]string, 64)
 	for i := range keys {
@@ -97,12 +97,12 @@ func TestRefTableTouchDuringRenewal(t *testing.T) {
 	for round := range 200 {
 		for i, key := range keys {
 			if (i+round)%3 == 0 {
-				tab.forget(key)
+				tab.Forget(key)
 			} else {
-				tab.put(key, ref, time.Hour)
+				// Shorter than renewAhead: due at once.
+				tab.put(key, ref, time.Minute)
 			}
 		}
-		clock.Add(3600)
 		tab.due()
 	}
 	close(stop)
@@ -113,13 +113,16 @@ func TestRefTableTouchDuringRenewal(t *testing.T) {
 			held++
 		}
 	}
-	if n := tab.len(); n != held {
+	if n := tab.Len(); n != held {
 		t.Errorf("table counts %d references, holds %d", n, held)
 	}
 }
 
 // has reports whether t renews a reference for key.
-func (t *refTable) has(key string) bool {
+func (t *References) has(key string) bool {
 	_, ok := t.refs.Load(key)
 	return ok
 }
+
+// noNode is Config.Node without a node.
+func noNode() DHT { return nil }

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/module/caddy/abuse"
 	"go.uber.org/zap"
 )
@@ -54,7 +53,7 @@ func (l *rateLimitedLog) allow(cause string, now time.Time) (ok bool, held int) 
 }
 
 // refusals is process-wide: the interval bounds the log, however many
-// handlers there are.
+// proxies there are.
 var refusals = newRateLimitedLog(refusalLogEvery)
 
 // logRefusal logs a refusal of cause, rate-limited.
@@ -71,12 +70,12 @@ func logRefusal(logger *zap.Logger, cause, msg string, fields ...zap.Field) {
 	logger.Warn(msg, fields...)
 }
 
-// refuseWithBody answers a 403 handler error with a short plain-text body
+// refuseWithBody answers a 403 Error with a short plain-text body
 // saying why, logs it (rate-limited) and returns nil; other errors are
 // returned as they are.
-func (h *Handler) refuseWithBody(w http.ResponseWriter, err error) error {
-	var he caddyhttp.HandlerError
-	if !errors.As(err, &he) || he.StatusCode != http.StatusForbidden {
+func (p *Proxy) refuseWithBody(w http.ResponseWriter, err error) error {
+	var he *Error
+	if !errors.As(err, &he) || he.Status != http.StatusForbidden {
 		return err
 	}
 	cause, msg := "", ""
@@ -87,7 +86,7 @@ func (h *Handler) refuseWithBody(w http.ResponseWriter, err error) error {
 		cause, msg = causeBlacklist, "refused an origin on the blacklist"
 	}
 	if cause != "" {
-		logRefusal(h.logger, cause, msg, zap.Error(err))
+		logRefusal(p.logger, cause, msg, zap.Error(err))
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

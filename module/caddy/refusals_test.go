@@ -65,7 +65,7 @@ func TestPeerRefusedAddressLabel(t *testing.T) {
 		return m.GetCounter().GetValue()
 	}
 	before := read()
-	(&proxyMetrics{}).peerFetch("refused_address")
+	(&proxyMetrics{}).PeerFetch(OutcomeRefusedAddress)
 	if got := read(); got != before+1 {
 		t.Errorf("refused_address = %v, want %v", got, before+1)
 	}

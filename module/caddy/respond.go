@@ -18,7 +18,7 @@ import (
 // (peerFreshnessField), which bounds the peer's copy. now is the time the
 // response's Age is computed for: the caller's clock reading (a hit reads
 // the clock once).
-func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status CacheStatus, source string, toPeer bool, now time.Time) error {
+func (p *Proxy) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status CacheStatus, source string, toPeer bool, now time.Time) error {
 	defer rd.Close()
 	m := rd.Meta()
 	hdr := w.Header()
@@ -36,9 +36,9 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 		vals = append(vals, v...)
 		hdr[k] = vals[len(vals)-len(v) : len(vals) : len(vals)]
 	}
-	delete(hdr, "Set-Cookie") // one set before the handler ran
+	delete(hdr, "Set-Cookie") // one set before the proxy ran
 	if !toPeer {
-		h.localizeLocation(hdr, r)
+		p.localizeLocation(hdr, r)
 	}
 	vals = setOwnValue(hdr, vals, "Via", "1.1 coral")
 	vals = setOwnValue(hdr, vals, "Cache-Status", status.headerValue(source))
@@ -72,7 +72,7 @@ func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request, rd *diskca
 // complete 200 to a request with a range or a precondition (or without a
 // stored Content-Type, or with a Content-Encoding), through
 // http.ServeContent; any other status; a body still being downloaded. Out
-// of serveStored so that a plain hit's frame stays small (see serve).
+// of serveStored so that a plain hit's frame stays small (see ServeHTTP).
 // stored is the stored header (for its Last-Modified).
 func serveStoredOther(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status int, size int64, stored http.Header) error {
 	hdr := w.Header()
@@ -175,14 +175,14 @@ func lastModified(h http.Header) time.Time {
 }
 
 // serveDirect streams a response that is not cached.
-func (h *Handler) serveDirect(w http.ResponseWriter, r *http.Request, resp *http.Response, source string, rs *relaySlot, cancelFetch context.CancelFunc) error {
+func (p *Proxy) serveDirect(w http.ResponseWriter, r *http.Request, resp *http.Response, source string, rs *relaySlot, cancelFetch context.CancelFunc) error {
 	defer resp.Body.Close()
 	hdr := w.Header()
 	for k, v := range storedHeader(resp.Header) {
 		hdr[k] = v
 	}
 	hdr.Del(httpcache.CoralOnlyField)
-	h.localizeLocation(hdr, r)
+	p.localizeLocation(hdr, r)
 	hdr.Set("Via", "1.1 coral")
 	hdr.Set("Cache-Status", uncachedHeaderValue(source))
 	w.WriteHeader(resp.StatusCode)
@@ -197,7 +197,7 @@ func (h *Handler) serveDirect(w http.ResponseWriter, r *http.Request, resp *http
 	}
 	if _, err := copyAsItArrives(w, resp.Body, rs); err != nil {
 		if rs.preempted() {
-			h.logger.Debug("uncached relay cut: its client read nothing for a while and another request needed its download slot",
+			p.logger.Debug("uncached relay cut: its client read nothing for a while and another request needed its download slot",
 				zap.String("origin", rs.origin), zap.Duration("stalled", relayStall))
 		}
 		panic(http.ErrAbortHandler)

@@ -17,7 +17,7 @@ import (
 
 	"math/rand/v2"
 
-	"github.com/caddyserver/caddy/v2"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
 // streamingOrigin accepts connections, reads one request head, and hands
@@ -82,7 +82,7 @@ func TestTransferCodedEndlessHead(t *testing.T) {
 		for n < 1<<30 && w(line) {
 		}
 	})
-	p := startLocalProxy(t, 0, func(h *Handler) { h.OriginTimeout = caddy.Duration(time.Minute) })
+	p := startLocalProxy(t, 0, func(c *Config, _ *diskcache.Options) { c.OriginTimeout = time.Minute })
 	// No wall-clock bound on the proxy's work but this: well before
 	// origin_timeout, whatever the machine's load.
 	p.srv.Client().Timeout = 30 * time.Second
@@ -217,7 +217,7 @@ func TestTransferCodingDecodeBounds(t *testing.T) {
 	// The bomb within max_object_size (8 MiB by default here), the
 	// noisy body beyond it.
 	p := startLocalProxy(t, 0, nil)
-	small := startLocalProxy(t, 0, func(h *Handler) { h.MaxObjectSize = 2 << 20 })
+	small := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) { so.MaxObjectBytes = 2 << 20 })
 	getAll := func(p *localProxy, path string) (int, int64, error) {
 		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, p.srv.URL+path, nil)
 		req.Host = o.coralHost()

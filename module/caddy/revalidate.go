@@ -13,8 +13,8 @@ import (
 
 // staleExtension is how long a stale copy stays servable after a failed
 // revalidation before the proxy tries the origin again.
-func (e *engine) staleExtension() time.Duration {
-	return max(e.policy.MinTTL, time.Minute)
+func (p *Proxy) staleExtension() time.Duration {
+	return max(p.policy.MinTTL, time.Minute)
 }
 
 // revalidate asks the origin whether a stale copy is still good, with the
@@ -29,24 +29,24 @@ func (e *engine) staleExtension() time.Duration {
 // headers would decide how long it stays fresh). A peer's copy is fetched
 // again unconditionally: after at most maxPeerFreshness, what the origin
 // sends replaces it.
-func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, readyOnce func()) {
+func (p *Proxy) revalidate(ctx context.Context, fr fetchRequest, d *download, readyOnce func()) {
 	m := fr.stale.Clone()
 	conditional := fromOrigin(m)
 	var adjust func(http.Header)
 	if conditional {
 		adjust = func(h http.Header) { httpcache.AddValidators(h, m.Header, m.Stored) }
 	}
-	requested := e.now()
-	resp, err := e.fetchFromOriginWith(ctx, fr, adjust)
-	now := e.now()
+	requested := time.Now()
+	resp, err := p.fetchFromOriginWith(ctx, fr, adjust)
+	now := time.Now()
 	if err == nil {
-		resp.Body = newIdleTimeoutBody(resp.Body, e.originTimeout, d.cancel)
+		resp.Body = newIdleTimeoutBody(resp.Body, p.originTimeout, d.cancel)
 	}
 	status := 0
 	if err == nil {
 		status = resp.StatusCode
 	}
-	policy := e.policy.ForRequest(fr.header)
+	policy := p.policy.ForRequest(fr.header)
 	switch {
 	case err == nil && status == http.StatusNotModified:
 		resp.Body.Close()
@@ -56,10 +56,10 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 			freshFor, _ := httpcache.Lifetime(policy, now, m.Status, m.Header)
 			m.Stored, m.Expires = now, now.Add(freshFor-age)
 			m.Extra[ageField] = formatAge(age)
-			if e.store.UpdateMeta(fr.key, m) == nil {
+			if p.store.UpdateMeta(fr.key, m) == nil {
 				if fr.key != fr.baseKey {
-					if index, ok := e.store.Peek(fr.baseKey); ok && index.Extra[varyIndexField] != "" {
-						e.noteFreshVariant(fr.baseKey, index, m.Expires)
+					if index, ok := p.store.Peek(fr.baseKey); ok && index.Extra[varyIndexField] != "" {
+						p.noteFreshVariant(fr.baseKey, index, m.Expires)
 					}
 				}
 				d.revalidated, d.source = true, "origin"
@@ -67,15 +67,15 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 			}
 		}
 		// The 304 does not match the copy: fetch it whole.
-		requested = e.now()
-		resp, err = e.fetchFromOrigin(ctx, fr)
+		requested = time.Now()
+		resp, err = p.fetchFromOrigin(ctx, fr)
 		if err != nil {
 			d.err = err
 			return
 		}
-		resp.Body = newIdleTimeoutBody(resp.Body, e.originTimeout, d.cancel)
+		resp.Body = newIdleTimeoutBody(resp.Body, p.originTimeout, d.cancel)
 		d.source = "origin"
-		e.keep(ctx, fr, d, resp, "origin", requested, readyOnce)
+		p.keep(ctx, fr, d, resp, "origin", requested, readyOnce)
 	case (conditional || status == 0 || status >= 500) && policy.StaleOnError(status, m.Header, staleness(policy, m, now)):
 		// A peer's copy outlives a failing origin (unreachable, 5xx), but
 		// not an origin that answers 403 or 404: the origin is there and
@@ -83,17 +83,17 @@ func (e *engine) revalidate(ctx context.Context, fr fetchRequest, d *download, r
 		if resp != nil {
 			resp.Body.Close()
 		}
-		m.Expires = now.Add(e.staleExtension())
-		if uerr := e.store.UpdateMeta(fr.key, m); uerr != nil {
-			e.logger.Debug("extending a stale copy failed", zap.Error(uerr))
+		m.Expires = now.Add(p.staleExtension())
+		if uerr := p.store.UpdateMeta(fr.key, m); uerr != nil {
+			p.logger.Debug("extending a stale copy failed", zap.Error(uerr))
 		}
-		e.logger.Info("origin failed; serving the stale copy", zap.String("url", m.Extra["url"]), zap.Int("status", status), zap.Error(err))
+		p.logger.Info("origin failed; serving the stale copy", zap.String("url", m.Extra["url"]), zap.Int("status", status), zap.Error(err))
 		d.stale, d.source = true, "local"
 	case err != nil:
 		d.err = err
 	default:
 		d.source = "origin"
-		e.keep(ctx, fr, d, resp, "origin", requested, readyOnce)
+		p.keep(ctx, fr, d, resp, "origin", requested, readyOnce)
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
 // Freshness (RFC 9111 §4.2) and what may be stored (§3), in strict mode
@@ -148,9 +148,8 @@ func TestRFCNoCollapseOfStaleResponses(t *testing.T) {
 				}
 				io.WriteString(w, "done")
 			})
-			p := startLocalProxy(t, 0, func(h *Handler) {
-				zero := caddy.Duration(0)
-				h.DefaultTTL, h.MinTTL = &zero, &zero
+			p := startLocalProxy(t, 0, func(c *Config, _ *diskcache.Options) {
+				c.Policy.DefaultTTL, c.Policy.MinTTL = 0, 0
 			})
 			first := make(chan string, 1)
 			go func() { _, body := p.get(t, origin.coralHost(), "/x"); first <- body }()

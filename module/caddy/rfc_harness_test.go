@@ -10,15 +10,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
-// The harness behind the RFC conformance tests (rfc_*_test.go): a
-// coral_proxy handler behind a real HTTP server, an origin that answers
-// what each step scripts, and a clock the test moves, so that "an hour
-// later" takes no time. Each case is a list of steps; a step moves the
-// clock, sends one request and checks whether the origin was asked and
-// what the client got. Every case names the section it checks.
+// The harness behind the RFC conformance tests (rfc_*_test.go): a proxy
+// behind a real HTTP server, an origin that answers what each step
+// scripts, and time the test moves, so that "an hour later" takes no time.
+// Each case is a list of steps; a step moves time on, sends one request
+// and checks whether the origin was asked and what the client got. Every
+// case names the section it checks.
+//
+// Time moves on by ageing the cache: an hour later is, to a cache, every
+// copy it holds being an hour older. So the harness moves each stored
+// response's times (when it was stored, when it stops being fresh, and the
+// Date, Expires and Last-Modified of its header) an hour into the past;
+// the proxy reads the real clock, as it does in production, and the origin
+// dates its answers by it.
 
 // rfcCase is one scripted exchange.
 type rfcCase struct {
@@ -31,7 +38,7 @@ type rfcCase struct {
 // rfcStep is one request. The origin answers it with resp if the proxy
 // asks; origin says whether it must ask (true), must not (false).
 type rfcStep struct {
-	advance time.Duration // move the clock this much first
+	advance time.Duration // move time on this much first
 	req     []string      // request fields, name and value pairs
 	resp    rfcResponse
 	origin  bool // the origin must be asked (a miss or a revalidation)
@@ -39,8 +46,8 @@ type rfcStep struct {
 }
 
 // rfcResponse is what the origin answers. Header values starting with
-// "@" are times relative to the clock when the origin answers ("@0" now,
-// "@+1h", "@-30s"), written as IMF-fixdates.
+// "@" are times relative to when the origin answers ("@0" now, "@+1h",
+// "@-30s"), written as IMF-fixdates.
 type rfcResponse struct {
 	status int // default 200
 	header []string
@@ -63,35 +70,16 @@ type rfcWant struct {
 // age is a want for an Age between lo and hi seconds.
 func age(lo, hi int64) rfcWant { return rfcWant{ageAtLeast: lo, ageAtMost: hi, ageChecked: true} }
 
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // scriptedOrigin answers with the response the current step scripts.
 type scriptedOrigin struct {
 	*recordingOrigin
-	clock *fakeClock
-	mu    sync.Mutex
-	next  rfcResponse
-	n     int
+	mu   sync.Mutex
+	next rfcResponse
+	n    int
 }
 
-func newScriptedOrigin(t *testing.T, clock *fakeClock) *scriptedOrigin {
-	o := &scriptedOrigin{clock: clock}
+func newScriptedOrigin(t *testing.T) *scriptedOrigin {
+	o := &scriptedOrigin{}
 	o.recordingOrigin = newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		o.mu.Lock()
 		o.n++
@@ -130,7 +118,7 @@ func newScriptedOrigin(t *testing.T, clock *fakeClock) *scriptedOrigin {
 	return o
 }
 
-// value expands "@<offset>" into an HTTP-date relative to the clock.
+// value expands "@<offset>" into an HTTP-date relative to now.
 func (o *scriptedOrigin) value(v string) string {
 	rest, ok := strings.CutPrefix(v, "@")
 	if !ok {
@@ -140,7 +128,7 @@ func (o *scriptedOrigin) value(v string) string {
 	if err != nil {
 		panic("bad time offset " + v)
 	}
-	return o.clock.now().Add(d).UTC().Format(http.TimeFormat)
+	return time.Now().Add(d).UTC().Format(http.TimeFormat)
 }
 
 // runRFCCases runs each case against a fresh proxy and origin.
@@ -154,18 +142,15 @@ func runRFCCases(t *testing.T, cases []rfcCase) {
 }
 
 func runRFCCase(t *testing.T, tc rfcCase) {
-	clock := &fakeClock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
-	origin := newScriptedOrigin(t, clock)
-	p := startLocalProxy(t, 0, func(h *Handler) {
+	origin := newScriptedOrigin(t)
+	p := startLocalProxy(t, 0, func(c *Config, _ *diskcache.Options) {
 		if !tc.coral {
-			zero := caddy.Duration(0)
-			h.DefaultTTL, h.MinTTL = &zero, &zero
+			c.Policy.DefaultTTL, c.Policy.MinTTL = 0, 0
 		}
 	})
-	p.h.eng.clock = clock.now
 	host := origin.coralHost()
 	for i, st := range tc.steps {
-		clock.advance(st.advance)
+		p.age(t, st.advance)
 		origin.mu.Lock()
 		origin.next = st.resp
 		origin.mu.Unlock()
@@ -204,6 +189,36 @@ func runRFCCase(t *testing.T, tc rfcCase) {
 			if err != nil || a < st.want.ageAtLeast || a > st.want.ageAtMost {
 				t.Errorf("%s: Age %q, want %d..%d", where, resp.Header.Get("Age"), st.want.ageAtLeast, st.want.ageAtMost)
 			}
+		}
+	}
+}
+
+// age makes every response p's cache holds d older: what d passing is to a
+// cache (see the top of this file).
+func (p *localProxy) age(t *testing.T, d time.Duration) {
+	t.Helper()
+	if d == 0 {
+		return
+	}
+	var keys []string
+	p.store.Range(func(in diskcache.Info) bool {
+		keys = append(keys, in.Key)
+		return true
+	})
+	for _, key := range keys {
+		m, ok := p.store.Peek(key)
+		if !ok {
+			continue
+		}
+		m = m.Clone()
+		m.Stored, m.Expires = m.Stored.Add(-d), m.Expires.Add(-d)
+		for _, field := range []string{"Date", "Expires", "Last-Modified"} {
+			if at, err := http.ParseTime(m.Header.Get(field)); err == nil {
+				m.Header.Set(field, at.Add(-d).UTC().Format(http.TimeFormat))
+			}
+		}
+		if err := p.store.UpdateMeta(key, m); err != nil {
+			t.Fatalf("ageing %s: %v", key, err)
 		}
 	}
 }

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/coralcdn/coral/coraldht/host"
 )
 
 // The node's own addresses are origins like no other: a service on this
@@ -46,7 +44,6 @@ const selfRefresh = 30 * time.Second
 // sources at most every selfRefresh.
 type selfAddresses struct {
 	sources []func() []netip.Addr
-	now     func() time.Time
 
 	// snap is the set and when it was read; a request reads it without a
 	// lock. The one request that finds it stale reads the sources again
@@ -61,8 +58,19 @@ type selfSnapshot struct {
 	read time.Time
 }
 
-func newSelfAddresses(now func() time.Time, sources ...func() []netip.Addr) *selfAddresses {
-	return &selfAddresses{sources: sources, now: now}
+func newSelfAddresses(sources ...func() []netip.Addr) *selfAddresses {
+	return &selfAddresses{sources: sources}
+}
+
+// ownAddrSources are where a proxy reads the node's own addresses: its
+// interfaces, its process's listening sockets, the addresses it advertises
+// (advertisedAddrs) and more (Config.OwnAddrs), if set.
+func (p *Proxy) ownAddrSources(more func() []netip.Addr) []func() []netip.Addr {
+	out := []func() []netip.Addr{interfaceAddrs, func() []netip.Addr { return processListenerAddrs("/proc") }, p.advertisedAddrs}
+	if more != nil {
+		out = append(out, more)
+	}
+	return out
 }
 
 // contains reports whether ip (unmapped, without zone) is one of the
@@ -89,7 +97,7 @@ func (s *selfAddresses) contains(ip netip.Addr) bool {
 }
 
 func (s *selfAddresses) stale(snap *selfSnapshot) bool {
-	now := s.now()
+	now := time.Now()
 	return now.Sub(snap.read) >= selfRefresh || now.Before(snap.read)
 }
 
@@ -103,7 +111,7 @@ func (s *selfAddresses) refreshLocked() *selfSnapshot {
 			}
 		}
 	}
-	snap := &selfSnapshot{set: set, read: s.now()}
+	snap := &selfSnapshot{set: set, read: time.Now()}
 	s.snap.Store(snap)
 	return snap
 }
@@ -121,16 +129,6 @@ func interfaceAddrs() []netip.Addr {
 				out = append(out, ip)
 			}
 		}
-	}
-	return out
-}
-
-// dhtAddrs are the listen and advertised addresses of the DSHT nodes
-// running in this process.
-func dhtAddrs() []netip.Addr {
-	var out []netip.Addr
-	for _, inst := range host.Running() {
-		out = append(out, inst.Listen().Addr(), inst.Node().Addr().Addr())
 	}
 	return out
 }

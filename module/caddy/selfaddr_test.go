@@ -11,7 +11,10 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
 func addrs(s ...string) func() []netip.Addr {
@@ -30,17 +33,9 @@ func addrs(s ...string) func() []netip.Addr {
 // public address used to be fetched from (11.70.70.1.9170.nyud.test/metrics
 // reached a service private only by firewall).
 func TestSelfAddressesRefused(t *testing.T) {
-	self := newSelfAddresses(time.Now, addrs("11.70.70.1", "127.0.0.5", "2001:4860::1"))
-	wide, err := newGuard("allow_origins", []string{"127.0.0.0/8", "11.0.0.0/8"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wide.self = self
-	exact, err := newGuard("allow_origins", []string{"127.0.0.0/8", "127.0.0.5", "11.70.70.1/32"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	exact.self = self
+	self := newSelfAddresses(addrs("11.70.70.1", "127.0.0.5", "2001:4860::1"))
+	wide := originGuard{allow: prefixes("127.0.0.0/8", "11.0.0.0/8"), self: self}
+	exact := originGuard{allow: prefixes("127.0.0.0/8", "127.0.0.5/32", "11.70.70.1/32"), self: self}
 	for _, c := range []struct {
 		g    originGuard
 		ip   string
@@ -64,11 +59,15 @@ func TestSelfAddressesRefused(t *testing.T) {
 	}
 }
 
-// TestSelfAddressesRefreshed: the set is read again after selfRefresh.
+// TestSelfAddressesRefreshed: the set is read again after selfRefresh (in
+// virtual time).
 func TestSelfAddressesRefreshed(t *testing.T) {
-	now := time.Now()
+	synctest.Test(t, testSelfAddressesRefreshed)
+}
+
+func testSelfAddressesRefreshed(t *testing.T) {
 	current := "192.0.2.1"
-	s := newSelfAddresses(func() time.Time { return now }, func() []netip.Addr { return []netip.Addr{netip.MustParseAddr(current)} })
+	s := newSelfAddresses(func() []netip.Addr { return []netip.Addr{netip.MustParseAddr(current)} })
 	if !s.contains(netip.MustParseAddr("192.0.2.1")) {
 		t.Fatal("first address missing")
 	}
@@ -76,7 +75,7 @@ func TestSelfAddressesRefreshed(t *testing.T) {
 	if s.contains(netip.MustParseAddr("192.0.2.2")) {
 		t.Fatal("read again before selfRefresh")
 	}
-	now = now.Add(selfRefresh)
+	time.Sleep(selfRefresh)
 	if !s.contains(netip.MustParseAddr("192.0.2.2")) || s.contains(netip.MustParseAddr("192.0.2.1")) {
 		t.Fatal("not read again after selfRefresh")
 	}
@@ -107,12 +106,14 @@ func TestSelfOriginThroughProxy(t *testing.T) {
 	origin.Start()
 	defer origin.Close()
 
-	guard, err := newGuard("allow_origins", []string{"127.0.0.0/8"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	guard.self = newSelfAddresses(time.Now, addrs("127.0.0.1", "::1"))
-	p := startGuardedProxy(t, 0, nil, guard)
+	// The proxy's own addresses: besides what it finds itself (its
+	// interfaces', its process's listeners'), 127.0.0.1 and ::1.
+	// 127.0.0.2, where the other origin listens (in this process too), is
+	// allowed alone.
+	p := startLocalProxy(t, 0, func(c *Config, _ *diskcache.Options) {
+		c.OwnAddrs = addrs("127.0.0.1", "::1")
+		c.AllowOrigins = prefixes("127.0.0.0/8", "127.0.0.2/32")
+	})
 	selfPort := netip.MustParseAddrPort(ln.Addr().String()).Port()
 	for _, host := range []string{fmt.Sprintf("127.0.0.1.%d.nyud.test", selfPort)} {
 		if resp, body := p.get(t, host, "/metrics"); resp.StatusCode != http.StatusForbidden {
@@ -120,7 +121,7 @@ func TestSelfOriginThroughProxy(t *testing.T) {
 		}
 	}
 	// A name that resolves to it is refused where the socket is dialled.
-	if err := guard.control("tcp4", ln.Addr().String(), nil); !errors.Is(err, errOriginForbidden) {
+	if err := p.px.guard.control("tcp4", ln.Addr().String(), nil); !errors.Is(err, errOriginForbidden) {
 		t.Errorf("dialling the node's own listener: %v, want errOriginForbidden", err)
 	}
 	if selfHits != 0 {
@@ -188,4 +189,13 @@ func FuzzParseProcNet(f *testing.F) {
 			}
 		}
 	})
+}
+
+// prefixes parses address prefixes.
+func prefixes(s ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range s {
+		out = append(out, netip.MustParsePrefix(p))
+	}
+	return out
 }

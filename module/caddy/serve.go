@@ -8,27 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
-
-// serve answers a Coralized request: admission (admit), then serving from
-// the cache (serveFromCache), which starts or joins a download on a miss.
-//
-// The fetch request is built in this frame and handed down by pointer: a
-// hit's call chain copying it (and the stored metadata) by value in every
-// frame made the connection's goroutine outgrow its stack, which the
-// runtime then copied on every request after each garbage collection had
-// shrunk it (2.6 % of a 1 KiB hit's CPU).
-func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) error {
-	var fr fetchRequest
-	if done, err := h.admit(w, r, acct, &fr); done {
-		return err
-	}
-	return h.serveFromCache(w, r, &fr, acct)
-}
 
 // admit decides whether the request is one to serve, in this order: a
 // Coralized target (else 421, 400 or 403), a one-label name over http
@@ -37,32 +20,28 @@ func (h *Handler) serve(w *bodyCounter, r *http.Request, acct *requestAccount) e
 // (403, 429 or a redirect to the origin), credentials (403). done says
 // the request has been answered (err is then what to return); otherwise
 // admit has filled in fr, the fetch the request asks for.
-func (h *Handler) admit(w *bodyCounter, r *http.Request, acct *requestAccount, fr *fetchRequest) (done bool, err error) {
+func (p *Proxy) admit(w *bodyCounter, r *http.Request, acct *requestAccount, fr *fetchRequest) (done bool, err error) {
 	var pt *parsedTarget
 	path, err := requestPath(r)
 	if err == nil {
-		pt, err = h.eng.targets.parse(r.Host, h.Zone, path, r.URL.RawQuery)
+		pt, err = p.targets.parse(r.Host, p.zone, path, r.URL.RawQuery)
 	}
 	if err != nil {
-		return true, h.targetRefused(r, err)
+		return true, p.targetRefused(r, err)
 	}
-	if done, err := h.refuseTarget(w, r, acct, pt); done {
+	if done, err := p.refuseTarget(w, r, acct, pt); done {
 		return true, err
 	}
 	target := pt.target
-	h.learnPeerAddr(r)
-	scheme := "http"
-	if h.OriginScheme == "https" {
-		scheme = "https"
-	}
+	p.learnPeerAddr(r)
 	// Field by field: a composite literal is built in a temporary of the
 	// frame first.
-	fr.key, fr.baseKey, fr.target, fr.scheme = pt.key, pt.key, target, scheme
-	fr.header, fr.allow, fr.clientIP = r.Header, h.eng.forward, clientIP(r)
-	fr.clientAddr = requestClientAddr(r)
+	fr.key, fr.baseKey, fr.target, fr.scheme = pt.key, pt.key, target, p.scheme
+	fr.header, fr.allow, fr.clientIP = r.Header, p.forward, clientIP(r)
+	fr.clientAddr = p.clientAddr(r)
 	fr.onlyIfCached = httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
-	if refused, err := admitAbuse(h.abuse, w, r, target.Host, fr.clientAddr, fr.onlyIfCached, func() string { return fr.originURL().String() }); refused {
-		return true, h.refuseWithBody(w, err)
+	if refused, err := admitAbuse(p.abuse, w, r, target.Host, fr.clientAddr, fr.onlyIfCached, func() string { return fr.originURL().String() }); refused {
+		return true, p.refuseWithBody(w, err)
 	}
 	if _, ok := r.Header["Authorization"]; ok {
 		// Coral serves public content: credentials are never forwarded,
@@ -70,94 +49,84 @@ func (h *Handler) admit(w *bodyCounter, r *http.Request, acct *requestAccount, f
 		// fetched without them (RFC 9111 §3.5).
 		return true, authorizationRefused(fr)
 	}
-	chargeAbuse(h.abuse, w)
+	chargeAbuse(p.abuse, w)
 	return false, nil
 }
 
 func authorizationRefused(fr *fetchRequest) error {
-	return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("%w; fetch %s directly", errAuthorization, fr.originURL()))
+	return statusError(http.StatusForbidden, fmt.Errorf("%w; fetch %s directly", errAuthorization, fr.originURL()))
 }
 
 // targetRefused is the error for a request whose target admit could not
 // parse. Refusals live outside admit so that a hit's frames stay small
-// (see serve).
-func (h *Handler) targetRefused(r *http.Request, err error) error {
+// (see ServeHTTP).
+func (p *Proxy) targetRefused(r *http.Request, err error) error {
 	switch {
 	case errors.Is(err, coralname.ErrNotCoralized):
-		return caddyhttp.Error(http.StatusMisdirectedRequest,
-			fmt.Errorf("this Coral proxy serves only host names ending in .%s (Coralized URLs); %q is not one", strings.TrimSuffix(h.Zone, "."), r.Host))
+		return statusError(http.StatusMisdirectedRequest,
+			fmt.Errorf("this Coral proxy serves only host names ending in .%s (Coralized URLs); %q is not one", strings.TrimSuffix(p.zone, "."), r.Host))
 	case errors.Is(err, errBadTarget):
-		return caddyhttp.Error(http.StatusBadRequest, err)
+		return statusError(http.StatusBadRequest, err)
 	}
-	return caddyhttp.Error(StatusForHostError(err), err)
+	return statusError(StatusForHostError(err), err)
 }
 
 // refuseTarget answers a parsed request that is not one to serve: a
 // one-label name over http with https_redirect (308), a method other than
 // GET and HEAD (405), the ACME challenge path (403), an origin address the
 // guard forbids (403). done says it answered.
-func (h *Handler) refuseTarget(w *bodyCounter, r *http.Request, acct *requestAccount, pt *parsedTarget) (done bool, err error) {
-	if h.HTTPSRedirect && r.TLS == nil && pt.target.OneLabel {
-		acct.set(cacheRedirect, "none")
-		return true, h.redirectToHTTPS(w, r, pt.target)
+func (p *Proxy) refuseTarget(w *bodyCounter, r *http.Request, acct *requestAccount, pt *parsedTarget) (done bool, err error) {
+	if p.httpsPort != 0 && r.TLS == nil && pt.target.OneLabel {
+		acct.set(CacheRedirect, "none")
+		return true, p.redirectToHTTPS(w, r, pt.target)
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		return true, caddyhttp.Error(http.StatusMethodNotAllowed, fmt.Errorf("coral_proxy serves GET and HEAD only"))
+		return true, statusError(http.StatusMethodNotAllowed, fmt.Errorf("coral_proxy serves GET and HEAD only"))
 	}
 	if pt.acmeChallenge {
-		return true, caddyhttp.Error(http.StatusForbidden, errACMEChallenge)
+		return true, statusError(http.StatusForbidden, errACMEChallenge)
 	}
-	if pt.namesAddress && !h.eng.guard.permitted(pt.originAddr) {
-		return true, h.refuseWithBody(w, caddyhttp.Error(http.StatusForbidden, fmt.Errorf("origin %s: %w", pt.target.Host, errOriginForbidden)))
+	if pt.namesAddress && !p.guard.permitted(pt.originAddr) {
+		return true, p.refuseWithBody(w, statusError(http.StatusForbidden, fmt.Errorf("origin %s: %w", pt.target.Host, errOriginForbidden)))
 	}
 	return false, nil
 }
 
-// serveFromCache serves an admitted request: from the stored copy if it
-// has one (serveFound), else from a download, which a request with
-// only-if-cached (a peer's) only joins (serveOnlyIfCached).
-func (h *Handler) serveFromCache(w http.ResponseWriter, r *http.Request, fr *fetchRequest, acct *requestAccount) error {
-	if rd, ok := h.lookup(r.Context(), fr); ok {
-		return h.serveFound(w, r, fr, rd, acct)
-	}
-	return h.serveMissing(w, r, fr, acct)
-}
-
 // serveMissing serves a request whose object is not stored.
-func (h *Handler) serveMissing(w http.ResponseWriter, r *http.Request, fr *fetchRequest, acct *requestAccount) error {
+func (p *Proxy) serveMissing(w http.ResponseWriter, r *http.Request, fr *fetchRequest, acct *requestAccount) error {
 	if fr.onlyIfCached {
-		return h.serveOnlyIfCached(w, r, *fr, acct)
+		return p.serveOnlyIfCached(w, r, *fr, acct)
 	}
-	return h.download(w, r, *fr, acct)
+	return p.download(w, r, *fr, acct)
 }
 
 // serveFound serves a request whose object is stored (rd): fresh (a hit,
-// kept to the fewest and smallest frames: see serve), or else
+// kept to the fewest and smallest frames: see ServeHTTP), or else
 // serveNotFresh.
-func (h *Handler) serveFound(w http.ResponseWriter, r *http.Request, fr *fetchRequest, rd *diskcache.Reader, acct *requestAccount) error {
-	if now := h.eng.now(); rd.Complete() && now.Before(rd.Meta().Expires) {
-		h.eng.refs.touch(fr.baseKey)
-		acct.set(cacheHit, "local")
-		return h.serveStored(w, r, rd, cacheHit, "local", fr.onlyIfCached, now)
+func (p *Proxy) serveFound(w http.ResponseWriter, r *http.Request, fr *fetchRequest, rd *diskcache.Reader, acct *requestAccount) error {
+	if now := time.Now(); rd.Complete() && now.Before(rd.Meta().Expires) {
+		p.refs.touch(fr.baseKey)
+		acct.set(CacheHit, "local")
+		return p.serveStored(w, r, rd, CacheHit, "local", fr.onlyIfCached, now)
 	}
-	return h.serveNotFresh(w, r, fr, rd, acct)
+	return p.serveNotFresh(w, r, fr, rd, acct)
 }
 
 // serveNotFresh serves a request whose object is stored (rd) but is not a
 // plain hit: being downloaded, or stale (revalidated, or served meanwhile
 // within stale-while-revalidate).
-func (h *Handler) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetchRequest, rd *diskcache.Reader, acct *requestAccount) error {
+func (p *Proxy) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetchRequest, rd *diskcache.Reader, acct *requestAccount) error {
 	onlyIfCached := fr.onlyIfCached
 	m := rd.Meta()
 	if !rd.Complete() {
-		if h.eng.now().Before(m.Expires) {
+		if time.Now().Before(m.Expires) {
 			// Being downloaded right now: join it, and hold it while
 			// reading (a peer streaming it too: see letGo).
-			d := h.eng.holdInflight(fr.key, true)
-			defer h.eng.letGo(d)
-			acct.set(cacheCollapsed, m.Extra["source"])
-			return h.serveStored(w, r, rd, cacheCollapsed, m.Extra["source"], onlyIfCached, h.eng.now())
+			d := p.holdInflight(fr.key, true)
+			defer p.letGo(d)
+			acct.set(CacheCollapsed, m.Extra["source"])
+			return p.serveStored(w, r, rd, CacheCollapsed, m.Extra["source"], onlyIfCached, time.Now())
 		}
 		// Being downloaded, but stale as it arrives (max-age=0, an
 		// Age beyond its lifetime): it answers the request that
@@ -167,8 +136,8 @@ func (h *Handler) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetc
 		if onlyIfCached {
 			return notCached(w, "stale")
 		}
-		acct.set(cacheMiss, "origin")
-		return h.fetchOwn(w, r, *fr, acct)
+		acct.set(CacheMiss, "origin")
+		return p.fetchOwn(w, r, *fr, acct)
 	}
 	// Complete and not fresh (serveFound): stale.
 	if onlyIfCached {
@@ -183,14 +152,14 @@ func (h *Handler) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetc
 	// before this request reads is not served in its place.
 	stale := m // a copy: taking m's address would move it to the heap for the collapsed joiners above too
 	fr.stale = &stale
-	if swr, _ := httpcache.StaleWindows(m.Header); h.eng.now().Sub(m.Expires) < swr {
+	if swr, _ := httpcache.StaleWindows(m.Header); time.Since(m.Expires) < swr {
 		// In the background, if a download slot is free now.
-		_, _, _ = h.eng.startDownload(context.WithoutCancel(r.Context()), *fr, 0, false)
-		acct.set(cacheStaleWhileRevalidate, "local")
-		return h.serveStored(w, r, rd, cacheStaleWhileRevalidate, "local", onlyIfCached, h.eng.now())
+		_, _, _ = p.startDownload(context.WithoutCancel(r.Context()), *fr, 0, false)
+		acct.set(CacheStaleWhileRevalidate, "local")
+		return p.serveStored(w, r, rd, CacheStaleWhileRevalidate, "local", onlyIfCached, time.Now())
 	}
 	rd.Close()
-	return h.download(w, r, *fr, acct)
+	return p.download(w, r, *fr, acct)
 }
 
 // serveOnlyIfCached answers an only-if-cached request (a peer's, or a
@@ -199,23 +168,23 @@ func (h *Handler) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetc
 // rare cycle of two proxies each waiting on the other. A download that
 // lost its peer and waits to retry has nothing to give: 504 at once, also
 // to the requests already waiting for it (refetch.go).
-func (h *Handler) serveOnlyIfCached(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
-	if d := h.eng.holdInflight(fr.key, true); d != nil {
-		defer h.eng.letGo(d)
+func (p *Proxy) serveOnlyIfCached(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
+	if d := p.holdInflight(fr.key, true); d != nil {
+		defer p.letGo(d)
 		retrying, lost := d.peerRetry.state()
 		if retrying {
 			return notCached(w, peerRetryingDetail)
 		}
-		t := time.NewTimer(time.Duration(h.PeerTimeout))
+		t := time.NewTimer(p.peerTimeout)
 		defer t.Stop()
 		select {
 		case <-lost:
 			return notCached(w, peerRetryingDetail)
 		case <-d.ready:
 			if d.err == nil && d.direct == nil {
-				if rd, ok := h.lookup(r.Context(), &fr); ok && (!rd.Complete() || h.eng.now().Before(rd.Meta().Expires)) {
-					acct.set(cacheCollapsed, d.source)
-					return h.serveStored(w, r, rd, cacheCollapsed, d.source, true, h.eng.now())
+				if rd, ok := p.lookup(r.Context(), &fr); ok && (!rd.Complete() || time.Now().Before(rd.Meta().Expires)) {
+					acct.set(CacheCollapsed, d.source)
+					return p.serveStored(w, r, rd, CacheCollapsed, d.source, true, time.Now())
 				} else if ok {
 					rd.Close()
 				}
@@ -271,27 +240,27 @@ var errAuthorization = errors.New("coral_proxy: Coral serves public content and 
 // satisfy: 504 (RFC 9111 §5.2.1.7), with why in Cache-Status.
 func notCached(w http.ResponseWriter, why string) error {
 	w.Header().Set("Cache-Status", notCachedHeaderValue(why))
-	return caddyhttp.Error(http.StatusGatewayTimeout, errors.New("not in this proxy's cache (only-if-cached)"))
+	return statusError(http.StatusGatewayTimeout, errors.New("not in this proxy's cache (only-if-cached)"))
 }
 
 // download starts (or joins) the download for fr and serves what it
 // brings, holding it meanwhile (a download nobody holds is cancelled). A
 // request that finds every download slot taken for download_wait gets 503
 // with Retry-After.
-func (h *Handler) download(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
-	d, started, err := h.eng.startDownload(r.Context(), fr, h.eng.downloadWait, true)
+func (p *Proxy) download(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
+	d, started, err := p.startDownload(r.Context(), fr, p.downloadWait, true)
 	if err == nil {
-		defer h.eng.letGo(d)
+		defer p.letGo(d)
 	}
 	if errors.Is(err, errDownloadsBusy) {
-		acct.set(cacheRefused, "none")
-		w.Header().Set("Retry-After", retryAfterSeconds(h.eng.downloadWait))
-		return caddyhttp.Error(http.StatusServiceUnavailable, err)
+		acct.set(CacheRefused, "none")
+		w.Header().Set("Retry-After", retryAfterSeconds(p.downloadWait))
+		return statusError(http.StatusServiceUnavailable, err)
 	}
 	if err != nil {
 		return err
 	}
-	return h.afterDownload(w, r, fr, d, started, acct)
+	return p.afterDownload(w, r, fr, d, started, acct)
 }
 
 // fetchFailed is the answer to a request whose fetch failed: 403 when the
@@ -299,20 +268,20 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request, fr fetchReque
 // address in the Host itself), else 502.
 func fetchFailed(acct *requestAccount, err error) error {
 	if errors.Is(err, errOriginForbidden) {
-		acct.set(cacheRefused, "none")
-		return caddyhttp.Error(http.StatusForbidden, err)
+		acct.set(CacheRefused, "none")
+		return statusError(http.StatusForbidden, err)
 	}
-	acct.set(cacheMiss, "none")
-	return caddyhttp.Error(http.StatusBadGateway, err)
+	acct.set(CacheMiss, "none")
+	return statusError(http.StatusBadGateway, err)
 }
 
 // lookup opens the stored object for fr's request: the entry under the
 // URL's key or, when that entry is a Vary index, the variant the request's
 // fields select. It points fr.key at the object's key, found or not, so a
 // download started after a miss fills the right entry.
-func (h *Handler) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.Reader, ok bool) {
+func (p *Proxy) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.Reader, ok bool) {
 	fr.key, fr.varyIndex, fr.view = fr.baseKey, "", nil
-	rd, ok = h.store.GetContext(ctx, fr.baseKey)
+	rd, ok = p.store.GetContext(ctx, fr.baseKey)
 	if !ok {
 		return nil, false
 	}
@@ -327,50 +296,50 @@ func (h *Handler) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.R
 		return nil, false
 	}
 	fr.key = variantKey(fr.baseKey, vk)
-	return h.store.GetContext(ctx, fr.key)
+	return p.store.GetContext(ctx, fr.key)
 }
 
 // afterDownload waits for a download (or revalidation) to have something
 // to serve, and serves it.
-func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRequest, d *download, started bool, acct *requestAccount) error {
+func (p *Proxy) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRequest, d *download, started bool, acct *requestAccount) error {
 	if err := awaitDownload(w, r, d, started); err != nil {
 		return err
 	}
 	if d.revalidated || d.stale {
-		rd, ok := h.lookup(r.Context(), &fr)
+		rd, ok := p.lookup(r.Context(), &fr)
 		if !ok {
-			return caddyhttp.Error(http.StatusBadGateway, errors.New("the cached copy went away"))
+			return statusError(http.StatusBadGateway, errors.New("the cached copy went away"))
 		}
 		if d.revalidated {
-			acct.set(cacheRevalidated, "local")
-			return h.serveStored(w, r, rd, cacheRevalidated, "local", false, h.eng.now())
+			acct.set(CacheRevalidated, "local")
+			return p.serveStored(w, r, rd, CacheRevalidated, "local", false, time.Now())
 		}
-		acct.set(cacheStale, "local")
-		return h.serveStored(w, r, rd, cacheStale, "local", false, h.eng.now())
+		acct.set(CacheStale, "local")
+		return p.serveStored(w, r, rd, CacheStale, "local", false, time.Now())
 	}
 	if d.err != nil {
 		return fetchFailed(acct, d.err)
 	}
-	status := cacheMiss
+	status := CacheMiss
 	if !started {
-		status = cacheCollapsed
+		status = CacheCollapsed
 	}
 	acct.set(status, d.source)
 	if d.direct != nil {
 		if !started {
 			// The response may not be shared; fetch our own copy.
-			return h.fetchOwn(w, r, fr, acct)
+			return p.fetchOwn(w, r, fr, acct)
 		}
-		return h.serveDirect(w, r, d.direct, d.source, d.relay, d.cancelRelay)
+		return p.serveDirect(w, r, d.direct, d.source, d.relay, d.cancelRelay)
 	}
 	// The object may have landed under a variant key (the response
 	// varies), which lookup finds through the URL's entry.
-	rd, ok := h.lookup(r.Context(), &fr)
-	if ok && !started && !h.eng.now().Before(rd.Meta().Expires) {
+	rd, ok := p.lookup(r.Context(), &fr)
+	if ok && !started && !time.Now().Before(rd.Meta().Expires) {
 		// The download this request joined brought a response that was
 		// stale as it arrived: it answers the request that caused it only.
 		rd.Close()
-		return h.fetchOwn(w, r, fr, acct)
+		return p.fetchOwn(w, r, fr, acct)
 	}
 	if !ok && !acct.retried && (!started || fr.varyIndex != "") {
 		// The download this request joined failed or was dropped before
@@ -385,12 +354,12 @@ func (h *Handler) afterDownload(w http.ResponseWriter, r *http.Request, fr fetch
 		case <-r.Context().Done():
 			return r.Context().Err()
 		}
-		return h.download(w, r, fr, acct)
+		return p.download(w, r, fr, acct)
 	}
 	if !ok {
-		return caddyhttp.Error(http.StatusBadGateway, errors.New("the download ended before the object could be read"))
+		return statusError(http.StatusBadGateway, errors.New("the download ended before the object could be read"))
 	}
-	return h.serveStored(w, r, rd, status, d.source, false, h.eng.now())
+	return p.serveStored(w, r, rd, status, d.source, false, time.Now())
 }
 
 // awaitDownload waits until d has something to serve, relaying its
@@ -431,19 +400,19 @@ func awaitDownload(w http.ResponseWriter, r *http.Request, d *download, started 
 // the response uncached: for a request that joined a download whose
 // response may not be shared (no-store, private, stale as it arrived). It
 // takes a download slot of its own: it is a download like any other.
-func (h *Handler) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
-	if err := h.eng.slots.acquire(r.Context(), fr.originSlot(), fr.clientKey(), h.eng.downloadWait); err != nil {
+func (p *Proxy) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
+	if err := p.slots.acquire(r.Context(), fr.originSlot(), fr.clientKey(), p.downloadWait); err != nil {
 		return fetchFailed(acct, err)
 	}
-	rs := h.eng.slots.relay(fr.originSlot(), fr.clientKey())
+	rs := p.slots.relay(fr.originSlot(), fr.clientKey())
 	defer rs.end()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	resp, err := h.eng.fetchFromOrigin(ctx, fr)
+	resp, err := p.fetchFromOrigin(ctx, fr)
 	if err != nil {
 		return fetchFailed(acct, err)
 	}
-	return h.serveDirect(w, r, resp, "origin", rs, cancel)
+	return p.serveDirect(w, r, resp, "origin", rs, cancel)
 }
 
 // writeInterim relays an interim response to the client: its fields are

@@ -84,7 +84,7 @@ func (t Target) CoralHost(zone string) string {
 }
 
 // OriginAddr reports whether origin is an IP literal, and which. Origins
-// coralname parses can only be IPv4; the handler must apply its policy on
+// coralname parses can only be IPv4; the proxy must apply its policy on
 // private, loopback and other special addresses to them.
 func OriginAddr(origin string) (netip.Addr, bool) {
 	a, err := netip.ParseAddr(origin)

@@ -21,6 +21,9 @@ import (
 // names other fields.
 const varyIndexField = "vary-index"
 
+// IsVaryIndex reports whether m is a URL's Vary index, not an object.
+func IsVaryIndex(m diskcache.Meta) bool { return m.Extra[varyIndexField] != "" }
+
 // varyFields returns the request fields a response varies on, other than
 // Accept-Encoding: lower case, sorted, without duplicates, joined with
 // commas; "" when there are none. Vary: * is refused before (Storable).
@@ -48,9 +51,9 @@ func variantKey(base, varyKey string) string {
 // fields, unless it already is one, and notes that one of its variants is
 // fresh for freshFor from now (noteFreshVariant). It reports whether the
 // index is in place.
-func (e *engine) writeVaryIndex(fr fetchRequest, fields string, now time.Time, freshFor time.Duration) bool {
-	if m, ok := e.store.Peek(fr.baseKey); ok && m.Extra[varyIndexField] == fields {
-		e.noteFreshVariant(fr.baseKey, m, now.Add(freshFor))
+func (p *Proxy) writeVaryIndex(fr fetchRequest, fields string, now time.Time, freshFor time.Duration) bool {
+	if m, ok := p.store.Peek(fr.baseKey); ok && m.Extra[varyIndexField] == fields {
+		p.noteFreshVariant(fr.baseKey, m, now.Add(freshFor))
 		return true
 	}
 	m := diskcache.Meta{
@@ -62,13 +65,13 @@ func (e *engine) writeVaryIndex(fr fetchRequest, fields string, now time.Time, f
 		Size:    0,
 		Extra:   map[string]string{varyIndexField: fields, "url": fr.originURL().String()},
 	}
-	w, err := e.store.Create(fr.baseKey, m)
+	w, err := p.store.Create(fr.baseKey, m)
 	if err != nil {
-		e.logger.Debug("no vary index", zap.String("url", m.Extra["url"]), zap.Error(err))
+		p.logger.Debug("no vary index", zap.String("url", m.Extra["url"]), zap.Error(err))
 		return false
 	}
 	if err := w.Commit(m); err != nil {
-		e.logger.Debug("no vary index", zap.String("url", m.Extra["url"]), zap.Error(err))
+		p.logger.Debug("no vary index", zap.String("url", m.Extra["url"]), zap.Error(err))
 		return false
 	}
 	return true
@@ -82,14 +85,14 @@ func (e *engine) writeVaryIndex(fr fetchRequest, fields string, now time.Time, f
 
 // noteFreshVariant moves the expiry of the index m (stored under base)
 // to until, if that is later.
-func (e *engine) noteFreshVariant(base string, m diskcache.Meta, until time.Time) {
+func (p *Proxy) noteFreshVariant(base string, m diskcache.Meta, until time.Time) {
 	if !until.After(m.Expires) {
 		return
 	}
 	m = m.Clone()
 	m.Expires = until
-	if err := e.store.UpdateMeta(base, m); err != nil {
-		e.logger.Debug("vary index expiry not extended", zap.String("url", m.Extra["url"]), zap.Error(err))
+	if err := p.store.UpdateMeta(base, m); err != nil {
+		p.logger.Debug("vary index expiry not extended", zap.String("url", m.Extra["url"]), zap.Error(err))
 	}
 }
 
@@ -113,9 +116,9 @@ func (e *engine) noteFreshVariant(base string, m diskcache.Meta, until time.Time
 // turned the URL into an error is asked again on every miss (as a stale
 // copy is revalidated anyway), until the copy is evicted or the origin
 // sends a success again.
-func (e *engine) wouldHideFresh(fr fetchRequest, key, fields string, status int, now time.Time) bool {
+func (p *Proxy) wouldHideFresh(fr fetchRequest, key, fields string, status int, now time.Time) bool {
 	isError := status >= 400
-	if base, ok := e.store.Peek(fr.baseKey); ok {
+	if base, ok := p.store.Peek(fr.baseKey); ok {
 		switch index := base.Extra[varyIndexField]; {
 		case index != "" && index != fields && isError:
 			return true
@@ -126,7 +129,7 @@ func (e *engine) wouldHideFresh(fr fetchRequest, key, fields string, status int,
 		}
 	}
 	if isError && key != fr.baseKey {
-		if m, ok := e.store.Peek(key); ok && m.Status < 400 {
+		if m, ok := p.store.Peek(key); ok && m.Status < 400 {
 			return true
 		}
 	}
