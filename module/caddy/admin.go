@@ -9,6 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
 func init() {
@@ -102,7 +103,7 @@ var adminFetchLog struct {
 // /coral/status: the URL fetched, where from (origin, peer-l<level>), the
 // response status (0 if there was none), the body bytes received and how
 // long it took. It keeps the last 64, process-wide.
-func recordFetch(fetch Fetch) {
+func recordFetch(fetch proxy.Fetch) {
 	url := fetch.URL
 	if len(url) > recentFetchURLMax {
 		url = url[:recentFetchURLMax]

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
 // adminTestCall runs an admin route's handler as Caddy's admin server
@@ -203,9 +204,9 @@ func TestAdminStatus(t *testing.T) {
 		t.Fatal("unexpected object")
 	}
 
-	recordFetch(Fetch{URL: "http://www.example.com/a", Source: "origin", Status: 200, Bytes: 5, Took: 1500 * time.Microsecond})
-	recordFetch(Fetch{URL: "http://www.example.com/b", Source: "peer-l1", Status: 404, Bytes: 12, Took: 2 * time.Second})
-	recordFetch(Fetch{URL: "http://www.example.com/" + strings.Repeat("x", 5000), Source: "origin", Took: time.Second})
+	recordFetch(proxy.Fetch{URL: "http://www.example.com/a", Source: "origin", Status: 200, Bytes: 5, Took: 1500 * time.Microsecond})
+	recordFetch(proxy.Fetch{URL: "http://www.example.com/b", Source: "peer-l1", Status: 404, Bytes: 12, Took: 2 * time.Second})
+	recordFetch(proxy.Fetch{URL: "http://www.example.com/" + strings.Repeat("x", 5000), Source: "origin", Took: time.Second})
 
 	var st adminStatus
 	generic := adminTestGet(t, "/coral/status", "/coral/status", &st)
@@ -305,7 +306,7 @@ func TestAdminStatus(t *testing.T) {
 
 func TestAdminRecentFetchRing(t *testing.T) {
 	for i := range recentFetchCount + 10 {
-		recordFetch(Fetch{URL: "http://ring.example/" + strings.Repeat("i", i), Source: "origin", Status: 200, Bytes: int64(i)})
+		recordFetch(proxy.Fetch{URL: "http://ring.example/" + strings.Repeat("i", i), Source: "origin", Status: 200, Bytes: int64(i)})
 	}
 	got := adminLastFetches()
 	if len(got) != recentFetchCount {

@@ -15,6 +15,7 @@ import (
 	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 	"go.uber.org/zap"
 )
 
@@ -167,9 +168,9 @@ type Handler struct {
 
 	app      *App
 	store    *diskcache.Store
-	refs     *References // the store's
-	storeKey string      // the store's directory, its key in stores
-	proxy    *Proxy
+	refs     *proxy.References // the store's
+	storeKey string            // the store's directory, its key in stores
+	proxy    *proxy.Proxy
 	metrics  *proxyMetrics
 	abuse    *abuse.Controls
 	logger   *zap.Logger
@@ -186,7 +187,7 @@ var stores = caddy.NewUsagePool()
 // storeEntry is a cache and the references put for what it holds.
 type storeEntry struct {
 	*diskcache.Store
-	refs *References
+	refs *proxy.References
 }
 
 func (s *storeEntry) Destruct() error {
@@ -244,7 +245,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	cfg.Store, cfg.References, cfg.Metrics, cfg.Abuse = h.store, h.refs, h.metrics, h.abuse
-	if h.proxy, err = New(cfg); err != nil {
+	if h.proxy, err = proxy.New(cfg); err != nil {
 		return err
 	}
 	h.app.config.add("coral_proxy", h)
@@ -257,17 +258,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // proxyConfig is the proxy's configuration h's options ask for, without
 // the store and what comes with it; it is checked (Config.Validate).
-func (h *Handler) proxyConfig() (Config, error) {
-	c := DefaultConfig()
+func (h *Handler) proxyConfig() (proxy.Config, error) {
+	c := proxy.DefaultConfig()
 	c.Zone, c.Policy, c.ForwardFields, c.Logger = h.Zone, h.policy(), h.ForwardFields, h.logger
 	var err error
 	if c.AllowOrigins, err = parsePrefixes("allow_origins", h.AllowOrigins); err != nil {
 		return c, err
 	}
 	if c.AllowPeers, err = parsePrefixes("allow_peers", h.AllowPeers); err != nil {
-		return c, err
-	}
-	if _, err := forwardFields(h.ForwardFields); err != nil {
 		return c, err
 	}
 	if h.PeerAddress != "" {
@@ -298,10 +296,10 @@ func (h *Handler) setDefaults() {
 		h.CacheSize = defaultCacheSize
 	}
 	if h.OriginTimeout == 0 {
-		h.OriginTimeout = caddy.Duration(defaultOriginTimeout)
+		h.OriginTimeout = caddy.Duration(proxy.DefaultConfig().OriginTimeout)
 	}
 	if h.PeerTimeout == 0 {
-		h.PeerTimeout = caddy.Duration(defaultPeerTimeout)
+		h.PeerTimeout = caddy.Duration(proxy.DefaultConfig().PeerTimeout)
 	}
 	if h.WriteIdleTimeout == 0 {
 		h.WriteIdleTimeout = caddy.Duration(defaultWriteIdleTimeout)
@@ -319,7 +317,7 @@ func (h *Handler) openStore(dir string) (*storeEntry, error) {
 		if err != nil {
 			return nil, err
 		}
-		refs := NewReferences(s, runningDHT)
+		refs := proxy.NewReferences(s, runningDHT)
 		refs.Run(time.Minute)
 		return &storeEntry{Store: s, refs: refs}, nil
 	})
@@ -414,7 +412,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 // caddyError is err as Caddy's handler error: a proxy's *Error with its
 // status, anything else (the client went away) as it is.
 func caddyError(err error) error {
-	var pe *Error
+	var pe *proxy.Error
 	if errors.As(err, &pe) {
 		return caddyhttp.Error(pe.Status, pe.Err)
 	}
@@ -450,7 +448,7 @@ func requestClientAddr(r *http.Request) netip.Addr {
 			return a
 		}
 	}
-	return RemoteAddr(r)
+	return proxy.RemoteAddr(r)
 }
 
 // parsePrefixes reads the address prefixes of the option named option.

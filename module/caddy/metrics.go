@@ -11,6 +11,7 @@ import (
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/internal/dhtmetrics"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -30,7 +31,7 @@ import (
 // Registering on a registry that already has them (two coral_proxy
 // handlers in one configuration) reuses what is there, so it never panics.
 
-// Label values: a CacheStatus's Label for cache_status; the proxy's
+// Label values: a proxy.CacheStatus's Label for cache_status; the proxy's
 // sources (SourceLocal, SourceOrigin, SourceNone, PeerSource) for source;
 // its Outcomes for outcome. Anything else the proxy reports is counted as
 // "other", so that a mistake cannot grow the label sets without bound.
@@ -293,14 +294,14 @@ func (m *proxyMetrics) release() {
 // Request counts one request: its cache status, where its body came from
 // and the body bytes written (added to bytes_served_total unless the
 // source is none).
-func (m *proxyMetrics) Request(status CacheStatus, source string, bytes int64) {
+func (m *proxyMetrics) Request(status proxy.CacheStatus, source string, bytes int64) {
 	label := status.Label()
-	if label == "hit" && source == SourceLocal {
+	if label == "hit" && source == proxy.SourceLocal {
 		// Every hit: the series found once, not by hashing its labels
 		// under the vector's lock on each request.
 		localHits.once.Do(func() {
-			localHits.requests = coralRequests.WithLabelValues("hit", SourceLocal)
-			localHits.bytes = coralBytesServed.WithLabelValues(SourceLocal)
+			localHits.requests = coralRequests.WithLabelValues("hit", proxy.SourceLocal)
+			localHits.bytes = coralBytesServed.WithLabelValues(proxy.SourceLocal)
 		})
 		localHits.requests.Inc()
 		if bytes > 0 {
@@ -310,7 +311,7 @@ func (m *proxyMetrics) Request(status CacheStatus, source string, bytes int64) {
 	}
 	source = metricSource(source)
 	coralRequests.WithLabelValues(label, source).Inc()
-	if bytes > 0 && source != SourceNone {
+	if bytes > 0 && source != proxy.SourceNone {
 		coralBytesServed.WithLabelValues(source).Add(float64(bytes))
 	}
 }
@@ -365,7 +366,7 @@ func requestCounts() []requestCount {
 }
 
 func cacheStatusRank(s string) int {
-	labels := StatusLabels()
+	labels := proxy.StatusLabels()
 	if i := slices.Index(labels, s); i >= 0 {
 		return i
 	}
@@ -373,7 +374,7 @@ func cacheStatusRank(s string) int {
 }
 
 func sourceRank(s string) int {
-	if i := slices.Index([]string{SourceLocal, SourceOrigin, SourceNone}, s); i >= 0 {
+	if i := slices.Index([]string{proxy.SourceLocal, proxy.SourceOrigin, proxy.SourceNone}, s); i >= 0 {
 		return i
 	}
 	if l, ok := peerSourceLevel(s); ok {
@@ -384,10 +385,10 @@ func sourceRank(s string) int {
 
 // OriginFetch counts one fetch from an origin server, by outcome: ok,
 // http_error, timeout, forbidden, backoff or error.
-func (m *proxyMetrics) OriginFetch(outcome Outcome) {
+func (m *proxyMetrics) OriginFetch(outcome proxy.Outcome) {
 	label := string(outcome)
 	switch outcome {
-	case OutcomeOK, OutcomeHTTPError, OutcomeTimeout, OutcomeForbidden, OutcomeBackoff, OutcomeError:
+	case proxy.OutcomeOK, proxy.OutcomeHTTPError, proxy.OutcomeTimeout, proxy.OutcomeForbidden, proxy.OutcomeBackoff, proxy.OutcomeError:
 	default:
 		label = metricOther
 	}
@@ -397,10 +398,10 @@ func (m *proxyMetrics) OriginFetch(outcome Outcome) {
 // PeerFetch counts one fetch from a peer proxy, by outcome: ok, not_cached
 // (the peer's 504 to only-if-cached), timeout or error; or a peer skipped
 // (refused_address) or a put+get done again (retry).
-func (m *proxyMetrics) PeerFetch(outcome Outcome) {
+func (m *proxyMetrics) PeerFetch(outcome proxy.Outcome) {
 	label := string(outcome)
 	switch outcome {
-	case OutcomeOK, OutcomeNotCached, OutcomeTimeout, OutcomeError, OutcomeRefusedAddress, OutcomeRetry:
+	case proxy.OutcomeOK, proxy.OutcomeNotCached, proxy.OutcomeTimeout, proxy.OutcomeError, proxy.OutcomeRefusedAddress, proxy.OutcomeRetry:
 	default:
 		label = metricOther
 	}
@@ -411,10 +412,10 @@ func (m *proxyMetrics) PeerFetch(outcome Outcome) {
 // peer-l0 .. peer-l<MaxLevels-1>; "" is none, anything else other.
 func metricSource(s string) string {
 	switch s {
-	case SourceLocal, SourceOrigin, SourceNone:
+	case proxy.SourceLocal, proxy.SourceOrigin, proxy.SourceNone:
 		return s
 	case "":
-		return SourceNone
+		return proxy.SourceNone
 	}
 	if l, ok := peerSourceLevel(s); ok && l >= 0 && l < coraldht.MaxLevels {
 		return s
@@ -438,5 +439,5 @@ func peerSourceLevel(s string) (int, bool) {
 // Interface guards.
 var (
 	_ prometheus.Collector = (*coralCollector)(nil)
-	_ Metrics              = (*proxyMetrics)(nil)
+	_ proxy.Metrics        = (*proxyMetrics)(nil)
 )

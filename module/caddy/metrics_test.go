@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -161,15 +162,15 @@ func TestMetricsCounters(t *testing.T) {
 	originOther0 := val(coralOriginFetches.WithLabelValues("other"))
 	peerMiss0 := val(coralPeerFetches.WithLabelValues("not_cached"))
 
-	m.Request(CacheHit, "local", 100)
-	m.Request(CacheRevalidated, "local", 50)
-	m.Request(CacheMiss, "peer-l1", 7)
-	m.Request(CacheRefused, "", 300) // no source: counted as none, bytes not served from anywhere
-	m.Request(CacheStatus(200), "peer-l99", 1)
-	m.OriginFetch(OutcomeOK)
+	m.Request(proxy.CacheHit, "local", 100)
+	m.Request(proxy.CacheRevalidated, "local", 50)
+	m.Request(proxy.CacheMiss, "peer-l1", 7)
+	m.Request(proxy.CacheRefused, "", 300) // no source: counted as none, bytes not served from anywhere
+	m.Request(proxy.CacheStatus(200), "peer-l99", 1)
+	m.OriginFetch(proxy.OutcomeOK)
 	m.OriginFetch("weird")
-	m.PeerFetch(OutcomeNotCached)
-	m.PeerFetch(OutcomeNotCached)
+	m.PeerFetch(proxy.OutcomeNotCached)
+	m.PeerFetch(proxy.OutcomeNotCached)
 
 	for _, c := range []struct {
 		name      string
@@ -247,7 +248,7 @@ func TestMetricsReloadRegistration(t *testing.T) {
 	if got := gatherValues(t, reg1, "caddy_coral_cache_objects"); got[""] != 2 {
 		t.Errorf("cache_objects over two stores (one shared) = %v, want 2", got)
 	}
-	m1.Request(CacheHit, "local", 3)
+	m1.Request(proxy.CacheHit, "local", 3)
 	before := metricsCounterValue(coralRequests.WithLabelValues("hit", "local"))
 
 	// Reload: the new configuration's handler on a fresh registry, then the
@@ -282,7 +283,7 @@ func TestMetricsReloadRegistration(t *testing.T) {
 	if got := gatherValues(t, reg2, "caddy_coral_requests_total"); got["cache_status=hit,source=local"] != before {
 		t.Errorf("counters did not carry over the reload: %v, want hit/local %v", got, before)
 	}
-	n1.Request(CacheHit, "local", 3)
+	n1.Request(proxy.CacheHit, "local", 3)
 	if got := gatherValues(t, reg2, "caddy_coral_requests_total"); got["cache_status=hit,source=local"] != before+1 {
 		t.Errorf("after the reload: %v, want hit/local %v", got, before+1)
 	}
@@ -407,5 +408,22 @@ func TestMetricsCollector(t *testing.T) {
 	}
 	if got := gatherValues(t, reg, "caddy_coral_downloads_in_progress"); len(got) != 0 {
 		t.Errorf("downloads_in_progress after release = %v", got)
+	}
+}
+
+// TestPeerRefusedAddressLabel: a peer skipped for its address is counted
+// as refused_address, not other.
+func TestPeerRefusedAddressLabel(t *testing.T) {
+	read := func() float64 {
+		var m dto.Metric
+		if err := coralPeerFetches.WithLabelValues("refused_address").Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	before := read()
+	(&proxyMetrics{}).PeerFetch(proxy.OutcomeRefusedAddress)
+	if got := read(); got != before+1 {
+		t.Errorf("refused_address = %v, want %v", got, before+1)
 	}
 }

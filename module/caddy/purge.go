@@ -13,13 +13,14 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 	"github.com/coralcdn/coral/module/caddy/purge"
 	"go.uber.org/zap"
 )
 
 // purgeCache is c as purge sees it.
 func (c cacheRef) purgeCache() purge.Cache {
-	return PurgeCache(c.dir, c.zones, c.store, c.proxies, c.refs)
+	return proxy.PurgeCache(c.dir, c.zones, c.store, c.proxies, c.refs)
 }
 
 // purgeCaches is caches as purge sees them.
@@ -43,11 +44,11 @@ func peerPurgeHandler() coraldht.AppHandler {
 // purgeNetwork is how a network purge from node reaches the other
 // proxies (PurgeNetwork), for the proxies of caches, newest first.
 func purgeNetwork(node *coraldht.Node, caches []cacheRef) purge.Network {
-	var proxies []*Proxy
+	var proxies []*proxy.Proxy
 	for _, c := range caches {
 		proxies = append(proxies, c.proxies...)
 	}
-	return PurgeNetwork(node, proxies)
+	return proxy.PurgeNetwork(node, proxies)
 }
 
 // handlePurge serves POST /coral/purge. Parameters, in the query or a

@@ -8,6 +8,7 @@ import (
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coraldht/host"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
 // The running coral apps and coral_proxy handlers of this process: what
@@ -46,7 +47,7 @@ func runningNode() *coraldht.Node {
 
 // runningDHT is runningNode as the proxies' Config.Node: nil (the
 // interface) when no node runs.
-func runningDHT() DHT {
+func runningDHT() proxy.DHT {
 	if n := runningNode(); n != nil {
 		return n
 	}
@@ -117,8 +118,8 @@ type cacheRef struct {
 	dir     string
 	store   *diskcache.Store
 	zones   []string
-	refs    []*References
-	proxies []*Proxy
+	refs    []*proxy.References
+	proxies []*proxy.Proxy
 }
 
 // runningCaches lists the distinct stores of the registered handlers,

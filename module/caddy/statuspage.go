@@ -20,6 +20,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 	"github.com/dustin/go-humanize"
 )
 
@@ -228,9 +229,9 @@ func statusKindOf(label, source string) string {
 		return "refused"
 	case "miss":
 		switch {
-		case source == SourceOrigin:
+		case source == proxy.SourceOrigin:
 			return "origin"
-		case source == SourceNone:
+		case source == proxy.SourceNone:
 			return "failed"
 		case strings.HasPrefix(source, "peer-l"):
 			return "peer"

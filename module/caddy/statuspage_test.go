@@ -18,6 +18,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
 func TestStatusPageCaddyfile(t *testing.T) {
@@ -76,11 +77,11 @@ func TestStatusRequestCounts(t *testing.T) {
 	before := countMap(requestCounts())
 	m := &proxyMetrics{} // counts without a registry of its own (the counters are the process's)
 	for _, r := range []struct {
-		status CacheStatus
+		status proxy.CacheStatus
 		source string
 	}{
-		{CacheHit, "local"}, {CacheRevalidated, "local"}, {CacheMiss, "origin"}, {CacheMiss, "peer-l2"}, {CacheCollapsed, "peer-l2"},
-		{CacheStaleWhileRevalidate, "local"}, {CacheRefused, "none"}, {CacheMiss, ""}, {CacheStatus(200), "peer-l99"}, {CacheMiss, "peer-l01"},
+		{proxy.CacheHit, "local"}, {proxy.CacheRevalidated, "local"}, {proxy.CacheMiss, "origin"}, {proxy.CacheMiss, "peer-l2"}, {proxy.CacheCollapsed, "peer-l2"},
+		{proxy.CacheStaleWhileRevalidate, "local"}, {proxy.CacheRefused, "none"}, {proxy.CacheMiss, ""}, {proxy.CacheStatus(200), "peer-l99"}, {proxy.CacheMiss, "peer-l01"},
 	} {
 		m.Request(r.status, r.source, 10)
 	}
@@ -138,7 +139,7 @@ func TestStatusKindOf(t *testing.T) {
 			t.Errorf("statusKindOf(%q, %q) = %q, want %q", tc.label, tc.source, got, tc.kind)
 		}
 	}
-	for _, label := range StatusLabels() {
+	for _, label := range proxy.StatusLabels() {
 		if statusKindOf(label, "local") == "other" && statusKindOf(label, "origin") == "other" {
 			t.Errorf("label %q has no page kind", label)
 		}
@@ -267,7 +268,7 @@ func TestStatusPageContent(t *testing.T) {
 	}
 	metricsTestStart(t, store, metricsTestKey(9), "http://www.example.com/slow", "par")
 	for i := range 5 {
-		recordFetch(Fetch{URL: fmt.Sprintf("http://fetch.example/%d", i), Source: "origin", Status: 200, Bytes: int64(i), Took: time.Millisecond})
+		recordFetch(proxy.Fetch{URL: fmt.Sprintf("http://fetch.example/%d", i), Source: "origin", Status: 200, Bytes: int64(i), Took: time.Millisecond})
 	}
 
 	s := &StatusPage{Recent: 3, app: app}
@@ -567,7 +568,7 @@ func TestStatusPageHidesQueries(t *testing.T) {
 	app := apps[len(apps)-1]
 	const secret = "token=s3cr3t&expires=1"
 	metricsTestPut(t, store, metricsTestKey(0), "http://www.example.com/signed?"+secret, "body")
-	recordFetch(Fetch{URL: "http://www.example.com/fetched?" + secret, Source: "origin", Status: 200, Bytes: 4, Took: time.Millisecond})
+	recordFetch(proxy.Fetch{URL: "http://www.example.com/fetched?" + secret, Source: "origin", Status: 200, Bytes: 4, Took: time.Millisecond})
 
 	for _, show := range []bool{false, true} {
 		s := &StatusPage{Recent: 5, app: app, ShowQueries: show}
