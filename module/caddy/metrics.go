@@ -40,34 +40,27 @@ const metricOther = "other"
 const metricNamespace, metricSubsystem = "caddy", "coral"
 
 var (
-	coralRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricNamespace,
-		Subsystem: metricSubsystem,
-		Name:      "requests_total",
-		Help:      "Requests handled by coral_proxy, by cache status (hit, miss, collapsed, stale, refused) and where the body came from (local, peer-l<level>, origin, none).",
-	}, []string{"cache_status", "source"})
+	coralRequests = counterVec("requests_total",
+		"Requests handled by coral_proxy, by cache status (hit, miss, collapsed, stale, refused) and where the body came from (local, peer-l<level>, origin, none).",
+		"cache_status", "source")
 
-	coralOriginFetches = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricNamespace,
-		Subsystem: metricSubsystem,
-		Name:      "origin_fetches_total",
-		Help:      "Fetches from origin servers by outcome (ok, http_error, timeout, forbidden, backoff, error).",
-	}, []string{"outcome"})
+	coralOriginFetches = counterVec("origin_fetches_total",
+		"Fetches from origin servers by outcome (ok, http_error, timeout, forbidden, backoff, error).",
+		"outcome")
 
-	coralPeerFetches = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricNamespace,
-		Subsystem: metricSubsystem,
-		Name:      "peer_fetches_total",
-		Help:      "Fetches from peer proxies by outcome (ok, not_cached, timeout, error, refused_address: a peer on an address allow_peers does not permit, skipped).",
-	}, []string{"outcome"})
+	coralPeerFetches = counterVec("peer_fetches_total",
+		"Fetches from peer proxies by outcome (ok, not_cached, timeout, error, refused_address: a peer on an address allow_peers does not permit, skipped).",
+		"outcome")
 
-	coralBytesServed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricNamespace,
-		Subsystem: metricSubsystem,
-		Name:      "bytes_served_total",
-		Help:      "Response body bytes sent to clients and peers, by where they came from (local, peer-l<level>, origin).",
-	}, []string{"source"})
+	coralBytesServed = counterVec("bytes_served_total",
+		"Response body bytes sent to clients and peers, by where they came from (local, peer-l<level>, origin).",
+		"source")
 )
+
+// counterVec is the counter caddy_coral_<name> with labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricNamespace, Subsystem: metricSubsystem, Name: name, Help: help}, labels)
+}
 
 func metricDesc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(prometheus.BuildFQName(metricNamespace, metricSubsystem, name), help, labels, nil)

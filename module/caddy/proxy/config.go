@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -75,7 +74,7 @@ type Config struct {
 	// the downloads at once: in all, per origin host and port, and per
 	// client address and origin. A request that would start one more
 	// waits up to DownloadWait for a slot. Defaults 256, 32, 16 and 10 s
-	// (downloads.go says why).
+	// (slots.go says why).
 	MaxDownloads, MaxDownloadsPerOrigin, MaxDownloadsPerClient int
 	DownloadWait                                               time.Duration
 	// PeerRetryJitter bounds the random wait of a download that lost its
@@ -237,15 +236,6 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // statusError is the Error answering with status because of err.
 func statusError(status int, err error) error { return &Error{Status: status, Err: err} }
-
-// errorStatus is the status of an Error err is, or 0.
-func errorStatus(err error) int {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Status
-	}
-	return 0
-}
 
 // RemoteAddr is the address of the connection r came in on: the default
 // Config.ClientAddr.

@@ -718,3 +718,12 @@ func TestForwardFields(t *testing.T) {
 		t.Errorf("origin got Test-ID %q, X-Other %q", h.Get("Test-Id"), h.Get("X-Other"))
 	}
 }
+
+// errorStatus is the status of the *Error err is, or 0.
+func errorStatus(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status
+	}
+	return 0
+}

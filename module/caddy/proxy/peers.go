@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -171,30 +170,4 @@ func (p *Proxy) advertisedAddrs() []netip.Addr {
 		out = append(out, node.Addr().Addr())
 	}
 	return out
-}
-
-// learnPeerAddr fills in this proxy's HTTP address from the first request:
-// the node's IP and the port the request came in on.
-func (p *Proxy) learnPeerAddr(r *http.Request) {
-	if p.peerAddr.Load() != nil || r.TLS != nil {
-		// Learnt already (every request after the first asks only
-		// this), or TLS: peers speak plain HTTP, so a port that answers
-		// with TLS is not their way in.
-		return
-	}
-	node := p.dhtNode()
-	if node == nil {
-		return
-	}
-	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if !ok {
-		return
-	}
-	lap, err := netip.ParseAddrPort(la.String())
-	if err != nil {
-		return
-	}
-	ip := node.Addr().Addr()
-	ap := netip.AddrPortFrom(ip, lap.Port())
-	p.peerAddr.CompareAndSwap(nil, &ap)
 }

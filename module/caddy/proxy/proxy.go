@@ -103,14 +103,15 @@ func New(c Config) (*Proxy, error) {
 	}
 	forward, _ := ForwardFields(c.ForwardFields)
 	p := &Proxy{
-		failures: newOriginFailures(3, 30*time.Second),
-		targets:  newTargetCache(),
-		tooLarge: newBoundedMap[time.Time](maxRemembered),
-		purged:   newBoundedMap[time.Time](maxRemembered),
-		slots:    newDownloadSlots(c.MaxDownloads, c.MaxDownloadsPerOrigin, c.MaxDownloadsPerClient),
-		inflight: make(map[string]*download),
+		failures:      newOriginFailures(3, 30*time.Second),
+		targets:       newTargetCache(),
+		httpsUpgrades: newHTTPSUpgrades(maxRemembered),
+		tooLarge:      newBoundedMap[time.Time](maxRemembered),
+		purged:        newBoundedMap[time.Time](maxRemembered),
+		slots:         newDownloadSlots(c.MaxDownloads, c.MaxDownloadsPerOrigin, c.MaxDownloadsPerClient),
+		inflight:      make(map[string]*download),
 	}
-	p.httpsUpgrades = newHTTPSUpgrades(maxRemembered)
+	// The guard's own addresses include the proxy's (advertisedAddrs).
 	guard := originGuard{allow: c.AllowOrigins, self: newSelfAddresses(p.ownAddrSources(c.OwnAddrs)...)}
 	p.settings = settings{
 		store: c.Store, refs: c.References, node: c.Node,
@@ -141,43 +142,6 @@ func New(c Config) (*Proxy, error) {
 		p.peerAddr.Store(&addr)
 	}
 	return p, nil
-}
-
-// ServeHTTP serves a Coralized request, in the phases of the request path:
-// admit (is it one to serve, and what does it ask for), lookup (the
-// cache), then serveFound for a stored object or serveMissing, which
-// downloads it or joins the download under way, and respond (respond.go).
-// It returns an *Error for a request it refused or could not answer, and
-// the request's context error when the client went away first.
-//
-// The fetch request is built in this frame and handed down by pointer: a
-// hit's call chain copying it (and the stored metadata) by value in every
-// frame made the connection's goroutine outgrow its stack, which the
-// runtime then copied on every request after each garbage collection had
-// shrunk it (2.6 % of a 1 KiB hit's CPU).
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
-	bc := &bodyCounter{ResponseWriter: w}
-	acct := &requestAccount{status: CacheRefused, source: SourceNone}
-	defer func() { p.metrics.Request(acct.status, acct.source, bc.n) }()
-	var fr fetchRequest
-	if done, err := p.admit(bc, r, acct, &fr); done {
-		return err
-	}
-	if rd, ok := p.lookup(r.Context(), &fr); ok {
-		return p.serveFound(bc, r, &fr, rd, acct)
-	}
-	return p.serveMissing(bc, r, &fr, acct)
-}
-
-// requestAccount is what a request is counted as in the metrics.
-type requestAccount struct {
-	status  CacheStatus
-	source  string
-	retried bool // a joined download vanished once already
-}
-
-func (a *requestAccount) set(status CacheStatus, source string) {
-	a.status, a.source = status, source
 }
 
 // dhtNode is the DSHT node to use now (Config.Node), or nil.

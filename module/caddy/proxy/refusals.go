@@ -1,13 +1,9 @@
 package proxy
 
 import (
-	"errors"
-	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
-	"github.com/coralcdn/coral/module/caddy/abuse"
 	"go.uber.org/zap"
 )
 
@@ -68,30 +64,4 @@ func logRefusal(logger *zap.Logger, cause, msg string, fields ...zap.Field) {
 	fields = append(fields, zap.String("cause", cause), zap.Int("not_logged_since_last", held),
 		zap.Duration("logged_at_most_every", refusalLogEvery))
 	logger.Warn(msg, fields...)
-}
-
-// refuseWithBody answers a 403 Error with a short plain-text body
-// saying why, logs it (rate-limited) and returns nil; other errors are
-// returned as they are.
-func (p *Proxy) refuseWithBody(w http.ResponseWriter, err error) error {
-	var he *Error
-	if !errors.As(err, &he) || he.Status != http.StatusForbidden {
-		return err
-	}
-	cause, msg := "", ""
-	switch {
-	case errors.Is(err, errOriginForbidden):
-		cause, msg = causeOrigin, "refused an origin on an address allow_origins does not permit (private, loopback or this node's own)"
-	case errors.Is(err, abuse.ErrBlacklisted):
-		cause, msg = causeBlacklist, "refused an origin on the blacklist"
-	}
-	if cause != "" {
-		logRefusal(p.logger, cause, msg, zap.Error(err))
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusForbidden)
-	_, _ = fmt.Fprintf(w, "403 Forbidden: %v\n", he.Err)
-	return nil
 }

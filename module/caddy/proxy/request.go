@@ -11,7 +11,8 @@ package proxy
 //   - the request target is origin-form ("/path?query") or the absolute
 //     form of a Coralized URL ("http://www.example.com.nyud.net/path");
 //     anything else (an opaque "http:@evil.com/", user information,
-//     "*", authority-form, other schemes) is refused with 400;
+//     "*", authority-form, other schemes) is refused with 400
+//     (requestPath, in admit.go);
 //   - the origin URL is built field by field with net/url from the parsed
 //     target's normalized path and query, the same strings the key hashes
 //     (target.OriginURL), so "/a/%2e%2e/b" is fetched as "/b", stored as
@@ -27,7 +28,6 @@ package proxy
 //     validators of the stored copy.
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -35,58 +35,6 @@ import (
 
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
-
-// errBadTarget is the cause of a 400 for a request target that is neither
-// origin-form nor the absolute form of a Coralized http(s) URL.
-var errBadTarget = errors.New("coral_proxy: request target must be a path (/…) or a Coralized http URL")
-
-// requestPath checks the form of r's target (errBadTarget) and returns its
-// escaped path. The host is taken from r.Host (which net/http takes from
-// an absolute-form target, ignoring the Host field, as RFC 9112 §3.2.2
-// requires) and parsed by admit, through its target cache.
-func requestPath(r *http.Request) (string, error) {
-	u := r.URL
-	bad := func(detail string) (string, error) {
-		return "", fmt.Errorf("%w: %s", errBadTarget, detail)
-	}
-	if u == nil {
-		return bad("no URL")
-	}
-	raw := r.RequestURI
-	absolute := hasPrefixFold(raw, "http://") || hasPrefixFold(raw, "https://")
-	switch {
-	case u.Opaque != "":
-		return bad("opaque target " + quoteTarget(raw))
-	case u.User != nil:
-		return bad("user information in the target")
-	case raw != "" && raw[0] != '/' && !absolute:
-		return bad("target " + quoteTarget(raw) + " is neither origin-form nor absolute-form")
-	case u.Scheme != "" && !strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https"):
-		return bad("scheme " + quoteTarget(u.Scheme))
-	case u.Scheme == "" && u.Host != "":
-		return bad("target with a host but no scheme")
-	}
-	path := u.EscapedPath()
-	if path != "" && path[0] != '/' {
-		return bad("path " + quoteTarget(path) + " does not start with '/'")
-	}
-	return path, nil
-}
-
-// hasPrefixFold is strings.HasPrefix ignoring ASCII case.
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
-// quoteTarget quotes a piece of a hostile request for an error message,
-// shortened so that a long target cannot flood the log.
-func quoteTarget(s string) string {
-	const max = 200
-	if len(s) > max {
-		s = s[:max] + "…"
-	}
-	return fmt.Sprintf("%q", s)
-}
 
 // defaultForwardFields are the request fields that reach origins and
 // peers whatever the response: what content negotiation commonly uses, and

@@ -5,9 +5,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
@@ -216,10 +218,40 @@ func innermostWriter(w http.ResponseWriter) http.ResponseWriter {
 	}
 }
 
-func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
+// localizeLocation rewrites a redirect's Location that names a Coralized
+// URL in the dotted form into the request's form: a cached redirect is
+// shared by every client of the object, and one that came in over https
+// in one label must not be sent to a dotted http name (a downgrade, and a
+// name its certificate does not cover). Only Locations on this zone
+// change; a name that does not fit in one label stays dotted.
+func (p *Proxy) localizeLocation(hdr http.Header, r *http.Request) {
+	locs := hdr["Location"]
+	if len(locs) != 1 {
+		return
 	}
-	return host
+	req, err := coralname.ParseHost(r.Host, p.zone)
+	if err != nil || !req.OneLabel {
+		return
+	}
+	loc, err := url.Parse(locs[0])
+	if err != nil || !loc.IsAbs() || loc.Opaque != "" || loc.User != nil || loc.Port() != "" {
+		return
+	}
+	o, err := coralname.ParseHost(loc.Host, p.zone)
+	if err != nil || o.OneLabel {
+		return
+	}
+	one, err := coralname.CoralizeOneLabel(o, p.zone)
+	if err != nil {
+		return
+	}
+	if _, port, err := net.SplitHostPort(r.Host); err == nil {
+		one = net.JoinHostPort(one, port)
+	}
+	loc.Host = one
+	loc.Scheme = "http"
+	if r.TLS != nil {
+		loc.Scheme = "https"
+	}
+	hdr["Location"] = []string{loc.String()}
 }

@@ -3,102 +3,72 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
-	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
 
-// admit decides whether the request is one to serve, in this order: a
-// Coralized target (else 421, 400 or 403), a one-label name over http
-// (308 to https with https_redirect), the method (405), the ACME
-// challenge path (403), the origin's address (403), the abuse controls
-// (403, 429 or a redirect to the origin), credentials (403). done says
-// the request has been answered (err is then what to return); otherwise
-// admit has filled in fr, the fetch the request asks for.
-func (p *Proxy) admit(w *bodyCounter, r *http.Request, acct *requestAccount, fr *fetchRequest) (done bool, err error) {
-	var pt *parsedTarget
-	path, err := requestPath(r)
-	if err == nil {
-		pt, err = p.targets.parse(r.Host, p.zone, path, r.URL.RawQuery)
+// ServeHTTP serves a Coralized request, in the phases of the request path:
+// admit (is it one to serve, and what does it ask for), lookup (the
+// cache), then serveFound for a stored object or serveMissing, which
+// downloads it or joins the download under way, and respond (respond.go).
+// It returns an *Error for a request it refused or could not answer, and
+// the request's context error when the client went away first.
+//
+// The fetch request is built in this frame and handed down by pointer: a
+// hit's call chain copying it (and the stored metadata) by value in every
+// frame made the connection's goroutine outgrow its stack, which the
+// runtime then copied on every request after each garbage collection had
+// shrunk it (2.6 % of a 1 KiB hit's CPU).
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
+	bc := &bodyCounter{ResponseWriter: w}
+	acct := &requestAccount{status: CacheRefused, source: SourceNone}
+	defer func() { p.metrics.Request(acct.status, acct.source, bc.n) }()
+	var fr fetchRequest
+	if done, err := p.admit(bc, r, acct, &fr); done {
+		return err
 	}
-	if err != nil {
-		return true, p.targetRefused(r, err)
+	if rd, ok := p.lookup(r.Context(), &fr); ok {
+		return p.serveFound(bc, r, &fr, rd, acct)
 	}
-	if done, err := p.refuseTarget(w, r, acct, pt); done {
-		return true, err
-	}
-	target := pt.target
-	p.learnPeerAddr(r)
-	// Field by field: a composite literal is built in a temporary of the
-	// frame first.
-	fr.key, fr.baseKey, fr.target, fr.scheme = pt.key, pt.key, target, p.scheme
-	fr.header, fr.allow, fr.clientIP = r.Header, p.forward, clientIP(r)
-	fr.clientAddr = p.clientAddr(r)
-	fr.onlyIfCached = httpcache.ParseRequestCacheControl(r.Header).OnlyIfCached
-	if refused, err := admitAbuse(p.abuse, w, r, target.Host, fr.clientAddr, fr.onlyIfCached, func() string { return fr.originURL().String() }); refused {
-		return true, p.refuseWithBody(w, err)
-	}
-	if _, ok := r.Header["Authorization"]; ok {
-		// Coral serves public content: credentials are never forwarded,
-		// and a cache must not answer an authorized request from a copy
-		// fetched without them (RFC 9111 §3.5).
-		return true, authorizationRefused(fr)
-	}
-	chargeAbuse(p.abuse, w)
-	return false, nil
+	return p.serveMissing(bc, r, &fr, acct)
 }
 
-func authorizationRefused(fr *fetchRequest) error {
-	return statusError(http.StatusForbidden, fmt.Errorf("%w; fetch %s directly", errAuthorization, fr.originURL()))
+// requestAccount is what a request is counted as in the metrics.
+type requestAccount struct {
+	status  CacheStatus
+	source  string
+	retried bool // a joined download vanished once already
 }
 
-// targetRefused is the error for a request whose target admit could not
-// parse. Refusals live outside admit so that a hit's frames stay small
-// (see ServeHTTP).
-func (p *Proxy) targetRefused(r *http.Request, err error) error {
-	switch {
-	case errors.Is(err, coralname.ErrNotCoralized):
-		return statusError(http.StatusMisdirectedRequest,
-			fmt.Errorf("this Coral proxy serves only host names ending in .%s (Coralized URLs); %q is not one", strings.TrimSuffix(p.zone, "."), r.Host))
-	case errors.Is(err, errBadTarget):
-		return statusError(http.StatusBadRequest, err)
-	}
-	return statusError(statusForHostError(err), err)
+func (a *requestAccount) set(status CacheStatus, source string) {
+	a.status, a.source = status, source
 }
 
-// refuseTarget answers a parsed request that is not one to serve: a
-// one-label name over http with https_redirect (308), a method other than
-// GET and HEAD (405), the ACME challenge path (403), an origin address the
-// guard forbids (403). done says it answered.
-func (p *Proxy) refuseTarget(w *bodyCounter, r *http.Request, acct *requestAccount, pt *parsedTarget) (done bool, err error) {
-	if p.httpsPort != 0 && r.TLS == nil && pt.target.OneLabel {
-		acct.set(CacheRedirect, "none")
-		return true, p.redirectToHTTPS(w, r, pt.target)
+// lookup opens the stored object for fr's request: the entry under the
+// URL's key or, when that entry is a Vary index, the variant the request's
+// fields select. It points fr.key at the object's key, found or not, so a
+// download started after a miss fills the right entry.
+func (p *Proxy) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.Reader, ok bool) {
+	fr.key, fr.varyIndex, fr.view = fr.baseKey, "", nil
+	rd, ok = p.store.GetContext(ctx, fr.baseKey)
+	if !ok {
+		return nil, false
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		return true, statusError(http.StatusMethodNotAllowed, fmt.Errorf("coral_proxy serves GET and HEAD only"))
+	fields := rd.Meta().Extra[varyIndexField]
+	if fields == "" {
+		return rd, true
 	}
-	if pt.acmeChallenge {
-		return true, statusError(http.StatusForbidden, errACMEChallenge)
+	rd.Close()
+	fr.varyIndex = fields
+	vk, vok := httpcache.VaryKey(fields, fr.forwarded())
+	if !vok {
+		return nil, false
 	}
-	if pt.namesAddress && !p.guard.permitted(pt.originAddr) {
-		return true, p.refuseWithBody(w, statusError(http.StatusForbidden, fmt.Errorf("origin %s: %w", pt.target.Host, errOriginForbidden)))
-	}
-	return false, nil
-}
-
-// serveMissing serves a request whose object is not stored.
-func (p *Proxy) serveMissing(w http.ResponseWriter, r *http.Request, fr *fetchRequest, acct *requestAccount) error {
-	if fr.onlyIfCached {
-		return p.serveOnlyIfCached(w, r, *fr, acct)
-	}
-	return p.download(w, r, *fr, acct)
+	fr.key = variantKey(fr.baseKey, vk)
+	return p.store.GetContext(ctx, fr.key)
 }
 
 // serveFound serves a request whose object is stored (rd): fresh (a hit,
@@ -162,6 +132,14 @@ func (p *Proxy) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetchR
 	return p.download(w, r, *fr, acct)
 }
 
+// serveMissing serves a request whose object is not stored.
+func (p *Proxy) serveMissing(w http.ResponseWriter, r *http.Request, fr *fetchRequest, acct *requestAccount) error {
+	if fr.onlyIfCached {
+		return p.serveOnlyIfCached(w, r, *fr, acct)
+	}
+	return p.download(w, r, *fr, acct)
+}
+
 // serveOnlyIfCached answers an only-if-cached request (a peer's, or a
 // client's) for an object not stored: a download under way here still
 // counts, so it waits for one, a little; else 504. The bound breaks the
@@ -197,45 +175,6 @@ func (p *Proxy) serveOnlyIfCached(w http.ResponseWriter, r *http.Request, fr fet
 	return notCached(w, "only-if-cached")
 }
 
-// acmeChallengePath is where ACME HTTP-01 validation looks (RFC 8555
-// §8.3).
-const acmeChallengePath = "/.well-known/acme-challenge"
-
-// errACMEChallenge is why a request for acmeChallengePath under a
-// Coralized name is refused: relayed from the origin, it would let
-// whoever runs the origin validate the Coralized name (a name inside the
-// operator's zone) with a CA, and get a certificate for it. The proxy's
-// own certificates are validated over DNS (DNS-01), never through here.
-var errACMEChallenge = errors.New("coral_proxy: ACME HTTP-01 challenges (" + acmeChallengePath + "/) are not relayed for Coralized names")
-
-// isACMEChallenge reports whether p, the path fetched from the origin
-// (normalized and unescaped, so neither dot segments nor escapes hide it),
-// is under acmeChallengePath, in any letter case (some origin servers
-// match paths without case).
-// mayNameACMEChallenge is false for a request path that cannot normalize
-// to the ACME challenge path: one with neither an escape nor "well-known"
-// in any case. It spares a hit building the origin URL just to check.
-func mayNameACMEChallenge(p string) bool {
-	if strings.IndexByte(p, '%') >= 0 {
-		return true
-	}
-	const word = "well-known"
-	for i := 0; i+len(word) <= len(p); i++ {
-		if strings.EqualFold(p[i:i+len(word)], word) {
-			return true
-		}
-	}
-	return false
-}
-
-func isACMEChallenge(p string) bool {
-	return len(p) >= len(acmeChallengePath) && strings.EqualFold(p[:len(acmeChallengePath)], acmeChallengePath) &&
-		(len(p) == len(acmeChallengePath) || p[len(acmeChallengePath)] == '/')
-}
-
-// errAuthorization is why a request with credentials is refused.
-var errAuthorization = errors.New("coral_proxy: Coral serves public content and never forwards credentials (Authorization)")
-
 // notCached is the answer to an only-if-cached request the cache cannot
 // satisfy: 504 (RFC 9111 §5.2.1.7), with why in Cache-Status.
 func notCached(w http.ResponseWriter, why string) error {
@@ -261,42 +200,6 @@ func (p *Proxy) download(w http.ResponseWriter, r *http.Request, fr fetchRequest
 		return err
 	}
 	return p.afterDownload(w, r, fr, d, started, acct)
-}
-
-// fetchFailed is the answer to a request whose fetch failed: 403 when the
-// origin's name led to an address the proxy may not contact (as for an
-// address in the Host itself), else 502.
-func fetchFailed(acct *requestAccount, err error) error {
-	if errors.Is(err, errOriginForbidden) {
-		acct.set(CacheRefused, "none")
-		return statusError(http.StatusForbidden, err)
-	}
-	acct.set(CacheMiss, "none")
-	return statusError(http.StatusBadGateway, err)
-}
-
-// lookup opens the stored object for fr's request: the entry under the
-// URL's key or, when that entry is a Vary index, the variant the request's
-// fields select. It points fr.key at the object's key, found or not, so a
-// download started after a miss fills the right entry.
-func (p *Proxy) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.Reader, ok bool) {
-	fr.key, fr.varyIndex, fr.view = fr.baseKey, "", nil
-	rd, ok = p.store.GetContext(ctx, fr.baseKey)
-	if !ok {
-		return nil, false
-	}
-	fields := rd.Meta().Extra[varyIndexField]
-	if fields == "" {
-		return rd, true
-	}
-	rd.Close()
-	fr.varyIndex = fields
-	vk, vok := httpcache.VaryKey(fields, fr.forwarded())
-	if !vok {
-		return nil, false
-	}
-	fr.key = variantKey(fr.baseKey, vk)
-	return p.store.GetContext(ctx, fr.key)
 }
 
 // afterDownload waits for a download (or revalidation) to have something
@@ -396,6 +299,23 @@ func awaitDownload(w http.ResponseWriter, r *http.Request, d *download, started 
 	}
 }
 
+// writeInterim relays an interim response to the client: its fields are
+// set for the 1xx only (sent collects their names, to be removed before
+// the final response), hop-by-hop fields excluded.
+func writeInterim(w http.ResponseWriter, ir interimResponse, sent []string) []string {
+	hdr := w.Header()
+	for _, k := range sent {
+		hdr.Del(k)
+	}
+	sent = sent[:0]
+	for k, v := range storedHeader(ir.header) {
+		hdr[k] = v
+		sent = append(sent, k)
+	}
+	w.WriteHeader(ir.status)
+	return sent
+}
+
 // fetchOwn fetches fr from the origin for this request alone and relays
 // the response uncached: for a request that joined a download whose
 // response may not be shared (no-store, private, stale as it arrived). It
@@ -415,19 +335,14 @@ func (p *Proxy) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchRequest
 	return p.serveDirect(w, r, resp, "origin", rs, cancel)
 }
 
-// writeInterim relays an interim response to the client: its fields are
-// set for the 1xx only (sent collects their names, to be removed before
-// the final response), hop-by-hop fields excluded.
-func writeInterim(w http.ResponseWriter, ir interimResponse, sent []string) []string {
-	hdr := w.Header()
-	for _, k := range sent {
-		hdr.Del(k)
+// fetchFailed is the answer to a request whose fetch failed: 403 when the
+// origin's name led to an address the proxy may not contact (as for an
+// address in the Host itself), else 502.
+func fetchFailed(acct *requestAccount, err error) error {
+	if errors.Is(err, errOriginForbidden) {
+		acct.set(CacheRefused, "none")
+		return statusError(http.StatusForbidden, err)
 	}
-	sent = sent[:0]
-	for k, v := range storedHeader(ir.header) {
-		hdr[k] = v
-		sent = append(sent, k)
-	}
-	w.WriteHeader(ir.status)
-	return sent
+	acct.set(CacheMiss, "none")
+	return statusError(http.StatusBadGateway, err)
 }

@@ -22,7 +22,7 @@ import (
 // finds no free slot is skipped, and the stale copy is served.
 //
 // Two more rules keep one client from holding an origin's slots (see
-// download.holders in proxy.go):
+// download.holders in download.go):
 //
 //   - a download no client is waiting for any more is cancelled, and its
 //     slot freed, unless it is nearly done (nearlyDone); a peer proxy
