@@ -48,10 +48,18 @@ type refRenewal struct {
 const renewAhead = 2 * time.Minute
 
 // NewReferences is the reference table of store, whose references are put
-// through the node that node returns (Config.Node). Run starts renewing
-// them.
+// through the node that node returns (Config.Node; nil: never a node). Run
+// starts renewing them.
 func NewReferences(store *diskcache.Store, node func() DHT) *References {
 	return &References{store: store, node: node}
+}
+
+// dhtNode is the node to put references through now, or nil.
+func (t *References) dhtNode() DHT {
+	if t.node == nil {
+		return nil
+	}
+	return t.node()
 }
 
 // put records a reference just put for key.
@@ -147,7 +155,7 @@ func (t *References) Run(interval time.Duration) {
 			}
 			for key, s := range t.due() {
 				pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-				if node := t.node(); node != nil {
+				if node := t.dhtNode(); node != nil {
 					_, _ = node.Put(pctx, coraldht.KeyFor(key), s.ref.encode(), s.ttl)
 				}
 				pcancel()
