@@ -72,10 +72,12 @@ fuzz:
 	for target in FuzzParseHost FuzzCacheKey FuzzNormalizeShortcuts FuzzOriginURL FuzzEscapeQuery FuzzCheckDomain; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coralname || exit 1; \
 	done
-	for target in FuzzDecodeReference FuzzRequestThroughProxy \
-			FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL FuzzLocalizeLocation FuzzTargetCache \
+	for target in FuzzDecodeReference FuzzRequestThroughProxy FuzzLocalizeLocation FuzzTargetCache \
 			FuzzReadHead FuzzParseProcNet; do \
-		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy || exit 1; \
+		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/proxy || exit 1; \
+	done
+	for target in FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL; do \
+		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/purge || exit 1; \
 	done
 	$(GO) test -run=NONE -fuzz='^FuzzNoServeRedirect$$' -fuzztime=$(FUZZTIME) ./module/caddy/abuse
 	for target in FuzzParseCacheControl FuzzTargetedCacheControl FuzzParseHTTPDate; do \

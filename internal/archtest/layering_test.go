@@ -68,6 +68,20 @@ var rules = []rule{
 		"the proxy's subpackages are parts it assembles, not users of it"},
 }
 
+// An externalRule forbids the packages matching from to depend, directly
+// or through other packages, on any package outside the module whose
+// import path starts with one of prefixes.
+type externalRule struct {
+	from     pattern
+	prefixes []string
+	why      string
+}
+
+var externalRules = []externalRule{
+	{"module/caddy/*", []string{"github.com/caddyserver/"},
+		"the proxy's core (module/caddy/proxy) and its parts are Caddy's neither: module/caddy adapts them to Caddy"},
+}
+
 const modulePath = "github.com/coralcdn/coral"
 
 // pkg is what the test needs of `go list -json`.
@@ -136,6 +150,11 @@ func violations(pkgs []pkg) []string {
 		for _, d := range p.Deps {
 			to, ok := rel(d)
 			if !ok {
+				for _, r := range externalRules {
+					if matches(r.from, from) && slices.ContainsFunc(r.prefixes, func(pre string) bool { return strings.HasPrefix(d, pre) }) {
+						out = append(out, fmt.Sprintf("%s depends on %s (%s): %s", from, d, r.why, chain(byPath, p.ImportPath, d)))
+					}
+				}
 				continue
 			}
 			if dl := layersOf(to); in[0].ships && len(dl) == 1 && !dl[0].ships {
@@ -153,7 +172,7 @@ func violations(pkgs []pkg) []string {
 }
 
 // chain is a shortest import path from one package to another, for the
-// message: "a → b → c".
+// message: "a → b → c" (a package outside the module by its import path).
 func chain(byPath map[string]pkg, from, to string) string {
 	prev := map[string]string{from: ""}
 	queue := []string{from}
@@ -163,7 +182,10 @@ func chain(byPath map[string]pkg, from, to string) string {
 		if cur == to {
 			var path []string
 			for p := to; p != ""; p = prev[p] {
-				r, _ := rel(p)
+				r, ok := rel(p)
+				if !ok {
+					r = p
+				}
 				path = append(path, r)
 			}
 			slices.Reverse(path)
@@ -243,6 +265,8 @@ func TestRulesCatchBreaches(t *testing.T) {
 		mk("module/caddy", "module/caddy/diskcache", "internal/lab/proc"),
 		mk("module/caddy/diskcache"),
 		mk("module/caddy/purge", "module/caddy"),
+		mk("module/caddy/proxy", "module/caddy/abuse"),
+		mk("module/caddy/abuse"),
 		mk("plugin/coredns", "module/caddy/diskcache"),
 		mk("internal/lab/proc"),
 		mk("internal/newthing"),
@@ -269,6 +293,18 @@ func TestRulesCatchBreaches(t *testing.T) {
 		}
 		slices.Sort(pkgs[i].Deps)
 	}
+	// A part of the proxy that imports Caddy, and the core through it.
+	const caddyPkg = "github.com/caddyserver/caddy/v2"
+	for i := range pkgs {
+		switch pkgs[i].ImportPath {
+		case m("module/caddy/abuse"):
+			pkgs[i].Imports = append(pkgs[i].Imports, caddyPkg)
+			pkgs[i].Deps = append(pkgs[i].Deps, caddyPkg)
+		case m("module/caddy/proxy"):
+			pkgs[i].Deps = append(pkgs[i].Deps, caddyPkg)
+		}
+	}
+	pkgs = append(pkgs, pkg{ImportPath: caddyPkg})
 
 	got := strings.Join(violations(pkgs), "\n")
 	for _, want := range []string{
@@ -280,6 +316,8 @@ func TestRulesCatchBreaches(t *testing.T) {
 		"module/caddy/purge depends on module/caddy (the proxy's subpackages",
 		"plugin/coredns depends on module/caddy/diskcache (the DNS server and the proxy",
 		"internal/newthing is in 0 layers",
+		"module/caddy/proxy depends on github.com/caddyserver/caddy/v2 (the proxy's core",
+		"module/caddy/proxy → module/caddy/abuse → github.com/caddyserver/caddy/v2",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("violations lack %q; got:\n%s", want, got)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
 func init() {
@@ -75,7 +76,7 @@ func (a *AdminAPI) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// Recent fetches: a small ring the download path appends to.
+// Recent fetches: a small ring the proxies append to (Config.Fetched).
 
 const (
 	recentFetchCount  = 64
@@ -102,12 +103,13 @@ var adminFetchLog struct {
 // /coral/status: the URL fetched, where from (origin, peer-l<level>), the
 // response status (0 if there was none), the body bytes received and how
 // long it took. It keeps the last 64, process-wide.
-func recordFetch(url, source string, status int, bytes int64, dur time.Duration) {
+func recordFetch(fetch proxy.Fetch) {
+	url := fetch.URL
 	if len(url) > recentFetchURLMax {
 		url = url[:recentFetchURLMax]
 	}
-	f := adminFetch{Time: time.Now(), URL: url, Source: source, Status: status, Bytes: bytes,
-		DurationMS: float64(dur) / float64(time.Millisecond)}
+	f := adminFetch{Time: time.Now(), URL: url, Source: fetch.Source, Status: fetch.Status, Bytes: fetch.Bytes,
+		DurationMS: float64(fetch.Took) / float64(time.Millisecond)}
 	adminFetchLog.mu.Lock()
 	adminFetchLog.ring[adminFetchLog.n%recentFetchCount] = f
 	adminFetchLog.n++
@@ -284,7 +286,7 @@ func adminCacheStats() []adminCache {
 		s := c.store.Stats()
 		refs := 0
 		for _, t := range c.refs {
-			refs += t.len()
+			refs += t.Len()
 		}
 		out = append(out, adminCache{
 			Dir: c.dir, Zones: c.zones, Objects: s.Entries, Bytes: s.Bytes, MaxBytes: s.MaxBytes,

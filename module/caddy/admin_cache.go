@@ -10,6 +10,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
 type adminCachePage struct {
@@ -128,7 +129,7 @@ func adminRecentObjects(c cacheRef, n int) []adminObject {
 		if len(out) >= n {
 			break
 		}
-		if o, m, ok := adminObjectOf(c.store, in); ok && m.Extra[varyIndexField] == "" {
+		if o, m, ok := adminObjectOf(c.store, in); ok && !proxy.IsVaryIndex(m) {
 			out = append(out, o)
 		}
 	}

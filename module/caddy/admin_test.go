@@ -3,6 +3,7 @@ package coralcaddy
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -12,6 +13,9 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddytest"
+	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
 // adminTestCall runs an admin route's handler as Caddy's admin server
@@ -71,6 +75,84 @@ func hasKeys(t *testing.T, what string, m map[string]any, keys ...string) {
 	}
 }
 
+// startRegistryTest runs Caddy with a coral app on listen (bootstrapping
+// through boot, if not "") and one coral_proxy per zone, all with their
+// cache in dir (64 MiB): an app and handlers as Caddy provisions them, for
+// the tests of what the admin API and the status page read of them. The
+// handlers are provisioned in the order of zones. It returns the shared
+// store.
+func startRegistryTest(t *testing.T, listen, boot, dir string, zones ...string) *diskcache.Store {
+	t.Helper()
+	port := 9180 + int(testProxyPort.Add(1))
+	bootstrap := ""
+	if boot != "" {
+		bootstrap = "bootstrap " + boot
+	}
+	var sites strings.Builder
+	for i, zone := range zones {
+		proxy := fmt.Sprintf("coral_proxy %s {\n\t\t\tcache_dir %s\n\t\t\tcache_size 64MiB\n\t\t}", zone, dir)
+		if i == len(zones)-1 {
+			fmt.Fprintf(&sites, "\thandle {\n\t\t%s\n\t}\n", proxy)
+		} else {
+			fmt.Fprintf(&sites, "\t@z%[1]d host *.%[2]s\n\thandle @z%[1]d {\n\t\t%[3]s\n\t}\n", i, zone, proxy)
+		}
+	}
+	caddytest.NewTester(t).InitServer(fmt.Sprintf(`{
+	skip_install_trust
+	admin {$CORAL_TEST_ADMIN}
+	http_port %[1]d
+	grace_period 1ns
+	coral {
+		listen %[2]s
+		%[3]s
+	}
+}
+:%[1]d {
+%[4]s}`, port, listen, bootstrap, sites.String()), "caddyfile")
+	return newestHandler(t).store
+}
+
+// newestHandler is the coral_proxy handler Caddy provisioned last.
+func newestHandler(t testing.TB) *Handler {
+	t.Helper()
+	_, proxies := runningAll()
+	if len(proxies) == 0 {
+		t.Fatal("no coral_proxy handler runs")
+	}
+	return proxies[len(proxies)-1]
+}
+
+// waitWritten waits until store writes no object: the downloads of the
+// test's requests are committed (after their last byte reached the
+// client).
+func waitWritten(t *testing.T, store *diskcache.Store) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); store.Stats().Writing != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("a download still runs after 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stopCoral runs Caddy without any coral app or handler: those of the
+// test before are cleaned up.
+func stopCoral(t *testing.T) {
+	t.Helper()
+	port := 9180 + int(testProxyPort.Add(1))
+	caddytest.NewTester(t).InitServer(fmt.Sprintf(`{
+	skip_install_trust
+	admin {$CORAL_TEST_ADMIN}
+	http_port %[1]d
+}
+:%[1]d {
+	respond "no coral here"
+}`, port), "caddyfile")
+	if apps, proxies := runningAll(); len(apps)+len(proxies) != 0 {
+		t.Fatalf("%d apps and %d handlers still registered", len(apps), len(proxies))
+	}
+}
+
 func TestAdminModule(t *testing.T) {
 	info, err := caddy.GetModule("admin.api.coral")
 	if err != nil {
@@ -103,17 +185,12 @@ func TestAdminModule(t *testing.T) {
 
 func TestAdminStatus(t *testing.T) {
 	const addr = "127.0.5.3:4000"
-	node := metricsTestNode(t, addr)
-	app := metricsTestApp(node, addr, true)
-	app.Bootstrap = []string{"127.0.5.4:4000"}
-	store := metricsTestStore(t)
-	h := &Handler{Zone: "nyud.test", CacheDir: "/tmp/admin-status-cache", store: store, storeKey: "/tmp/admin-status-cache"}
-	h2 := &Handler{Zone: "other.test", store: store, storeKey: "/tmp/admin-status-cache"} // shares the cache
-	addRunningApp(app)
-	addRunningApp(app) // idempotent
-	addRunningProxy(h)
-	addRunningProxy(h2)
-	t.Cleanup(func() { removeRunningProxy(h); removeRunningProxy(h2); removeRunningApp(app) })
+	metricsTestNode(t, "127.0.5.4:4000") // the bootstrap node: the app joins through it
+	dir := t.TempDir()
+	// Two handlers share the cache.
+	store := startRegistryTest(t, addr, "127.0.5.4:4000", dir, "nyud.test", "other.test")
+	waitJoinedStatus(t)
+	node := runningNode()
 
 	metricsTestPut(t, store, metricsTestKey(0), "http://www.example.com/a", "hello")
 	metricsTestPut(t, store, metricsTestKey(1), "http://www.example.com/b", "hello, world")
@@ -127,9 +204,9 @@ func TestAdminStatus(t *testing.T) {
 		t.Fatal("unexpected object")
 	}
 
-	recordFetch("http://www.example.com/a", "origin", 200, 5, 1500*time.Microsecond)
-	recordFetch("http://www.example.com/b", "peer-l1", 404, 12, 2*time.Second)
-	recordFetch("http://www.example.com/"+strings.Repeat("x", 5000), "origin", 0, 0, time.Second)
+	recordFetch(proxy.Fetch{URL: "http://www.example.com/a", Source: "origin", Status: 200, Bytes: 5, Took: 1500 * time.Microsecond})
+	recordFetch(proxy.Fetch{URL: "http://www.example.com/b", Source: "peer-l1", Status: 404, Bytes: 12, Took: 2 * time.Second})
+	recordFetch(proxy.Fetch{URL: "http://www.example.com/" + strings.Repeat("x", 5000), Source: "origin", Took: time.Second})
 
 	var st adminStatus
 	generic := adminTestGet(t, "/coral/status", "/coral/status", &st)
@@ -152,7 +229,7 @@ func TestAdminStatus(t *testing.T) {
 		t.Fatal("no node in the status")
 	}
 	if st.Node.ID != node.ID().String() || st.Node.Address != addr || st.Node.Listen != addr || !st.Node.Joined ||
-		!slices.Equal(st.Node.Bootstrap, app.Bootstrap) {
+		!slices.Equal(st.Node.Bootstrap, []string{"127.0.5.4:4000"}) {
 		t.Errorf("node %+v; want ID %s at %s, joined", *st.Node, node.ID(), addr)
 	}
 	levels := node.Levels()
@@ -181,13 +258,13 @@ func TestAdminStatus(t *testing.T) {
 		t.Errorf("dht %+v; Stats %+v", *st.DHT, s)
 	}
 
-	i := slices.IndexFunc(st.Caches, func(c adminCache) bool { return c.Dir == "/tmp/admin-status-cache" })
+	i := slices.IndexFunc(st.Caches, func(c adminCache) bool { return c.Dir == dir })
 	if i < 0 {
 		t.Fatalf("caches %+v", st.Caches)
 	}
 	c := st.Caches[i]
 	ss := store.Stats()
-	want := adminCache{Dir: "/tmp/admin-status-cache", Zones: []string{"other.test", "nyud.test"}, Objects: 2, Bytes: ss.Bytes,
+	want := adminCache{Dir: dir, Zones: []string{"other.test", "nyud.test"}, Objects: 2, Bytes: ss.Bytes,
 		MaxBytes: 64 << 20, Hits: 1, Misses: 1, InProgress: 1, InProgressBytes: ss.WritingBytes, Commits: 2}
 	if !slices.Equal(c.Zones, want.Zones) {
 		t.Errorf("zones %v, want %v (the newest handler first)", c.Zones, want.Zones)
@@ -216,9 +293,7 @@ func TestAdminStatus(t *testing.T) {
 	}
 
 	// Once the app and handlers are cleaned up, they are gone from it.
-	removeRunningProxy(h)
-	removeRunningProxy(h2)
-	removeRunningApp(app)
+	stopCoral(t)
 	st = adminStatus{}
 	adminTestGet(t, "/coral/status", "/coral/status", &st)
 	if st.Node != nil && st.Node.ID == node.ID().String() {
@@ -231,7 +306,7 @@ func TestAdminStatus(t *testing.T) {
 
 func TestAdminRecentFetchRing(t *testing.T) {
 	for i := range recentFetchCount + 10 {
-		recordFetch("http://ring.example/"+strings.Repeat("i", i), "origin", 200, int64(i), 0)
+		recordFetch(proxy.Fetch{URL: "http://ring.example/" + strings.Repeat("i", i), Source: "origin", Status: 200, Bytes: int64(i)})
 	}
 	got := adminLastFetches()
 	if len(got) != recentFetchCount {
@@ -245,11 +320,8 @@ func TestAdminRecentFetchRing(t *testing.T) {
 }
 
 func TestAdminCache(t *testing.T) {
-	store := metricsTestStore(t)
-	const dir = "/tmp/admin-cache-cache"
-	h := &Handler{Zone: "nyud.test", store: store, storeKey: dir}
-	addRunningProxy(h)
-	t.Cleanup(func() { removeRunningProxy(h) })
+	dir := t.TempDir()
+	store := startRegistryTest(t, "127.0.5.7:4000", "", dir, "nyud.test")
 
 	const n = 7
 	var keys []string
@@ -349,10 +421,8 @@ func TestAdminCache(t *testing.T) {
 	}
 
 	// Without any handler there is no cache to list.
-	removeRunningProxy(h)
-	if _, proxies := runningAll(); len(proxies) == 0 {
-		if _, err := adminTestCall(t, "/coral/cache", http.MethodGet, "/coral/cache"); adminTestStatusCode(err) != http.StatusNotFound {
-			t.Errorf("no cache: %v, want 404", err)
-		}
+	stopCoral(t)
+	if _, err := adminTestCall(t, "/coral/cache", http.MethodGet, "/coral/cache"); adminTestStatusCode(err) != http.StatusNotFound {
+		t.Errorf("no cache: %v, want 404", err)
 	}
 }

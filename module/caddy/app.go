@@ -74,15 +74,14 @@ type App struct {
 	Levels []caddy.Duration `json:"levels,omitempty"`
 
 	// Clusters pins this node's cluster at some levels (level number →
-	// cluster name), for policy or tests.
+	// cluster name).
 	Clusters map[string]string `json:"clusters,omitempty"`
 
 	opts   host.Options
 	ctx    caddy.Context
 	logger *zap.Logger
-	config *configDigest  // this configuration's hash, for the reload metrics
-	run    *appRun        // from Provision
-	inst   *host.Instance // apps built by hand (tests): their node (host.Detached)
+	config *configDigest // this configuration's hash, for the reload metrics
+	run    *appRun       // from Provision
 }
 
 // appRun is the app's hold on the node, from Start.
@@ -99,14 +98,12 @@ func (App) CaddyModule() caddy.ModuleInfo {
 }
 
 // current is the node as it runs now: after a restart (a newer
-// configuration's or a drain), the new one. Nil before Start. Apps built
-// by hand (tests) have an instance and no handle.
+// configuration's, a failed one's rollback or a drain), the new one; nil
+// before Start. Every way the adapter reaches the node goes through it, so
+// it also makes each new node serve purges.
 func (a *App) current() *host.Instance {
-	if a == nil {
+	if a == nil || a.run == nil {
 		return nil
-	}
-	if a.run == nil {
-		return a.inst
 	}
 	r := a.run
 	r.mu.Lock()
@@ -118,7 +115,7 @@ func (a *App) current() *host.Instance {
 		r.inst = inst
 		// Other proxies' purges arrive as app messages to the node; the
 		// handler finds the caches through the admin registry.
-		inst.Node().HandleApp(purge.Kind, peerPurgeHandler(runningCaches))
+		inst.Node().HandleApp(purge.Kind, peerPurgeHandler())
 	}
 	return r.inst
 }
@@ -131,21 +128,6 @@ func (a *App) handle() *host.Handle {
 	a.run.mu.Lock()
 	defer a.run.mu.Unlock()
 	return a.run.handle
-}
-
-// nodes lists the DSHT nodes running in this process by listen address.
-var nodes runningNodes
-
-type runningNodes struct{}
-
-// Range calls f with each node's listen address and its *host.Instance,
-// until f returns false.
-func (runningNodes) Range(f func(listen, inst any) bool) {
-	for _, inst := range host.Running() {
-		if !f(inst.Listen().String(), inst) {
-			return
-		}
-	}
 }
 
 // Provision checks the node settings and reads the key file; the node is

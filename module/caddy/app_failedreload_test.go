@@ -44,7 +44,7 @@ func TestFailedReloadKeepsNode(t *testing.T) {
 	tester := caddytest.NewTester(t)
 	tester.InitServer(failedReloadConfig(port, listen, bootstrap, dir, ""), "caddyfile")
 	before := waitJoinedStatus(t)
-	node := adminDHTNode()
+	node := runningNode()
 	metricsBefore := adminGet(t, "/metrics")
 	for _, m := range []string{"caddy_coral_cache_max_bytes", "caddy_coral_dht_routing_table_contacts{"} {
 		if !strings.Contains(metricsBefore, m) || expositionValue(metricsBefore, "caddy_coral_dht_joined{") != "1" {
@@ -69,7 +69,7 @@ func TestFailedReloadKeepsNode(t *testing.T) {
 	if fmt.Sprint(after.Node.Bootstrap) != fmt.Sprint(before.Node.Bootstrap) || !after.Node.Joined {
 		t.Errorf("after the failed reload: bootstrap %v joined %v; want %v, joined", after.Node.Bootstrap, after.Node.Joined, before.Node.Bootstrap)
 	}
-	if n := adminDHTNode(); n != node {
+	if n := runningNode(); n != node {
 		t.Error("the handlers' node changed")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

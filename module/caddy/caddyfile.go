@@ -12,6 +12,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/coralcdn/coral/coraldht/host"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
 // The Caddyfile names of the coral app and handlers.
@@ -280,7 +281,7 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		if len(o.args) == 0 {
 			return o.d.Errf("forward_fields needs at least one field name")
 		}
-		if _, err := forwardFields(o.args); err != nil {
+		if _, err := proxy.ForwardFields(o.args); err != nil {
 			return o.d.Err(err.Error())
 		}
 		h.ForwardFields = append(h.ForwardFields, o.args...)

@@ -12,8 +12,10 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 	"go.uber.org/zap"
 )
 
@@ -165,12 +167,12 @@ type Handler struct {
 	BandwidthWindow caddy.Duration `json:"bandwidth_window,omitempty"`
 
 	app      *App
-	forward  []string // forwardFields(ForwardFields), set by Provision
 	store    *diskcache.Store
-	storeKey string
-	eng      *engine
+	refs     *proxy.References // the store's
+	storeKey string            // the store's directory, its key in stores
+	proxy    *proxy.Proxy
 	metrics  *proxyMetrics
-	abuse    abuseControl
+	abuse    *abuse.Controls
 	logger   *zap.Logger
 }
 
@@ -185,21 +187,16 @@ var stores = caddy.NewUsagePool()
 // storeEntry is a cache and the references put for what it holds.
 type storeEntry struct {
 	*diskcache.Store
-	refs *refTable
+	refs *proxy.References
 }
 
 func (s *storeEntry) Destruct() error {
-	s.refs.stop()
+	s.refs.Stop()
 	return s.Close()
 }
 
-// Defaults.
-const (
-	defaultCacheSize     = 1 << 30
-	defaultOriginTimeout = 15 * time.Second
-	defaultPeerTimeout   = 3 * time.Second
-	proxyVersion         = "CoralWebPrx/2.0"
-)
+// defaultCacheSize is cache_size's default.
+const defaultCacheSize = 1 << 30
 
 // validating reports whether this process is `caddy validate`, which
 // provisions a configuration to check it and never runs it (the Caddy
@@ -207,7 +204,7 @@ const (
 var validating = len(os.Args) > 1 && os.Args[1] == "validate"
 
 // Provision finds the coral app (and so the DSHT node), opens the cache
-// and builds the fetch engine.
+// and builds the proxy.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	app, err := ctx.App("coral")
@@ -216,25 +213,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.app = app.(*App)
 	h.setDefaults()
-	policy := h.policy()
-	guard, err := newGuard("allow_origins", h.AllowOrigins)
+	cfg, err := h.proxyConfig()
 	if err != nil {
 		return err
-	}
-	guard.self = newSelfAddresses(time.Now, interfaceAddrs, dhtAddrs, h.advertisedAddrs,
-		func() []netip.Addr { return processListenerAddrs("/proc") })
-	peerGuard, err := newGuard("allow_peers", h.AllowPeers)
-	if err != nil {
-		return err
-	}
-	if h.forward, err = forwardFields(h.ForwardFields); err != nil {
-		return err
-	}
-	var peerAddr netip.AddrPort
-	if h.PeerAddress != "" {
-		if peerAddr, err = netip.ParseAddrPort(h.PeerAddress); err != nil {
-			return fmt.Errorf("coral_proxy: peer_address %q: want IP:PORT", h.PeerAddress)
-		}
 	}
 	dir, err := filepath.Abs(h.CacheDir)
 	if err != nil {
@@ -256,17 +237,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if msg := cacheSizeWarning(dir, h.CacheSize, entry.Store.Stats().Bytes); msg != "" {
 		h.logger.Warn(msg)
 	}
-	h.store = entry.Store
+	h.store, h.refs = entry.Store, entry.refs
 	if h.metrics, err = newProxyMetrics(ctx.GetMetricsRegistry(), h.app, h.store); err != nil {
 		return err
 	}
-	cfg := h.engineConfig(nil, guard, peerGuard, policy)
-	cfg.nodeFunc, cfg.refs, cfg.metrics = runningNode, entry.refs, h.metrics
-	h.eng = newEngine(cfg)
-	if peerAddr.IsValid() {
-		h.eng.peerAddr.Store(&peerAddr)
-	}
 	if err := h.provisionAbuse(); err != nil {
+		return err
+	}
+	cfg.Store, cfg.References, cfg.Metrics, cfg.Abuse = h.store, h.refs, h.metrics, h.abuse
+	if h.proxy, err = proxy.New(cfg); err != nil {
 		return err
 	}
 	h.app.config.add("coral_proxy", h)
@@ -275,6 +254,37 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	addRunningProxy(h)
 	return nil
+}
+
+// proxyConfig is the proxy's configuration h's options ask for, without
+// the store and what comes with it; it is checked (Config.Validate).
+func (h *Handler) proxyConfig() (proxy.Config, error) {
+	c := proxy.DefaultConfig()
+	c.Zone, c.Policy, c.ForwardFields, c.Logger = h.Zone, h.policy(), h.ForwardFields, h.logger
+	var err error
+	if c.AllowOrigins, err = parsePrefixes("allow_origins", h.AllowOrigins); err != nil {
+		return c, err
+	}
+	if c.AllowPeers, err = parsePrefixes("allow_peers", h.AllowPeers); err != nil {
+		return c, err
+	}
+	if h.PeerAddress != "" {
+		if c.PeerAddress, err = netip.ParseAddrPort(h.PeerAddress); err != nil {
+			return c, fmt.Errorf("coral_proxy: peer_address %q: want IP:PORT", h.PeerAddress)
+		}
+	}
+	c.OriginScheme, c.HTTPSRedirect = h.OriginScheme, h.HTTPSRedirect
+	if h.HTTPSPort != 0 {
+		c.HTTPSPort = h.HTTPSPort
+	}
+	c.OriginTimeout, c.PeerTimeout = time.Duration(h.OriginTimeout), time.Duration(h.PeerTimeout)
+	c.DownloadTimeout = durationOr(h.DownloadTimeout, c.DownloadTimeout)
+	c.DownloadWait = durationOr(h.DownloadWait, c.DownloadWait)
+	c.MaxDownloads = orDefault(h.MaxDownloads, c.MaxDownloads)
+	c.MaxDownloadsPerOrigin = orDefault(h.MaxDownloadsPerOrigin, c.MaxDownloadsPerOrigin)
+	c.MaxDownloadsPerClient = orDefault(h.MaxDownloadsPerClient, c.MaxDownloadsPerClient)
+	c.Node, c.OwnAddrs, c.Fetched, c.ClientAddr = runningDHT, dhtAddrs, recordFetch, requestClientAddr
+	return c, c.Validate()
 }
 
 // setDefaults fills in the options left unset.
@@ -286,10 +296,10 @@ func (h *Handler) setDefaults() {
 		h.CacheSize = defaultCacheSize
 	}
 	if h.OriginTimeout == 0 {
-		h.OriginTimeout = caddy.Duration(defaultOriginTimeout)
+		h.OriginTimeout = caddy.Duration(proxy.DefaultConfig().OriginTimeout)
 	}
 	if h.PeerTimeout == 0 {
-		h.PeerTimeout = caddy.Duration(defaultPeerTimeout)
+		h.PeerTimeout = caddy.Duration(proxy.DefaultConfig().PeerTimeout)
 	}
 	if h.WriteIdleTimeout == 0 {
 		h.WriteIdleTimeout = caddy.Duration(defaultWriteIdleTimeout)
@@ -307,9 +317,8 @@ func (h *Handler) openStore(dir string) (*storeEntry, error) {
 		if err != nil {
 			return nil, err
 		}
-		refs := newRefTable(s, nil)
-		refs.nodeFunc = runningNode
-		refs.run(time.Minute)
+		refs := proxy.NewReferences(s, runningDHT)
+		refs.Run(time.Minute)
 		return &storeEntry{Store: s, refs: refs}, nil
 	})
 	if err != nil {
@@ -374,7 +383,8 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// Cleanup releases this configuration's hold on the cache.
+// Cleanup releases this configuration's hold on the cache. Caddy also
+// cleans up a handler whose Provision failed part way.
 func (h *Handler) Cleanup() error {
 	removeRunningProxy(h)
 	h.metrics.release()
@@ -388,25 +398,116 @@ func (h *Handler) Cleanup() error {
 	return err
 }
 
-// ServeHTTP serves a Coralized request.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+// ServeHTTP serves a Coralized request: the proxy does, its writes bounded
+// by write_idle_timeout; its refusals become Caddy's handler errors.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	w, done := h.idleWrites(w, r)
 	defer done()
-	bc := &bodyCounter{ResponseWriter: w}
-	acct := &requestAccount{status: cacheRefused, source: "none"}
-	defer func() { h.metrics.request(acct.status, acct.source, bc.n) }()
-	return h.serve(bc, r, acct)
+	if err := h.proxy.ServeHTTP(w, r); err != nil {
+		return caddyError(err)
+	}
+	return nil
 }
 
-// requestAccount is what a request is counted as in the metrics.
-type requestAccount struct {
-	status  CacheStatus
-	source  string
-	retried bool // a joined download vanished once already
+// caddyError is err as Caddy's handler error: a proxy's *Error with its
+// status, anything else (the client went away) as it is.
+func caddyError(err error) error {
+	var pe *proxy.Error
+	if errors.As(err, &pe) {
+		return caddyhttp.Error(pe.Status, pe.Err)
+	}
+	return err
 }
 
-func (a *requestAccount) set(status CacheStatus, source string) {
-	a.status, a.source = status, source
+// defaultWriteIdleTimeout is how long a write to a client may make no
+// progress before the client is dropped (write_idle_timeout).
+const defaultWriteIdleTimeout = 30 * time.Second
+
+// idleWrites bounds every write of r's response to the client with the
+// handler's write_idle_timeout, renewed as bytes flow: each write, flush
+// and 64 KiB of a file sent with sendfile must make progress within it, or
+// the connection is closed. So a client that stops reading is dropped and
+// closes the cache Readers it holds (a version it reads stays on disk,
+// counted against cache_size, until it does) however large the response.
+// Caddy's server-wide idle writer (its write_idle_timeout) is overridden
+// for the handler's response; when the server has none, the handler
+// installs its own. It returns the writer to use and what to call when the
+// handler is done.
+func (h *Handler) idleWrites(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, func()) {
+	timeout := time.Duration(h.WriteIdleTimeout)
+	if timeout <= 0 {
+		return w, func() {}
+	}
+	if _, iw := caddyhttp.IdleTimeoutsFromContext(r.Context()); iw != nil {
+		return w, iw.Override(timeout, 0, 0)
+	}
+	iw := &caddyhttp.IdleTimeoutWriter{
+		ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
+		Ctrl:                  http.NewResponseController(w),
+		Deadline:              caddyhttp.IdleDeadline{Start: time.Now(), Timeout: timeout},
+		Logger:                h.logger,
+		// On HTTP/2 an armed deadline resets the stream even between
+		// writes (see IdleTimeoutWriter).
+		ClearBetweenWrites: r.ProtoMajor == 2,
+	}
+	return iw, iw.HandlerDone
+}
+
+// provisionAbuse sets up the blacklist, the rate limit and the budget.
+func (h *Handler) provisionAbuse() error {
+	logger := h.logger
+	a, err := abuse.New(abuse.Config{
+		BlacklistPath: h.Blacklist,
+		BlacklistPoll: time.Duration(h.BlacklistPoll),
+		Logf:          func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) },
+		Rate:          h.RateLimit,
+		Burst:         h.RateBurst,
+		BudgetBytes:   h.BandwidthBudget,
+		BudgetWindow:  time.Duration(h.BandwidthWindow),
+	})
+	if err != nil {
+		return err
+	}
+	h.abuse = a
+	return nil
+}
+
+// requestClientAddr is the client's address: Caddy's client_ip variable,
+// which honours trusted_proxies, else the connection's remote address.
+// Behind a load balancer that is not listed in trusted_proxies every
+// client would share the balancer's address, and its rate.
+func requestClientAddr(r *http.Request) netip.Addr {
+	if s, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok {
+		if a, err := netip.ParseAddr(s); err == nil {
+			return a
+		}
+	}
+	return proxy.RemoteAddr(r)
+}
+
+// parsePrefixes reads the address prefixes of the option named option.
+func parsePrefixes(option string, prefixes []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, a := range prefixes {
+		p, err := parsePrefix(a)
+		if err != nil {
+			return nil, fmt.Errorf("coral_proxy: %s %q: %w", option, a, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parsePrefix reads a prefix, or an address as the prefix of it alone.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, errors.New("not a prefix or address")
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // Interface guards.

@@ -32,10 +32,8 @@ func keysTestCall(t *testing.T, method, target string, body []byte) (adminKeys, 
 // calls get a 4xx and change nothing.
 func TestAdminKeys(t *testing.T) {
 	const addr = "127.0.180.20:4000"
-	node := metricsTestNode(t, addr)
-	app := metricsTestApp(node, addr, true)
-	addRunningApp(app)
-	t.Cleanup(func() { removeRunningApp(app) })
+	app := provisionApp(t, &App{Listen: addr})
+	node := app.Node()
 	fps := func(doc adminKeys) []string {
 		var out []string
 		for _, k := range doc.Keys {

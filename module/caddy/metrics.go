@@ -2,10 +2,8 @@ package coralcaddy
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -13,6 +11,7 @@ import (
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/internal/dhtmetrics"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -32,64 +31,36 @@ import (
 // Registering on a registry that already has them (two coral_proxy
 // handlers in one configuration) reuses what is there, so it never panics.
 
-// Label values. Anything else passed to the proxyMetrics methods is counted
-// as "other", so a caller's mistake cannot grow the label sets without
-// bound.
-const (
-	// cache_status of requests_total: CacheStatus.metricLabel.
-
-	// source of requests_total and bytes_served_total (also "peer-l<level>").
-	metricLocal  = "local"
-	metricOrigin = "origin"
-	metricNone   = "none" // no body came from anywhere (refusals, errors)
-
-	// outcome of origin_fetches_total and peer_fetches_total.
-	metricOK        = "ok"         // a response to use (origin: status < 400)
-	metricHTTPError = "http_error" // origin: a response with status >= 400
-	metricNotCached = "not_cached" // peer: 504 to only-if-cached
-	metricTimeout   = "timeout"    // connect or response-header timeout
-	metricForbidden = "forbidden"  // origin: the address guard refused it
-	metricBackoff   = "backoff"    // origin: recently unreachable; not tried
-	// peer: a reference to an address allow_peers does not permit; skipped
-	metricRefusedAddress = "refused_address"
-	// peer: a put+get done again after a peer failed (refetch.go)
-	metricPeerRetry = "retry"
-	metricError     = "error" // any other failure
-
-	metricOther = "other"
-)
+// Label values: a proxy.CacheStatus's Label for cache_status; the proxy's
+// sources (SourceLocal, SourceOrigin, SourceNone, PeerSource) for source;
+// its Outcomes for outcome. Anything else the proxy reports is counted as
+// "other", so that a mistake cannot grow the label sets without bound.
+const metricOther = "other"
 
 const metricNamespace, metricSubsystem = "caddy", "coral"
 
 var (
-	coralRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricNamespace,
-		Subsystem: metricSubsystem,
-		Name:      "requests_total",
-		Help:      "Requests handled by coral_proxy, by cache status (hit, miss, collapsed, stale, refused) and where the body came from (local, peer-l<level>, origin, none).",
-	}, []string{"cache_status", "source"})
+	coralRequests = counterVec("requests_total",
+		"Requests handled by coral_proxy, by cache status (hit, miss, collapsed, stale, refused) and where the body came from (local, peer-l<level>, origin, none).",
+		"cache_status", "source")
 
-	coralOriginFetches = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricNamespace,
-		Subsystem: metricSubsystem,
-		Name:      "origin_fetches_total",
-		Help:      "Fetches from origin servers by outcome (ok, http_error, timeout, forbidden, backoff, error).",
-	}, []string{"outcome"})
+	coralOriginFetches = counterVec("origin_fetches_total",
+		"Fetches from origin servers by outcome (ok, http_error, timeout, forbidden, backoff, error).",
+		"outcome")
 
-	coralPeerFetches = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricNamespace,
-		Subsystem: metricSubsystem,
-		Name:      "peer_fetches_total",
-		Help:      "Fetches from peer proxies by outcome (ok, not_cached, timeout, error, refused_address: a peer on an address allow_peers does not permit, skipped).",
-	}, []string{"outcome"})
+	coralPeerFetches = counterVec("peer_fetches_total",
+		"Fetches from peer proxies by outcome (ok, not_cached, timeout, error, refused_address: a peer on an address allow_peers does not permit, skipped).",
+		"outcome")
 
-	coralBytesServed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricNamespace,
-		Subsystem: metricSubsystem,
-		Name:      "bytes_served_total",
-		Help:      "Response body bytes sent to clients and peers, by where they came from (local, peer-l<level>, origin).",
-	}, []string{"source"})
+	coralBytesServed = counterVec("bytes_served_total",
+		"Response body bytes sent to clients and peers, by where they came from (local, peer-l<level>, origin).",
+		"source")
 )
+
+// counterVec is the counter caddy_coral_<name> with labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricNamespace, Subsystem: metricSubsystem, Name: name, Help: help}, labels)
+}
 
 func metricDesc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(prometheus.BuildFQName(metricNamespace, metricSubsystem, name), help, labels, nil)
@@ -253,8 +224,7 @@ func registerCollector[C prometheus.Collector](reg prometheus.Registerer, c C) (
 }
 
 // proxyMetrics is one handler's (or app's) hold on the metrics of its
-// configuration's registry. A nil *proxyMetrics does nothing, so handlers
-// built without Caddy (tests) need none.
+// configuration's registry; a handler's is its proxy's Metrics.
 type proxyMetrics struct {
 	coll  *coralCollector
 	store *diskcache.Store
@@ -265,12 +235,9 @@ type proxyMetrics struct {
 
 // newProxyMetrics registers the coral metrics on reg (the Caddy context's
 // ctx.GetMetricsRegistry()) and adds store and app's node to what is read
-// at scrape time; either may be nil. With a nil reg it returns nil, which
-// counts nothing. Call release when the handler (or app) is cleaned up.
+// at scrape time; either may be nil. Call release when the handler (or
+// app) is cleaned up.
 func newProxyMetrics(reg prometheus.Registerer, app *App, store *diskcache.Store) (*proxyMetrics, error) {
-	if reg == nil {
-		return nil, nil
-	}
 	for _, c := range []*prometheus.CounterVec{coralRequests, coralOriginFetches, coralPeerFetches, coralBytesServed} {
 		if _, err := registerCollector(reg, c); err != nil {
 			return nil, fmt.Errorf("coral metrics: %w", err)
@@ -294,7 +261,8 @@ func newProxyMetrics(reg prometheus.Registerer, app *App, store *diskcache.Store
 
 // release removes this handler's store and node from the collector, so a
 // registry that is still scraped does not read a closed store. Safe to
-// call more than once.
+// call more than once, and on nil (a handler whose Provision failed before
+// it had metrics).
 func (m *proxyMetrics) release() {
 	if m == nil {
 		return
@@ -316,20 +284,17 @@ func (m *proxyMetrics) release() {
 	})
 }
 
-// request counts one request: its cache status (hit, miss, collapsed,
-// stale, refused), where its body came from (local, peer-l<level>, origin,
-// none) and the body bytes written (added to bytes_served_total unless the
+// Request counts one request: its cache status, where its body came from
+// and the body bytes written (added to bytes_served_total unless the
 // source is none).
-func (m *proxyMetrics) request(status CacheStatus, source string, bytes int64) {
-	if m == nil {
-		return
-	}
-	if status == cacheHit && source == metricLocal {
+func (m *proxyMetrics) Request(status proxy.CacheStatus, source string, bytes int64) {
+	label := status.Label()
+	if label == "hit" && source == proxy.SourceLocal {
 		// Every hit: the series found once, not by hashing its labels
 		// under the vector's lock on each request.
 		localHits.once.Do(func() {
-			localHits.requests = coralRequests.WithLabelValues(cacheHit.metricLabel(), metricLocal)
-			localHits.bytes = coralBytesServed.WithLabelValues(metricLocal)
+			localHits.requests = coralRequests.WithLabelValues("hit", proxy.SourceLocal)
+			localHits.bytes = coralBytesServed.WithLabelValues(proxy.SourceLocal)
 		})
 		localHits.requests.Inc()
 		if bytes > 0 {
@@ -338,8 +303,8 @@ func (m *proxyMetrics) request(status CacheStatus, source string, bytes int64) {
 		return
 	}
 	source = metricSource(source)
-	coralRequests.WithLabelValues(status.metricLabel(), source).Inc()
-	if bytes > 0 && source != metricNone {
+	coralRequests.WithLabelValues(label, source).Inc()
+	if bytes > 0 && source != proxy.SourceNone {
 		coralBytesServed.WithLabelValues(source).Add(float64(bytes))
 	}
 }
@@ -394,14 +359,15 @@ func requestCounts() []requestCount {
 }
 
 func cacheStatusRank(s string) int {
-	if i := slices.Index(cacheStatusLabels, s); i >= 0 {
+	labels := proxy.StatusLabels()
+	if i := slices.Index(labels, s); i >= 0 {
 		return i
 	}
-	return len(cacheStatusLabels)
+	return len(labels)
 }
 
 func sourceRank(s string) int {
-	if i := slices.Index([]string{metricLocal, metricOrigin, metricNone}, s); i >= 0 {
+	if i := slices.Index([]string{proxy.SourceLocal, proxy.SourceOrigin, proxy.SourceNone}, s); i >= 0 {
 		return i
 	}
 	if l, ok := peerSourceLevel(s); ok {
@@ -410,65 +376,39 @@ func sourceRank(s string) int {
 	return 3
 }
 
-// originFetch counts one fetch from an origin server, by outcome: ok,
-// http_error, timeout, forbidden, backoff or error (fetchOutcome classifies
-// a status and error).
-func (m *proxyMetrics) originFetch(outcome string) {
-	if m == nil {
-		return
-	}
+// OriginFetch counts one fetch from an origin server, by outcome: ok,
+// http_error, timeout, forbidden, backoff or error.
+func (m *proxyMetrics) OriginFetch(outcome proxy.Outcome) {
+	label := string(outcome)
 	switch outcome {
-	case metricOK, metricHTTPError, metricTimeout, metricForbidden, metricBackoff, metricError:
+	case proxy.OutcomeOK, proxy.OutcomeHTTPError, proxy.OutcomeTimeout, proxy.OutcomeForbidden, proxy.OutcomeBackoff, proxy.OutcomeError:
 	default:
-		outcome = metricOther
+		label = metricOther
 	}
-	coralOriginFetches.WithLabelValues(outcome).Inc()
+	coralOriginFetches.WithLabelValues(label).Inc()
 }
 
-// peerFetch counts one fetch from a peer proxy, by outcome: ok, not_cached
-// (the peer's 504 to only-if-cached), timeout or error.
-func (m *proxyMetrics) peerFetch(outcome string) {
-	if m == nil {
-		return
-	}
+// PeerFetch counts one fetch from a peer proxy, by outcome: ok, not_cached
+// (the peer's 504 to only-if-cached), timeout or error; or a peer skipped
+// (refused_address) or a put+get done again (retry).
+func (m *proxyMetrics) PeerFetch(outcome proxy.Outcome) {
+	label := string(outcome)
 	switch outcome {
-	case metricOK, metricNotCached, metricTimeout, metricError, metricRefusedAddress, metricPeerRetry:
+	case proxy.OutcomeOK, proxy.OutcomeNotCached, proxy.OutcomeTimeout, proxy.OutcomeError, proxy.OutcomeRefusedAddress, proxy.OutcomeRetry:
 	default:
-		outcome = metricOther
+		label = metricOther
 	}
-	coralPeerFetches.WithLabelValues(outcome).Inc()
-}
-
-// fetchOutcome classifies the result of an origin or peer fetch for
-// originFetch and peerFetch: the response status when err is nil,
-// otherwise the kind of error. Origin backoff is not recognizable from the
-// error; pass "backoff" for it directly.
-func fetchOutcome(status int, err error) string {
-	switch {
-	case err == nil && status >= 400:
-		return metricHTTPError
-	case err == nil:
-		return metricOK
-	case errors.Is(err, errOriginForbidden):
-		return metricForbidden
-	case errors.Is(err, context.DeadlineExceeded):
-		return metricTimeout
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return metricTimeout
-	}
-	return metricError
+	coralPeerFetches.WithLabelValues(label).Inc()
 }
 
 // metricSource maps a source to its label value: local, origin, none,
 // peer-l0 .. peer-l<MaxLevels-1>; "" is none, anything else other.
 func metricSource(s string) string {
 	switch s {
-	case metricLocal, metricOrigin, metricNone:
+	case proxy.SourceLocal, proxy.SourceOrigin, proxy.SourceNone:
 		return s
 	case "":
-		return metricNone
+		return proxy.SourceNone
 	}
 	if l, ok := peerSourceLevel(s); ok && l >= 0 && l < coraldht.MaxLevels {
 		return s
@@ -492,4 +432,5 @@ func peerSourceLevel(s string) (int, bool) {
 // Interface guards.
 var (
 	_ prometheus.Collector = (*coralCollector)(nil)
+	_ proxy.Metrics        = (*proxyMetrics)(nil)
 )

@@ -4,17 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coraldht"
-	"github.com/coralcdn/coral/coraldht/host"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -38,9 +37,20 @@ func metricsTestNode(t *testing.T, addr string) *coraldht.Node {
 	return n
 }
 
-// metricsTestApp wraps a node in a coral app as Provision would.
-func metricsTestApp(n *coraldht.Node, listen string, joined bool) *App {
-	return &App{Listen: listen, inst: host.Detached(n, time.Time{}, joined)}
+// provisionApp provisions and starts a as Caddy does, and cleans it up
+// when the test ends.
+func provisionApp(t *testing.T, a *App) *App {
+	t.Helper()
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	t.Cleanup(cancel)
+	if err := a.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Cleanup() })
+	return a
 }
 
 func metricsTestStore(t *testing.T) *diskcache.Store {
@@ -152,15 +162,15 @@ func TestMetricsCounters(t *testing.T) {
 	originOther0 := val(coralOriginFetches.WithLabelValues("other"))
 	peerMiss0 := val(coralPeerFetches.WithLabelValues("not_cached"))
 
-	m.request(cacheHit, "local", 100)
-	m.request(cacheHit, "local", 50)
-	m.request(cacheMiss, "peer-l1", 7)
-	m.request(cacheRefused, "", 300) // no source: counted as none, bytes not served from anywhere
-	m.request(CacheStatus(200), "peer-l99", 1)
-	m.originFetch("ok")
-	m.originFetch("weird")
-	m.peerFetch("not_cached")
-	m.peerFetch("not_cached")
+	m.Request(proxy.CacheHit, "local", 100)
+	m.Request(proxy.CacheRevalidated, "local", 50)
+	m.Request(proxy.CacheMiss, "peer-l1", 7)
+	m.Request(proxy.CacheRefused, "", 300) // no source: counted as none, bytes not served from anywhere
+	m.Request(proxy.CacheStatus(200), "peer-l99", 1)
+	m.OriginFetch(proxy.OutcomeOK)
+	m.OriginFetch("weird")
+	m.PeerFetch(proxy.OutcomeNotCached)
+	m.PeerFetch(proxy.OutcomeNotCached)
 
 	for _, c := range []struct {
 		name      string
@@ -193,18 +203,10 @@ func TestMetricsCounters(t *testing.T) {
 		}
 	}
 
-	// A nil *proxyMetrics counts nothing and does not panic.
+	// A handler whose Provision failed before it had metrics releases
+	// none.
 	var nm *proxyMetrics
-	nm.request(cacheHit, "local", 10)
-	nm.originFetch("ok")
-	nm.peerFetch("ok")
 	nm.release()
-	if d := val(coralRequests.WithLabelValues("hit", "local")) - hitLocal0; d != 2 {
-		t.Errorf("a nil proxyMetrics counted: hit/local increased by %v", d)
-	}
-	if m, err := newProxyMetrics(nil, nil, nil); m != nil || err != nil {
-		t.Errorf("newProxyMetrics(nil) = %v, %v; want nil, nil", m, err)
-	}
 }
 
 func TestMetricsLabelValues(t *testing.T) {
@@ -215,29 +217,6 @@ func TestMetricsLabelValues(t *testing.T) {
 	} {
 		if got := metricSource(in); got != want {
 			t.Errorf("metricSource(%q) = %q, want %q", in, got, want)
-		}
-	}
-	if got := CacheStatus(200).metricLabel(); got != "other" {
-		t.Errorf("CacheStatus(200).metricLabel() = %q, want other", got)
-	}
-
-	timeoutErr := &net.OpError{Op: "dial", Err: os.ErrDeadlineExceeded}
-	for _, c := range []struct {
-		status int
-		err    error
-		want   string
-	}{
-		{200, nil, "ok"},
-		{304, nil, "ok"},
-		{404, nil, "http_error"},
-		{503, nil, "http_error"},
-		{0, fmt.Errorf("dial: %w", errOriginForbidden), "forbidden"},
-		{0, context.DeadlineExceeded, "timeout"},
-		{0, timeoutErr, "timeout"},
-		{0, errors.New("connection refused"), "error"},
-	} {
-		if got := fetchOutcome(c.status, c.err); got != c.want {
-			t.Errorf("fetchOutcome(%d, %v) = %q, want %q", c.status, c.err, got, c.want)
 		}
 	}
 }
@@ -269,7 +248,7 @@ func TestMetricsReloadRegistration(t *testing.T) {
 	if got := gatherValues(t, reg1, "caddy_coral_cache_objects"); got[""] != 2 {
 		t.Errorf("cache_objects over two stores (one shared) = %v, want 2", got)
 	}
-	m1.request(cacheHit, "local", 3)
+	m1.Request(proxy.CacheHit, "local", 3)
 	before := metricsCounterValue(coralRequests.WithLabelValues("hit", "local"))
 
 	// Reload: the new configuration's handler on a fresh registry, then the
@@ -304,7 +283,7 @@ func TestMetricsReloadRegistration(t *testing.T) {
 	if got := gatherValues(t, reg2, "caddy_coral_requests_total"); got["cache_status=hit,source=local"] != before {
 		t.Errorf("counters did not carry over the reload: %v, want hit/local %v", got, before)
 	}
-	n1.request(cacheHit, "local", 3)
+	n1.Request(proxy.CacheHit, "local", 3)
 	if got := gatherValues(t, reg2, "caddy_coral_requests_total"); got["cache_status=hit,source=local"] != before+1 {
 		t.Errorf("after the reload: %v, want hit/local %v", got, before+1)
 	}
@@ -321,14 +300,14 @@ func TestMetricsReloadRegistration(t *testing.T) {
 // The collector reads a real store and a real DSHT node at scrape time.
 func TestMetricsCollector(t *testing.T) {
 	const addr = "127.0.5.1:4000"
-	node := metricsTestNode(t, addr)
+	app := provisionApp(t, &App{Listen: addr})
+	node := app.Node()
 	pinger := metricsTestNode(t, "127.0.5.2:4000")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := pinger.Ping(ctx, netip.MustParseAddrPort(addr)); err != nil {
 		t.Fatalf("ping: %v", err)
 	}
-	app := metricsTestApp(node, addr, true)
 
 	store := metricsTestStore(t)
 	metricsTestPut(t, store, metricsTestKey(0), "http://www.example.com/a", "hello")
@@ -406,9 +385,15 @@ func TestMetricsCollector(t *testing.T) {
 		}
 	}
 
-	// Not joined yet.
-	app.inst = host.Detached(app.inst.Node(), time.Time{}, false)
-	if got := gatherValues(t, reg, "caddy_coral_dht_joined"); got[nl] != 0 {
+	// Not joined yet: an app whose bootstrap node never answers.
+	waiting := provisionApp(t, &App{Listen: "127.0.5.5:4000", Bootstrap: []string{"127.0.5.6:4000"}})
+	wreg := prometheus.NewPedanticRegistry()
+	wm, err := newProxyMetrics(wreg, waiting, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wm.release()
+	if got := gatherValues(t, wreg, "caddy_coral_dht_joined"); len(got) != 1 || got["node=127.0.5.5:4000"] != 0 {
 		t.Errorf("dht_joined = %v for a node that has not joined", got)
 	}
 
@@ -423,5 +408,22 @@ func TestMetricsCollector(t *testing.T) {
 	}
 	if got := gatherValues(t, reg, "caddy_coral_downloads_in_progress"); len(got) != 0 {
 		t.Errorf("downloads_in_progress after release = %v", got)
+	}
+}
+
+// TestPeerRefusedAddressLabel: a peer skipped for its address is counted
+// as refused_address, not other.
+func TestPeerRefusedAddressLabel(t *testing.T) {
+	read := func() float64 {
+		var m dto.Metric
+		if err := coralPeerFetches.WithLabelValues("refused_address").Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	before := read()
+	(&proxyMetrics{}).PeerFetch(proxy.OutcomeRefusedAddress)
+	if got := read(); got != before+1 {
+		t.Errorf("refused_address = %v, want %v", got, before+1)
 	}
 }

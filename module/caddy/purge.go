@@ -1,34 +1,26 @@
 package coralcaddy
 
-// The proxy's side of purges (package purge, whose comment has every
-// decision): POST /coral/purge on the admin API, the handler for other
-// proxies' purges, and what purge sees of the running caches, handlers
-// and DSHT node.
+// The adapter's side of purges (package purge, whose comment has every
+// decision): POST /coral/purge on the admin API and the handler for other
+// proxies' purges, over the running caches and node.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 	"github.com/coralcdn/coral/module/caddy/purge"
 	"go.uber.org/zap"
 )
 
 // purgeCache is c as purge sees it.
 func (c cacheRef) purgeCache() purge.Cache {
-	pc := purge.Cache{Dir: c.dir, Zones: c.zones, Store: c.store, VaryIndexField: varyIndexField}
-	for _, e := range c.engines {
-		pc.Handlers = append(pc.Handlers, purgeEngine{e})
-	}
-	for _, t := range c.refs {
-		pc.Refs = append(pc.Refs, purgeRefs{t})
-	}
-	return pc
+	return proxy.PurgeCache(c.dir, c.zones, c.store, c.proxies, c.refs)
 }
 
 // purgeCaches is caches as purge sees them.
@@ -40,57 +32,23 @@ func purgeCaches(caches []cacheRef) []purge.Cache {
 	return out
 }
 
-// purgeEngine is an engine as purge sees it (purge.Handler).
-type purgeEngine struct{ e *engine }
-
-func (p purgeEngine) MarkPurged(key string) { p.e.purged.put(key, p.e.now()) }
-
-func (p purgeEngine) Pending(key string) <-chan struct{} {
-	if d := p.e.inflightFor(key); d != nil {
-		return d.ready
-	}
-	return nil
-}
-
-// purgeRefs is a reference table as purge sees it (purge.RefTable).
-type purgeRefs struct{ t *refTable }
-
-func (p purgeRefs) Forget(key string) bool { return p.t.forget(key) }
-
 // purgeLogger is where purges log.
 func purgeLogger() *zap.Logger { return caddy.Log().Named("coral.purge") }
 
 // peerPurgeHandler serves other proxies' purges (app messages to this
-// node) on the caches that caches returns (runningCaches: every running
-// one).
-func peerPurgeHandler(caches func() []cacheRef) coraldht.AppHandler {
-	return purge.PeerHandler(func() []purge.Cache { return purgeCaches(caches()) }, purgeLogger)
+// node) on every running cache (runningCaches).
+func peerPurgeHandler() coraldht.AppHandler {
+	return purge.PeerHandler(func() []purge.Cache { return purgeCaches(runningCaches()) }, purgeLogger)
 }
 
 // purgeNetwork is how a network purge from node reaches the other
-// proxies: this proxy is its node and the HTTP addresses its handlers put
-// in references, and the guard for peer addresses is the newest
-// handler's (allow_peers).
+// proxies (PurgeNetwork), for the proxies of caches, newest first.
 func purgeNetwork(node *coraldht.Node, caches []cacheRef) purge.Network {
-	self := map[netip.AddrPort]bool{}
-	var guard originGuard
-	haveGuard := false
+	var proxies []*proxy.Proxy
 	for _, c := range caches {
-		for _, e := range c.engines {
-			if e.selfAddr != nil {
-				if a := e.selfAddr(); a.IsValid() {
-					self[a] = true
-				}
-			}
-			if !haveGuard {
-				guard, haveGuard = e.peerGuard, true
-			}
-		}
+		proxies = append(proxies, c.proxies...)
 	}
-	return purge.Network{Node: node, Self: self, Permitted: guard.permitted, DecodeRef: func(b []byte) (purge.Ref, error) {
-		r, err := decodeReference(b)
-		return purge.Ref{HTTP: r.Addr, DHT: r.DHT}, err
-	}}
+	return proxy.PurgeNetwork(node, proxies)
 }
 
 // handlePurge serves POST /coral/purge. Parameters, in the query or a
@@ -128,7 +86,7 @@ func (a *AdminAPI) handlePurge(w http.ResponseWriter, r *http.Request) error {
 	}
 	var node *coraldht.Node
 	if q.Mode != "" {
-		if node = adminDHTNode(); node == nil {
+		if node = runningNode(); node == nil {
 			return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errors.New("coral purge: network= needs the coral app's DSHT node, and none is running")}
 		}
 		if spec.Prefix {
@@ -155,9 +113,4 @@ func (a *AdminAPI) handlePurge(w http.ResponseWriter, r *http.Request) error {
 	}
 	purgeLogger().Info("purge", fields...)
 	return adminJSON(w, resp)
-}
-
-// adminDHTNode is the DSHT node of the newest running coral app, or nil.
-func adminDHTNode() *coraldht.Node {
-	return runningNode()
 }

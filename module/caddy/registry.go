@@ -1,13 +1,14 @@
 package coralcaddy
 
 import (
+	"net/netip"
 	"slices"
 	"sync"
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coraldht/host"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
-	"github.com/coralcdn/coral/module/caddy/purge"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
 // The running coral apps and coral_proxy handlers of this process: what
@@ -23,28 +24,44 @@ var running struct {
 	proxies []*Handler
 }
 
-// addRunningApp makes a provisioned coral app visible to the rest of the
-// process (admin API, status page, purges). Call it at the end of App.Provision, once the node is there.
+// addRunningApp makes a started coral app visible to the rest of the
+// process (admin API, status page, purges). Call it in App.Start, once the
+// node is there.
 func addRunningApp(a *App) {
 	running.mu.Lock()
 	defer running.mu.Unlock()
 	if !slices.Contains(running.apps, a) {
 		running.apps = append(running.apps, a)
 	}
-	if e := a.current(); e != nil && e.Node() != nil && a.run == nil {
-		// An app built by hand (tests); current registers the purge
-		// handler on every node it sees.
-		e.Node().HandleApp(purge.Kind, peerPurgeHandler(runningCaches))
-	}
 }
 
 // runningNode is the DSHT node of the newest started coral app, as it runs
-// now, or nil.
+// now, or nil: the one way the adapter reaches the node (App.current keeps
+// it serving purges).
 func runningNode() *coraldht.Node {
 	if e := runningInstance(); e != nil {
 		return e.Node()
 	}
 	return nil
+}
+
+// runningDHT is runningNode as the proxies' Config.Node: nil (the
+// interface) when no node runs.
+func runningDHT() proxy.DHT {
+	if n := runningNode(); n != nil {
+		return n
+	}
+	return nil
+}
+
+// dhtAddrs are the listen and advertised addresses of the DSHT nodes
+// running in this process: the proxies' Config.OwnAddrs.
+func dhtAddrs() []netip.Addr {
+	var out []netip.Addr
+	for _, inst := range host.Running() {
+		out = append(out, inst.Listen().Addr(), inst.Node().Addr().Addr())
+	}
+	return out
 }
 
 // runningApp is the newest started coral app with a node, or nil.
@@ -70,9 +87,9 @@ func removeRunningApp(a *App) {
 	running.apps = slices.DeleteFunc(running.apps, func(x *App) bool { return x == a })
 }
 
-// addRunningProxy makes a provisioned coral_proxy handler (its store) visible
-// to the rest of the process. Call it at the end of Handler.Provision, once h.store
-// is set; the handler's fields must not change afterwards.
+// addRunningProxy makes a provisioned coral_proxy handler (its store and
+// proxy) visible to the rest of the process. Call it at the end of
+// Handler.Provision; the handler's fields must not change afterwards.
 func addRunningProxy(h *Handler) {
 	running.mu.Lock()
 	defer running.mu.Unlock()
@@ -96,14 +113,13 @@ func runningAll() (apps []*App, proxies []*Handler) {
 }
 
 // cacheRef is one distinct store and the handlers using it: their
-// zones, the reference tables of the store (one per store, but a handler
-// set up outside Caddy may have none) and their fetch engines.
+// zones, the store's reference table and their proxies.
 type cacheRef struct {
 	dir     string
 	store   *diskcache.Store
 	zones   []string
-	refs    []*refTable
-	engines []*engine
+	refs    []*proxy.References
+	proxies []*proxy.Proxy
 }
 
 // runningCaches lists the distinct stores of the registered handlers,
@@ -113,26 +129,17 @@ func runningCaches() []cacheRef {
 	var out []cacheRef
 	for i := len(proxies) - 1; i >= 0; i-- {
 		h := proxies[i]
-		if h.store == nil {
-			continue
-		}
 		j := slices.IndexFunc(out, func(c cacheRef) bool { return c.store == h.store })
 		if j < 0 {
-			dir := h.storeKey
-			if dir == "" {
-				dir = h.CacheDir
-			}
-			out = append(out, cacheRef{dir: dir, store: h.store})
+			out = append(out, cacheRef{dir: h.storeKey, store: h.store})
 			j = len(out) - 1
 		}
 		if !slices.Contains(out[j].zones, h.Zone) {
 			out[j].zones = append(out[j].zones, h.Zone)
 		}
-		if h.eng != nil {
-			out[j].engines = append(out[j].engines, h.eng)
-			if h.eng.refs != nil && !slices.Contains(out[j].refs, h.eng.refs) {
-				out[j].refs = append(out[j].refs, h.eng.refs)
-			}
+		out[j].proxies = append(out[j].proxies, h.proxy)
+		if !slices.Contains(out[j].refs, h.refs) {
+			out[j].refs = append(out[j].refs, h.refs)
 		}
 	}
 	return out

@@ -20,6 +20,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 	"github.com/dustin/go-humanize"
 )
 
@@ -202,13 +203,41 @@ type statusKind struct {
 	Share float64 `json:"share"` // of Total
 }
 
-// statusKindOf classifies a requests_total series.
+// The request kinds of the coral_status page and how it names them.
+var statusKinds = []struct{ kind, label string }{
+	{"local_hit", "local hit"},
+	{"peer", "from a peer"},
+	{"origin", "from the origin"},
+	{"stale", "stale"},
+	{"collapsed", "collapsed (joined a download)"},
+	{"failed", "failed"},
+	{"refused", "refused"},
+	{"other", "other"},
+}
+
+// statusKindOf is the page's kind of the requests of a requests_total
+// series (a CacheStatus's Label and a source): a miss is told apart by
+// where its body came from.
 func statusKindOf(label, source string) string {
-	s, ok := cacheStatusOfLabel(label)
-	if !ok {
-		return "other"
+	switch label {
+	case "hit":
+		return "local_hit"
+	case "stale", "collapsed":
+		return label
+	case "refused", "redirect":
+		// A redirect to https serves nothing either.
+		return "refused"
+	case "miss":
+		switch {
+		case source == proxy.SourceOrigin:
+			return "origin"
+		case source == proxy.SourceNone:
+			return "failed"
+		case strings.HasPrefix(source, "peer-l"):
+			return "peer"
+		}
 	}
-	return s.pageKind(source)
+	return "other"
 }
 
 func statusRequestsOf(cells []requestCount) statusRequests {
@@ -242,12 +271,7 @@ func (s *StatusPage) document(now time.Time) *statusDoc {
 		recent = defaultStatusRecent
 	}
 	st := adminStatus{Levels: []adminLevel{}, Caches: adminCacheStats(), RecentFetches: adminLastFetches()}
-	if !st.setNode(s.app) {
-		// Not provisioned by Caddy (tests): the newest running app.
-		apps, _ := runningAll()
-		for i := len(apps) - 1; i >= 0 && !st.setNode(apps[i]); i-- {
-		}
-	}
+	st.setNode(s.app)
 	st.RecentFetches = st.RecentFetches[:min(len(st.RecentFetches), recent)]
 	if !s.ShowQueries {
 		for i := range st.RecentFetches {

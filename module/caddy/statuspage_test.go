@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -17,7 +18,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/coralcdn/coral/coraldht/host"
+	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
 func TestStatusPageCaddyfile(t *testing.T) {
@@ -74,18 +75,16 @@ func TestStatusPageModule(t *testing.T) {
 // The page's request counts are requests_total's, read back in order.
 func TestStatusRequestCounts(t *testing.T) {
 	before := countMap(requestCounts())
-	m := &proxyMetrics{} // counts without a registry of its own
+	m := &proxyMetrics{} // counts without a registry of its own (the counters are the process's)
 	for _, r := range []struct {
-		status CacheStatus
+		status proxy.CacheStatus
 		source string
 	}{
-		{cacheHit, "local"}, {cacheRevalidated, "local"}, {cacheMiss, "origin"}, {cacheMiss, "peer-l2"}, {cacheCollapsed, "peer-l2"},
-		{cacheStaleWhileRevalidate, "local"}, {cacheRefused, "none"}, {cacheMiss, ""}, {CacheStatus(200), "peer-l99"}, {cacheMiss, "peer-l01"},
+		{proxy.CacheHit, "local"}, {proxy.CacheRevalidated, "local"}, {proxy.CacheMiss, "origin"}, {proxy.CacheMiss, "peer-l2"}, {proxy.CacheCollapsed, "peer-l2"},
+		{proxy.CacheStaleWhileRevalidate, "local"}, {proxy.CacheRefused, "none"}, {proxy.CacheMiss, ""}, {proxy.CacheStatus(200), "peer-l99"}, {proxy.CacheMiss, "peer-l01"},
 	} {
-		m.request(r.status, r.source, 10)
+		m.Request(r.status, r.source, 10)
 	}
-	var nilMetrics *proxyMetrics
-	nilMetrics.request(cacheHit, "local", 10) // counts nothing, as before
 	counts := requestCounts()
 	got := countMap(counts)
 	for series, want := range map[string]uint64{
@@ -119,6 +118,32 @@ func countMap(counts []requestCount) map[string]uint64 {
 		out[c.CacheStatus+"/"+c.Source] = c.Count
 	}
 	return out
+}
+
+// TestStatusKindOf: each requests_total series has its status page kind,
+// every label the proxy gives has one, and anything else is other.
+func TestStatusKindOf(t *testing.T) {
+	for _, tc := range []struct{ label, source, kind string }{
+		{"hit", "local", "local_hit"},
+		{"stale", "local", "stale"},
+		{"miss", "origin", "origin"},
+		{"miss", "peer-l1", "peer"},
+		{"miss", "none", "failed"},
+		{"miss", "other", "other"},
+		{"collapsed", "peer-l0", "collapsed"},
+		{"refused", "none", "refused"},
+		{"redirect", "none", "refused"},
+		{"other", "local", "other"},
+	} {
+		if got := statusKindOf(tc.label, tc.source); got != tc.kind {
+			t.Errorf("statusKindOf(%q, %q) = %q, want %q", tc.label, tc.source, got, tc.kind)
+		}
+	}
+	for _, label := range proxy.StatusLabels() {
+		if statusKindOf(label, "local") == "other" && statusKindOf(label, "origin") == "other" {
+			t.Errorf("label %q has no page kind", label)
+		}
+	}
 }
 
 func TestStatusRequestsOf(t *testing.T) {
@@ -215,18 +240,15 @@ func statusCall(t *testing.T, s *StatusPage, method, target, accept string) (*ht
 	return w, err
 }
 
-// The page's content, from a node and a cache registered as Caddy would.
+// The page's content, from the app and the cache of the configuration
+// Caddy runs.
 func TestStatusPageContent(t *testing.T) {
 	const addr = "127.0.5.10:4000"
-	node := metricsTestNode(t, addr)
-	app := metricsTestApp(node, addr, true)
-	app.inst = host.Detached(node, time.Now().Add(-90*time.Minute), true)
-	store := metricsTestStore(t)
-	const dir = "/tmp/status-page-cache"
-	h := &Handler{Zone: "nyud.test", store: store, storeKey: dir}
-	addRunningApp(app)
-	addRunningProxy(h)
-	t.Cleanup(func() { removeRunningProxy(h); removeRunningApp(app) })
+	dir := t.TempDir()
+	store := startRegistryTest(t, addr, "", dir, "nyud.test")
+	apps, _ := runningAll()
+	app := apps[len(apps)-1]
+	node := runningNode()
 
 	// Five objects, used in key order, so the fifth is the most recent; one
 	// URL that would be markup if it were not escaped, one too long to show
@@ -246,7 +268,7 @@ func TestStatusPageContent(t *testing.T) {
 	}
 	metricsTestStart(t, store, metricsTestKey(9), "http://www.example.com/slow", "par")
 	for i := range 5 {
-		recordFetch(fmt.Sprintf("http://fetch.example/%d", i), "origin", 200, int64(i), time.Millisecond)
+		recordFetch(proxy.Fetch{URL: fmt.Sprintf("http://fetch.example/%d", i), Source: "origin", Status: 200, Bytes: int64(i), Took: time.Millisecond})
 	}
 
 	s := &StatusPage{Recent: 3, app: app}
@@ -259,7 +281,7 @@ func TestStatusPageContent(t *testing.T) {
 	}{
 		{name: "html", method: http.MethodGet, target: "/",
 			want: []string{`data-stat="node-address">` + addr + `<`, `data-stat="node-id">` + node.ID().String() + `<`,
-				`data-stat="node-joined">joined<`, `data-stat="uptime">1h30m<`, `data-stat="cache-objects">5<`,
+				`data-stat="node-joined">joined<`, `data-stat="uptime">`, `data-stat="cache-objects">5<`,
 				`data-stat="cache-in-progress">1<`, `<code>` + dir + `</code>`, "obj4", `&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;`,
 				"http://fetch.example/4", "http://fetch.example/2", `data-stat="contacts-l2"`, `data-stat="requests-local_hit"`,
 				"obj2/xxxxx", "x…</td>"},
@@ -374,7 +396,8 @@ func checkStatusJSON(t *testing.T, b []byte, id, addr, dir string) {
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if doc.Node == nil || doc.Node.ID != id || doc.Node.Address != addr || !doc.Node.Joined || doc.UptimeSeconds < 5399 || doc.UptimeSeconds > 5500 {
+	if doc.Node == nil || doc.Node.ID != id || doc.Node.Address != addr || !doc.Node.Joined || doc.Node.Started == nil ||
+		doc.UptimeSeconds != math.Round(doc.Generated.Sub(*doc.Node.Started).Seconds()) {
 		t.Errorf("node %+v, uptime %v", doc.Node, doc.UptimeSeconds)
 	}
 	if len(doc.Levels) != 3 || doc.DHT == nil {
@@ -540,17 +563,12 @@ func TestStatusPageCaddy(t *testing.T) {
 // fetches without their query strings (signed links carry tokens) unless
 // show_queries is set.
 func TestStatusPageHidesQueries(t *testing.T) {
-	const addr = "127.0.5.11:4000"
-	node := metricsTestNode(t, addr)
-	app := metricsTestApp(node, addr, true)
-	store := metricsTestStore(t)
-	h := &Handler{Zone: "nyud.test", store: store, storeKey: "/tmp/status-page-queries"}
-	addRunningApp(app)
-	addRunningProxy(h)
-	t.Cleanup(func() { removeRunningProxy(h); removeRunningApp(app) })
+	store := startRegistryTest(t, "127.0.5.11:4000", "", t.TempDir(), "nyud.test")
+	apps, _ := runningAll()
+	app := apps[len(apps)-1]
 	const secret = "token=s3cr3t&expires=1"
 	metricsTestPut(t, store, metricsTestKey(0), "http://www.example.com/signed?"+secret, "body")
-	recordFetch("http://www.example.com/fetched?"+secret, "origin", 200, 4, time.Millisecond)
+	recordFetch(proxy.Fetch{URL: "http://www.example.com/fetched?" + secret, Source: "origin", Status: 200, Bytes: 4, Took: time.Millisecond})
 
 	for _, show := range []bool{false, true} {
 		s := &StatusPage{Recent: 5, app: app, ShowQueries: show}

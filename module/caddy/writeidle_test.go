@@ -6,11 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/caddyserver/caddy/v2"
 )
 
 // TestStalledClientDropped: a client that requests a cached object and
@@ -20,23 +19,21 @@ import (
 // kept the connection open.
 func TestStalledClientDropped(t *testing.T) {
 	body := bytes.Repeat([]byte("stalled "), 2<<20) // 16 MiB: more than the socket buffers hold
-	origin := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+	origin := newCountingOrigin(t, func(_ *countingOrigin, w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "max-age=600")
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Write(body)
 	})
-	p := startLocalProxy(t, 256<<20, func(h *Handler) {
-		h.MaxObjectSize = 64 << 20
-		h.WriteIdleTimeout = caddy.Duration(300 * time.Millisecond)
-	})
-	if resp, got := p.get(t, origin.coralHost(), "/big"); resp.StatusCode != http.StatusOK || len(got) != len(body) {
+	_, base := startProxy(t, "cache_size 256MiB", "max_object_size 64MiB", "write_idle_timeout 300ms")
+	store := newestHandler(t).store
+	if resp, got := get(t, base, origin.coralHost(), "/big"); resp.StatusCode != http.StatusOK || len(got) != len(body) {
 		t.Fatalf("%d, %d bytes", resp.StatusCode, len(got))
 	}
-	p.idle(t)
+	waitWritten(t, store)
 	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
 		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
 	}}
-	c, err := d.Dial("tcp", p.srv.Listener.Addr().String())
+	c, err := d.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +48,9 @@ func TestStalledClientDropped(t *testing.T) {
 	}
 	// No bound on how soon: only that it happens, well within this.
 	deadline := time.Now().Add(60 * time.Second)
-	for p.store.Stats().Readers != 0 {
+	for store.Stats().Readers != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("a client that reads nothing still holds %d cache readers after 60 s (write_idle_timeout 300ms)", p.store.Stats().Readers)
+			t.Fatalf("a client that reads nothing still holds %d cache readers after 60 s (write_idle_timeout 300ms)", store.Stats().Readers)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/coralcdn/coral/coralname"
 )
 
@@ -224,7 +223,7 @@ func ParseQuery(r *http.Request) (Query, error) {
 	if v, err := param("timeout"); err != nil {
 		return q, err
 	} else if v != "" {
-		d, err := caddy.ParseDuration(v)
+		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 || d > MaxTimeout {
 			return q, fmt.Errorf("coral purge: timeout %q: want a duration up to %v", v, MaxTimeout)
 		}

@@ -1,0 +1,66 @@
+// Package proxy is the core of Coral's cooperative HTTP proxy, apart from
+// any web server: it serves Coralized URLs (http://www.example.com.nyud.net/…)
+// from its disk cache, from peer proxies the DSHT names, or from the origin,
+// fetching each object once however many clients wait for it. The Caddy
+// module coral_proxy (package coralcaddy, module/caddy) is a thin adapter
+// over it: its Provision builds a Proxy from the Caddyfile's options and
+// its ServeHTTP hands the request over. Nothing here imports Caddy or the
+// adapter (internal/archtest checks it), so the core can be read, tested
+// and built on without either.
+//
+// The name is the role: the package is the proxy, the adapter is how Caddy
+// runs it (as CoreDNS's forward plugin runs plugin/pkg/proxy, and Caddy's
+// cache-handler runs Souin's cache).
+//
+// # The request path
+//
+// Proxy.ServeHTTP reads top to bottom, one phase after the other, each in
+// its own file:
+//
+//	parse    target.go, targetcache.go   the Coralized host, the cache key, the origin URL
+//	admit    admit.go                    refuse what is not to be served (421, 400, 403, 405,
+//	                                     429, 308 to https, a redirect over budget)
+//	look up  serve.go                    the stored copy, or the variant the request selects (vary.go)
+//	serve    serve.go                    a fresh hit; a stale copy revalidated or served meanwhile
+//	download serve.go, download.go       start or join the one download of the object; its slot
+//	                                     (slots.go); what it does (fetch.go: put+get, peers.go,
+//	                                     refetch.go, fetch_origin.go, revalidate.go)
+//	respond  respond.go                  the stored or arriving body, or a relayed uncached one
+//
+// and never calls back into the server around it. What it needs of that
+// server comes in through Config, once, at New: the node accessor, the
+// abuse controls (Abuse), where to count (Metrics) and log fetches
+// (Fetched), and who the client is (ClientAddr). A request it refuses, or
+// cannot answer, comes back as an *Error with the HTTP status, which the
+// server writes (the adapter makes it a caddyhttp.Error).
+//
+// # The node
+//
+// The proxy reaches its DSHT node one way only: Config.Node, a function it
+// calls each time it needs the node (the put+get of a download and its
+// renewals, the put of a reference, a reference's DSHT address, learning
+// its own HTTP address), and References calls the same function for the
+// renewals it does. It never keeps the node, because the node is not its
+// own and does not outlive it the same way: in Caddy, the coral app owns
+// the node (coraldht/host), and a configuration reload does not rebuild
+// it. A reload with unchanged node settings keeps the running node; one
+// that changes them restarts the node in place on the same socket (a new
+// *coraldht.Node); a drain restarts it without its HTTP service; a
+// configuration that fails after taking the node gives the previous
+// settings back with one more restart. A Proxy, and the References of its
+// store (which outlive configurations with the store), must use the node
+// running after any of these, so Node answers "the node running now" (in
+// the adapter, the newest started coral app's current node) or nil when
+// there is none, and the proxy then serves from its cache and the origins
+// alone. The rest of the process (the admin API, the status page, purges
+// from other proxies) reaches the node through the adapter, not through
+// the proxy.
+//
+// # Where what comes next goes
+//
+// Bounds per client or per origin on downloads and relays belong to the
+// slots (slots.go) and admission (admit.go); what the proxy stores, and for
+// how long, to fetch.go's keep and the policy (httpcache); how a store
+// keeps objects to package diskcache behind Config.Store; what is written
+// to the client, and when a body counts as complete, to respond.go.
+package proxy

@@ -1,0 +1,353 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Bounds on downloads. Every distinct URL a client asks for that is not in
+// the cache starts a download: a goroutine, a connection to a peer or the
+// origin, and a file in the cache being written. The download outlives the
+// client that started it (the next client wants the object too), so
+// without a bound one client walking through URLs could hold thousands of
+// them open, and one slow origin could take them all. Downloads are
+// therefore counted per proxy and per origin (host and port), and a
+// request that would start one beyond either bound waits for a slot, at
+// most download_wait, then gets 503 with Retry-After. Requests that join a
+// download already running need no slot, and neither do requests served
+// from the cache; a background revalidation (stale-while-revalidate) that
+// finds no free slot is skipped, and the stale copy is served.
+//
+// Two more rules keep one client from holding an origin's slots (see
+// download.holders in download.go):
+//
+//   - a download no client is waiting for any more is cancelled, and its
+//     slot freed, unless it is nearly done (nearlyDone); a peer proxy
+//     streaming the object from this one is a client like any other;
+//   - one client address (an IPv4 address or IPv6 /64, as for rate_limit)
+//     holds at most max_downloads_per_client of one origin's slots at once,
+//     counting the downloads it started that still run.
+//
+// A download that may not be stored (no-store, private, an error kept from
+// hiding a fresh copy, or one the cache refuses because Readers hold its
+// room) is relayed to the one client that asked, at that client's pace,
+// and keeps its slot until the client has it all: the origin connection
+// cannot be read faster than the client takes the bytes, since nothing
+// stores them. A client that stops reading would so hold an origin's slot
+// until write_idle_timeout drops it, and a few such clients all of them.
+// So a relay whose write to its client has made no progress for
+// relayStall is preemptible: a request that finds no slot free takes the
+// slot of such a relay counted in the bound that stops it (any relay for
+// the total, one of the same origin for the per-origin bound, one of the
+// same client and origin for the per-client bound), and that relay is cut
+// (its client's connection and its origin fetch end at once). Without
+// someone waiting nothing is cut: a slow client keeps its relay, bounded
+// by write_idle_timeout as before. Every bound still holds: the slot
+// changes hands, it is not added.
+const (
+	// defaultMaxDownloads: 256 downloads at once per proxy. On a busy
+	// proxy most requests are hits or join a running download, so
+	// hundreds of distinct objects fetched in the same instant is already
+	// a flash crowd across a whole site; each costs a goroutine, a socket
+	// and a file descriptor, far below a process's limits.
+	defaultMaxDownloads = 256
+	// defaultMaxDownloadsPerOrigin: 32 at once from one origin host and
+	// port: five times the six connections a browser opens to one host,
+	// so a proxy filling its cache for many clients of one site is rarely
+	// held back, while no single origin (a slow one, or one an attacker
+	// controls) can take more than an eighth of the proxy's slots.
+	defaultMaxDownloadsPerOrigin = 32
+	// defaultMaxDownloadsPerClient: 16 of one origin's slots for one client
+	// address: room for a page's objects fetched at once by the users
+	// behind one NAT (with 8, one client asking for a page's 12 objects at
+	// once had four of them refused with 503 in eval/flashcrowd's start
+	// burst), while one address can still take only half an origin's 32.
+	defaultMaxDownloadsPerClient = 16
+	// nearlyDonePercent: a download with at least this share of its
+	// declared length received is finished although no client waits for
+	// it any more: the rest costs at most a tenth of the object, and the
+	// next client finds it whole in the cache. One of unknown length is
+	// never nearly done.
+	nearlyDonePercent = 90
+	// relayStall: how long a write to a relay's client may make no
+	// progress before another request that needs the relay's slot may
+	// take it. The relay writes 32 KiB at a time, so a client reading
+	// under 16 KB/s counts as stalled too; an honest one is cut only when
+	// its origin's slots are all taken meanwhile, and then gets a
+	// truncated response to retry, not a 30 s wait for everyone else.
+	relayStall = 2 * time.Second
+	// defaultDownloadWait: how long a request waits for a slot. A slot
+	// frees when a download ends, usually within a few seconds; a client
+	// still waiting after 10 s is better told to come back (Retry-After)
+	// than held until its own timeout.
+	defaultDownloadWait = 10 * time.Second
+	// defaultDownloadTimeout: the longest one download may take, besides
+	// origin_timeout, which bounds each silence. It ends an origin that
+	// trickles a byte every few seconds forever. Ten minutes moves the
+	// default largest object (an eighth of the default 1 GiB cache,
+	// 128 MiB) at 220 KB/s.
+	defaultDownloadTimeout = 10 * time.Minute
+)
+
+// errDownloadsBusy is why a request that needed a download slot got none
+// within download_wait.
+var errDownloadsBusy = errors.New("coral_proxy: too many downloads in progress; try again shortly")
+
+// downloadSlots counts downloads in progress, in all, per origin, and per
+// client address and origin. A nil *downloadSlots has no bounds.
+type downloadSlots struct {
+	mu        sync.Mutex
+	total     int // bound on all downloads
+	perOrigin int // bound per origin
+	perClient int // bound per client address and origin
+	running   int
+	byOrigin  map[string]int
+	byClient  map[clientOrigin]int
+	// freed is closed (and replaced) whenever a slot is released or a
+	// relay starts serving, waking every waiter to try again.
+	freed chan struct{}
+	// relays are the slots held by uncached relays serving their client
+	// (preemptible when stalled).
+	relays map[*relaySlot]struct{}
+}
+
+// relaySlot is the download slot of an uncached relay: taken like any
+// other, and given back by end, or taken over by a waiting request while
+// the relay's client does not read (see relayStall).
+type relaySlot struct {
+	s              *downloadSlots
+	origin, client string
+	// writing is when the relay's write to its client now under way began
+	// (Unix nanoseconds), 0 between writes.
+	writing atomic.Int64
+	// Guarded by s.mu: cut ends the relay (nil until it serves its
+	// client: only then is it preemptible); gone once the slot is given
+	// back or taken over.
+	cut       func()
+	gone      bool
+	takenOver bool
+}
+
+// clientOrigin is a client address (abuse.ClientKey, as a string; "" for none)
+// and an origin.
+type clientOrigin struct{ client, origin string }
+
+func newDownloadSlots(total, perOrigin, perClient int) *downloadSlots {
+	return &downloadSlots{total: total, perOrigin: perOrigin, perClient: perClient,
+		byOrigin: make(map[string]int), byClient: make(map[clientOrigin]int), freed: make(chan struct{}),
+		relays: make(map[*relaySlot]struct{})}
+}
+
+func (s *downloadSlots) takeLocked(origin, client string) bool {
+	co := clientOrigin{client, origin}
+	if s.running >= s.total || s.byOrigin[origin] >= s.perOrigin || client != "" && s.byClient[co] >= s.perClient {
+		return false
+	}
+	s.running++
+	s.byOrigin[origin]++
+	if client != "" {
+		s.byClient[co]++
+	}
+	return true
+}
+
+// acquire takes a slot of origin for client ("": not bounded per client),
+// waiting at most wait for one to free, or to take over from a stalled
+// relay: errDownloadsBusy after that, ctx's error if ctx ends first.
+func (s *downloadSlots) acquire(ctx context.Context, origin, client string, wait time.Duration) error {
+	if s == nil {
+		return nil
+	}
+	var timer *time.Timer
+	for {
+		s.mu.Lock()
+		if s.takeLocked(origin, client) {
+			s.mu.Unlock()
+			if timer != nil {
+				timer.Stop()
+			}
+			return nil
+		}
+		victim, recheck := s.stalledRelayLocked(origin, client, time.Now())
+		if victim != nil {
+			// Its slot changes hands: given back here, taken below (it
+			// counts in every bound that stopped us, so the take succeeds).
+			victim.gone, victim.takenOver = true, true
+			delete(s.relays, victim)
+			s.releaseLocked(victim.origin, victim.client)
+			took := s.takeLocked(origin, client)
+			s.mu.Unlock()
+			victim.cut()
+			if took {
+				if timer != nil {
+					timer.Stop()
+				}
+				return nil
+			}
+			continue
+		}
+		freed := s.freed
+		s.mu.Unlock()
+		if timer == nil {
+			if wait <= 0 {
+				return errDownloadsBusy
+			}
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		var stalls <-chan time.Time
+		if recheck > 0 {
+			t := time.NewTimer(recheck)
+			stalls = t.C
+			defer t.Stop()
+		}
+		select {
+		case <-freed:
+		case <-stalls:
+		case <-timer.C:
+			return errDownloadsBusy
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// stalledRelayLocked returns the relay whose slot a request of origin and
+// client, for which none is free, may take over: one counted in every
+// bound that stops the request, whose write to its client has been under
+// way for relayStall (the longest such). Otherwise recheck is when one
+// may have become so (0: no relay could free a slot for the request).
+func (s *downloadSlots) stalledRelayLocked(origin, client string, now time.Time) (victim *relaySlot, recheck time.Duration) {
+	originFull := s.byOrigin[origin] >= s.perOrigin
+	clientFull := client != "" && s.byClient[clientOrigin{client, origin}] >= s.perClient
+	oldest := int64(0)
+	for r := range s.relays {
+		if r.cut == nil || (originFull || clientFull) && r.origin != origin || clientFull && r.client != client {
+			continue
+		}
+		started := r.writing.Load()
+		switch {
+		case started == 0:
+			recheck = relayStall
+		case now.Sub(time.Unix(0, started)) >= relayStall:
+			if victim == nil || started < oldest {
+				victim, oldest = r, started
+			}
+		default:
+			if d := relayStall - now.Sub(time.Unix(0, started)); recheck == 0 || d < recheck {
+				recheck = d
+			}
+		}
+	}
+	return victim, recheck
+}
+
+// release gives back a slot taken for origin and client.
+func (s *downloadSlots) release(origin, client string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.releaseLocked(origin, client)
+	s.mu.Unlock()
+}
+
+func (s *downloadSlots) releaseLocked(origin, client string) {
+	s.running--
+	if n := s.byOrigin[origin] - 1; n > 0 {
+		s.byOrigin[origin] = n
+	} else {
+		delete(s.byOrigin, origin)
+	}
+	if co := (clientOrigin{client, origin}); client != "" {
+		if n := s.byClient[co] - 1; n > 0 {
+			s.byClient[co] = n
+		} else {
+			delete(s.byClient, co)
+		}
+	}
+	s.wakeLocked()
+}
+
+// wakeLocked wakes every waiter to try again.
+func (s *downloadSlots) wakeLocked() {
+	close(s.freed)
+	s.freed = make(chan struct{})
+}
+
+// relay hands the slot of origin and client, taken by the caller, to an
+// uncached relay, which gives it back with end (nil slots: nothing).
+func (s *downloadSlots) relay(origin, client string) *relaySlot {
+	if s == nil {
+		return nil
+	}
+	return &relaySlot{s: s, origin: origin, client: client}
+}
+
+// serving makes r preemptible while it writes to its client: cut must end
+// the relay at once (its fetch, and its write to the client).
+func (r *relaySlot) serving(cut func()) {
+	if r == nil {
+		return
+	}
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	if !r.gone {
+		r.cut = cut
+		r.s.relays[r] = struct{}{}
+		r.s.wakeLocked() // a waiter may take this one over once it stalls
+	}
+}
+
+// end gives r's slot back, unless a waiting request took it over. It may
+// be called more than once.
+func (r *relaySlot) end() {
+	if r == nil {
+		return
+	}
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	if r.gone {
+		return
+	}
+	r.gone = true
+	delete(r.s.relays, r)
+	r.s.releaseLocked(r.origin, r.client)
+}
+
+// preempted reports whether a waiting request took r's slot over.
+func (r *relaySlot) preempted() bool {
+	if r == nil {
+		return false
+	}
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	return r.takenOver
+}
+
+// writeStarted and writeDone bracket each write (and flush) to the relay's
+// client: a write under way for relayStall means a client not reading.
+func (r *relaySlot) writeStarted() {
+	if r != nil {
+		r.writing.Store(time.Now().UnixNano())
+	}
+}
+
+func (r *relaySlot) writeDone() {
+	if r != nil {
+		r.writing.Store(0)
+	}
+}
+
+// inUse returns the downloads counted now, in all and for origin.
+func (s *downloadSlots) inUse(origin string) (all, forOrigin int) {
+	if s == nil {
+		return 0, 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running, s.byOrigin[origin]
+}
