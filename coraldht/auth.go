@@ -223,26 +223,6 @@ func (k *Key) open(pkt []byte) ([]byte, bool) {
 	return msg, hmac.Equal(got, want)
 }
 
-// dropReason says why a datagram was discarded without a reply.
-type dropReason int
-
-const (
-	dropNone        dropReason = iota
-	dropOversize               // longer than MaxDatagram
-	dropBadAuth                // tag missing or wrong: wrong key, corruption, forgery
-	dropMalformed              // authentic but does not parse
-	dropStale                  // timestamp outside the clock-skew window
-	dropReplay                 // seen before, or too far behind the sender's newest
-	dropQueueFull              // transport queue overflowed
-	dropUnsolicited            // a reply nobody waits for (late, duplicate or forged ID)
-	dropSelf                   // from this node's own ID
-	dropMisdirected            // addressed to another node ID
-	dropReasonEnd
-)
-
-var dropNames = [...]string{"", "oversize", "bad_auth", "malformed", "stale", "replay", "queue_full", "unsolicited", "self", "misdirected"}
-
-func (r dropReason) String() string { return dropNames[r] }
 
 // replayFilter remembers, per sender, the timestamps accepted within the
 // reorder window. A datagram is fresh when its timestamp is within the clock
@@ -279,9 +259,9 @@ func newReplayFilter(skew, window int64, start int64) *replayFilter {
 	}
 }
 
-func (f *replayFilter) check(sender ID, ts, now int64) dropReason {
+func (f *replayFilter) check(sender ID, ts, now int64) DropReason {
 	if ts < now-f.skew || ts > now+f.skew || ts < f.floor {
-		return dropStale
+		return DropStale
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -299,9 +279,9 @@ func (f *replayFilter) check(sender ID, ts, now int64) dropReason {
 		sw = &senderWindow{newest: ts, floor: ts - f.window, seen: make(map[int64]struct{})}
 		f.senders[sender] = sw
 	} else if ts <= sw.floor || ts < sw.newest-f.window {
-		return dropReplay
+		return DropReplay
 	} else if _, dup := sw.seen[ts]; dup {
-		return dropReplay
+		return DropReplay
 	}
 	sw.lastSeen = now
 	sw.seen[ts] = struct{}{}

@@ -367,26 +367,26 @@ func TestAuthReplayFilter(t *testing.T) {
 	type step struct {
 		sender ID
 		ts     int64
-		want   dropReason
+		want   DropReason
 	}
 	cases := []struct {
 		name  string
 		steps []step
 	}{
 		{"fresh accepted", []step{{a, now, dropNone}, {b, now, dropNone}}},
-		{"exact duplicate", []step{{a, now, dropNone}, {a, now, dropReplay}, {a, now, dropReplay}}},
-		{"duplicate of an older stamp", []step{{a, now - 5*ms, dropNone}, {a, now, dropNone}, {a, now - 5*ms, dropReplay}}},
+		{"exact duplicate", []step{{a, now, dropNone}, {a, now, DropReplay}, {a, now, DropReplay}}},
+		{"duplicate of an older stamp", []step{{a, now - 5*ms, dropNone}, {a, now, dropNone}, {a, now - 5*ms, DropReplay}}},
 		{"one sender's stamp does not block another", []step{{a, now, dropNone}, {b, now, dropNone}}},
-		{"older than newest minus window", []step{{a, now, dropNone}, {a, now - window - 1, dropReplay}, {a, now - 10*window, dropReplay}}},
+		{"older than newest minus window", []step{{a, now, dropNone}, {a, now - window - 1, DropReplay}, {a, now - 10*window, DropReplay}}},
 		{"reordered within window accepted once", []step{
 			{a, now, dropNone}, {a, now - window + 1, dropNone}, {a, now - time.Second.Nanoseconds(), dropNone},
-			{a, now - window + 1, dropReplay}, {a, now - time.Second.Nanoseconds(), dropReplay}, {a, now, dropReplay}}},
+			{a, now - window + 1, DropReplay}, {a, now - time.Second.Nanoseconds(), DropReplay}, {a, now, DropReplay}}},
 		{"newer stamps move the window", []step{
 			{a, now - 10*ms, dropNone}, {a, now + time.Second.Nanoseconds(), dropNone},
-			{a, now - 10*ms - window, dropReplay}, {a, now, dropNone}}},
-		{"stale past", []step{{a, now - skew - 1, dropStale}, {a, now - skew, dropNone}}},
-		{"stale future", []step{{a, now + skew + 1, dropStale}, {a, now + skew, dropNone}}},
-		{"stale does not count as seen", []step{{a, now + skew + 1, dropStale}, {a, now + skew + 1, dropStale}}},
+			{a, now - 10*ms - window, DropReplay}, {a, now, dropNone}}},
+		{"stale past", []step{{a, now - skew - 1, DropStale}, {a, now - skew, dropNone}}},
+		{"stale future", []step{{a, now + skew + 1, DropStale}, {a, now + skew, dropNone}}},
+		{"stale does not count as seen", []step{{a, now + skew + 1, DropStale}, {a, now + skew + 1, DropStale}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -404,7 +404,7 @@ func TestAuthReplayFilter(t *testing.T) {
 		// Just after start, stamps from before start-window are stale even
 		// though within the skew: they may have been accepted by the
 		// previous incarnation of this node.
-		if got := f.check(a, start-window-1, start+ms); got != dropStale {
+		if got := f.check(a, start-window-1, start+ms); got != DropStale {
 			t.Fatalf("stamp before start-window: %q, want stale", got)
 		}
 		if got := f.check(b, start-window, start+ms); got != dropNone {
@@ -429,11 +429,11 @@ func TestAuthReplayFilter(t *testing.T) {
 			t.Fatal("prune forgot the recent sender")
 		}
 		// a's old stamp is stale by now, so forgetting it opens no hole.
-		if got := f.check(a, now, later+1); got != dropStale {
+		if got := f.check(a, now, later+1); got != DropStale {
 			t.Fatalf("a's old stamp after pruning: %q, want stale", got)
 		}
 		// b is still remembered.
-		if got := f.check(b, later, later+1); got != dropReplay {
+		if got := f.check(b, later, later+1); got != DropReplay {
 			t.Fatalf("b's stamp after pruning: %q, want replay", got)
 		}
 	})
@@ -454,7 +454,7 @@ func TestAuthReplayFilter(t *testing.T) {
 		}
 		// The forgotten stamp, and anything at or below it, is refused.
 		for _, ts := range []int64{stamps[0], stamps[0] - ms} {
-			if got := f.check(a, ts, now); got != dropReplay {
+			if got := f.check(a, ts, now); got != DropReplay {
 				t.Fatalf("stamp now%+d at or below the raised floor: %q, want replay", ts-now, got)
 			}
 		}
@@ -462,7 +462,7 @@ func TestAuthReplayFilter(t *testing.T) {
 		if got := f.check(a, stamps[0]+5*ms, now); got != dropNone {
 			t.Fatalf("fresh stamp above the floor: %q", got)
 		}
-		if got := f.check(a, stamps[1], now); got != dropReplay || sw.floor != stamps[1] {
+		if got := f.check(a, stamps[1], now); got != DropReplay || sw.floor != stamps[1] {
 			t.Fatalf("stamp at the new floor: %q (floor now%+d), want replay", got, sw.floor-now)
 		}
 		// Without the cap, the same stamp below the first would be fine:

@@ -31,7 +31,7 @@ func (n *Node) receiveLoop() {
 	}
 }
 
-func (n *Node) drop(r dropReason, from netip.AddrPort) {
+func (n *Node) drop(r DropReason, from netip.AddrPort) {
 	n.counters.drops[r].Add(1)
 	n.log.Debug("drop", "reason", r.String(), "from", from)
 }
@@ -41,25 +41,25 @@ func (n *Node) drop(r dropReason, from netip.AddrPort) {
 // forged or replayed packet can never make this node send anything.
 func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 	if len(pkt) > MaxDatagram {
-		n.drop(dropOversize, from)
+		n.drop(DropOversize, from)
 		return
 	}
 	body, keyUsed, ok := n.keys.open(pkt)
 	if !ok {
-		n.drop(dropBadAuth, from)
+		n.drop(DropBadAuth, from)
 		return
 	}
 	m, err := wire.Decode(body)
 	if err != nil {
-		n.drop(dropMalformed, from)
+		n.drop(DropMalformed, from)
 		return
 	}
 	if m.Sender.ID == n.self.ID {
-		n.drop(dropSelf, from)
+		n.drop(DropSelf, from)
 		return
 	}
 	if m.Recipient != n.self.ID {
-		n.drop(dropMisdirected, from)
+		n.drop(DropMisdirected, from)
 		return
 	}
 	now := time.Now()
@@ -246,7 +246,7 @@ func (n *Node) handleResponse(m *wire.Message, from netip.AddrPort, now time.Tim
 	pc := n.pending[m.ReqID]
 	if pc == nil || pc.typ != m.Type || pc.to.ID != m.Sender.ID {
 		n.mu.Unlock()
-		n.drop(dropUnsolicited, from)
+		n.drop(DropUnsolicited, from)
 		return
 	}
 	delete(n.pending, m.ReqID)

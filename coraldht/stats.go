@@ -38,18 +38,6 @@ func (mc MessageCounts) Total() uint64 {
 	return mc.Ping + mc.FindNode + mc.Get + mc.PutProbe + mc.Store + mc.Members + mc.App
 }
 
-// DropCounts counts datagrams discarded without a reply, by reason.
-type DropCounts struct {
-	Oversize    uint64 // longer than MaxDatagram
-	BadAuth     uint64 // missing or wrong tag: wrong key, corruption, forgery, truncation
-	Malformed   uint64 // authentic but unparsable (a bug or a newer peer)
-	Stale       uint64 // timestamp outside the clock-skew window
-	Replay      uint64 // already accepted once, or too far behind its sender's newest
-	QueueFull   uint64 // (reserved for transports that report it)
-	Unsolicited uint64 // reply to no outstanding request (late or duplicate)
-	Self        uint64 // claims to come from this node
-	Misdirected uint64 // addressed to another node ID (e.g. replayed from elsewhere)
-}
 
 // Histogram is a cumulative-free bucketed distribution: Counts[i] counts
 // observations ≤ Bounds[i] and above the previous bound; the last count is
@@ -201,17 +189,7 @@ func (n *Node) Stats() Stats {
 		ClusterSplits:      c.clusterSplits.Load(),
 		HintLookups:        c.hintLookups.Load(),
 	}
-	s.Drops = DropCounts{
-		Oversize:    c.drops[dropOversize].Load(),
-		BadAuth:     c.drops[dropBadAuth].Load(),
-		Malformed:   c.drops[dropMalformed].Load(),
-		Stale:       c.drops[dropStale].Load(),
-		Replay:      c.drops[dropReplay].Load(),
-		QueueFull:   c.drops[dropQueueFull].Load(),
-		Unsolicited: c.drops[dropUnsolicited].Load(),
-		Self:        c.drops[dropSelf].Load(),
-		Misdirected: c.drops[dropMisdirected].Load(),
-	}
+	s.Drops = c.dropCounts()
 	s.Keys = n.keys.Keys()
 	keys, values, sc := n.store.sizes()
 	s.StoredKeys, s.StoredValues = keys, values

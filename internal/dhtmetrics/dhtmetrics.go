@@ -72,12 +72,8 @@ func (d *Descs) Collect(ch chan<- prometheus.Metric, node string, n *coraldht.No
 		}
 	}
 	dr := s.Drops
-	for _, r := range []struct {
-		name string
-		v    uint64
-	}{{"oversize", dr.Oversize}, {"bad_auth", dr.BadAuth}, {"malformed", dr.Malformed}, {"stale", dr.Stale}, {"replay", dr.Replay},
-		{"queue_full", dr.QueueFull}, {"unsolicited", dr.Unsolicited}, {"self", dr.Self}, {"misdirected", dr.Misdirected}} {
-		counter(d.drops, r.v, r.name)
+	for _, r := range coraldht.DropReasons() {
+		counter(d.drops, dr.Count(r), r.String())
 	}
 	for _, k := range s.Keys {
 		counter(d.keyDatagrams, k.Accepted, k.Fingerprint)
