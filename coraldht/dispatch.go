@@ -63,21 +63,51 @@ func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 		return
 	}
 	now := time.Now()
-	if r := n.replay.check(m.Sender.ID, m.Timestamp, now.UnixNano()); r != dropNone {
+	if r := n.replay.check(m.Sender.ID, SitePrefix(from.Addr()), m.Timestamp, now.UnixNano()); r != dropNone {
 		n.drop(r, from)
 		return
 	}
 	keyUsed.accepted.Add(1)
-	n.learn(m.Sender, m.Clusters, now, !m.Response)
-	n.peers.noteClusters(m.Sender, m.Clusters, now)
+	if from == m.Sender.Addr {
+		// What the sender says of itself from its own address: whether it
+		// reads extensions, and the cookie it grants this node.
+		n.peers.noteSender(from, m.Sender.Services.Has(wire.CapExtensions), m.Grant, 0, now)
+	}
 	if m.Response {
 		n.handleResponse(m, from, now)
 	} else {
-		n.handleRequest(m, from, now)
+		n.handleRequest(m, from, len(pkt), now)
 	}
 }
 
-// sharesCluster reports whether a peer with the given cluster list is in
+// proven reports whether a request's source has proven its address: it
+// echoed a cookie this node granted that address (cookies.go).
+func (n *Node) proven(m *wire.Message, from netip.AddrPort, now time.Time) bool {
+	return n.cfg.TrustMembers || (m.Ext && n.cookies.valid(m.Echo, from, now))
+}
+
+// heardRequest takes in what a request says of its sender. A sender whose
+// address is proven (it echoed a cookie from the address it claims) is
+// heard like any contact; one whose address is not enters no table, but
+// when a table would take it, the node pings the address it claims
+// (verify.go), and its answer lets it in.
+func (n *Node) heardRequest(m *wire.Message, from netip.AddrPort, size int, proven bool, now time.Time) {
+	if from != m.Sender.Addr {
+		n.abuse.note(AbuseClaimMismatch, from, m.Sender.Addr, 0, now)
+	}
+	if proven && from == m.Sender.Addr {
+		if n.learn(m.Sender, m.Clusters, now, true) {
+			n.verify(m.Sender, from, size, now)
+		}
+		n.peers.noteClusters(m.Sender, m.Clusters, now)
+		return
+	}
+	if n.levels[0].rt.admits(m.Sender, true) {
+		n.verify(m.Sender, from, size, now)
+	}
+}
+
+// sharesCluster reports whether// sharesCluster reports whether a peer with the given cluster list is in
 // this node's cluster at level lvl.
 func (n *Node) sharesCluster(clusters []ClusterInfo, lvl int) bool {
 	if lvl == 0 {
@@ -95,21 +125,58 @@ func (n *Node) sharesCluster(clusters []ClusterInfo, lvl int) bool {
 	return false
 }
 
-// learn feeds an authentic sender into the routing table of every level at
-// which it shares our cluster, and drops it from the tables of levels where
-// it no longer does: a member that moved has said so, and the move itself
-// is now clustering evidence. Only the sender of a request may take a
-// full bucket's slot by rank (routing.go, heardAs).
-func (n *Node) learn(c Contact, clusters []ClusterInfo, now time.Time, request bool) {
+// learn feeds a sender whose address is proven into the routing table of
+// every level at which it shares our cluster, and drops it from the
+// tables of levels where it no longer does: a member that moved has said
+// so, and the move itself is now clustering evidence. A claim to share a
+// cluster above level 0 counts once this node has measured the sender
+// (claimCounts): learn reports whether a claim waits for a measurement.
+// Only the sender of a request may take a full bucket's slot by rank
+// (routing.go, heardAs).
+func (n *Node) learn(c Contact, clusters []ClusterInfo, now time.Time, request bool) (measure bool) {
 	for _, lv := range n.levels {
 		if !n.sharesCluster(clusters, lv.index) {
 			lv.rt.remove(c.ID)
 			continue
 		}
-		if stale := lv.rt.heardAs(c, now, request); stale != nil {
+		if counts, measured := n.claimCounts(lv, c); !counts {
+			measure = measure || !measured
+			continue
+		}
+		stale, refused := lv.rt.heardAs(c, now, request)
+		if refused {
+			n.abuse.note(AbuseContactRefused, c.Addr, netip.AddrPort{}, 0, now)
+		}
+		if stale != nil {
 			n.checkQuestionable(lv, *stale)
 		}
 	}
+	return measure
+}
+
+// claimSlack: a claim to share a cluster counts when the claimant is
+// measured within this many times the level's threshold. Members of one
+// cluster may be farther apart than the threshold: a cluster keeps a
+// node while half its members are within it, and a cluster that has
+// grown too wide splits around its center, which its members find by a
+// lookup among themselves, so they must be in each other's tables until
+// then. But a node four times the threshold away is in no cluster with
+// this one by either rule.
+const claimSlack = 4
+
+// claimCounts reports whether c's claim to share lv's cluster counts:
+// this node has measured c (measured), within claimSlack times the
+// threshold unless this node's cluster there is pinned (a policy, not a
+// distance).
+func (n *Node) claimCounts(lv *level, c Contact) (counts, measured bool) {
+	if lv.index == 0 || n.cfg.TrustMembers {
+		return true, true
+	}
+	rtt := n.peers.minRTT(c.Addr)
+	if rtt == 0 {
+		return false, false
+	}
+	return lv.pinned || rtt <= claimSlack*lv.threshold, true
 }
 
 // checkQuestionable pings a contact that has been quiet while a newcomer
@@ -129,11 +196,19 @@ func (n *Node) checkQuestionable(lv *level, c Contact) {
 	}()
 }
 
-func (n *Node) handleRequest(m *wire.Message, from netip.AddrPort, now time.Time) {
+func (n *Node) handleRequest(m *wire.Message, from netip.AddrPort, size int, now time.Time) {
 	n.counters.reqIn[m.Type].Add(1)
+	proven := n.proven(m, from, now)
+	n.heardRequest(m, from, size, proven, now)
+	if !proven && (m.Type == wire.Store || m.Type == wire.App) && !n.servesUnproven(m) {
+		// A change of state on the word of a source that may be spoofed:
+		// not until it echoes a cookie (the truncated reply gives it one).
+		n.reply(m, &wire.Message{Type: m.Type, Response: true, ReqID: m.ReqID}, from, size, false)
+		return
+	}
 	if m.Type == wire.App {
 		// Answered when the application's handler returns (app.go).
-		n.handleApp(m, from, now)
+		n.handleApp(m, from, size, proven, now)
 		return
 	}
 	r := &wire.Message{Type: m.Type, Response: true, ReqID: m.ReqID}
@@ -147,14 +222,28 @@ func (n *Node) handleRequest(m *wire.Message, from netip.AddrPort, now time.Time
 	default:
 		r.Status = n.checkLevel(m)
 	}
+	if r.Status == wire.StatusOK {
+		n.serve(m, r, from, now)
+	}
 	if r.Status != wire.StatusOK {
 		n.counters.refused.Add(1)
-		_ = n.send(r, from, m.Sender.ID)
-		return
+	} else if m.Type == wire.Get || m.Type == wire.PutProbe || m.Type == wire.Store {
+		n.traceRequest(m, r.Loaded)
 	}
+	n.reply(m, r, from, size, proven)
+}
+
+// servesUnproven reports whether the node serves in full a request whose
+// source is unproven: under TrustMembers, and from a node released
+// before address cookies (it sends no extensions) under LegacyPeers.
+func (n *Node) servesUnproven(m *wire.Message) bool {
+	return n.cfg.TrustMembers || (n.cfg.LegacyPeers && !m.Sender.Services.Has(wire.CapExtensions))
+}
+
+// serve fills in r, the reply to an accepted request m of status OK.
+func (n *Node) serve(m, r *wire.Message, from netip.AddrPort, now time.Time) {
 	lk := levelKey{level: m.Level, key: m.Key}
 	switch m.Type {
-	case wire.Ping:
 	case wire.FindNode, wire.Members:
 		r.Nodes = n.levels[m.Level].rt.closestAnswering(m.Target, n.cfg.BucketSize, m.Sender.ID)
 	case wire.Get:
@@ -167,7 +256,7 @@ func (n *Node) handleRequest(m *wire.Message, from netip.AddrPort, now time.Time
 		ttl := time.Duration(m.TTL) * time.Millisecond
 		if ttl <= 0 || ttl > n.cfg.MaxTTL {
 			r.Status = wire.StatusInvalid
-			break
+			return
 		}
 		r.Loaded = n.load.request(lk, kindPutProbe, false, now)
 		st := n.store.status(lk, now)
@@ -181,22 +270,47 @@ func (n *Node) handleRequest(m *wire.Message, from netip.AddrPort, now time.Time
 		ttl := time.Duration(m.TTL) * time.Millisecond
 		if ttl <= 0 || ttl > n.cfg.MaxTTL || len(m.Value) > n.cfg.MaxValueSize {
 			r.Status = wire.StatusInvalid
-			break
+			return
 		}
 		n.load.request(lk, kindStore, false, now)
-		result, after, before := n.storeLocal(lk, m.Value, ttl, now)
+		result, after, before := n.storeLocal(lk, m.Value, ttl, now, n.holderOf(from, m), from)
 		r.Result = result
 		r.Count = uint8(min(after.count, 255))
 		if m.Flags&wire.FlagWantValues != 0 {
 			r.Values = before
 		}
 	}
-	if r.Status != wire.StatusOK {
-		n.counters.refused.Add(1)
-	} else if m.Type == wire.Get || m.Type == wire.PutProbe || m.Type == wire.Store {
-		n.traceRequest(m, r.Loaded)
+}
+
+// reply sends r, the reply to request m (size bytes) from from. A reply
+// larger than its request goes only to a proven source: to others it goes
+// truncated, without lists or clusters, with a cookie to retry with, and
+// only if that fits in the request's size (PROTOCOL.md, Address cookies).
+// A sender that cannot take a truncated reply (it reads no extensions)
+// gets none.
+func (n *Node) reply(m, r *wire.Message, from netip.AddrPort, size int, proven bool) {
+	to := Contact{ID: m.Sender.ID, Addr: from, Services: m.Sender.Services}
+	b, err := n.encode(r, to)
+	if err != nil {
+		n.log.Debug("reply", "to", from, "err", err)
+		return
 	}
-	if err := n.send(r, from, m.Sender.ID); err != nil {
+	if !proven && len(b) > size && !n.servesUnproven(m) {
+		b = nil
+		if m.Sender.Services.Has(wire.CapExtensions) {
+			t := &wire.Message{Type: r.Type, Response: true, ReqID: r.ReqID, Status: r.Status, Truncated: true}
+			if tb, err := n.encode(t, to); err == nil && len(tb) <= size {
+				r, b = t, tb
+				n.counters.truncated.Add(1)
+			}
+		}
+		if b == nil {
+			n.drop(DropUnproven, from)
+			n.abuse.note(AbuseUnproven, from, m.Sender.Addr, 0, time.Now())
+			return
+		}
+	}
+	if err := n.transmit(r, b, from); err != nil {
 		n.log.Debug("reply", "to", from, "err", err)
 	}
 }
@@ -223,12 +337,24 @@ func (n *Node) replyContacts(level int, target, key, requester ID) []Contact {
 	return out
 }
 
-// storeLocal stores into this node's own storage, honouring PlainDHT.
-func (n *Node) storeLocal(lk levelKey, data []byte, ttl time.Duration, now time.Time) (uint8, keyStatus, []wire.Value) {
+// storeLocal stores into this node's own storage, charged to h (a store
+// from from; the zero holder and address for this node's own puts),
+// honouring PlainDHT.
+func (n *Node) storeLocal(lk levelKey, data []byte, ttl time.Duration, now time.Time, h holderID, from netip.AddrPort) (uint8, keyStatus, []wire.Value) {
+	put := n.store.put
 	if n.cfg.PlainDHT {
-		return n.store.putForced(lk, data, ttl, now)
+		put = n.store.putForced
 	}
-	return n.store.put(lk, data, ttl, now)
+	result, after, before, quota := put(lk, data, ttl, now, h)
+	if quota {
+		n.abuse.note(AbuseQuota, from, netip.AddrPort{}, h.serial, now)
+	}
+	return result, after, before
+}
+
+// holderOf is who a store from from is charged to.
+func (n *Node) holderOf(from netip.AddrPort, m *wire.Message) holderID {
+	return holderID{ip: from.Addr().Unmap()}
 }
 
 func (n *Node) checkLevel(m *wire.Message) uint8 {
@@ -241,12 +367,24 @@ func (n *Node) checkLevel(m *wire.Message) uint8 {
 	return wire.StatusOK
 }
 
+// handleResponse delivers a reply to the call waiting for it. The reply
+// proves its sender's address (the call went there, under a request ID
+// only that address saw), so it is heard; a truncated one (this node's
+// source was unproven there) is not, and the call is sent again with the
+// cookie it brought.
 func (n *Node) handleResponse(m *wire.Message, from netip.AddrPort, now time.Time) {
 	n.mu.Lock()
 	pc := n.pending[m.ReqID]
 	if pc == nil || pc.typ != m.Type || pc.to.ID != m.Sender.ID {
 		n.mu.Unlock()
 		n.drop(DropUnsolicited, from)
+		return
+	}
+	if m.Truncated && pc.resend != nil && pc.resent < maxResends {
+		pc.resent++
+		pc.resend()
+		n.mu.Unlock()
+		n.counters.resent.Add(1)
 		return
 	}
 	delete(n.pending, m.ReqID)
@@ -257,6 +395,10 @@ func (n *Node) handleResponse(m *wire.Message, from netip.AddrPort, now time.Tim
 		// An app reply's delay includes the handler's work (and
 		// retransmissions): no RTT sample.
 		n.peers.observe(pc.to.Addr, now.Sub(pc.sent), now)
+	}
+	if !m.Truncated {
+		n.learn(m.Sender, m.Clusters, now, pc.requester)
+		n.peers.noteClusters(m.Sender, m.Clusters, now)
 	}
 	n.post(pc, rpcEvent{reply: m})
 }

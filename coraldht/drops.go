@@ -16,6 +16,7 @@ const (
 	DropUnsolicited            // a reply nobody waits for (late, duplicate or forged ID)
 	DropSelf                   // from this node's own ID
 	DropMisdirected            // addressed to another node ID
+	DropUnproven               // a request from an unproven source that needs a larger reply or changes state
 	dropReasonEnd
 )
 
@@ -34,6 +35,7 @@ var dropReasons = [dropReasonEnd]struct {
 	DropUnsolicited: {"unsolicited", func(d *DropCounts) *uint64 { return &d.Unsolicited }},
 	DropSelf:        {"self", func(d *DropCounts) *uint64 { return &d.Self }},
 	DropMisdirected: {"misdirected", func(d *DropCounts) *uint64 { return &d.Misdirected }},
+	DropUnproven:    {"unproven", func(d *DropCounts) *uint64 { return &d.Unproven }},
 }
 
 // String is the reason's name: "bad_auth", "replay", … ("" for no reason).
@@ -65,6 +67,12 @@ type DropCounts struct {
 	Unsolicited uint64 // reply to no outstanding request (late or duplicate)
 	Self        uint64 // claims to come from this node
 	Misdirected uint64 // addressed to another node ID (e.g. replayed from elsewhere)
+	// Unproven: a request whose source has not proven its address (no
+	// valid address cookie) that would have needed a reply larger than
+	// itself, or changed state (a store), from a sender that cannot take a
+	// truncated reply (a release before address cookies, without
+	// Config.LegacyPeers).
+	Unproven uint64
 }
 
 // Count is the count for reason r (0 for an unknown reason).

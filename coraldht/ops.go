@@ -168,7 +168,7 @@ func (n *Node) get(ctx context.Context, key ID, levels []int, gather bool) (GetR
 			return res, n.opError(ctx, r.err)
 		}
 		if len(r.values) > 0 {
-			res.Values, res.Level, res.From = toValues(r.values), l, r.valuesFrom
+			res.Values, res.Level, res.From = toValues(r.values), l, publicContact(r.valuesFrom)
 			n.counters.getHits.Add(1)
 			return res, nil
 		}

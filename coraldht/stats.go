@@ -38,7 +38,6 @@ func (mc MessageCounts) Total() uint64 {
 	return mc.Ping + mc.FindNode + mc.Get + mc.PutProbe + mc.Store + mc.Members + mc.App
 }
 
-
 // Histogram is a cumulative-free bucketed distribution: Counts[i] counts
 // observations ≤ Bounds[i] and above the previous bound; the last count is
 // for observations above every bound.
@@ -110,6 +109,13 @@ type Stats struct {
 	RoutingTableSizes []int // contacts per level
 	Peers             int   // addresses with RTT measurements
 	TopKeys           []KeyLoad
+
+	// What keeps one member from controlling the node (issue 35).
+	Abuse         AbuseCounts // events that mark a source as suspect, by kind; per prefix in Node.Suspects
+	Truncated     uint64      // replies truncated toward sources that had not proven their address
+	Resent        uint64      // requests sent again after a truncated reply (a first contact)
+	Verifications uint64      // pings to prove a claimed address or measure a cluster claim
+	ReplaySenders int         // senders the replay filter keeps a window for
 }
 
 // StoreCounters counts what happened to store attempts and stored values.
@@ -119,7 +125,8 @@ type StoreCounters struct {
 	RefusedFull      uint64 // refused: full for the key
 	RefusedExhausted uint64 // refused: memory bound and nothing to evict
 	EvictedForNewer  uint64 // a key's soonest-expiring value made room for a longer-lived one
-	EvictedForSpace  uint64 // evicted by the memory bound
+	EvictedForSpace  uint64 // evicted by a bound of the whole store, from the prefix holding the most
+	EvictedForShare  uint64 // a source's own value made room for its newer one, its share being full
 	Expired          uint64
 }
 
@@ -127,6 +134,8 @@ type StoreCounters struct {
 type nodeCounters struct {
 	reqIn, reqOut, repIn, repOut [wire.TypeEnd]atomic.Uint64
 	refused                      atomic.Uint64
+	truncated, resent            atomic.Uint64 // replies truncated toward unproven sources; calls sent again after one
+	verifications                atomic.Uint64 // pings to prove a claimed address or measure a claim
 	drops                        [dropReasonEnd]atomic.Uint64
 	timeouts                     atomic.Uint64
 	gets, getHits, puts, putGets atomic.Uint64
@@ -197,9 +206,10 @@ func (n *Node) Stats() Stats {
 	for _, lv := range n.levels {
 		s.RoutingTableSizes = append(s.RoutingTableSizes, lv.rt.len())
 	}
-	n.peers.mu.Lock()
-	s.Peers = len(n.peers.peers)
-	n.peers.mu.Unlock()
+	s.Peers = n.peers.len()
 	s.TopKeys = n.load.top(10, time.Now())
+	s.Abuse = n.abuse.counts()
+	s.Truncated, s.Resent, s.Verifications = c.truncated.Load(), c.resent.Load(), c.verifications.Load()
+	s.ReplaySenders = n.replay.len()
 	return s
 }
