@@ -254,7 +254,7 @@ type replayFilter struct {
 }
 
 // evictedSlots is how many floors evicted windows leave behind.
-const evictedSlots = 4096
+const evictedSlots = 1024
 
 // replaySendersPerPrefixShare: one source prefix may hold 1/64 of the
 // windows (1024 by default).

@@ -74,3 +74,51 @@ func (j *cookieJar) valid(echo uint64, addr netip.AddrPort, now time.Time) bool 
 }
 
 func u64bytes(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// A first request to a peer that has granted this node no cookie yet
+// would get a truncated reply (its source is unproven there) and cost a
+// round trip more. So it is padded to a full datagram, as QUIC pads a
+// client's first packet: the peer may answer in full, and the reply
+// brings a cookie for the next ones. Padding costs bytes toward an
+// address this node learned from others (a member could name any
+// address in its replies), so at most firstContactPads padded requests
+// a minute go to one /24 (/48); beyond that the first contact costs the
+// round trip.
+const firstContactPads = 16
+
+type padBudget struct {
+	mu      sync.Mutex
+	windows *boundedMap[netip.Prefix, struct{}, *padWindow]
+}
+
+type padWindow struct {
+	start time.Time
+	n     int
+}
+
+func newPadBudget() *padBudget {
+	return &padBudget{windows: newBoundedMap[netip.Prefix, struct{}, *padWindow](4096, 0)}
+}
+
+// allow spends one padded request toward addr's prefix, if any is left
+// this minute.
+func (b *padBudget) allow(addr netip.AddrPort, now time.Time) bool {
+	p := SitePrefix(addr.Addr())
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w, ok := b.windows.get(p)
+	if !ok {
+		w = &padWindow{start: now}
+		b.windows.put(p, struct{}{}, w)
+	} else {
+		b.windows.touch(p)
+	}
+	if now.Sub(w.start) >= time.Minute {
+		w.start, w.n = now, 0
+	}
+	if w.n >= firstContactPads {
+		return false
+	}
+	w.n++
+	return true
+}

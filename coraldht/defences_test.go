@@ -47,35 +47,47 @@ func TestCookies(t *testing.T) {
 	}
 }
 
-// TestFirstContactCostsOneResend: the first request to a node that
-// needs a larger reply comes back truncated and is sent again with the
-// cookie it brought; from then on, replies come whole.
-func TestFirstContactCostsOneResend(t *testing.T) {
+// TestFirstContact: the first request to a node that needs a larger
+// reply is padded, so it is answered in full at once; once the padding
+// budget for the node's /24 is spent, the reply comes truncated and the
+// request goes again with the cookie it brought; from then on, replies
+// come whole.
+func TestFirstContact(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tn := newTestNet(t, 2, memnet.Config{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, nil)
-		a, b := tn.nodes[0], tn.nodes[1]
-		fresh := tn.add(2, nil)
+		tn := newTestNet(t, 3, memnet.Config{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, nil)
+		b, c := tn.nodes[1], tn.nodes[2]
+		fresh := tn.add(3, nil)
 		ctx := context.Background()
-		// fresh knows b's contact (from a), so it knows b reads
-		// extensions, but holds no cookie of b's.
-		c := b.Contact()
-		c.Services |= wire.CapExtensions
-		r, err := fresh.call(ctx, c, &wire.Message{Type: wire.FindNode, Target: KeyFor("x")})
-		if err != nil || len(r.Nodes) == 0 {
-			t.Fatalf("first find_node: %+v, %v", r, err)
+		// fresh knows b's and c's contacts as others hand them out: it
+		// knows they read extensions, but holds no cookie of theirs.
+		known := func(n *Node) Contact {
+			k := n.Contact()
+			k.Services |= wire.CapExtensions
+			return k
 		}
-		if s := b.Stats(); s.Truncated != 1 || fresh.Stats().Resent != 1 {
-			t.Fatalf("first contact: %d truncated, %d resent; want 1 and 1", s.Truncated, fresh.Stats().Resent)
-		}
-		for range 3 {
-			if _, err := fresh.call(ctx, c, &wire.Message{Type: wire.FindNode, Target: KeyFor("y")}); err != nil {
-				t.Fatal(err)
+		find := func(to *Node, target string) {
+			t.Helper()
+			if r, err := fresh.call(ctx, known(to), &wire.Message{Type: wire.FindNode, Target: KeyFor(target)}); err != nil || len(r.Nodes) == 0 {
+				t.Fatalf("find_node: %+v, %v", r, err)
 			}
 		}
-		if s := b.Stats(); s.Truncated != 1 || fresh.Stats().Resent != 1 {
-			t.Fatalf("later contacts: %d truncated, %d resent; want still 1 and 1", s.Truncated, fresh.Stats().Resent)
+		find(b, "x")
+		if s := b.Stats(); s.Truncated != 0 || fresh.Stats().Resent != 0 {
+			t.Fatalf("padded first contact: %d truncated, %d resent; want none", s.Truncated, fresh.Stats().Resent)
 		}
-		_ = a
+		for fresh.pads.allow(c.Addr(), time.Now()) {
+		}
+		find(c, "x")
+		if s := c.Stats(); s.Truncated != 1 || fresh.Stats().Resent != 1 {
+			t.Fatalf("first contact beyond the padding budget: %d truncated, %d resent; want 1 and 1", s.Truncated, fresh.Stats().Resent)
+		}
+		for range 3 {
+			find(b, "y")
+			find(c, "y")
+		}
+		if b.Stats().Truncated+c.Stats().Truncated != 1 || fresh.Stats().Resent != 1 {
+			t.Fatal("later contacts were truncated")
+		}
 	})
 }
 

@@ -296,12 +296,15 @@ func (n *Node) reply(m, r *wire.Message, from netip.AddrPort, size int, proven b
 		return
 	}
 	if !proven && len(b) > size && !n.servesUnproven(m) {
+		release(b)
 		b = nil
 		if m.Sender.Services.Has(wire.CapExtensions) {
 			t := &wire.Message{Type: r.Type, Response: true, ReqID: r.ReqID, Status: r.Status, Truncated: true}
 			if tb, err := n.encode(t, to); err == nil && len(tb) <= size {
 				r, b = t, tb
 				n.counters.truncated.Add(1)
+			} else if err == nil {
+				release(tb)
 			}
 		}
 		if b == nil {

@@ -35,6 +35,7 @@ type Node struct {
 	apps   *appTable // application message handlers (app.go)
 
 	cookies   *cookieJar // address cookies this node grants (cookies.go)
+	pads      *padBudget // padded first contacts per destination prefix
 	verifying *verifier  // pings proving claimed addresses (verify.go)
 	abuse     *abuseLog  // suspects (abuse.go)
 
@@ -137,6 +138,7 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		counters: newNodeCounters(),
 
 		cookies:   newCookieJar(),
+		pads:      newPadBudget(),
 		verifying: newVerifier(),
 		abuse:     newAbuseLog(),
 	}

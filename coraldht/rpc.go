@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht/internal/wire"
@@ -37,27 +38,67 @@ func (n *Node) encode(m *wire.Message, to Contact) ([]byte, error) {
 	if ext || to.Services.Has(wire.CapExtensions) {
 		// Extensions only to a peer known to read them: nodes released
 		// before them drop a datagram with bytes after its body.
+		now := time.Now()
 		m.Ext = true
-		m.Grant = n.cookies.grant(to.Addr, time.Now())
+		m.Grant = n.cookies.grant(to.Addr, now)
 		if !m.Response {
 			m.Echo = grant
+			if grant == 0 && largeReply(m) && n.pads.allow(to.Addr, now) {
+				m.Pad = 1 // sized below, once the rest is known
+			}
 		}
 	}
-	b, err := wire.Encode(make([]byte, 0, MaxDatagram), m)
+	buf := datagrams.Get().(*[]byte)
+	b, err := wire.Encode((*buf)[:0], m)
+	if err == nil && m.Pad > 0 {
+		m.Pad = max(1, MaxDatagram-tagLen-len(b)+1)
+		b, err = wire.Encode(b[:0], m)
+	}
 	if err != nil {
+		datagrams.Put(buf)
 		return nil, err
 	}
 	return n.keys.seal(b), nil
 }
 
-// transmit sends the datagram b, which encodes m, to addr.
+// datagrams are the buffers encode fills: release hands one back once
+// the transport has taken the datagram.
+var datagrams = sync.Pool{New: func() any {
+	b := make([]byte, 0, MaxDatagram)
+	return &b
+}}
+
+func release(b []byte) {
+	if cap(b) == MaxDatagram {
+		b = b[:0]
+		datagrams.Put(&b)
+	}
+}
+
+// largeReply reports whether a request's reply may be larger than the
+// request: the first such request to a peer without a cookie is padded
+// (firstContactPads) so that the peer may answer in full at once.
+func largeReply(m *wire.Message) bool {
+	switch m.Type {
+	case wire.FindNode, wire.Members, wire.Get, wire.PutProbe, wire.App:
+		return true
+	case wire.Store:
+		return m.Flags&wire.FlagWantValues != 0
+	}
+	return false
+}
+
+// transmit sends the datagram b, which encodes m, to addr, and releases
+// b.
 func (n *Node) transmit(m *wire.Message, b []byte, addr netip.AddrPort) error {
 	if m.Response {
 		n.counters.repOut[m.Type].Add(1)
 	} else {
 		n.counters.reqOut[m.Type].Add(1)
 	}
-	return n.tr.WriteTo(b, addr)
+	err := n.tr.WriteTo(b, addr)
+	release(b)
+	return err
 }
 
 // pendingCall is an outstanding request.

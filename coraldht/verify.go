@@ -83,7 +83,12 @@ func (n *Node) verify(c Contact, source netip.AddrPort, size int, now time.Time)
 	if n.closed.Load() {
 		return
 	}
-	if b, err := n.encode(&wire.Message{Type: wire.Ping}, c); err != nil || len(b) > size {
+	b, err := n.encode(&wire.Message{Type: wire.Ping}, c)
+	if err != nil {
+		return
+	}
+	release(b)
+	if len(b) > size {
 		return
 	}
 	if !n.verifying.start(c.Addr, now) {

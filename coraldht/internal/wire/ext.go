@@ -6,8 +6,8 @@ import "encoding/binary"
 // message body, which the versioning rule lets a revision add. It is a
 // list of type-length-value entries in strictly increasing type order:
 //
-//	type    1   1 cookie, 2 truncated, 255 identity; others are a later
-//	            revision's, kept but not read
+//	type    1   1 cookie, 2 truncated, 3 padding, 255 identity; others
+//	            are a later revision's, kept but not read
 //	length  2   of the value
 //	value
 //
@@ -18,6 +18,7 @@ import "encoding/binary"
 const (
 	extCookie    = 1
 	extTruncated = 2
+	extPadding   = 3
 	extIdentity  = 255
 
 	extHeader = 1 + 2
@@ -38,6 +39,9 @@ func extLen(m *Message) int {
 	n := extHeader + cookieLen
 	if m.Truncated {
 		n += extHeader
+	}
+	if m.Pad > 0 {
+		n += extHeader + m.Pad
 	}
 	n += len(m.Unknown)
 	if m.Identity != nil {
@@ -63,12 +67,17 @@ func (w *writer) ext(m *Message) {
 	if !m.Ext {
 		return
 	}
-	var c [cookieLen]byte
-	binary.BigEndian.PutUint64(c[:8], m.Grant)
-	binary.BigEndian.PutUint64(c[8:], m.Echo)
-	w.extension(extCookie, c[:])
+	w.u8(extCookie)
+	w.u16(cookieLen)
+	w.u64(m.Grant)
+	w.u64(m.Echo)
 	if m.Truncated {
 		w.extension(extTruncated, nil)
+	}
+	if m.Pad > 0 {
+		w.u8(extPadding)
+		w.u16(uint16(m.Pad))
+		w.b = append(w.b, make([]byte, m.Pad)...) // no allocation: the compiler extends w.b
 	}
 	w.b = append(w.b, m.Unknown...)
 	if m.Identity != nil {
@@ -113,6 +122,12 @@ func (r *reader) ext(m *Message, total int) {
 				return
 			}
 			m.Truncated = true
+		case typ == extPadding:
+			if n == 0 || !allZero(v) {
+				r.fail("padding", errBadField)
+				return
+			}
+			m.Pad = n
 		case typ == extIdentity:
 			if n <= SignatureLen || n > MaxIdentityLen+SignatureLen {
 				r.fail("identity", errBadField)
@@ -129,4 +144,13 @@ func (r *reader) ext(m *Message, total int) {
 		}
 		last = typ
 	}
+}
+
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -176,6 +176,7 @@ type Message struct {
 	Grant     uint64 // address cookie the sender grants the recipient (0: none)
 	Echo      uint64 // requests: the cookie the recipient granted the sender (0: none)
 	Truncated bool   // replies: lists and clusters left out; resend with Echo
+	Pad       int    // zero bytes that make a request as large as its reply may be
 	Unknown   []byte // extensions of a later revision, kept as they came
 	Identity  []byte // node identity mode: the sender's certificate
 	Signature []byte // over the datagram up to itself (SignatureLen bytes)

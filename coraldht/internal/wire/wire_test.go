@@ -278,6 +278,9 @@ func withExt(m *Message) *Message {
 	c := *m
 	c.Ext, c.Grant, c.Echo = true, 0x1122334455667788, 0x99aabbccddeeff00
 	c.Truncated = m.Response
+	if !m.Response {
+		c.Pad = 5
+	}
 	c.Unknown = []byte{7, 0, 3, 'a', 'b', 'c'}
 	c.Identity = bytes.Repeat([]byte{0xCE}, 113)
 	c.Signature = bytes.Repeat([]byte{0x51}, SignatureLen)
@@ -334,6 +337,8 @@ func TestWireExtensions(t *testing.T) {
 		{"cookie twice", cat(cookie, cookie), "extension", errExtension},
 		{"out of order", cat(cookie, tlv(9), tlv(7)), "extension", errExtension},
 		{"truncated with a value", cat(cookie, tlv(2, 1)), "truncated", errBadField},
+		{"padding not zero", cat(cookie, tlv(3, 0, 1)), "padding", errBadField},
+		{"padding empty", cat(cookie, tlv(3)), "padding", errBadField},
 		{"identity without a certificate", cat(cookie, tlv(255, make([]byte, 64)...)), "identity", errBadField},
 		{"bytes after the identity", cat(cookie, tlv(255, make([]byte, 100)...), []byte{0}), "extension length", errShort},
 	} {
@@ -351,12 +356,12 @@ func TestWireExtensions(t *testing.T) {
 		wantDecodeError(t, err, "truncated", errBadField)
 	})
 	t.Run("a later revision's extension is kept", func(t *testing.T) {
-		b := cat(cookie, tlv(3, 'x'), tlv(200))
+		b := cat(cookie, tlv(4, 'x'), tlv(200))
 		m, err := Decode(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !m.Ext || m.Truncated || m.Identity != nil || !bytes.Equal(m.Unknown, append(tlv(3, 'x'), tlv(200)...)) {
+		if !m.Ext || m.Truncated || m.Identity != nil || !bytes.Equal(m.Unknown, append(tlv(4, 'x'), tlv(200)...)) {
 			t.Fatalf("decoded %+v", m)
 		}
 		if again := wireEncode(t, m); !bytes.Equal(again, b) {
