@@ -179,6 +179,13 @@ type Config struct {
 	// replies no larger than themselves, and no stores.
 	LegacyPeers bool
 
+	// Identity turns on node identity mode (README, "Node identities"):
+	// every datagram also carries this node's certificate and signature,
+	// and datagrams are accepted only under certificates the fleet signed
+	// and has not revoked. All nodes of the network must run a release
+	// that has it. Default nil: the network key alone authenticates.
+	Identity *Identity
+
 	// TrustMembers turns off what keeps one member of the network from
 	// controlling a node: address proofs, routing-table caps, the secret
 	// rank, cluster claims measured, store shares and the bound on replies
@@ -298,7 +305,7 @@ func DefaultConfig() Config {
 
 // Validate reports the first field that is out of range, by name.
 func (c *Config) Validate() error {
-	for _, check := range []func() *ConfigError{c.validateLevels, c.validateKeys, c.validateProtocol, c.validateRPC, c.validateClustering, c.validateNames} {
+	for _, check := range []func() *ConfigError{c.validateLevels, c.validateKeys, c.validateProtocol, c.validateRPC, c.validateClustering, c.validateNames, c.validateIdentity} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -460,3 +467,14 @@ type ClusterInfo = wire.ClusterInfo
 // Contact identifies a node: its ID, the address it advertises and the
 // services it runs.
 type Contact = wire.Contact
+
+// validateIdentity checks the node's identity against its fleet now.
+func (c *Config) validateIdentity() *ConfigError {
+	if c.Identity == nil {
+		return nil
+	}
+	if err := c.Identity.validate(time.Now()); err != nil {
+		return badConfig("Identity", "%v", err)
+	}
+	return nil
+}

@@ -54,6 +54,16 @@ func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 		n.drop(DropMalformed, from)
 		return
 	}
+	now := time.Now()
+	var serial uint64
+	if n.identity != nil {
+		var r DropReason
+		if serial, r = n.identity.check(m, body, now, n.cfg.MaxClockSkew); r != dropNone {
+			n.drop(r, from)
+			n.abuse.note(AbuseIdentity, from, m.Sender.Addr, serial, now)
+			return
+		}
+	}
 	if m.Sender.ID == n.self.ID {
 		n.drop(DropSelf, from)
 		return
@@ -62,7 +72,6 @@ func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 		n.drop(DropMisdirected, from)
 		return
 	}
-	now := time.Now()
 	if r := n.replay.check(m.Sender.ID, SitePrefix(from.Addr()), m.Timestamp, now.UnixNano()); r != dropNone {
 		n.drop(r, from)
 		return
@@ -71,12 +80,12 @@ func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 	if from == m.Sender.Addr {
 		// What the sender says of itself from its own address: whether it
 		// reads extensions, and the cookie it grants this node.
-		n.peers.noteSender(from, m.Sender.Services.Has(wire.CapExtensions), m.Grant, 0, now)
+		n.peers.noteSender(from, m.Sender.Services.Has(wire.CapExtensions), m.Grant, serial, now)
 	}
 	if m.Response {
 		n.handleResponse(m, from, now)
 	} else {
-		n.handleRequest(m, from, len(pkt), now)
+		n.handleRequest(m, from, inbound{size: len(pkt), serial: serial}, now)
 	}
 }
 
@@ -196,7 +205,15 @@ func (n *Node) checkQuestionable(lv *level, c Contact) {
 	}()
 }
 
-func (n *Node) handleRequest(m *wire.Message, from netip.AddrPort, size int, now time.Time) {
+// inbound is what the checks of a request's datagram found: its size,
+// and its sender's certificate serial (identity mode; 0 otherwise).
+type inbound struct {
+	size   int
+	serial uint64
+}
+
+func (n *Node) handleRequest(m *wire.Message, from netip.AddrPort, in inbound, now time.Time) {
+	size := in.size
 	n.counters.reqIn[m.Type].Add(1)
 	proven := n.proven(m, from, now)
 	n.heardRequest(m, from, size, proven, now)
@@ -223,7 +240,7 @@ func (n *Node) handleRequest(m *wire.Message, from netip.AddrPort, size int, now
 		r.Status = n.checkLevel(m)
 	}
 	if r.Status == wire.StatusOK {
-		n.serve(m, r, from, now)
+		n.serve(m, r, from, in.serial, now)
 	}
 	if r.Status != wire.StatusOK {
 		n.counters.refused.Add(1)
@@ -241,7 +258,7 @@ func (n *Node) servesUnproven(m *wire.Message) bool {
 }
 
 // serve fills in r, the reply to an accepted request m of status OK.
-func (n *Node) serve(m, r *wire.Message, from netip.AddrPort, now time.Time) {
+func (n *Node) serve(m, r *wire.Message, from netip.AddrPort, serial uint64, now time.Time) {
 	lk := levelKey{level: m.Level, key: m.Key}
 	switch m.Type {
 	case wire.FindNode, wire.Members:
@@ -273,7 +290,7 @@ func (n *Node) serve(m, r *wire.Message, from netip.AddrPort, now time.Time) {
 			return
 		}
 		n.load.request(lk, kindStore, false, now)
-		result, after, before := n.storeLocal(lk, m.Value, ttl, now, n.holderOf(from, m), from)
+		result, after, before := n.storeLocal(lk, m.Value, ttl, now, holderID{ip: from.Addr().Unmap(), serial: serial}, from)
 		r.Result = result
 		r.Count = uint8(min(after.count, 255))
 		if m.Flags&wire.FlagWantValues != 0 {
@@ -290,7 +307,8 @@ func (n *Node) serve(m, r *wire.Message, from netip.AddrPort, now time.Time) {
 // gets none.
 func (n *Node) reply(m, r *wire.Message, from netip.AddrPort, size int, proven bool) {
 	to := Contact{ID: m.Sender.ID, Addr: from, Services: m.Sender.Services}
-	b, err := n.encode(r, to)
+	signed := m.Identity != nil
+	b, err := n.encode(r, to, signed)
 	if err != nil {
 		n.log.Debug("reply", "to", from, "err", err)
 		return
@@ -300,7 +318,7 @@ func (n *Node) reply(m, r *wire.Message, from netip.AddrPort, size int, proven b
 		b = nil
 		if m.Sender.Services.Has(wire.CapExtensions) {
 			t := &wire.Message{Type: r.Type, Response: true, ReqID: r.ReqID, Status: r.Status, Truncated: true}
-			if tb, err := n.encode(t, to); err == nil && len(tb) <= size {
+			if tb, err := n.encode(t, to, signed); err == nil && len(tb) <= size {
 				r, b = t, tb
 				n.counters.truncated.Add(1)
 			} else if err == nil {
@@ -353,11 +371,6 @@ func (n *Node) storeLocal(lk levelKey, data []byte, ttl time.Duration, now time.
 		n.abuse.note(AbuseQuota, from, netip.AddrPort{}, h.serial, now)
 	}
 	return result, after, before
-}
-
-// holderOf is who a store from from is charged to.
-func (n *Node) holderOf(from netip.AddrPort, m *wire.Message) holderID {
-	return holderID{ip: from.Addr().Unmap()}
 }
 
 func (n *Node) checkLevel(m *wire.Message) uint8 {

@@ -17,6 +17,8 @@ const (
 	DropSelf                   // from this node's own ID
 	DropMisdirected            // addressed to another node ID
 	DropUnproven               // a request from an unproven source that needs a larger reply or changes state
+	DropBadIdentity            // identity mode: no identity, a certificate no fleet key signed or out of date, a bad signature
+	DropRevoked                // identity mode: a certificate a revocation list names
 	dropReasonEnd
 )
 
@@ -36,6 +38,8 @@ var dropReasons = [dropReasonEnd]struct {
 	DropSelf:        {"self", func(d *DropCounts) *uint64 { return &d.Self }},
 	DropMisdirected: {"misdirected", func(d *DropCounts) *uint64 { return &d.Misdirected }},
 	DropUnproven:    {"unproven", func(d *DropCounts) *uint64 { return &d.Unproven }},
+	DropBadIdentity: {"bad_identity", func(d *DropCounts) *uint64 { return &d.BadIdentity }},
+	DropRevoked:     {"revoked", func(d *DropCounts) *uint64 { return &d.Revoked }},
 }
 
 // String is the reason's name: "bad_auth", "replay", … ("" for no reason).
@@ -73,6 +77,11 @@ type DropCounts struct {
 	// truncated reply (a release before address cookies, without
 	// Config.LegacyPeers).
 	Unproven uint64
+	// Node identity mode: a datagram without an identity (unless
+	// Identity.Optional), under a certificate no fleet key signed or out
+	// of its validity period, or whose signature does not verify
+	// (BadIdentity); under a revoked certificate (Revoked).
+	BadIdentity, Revoked uint64
 }
 
 // Count is the count for reason r (0 for an unknown reason).

@@ -34,10 +34,11 @@ type Node struct {
 	replay *replayFilter
 	apps   *appTable // application message handlers (app.go)
 
-	cookies   *cookieJar // address cookies this node grants (cookies.go)
-	pads      *padBudget // padded first contacts per destination prefix
-	verifying *verifier  // pings proving claimed addresses (verify.go)
-	abuse     *abuseLog  // suspects (abuse.go)
+	identity  *identityState // node identity mode (identity.go); nil without
+	cookies   *cookieJar     // address cookies this node grants (cookies.go)
+	pads      *padBudget     // padded first contacts per destination prefix
+	verifying *verifier      // pings proving claimed addresses (verify.go)
+	abuse     *abuseLog      // suspects (abuse.go)
 
 	mu      sync.Mutex
 	rng     *mrand.Rand
@@ -137,6 +138,7 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		pending:  make(map[uint64]*pendingCall),
 		counters: newNodeCounters(),
 
+		identity:  newIdentityState(cfg.Identity),
 		cookies:   newCookieJar(),
 		pads:      newPadBudget(),
 		verifying: newVerifier(),

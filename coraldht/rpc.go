@@ -18,7 +18,7 @@ import (
 // send fills in the header (and, for a peer that reads them, the
 // extensions) of m and transmits it to the node to.
 func (n *Node) send(m *wire.Message, to Contact) error {
-	b, err := n.encode(m, to)
+	b, err := n.encode(m, to, true)
 	if err != nil {
 		return err
 	}
@@ -27,7 +27,10 @@ func (n *Node) send(m *wire.Message, to Contact) error {
 
 // encode fills in m's header and extensions for the node to and returns
 // the sealed datagram. A truncated reply keeps its empty cluster list.
-func (n *Node) encode(m *wire.Message, to Contact) ([]byte, error) {
+// In identity mode the datagram carries the node's identity, if identity
+// (a reply to a request that carried none goes without: its sender does
+// not check identities, and the reply must fit in the request's size).
+func (n *Node) encode(m *wire.Message, to Contact, identity bool) ([]byte, error) {
 	m.Sender = n.self
 	m.Recipient = to.ID
 	if !m.Truncated {
@@ -35,7 +38,7 @@ func (n *Node) encode(m *wire.Message, to Contact) ([]byte, error) {
 	}
 	m.Timestamp = n.stamp()
 	ext, grant := n.peers.sendState(to.Addr)
-	if ext || to.Services.Has(wire.CapExtensions) {
+	if ext || to.Services.Has(wire.CapExtensions) || n.identity != nil {
 		// Extensions only to a peer known to read them: nodes released
 		// before them drop a datagram with bytes after its body.
 		now := time.Now()
@@ -48,11 +51,18 @@ func (n *Node) encode(m *wire.Message, to Contact) ([]byte, error) {
 			}
 		}
 	}
+	sign := n.identity != nil && identity
+	if sign {
+		m.Identity = n.identity.Certificate.Raw
+	}
 	buf := datagrams.Get().(*[]byte)
 	b, err := wire.Encode((*buf)[:0], m)
 	if err == nil && m.Pad > 0 {
 		m.Pad = max(1, MaxDatagram-tagLen-len(b)+1)
 		b, err = wire.Encode(b[:0], m)
+	}
+	if err == nil && sign {
+		err = n.identity.sign(b)
 	}
 	if err != nil {
 		datagrams.Put(buf)

@@ -83,11 +83,14 @@ func (n *Node) verify(c Contact, source netip.AddrPort, size int, now time.Time)
 	if n.closed.Load() {
 		return
 	}
-	b, err := n.encode(&wire.Message{Type: wire.Ping}, c)
+	b, err := n.encode(&wire.Message{Type: wire.Ping}, c, false)
 	if err != nil {
 		return
 	}
 	release(b)
+	if n.identity != nil {
+		size -= wire.ExtLen(&wire.Message{Ext: true, Identity: n.identity.Certificate.Raw}) - wire.ExtLen(&wire.Message{Ext: true})
+	}
 	if len(b) > size {
 		return
 	}
