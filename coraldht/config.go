@@ -473,7 +473,7 @@ func (c *Config) validateIdentity() *ConfigError {
 	if c.Identity == nil {
 		return nil
 	}
-	if err := c.Identity.validate(time.Now()); err != nil {
+	if err := c.Identity.Check(time.Now()); err != nil {
 		return badConfig("Identity", "%v", err)
 	}
 	return nil

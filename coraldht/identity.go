@@ -45,8 +45,9 @@ type Identity struct {
 // ErrNotIdentityMode: the node runs without Config.Identity.
 var ErrNotIdentityMode = errors.New("coraldht: the node has no identity (Config.Identity)")
 
-// validate checks an identity against the fleet at now.
-func (id *Identity) validate(now time.Time) error {
+// Check checks an identity against its fleet at now: the certificate is
+// the fleet's, the key the certificate's, and neither expired nor revoked.
+func (id *Identity) Check(now time.Time) error {
 	switch {
 	case id.Certificate == nil || id.Key == nil:
 		return errors.New("a certificate and its private key are required")

@@ -180,6 +180,20 @@ func NewRevocationList(fleetKey ed25519.PrivateKey, number uint64, issued time.T
 // ParseRevocationList decodes a list and checks that one of the fleet
 // keys signed it.
 func ParseRevocationList(raw []byte, fleetKeys []ed25519.PublicKey) (*RevocationList, error) {
+	l, err := DecodeRevocationList(raw)
+	if err != nil {
+		return nil, err
+	}
+	n := len(raw) - ed25519.SignatureSize
+	if !verifyBy(fleetKeys, listContext, raw[:n], raw[n:]) {
+		return nil, ErrSignature
+	}
+	return l, nil
+}
+
+// DecodeRevocationList decodes a list without checking its signature:
+// for showing one, never for installing it.
+func DecodeRevocationList(raw []byte) (*RevocationList, error) {
 	const head = 1 + 8 + 8 + 4
 	if len(raw) < head+ed25519.SignatureSize || raw[0] != version {
 		return nil, fmt.Errorf("%w revocation list: %d bytes, version %d", ErrFormat, len(raw), firstByte(raw))
@@ -188,14 +202,10 @@ func ParseRevocationList(raw []byte, fleetKeys []ed25519.PublicKey) (*Revocation
 	if n > MaxRevoked || len(raw) != head+8*n+ed25519.SignatureSize {
 		return nil, fmt.Errorf("%w revocation list: %d serials in %d bytes", ErrFormat, n, len(raw))
 	}
-	body := raw[:head+8*n]
-	if !verifyBy(fleetKeys, listContext, body, raw[len(body):]) {
-		return nil, ErrSignature
-	}
 	l := &RevocationList{Number: binary.BigEndian.Uint64(raw[1:9]), Issued: time.Unix(int64(binary.BigEndian.Uint64(raw[9:17])), 0),
 		Raw: slices.Clone(raw)}
 	for i := range n {
-		v := binary.BigEndian.Uint64(body[head+8*i:])
+		v := binary.BigEndian.Uint64(raw[head+8*i:])
 		if i > 0 && v <= l.Serials[i-1] {
 			return nil, fmt.Errorf("%w revocation list: serials not increasing", ErrFormat)
 		}

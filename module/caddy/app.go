@@ -77,6 +77,12 @@ type App struct {
 	// cluster name), for policy or tests.
 	Clusters map[string]string `json:"clusters,omitempty"`
 
+	// Identity turns on node identity mode (coraldht's README, "Node
+	// identities"): this node's certificate and key files, the fleet's
+	// public keys and its revocation list (the Caddyfile's identity,
+	// fleet, revocations and identity_optional options).
+	Identity *host.IdentityFiles `json:"identity,omitempty"`
+
 	opts   host.Options
 	ctx    caddy.Context
 	logger *zap.Logger
@@ -211,7 +217,7 @@ func (a *App) nodeOptions() (host.Options, error) {
 			o.Pins[lvl] = a.Clusters[k]
 		}
 	}
-	o.KeyFile, o.AcceptedKeyFiles = a.KeyFile, a.AcceptedKeyFiles
+	o.KeyFile, o.AcceptedKeyFiles, o.Identity = a.KeyFile, a.AcceptedKeyFiles, a.Identity
 	if err := o.Validate(); err != nil {
 		return o, fmt.Errorf("coral: %w", err)
 	}
