@@ -243,7 +243,12 @@ func (n *Node) expireCall(pc *pendingCall) {
 		pc.soft.Stop()
 	}
 	n.counters.timeouts.Add(1)
-	n.peers.failed(pc.to.Addr, time.Now())
+	if !pc.requester {
+		// Not for a verification ping: a claimed address that does not
+		// answer takes no peer record (the verifier's holdoff remembers
+		// it), or claims could fill the table.
+		n.peers.failed(pc.to.Addr, time.Now())
+	}
 	for _, lv := range n.levels {
 		lv.rt.failed(pc.to.ID)
 	}

@@ -28,9 +28,11 @@ type levelKey struct {
 // are charged to itself. A source may hold its share of the bounds (a
 // prefix twice that, one key half of l); beyond it, its own soonest-
 // expiring value makes room. When a bound of the whole store is reached,
-// the value to go is the soonest-expiring of the prefix holding the most
+// the value to go is the soonest-expiring of the source holding the most
 // values, whatever its lifetime: a member filling the store with values
-// of the longest lifetime evicts its own.
+// of the longest lifetime evicts its own, not those of the honest nodes
+// that share its /24 (a member spreading over many addresses of its /24
+// is held to the prefix's share).
 type store struct {
 	l         int
 	maxValues int
@@ -45,7 +47,7 @@ type store struct {
 	bytes    int
 	sources  map[netip.Addr]*holder
 	prefixes map[netip.Prefix]*holder
-	largest  holderHeap // prefixes, most values first
+	largest  holderHeap // sources, most values first
 
 	counters StoreCounters
 }
@@ -85,7 +87,7 @@ type holder struct {
 	values, bytes int
 	heap          valueHeap // its values, soonest expiry first
 	prefix        netip.Prefix
-	hidx          int // in store.largest (prefixes only)
+	hidx          int // in store.largest (sources only)
 }
 
 // Heap slots of a value: which of its indexes a valueHeap maintains.
@@ -250,7 +252,7 @@ func (s *store) shareLocked(lk levelKey, h holderID, size int) (quota bool) {
 }
 
 // boundsLocked makes room in the whole store for a value of size bytes
-// under lk: the soonest-expiring value of the prefix holding the most
+// under lk: the soonest-expiring value of the source holding the most
 // gives way, as often as needed.
 func (s *store) boundsLocked(lk levelKey, size int) {
 	for s.overLocked(lk, size) && s.largest.Len() > 0 {
@@ -309,12 +311,12 @@ func (s *store) holdersLocked(v *storedValue) (src, pre *holder) {
 	if src = s.sources[v.from.ip]; src == nil {
 		src = &holder{heap: valueHeap{slot: slotSource}}
 		s.sources[v.from.ip] = src
+		heap.Push(&s.largest, src)
 	}
 	p := v.from.prefix()
 	if pre = s.prefixes[p]; pre == nil {
 		pre = &holder{heap: valueHeap{slot: slotPrefix}, prefix: p}
 		s.prefixes[p] = pre
-		heap.Push(&s.largest, pre)
 	}
 	return src, pre
 }
@@ -329,7 +331,7 @@ func (s *store) addLocked(v *storedValue) {
 	s.bytes += n
 	src.values, src.bytes = src.values+1, src.bytes+n
 	pre.values, pre.bytes = pre.values+1, pre.bytes+n
-	heap.Fix(&s.largest, pre.hidx)
+	heap.Fix(&s.largest, src.hidx)
 }
 
 // fixLocked restores the heaps after v's expiry changed.
@@ -350,13 +352,13 @@ func (s *store) removeLocked(v *storedValue) {
 	src.values, src.bytes = src.values-1, src.bytes-n
 	pre.values, pre.bytes = pre.values-1, pre.bytes-n
 	if src.values == 0 {
+		heap.Remove(&s.largest, src.hidx)
 		delete(s.sources, v.from.ip)
+	} else {
+		heap.Fix(&s.largest, src.hidx)
 	}
 	if pre.values == 0 {
-		heap.Remove(&s.largest, pre.hidx)
 		delete(s.prefixes, pre.prefix)
-	} else {
-		heap.Fix(&s.largest, pre.hidx)
 	}
 	e := v.entry
 	if i := slices.Index(e.values, v); i >= 0 {
@@ -441,7 +443,7 @@ func (h *valueHeap) Pop() any {
 	return v
 }
 
-// holderHeap orders prefixes most values first.
+// holderHeap orders sources most values first.
 type holderHeap []*holder
 
 func (h holderHeap) Len() int           { return len(h) }

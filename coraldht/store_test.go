@@ -245,19 +245,37 @@ func TestStoreShares(t *testing.T) {
 	})
 	t.Run("largest holder first", func(t *testing.T) {
 		s := newStore(cfg)
-		for i := range 8 {
-			s.put(lk(fmt.Sprint("m", i)), []byte("x"), 24*time.Hour, t0, src(fmt.Sprint("192.0.2.", 1+i/4)))
+		for i := range 4 {
+			s.put(lk(fmt.Sprint("m", i)), []byte("x"), 24*time.Hour, t0, src("192.0.2.1"))
 		}
-		for i := range 8 {
+		// A site-mate of the member's, with short-lived values.
+		for i := range 2 {
+			s.put(lk(fmt.Sprint("mate", i)), []byte("x"), time.Minute, t0, src("192.0.2.2"))
+		}
+		for i := range 10 {
 			s.putSelf(lk(fmt.Sprint("own", i)), []byte("x"), time.Minute, t0)
 		}
-		// Full. An honest one-minute value evicts a member's 24-hour one.
-		r, _, _, _ := s.put(lk("honest"), []byte("x"), time.Minute, t0, src("198.51.100.7"))
-		if r != wire.StoreStored {
-			t.Fatalf("result %d", r)
+		// Full. The largest source is this node (10): its value goes.
+		s.put(lk("a"), []byte("x"), time.Minute, t0, src("198.51.100.7"))
+		if c := s.sources[netip.Addr{}].values; c != 9 {
+			t.Fatalf("this node holds %d, want 9", c)
 		}
-		if got := s.prefixes[netip.MustParsePrefix("192.0.2.0/24")].values; got != 7 {
-			t.Fatalf("the largest prefix holds %d values, want 7 (one evicted)", got)
+		for i := range 5 {
+			s.put(lk(fmt.Sprint("b", i)), []byte("x"), time.Minute, t0, src(fmt.Sprint("198.51.100.", 10+i)))
+		}
+		// Now the member (4) is the largest with this node: honest
+		// one-minute values evict the member's 24-hour ones, never the
+		// site-mate's that expire sooner.
+		for i := range 3 {
+			if r, _, _, _ := s.put(lk(fmt.Sprint("c", i)), []byte("x"), time.Minute, t0, src(fmt.Sprint("203.0.113.", 1+i))); r != wire.StoreStored {
+				t.Fatalf("result %d", r)
+			}
+		}
+		if got := s.sources[netip.MustParseAddr("192.0.2.2")].values; got != 2 {
+			t.Fatalf("the member's site-mate lost values: %d left of 2", got)
+		}
+		if got := s.sources[netip.MustParseAddr("192.0.2.1")].values; got >= 4 {
+			t.Fatalf("the member kept its %d values", got)
 		}
 		if _, values, _ := s.sizes(); values != 16 {
 			t.Fatalf("%d values", values)
@@ -324,12 +342,17 @@ func checkStoreBooks(t *testing.T, s *store) {
 			t.Fatalf("source %v: books %d/%d, counted %v", ip, h.values, h.bytes, src[ip])
 		}
 	}
+	for ip, h := range s.sources {
+		if s.largest[h.hidx] != h {
+			t.Fatalf("source %v is not where its index says", ip)
+		}
+	}
 	for p, h := range s.prefixes {
-		if pre[p] != [2]int{h.values, h.bytes} || s.largest[h.hidx] != h {
+		if pre[p] != [2]int{h.values, h.bytes} {
 			t.Fatalf("prefix %v: books %d/%d, counted %v", p, h.values, h.bytes, pre[p])
 		}
 	}
-	if len(src) != len(s.sources) || len(pre) != len(s.prefixes) || len(s.largest) != len(s.prefixes) {
+	if len(src) != len(s.sources) || len(pre) != len(s.prefixes) || len(s.largest) != len(s.sources) {
 		t.Fatal("holders without values, or values without holders")
 	}
 	for i := 1; i < len(s.largest); i++ {
