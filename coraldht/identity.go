@@ -175,6 +175,15 @@ type IdentityInfo struct {
 	Revoked             int    // serials it names
 }
 
+// Revocations is the revocation list installed; nil without one (or
+// without an identity).
+func (n *Node) Revocations() *fleet.RevocationList {
+	if n.identity == nil {
+		return nil
+	}
+	return n.identity.revoked.Load()
+}
+
 // Identity describes the node's identity; ok is false without one.
 func (n *Node) Identity() (info IdentityInfo, ok bool) {
 	s := n.identity

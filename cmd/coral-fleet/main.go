@@ -223,7 +223,7 @@ func revoke(dir string, what []string, out io.Writer, now time.Time) error {
 	number := uint64(1)
 	if prev, err := fleet.LoadRevocationList(path, []ed25519.PublicKey{fleetKey.Public().(ed25519.PublicKey)}); err == nil {
 		serials, number = prev.Serials, prev.Number+1
-	} else if !errors.Is(err, os.ErrNotExist) && !strings.Contains(err.Error(), "does not exist") {
+	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	for _, w := range what {

@@ -101,7 +101,7 @@ func readFile(path string, private bool) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("fleet: %s does not exist", path)
+			return nil, fmt.Errorf("fleet: %s does not exist: %w", path, fs.ErrNotExist)
 		}
 		return nil, fmt.Errorf("fleet: %w", err)
 	}

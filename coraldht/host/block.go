@@ -24,6 +24,7 @@ import (
 //	fleet      FILE             the fleet's public keys (with identity)
 //	revocations FILE [POLL]     the revocation list, read every POLL (default 30s)
 //	identity_optional           accept datagrams without an identity (migration)
+//	legacy_peers                answer nodes of releases before address cookies (rolling upgrade)
 
 // Dispenser is what the option parser needs of a server's configuration
 // dispenser, positioned on a property line of a block: its name (Val), its
@@ -68,7 +69,7 @@ func (p *OptionsParser) Property(d Dispenser) (bool, error) {
 	prop := d.Val()
 	switch prop {
 	case "listen", "advertise", "bootstrap", "key", "key_file", "levels", "cluster",
-		"identity", "fleet", "revocations", "identity_optional":
+		"identity", "fleet", "revocations", "identity_optional", "legacy_peers":
 	default:
 		return false, nil
 	}
@@ -111,6 +112,9 @@ func (p *OptionsParser) Property(d Dispenser) (bool, error) {
 		return true, p.cluster(d, args)
 	case "identity", "fleet", "revocations", "identity_optional":
 		return true, p.identity(d, prop, args)
+	case "legacy_peers":
+		o.LegacyPeers = true
+		return true, argCount(d, prop, args, 0)
 	}
 	return true, nil
 }

@@ -71,9 +71,13 @@ func TestParseIdentityOptions(t *testing.T) {
 		identity /etc/coral/node.cert /etc/coral/node.key
 		fleet /etc/coral/fleet.pub
 		revocations /etc/coral/revoked.list 10s
-		identity_optional`))
+		identity_optional
+		legacy_peers`))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !o.LegacyPeers || !o.config().LegacyPeers {
+		t.Fatal("legacy_peers not read")
 	}
 	want := &IdentityFiles{Certificate: "/etc/coral/node.cert", Key: "/etc/coral/node.key", Fleet: "/etc/coral/fleet.pub",
 		Revocations: "/etc/coral/revoked.list", RevocationPoll: 10 * time.Second, Optional: true}
@@ -140,5 +144,29 @@ func TestIdentityNode(t *testing.T) {
 		if err := Check(Options{Listen: netip.MustParseAddrPort("127.0.180.8:4000"), Identity: &bad}); err == nil {
 			t.Errorf("%s: Check accepted", name)
 		}
+	}
+}
+
+// TestRevocationListNotThereYet: a revocation list file that does not
+// exist yet is no list; once written, the poller installs it.
+func TestRevocationListNotThereYet(t *testing.T) {
+	f := newIdentityFiles(t)
+	if err := os.Remove(f.files.Revocations); err != nil {
+		t.Fatal(err)
+	}
+	f.files.RevocationPoll = time.Second
+	files := f.files
+	h := acquire(t, Options{Listen: netip.MustParseAddrPort("127.0.180.9:4000"), Identity: &files})
+	defer h.Release()
+	if info, _ := h.Node().Identity(); info.RevocationList != 0 {
+		t.Fatalf("a list in force without a file: %+v", info)
+	}
+	f.revoke(t, 99)
+	deadline := time.Now().Add(10 * time.Second)
+	for h.Node().Revocations() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the list written later was not installed within 10 poll intervals")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -66,6 +67,12 @@ type Options struct {
 	// without one.
 	Identity *IdentityFiles
 
+	// LegacyPeers answers in full the nodes of releases before address
+	// cookies, during a rolling upgrade from one (coraldht.Config's
+	// LegacyPeers; docs/operations.md, "Reloads and upgrades"). A reload
+	// that changes it restarts the node.
+	LegacyPeers bool
+
 	// Services are what this server runs, advertised to peers:
 	// coraldht.ServiceDNS for CoreDNS, coraldht.ServiceHTTP for Caddy.
 	Services coraldht.Services
@@ -90,7 +97,8 @@ type IdentityFiles struct {
 	Fleet string `json:"fleet_file,omitempty"`
 	// Revocations is the revocation list file (coral-fleet revoke), read
 	// at start and then every RevocationPoll; a newer list in it takes
-	// effect without a reload. Empty: no revocations.
+	// effect without a reload. A file not there yet is no list; one that
+	// goes away leaves the list in force. Empty: no revocations.
 	Revocations string `json:"revocations_file,omitempty"`
 	// RevocationPoll is how often the revocation list file is read. Zero:
 	// DefaultRevocationPoll.
@@ -174,6 +182,7 @@ func (o Options) config() coraldht.Config {
 		cfg.Pins = maps.Clone(o.Pins)
 	}
 	cfg.Logger = o.Logger
+	cfg.LegacyPeers = o.LegacyPeers
 	return cfg
 }
 
@@ -189,13 +198,14 @@ type settings struct {
 	services  coraldht.Services
 	identity  IdentityFiles // the files' names, and the certificate's serial
 	serial    uint64
+	legacy    bool
 }
 
 func (s settings) equal(t settings) bool {
 	return s.advertise == t.advertise && slices.Equal(s.bootstrap, t.bootstrap) &&
 		s.keyed == t.keyed && slices.Equal(s.levels, t.levels) &&
 		maps.Equal(s.pins, t.pins) && s.services == t.services &&
-		s.identity == t.identity && s.serial == t.serial
+		s.identity == t.identity && s.serial == t.serial && s.legacy == t.legacy
 }
 
 // plan is validated options ready to start a node: everything that can
@@ -222,7 +232,7 @@ func (o Options) plan() (plan, error) {
 	listen := netip.AddrPortFrom(o.Listen.Addr().Unmap(), o.Listen.Port())
 	p := plan{listen: listen, cfg: o.config(), boot: slices.Clone(o.Bootstrap)}
 	p.st = settings{advertise: o.Advertise, bootstrap: p.boot, keyed: o.KeyFile != "",
-		levels: p.cfg.Levels, pins: p.cfg.Pins, services: o.Services}
+		levels: p.cfg.Levels, pins: p.cfg.Pins, services: o.Services, legacy: o.LegacyPeers}
 	if o.Identity != nil {
 		id, err := o.Identity.load()
 		if err != nil {
@@ -301,7 +311,9 @@ func (f *IdentityFiles) load() (*coraldht.Identity, error) {
 	}
 	id := &coraldht.Identity{Certificate: cert, Key: key, Fleet: keys, Optional: f.Optional}
 	if f.Revocations != "" {
-		if id.Revoked, err = fleet.LoadRevocationList(f.Revocations, keys); err != nil {
+		if id.Revoked, err = fleet.LoadRevocationList(f.Revocations, keys); errors.Is(err, fs.ErrNotExist) {
+			id.Revoked = nil // none yet: the poller installs it when it comes
+		} else if err != nil {
 			return nil, err
 		}
 	}

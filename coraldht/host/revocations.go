@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"time"
 
@@ -28,6 +30,9 @@ func (i *Instance) pollRevocations(ctx context.Context, f *IdentityFiles, log *s
 		var l *fleet.RevocationList
 		if err == nil {
 			l, err = fleet.LoadRevocationList(f.Revocations, keys)
+		}
+		if errors.Is(err, fs.ErrNotExist) && i.node.Revocations() == nil {
+			continue // no list yet, none in force: nothing to say
 		}
 		if err == nil {
 			var installed bool

@@ -83,6 +83,11 @@ type App struct {
 	// fleet, revocations and identity_optional options).
 	Identity *host.IdentityFiles `json:"identity,omitempty"`
 
+	// LegacyPeers answers in full the nodes of releases before address
+	// cookies: only during a rolling upgrade from one (the Caddyfile's
+	// legacy_peers).
+	LegacyPeers bool `json:"legacy_peers,omitempty"`
+
 	opts   host.Options
 	ctx    caddy.Context
 	logger *zap.Logger
@@ -217,7 +222,7 @@ func (a *App) nodeOptions() (host.Options, error) {
 			o.Pins[lvl] = a.Clusters[k]
 		}
 	}
-	o.KeyFile, o.AcceptedKeyFiles, o.Identity = a.KeyFile, a.AcceptedKeyFiles, a.Identity
+	o.KeyFile, o.AcceptedKeyFiles, o.Identity, o.LegacyPeers = a.KeyFile, a.AcceptedKeyFiles, a.Identity, a.LegacyPeers
 	if err := o.Validate(); err != nil {
 		return o, fmt.Errorf("coral: %w", err)
 	}
