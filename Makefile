@@ -91,6 +91,7 @@ fuzz:
 eval:
 	$(GO) run ./eval/hotspot -sweep "128 256 512 1024 2048"
 	$(GO) run ./eval/lookup
+	$(GO) run ./eval/members
 	$(GO) run ./eval/clusters
 	$(GO) run ./eval/getlatency
 	$(GO) run ./eval/endtoend
