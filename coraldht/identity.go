@@ -175,6 +175,12 @@ type IdentityInfo struct {
 	Revoked             int    // serials it names
 }
 
+// selfRevoked reports whether the installed revocation list names this
+// node's own certificate.
+func (n *Node) selfRevoked() bool {
+	return n.identity != nil && n.identity.revoked.Load().Revoked(n.identity.Certificate.Serial)
+}
+
 // Revocations is the revocation list installed; nil without one (or
 // without an identity).
 func (n *Node) Revocations() *fleet.RevocationList {

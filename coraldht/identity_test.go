@@ -192,6 +192,16 @@ func TestRevocation(t *testing.T) {
 		if _, err := tn.nodes[6].Get(ctx, key); err != nil {
 			t.Fatal(err)
 		}
+		// The revoked node, once it reads the list too, fails at once.
+		if _, err := bad.SetRevocations(l); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bad.Get(ctx, key); !errors.Is(err, ErrRevoked) {
+			t.Fatalf("the revoked node's get: %v, want ErrRevoked", err)
+		}
+		if _, err := bad.PutGet(ctx, key, []byte("x"), time.Hour); !errors.Is(err, ErrRevoked) {
+			t.Fatalf("the revoked node's put+get: %v, want ErrRevoked", err)
+		}
 		// Lists never go back.
 		if ok, err := tn.nodes[0].SetRevocations(l); ok || err != nil {
 			t.Fatalf("the same list again: %v %v", ok, err)

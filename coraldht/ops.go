@@ -152,6 +152,9 @@ func (n *Node) get(ctx context.Context, key ID, levels []int, gather bool) (GetR
 	if n.closed.Load() {
 		return res, ErrClosed
 	}
+	if n.selfRevoked() {
+		return res, ErrRevoked
+	}
 	n.counters.gets.Add(1)
 	ctx, cancel := n.opContext(ctx)
 	defer cancel()

@@ -58,6 +58,9 @@ func (n *Node) putGet(ctx context.Context, key ID, value []byte, ttl time.Durati
 	if n.closed.Load() {
 		return res, ErrClosed
 	}
+	if n.selfRevoked() {
+		return res, ErrRevoked
+	}
 	if wantValues {
 		n.counters.putGets.Add(1)
 	} else {
