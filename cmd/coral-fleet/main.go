@@ -162,17 +162,23 @@ func readIssued(dir string) ([]issued, error) {
 	return out, sc.Err()
 }
 
+// openFleet reads the fleet's private key and what it issued.
+func openFleet(dir string) (ed25519.PrivateKey, []issued, error) {
+	key, err := fleet.LoadPrivateKey(filepath.Join(dir, "fleet.key"), fleet.LabelFleetKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	done, err := readIssued(dir)
+	return key, done, err
+}
+
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 func issue(dir, name string, valid time.Duration, out io.Writer, now time.Time) error {
 	if !validName.MatchString(name) {
 		return fmt.Errorf("node name %q: letters, digits, '.', '_' and '-', at most 63", name)
 	}
-	fleetKey, err := fleet.LoadPrivateKey(filepath.Join(dir, "fleet.key"), fleet.LabelFleetKey)
-	if err != nil {
-		return err
-	}
-	done, err := readIssued(dir)
+	fleetKey, done, err := openFleet(dir)
 	if err != nil {
 		return err
 	}
@@ -210,11 +216,7 @@ func issue(dir, name string, valid time.Duration, out io.Writer, now time.Time) 
 }
 
 func revoke(dir string, what []string, out io.Writer, now time.Time) error {
-	fleetKey, err := fleet.LoadPrivateKey(filepath.Join(dir, "fleet.key"), fleet.LabelFleetKey)
-	if err != nil {
-		return err
-	}
-	done, err := readIssued(dir)
+	fleetKey, done, err := openFleet(dir)
 	if err != nil {
 		return err
 	}
