@@ -237,6 +237,21 @@ func (n *Node) SetRevocations(l *fleet.RevocationList) (installed bool, err erro
 	return true, nil
 }
 
+// SetRevocationsText installs the revocation list of a revocation-list
+// file's text (coral-fleet revoke), checked against this node's fleet
+// keys: for lists that arrive another way than the file the servers
+// poll, such as an admin call.
+func (n *Node) SetRevocationsText(text []byte) (installed bool, err error) {
+	if n.identity == nil {
+		return false, ErrNotIdentityMode
+	}
+	l, err := fleet.ParseRevocationListText(text, n.identity.Fleet)
+	if err != nil {
+		return false, err
+	}
+	return n.SetRevocations(l)
+}
+
 // purgeRevoked forgets the nodes and values of the certificates l names.
 func (n *Node) purgeRevoked(l *fleet.RevocationList) {
 	s := n.identity

@@ -202,7 +202,16 @@ func TestRevocation(t *testing.T) {
 		if _, err := bad.PutGet(ctx, key, []byte("x"), time.Hour); !errors.Is(err, ErrRevoked) {
 			t.Fatalf("the revoked node's put+get: %v, want ErrRevoked", err)
 		}
-		// Lists never go back.
+		// Lists never go back; a list as its file's text is checked
+		// against the node's fleet keys.
+		text := fleet.Marshal(fleet.LabelRevocationList, nil, l.Raw)
+		if ok, err := tn.nodes[0].SetRevocationsText(text); ok || err != nil {
+			t.Fatalf("the same list as text: %v %v", ok, err)
+		}
+		other := newTestFleet(t).revoke(5, 1)
+		if _, err := tn.nodes[0].SetRevocationsText(fleet.Marshal(fleet.LabelRevocationList, nil, other.Raw)); !errors.Is(err, fleet.ErrSignature) {
+			t.Fatalf("another fleet's list: %v", err)
+		}
 		if ok, err := tn.nodes[0].SetRevocations(l); ok || err != nil {
 			t.Fatalf("the same list again: %v %v", ok, err)
 		}
