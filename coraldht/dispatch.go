@@ -97,9 +97,10 @@ func (n *Node) proven(m *wire.Message, from netip.AddrPort, now time.Time) bool 
 
 // heardRequest takes in what a request says of its sender. A sender whose
 // address is proven (it echoed a cookie from the address it claims) is
-// heard like any contact; one whose address is not enters no table, but
-// when a table would take it, the node pings the address it claims
-// (verify.go), and its answer lets it in.
+// heard like any contact; one whose address is not enters no table: it
+// proves it with its next request, or, claiming another address than its
+// source, by answering the ping the node sends there when a table would
+// take it (verify.go).
 func (n *Node) heardRequest(m *wire.Message, from netip.AddrPort, size int, proven bool, now time.Time) {
 	if from != m.Sender.Addr {
 		n.abuse.note(AbuseClaimMismatch, from, m.Sender.Addr, 0, now)
@@ -111,7 +112,13 @@ func (n *Node) heardRequest(m *wire.Message, from netip.AddrPort, size int, prov
 		n.peers.noteClusters(m.Sender, m.Clusters, now)
 		return
 	}
-	if n.levels[0].rt.admits(m.Sender, true) {
+	// A sender claiming its own source gets a cookie in the reply and
+	// proves itself with its next request: a ping there as well would
+	// double what an unproven source receives. Only a sender that claims
+	// another address (behind NAT, or lying), or a node of a release
+	// before cookies under LegacyPeers, is pinged where it claims to be.
+	legacy := n.cfg.LegacyPeers && !m.Sender.Services.Has(wire.CapExtensions)
+	if (from != m.Sender.Addr || legacy) && n.levels[0].rt.admits(m.Sender, true) {
 		n.verify(m.Sender, from, size, now)
 	}
 }

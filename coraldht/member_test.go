@@ -392,16 +392,31 @@ func TestNoReflectionTowardUnprovenSources(t *testing.T) {
 	}
 	// Claiming no services, as a node released before address cookies
 	// would, and claiming to speak them (services bit 31).
+	// Five requests from one address, and one from each of five: what
+	// reaches an address must never outweigh what came from it.
 	for _, services := range []Services{0, 1 << 31} {
 		for _, r := range requests {
-			atk := newAttacker(t, "127.0.37.203")
-			self := Contact{ID: NodeIDFor(atk.addr()), Addr: atk.addr(), Services: services}
-			for range 5 {
-				atk.send(atk.forge(r.m(), self, node.ID()), node.Addr())
-			}
-			got := atk.received(500 * time.Millisecond)
-			if ratio := float64(got) / float64(atk.sent); ratio > 1 {
-				t.Errorf("%s (services %v): %d bytes sent to an unproven source per %d received from it: %.1f×", r.name, services, got, atk.sent, ratio)
+			for _, perAddr := range []int{5, 1} {
+				var atks []*attacker
+				for range 5 / perAddr {
+					atk := newAttacker(t, "127.0.37.203")
+					self := Contact{ID: NodeIDFor(atk.addr()), Addr: atk.addr(), Services: services}
+					for range perAddr {
+						// A full cluster list, as honest requests carry:
+						// room enough for a ping back.
+						m := r.m()
+						m.Clusters = wireClusters(0, 1, 2)
+						atk.send(atk.forge(m, self, node.ID()), node.Addr())
+					}
+					atks = append(atks, atk)
+				}
+				for _, atk := range atks {
+					got := atk.received(500 * time.Millisecond)
+					if ratio := float64(got) / float64(atk.sent); ratio > 1 {
+						t.Errorf("%s (services %v, %d from the address): %d bytes sent to an unproven source per %d received from it: %.1f×",
+							r.name, services, perAddr, got, atk.sent, ratio)
+					}
+				}
 			}
 		}
 	}
