@@ -145,6 +145,21 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		abuse:     newAbuseLog(),
 	}
 	n.log = log.With("node", n.self.String())
+	n.addLevels(seed, now)
+	n.joined = make(chan struct{})
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.wg.Add(3)
+	go n.receiveLoop()
+	go n.maintenanceLoop()
+	go n.clusterLoop()
+	return n, nil
+}
+
+// addLevels makes the node's levels: level 0 and one per threshold, each
+// with its routing table and, until clustering places the node, a
+// singleton cluster (or the pinned one).
+func (n *Node) addLevels(seed uint64, now time.Time) {
+	cfg := n.cfg
 	limits := n.tableLimits(seed)
 	for i := 0; i <= len(cfg.Levels); i++ {
 		lv := &level{index: i, rt: newRoutingTable(n.self.ID, cfg.BucketSize, cfg.MaxFailures, cfg.QuestionableAfter, limits, now)}
@@ -162,13 +177,6 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		}
 		n.levels = append(n.levels, lv)
 	}
-	n.joined = make(chan struct{})
-	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Add(3)
-	go n.receiveLoop()
-	go n.maintenanceLoop()
-	go n.clusterLoop()
-	return n, nil
 }
 
 // tableLimits are the routing tables' caps and rank secret: drawn from
