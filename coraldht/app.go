@@ -135,7 +135,7 @@ func (n *Node) HandleApp(kind uint8, h AppHandler) {
 // so the handler runs in a goroutine of its own and the reply goes out
 // when it returns.
 func (n *Node) handleApp(m *wire.Message, from netip.AddrPort, size int, proven bool, now time.Time) {
-	reply := func(r *wire.Message) { n.reply(m, r, from, size, proven) }
+	reply := func(r *wire.Message) { _ = n.reply(m, r, from, size, proven) }
 	key := appCallKey{m.Sender.ID, m.ReqID}
 	t := n.apps
 	t.mu.Lock()

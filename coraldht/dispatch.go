@@ -97,33 +97,41 @@ func (n *Node) proven(m *wire.Message, from netip.AddrPort, now time.Time) bool 
 
 // heardRequest takes in what a request says of its sender. A sender whose
 // address is proven (it echoed a cookie from the address it claims) is
-// heard like any contact; one whose address is not enters no table: it
-// proves it with its next request, or, claiming another address than its
-// source, by answering the ping the node sends there when a table would
-// take it (verify.go).
-func (n *Node) heardRequest(m *wire.Message, from netip.AddrPort, size int, proven bool, now time.Time) {
+// heard like any contact; one whose address is not enters no table until
+// it answers a ping at the address it claims (verify.go), which
+// heardRequest asks for (ping) when a table would take it. shared says the
+// ping would go where the reply goes: then reply and ping together must
+// stay within the request's size (afterReply).
+func (n *Node) heardRequest(m *wire.Message, from netip.AddrPort, proven bool, now time.Time) (ping, shared bool) {
 	if from != m.Sender.Addr {
 		n.abuse.note(AbuseClaimMismatch, from, m.Sender.Addr, 0, now)
 	}
 	if proven && (from == m.Sender.Addr || n.cfg.TrustMembers) {
-		if n.learn(m.Sender, m.Clusters, now, true) {
-			n.verify(m.Sender, from, size, now)
-		}
+		measure := n.learn(m.Sender, m.Clusters, now, true)
 		n.peers.noteClusters(m.Sender, m.Clusters, now)
-		return
+		return measure, false // a proven address: no bound but the bounds of verify
 	}
-	// A sender claiming its own source gets a cookie in the reply and
-	// proves itself with its next request: a ping there as well would
-	// double what an unproven source receives. Only a sender that claims
-	// another address (behind NAT, or lying), or a node of a release
-	// before cookies under LegacyPeers, is pinged where it claims to be.
-	legacy := n.cfg.LegacyPeers && !m.Sender.Services.Has(wire.CapExtensions)
-	if (from != m.Sender.Addr || legacy) && n.levels[0].rt.admits(m.Sender, true) {
-		n.verify(m.Sender, from, size, now)
-	}
+	return n.levels[0].rt.admits(m.Sender, true), from == m.Sender.Addr
 }
 
-// sharesCluster reports whether// sharesCluster reports whether a peer with the given cluster list is in
+// afterReply sends the ping heardRequest asked for, once the reply (sent
+// bytes of it) has gone. A sender that claims its own source address
+// gets a cookie in the reply and proves itself with its next request;
+// the ping is for one that does not come back soon (a node joining, whose
+// padded first request is answered in far less than its size), and goes
+// only if reply and ping together are no larger than the request, so
+// that an unproven address never receives more than it sent.
+func (n *Node) afterReply(m *wire.Message, from netip.AddrPort, size, sent int, ping, shared bool, now time.Time) {
+	if !ping {
+		return
+	}
+	if shared {
+		size -= sent
+	}
+	n.verify(m.Sender, from, size, now)
+}
+
+// sharesCluster reports whether a peer with the given cluster list is in
 // this node's cluster at level lvl.
 func (n *Node) sharesCluster(clusters []ClusterInfo, lvl int) bool {
 	if lvl == 0 {
@@ -223,15 +231,19 @@ func (n *Node) handleRequest(m *wire.Message, from netip.AddrPort, in inbound, n
 	size := in.size
 	n.counters.reqIn[m.Type].Add(1)
 	proven := n.proven(m, from, now)
-	n.heardRequest(m, from, size, proven, now)
+	ping, shared := n.heardRequest(m, from, proven, now)
 	if !proven && (m.Type == wire.Store || m.Type == wire.App) && !n.servesUnproven(m) {
 		// A change of state on the word of a source that may be spoofed:
 		// not until it echoes a cookie (the truncated reply gives it one).
-		n.reply(m, &wire.Message{Type: m.Type, Response: true, ReqID: m.ReqID}, from, size, false)
+		sent := n.reply(m, &wire.Message{Type: m.Type, Response: true, ReqID: m.ReqID}, from, size, false)
+		n.afterReply(m, from, size, sent, ping, shared, now)
 		return
 	}
 	if m.Type == wire.App {
-		// Answered when the application's handler returns (app.go).
+		// Answered when the application's handler returns (app.go): the
+		// sender is proven here, so the ping, if any, has no reply to
+		// share the request's size with.
+		n.afterReply(m, from, size, 0, ping, false, now)
 		n.handleApp(m, from, size, proven, now)
 		return
 	}
@@ -254,7 +266,8 @@ func (n *Node) handleRequest(m *wire.Message, from netip.AddrPort, in inbound, n
 	} else if m.Type == wire.Get || m.Type == wire.PutProbe || m.Type == wire.Store {
 		n.traceRequest(m, r.Loaded)
 	}
-	n.reply(m, r, from, size, proven)
+	sent := n.reply(m, r, from, size, proven)
+	n.afterReply(m, from, size, sent, ping, shared, now)
 }
 
 // servesUnproven reports whether the node serves in full a request whose
@@ -311,14 +324,14 @@ func (n *Node) serve(m, r *wire.Message, from netip.AddrPort, serial uint64, now
 // truncated, without lists or clusters, with a cookie to retry with, and
 // only if that fits in the request's size (PROTOCOL.md, Address cookies).
 // A sender that cannot take a truncated reply (it reads no extensions)
-// gets none.
-func (n *Node) reply(m, r *wire.Message, from netip.AddrPort, size int, proven bool) {
+// gets none. It returns how many bytes went.
+func (n *Node) reply(m, r *wire.Message, from netip.AddrPort, size int, proven bool) int {
 	to := Contact{ID: m.Sender.ID, Addr: from, Services: m.Sender.Services}
 	signed := m.Identity != nil
 	b, err := n.encode(r, to, signed)
 	if err != nil {
 		n.log.Debug("reply", "to", from, "err", err)
-		return
+		return 0
 	}
 	if !proven && len(b) > size && !n.servesUnproven(m) {
 		release(b)
@@ -335,12 +348,14 @@ func (n *Node) reply(m, r *wire.Message, from netip.AddrPort, size int, proven b
 		if b == nil {
 			n.drop(DropUnproven, from)
 			n.abuse.note(AbuseUnproven, from, m.Sender.Addr, 0, time.Now())
-			return
+			return 0
 		}
 	}
+	sent := len(b)
 	if err := n.transmit(r, b, from); err != nil {
 		n.log.Debug("reply", "to", from, "err", err)
 	}
+	return sent
 }
 
 // closingHints is how many contacts nearest the key a get or put_probe
