@@ -411,7 +411,7 @@ func TestNoReflectionTowardUnprovenSources(t *testing.T) {
 					atks = append(atks, atk)
 				}
 				for _, atk := range atks {
-					got := atk.received(500 * time.Millisecond)
+					got := atk.received(250 * time.Millisecond)
 					if ratio := float64(got) / float64(atk.sent); ratio > 1 {
 						t.Errorf("%s (services %v, %d from the address): %d bytes sent to an unproven source per %d received from it: %.1f×",
 							r.name, services, perAddr, got, atk.sent, ratio)
