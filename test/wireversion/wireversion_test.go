@@ -205,9 +205,11 @@ func TestPreviousWireVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer strict.Close()
-	prev.do("join " + strict.Addr().String())
+	joined := prev.do("join " + strict.Addr().String())
 	if d := strict.Stats().Drops; d.Unproven == 0 || d.Malformed != 0 {
-		t.Fatalf("a current node with the default configuration: drops %+v; want the previous node's lookups refused as unproven", d)
+		st := strict.Stats()
+		t.Fatalf("a current node with the default configuration: drops %+v, requests in %+v, replies out %+v (join: %s); want the previous node's lookups refused as unproven",
+			d, st.RequestsIn, st.RepliesOut, joined)
 	}
 	if st := strict.Stats(); st.RepliesOut.Ping == 0 {
 		t.Fatal("the previous node's pings went unanswered")

@@ -360,6 +360,20 @@ func (n *Net) StopNode(nd *Node) error {
 	return errors.Join(errs...)
 }
 
+// StopDNS stops the node's CoreDNS gracefully, leaving its Caddy running:
+// what taking a node's name server out of the parent zone's delegation
+// does to the resolvers, which then ask the others.
+func (n *Net) StopDNS(nd *Node) error {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.coreDNS == nil {
+		return nil
+	}
+	err := nd.coreDNS.Stop(10 * time.Second)
+	nd.coreDNS = nil
+	return err
+}
+
 // Reload rewrites the node's configuration and has both servers load it
 // in place: Caddy through `caddy reload` (its admin API; it returns once
 // the new configuration runs), CoreDNS through SIGUSR1 (Reload returns
