@@ -172,11 +172,11 @@ func fetch(ctx context.Context, hc *http.Client, cl *coralnet.Client, path strin
 // hosts: six nodes (bin/coredns and bin/caddy each, so twelve DSHT nodes)
 // in node identity mode, set up with the operations guide's coral-fleet
 // blocks. One node is revoked with the guide's revoke block, the list
-// copied to every node and the node's name server taken out of the
+// copied to every other node and the node's name server taken out of the
 // delegation (stopped), as the guide says: every other node installs the
-// list and drops the revoked node's datagrams within one poll interval,
-// their name servers stop handing the revoked proxy out, and the clients
-// fetching all along see no failure.
+// list within one poll interval, their name servers stop handing the
+// revoked proxy out, they drop the datagrams the revoked node goes on
+// sending, and the clients fetching all along see no failure.
 func TestRevokeOneNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping: -short")
@@ -265,8 +265,10 @@ func TestRevokeOneNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Distributed as configuration management would: onto every node.
-	for _, nd := range n.Nodes {
+	// Distributed as configuration management would: onto every node but
+	// the revoked one, which, compromised, would not install a list that
+	// cuts it off; it goes on as before and its datagrams show it.
+	for _, nd := range others {
 		tmp := lists[nd.Host.Name] + ".new"
 		if err := os.WriteFile(tmp, list, 0o644); err != nil {
 			t.Fatal(err)
@@ -313,9 +315,24 @@ func TestRevokeOneNode(t *testing.T) {
 	}
 	t.Logf("list installed on every other server within %v (poll interval %v): %v", slowest.Round(time.Millisecond), poll, installedBy)
 
+	// The revoked node at work: its proxy asked for objects it does not
+	// have sends its put+gets to the others (it may take its lookups'
+	// timeouts before it goes to the origin: these are not the clients').
+	var probes sync.WaitGroup
+	for k := range 3 {
+		probes.Go(func() {
+			hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: n.Control.DialContext}}
+			req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/fresh-%d", bad.Addr(), k), nil)
+			req.Host = coralnet.CoralHost()
+			if resp, err := hc.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
 	// Dropped: the revoked node's datagrams are refused everywhere, and
 	// its proxy leaves every other name server's live set.
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 45*time.Second)
 	defer cancel()
 	for _, nd := range others {
 		for {
@@ -334,9 +351,7 @@ func TestRevokeOneNode(t *testing.T) {
 	}
 	t.Logf("every other node drops %s's datagrams and no longer hands out its proxy, %v after the list was distributed",
 		revoked, time.Since(distributed).Round(time.Millisecond))
-	if got := metric(bad, coralnet.PortAdmin, "caddy_coral_dht_identity_revocation_list", "", ""); got != 1 {
-		t.Errorf("the revoked node itself reads list %v", got)
-	}
+	probes.Wait()
 
 	time.Sleep(10 * time.Second) // clients after the revocation
 	close(cl.stop)

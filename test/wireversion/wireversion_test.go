@@ -205,6 +205,10 @@ func TestPreviousWireVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer strict.Close()
+	// It knows the others, so that its find_node replies carry contacts.
+	if err := strict.Bootstrap(ctx, cur.Addr()); err != nil {
+		t.Fatal(err)
+	}
 	joined := prev.do("join " + strict.Addr().String())
 	if d := strict.Stats().Drops; d.Unproven == 0 || d.Malformed != 0 {
 		st := strict.Stats()
