@@ -63,6 +63,7 @@ unit:
 fuzz:
 	$(GO) test -run=NONE -fuzz='^FuzzDecodeMessage$$' -fuzztime=$(FUZZTIME) ./coraldht/internal/wire
 	$(GO) test -run=NONE -fuzz='^FuzzParseTimeExceeded$$' -fuzztime=$(FUZZTIME) ./coraldht/icmpprobe
+	$(GO) test -run=NONE -fuzz='^FuzzParseFleetFile$$' -fuzztime=$(FUZZTIME) ./coraldht/fleet
 	for target in FuzzParseKeyText FuzzHandleDatagram; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coraldht || exit 1; \
 	done

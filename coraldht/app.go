@@ -134,12 +134,8 @@ func (n *Node) HandleApp(kind uint8, h AppHandler) {
 // handleApp serves an authentic app request. It runs on the receive loop,
 // so the handler runs in a goroutine of its own and the reply goes out
 // when it returns.
-func (n *Node) handleApp(m *wire.Message, from netip.AddrPort, now time.Time) {
-	reply := func(r *wire.Message) {
-		if err := n.send(r, from, m.Sender.ID); err != nil {
-			n.log.Debug("app reply", "to", from, "err", err)
-		}
-	}
+func (n *Node) handleApp(m *wire.Message, from netip.AddrPort, size int, proven bool, now time.Time) {
+	reply := func(r *wire.Message) { _ = n.reply(m, r, from, size, proven) }
 	key := appCallKey{m.Sender.ID, m.ReqID}
 	t := n.apps
 	t.mu.Lock()
@@ -181,7 +177,7 @@ func (n *Node) handleApp(m *wire.Message, from netip.AddrPort, now time.Time) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		out, err := n.runApp(h, m.Sender, m.Payload)
+		out, err := n.runApp(h, publicContact(m.Sender), m.Payload)
 		switch {
 		case err != nil:
 			r.AppResult, r.Payload = wire.AppFailed, truncateText(err.Error(), MaxAppPayload)
@@ -251,17 +247,26 @@ func (n *Node) CallApp(ctx context.Context, addr netip.AddrPort, kind uint8, pay
 			break
 		}
 	}
+	sends := 0
+	send := func() error {
+		sends++
+		req := &wire.Message{Type: wire.App, ReqID: pc.id, Kind: kind, Payload: payload}
+		return n.send(req, c)
+	}
+	// After a truncated reply (this node's address was not yet proven
+	// there), at once with the cookie it brought.
+	pc.resend = func() {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			_ = send()
+		}()
+	}
 	n.pending[pc.id] = pc
 	n.mu.Unlock()
 	defer n.takePending(pc)
 
 	_, interval := n.peers.timeouts(addr, false)
-	sends := 0
-	send := func() error {
-		sends++
-		req := &wire.Message{Type: wire.App, ReqID: pc.id, Kind: kind, Payload: payload}
-		return n.send(req, addr, c.ID)
-	}
 	if err := send(); err != nil {
 		return nil, fmt.Errorf("coraldht: send to %v: %w", addr, err)
 	}

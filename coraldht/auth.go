@@ -11,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"hash/maphash"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -223,33 +225,21 @@ func (k *Key) open(pkt []byte) ([]byte, bool) {
 	return msg, hmac.Equal(got, want)
 }
 
-// dropReason says why a datagram was discarded without a reply.
-type dropReason int
-
-const (
-	dropNone        dropReason = iota
-	dropOversize               // longer than MaxDatagram
-	dropBadAuth                // tag missing or wrong: wrong key, corruption, forgery
-	dropMalformed              // authentic but does not parse
-	dropStale                  // timestamp outside the clock-skew window
-	dropReplay                 // seen before, or too far behind the sender's newest
-	dropQueueFull              // transport queue overflowed
-	dropUnsolicited            // a reply nobody waits for (late, duplicate or forged ID)
-	dropSelf                   // from this node's own ID
-	dropMisdirected            // addressed to another node ID
-	dropReasonEnd
-)
-
-var dropNames = [...]string{"", "oversize", "bad_auth", "malformed", "stale", "replay", "queue_full", "unsolicited", "self", "misdirected"}
-
-func (r dropReason) String() string { return dropNames[r] }
-
 // replayFilter remembers, per sender, the timestamps accepted within the
 // reorder window. A datagram is fresh when its timestamp is within the clock
 // skew of now, after the filter started (less the reorder window), not older
 // than the sender's newest by more than the window, and not seen before.
 // Senders quiet for twice the skew are forgotten: their old datagrams can no
 // longer pass the freshness test.
+//
+// Every claimed sender takes a window, so the windows are a boundedMap:
+// at most maxSenders, and at most maxSenders/64 (at least 64) from one source prefix
+// (the datagram's source, /24 or /48), evicting the least recently used.
+// A window evicted while its datagrams could still pass the freshness
+// test leaves its newest timestamp (at most now) in a slot chosen by a
+// keyed hash of the sender: a window created later for a sender hashing
+// there refuses everything up to it, so evicting never lets a captured
+// datagram through twice.
 type replayFilter struct {
 	mu         sync.Mutex
 	skew       int64
@@ -257,8 +247,18 @@ type replayFilter struct {
 	floor      int64
 	maxSenders int
 	maxPerSend int
-	senders    map[ID]*senderWindow
+	senders    *boundedMap[ID, netip.Prefix, *senderWindow]
+	evicted    [evictedSlots]int64
+	seed       maphash.Seed
+	now        int64 // of the check in progress, for onEvict
 }
+
+// evictedSlots is how many floors evicted windows leave behind.
+const evictedSlots = 1024
+
+// replaySendersPerPrefixShare: one source prefix may hold 1/64 of the
+// windows (1024 by default).
+const replaySendersPerPrefixShare = 64
 
 type senderWindow struct {
 	newest   int64
@@ -273,35 +273,56 @@ func newReplayFilter(skew, window int64, start int64) *replayFilter {
 		skew:       skew,
 		window:     window,
 		floor:      start - window,
-		maxSenders: 1 << 20,
+		maxSenders: 1 << 16,
 		maxPerSend: 8192,
-		senders:    make(map[ID]*senderWindow),
+		seed:       maphash.MakeSeed(),
 	}
 }
 
-func (f *replayFilter) check(sender ID, ts, now int64) dropReason {
+func (f *replayFilter) slot(sender ID) *int64 {
+	return &f.evicted[maphash.Comparable(f.seed, sender)%evictedSlots]
+}
+
+// windowsLocked returns the windows, sized to maxSenders (which tests
+// lower).
+func (f *replayFilter) windowsLocked() *boundedMap[ID, netip.Prefix, *senderWindow] {
+	if f.senders == nil || f.senders.max != f.maxSenders {
+		f.senders = newBoundedMap[ID, netip.Prefix, *senderWindow](f.maxSenders, max(f.maxSenders/replaySendersPerPrefixShare, minPerPrefix))
+		f.senders.onEvict = func(id ID, sw *senderWindow) {
+			if sw.lastSeen >= f.now-2*f.skew {
+				if s := f.slot(id); *s < min(sw.newest, f.now) {
+					*s = min(sw.newest, f.now)
+				}
+			}
+		}
+	}
+	return f.senders
+}
+
+// check decides whether a datagram from sender, arriving from source
+// prefix src, stamped ts, is fresh at now, and records it if so.
+func (f *replayFilter) check(sender ID, src netip.Prefix, ts, now int64) DropReason {
 	if ts < now-f.skew || ts > now+f.skew || ts < f.floor {
-		return dropStale
+		return DropStale
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	sw := f.senders[sender]
-	if sw == nil {
-		if len(f.senders) >= f.maxSenders {
-			f.pruneLocked(now)
-			for id := range f.senders {
-				if len(f.senders) < f.maxSenders {
-					break
-				}
-				delete(f.senders, id)
-			}
+	f.now = now
+	windows := f.windowsLocked()
+	sw, ok := windows.get(sender)
+	if !ok {
+		floor := max(ts-f.window, *f.slot(sender))
+		if ts <= floor {
+			return DropReplay
 		}
-		sw = &senderWindow{newest: ts, floor: ts - f.window, seen: make(map[int64]struct{})}
-		f.senders[sender] = sw
+		sw = &senderWindow{newest: ts, floor: floor, seen: make(map[int64]struct{})}
+		windows.put(sender, src, sw)
 	} else if ts <= sw.floor || ts < sw.newest-f.window {
-		return dropReplay
+		return DropReplay
 	} else if _, dup := sw.seen[ts]; dup {
-		return dropReplay
+		return DropReplay
+	} else {
+		windows.touch(sender)
 	}
 	sw.lastSeen = now
 	sw.seen[ts] = struct{}{}
@@ -327,17 +348,24 @@ func (f *replayFilter) check(sender ID, ts, now int64) dropReason {
 	return dropNone
 }
 
-// prune forgets senders that have been quiet for twice the skew.
+// prune forgets senders that have been quiet for twice the skew, least
+// recently seen first.
 func (f *replayFilter) prune(now int64) {
 	f.mu.Lock()
-	f.pruneLocked(now)
-	f.mu.Unlock()
+	defer f.mu.Unlock()
+	windows := f.windowsLocked()
+	for {
+		id, sw, ok := windows.oldest()
+		if !ok || sw.lastSeen >= now-2*f.skew {
+			return
+		}
+		windows.remove(id)
+	}
 }
 
-func (f *replayFilter) pruneLocked(now int64) {
-	for id, sw := range f.senders {
-		if sw.lastSeen < now-2*f.skew {
-			delete(f.senders, id)
-		}
-	}
+// len is how many sender windows the filter holds.
+func (f *replayFilter) len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.windowsLocked().len()
 }

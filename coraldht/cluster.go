@@ -152,7 +152,11 @@ func groupClusters(ev []peerView, lvl int, self ID) map[ID]*clusterSample {
 			s = &clusterSample{info: ci}
 			out[ci.ID] = s
 		}
-		s.info.LogSize = max(s.info.LogSize, ci.LogSize)
+		if v.minRTT > 0 {
+			// A size claim counts once the claimant is measured: an
+			// unmeasured one could inflate any cluster to lure nodes in.
+			s.info.LogSize = max(s.info.LogSize, ci.LogSize)
+		}
 		if ci.Created.Before(s.info.Created) {
 			s.info.Created = ci.Created
 		}

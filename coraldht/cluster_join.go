@@ -125,7 +125,9 @@ func (n *Node) joinCluster(ctx context.Context, lv *level, info ClusterInfo, una
 	lv.rt.clear()
 	for _, v := range n.peers.evidence(n.evidenceSince(now)) {
 		if ci, ok := v.clusterAt(lv.index); ok && ci.ID == info.ID && v.ID != n.self.ID {
-			lv.rt.heard(v.Contact, v.lastHeard)
+			if counts, _ := n.claimCounts(lv, v.Contact); counts {
+				lv.rt.heard(v.Contact, v.lastHeard)
+			}
 		}
 	}
 	if lv.rt.len() > 0 {

@@ -117,8 +117,21 @@ type Config struct {
 	MaxValues int
 	MaxKeys   int
 
+	// MaxStoreBytes bounds the bytes of all stored values. Default 16 MiB,
+	// what MaxValues values of the default MaxValueSize take.
+	MaxStoreBytes int
+
+	// SourceShare is the largest share of the store's bounds (values,
+	// keys, bytes) that one source IP address may hold; a /24 (IPv6 /48)
+	// may hold twice as much, and one source at most half of FullValues
+	// under one key. A store beyond its share takes the place of the
+	// source's own soonest-expiring value. However full, a store evicts
+	// from the prefix holding the most values first, so no member can
+	// lock honest values out with long lifetimes. Default 1/4.
+	SourceShare float64
+
 	// MaxTrackedKeys bounds the per-key request counters behind "loaded".
-	// Counters idle for a minute are dropped first. Default 65536.
+	// The counters of the key idle longest go first. Default 65536.
 	MaxTrackedKeys int
 
 	// InitialRPCTimeout is the RPC timeout for a peer with no RTT samples
@@ -145,6 +158,40 @@ type Config struct {
 	// QuestionableAfter is how long a contact may go unheard before it is
 	// pinged when a newcomer wants its bucket slot. Default 15m.
 	QuestionableAfter time.Duration
+
+	// ContactsPerIP bounds the contacts from one IP address in each
+	// routing table (one per level), and half of it in each bucket:
+	// several nodes may share a host (a DNS server and a proxy), but one
+	// member listening on many ports must not fill a table. Default 4.
+	ContactsPerIP int
+
+	// ContactsPerSubnet bounds the contacts from one /24 (IPv6 /48) in
+	// each routing table, and half a bucket in each bucket; the node's own
+	// /24 (its site-mates) is exempt. Default 16.
+	ContactsPerSubnet int
+
+	// LegacyPeers answers in full the requests of nodes released before
+	// address cookies (PROTOCOL.md, Address cookies), which cannot prove
+	// their address, as those releases expect. Set it only during a
+	// rolling upgrade from such a release: while it is set, anyone holding
+	// the network key can have this node send replies larger than their
+	// requests to any address. Default false: such requests get only
+	// replies no larger than themselves, and no stores.
+	LegacyPeers bool
+
+	// Identity turns on node identity mode (README, "Node identities"):
+	// every datagram also carries this node's certificate and signature,
+	// and datagrams are accepted only under certificates the fleet signed
+	// and has not revoked. All nodes of the network must run a release
+	// that has it. Default nil: the network key alone authenticates.
+	Identity *Identity
+
+	// TrustMembers turns off what keeps one member of the network from
+	// controlling a node: address proofs, routing-table caps, the secret
+	// rank, cluster claims measured, store shares and the bound on replies
+	// to unproven sources (the behaviour before issue 35). For comparison
+	// experiments (eval/members); never in production.
+	TrustMembers bool
 
 	// RefreshInterval: a bucket no lookup has touched for this long is
 	// refreshed by a lookup of a random ID in its range. Default 15m.
@@ -233,6 +280,8 @@ func DefaultConfig() Config {
 		MaxTTL:            24 * time.Hour,
 		MaxValues:         65536,
 		MaxKeys:           16384,
+		MaxStoreBytes:     16 << 20,
+		SourceShare:       0.25,
 		MaxTrackedKeys:    65536,
 		InitialRPCTimeout: time.Second,
 		MinRPCTimeout:     50 * time.Millisecond,
@@ -240,6 +289,8 @@ func DefaultConfig() Config {
 		LookupTimeout:     3 * time.Second,
 		MaxFailures:       2,
 		QuestionableAfter: 15 * time.Minute,
+		ContactsPerIP:     4,
+		ContactsPerSubnet: 16,
 		RefreshInterval:   15 * time.Minute,
 		NodesLiveWithin:   time.Minute,
 		MaxClockSkew:      30 * time.Second,
@@ -254,7 +305,7 @@ func DefaultConfig() Config {
 
 // Validate reports the first field that is out of range, by name.
 func (c *Config) Validate() error {
-	for _, check := range []func() *ConfigError{c.validateLevels, c.validateKeys, c.validateProtocol, c.validateRPC, c.validateClustering, c.validateNames} {
+	for _, check := range []func() *ConfigError{c.validateLevels, c.validateKeys, c.validateProtocol, c.validateRPC, c.validateClustering, c.validateNames, c.validateIdentity} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -330,6 +381,14 @@ func (c *Config) validateProtocol() *ConfigError {
 		return badConfig("MaxKeys", "%d; must be positive", c.MaxKeys)
 	case c.MaxTrackedKeys < 1:
 		return badConfig("MaxTrackedKeys", "%d; must be positive", c.MaxTrackedKeys)
+	case c.MaxStoreBytes < c.MaxValueSize:
+		return badConfig("MaxStoreBytes", "%d; must hold at least one value of MaxValueSize (%d)", c.MaxStoreBytes, c.MaxValueSize)
+	case !(c.SourceShare > 0 && c.SourceShare <= 1):
+		return badConfig("SourceShare", "%v; must be in (0, 1]", c.SourceShare)
+	case c.ContactsPerIP < 1:
+		return badConfig("ContactsPerIP", "%d; must be at least 1", c.ContactsPerIP)
+	case c.ContactsPerSubnet < c.ContactsPerIP:
+		return badConfig("ContactsPerSubnet", "%d; must be at least ContactsPerIP (%d)", c.ContactsPerSubnet, c.ContactsPerIP)
 	}
 	return nil
 }
@@ -408,3 +467,14 @@ type ClusterInfo = wire.ClusterInfo
 // Contact identifies a node: its ID, the address it advertises and the
 // services it runs.
 type Contact = wire.Contact
+
+// validateIdentity checks the node's identity against its fleet now.
+func (c *Config) validateIdentity() *ConfigError {
+	if c.Identity == nil {
+		return nil
+	}
+	if err := c.Identity.Check(time.Now()); err != nil {
+		return badConfig("Identity", "%v", err)
+	}
+	return nil
+}

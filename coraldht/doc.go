@@ -90,6 +90,16 @@
 // dropped without a reply and counted in Stats. A node without a key works
 // only on loopback. PROTOCOL.md specifies the wire format.
 //
+// Member: any holder of the network key. Proven address: an address a
+// peer has shown it receives at, by answering there or by echoing an
+// address cookie sent there; a member can claim any address, so only
+// proven contacts enter routing tables, and replies larger than their
+// requests go only to proven sources. Suspect: a source prefix that did
+// what honest nodes do not (Suspects). Node identity: a node's own key
+// pair and a certificate from the operator's fleet key (Config.Identity);
+// with identities, one node is removed by a revocation list instead of a
+// new network key. README, Security, has the rules and their bounds.
+//
 // Transport: a node sends datagrams through a Transport: UDPTransport for
 // real sockets, a coraldht/memnet Network for tests and simulations with
 // per-pair latency, jitter, loss, partitions and crashes. A memnet Network
@@ -109,12 +119,16 @@
 // flight; lookup.go and lookup_hop.go walk a level toward a key; ops.go,
 // put.go and join.go are the operations; store.go holds values; cluster.go
 // and cluster_join.go are clustering; hints.go locality hints; app.go
-// application messages; auth.go the network key; introspect.go and
-// stats.go what a node tells about itself. Beside the package:
+// application messages; auth.go the network key and replay filter; cookies.go,
+// verify.go, abuse.go and identity.go what bounds a member; bounded.go the
+// tables a peer can fill; introspect.go and stats.go what a node tells about
+// itself. Beside the package:
 // coraldht/internal/wire is the codec PROTOCOL.md specifies (ID, Contact,
 // ClusterInfo and Services are defined there and aliased here);
 // coraldht/memnet the in-memory network for tests and simulations;
 // coraldht/icmpprobe the ICMP traces (hints) and RTT probes the DNS plugin
 // also uses; coraldht/host runs a server's node across reloads and reads
-// its options; coraldht/acmetxt keeps ACME DNS-01 values in the DSHT.
+// its options; coraldht/acmetxt keeps ACME DNS-01 values in the DSHT;
+// coraldht/fleet holds node identity mode's certificates and revocation
+// lists.
 package coraldht

@@ -24,4 +24,8 @@ var (
 	ErrNoKey = errors.New("coraldht: network key required")
 	// ErrTimeout: an RPC went unanswered within its adaptive timeout.
 	ErrTimeout = errors.New("coraldht: RPC timed out")
+	// ErrRevoked: in node identity mode, the revocation list this node
+	// holds names its own certificate: every other node drops its
+	// datagrams, so gets and puts fail at once rather than time out.
+	ErrRevoked = errors.New("coraldht: this node's certificate is revoked")
 )

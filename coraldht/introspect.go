@@ -37,7 +37,7 @@ func (n *Node) Nodes(ctx context.Context, level, count int, target netip.Addr, s
 	now := time.Now()
 	var out []NodeInfo
 	if n.self.Services.Has(services) {
-		out = append(out, NodeInfo{Contact: n.self, LastHeard: now, Self: true})
+		out = append(out, NodeInfo{Contact: n.public, LastHeard: now, Self: true})
 	}
 	var stale []Contact
 	for _, e := range n.levels[level].rt.all() {
@@ -104,7 +104,7 @@ func (n *Node) Nodes(ctx context.Context, level, count int, target netip.Addr, s
 
 // nodeInfo describes contact c, last heard at heard.
 func (n *Node) nodeInfo(c Contact, heard time.Time) NodeInfo {
-	ni := NodeInfo{Contact: c, LastHeard: heard}
+	ni := NodeInfo{Contact: publicContact(c), LastHeard: heard}
 	if p, ok := n.peers.get(c.Addr); ok {
 		ni.RTT = p.Min
 	}

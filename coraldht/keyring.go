@@ -122,24 +122,28 @@ func (r *Keyring) Install(k *Key) error {
 // SetPrimary makes the installed key with the given fingerprint (or a
 // unique prefix of it) the one the node sends with.
 func (r *Keyring) SetPrimary(fingerprint string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old := r.cur.Load()
-	i, err := old.find(fingerprint)
-	if err != nil {
-		return err
-	}
-	next := make([]*ringKey, 0, len(old.entries))
-	next = append(next, old.entries[i])
-	next = append(next, old.entries[:i]...)
-	next = append(next, old.entries[i+1:]...)
-	r.cur.Store(&ringState{entries: next})
-	return nil
+	return r.change(fingerprint, func(old []*ringKey, i int) ([]*ringKey, error) {
+		next := make([]*ringKey, 0, len(old))
+		next = append(next, old[i])
+		return append(append(next, old[:i]...), old[i+1:]...), nil
+	})
 }
 
 // Remove uninstalls the key with the given fingerprint (or a unique
 // prefix of it). The primary cannot be removed.
 func (r *Keyring) Remove(fingerprint string) error {
+	return r.change(fingerprint, func(old []*ringKey, i int) ([]*ringKey, error) {
+		if i == 0 {
+			return nil, ErrRemovePrimary
+		}
+		next := make([]*ringKey, 0, len(old)-1)
+		return append(append(next, old[:i]...), old[i+1:]...), nil
+	})
+}
+
+// change publishes the ring edit makes of the current entries, given
+// the index of the entry the fingerprint names.
+func (r *Keyring) change(fingerprint string, edit func(old []*ringKey, i int) ([]*ringKey, error)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old := r.cur.Load()
@@ -147,12 +151,10 @@ func (r *Keyring) Remove(fingerprint string) error {
 	if err != nil {
 		return err
 	}
-	if i == 0 {
-		return ErrRemovePrimary
+	next, err := edit(old.entries, i)
+	if err != nil {
+		return err
 	}
-	next := make([]*ringKey, 0, len(old.entries)-1)
-	next = append(next, old.entries[:i]...)
-	next = append(next, old.entries[i+1:]...)
 	r.cur.Store(&ringState{entries: next})
 	return nil
 }

@@ -107,6 +107,10 @@ func (ls *lookupState) add(c Contact) *candidate {
 	if ls.n.peers.unreachable(c.Addr, ls.began, suspectWindow) {
 		cand.state = candSuspect
 	}
+	if ls.n.identity.revokedAddr(c.Addr) {
+		// Revoked: its datagrams are dropped, so it can only time out.
+		cand.state = candFailed
+	}
 	at, _ := slices.BinarySearchFunc(ls.sorted, cand, func(a, b *candidate) int {
 		return CompareDistance(ls.p.key, a.ID, b.ID)
 	})

@@ -3,6 +3,7 @@ package coraldht
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
@@ -19,11 +20,12 @@ import (
 // table and storage for each. Create it with NewNode; it serves RPCs until
 // Close. All methods are safe for concurrent use.
 type Node struct {
-	cfg  Config
-	tr   Transport
-	keys *Keyring // keyring.go
-	self Contact
-	log  *slog.Logger
+	cfg    Config
+	tr     Transport
+	keys   *Keyring // keyring.go
+	self   Contact  // as it goes on the wire: services and capabilities
+	public Contact  // as the node's API shows it: services alone
+	log    *slog.Logger
 
 	levels []*level
 	store  *store
@@ -31,6 +33,12 @@ type Node struct {
 	peers  *peerTable
 	replay *replayFilter
 	apps   *appTable // application message handlers (app.go)
+
+	identity  *identityState // node identity mode (identity.go); nil without
+	cookies   *cookieJar     // address cookies this node grants (cookies.go)
+	pads      *padBudget     // padded first contacts per destination prefix
+	verifying *verifier      // pings proving claimed addresses (verify.go)
+	abuse     *abuseLog      // suspects (abuse.go)
 
 	mu      sync.Mutex
 	rng     *mrand.Rand
@@ -119,8 +127,9 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		cfg:      cfg,
 		tr:       tr,
 		keys:     keys,
-		self:     Contact{ID: NodeIDFor(adv), Addr: adv, Services: cfg.Services},
-		store:    newStore(cfg.FullValues, cfg.MaxValues, cfg.MaxKeys),
+		self:     Contact{ID: NodeIDFor(adv), Addr: adv, Services: cfg.Services | wire.CapExtensions},
+		public:   Contact{ID: NodeIDFor(adv), Addr: adv, Services: cfg.Services},
+		store:    newStore(cfg),
 		load:     newLoadTracker(cfg.Leak, cfg.MaxTrackedKeys),
 		peers:    newPeerTable(8192, cfg.MinRPCTimeout, cfg.MaxRPCTimeout, cfg.InitialRPCTimeout),
 		replay:   newReplayFilter(int64(cfg.MaxClockSkew), int64(cfg.ReorderWindow), now.UnixNano()),
@@ -128,10 +137,32 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		rng:      mrand.New(mrand.NewPCG(seed, seed>>1^0x5851f42d4c957f2d)),
 		pending:  make(map[uint64]*pendingCall),
 		counters: newNodeCounters(),
+
+		identity:  newIdentityState(cfg.Identity),
+		cookies:   newCookieJar(),
+		pads:      newPadBudget(),
+		verifying: newVerifier(),
+		abuse:     newAbuseLog(),
 	}
 	n.log = log.With("node", n.self.String())
+	n.addLevels(seed, now)
+	n.joined = make(chan struct{})
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.wg.Add(3)
+	go n.receiveLoop()
+	go n.maintenanceLoop()
+	go n.clusterLoop()
+	return n, nil
+}
+
+// addLevels makes the node's levels: level 0 and one per threshold, each
+// with its routing table and, until clustering places the node, a
+// singleton cluster (or the pinned one).
+func (n *Node) addLevels(seed uint64, now time.Time) {
+	cfg := n.cfg
+	limits := n.tableLimits(seed)
 	for i := 0; i <= len(cfg.Levels); i++ {
-		lv := &level{index: i, rt: newRoutingTable(n.self.ID, cfg.BucketSize, cfg.MaxFailures, cfg.QuestionableAfter, now)}
+		lv := &level{index: i, rt: newRoutingTable(n.self.ID, cfg.BucketSize, cfg.MaxFailures, cfg.QuestionableAfter, limits, now)}
 		lv.cluster = ClusterInfo{Level: i, Created: now.Truncate(time.Second)}
 		if i > 0 {
 			lv.threshold = cfg.Levels[i-1]
@@ -146,13 +177,22 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		}
 		n.levels = append(n.levels, lv)
 	}
-	n.joined = make(chan struct{})
-	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Add(3)
-	go n.receiveLoop()
-	go n.maintenanceLoop()
-	go n.clusterLoop()
-	return n, nil
+}
+
+// tableLimits are the routing tables' caps and rank secret: drawn from
+// the node's seed when one is configured (experiments reproduce), from
+// crypto/rand otherwise; none under TrustMembers.
+func (n *Node) tableLimits(seed uint64) tableLimits {
+	if n.cfg.TrustMembers {
+		return tableLimits{}
+	}
+	var key [32]byte
+	if n.cfg.Seed != 0 {
+		key = sha256.Sum256(binary.LittleEndian.AppendUint64([]byte("coral rank secret"), seed))
+	} else if _, err := rand.Read(key[:]); err != nil {
+		panic("coraldht: crypto/rand: " + err.Error())
+	}
+	return tableLimits{perIP: n.cfg.ContactsPerIP, perNet: n.cfg.ContactsPerSubnet, own: SitePrefix(n.self.Addr.Addr()), rankKey: &key}
 }
 
 // ID returns the node's ID.
@@ -162,7 +202,14 @@ func (n *Node) ID() ID { return n.self.ID }
 func (n *Node) Addr() netip.AddrPort { return n.self.Addr }
 
 // Contact returns the node's own contact.
-func (n *Node) Contact() Contact { return n.self }
+func (n *Node) Contact() Contact { return n.public }
+
+// publicContact is c as the node's API shows contacts: its services,
+// without the capabilities the services word also carries on the wire.
+func publicContact(c Contact) Contact {
+	c.Services &^= wire.CapExtensions
+	return c
+}
 
 // Close stops the node: operations in progress return ErrClosed, the
 // transport is closed and every goroutine has exited when Close returns.

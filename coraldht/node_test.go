@@ -246,7 +246,7 @@ func TestReverseStackWhenTopFills(t *testing.T) {
 			}
 			top, second = nodes[level0.stack[0].ID], nodes[level0.stack[1].ID]
 			for i := range 4 {
-				r, _, _ := top.store.put(levelKey{key: key}, []byte(fmt.Sprint("other", i)), time.Hour, time.Now())
+				r, _, _ := top.store.putSelf(levelKey{key: key}, []byte(fmt.Sprint("other", i)), time.Hour, time.Now())
 				if r != wire.StoreStored {
 					t.Fatalf("filling the top: result %d", r)
 				}
@@ -719,9 +719,9 @@ func TestGetAllGathersEveryValue(t *testing.T) {
 		now := time.Now()
 		lk := levelKey{level: 0, key: key}
 		for _, n := range nodes[1:] {
-			n.storeLocal(lk, []byte("first"), time.Minute, now)
+			n.storeLocal(lk, []byte("first"), time.Minute, now, holderID{}, netip.AddrPort{})
 		}
-		nearest.storeLocal(lk, []byte("second"), time.Minute, now)
+		nearest.storeLocal(lk, []byte("second"), time.Minute, now, holderID{}, netip.AddrPort{})
 		got := func(r GetResult) []string {
 			var out []string
 			for _, v := range r.Values {

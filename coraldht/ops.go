@@ -152,6 +152,9 @@ func (n *Node) get(ctx context.Context, key ID, levels []int, gather bool) (GetR
 	if n.closed.Load() {
 		return res, ErrClosed
 	}
+	if n.selfRevoked() {
+		return res, ErrRevoked
+	}
 	n.counters.gets.Add(1)
 	ctx, cancel := n.opContext(ctx)
 	defer cancel()
@@ -168,7 +171,7 @@ func (n *Node) get(ctx context.Context, key ID, levels []int, gather bool) (GetR
 			return res, n.opError(ctx, r.err)
 		}
 		if len(r.values) > 0 {
-			res.Values, res.Level, res.From = toValues(r.values), l, r.valuesFrom
+			res.Values, res.Level, res.From = toValues(r.values), l, publicContact(r.valuesFrom)
 			n.counters.getHits.Add(1)
 			return res, nil
 		}

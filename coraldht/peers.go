@@ -37,11 +37,14 @@ func (e *rttEstimator) rto() time.Duration { return e.srtt + 4*e.rttvar }
 
 // peerTable remembers the RTT to every address the node has exchanged RPCs
 // with recently, whether or not it is in a routing table, plus an aggregate
-// over all peers used for peers never measured.
+// over all peers used for peers never measured. It holds at most max
+// addresses and at most max/16 (at least 64) of one source prefix (/24, /48), evicting
+// the least recently used (boundedMap), so a flood of claimed senders
+// cannot push out the peers a node measured.
 type peerTable struct {
 	mu       sync.Mutex
 	max      int
-	peers    map[netip.AddrPort]*peerInfo
+	peers    *boundedMap[netip.AddrPort, netip.Prefix, *peerInfo]
 	all      rttEstimator
 	min, cap time.Duration // RTO clamp
 	initial  time.Duration
@@ -50,6 +53,7 @@ type peerTable struct {
 type peerInfo struct {
 	rtt       rttEstimator
 	lastHeard time.Time
+	touched   time.Time // last update of any kind: the order prune forgets in
 	// failedAt is when an RPC to the peer last timed out with nothing heard
 	// from it since; zero otherwise.
 	failedAt time.Time
@@ -57,6 +61,12 @@ type peerInfo struct {
 	// about itself: clustering's evidence of which clusters exist nearby.
 	contact  Contact
 	clusters []ClusterInfo
+	// ext: its datagrams say it reads the extension area; grant: the
+	// address cookie it last granted this node, echoed in requests to it.
+	ext   bool
+	grant uint64
+	// serial is the certificate its datagrams carried (identity mode).
+	serial uint64
 }
 
 // PeerRTT is a measured round-trip time to a peer.
@@ -68,19 +78,57 @@ type PeerRTT struct {
 	LastHeard time.Time
 }
 
+// peersPerPrefixShare: one source prefix may hold 1/16 of the table
+// (512 by default), and never fewer than minPerPrefix.
+const peersPerPrefixShare = 16
+
+// minPerPrefix is the least a per-prefix bound of a table allows: a
+// fleet may well have tens of nodes on one /24.
+const minPerPrefix = 64
+
 func newPeerTable(max int, minRTO, maxRTO, initial time.Duration) *peerTable {
-	return &peerTable{max: max, peers: make(map[netip.AddrPort]*peerInfo), min: minRTO, cap: maxRTO, initial: initial}
+	return &peerTable{max: max, min: minRTO, cap: maxRTO, initial: initial}
 }
 
-func (p *peerTable) entryLocked(addr netip.AddrPort) *peerInfo {
-	pi := p.peers[addr]
-	if pi == nil {
-		if len(p.peers) >= p.max {
-			p.evictLocked()
-		}
-		pi = &peerInfo{}
-		p.peers[addr] = pi
+// entryLocked returns addr's record, creating it (and evicting as the
+// bounds require) if needed, and marks it used now.
+func (p *peerTable) entryLocked(addr netip.AddrPort, now time.Time) *peerInfo {
+	if p.peers == nil || p.peers.max != p.max {
+		p.resizeLocked()
 	}
+	pi, ok := p.peers.get(addr)
+	if !ok {
+		pi = &peerInfo{}
+		p.peers.put(addr, SitePrefix(addr.Addr()), pi)
+	} else {
+		p.peers.touch(addr)
+	}
+	pi.touched = now
+	return pi
+}
+
+// resizeLocked applies max, which tests lower: the records move to a
+// table of the new size, most recent first.
+func (p *peerTable) resizeLocked() {
+	old := p.peers
+	p.peers = newBoundedMap[netip.AddrPort, netip.Prefix, *peerInfo](p.max, max(p.max/peersPerPrefixShare, minPerPrefix))
+	if old == nil {
+		return
+	}
+	var keep []netip.AddrPort
+	old.each(func(a netip.AddrPort, _ *peerInfo) bool { keep = append(keep, a); return true })
+	for i := len(keep) - 1; i >= 0; i-- {
+		pi, _ := old.get(keep[i])
+		p.peers.put(keep[i], SitePrefix(keep[i].Addr()), pi)
+	}
+}
+
+// lookup returns addr's record without creating one.
+func (p *peerTable) lookupLocked(addr netip.AddrPort) *peerInfo {
+	if p.peers == nil {
+		return nil
+	}
+	pi, _ := p.peers.get(addr)
 	return pi
 }
 
@@ -88,22 +136,86 @@ func (p *peerTable) entryLocked(addr netip.AddrPort) *peerInfo {
 func (p *peerTable) observe(addr netip.AddrPort, rtt time.Duration, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pi := p.entryLocked(addr)
+	pi := p.entryLocked(addr, now)
 	pi.rtt.observe(rtt)
 	pi.lastHeard, pi.failedAt = now, time.Time{}
 	p.all.observe(rtt)
 }
 
-// noteClusters records an authentic datagram from c carrying its cluster
-// list. Unlike heard it creates an entry, since clustering wants to know of
-// every nearby cluster, including those of peers that only ever ask.
+// noteClusters records an authentic datagram from c, whose address is
+// proven, carrying its cluster list. Unlike heard it creates an entry,
+// since clustering wants to know of every nearby cluster, including those
+// of peers that only ever ask.
 func (p *peerTable) noteClusters(c Contact, clusters []ClusterInfo, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pi := p.entryLocked(c.Addr)
+	pi := p.entryLocked(c.Addr, now)
 	pi.lastHeard, pi.failedAt = now, time.Time{}
 	pi.contact = c
 	pi.clusters = append(pi.clusters[:0], clusters...)
+}
+
+// noteSender records what a datagram from addr, sent from that address,
+// says of its sender: whether it reads extensions, the cookie it granted
+// (0: none) and its certificate serial (0: none).
+func (p *peerTable) noteSender(addr netip.AddrPort, ext bool, grant, serial uint64, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pi := p.entryLocked(addr, now)
+	pi.ext = ext
+	if grant != 0 {
+		pi.grant = grant
+	}
+	if serial != 0 {
+		pi.serial = serial
+	}
+}
+
+// sendState is what sending to addr needs: whether the peer reads
+// extensions and the cookie to echo.
+func (p *peerTable) sendState(addr netip.AddrPort) (ext bool, grant uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pi := p.lookupLocked(addr); pi != nil {
+		return pi.ext, pi.grant
+	}
+	return false, 0
+}
+
+// minRTT is the smallest RTT measured to addr; 0 if never measured.
+func (p *peerTable) minRTT(addr netip.AddrPort) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pi := p.lookupLocked(addr); pi != nil && pi.rtt.samples > 0 {
+		return pi.rtt.min
+	}
+	return 0
+}
+
+// withSerial lists the addresses whose last datagram carried one of the
+// given certificate serials.
+func (p *peerTable) withSerial(revoked func(uint64) bool) []netip.AddrPort {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []netip.AddrPort
+	if p.peers != nil {
+		p.peers.each(func(a netip.AddrPort, pi *peerInfo) bool {
+			if pi.serial != 0 && revoked(pi.serial) {
+				out = append(out, a)
+			}
+			return true
+		})
+	}
+	return out
+}
+
+func (p *peerTable) len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.peers == nil {
+		return 0
+	}
+	return p.peers.len()
 }
 
 // peerView is one peer's clustering evidence.
@@ -130,16 +242,20 @@ func (p *peerTable) evidence(since time.Time) []peerView {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []peerView
-	for _, pi := range p.peers {
+	if p.peers == nil {
+		return nil
+	}
+	p.peers.each(func(_ netip.AddrPort, pi *peerInfo) bool {
 		if pi.clusters == nil || pi.lastHeard.Before(since) {
-			continue
+			return true
 		}
 		v := peerView{Contact: pi.contact, lastHeard: pi.lastHeard, clusters: slices.Clone(pi.clusters)}
 		if pi.rtt.samples > 0 {
 			v.minRTT = pi.rtt.min
 		}
 		out = append(out, v)
-	}
+		return true
+	})
 	return out
 }
 
@@ -147,7 +263,7 @@ func (p *peerTable) evidence(since time.Time) []peerView {
 func (p *peerTable) failed(addr netip.AddrPort, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pi := p.entryLocked(addr)
+	pi := p.entryLocked(addr, now)
 	if pi.failedAt.IsZero() {
 		pi.failedAt = now
 	}
@@ -164,21 +280,8 @@ func (p *peerTable) failed(addr netip.AddrPort, now time.Time) {
 func (p *peerTable) unreachable(addr netip.AddrPort, now time.Time, window time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pi := p.peers[addr]
+	pi := p.lookupLocked(addr)
 	return pi != nil && !pi.failedAt.IsZero() && now.Sub(pi.failedAt) < window
-}
-
-// evictLocked drops the peer heard from longest ago.
-func (p *peerTable) evictLocked() {
-	var oldest netip.AddrPort
-	var when time.Time
-	first := true
-	for a, pi := range p.peers {
-		if first || pi.lastHeard.Before(when) {
-			oldest, when, first = a, pi.lastHeard, false
-		}
-	}
-	delete(p.peers, oldest)
 }
 
 // timeouts returns, for an RPC to addr, when a lookup should hedge (also
@@ -198,7 +301,7 @@ func (p *peerTable) timeouts(addr netip.AddrPort, quick bool) (hedge, hard time.
 	hedgeOf := func(e *rttEstimator) time.Duration {
 		return min(clamp(e.srtt*3/2+10*time.Millisecond), clamp(e.rto()))
 	}
-	if pi := p.peers[addr]; pi != nil && pi.rtt.samples > 0 {
+	if pi := p.lookupLocked(addr); pi != nil && pi.rtt.samples > 0 {
 		// A path's minimum RTT predicts the next reply far better than the
 		// smoothed RTT after a sample or two (RFC 6298 starts the variance
 		// at half the first sample): hedge shortly after it.
@@ -223,19 +326,22 @@ func (p *peerTable) timeouts(addr netip.AddrPort, quick bool) (hedge, hard time.
 func (p *peerTable) get(addr netip.AddrPort) (PeerRTT, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pi := p.peers[addr]
+	pi := p.lookupLocked(addr)
 	if pi == nil {
 		return PeerRTT{}, false
 	}
 	return PeerRTT{Addr: addr, Min: pi.rtt.min, Smoothed: pi.rtt.srtt, Samples: pi.rtt.samples, LastHeard: pi.lastHeard}, true
 }
 
+// prune forgets the peers untouched since before, oldest first.
 func (p *peerTable) prune(before time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for a, pi := range p.peers {
-		if pi.lastHeard.Before(before) {
-			delete(p.peers, a)
+	for p.peers != nil {
+		a, pi, ok := p.peers.oldest()
+		if !ok || !pi.touched.Before(before) {
+			return
 		}
+		p.peers.remove(a)
 	}
 }

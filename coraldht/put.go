@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -56,6 +57,9 @@ func (n *Node) putGet(ctx context.Context, key ID, value []byte, ttl time.Durati
 	}
 	if n.closed.Load() {
 		return res, ErrClosed
+	}
+	if n.selfRevoked() {
+		return res, ErrRevoked
 	}
 	if wantValues {
 		n.counters.putGets.Add(1)
@@ -137,7 +141,7 @@ func (p *putRun) forwardLevel(l int, start ID, seeds []Contact) (*lookupResult, 
 		return nil, n.opError(p.ctx, r.err)
 	}
 	if p.wantValues && p.res.Values == nil && len(r.values) > 0 {
-		p.res.Values, p.res.Level, p.res.From = toValues(r.values), l, r.valuesFrom
+		p.res.Values, p.res.Level, p.res.From = toValues(r.values), l, publicContact(r.valuesFrom)
 	}
 	// The stack: contacted nodes that were not both full and loaded,
 	// less those already full — the forward phase told us they cannot
@@ -219,11 +223,11 @@ func (p *putRun) storeLevel(i int) (stored bool, err error) {
 			return false, p.n.opError(p.ctx, out.err)
 		}
 		if p.wantValues && p.res.Values == nil && len(out.before) > 0 {
-			p.res.Values, p.res.Level, p.res.From = toValues(out.before), ls.level, c.Contact
+			p.res.Values, p.res.Level, p.res.From = toValues(out.before), ls.level, publicContact(c.Contact)
 		}
 		switch {
 		case out.stored():
-			p.res.Stored = append(p.res.Stored, Placement{Level: ls.level, Node: c.Contact})
+			p.res.Stored = append(p.res.Stored, Placement{Level: ls.level, Node: publicContact(c.Contact)})
 			p.quota[i]--
 			return true, nil
 		case out.err == nil && out.result == wire.StoreFull:
@@ -253,7 +257,7 @@ func (p *putRun) storeRemaining() {
 				p.next[i]++
 				if p.n.storeAt(p.ctx, ls.level, p.key, p.value, p.ttl, c, false).stored() {
 					mu.Lock()
-					p.res.Stored = append(p.res.Stored, Placement{Level: ls.level, Node: c.Contact})
+					p.res.Stored = append(p.res.Stored, Placement{Level: ls.level, Node: publicContact(c.Contact)})
 					mu.Unlock()
 					p.quota[i]--
 				}
@@ -303,7 +307,7 @@ func (n *Node) storeAt(ctx context.Context, lvl int, key ID, value []byte, ttl t
 		lk := levelKey{level: uint8(lvl), key: key}
 		now := time.Now()
 		n.load.request(lk, kindStore, true, now)
-		result, _, before := n.storeLocal(lk, value, ttl, now)
+		result, _, before := n.storeLocal(lk, value, ttl, now, holderID{}, netip.AddrPort{})
 		return storeOutcome{result: result, before: before}
 	}
 	req := &wire.Message{Type: wire.Store, Level: uint8(lvl), Key: key, TTL: ttlMillis(ttl), Value: value}

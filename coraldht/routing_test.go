@@ -34,7 +34,7 @@ func rankedContacts(rt *routingTable, prefix, n int, rng *rand.Rand, first int) 
 func TestBucketFillsThenUsesReplacementCache(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	self := randID(rng)
-	rt := newRoutingTable(self, 3, 2, 15*time.Minute, t0)
+	rt := newRoutingTable(self, 3, 2, 15*time.Minute, tableLimits{}, t0)
 	cs := rankedContacts(rt, 0, 5, rng, 0)
 	for i, c := range cs {
 		if ping := rt.heard(c, t0); ping != nil {
@@ -68,7 +68,7 @@ func TestBucketFillsThenUsesReplacementCache(t *testing.T) {
 func TestBadContactWithoutReplacementIsKeptButHidden(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2, 2))
 	self := randID(rng)
-	rt := newRoutingTable(self, 3, 2, 15*time.Minute, t0)
+	rt := newRoutingTable(self, 3, 2, 15*time.Minute, tableLimits{}, t0)
 	c := contactInBucket(self, 5, rng, 1)
 	rt.heard(c, t0)
 	rt.failed(c.ID)
@@ -82,7 +82,7 @@ func TestBadContactWithoutReplacementIsKeptButHidden(t *testing.T) {
 		t.Fatal("contact not restored after it was heard from")
 	}
 	// A newcomer takes a bad contact's slot at once.
-	rt2 := newRoutingTable(self, 1, 2, 15*time.Minute, t0)
+	rt2 := newRoutingTable(self, 1, 2, 15*time.Minute, tableLimits{}, t0)
 	rt2.heard(c, t0)
 	rt2.failed(c.ID)
 	rt2.failed(c.ID)
@@ -96,7 +96,7 @@ func TestBadContactWithoutReplacementIsKeptButHidden(t *testing.T) {
 func TestQuestionableContactIsPingedBeforeEviction(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	self := randID(rng)
-	rt := newRoutingTable(self, 2, 2, 15*time.Minute, t0)
+	rt := newRoutingTable(self, 2, 2, 15*time.Minute, tableLimits{}, t0)
 	cs := rankedContacts(rt, 1, 4, rng, 1)
 	old, mid, newcomer := cs[0], cs[1], cs[2]
 	rt.heard(old, t0)
@@ -138,7 +138,7 @@ func TestQuestionableContactIsPingedBeforeEviction(t *testing.T) {
 func TestFullBucketKeepsBestRanked(t *testing.T) {
 	rng := rand.New(rand.NewPCG(6, 6))
 	self := randID(rng)
-	cs := rankedContacts(newRoutingTable(self, 3, 2, 15*time.Minute, t0), 2, 12, rng, 0)
+	cs := rankedContacts(newRoutingTable(self, 3, 2, 15*time.Minute, tableLimits{}, t0), 2, 12, rng, 0)
 	best := func(rt *routingTable) []ID {
 		var ids []ID
 		for _, e := range rt.buckets[2].entries {
@@ -155,7 +155,7 @@ func TestFullBucketKeepsBestRanked(t *testing.T) {
 		} else {
 			slices.Reverse(order) // the worst first
 		}
-		rt := newRoutingTable(self, 3, 2, 15*time.Minute, t0)
+		rt := newRoutingTable(self, 3, 2, 15*time.Minute, tableLimits{}, t0)
 		for i, c := range order {
 			rt.heard(c, t0.Add(time.Duration(i)*time.Second))
 		}
@@ -174,7 +174,7 @@ func TestFullBucketKeepsBestRanked(t *testing.T) {
 func TestClosestMatchesBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	self := randID(rng)
-	rt := newRoutingTable(self, 8, 2, 15*time.Minute, t0)
+	rt := newRoutingTable(self, 8, 2, 15*time.Minute, tableLimits{}, t0)
 	for i := range 400 {
 		// Skewed prefixes, as in a real table.
 		p := min(int(rng.ExpFloat64()*3), 30)
@@ -209,7 +209,7 @@ func TestClosestMatchesBruteForce(t *testing.T) {
 func TestStaleBucketsAndTouch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	self := randID(rng)
-	rt := newRoutingTable(self, 8, 2, 15*time.Minute, t0)
+	rt := newRoutingTable(self, 8, 2, 15*time.Minute, tableLimits{}, t0)
 	rt.heard(contactInBucket(self, 3, rng, 1), t0)
 	later := t0.Add(time.Hour)
 	// Buckets 0..4 (deepest non-empty + 1) are due.
@@ -259,11 +259,11 @@ func TestRTTEstimatorAndTimeouts(t *testing.T) {
 	}
 	c := netip.MustParseAddrPort("10.0.0.3:4000")
 	p.observe(c, time.Millisecond, t0.Add(time.Second))
-	if len(p.peers) != 2 {
-		t.Fatalf("%d peers, bound 2", len(p.peers))
+	if p.len() != 2 {
+		t.Fatalf("%d peers, bound 2", p.len())
 	}
-	if _, ok := p.get(a); ok {
-		t.Fatal("the peer heard longest ago was not evicted")
+	if _, ok := p.get(b); ok {
+		t.Fatal("the peer updated longest ago was not evicted")
 	}
 }
 
@@ -298,7 +298,7 @@ func TestUnreachablePeers(t *testing.T) {
 func TestRepliesDoNotDisplaceByRank(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	self := randID(rng)
-	rt := newRoutingTable(self, 3, 2, 15*time.Minute, t0)
+	rt := newRoutingTable(self, 3, 2, 15*time.Minute, tableLimits{}, t0)
 	cs := rankedContacts(rt, 2, 4, rng, 0) // cs[0] ranks best
 	for _, c := range cs[1:] {
 		rt.heard(c, t0)

@@ -38,19 +38,6 @@ func (mc MessageCounts) Total() uint64 {
 	return mc.Ping + mc.FindNode + mc.Get + mc.PutProbe + mc.Store + mc.Members + mc.App
 }
 
-// DropCounts counts datagrams discarded without a reply, by reason.
-type DropCounts struct {
-	Oversize    uint64 // longer than MaxDatagram
-	BadAuth     uint64 // missing or wrong tag: wrong key, corruption, forgery, truncation
-	Malformed   uint64 // authentic but unparsable (a bug or a newer peer)
-	Stale       uint64 // timestamp outside the clock-skew window
-	Replay      uint64 // already accepted once, or too far behind its sender's newest
-	QueueFull   uint64 // (reserved for transports that report it)
-	Unsolicited uint64 // reply to no outstanding request (late or duplicate)
-	Self        uint64 // claims to come from this node
-	Misdirected uint64 // addressed to another node ID (e.g. replayed from elsewhere)
-}
-
 // Histogram is a cumulative-free bucketed distribution: Counts[i] counts
 // observations ≤ Bounds[i] and above the previous bound; the last count is
 // for observations above every bound.
@@ -122,6 +109,13 @@ type Stats struct {
 	RoutingTableSizes []int // contacts per level
 	Peers             int   // addresses with RTT measurements
 	TopKeys           []KeyLoad
+
+	// What keeps one member from controlling the node (issue 35).
+	Abuse         AbuseCounts // events that mark a source as suspect, by kind; per prefix in Node.Suspects
+	Truncated     uint64      // replies truncated toward sources that had not proven their address
+	Resent        uint64      // requests sent again after a truncated reply (a first contact)
+	Verifications uint64      // pings to prove a claimed address or measure a cluster claim
+	ReplaySenders int         // senders the replay filter keeps a window for
 }
 
 // StoreCounters counts what happened to store attempts and stored values.
@@ -131,7 +125,8 @@ type StoreCounters struct {
 	RefusedFull      uint64 // refused: full for the key
 	RefusedExhausted uint64 // refused: memory bound and nothing to evict
 	EvictedForNewer  uint64 // a key's soonest-expiring value made room for a longer-lived one
-	EvictedForSpace  uint64 // evicted by the memory bound
+	EvictedForSpace  uint64 // evicted by a bound of the whole store, from the prefix holding the most
+	EvictedForShare  uint64 // a source's own value made room for its newer one, its share being full
 	Expired          uint64
 }
 
@@ -139,6 +134,8 @@ type StoreCounters struct {
 type nodeCounters struct {
 	reqIn, reqOut, repIn, repOut [wire.TypeEnd]atomic.Uint64
 	refused                      atomic.Uint64
+	truncated, resent            atomic.Uint64 // replies truncated toward unproven sources; calls sent again after one
+	verifications                atomic.Uint64 // pings to prove a claimed address or measure a claim
 	drops                        [dropReasonEnd]atomic.Uint64
 	timeouts                     atomic.Uint64
 	gets, getHits, puts, putGets atomic.Uint64
@@ -201,17 +198,7 @@ func (n *Node) Stats() Stats {
 		ClusterSplits:      c.clusterSplits.Load(),
 		HintLookups:        c.hintLookups.Load(),
 	}
-	s.Drops = DropCounts{
-		Oversize:    c.drops[dropOversize].Load(),
-		BadAuth:     c.drops[dropBadAuth].Load(),
-		Malformed:   c.drops[dropMalformed].Load(),
-		Stale:       c.drops[dropStale].Load(),
-		Replay:      c.drops[dropReplay].Load(),
-		QueueFull:   c.drops[dropQueueFull].Load(),
-		Unsolicited: c.drops[dropUnsolicited].Load(),
-		Self:        c.drops[dropSelf].Load(),
-		Misdirected: c.drops[dropMisdirected].Load(),
-	}
+	s.Drops = c.dropCounts()
 	s.Keys = n.keys.Keys()
 	keys, values, sc := n.store.sizes()
 	s.StoredKeys, s.StoredValues = keys, values
@@ -219,9 +206,10 @@ func (n *Node) Stats() Stats {
 	for _, lv := range n.levels {
 		s.RoutingTableSizes = append(s.RoutingTableSizes, lv.rt.len())
 	}
-	n.peers.mu.Lock()
-	s.Peers = len(n.peers.peers)
-	n.peers.mu.Unlock()
+	s.Peers = n.peers.len()
 	s.TopKeys = n.load.top(10, time.Now())
+	s.Abuse = n.abuse.counts()
+	s.Truncated, s.Resent, s.Verifications = c.truncated.Load(), c.resent.Load(), c.verifications.Load()
+	s.ReplaySenders = n.replay.len()
 	return s
 }

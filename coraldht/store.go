@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/heap"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -19,16 +20,34 @@ type levelKey struct {
 }
 
 // store is a node's soft-state storage: per (level, key) at most l values,
-// each with its own expiry. See Config.FullValues and Config.MaxValues for
-// the rules it enforces.
+// each with its own expiry. See Config.FullValues, MaxValues, MaxKeys,
+// MaxStoreBytes and SourceShare for the rules it enforces.
+//
+// Every value is charged to a holder: the source IP address of the store
+// that brought it, and that address's /24 (/48); this node's own puts
+// are charged to itself. A source may hold its share of the bounds (a
+// prefix twice that, one key half of l); beyond it, its own soonest-
+// expiring value makes room. When a bound of the whole store is reached,
+// the value to go is the soonest-expiring of the source holding the most
+// values, whatever its lifetime: a member filling the store with values
+// of the longest lifetime evicts its own, not those of the honest nodes
+// that share its /24 (a member spreading over many addresses of its /24
+// is held to the prefix's share).
 type store struct {
 	l         int
 	maxValues int
 	maxKeys   int
+	maxBytes  int
+	share     float64
+	trust     bool // TrustMembers: the rule of before (evict only what expires sooner), no shares
 
 	mu       sync.Mutex
 	keys     map[levelKey]*keyEntry
-	byExpiry expiryHeap // every stored value, soonest expiry first
+	byExpiry valueHeap // every stored value, soonest expiry first
+	bytes    int
+	sources  map[netip.Addr]*holder
+	prefixes map[netip.Prefix]*holder
+	largest  holderHeap // sources, most values first
 
 	counters StoreCounters
 }
@@ -42,11 +61,47 @@ type storedValue struct {
 	data   []byte
 	expiry time.Time
 	entry  *keyEntry
-	index  int // in byExpiry
+	from   holderID
+	idx    [heapSlots]int // in byExpiry, its source's and its prefix's heaps
 }
 
-func newStore(l, maxValues, maxKeys int) *store {
-	return &store{l: l, maxValues: maxValues, maxKeys: maxKeys, keys: make(map[levelKey]*keyEntry)}
+// holderID is who a value is charged to: the source IP address of the
+// store (the zero Addr: this node itself), and in identity mode the
+// certificate it came under.
+type holderID struct {
+	ip     netip.Addr
+	serial uint64
+}
+
+func (h holderID) self() bool { return !h.ip.IsValid() }
+
+func (h holderID) prefix() netip.Prefix {
+	if h.self() {
+		return netip.Prefix{}
+	}
+	return SitePrefix(h.ip)
+}
+
+// holder is what one source or one prefix holds.
+type holder struct {
+	values, bytes int
+	heap          valueHeap // its values, soonest expiry first
+	prefix        netip.Prefix
+	hidx          int // in store.largest (sources only)
+}
+
+// Heap slots of a value: which of its indexes a valueHeap maintains.
+const (
+	slotExpiry = iota
+	slotSource
+	slotPrefix
+	heapSlots
+)
+
+func newStore(cfg Config) *store {
+	return &store{l: cfg.FullValues, maxValues: cfg.MaxValues, maxKeys: cfg.MaxKeys, maxBytes: cfg.MaxStoreBytes,
+		share: cfg.SourceShare, trust: cfg.TrustMembers, keys: make(map[levelKey]*keyEntry),
+		byExpiry: valueHeap{slot: slotExpiry}, sources: make(map[netip.Addr]*holder), prefixes: make(map[netip.Prefix]*holder)}
 }
 
 // keyStatus is what the forward phase of a put learns about a node.
@@ -100,10 +155,11 @@ func (s *store) get(lk levelKey, now time.Time) []wire.Value {
 	return out
 }
 
-// put tries to store data under lk for ttl. It returns the result code, the
-// key's state afterwards, and the values that were present before other than
-// data itself (the "get" half of put+get).
-func (s *store) put(lk levelKey, data []byte, ttl time.Duration, now time.Time) (result uint8, after keyStatus, before []wire.Value) {
+// put tries to store data under lk for ttl, charged to h. It returns the
+// result code, the key's state afterwards, the values that were present
+// before other than data itself (the "get" half of put+get), and whether
+// h's share made one of its own values give way.
+func (s *store) put(lk levelKey, data []byte, ttl time.Duration, now time.Time, h holderID) (result uint8, after keyStatus, before []wire.Value, quota bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked(now)
@@ -121,63 +177,120 @@ func (s *store) put(lk levelKey, data []byte, ttl time.Duration, now time.Time) 
 				// shorter, a shorter one changes nothing.
 				if expiry.After(v.expiry) {
 					v.expiry = expiry
-					heap.Fix(&s.byExpiry, v.index)
+					s.fixLocked(v)
 				}
 				s.counters.Refreshed++
-				return wire.StoreRefreshed, s.statusLocked(lk, now), before
+				return wire.StoreRefreshed, s.statusLocked(lk, now), before, false
 			}
 		}
 		if ks := s.statusLocked(lk, now); ks.full(s.l, ttl) {
 			s.counters.RefusedFull++
-			return wire.StoreFull, ks, before
+			return wire.StoreFull, ks, before, false
 		}
 		if len(e.values) >= s.l {
 			// Not full for this value: some value expires before half its
 			// lifetime. Make room by evicting the one expiring soonest.
-			soonest := slices.MinFunc(e.values, func(a, b *storedValue) int { return a.expiry.Compare(b.expiry) })
-			s.removeLocked(soonest)
+			s.removeLocked(slices.MinFunc(e.values, byExpiry))
 			s.counters.EvictedForNewer++
-			if s.keys[lk] == nil {
-				e = nil
-			}
 		}
 	}
-	// The memory bounds: displace whatever expires soonest in the whole
-	// store, but never something that outlives the newcomer.
-	for (e == nil && len(s.keys) >= s.maxKeys) || s.byExpiry.Len() >= s.maxValues {
-		if s.byExpiry.Len() == 0 || !s.byExpiry[0].expiry.Before(expiry) {
+	if s.trust {
+		if !s.boundsOfBeforeLocked(lk, expiry) {
 			s.counters.RefusedExhausted++
-			return wire.StoreExhausted, s.statusLocked(lk, now), before
+			return wire.StoreExhausted, s.statusLocked(lk, now), before, false
 		}
-		victim := s.byExpiry[0]
-		if e == nil && len(s.keys) >= s.maxKeys {
-			for len(victim.entry.values) > 0 {
-				s.removeLocked(victim.entry.values[0])
+	} else {
+		quota = s.shareLocked(lk, h, len(data))
+		s.boundsLocked(lk, len(data))
+	}
+	e = s.keys[lk]
+	if e == nil {
+		e = &keyEntry{lk: lk}
+		s.keys[lk] = e
+	}
+	s.addLocked(&storedValue{data: bytes.Clone(data), expiry: expiry, entry: e, from: h})
+	s.counters.Stored++
+	return wire.StoreStored, s.statusLocked(lk, now), before, quota
+}
+
+func byExpiry(a, b *storedValue) int { return a.expiry.Compare(b.expiry) }
+
+// shareLocked makes room within h's share for a value of size bytes
+// under lk: h's own soonest-expiring values give way, first under the
+// key, then of the source, then of its prefix. It reports whether any did.
+func (s *store) shareLocked(lk levelKey, h holderID, size int) (quota bool) {
+	if h.self() {
+		return false
+	}
+	if e := s.keys[lk]; e != nil {
+		var own []*storedValue
+		for _, v := range e.values {
+			if v.from.ip == h.ip {
+				own = append(own, v)
+			}
+		}
+		if len(own) >= max(1, s.l/2) {
+			s.removeLocked(slices.MinFunc(own, byExpiry))
+			quota = true
+		}
+	}
+	values := max(1, int(s.share*float64(min(s.maxValues, s.maxKeys))))
+	size64 := max(size, int(s.share*float64(s.maxBytes)))
+	for _, c := range []struct {
+		h              *holder
+		values, nbytes int
+	}{{s.sources[h.ip], values, size64}, {s.prefixes[h.prefix()], 2 * values, 2 * size64}} {
+		for c.h != nil && c.h.values > 0 && (c.h.values >= c.values || c.h.bytes+size > c.nbytes) {
+			s.removeLocked(c.h.heap.vs[0])
+			quota = true
+		}
+	}
+	if quota {
+		s.counters.EvictedForShare++
+	}
+	return quota
+}
+
+// boundsLocked makes room in the whole store for a value of size bytes
+// under lk: the soonest-expiring value of the source holding the most
+// gives way, as often as needed.
+func (s *store) boundsLocked(lk levelKey, size int) {
+	for s.overLocked(lk, size) && s.largest.Len() > 0 {
+		s.removeLocked(s.largest[0].heap.vs[0])
+		s.counters.EvictedForSpace++
+	}
+}
+
+func (s *store) overLocked(lk levelKey, size int) bool {
+	return (s.keys[lk] == nil && len(s.keys) >= s.maxKeys) || s.byExpiry.Len() >= s.maxValues || s.bytes+size > s.maxBytes
+}
+
+// boundsOfBeforeLocked is the rule before issue 35, for TrustMembers:
+// displace whatever expires soonest in the whole store, but never
+// something that outlives the newcomer.
+func (s *store) boundsOfBeforeLocked(lk levelKey, expiry time.Time) bool {
+	for s.overLocked(lk, 0) {
+		if s.byExpiry.Len() == 0 || !s.byExpiry.vs[0].expiry.Before(expiry) {
+			return false
+		}
+		victim := s.byExpiry.vs[0]
+		if s.keys[lk] == nil && len(s.keys) >= s.maxKeys {
+			for e := victim.entry; len(e.values) > 0; {
+				s.removeLocked(e.values[0])
 				s.counters.EvictedForSpace++
 			}
 		} else {
 			s.removeLocked(victim)
 			s.counters.EvictedForSpace++
 		}
-		if victim.entry == e && s.keys[lk] == nil {
-			e = nil
-		}
 	}
-	if e == nil {
-		e = &keyEntry{lk: lk}
-		s.keys[lk] = e
-	}
-	v := &storedValue{data: bytes.Clone(data), expiry: expiry, entry: e}
-	e.values = append(e.values, v)
-	heap.Push(&s.byExpiry, v)
-	s.counters.Stored++
-	return wire.StoreStored, s.statusLocked(lk, now), before
+	return true
 }
 
 // putForced stores like a plain DHT: the value always goes in, evicting the
 // key's soonest-expiring value if the key is at capacity. Only PlainDHT
 // nodes use it.
-func (s *store) putForced(lk levelKey, data []byte, ttl time.Duration, now time.Time) (uint8, keyStatus, []wire.Value) {
+func (s *store) putForced(lk levelKey, data []byte, ttl time.Duration, now time.Time, h holderID) (uint8, keyStatus, []wire.Value, bool) {
 	s.mu.Lock()
 	if e := s.keys[lk]; e != nil && len(e.values) >= s.l {
 		present := false
@@ -185,17 +298,68 @@ func (s *store) putForced(lk levelKey, data []byte, ttl time.Duration, now time.
 			present = present || bytes.Equal(v.data, data)
 		}
 		if !present {
-			soonest := slices.MinFunc(e.values, func(a, b *storedValue) int { return a.expiry.Compare(b.expiry) })
-			s.removeLocked(soonest)
+			s.removeLocked(slices.MinFunc(e.values, byExpiry))
 			s.counters.EvictedForNewer++
 		}
 	}
 	s.mu.Unlock()
-	return s.put(lk, data, ttl, now)
+	return s.put(lk, data, ttl, now, h)
+}
+
+// holdersLocked returns v's source and prefix holders, creating them.
+func (s *store) holdersLocked(v *storedValue) (src, pre *holder) {
+	if src = s.sources[v.from.ip]; src == nil {
+		src = &holder{heap: valueHeap{slot: slotSource}}
+		s.sources[v.from.ip] = src
+		heap.Push(&s.largest, src)
+	}
+	p := v.from.prefix()
+	if pre = s.prefixes[p]; pre == nil {
+		pre = &holder{heap: valueHeap{slot: slotPrefix}, prefix: p}
+		s.prefixes[p] = pre
+	}
+	return src, pre
+}
+
+func (s *store) addLocked(v *storedValue) {
+	v.entry.values = append(v.entry.values, v)
+	heap.Push(&s.byExpiry, v)
+	src, pre := s.holdersLocked(v)
+	heap.Push(&src.heap, v)
+	heap.Push(&pre.heap, v)
+	n := len(v.data)
+	s.bytes += n
+	src.values, src.bytes = src.values+1, src.bytes+n
+	pre.values, pre.bytes = pre.values+1, pre.bytes+n
+	heap.Fix(&s.largest, src.hidx)
+}
+
+// fixLocked restores the heaps after v's expiry changed.
+func (s *store) fixLocked(v *storedValue) {
+	heap.Fix(&s.byExpiry, v.idx[slotExpiry])
+	src, pre := s.holdersLocked(v)
+	heap.Fix(&src.heap, v.idx[slotSource])
+	heap.Fix(&pre.heap, v.idx[slotPrefix])
 }
 
 func (s *store) removeLocked(v *storedValue) {
-	heap.Remove(&s.byExpiry, v.index)
+	heap.Remove(&s.byExpiry, v.idx[slotExpiry])
+	src, pre := s.holdersLocked(v)
+	heap.Remove(&src.heap, v.idx[slotSource])
+	heap.Remove(&pre.heap, v.idx[slotPrefix])
+	n := len(v.data)
+	s.bytes -= n
+	src.values, src.bytes = src.values-1, src.bytes-n
+	pre.values, pre.bytes = pre.values-1, pre.bytes-n
+	if src.values == 0 {
+		heap.Remove(&s.largest, src.hidx)
+		delete(s.sources, v.from.ip)
+	} else {
+		heap.Fix(&s.largest, src.hidx)
+	}
+	if pre.values == 0 {
+		delete(s.prefixes, pre.prefix)
+	}
 	e := v.entry
 	if i := slices.Index(e.values, v); i >= 0 {
 		e.values = slices.Delete(e.values, i, i+1)
@@ -207,8 +371,8 @@ func (s *store) removeLocked(v *storedValue) {
 
 // expireLocked drops every value whose expiry has passed.
 func (s *store) expireLocked(now time.Time) {
-	for s.byExpiry.Len() > 0 && !s.byExpiry[0].expiry.After(now) {
-		s.removeLocked(s.byExpiry[0])
+	for s.byExpiry.Len() > 0 && !s.byExpiry.vs[0].expiry.After(now) {
+		s.removeLocked(s.byExpiry.vs[0])
 		s.counters.Expired++
 	}
 }
@@ -219,18 +383,22 @@ func (s *store) expire(now time.Time) {
 	s.mu.Unlock()
 }
 
-// dropLevel forgets everything stored at one level (after a cluster change
-// the old cluster's data no longer belongs here).
-func (s *store) dropLevel(level uint8) {
+// dropWhere forgets every value drop selects: those of a level after a
+// cluster change (the old cluster's data no longer belongs here), those
+// of a revoked certificate. It returns how many went.
+func (s *store) dropWhere(drop func(*storedValue) bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for lk, e := range s.keys {
-		if lk.level == level {
-			for len(e.values) > 0 {
-				s.removeLocked(e.values[0])
-			}
+	var gone []*storedValue
+	for _, v := range s.byExpiry.vs {
+		if drop(v) {
+			gone = append(gone, v)
 		}
 	}
+	for _, v := range gone {
+		s.removeLocked(v)
+	}
+	return len(gone)
 }
 
 func (s *store) sizes() (keys, values int, counters StoreCounters) {
@@ -250,209 +418,49 @@ func ttlMillis(d time.Duration) uint32 {
 	return uint32(ms)
 }
 
-type expiryHeap []*storedValue
+// valueHeap orders values soonest expiry first, keeping each value's
+// index for its slot.
+type valueHeap struct {
+	vs   []*storedValue
+	slot int
+}
 
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expiry.Before(h[j].expiry) }
-func (h expiryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
+func (h valueHeap) Len() int           { return len(h.vs) }
+func (h valueHeap) Less(i, j int) bool { return h.vs[i].expiry.Before(h.vs[j].expiry) }
+func (h valueHeap) Swap(i, j int) {
+	h.vs[i], h.vs[j] = h.vs[j], h.vs[i]
+	h.vs[i].idx[h.slot], h.vs[j].idx[h.slot] = i, j
 }
-func (h *expiryHeap) Push(x any) {
+func (h *valueHeap) Push(x any) {
 	v := x.(*storedValue)
-	v.index = len(*h)
-	*h = append(*h, v)
+	v.idx[h.slot] = len(h.vs)
+	h.vs = append(h.vs, v)
 }
-func (h *expiryHeap) Pop() any {
-	old := *h
-	v := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
+func (h *valueHeap) Pop() any {
+	v := h.vs[len(h.vs)-1]
+	h.vs[len(h.vs)-1] = nil
+	h.vs = h.vs[:len(h.vs)-1]
 	return v
 }
 
-// requestKind says what a request for a key was, for the per-key counters.
-type requestKind int
+// holderHeap orders sources most values first.
+type holderHeap []*holder
 
-const (
-	kindGet requestKind = iota
-	kindPutProbe
-	kindStore
-)
-
-// loadTracker decides whether the node is loaded for a key: it has seen more
-// than β requests (gets and put probes) for the key in the last minute. It
-// keeps the times of the last β+1 requests per key, which is exactly what
-// that test needs. Under sustained load a loaded node still answers "not
-// loaded" once every minute/β, the leak that keeps values near the key fresh.
-type loadTracker struct {
-	beta     int
-	interval time.Duration // minute/β: the leak spacing
-	max      int
-
-	mu   sync.Mutex
-	keys map[levelKey]*keyLoad
+func (h holderHeap) Len() int           { return len(h) }
+func (h holderHeap) Less(i, j int) bool { return h[i].values > h[j].values }
+func (h holderHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hidx, h[j].hidx = i, j
 }
-
-type keyLoad struct {
-	times    []time.Time // ring of the last β+1 request times
-	next     int
-	lastPass time.Time // last time this key was reported not loaded
-	lastSeen time.Time
-
-	minute           time.Time // start of the current counting minute
-	thisMin, lastMin uint64    // requests in the current and previous minute
-	gets, probes     uint64    // totals from other nodes
-	stores           uint64
-	local            uint64 // this node's own gets, probes and stores
-	loadedAnswers    uint64 // requests answered "loaded"
+func (h *holderHeap) Push(x any) {
+	p := x.(*holder)
+	p.hidx = len(*h)
+	*h = append(*h, p)
 }
-
-// KeyLoad describes the requests a node has seen for one key since it began
-// tracking it (it stops after a minute without requests).
-type KeyLoad struct {
-	Key           ID
-	Level         int
-	Gets          uint64 // get RPCs from other nodes
-	PutProbes     uint64 // forward-phase put RPCs from other nodes
-	Stores        uint64 // store RPCs from other nodes (not part of the load test)
-	Local         uint64 // this node's own operations on the key
-	LoadedAnswers uint64 // requests, local or remote, told "loaded"
-	LastMinute    uint64 // gets and put probes, local or remote, in the last full minute
-	Loaded        bool   // whether the next request would find the node loaded
-}
-
-func newLoadTracker(beta, max int) *loadTracker {
-	return &loadTracker{beta: beta, interval: time.Minute / time.Duration(beta), max: max, keys: make(map[levelKey]*keyLoad)}
-}
-
-func (t *loadTracker) entryLocked(lk levelKey, now time.Time) *keyLoad {
-	kl := t.keys[lk]
-	if kl == nil {
-		if len(t.keys) >= t.max {
-			t.pruneLocked(now.Add(-time.Minute))
-			for k := range t.keys {
-				if len(t.keys) < t.max {
-					break
-				}
-				delete(t.keys, k)
-			}
-		}
-		kl = &keyLoad{times: make([]time.Time, t.beta+1), minute: now}
-		t.keys[lk] = kl
-	}
-	if d := now.Sub(kl.minute); d >= time.Minute {
-		if d >= 2*time.Minute {
-			kl.lastMin = 0
-		} else {
-			kl.lastMin = kl.thisMin
-		}
-		kl.thisMin = 0
-		kl.minute = now
-	}
-	kl.lastSeen = now
-	return kl
-}
-
-// request records a request for lk — from another node, or this node's own
-// when local — and reports whether the node is loaded for it. Stores are
-// counted but are not part of the load test.
-func (t *loadTracker) request(lk levelKey, kind requestKind, local bool, now time.Time) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	kl := t.entryLocked(lk, now)
-	switch {
-	case local:
-		kl.local++
-	case kind == kindGet:
-		kl.gets++
-	case kind == kindPutProbe:
-		kl.probes++
-	case kind == kindStore:
-		kl.stores++
-	}
-	if kind == kindStore {
-		return false
-	}
-	kl.thisMin++
-	kl.times[kl.next] = now
-	kl.next = (kl.next + 1) % len(kl.times)
-	// The oldest of the last β+1 requests sits at next; all β+1 fall within
-	// the last minute exactly when it does.
-	oldest := kl.times[kl.next]
-	loaded := !oldest.IsZero() && now.Sub(oldest) < time.Minute
-	if loaded && now.Sub(kl.lastPass) >= t.interval {
-		loaded = false // the leak
-	}
-	if loaded {
-		kl.loadedAnswers++
-	} else {
-		kl.lastPass = now
-	}
-	return loaded
-}
-
-func (t *loadTracker) snapshot(lk levelKey, now time.Time) KeyLoad {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	kl := t.keys[lk]
-	out := KeyLoad{Key: lk.key, Level: int(lk.level)}
-	if kl == nil {
-		return out
-	}
-	out.Gets, out.PutProbes, out.Stores, out.Local, out.LoadedAnswers = kl.gets, kl.probes, kl.stores, kl.local, kl.loadedAnswers
-	out.LastMinute = kl.lastMin
-	if now.Sub(kl.minute) >= 2*time.Minute {
-		out.LastMinute = 0
-	} else if now.Sub(kl.minute) >= time.Minute {
-		out.LastMinute = kl.thisMin
-	}
-	// Would one more request now be loaded? All of the last β requests in
-	// the last minute, and no leak due.
-	n := len(kl.times)
-	newest := kl.times[(kl.next+n-1)%n]
-	oldestOfBeta := kl.times[(kl.next+1)%n]
-	out.Loaded = !newest.IsZero() && !oldestOfBeta.IsZero() && now.Sub(oldestOfBeta) < time.Minute && now.Sub(kl.lastPass) < t.interval
-	return out
-}
-
-// top returns up to n keys with the most requests in the last minute.
-func (t *loadTracker) top(n int, now time.Time) []KeyLoad {
-	t.mu.Lock()
-	lks := make([]levelKey, 0, len(t.keys))
-	for lk := range t.keys {
-		lks = append(lks, lk)
-	}
-	t.mu.Unlock()
-	out := make([]KeyLoad, 0, len(lks))
-	for _, lk := range lks {
-		out = append(out, t.snapshot(lk, now))
-	}
-	slices.SortFunc(out, func(a, b KeyLoad) int {
-		if a.LastMinute != b.LastMinute {
-			if a.LastMinute > b.LastMinute {
-				return -1
-			}
-			return 1
-		}
-		return a.Key.Cmp(b.Key)
-	})
-	if len(out) > n {
-		out = out[:n]
-	}
-	return out
-}
-
-func (t *loadTracker) prune(before time.Time) {
-	t.mu.Lock()
-	t.pruneLocked(before)
-	t.mu.Unlock()
-}
-
-func (t *loadTracker) pruneLocked(before time.Time) {
-	for lk, kl := range t.keys {
-		if kl.lastSeen.Before(before) {
-			delete(t.keys, lk)
-		}
-	}
+func (h *holderHeap) Pop() any {
+	old := *h
+	p := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return p
 }

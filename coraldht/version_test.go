@@ -10,8 +10,10 @@ import (
 // TestVersionRule: what a version-1 receiver does with what a later
 // revision may send (PROTOCOL.md, Versions). An unknown message type, an
 // unknown version or unknown flag bits are dropped without a reply and
-// counted as malformed, and the node goes on serving; fields appended
-// after a known body are ignored and the request answered.
+// counted as malformed, and the node goes on serving; extensions of a
+// later revision (after the body, PROTOCOL.md, Extensions) are kept
+// unread and the request answered; bytes after the body that are no
+// extension area are malformed.
 func TestVersionRule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newAuthEnv(t)
@@ -26,9 +28,12 @@ func TestVersionRule(t *testing.T) {
 
 		m := e.message(wire.FindNode, false)
 		m.Target = KeyFor("x")
-		appended := append(wireEncode(t, m), 0x01, 0x02, 0xff)
-		if r := e.expectReply(testKey.seal(appended)); r.Status != wire.StatusOK || len(r.Nodes) == 0 {
-			t.Fatalf("find_node with appended fields: status %d, %d contacts", r.Status, len(r.Nodes))
+		m.Unknown = []byte{0x07, 0x00, 0x02, 0xff, 0xfe}
+		if r := e.expectReply(testKey.seal(wireEncode(t, m))); r.Status != wire.StatusOK || len(r.Nodes) == 0 {
+			t.Fatalf("find_node with a later revision's extension: status %d, %d contacts", r.Status, len(r.Nodes))
 		}
+		junk := e.message(wire.Ping, false)
+		junk.Ext = false
+		e.expectDropped(func(d *DropCounts) { d.Malformed++ }, testKey.seal(append(wireEncode(t, junk), 0x01, 0x02, 0xff)))
 	})
 }

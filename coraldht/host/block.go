@@ -20,6 +20,11 @@ import (
 //	key        PRIMARY_FILE [ACCEPTED_FILE...]   (key_file PATH: one file)
 //	levels     DURATION...      1..7 decreasing RTT thresholds (levels 1..n)
 //	cluster    LEVEL NAME       pins LEVEL (1..n) to the cluster NAME
+//	identity   CERT_FILE KEY_FILE            node identity mode: this node's certificate and key
+//	fleet      FILE             the fleet's public keys (with identity)
+//	revocations FILE [POLL]     the revocation list, read every POLL (default 30s)
+//	identity_optional           accept datagrams without an identity (migration)
+//	legacy_peers                answer nodes of releases before address cookies (rolling upgrade)
 
 // Dispenser is what the option parser needs of a server's configuration
 // dispenser, positioned on a property line of a block: its name (Val), its
@@ -63,7 +68,8 @@ func ParseOptions(d Dispenser) (Options, error) {
 func (p *OptionsParser) Property(d Dispenser) (bool, error) {
 	prop := d.Val()
 	switch prop {
-	case "listen", "advertise", "bootstrap", "key", "key_file", "levels", "cluster":
+	case "listen", "advertise", "bootstrap", "key", "key_file", "levels", "cluster",
+		"identity", "fleet", "revocations", "identity_optional", "legacy_peers":
 	default:
 		return false, nil
 	}
@@ -104,8 +110,51 @@ func (p *OptionsParser) Property(d Dispenser) (bool, error) {
 		return true, p.levels(d, args)
 	case "cluster":
 		return true, p.cluster(d, args)
+	case "identity", "fleet", "revocations", "identity_optional":
+		return true, p.identity(d, prop, args)
+	case "legacy_peers":
+		o.LegacyPeers = true
+		return true, argCount(d, prop, args, 0)
 	}
 	return true, nil
+}
+
+// identity reads the lines of node identity mode.
+func (p *OptionsParser) identity(d Dispenser, prop string, args []string) error {
+	if p.opts.Identity == nil {
+		p.opts.Identity = &IdentityFiles{}
+	}
+	f := p.opts.Identity
+	switch prop {
+	case "identity":
+		if len(args) != 2 {
+			return d.Errf("identity takes the node's certificate file and its key file (identity CERT_FILE KEY_FILE), got %d arguments", len(args))
+		}
+		f.Certificate, f.Key = args[0], args[1]
+	case "fleet":
+		if err := argCount(d, prop, args, 1); err != nil {
+			return err
+		}
+		f.Fleet = args[0]
+	case "revocations":
+		if len(args) < 1 || len(args) > 2 {
+			return d.Errf("revocations takes a file and an optional poll interval (revocations FILE [POLL]), got %d arguments", len(args))
+		}
+		f.Revocations = args[0]
+		if len(args) == 2 {
+			poll, err := time.ParseDuration(args[1])
+			if err != nil || poll < time.Second {
+				return d.Errf("revocations poll %q: want a duration of at least 1s, such as 30s", args[1])
+			}
+			f.RevocationPoll = poll
+		}
+	case "identity_optional":
+		if err := argCount(d, prop, args, 0); err != nil {
+			return err
+		}
+		f.Optional = true
+	}
+	return nil
 }
 
 func (p *OptionsParser) bootstrap(d Dispenser, args []string) error {

@@ -69,6 +69,9 @@ func startInstance(p plan, tr coraldht.Transport) (*Instance, error) {
 		i.markJoined()
 	}
 	go i.join(ctx, p.boot, p.log)
+	if p.identity != nil && p.identity.Revocations != "" {
+		go i.pollRevocations(ctx, p.identity, p.log)
+	}
 	p.log.Info("node started", "addr", node.Addr(), "id", node.ID().Short(), "services", p.cfg.Services)
 	return i, nil
 }

@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coraldht/fleet"
 )
 
 // Options are a node's settings. The servers' configuration names for
@@ -57,6 +59,20 @@ type Options struct {
 	// coraldht.Config.Pins. Empty: no pins.
 	Pins map[int]string
 
+	// Identity turns on node identity mode (coraldht's README, "Node
+	// identities"): the files of this node's certificate and key, the
+	// fleet's public keys and its revocation list. Nil: the network key
+	// alone authenticates. A reload that changes them restarts the node;
+	// the revocation list's contents are re-read every RevocationPoll
+	// without one.
+	Identity *IdentityFiles
+
+	// LegacyPeers answers in full the nodes of releases before address
+	// cookies, during a rolling upgrade from one (coraldht.Config's
+	// LegacyPeers; docs/operations.md, "Reloads and upgrades"). A reload
+	// that changes it restarts the node.
+	LegacyPeers bool
+
 	// Services are what this server runs, advertised to peers:
 	// coraldht.ServiceDNS for CoreDNS, coraldht.ServiceHTTP for Caddy.
 	Services coraldht.Services
@@ -66,6 +82,36 @@ type Options struct {
 	// setting: a new logger alone does not restart the node.
 	Logger *slog.Logger
 }
+
+// IdentityFiles are the files of node identity mode, as the servers'
+// options name them: `identity CERT_FILE KEY_FILE`, `fleet FILE`,
+// `revocations FILE [POLL]`, `identity_optional`. Make them with
+// coral-fleet.
+type IdentityFiles struct {
+	// Certificate is this node's certificate file (coral-fleet issue).
+	Certificate string `json:"certificate_file,omitempty"`
+	// Key is this node's private key file, readable by its owner alone.
+	Key string `json:"key_file,omitempty"`
+	// Fleet is the file of the fleet public keys whose certificates and
+	// revocation lists the node accepts (two while the fleet key rotates).
+	Fleet string `json:"fleet_file,omitempty"`
+	// Revocations is the revocation list file (coral-fleet revoke), read
+	// at start and then every RevocationPoll; a newer list in it takes
+	// effect without a reload. A file not there yet is no list; one that
+	// goes away leaves the list in force. Empty: no revocations.
+	Revocations string `json:"revocations_file,omitempty"`
+	// RevocationPoll is how often the revocation list file is read. Zero:
+	// DefaultRevocationPoll.
+	RevocationPoll time.Duration `json:"revocations_poll,omitempty"`
+	// Optional accepts datagrams without an identity: the middle step of
+	// moving a fleet to identities (docs/operations.md).
+	Optional bool `json:"optional,omitempty"`
+}
+
+// DefaultRevocationPoll is how often a node reads its revocation list
+// file by default: a revoked node is dropped by every node within this
+// long of the new list reaching their disks.
+const DefaultRevocationPoll = 30 * time.Second
 
 // A FieldError is an Options field that does not validate.
 type FieldError struct {
@@ -110,6 +156,9 @@ func (o Options) Validate() error {
 	if !o.Advertise.IsValid() && o.Listen.Addr().IsUnspecified() {
 		return bad("Advertise", "advertise is required when listen (%v) is not a specific address", o.Listen)
 	}
+	if err := o.Identity.validate(); err != "" {
+		return bad("Identity", "%s", err)
+	}
 	cfg := o.config()
 	if err := cfg.Validate(); err != nil {
 		var ce *coraldht.ConfigError
@@ -133,6 +182,7 @@ func (o Options) config() coraldht.Config {
 		cfg.Pins = maps.Clone(o.Pins)
 	}
 	cfg.Logger = o.Logger
+	cfg.LegacyPeers = o.LegacyPeers
 	return cfg
 }
 
@@ -146,12 +196,16 @@ type settings struct {
 	levels    []time.Duration
 	pins      map[int]string
 	services  coraldht.Services
+	identity  IdentityFiles // the files' names, and the certificate's serial
+	serial    uint64
+	legacy    bool
 }
 
 func (s settings) equal(t settings) bool {
 	return s.advertise == t.advertise && slices.Equal(s.bootstrap, t.bootstrap) &&
 		s.keyed == t.keyed && slices.Equal(s.levels, t.levels) &&
-		maps.Equal(s.pins, t.pins) && s.services == t.services
+		maps.Equal(s.pins, t.pins) && s.services == t.services &&
+		s.identity == t.identity && s.serial == t.serial && s.legacy == t.legacy
 }
 
 // plan is validated options ready to start a node: everything that can
@@ -163,6 +217,9 @@ type plan struct {
 	st     settings
 	keys   []string     // fingerprints of cfg.Key and cfg.AcceptedKeys, in that order
 	log    *slog.Logger // this package's messages
+	// identity are the identity files (nil: none): the revocation list
+	// is polled from them (revocations.go).
+	identity *IdentityFiles
 }
 
 // keysEqual reports whether p and q configure the same keyring.
@@ -175,7 +232,18 @@ func (o Options) plan() (plan, error) {
 	listen := netip.AddrPortFrom(o.Listen.Addr().Unmap(), o.Listen.Port())
 	p := plan{listen: listen, cfg: o.config(), boot: slices.Clone(o.Bootstrap)}
 	p.st = settings{advertise: o.Advertise, bootstrap: p.boot, keyed: o.KeyFile != "",
-		levels: p.cfg.Levels, pins: p.cfg.Pins, services: o.Services}
+		levels: p.cfg.Levels, pins: p.cfg.Pins, services: o.Services, legacy: o.LegacyPeers}
+	if o.Identity != nil {
+		id, err := o.Identity.load()
+		if err != nil {
+			return plan{}, err
+		}
+		if err := id.Check(time.Now()); err != nil {
+			return plan{}, fmt.Errorf("identity %s: %w", o.Identity.Certificate, err)
+		}
+		p.cfg.Identity, p.identity = id, o.Identity
+		p.st.identity, p.st.serial = *o.Identity, id.Certificate.Serial
+	}
 	for i, path := range append([]string{o.KeyFile}, o.AcceptedKeyFiles...) {
 		if path == "" {
 			continue
@@ -197,4 +265,57 @@ func (o Options) plan() (plan, error) {
 	}
 	p.log = log.With("listen", listen.String())
 	return p, nil
+}
+
+// validate checks the identity options, without reading the files;
+// it returns what is wrong, or "".
+func (f *IdentityFiles) validate() string {
+	switch {
+	case f == nil:
+		return ""
+	case f.Certificate == "" || f.Key == "":
+		return "identity takes the node's certificate file and its key file (identity CERT_FILE KEY_FILE)"
+	case f.Fleet == "":
+		return "identity needs the fleet's public keys (fleet FILE)"
+	case f.RevocationPoll < 0 || (f.RevocationPoll > 0 && f.RevocationPoll < time.Second):
+		return fmt.Sprintf("revocations: poll interval %v; at least 1s", f.RevocationPoll)
+	}
+	return ""
+}
+
+// poll is the revocation list's poll interval.
+func (f *IdentityFiles) poll() time.Duration {
+	if f.RevocationPoll > 0 {
+		return f.RevocationPoll
+	}
+	return DefaultRevocationPoll
+}
+
+// load reads the identity files: the node's identity, for its
+// configuration.
+func (f *IdentityFiles) load() (*coraldht.Identity, error) {
+	if f == nil {
+		return nil, nil
+	}
+	keys, err := fleet.LoadPublicKeys(f.Fleet)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := fleet.LoadCertificate(f.Certificate)
+	if err != nil {
+		return nil, err
+	}
+	key, err := fleet.LoadPrivateKey(f.Key, fleet.LabelNodeKey)
+	if err != nil {
+		return nil, err
+	}
+	id := &coraldht.Identity{Certificate: cert, Key: key, Fleet: keys, Optional: f.Optional}
+	if f.Revocations != "" {
+		if id.Revoked, err = fleet.LoadRevocationList(f.Revocations, keys); errors.Is(err, fs.ErrNotExist) {
+			id.Revoked = nil // none yet: the poller installs it when it comes
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	return id, nil
 }

@@ -186,8 +186,13 @@ func (n *Network) Stats() Stats {
 }
 
 func (n *Network) send(from netip.AddrPort, p []byte, to netip.AddrPort) {
+	n.sendAs(from, from, p, to)
+}
+
+// sendAs sends p from the endpoint at sender, with source address from.
+func (n *Network) sendAs(sender, from netip.AddrPort, p []byte, to netip.AddrPort) {
 	n.mu.Lock()
-	if n.endpoints[from] == nil {
+	if n.endpoints[sender] == nil {
 		// A killed or closed sender's packets go nowhere.
 		n.mu.Unlock()
 		return
@@ -263,6 +268,21 @@ func (t *Transport) WriteTo(p []byte, to netip.AddrPort) error {
 	default:
 	}
 	t.net.send(t.local, p, to)
+	return nil
+}
+
+// WriteToFrom sends one datagram to to as if it came from from: a sender
+// on a network that does not check source addresses (no BCP 38). It is
+// what reflection attacks need, for experiments that measure them; the
+// receiver sees from as the source, latencies and partitions are those
+// of from.
+func (t *Transport) WriteToFrom(p []byte, to, from netip.AddrPort) error {
+	select {
+	case <-t.closed:
+		return ErrClosed
+	default:
+	}
+	t.net.sendAs(t.local, from, p, to)
 	return nil
 }
 

@@ -108,3 +108,23 @@ func TestNetworkPartitionKillRestart(t *testing.T) {
 		}
 	})
 }
+
+// TestWriteToFrom: a spoofed datagram arrives with the spoofed source, and
+// a closed sender sends nothing.
+func TestWriteToFrom(t *testing.T) {
+	n := New(Config{})
+	a, _ := n.Listen(netip.MustParseAddrPort("10.0.0.1:1"))
+	b, _ := n.Listen(netip.MustParseAddrPort("10.0.0.2:1"))
+	victim := netip.MustParseAddrPort("10.0.0.3:1")
+	if err := a.WriteToFrom([]byte("x"), b.LocalAddr(), victim); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	if _, from, ok := b.TryReadFrom(buf); !ok || from != victim {
+		t.Fatalf("got from %v, %v; want %v", from, ok, victim)
+	}
+	a.Close()
+	if err := a.WriteToFrom([]byte("x"), b.LocalAddr(), victim); err == nil {
+		t.Fatal("a closed endpoint sent")
+	}
+}

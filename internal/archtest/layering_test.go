@@ -33,7 +33,7 @@ var layers = []layer{
 	{"DNS server", true, []pattern{"plugin/coredns/..."}},
 	{"HTTP proxy", true, []pattern{"module/caddy/..."}},
 	{"shared by both servers", true, []pattern{"internal/dhtmetrics"}},
-	{"commands", true, []pattern{"cmd/coral-check", "cmd/dhtdemo"}},
+	{"commands", true, []pattern{"cmd/coral-check", "cmd/coral-fleet", "cmd/dhtdemo"}},
 	// cmd/coraldemo is `make demo`: a lab with a command line, not a
 	// shipped program.
 	{"labs", false, []pattern{"internal/lab/...", "cmd/coraldemo"}},
@@ -64,6 +64,8 @@ var rules = []rule{
 		"the in-memory network stands below the node, so the node's own tests can run on it"},
 	{"coraldht/icmpprobe", []pattern{"coraldht", "coraldht/host", "coraldht/memnet", "coraldht/internal/...", "coraldht/acmetxt"},
 		"ICMP knows nothing of the DSHT; the node and the DNS plugin both use it"},
+	{"coraldht/fleet", []pattern{"coraldht", "coraldht/host", "coraldht/memnet", "coraldht/internal/...", "coraldht/icmpprobe", "coraldht/acmetxt"},
+		"certificates and revocation lists are files an operator's tool makes: they know nothing of the node"},
 	{"module/caddy/*", []pattern{"module/caddy"},
 		"the proxy's subpackages are parts it assembles, not users of it"},
 }

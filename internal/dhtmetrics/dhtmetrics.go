@@ -17,7 +17,14 @@ type Descs struct {
 	messages, drops, timeouts, refused, lookups, stored, keys *prometheus.Desc
 	contacts, clusterLog, changes, joined                     *prometheus.Desc
 	keyDatagrams, keyPrimary                                  *prometheus.Desc
+	abuse, suspects, truncated, verifications                 *prometheus.Desc
+	revocationList, certExpiry                                *prometheus.Desc
 }
+
+// topSuspects is how many suspect prefixes of a node are exported: with
+// the kinds of event, the cardinality of suspect_events_total stays under
+// topSuspects × len(coraldht.AbuseKinds()) per node, whatever attacks it.
+const topSuspects = 10
 
 // New describes the metrics namespace_subsystem_dht_*.
 func New(namespace, subsystem string) *Descs {
@@ -40,22 +47,33 @@ func New(namespace, subsystem string) *Descs {
 		// or "none": at most coraldht.KeyringSize+1 values per node.
 		keyDatagrams: desc("network_key_datagrams_total", "DSHT datagrams accepted per installed network key (by fingerprint), and those no installed key verifies (key=\"none\", also counted as drops_total{reason=\"bad_auth\"}).", "key"),
 		keyPrimary:   desc("network_key_primary", "One series per installed network key (by fingerprint): 1 for the primary, which the node sends with, 0 for keys only accepted.", "key"),
+		abuse:        desc("abuse_events_total", "Events that mark a DSHT peer as suspect (claim_mismatch, verify_failed, contact_refused, quota, unproven, identity), over all sources.", "event"),
+		// The prefix label is one of the node's ten most suspect source
+		// prefixes (/24, /48): bounded, and a prefix that leaves the ten
+		// stops being exported.
+		suspects:       desc("suspect_events_total", "Suspect events of the ten source prefixes (/24, /48) with the most, by event.", "prefix", "event"),
+		truncated:      desc("truncated_replies_total", "Replies truncated toward sources that had not proven their address (first contacts beyond the padding budget, or spoofed requests)."),
+		verifications:  desc("verifications_total", "Pings sent to prove the address a request claimed, or to measure a cluster claim."),
+		revocationList: desc("identity_revocation_list", "Node identity mode: the number of the revocation list installed (0: none)."),
+		certExpiry:     desc("identity_certificate_expiry_seconds", "Node identity mode: when this node's certificate expires, Unix seconds."),
 	}
 }
 
 // Describe sends every description.
 func (d *Descs) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range []*prometheus.Desc{d.messages, d.drops, d.timeouts, d.refused, d.lookups, d.stored,
-		d.keys, d.contacts, d.clusterLog, d.changes, d.joined, d.keyDatagrams, d.keyPrimary} {
+		d.keys, d.contacts, d.clusterLog, d.changes, d.joined, d.keyDatagrams, d.keyPrimary,
+		d.abuse, d.suspects, d.truncated, d.verifications, d.revocationList, d.certExpiry} {
 		ch <- x
 	}
 }
 
 // Collect sends the current values for one node, labelled node.
 func (d *Descs) Collect(ch chan<- prometheus.Metric, node string, n *coraldht.Node, joined bool) {
-	counter := func(desc *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), append([]string{node}, labels...)...)
+	counterf := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, append([]string{node}, labels...)...)
 	}
+	counter := func(desc *prometheus.Desc, v uint64, labels ...string) { counterf(desc, float64(v), labels...) }
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, append([]string{node}, labels...)...)
 	}
@@ -72,12 +90,8 @@ func (d *Descs) Collect(ch chan<- prometheus.Metric, node string, n *coraldht.No
 		}
 	}
 	dr := s.Drops
-	for _, r := range []struct {
-		name string
-		v    uint64
-	}{{"oversize", dr.Oversize}, {"bad_auth", dr.BadAuth}, {"malformed", dr.Malformed}, {"stale", dr.Stale}, {"replay", dr.Replay},
-		{"queue_full", dr.QueueFull}, {"unsolicited", dr.Unsolicited}, {"self", dr.Self}, {"misdirected", dr.Misdirected}} {
-		counter(d.drops, r.v, r.name)
+	for _, r := range coraldht.DropReasons() {
+		counter(d.drops, dr.Count(r), r.String())
 	}
 	for _, k := range s.Keys {
 		counter(d.keyDatagrams, k.Accepted, k.Fingerprint)
@@ -104,4 +118,27 @@ func (d *Descs) Collect(ch chan<- prometheus.Metric, node string, n *coraldht.No
 		j = 1
 	}
 	gauge(d.joined, j)
+	d.collectDefences(counterf, gauge, s, n)
+}
+
+// collectDefences sends what the node's defences against members saw
+// (issue 35) and its identity.
+func (d *Descs) collectDefences(counter, gauge func(*prometheus.Desc, float64, ...string), s coraldht.Stats, n *coraldht.Node) {
+	for _, k := range coraldht.AbuseKinds() {
+		counter(d.abuse, float64(s.Abuse.Count(k)), k.String())
+	}
+	sus := n.Suspects()
+	for _, x := range sus[:min(len(sus), topSuspects)] {
+		for _, k := range coraldht.AbuseKinds() {
+			if v := x.Events.Count(k); v > 0 {
+				counter(d.suspects, float64(v), x.Prefix.String(), k.String())
+			}
+		}
+	}
+	counter(d.truncated, float64(s.Truncated))
+	counter(d.verifications, float64(s.Verifications))
+	if id, ok := n.Identity(); ok {
+		gauge(d.revocationList, float64(id.RevocationList))
+		gauge(d.certExpiry, float64(id.NotAfter.Unix()))
+	}
 }

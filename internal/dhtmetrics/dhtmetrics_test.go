@@ -122,3 +122,65 @@ func TestCollect(t *testing.T) {
 		t.Errorf("key series %v; want datagrams under %s, it primary, and 0 for none", keySeries, fp)
 	}
 }
+
+// TestSuspectsExported: the suspect prefixes a node keeps are exported
+// ten at most, whatever the number of sources, each with its events;
+// abuse_events_total counts them all.
+func TestSuspectsExported(t *testing.T) {
+	net := memnet.New(memnet.Config{})
+	key, err := coraldht.NewKey(coraldht.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(listen, advertise netip.AddrPort) *coraldht.Node {
+		t.Helper()
+		tr, err := net.Listen(listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := coraldht.DefaultConfig()
+		cfg.Key, cfg.Advertise = key, advertise
+		n, err := coraldht.NewNode(cfg, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	target := start(netip.MustParseAddrPort("10.0.0.1:4000"), netip.AddrPort{})
+	// Fifteen nodes that advertise an address other than the one they
+	// send from (a NAT does that, as do members claiming others'
+	// addresses): each a claim mismatch from its own /24.
+	for i := range 15 {
+		n := start(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i), 1}), 4000),
+			netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 2, byte(i), 1}), 4000))
+		_, _ = n.Ping(t.Context(), target.Addr())
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(oneNode{d: New("test", "coral"), n: target, name: "n0"})
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefixes := map[string]bool{}
+	var mismatches float64
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			switch f.GetName() {
+			case "test_coral_dht_suspect_events_total":
+				prefixes[l["prefix"]] = true
+			case "test_coral_dht_abuse_events_total":
+				if l["event"] == "claim_mismatch" {
+					mismatches = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if len(prefixes) != topSuspects || mismatches < 15 {
+		t.Fatalf("%d suspect prefixes exported (want %d), %v claim mismatches in all (want one or two per node: 15 at least)", len(prefixes), topSuspects, mismatches)
+	}
+}

@@ -327,20 +327,16 @@ func adminDHTSummary(s coraldht.Stats) *adminDHT {
 		d.HotKeys = append(d.HotKeys, adminKeyLoad{Key: k.Key.Short(), Level: k.Level, Gets: k.Gets, PutProbes: k.PutProbes,
 			Stores: k.Stores, LoadedAnswers: k.LoadedAnswers, LastMinute: k.LastMinute, Loaded: k.Loaded})
 	}
-	dr := s.Drops
-	for _, r := range []struct {
-		name string
-		v    uint64
-	}{{"oversize", dr.Oversize}, {"bad_auth", dr.BadAuth}, {"malformed", dr.Malformed}, {"stale", dr.Stale}, {"replay", dr.Replay},
-		{"queue_full", dr.QueueFull}, {"unsolicited", dr.Unsolicited}, {"self", dr.Self}, {"misdirected", dr.Misdirected}} {
-		if r.v == 0 {
+	for _, r := range coraldht.DropReasons() {
+		v := s.Drops.Count(r)
+		if v == 0 {
 			continue
 		}
 		if d.DropsBy == nil {
 			d.DropsBy = map[string]uint64{}
 		}
-		d.DropsBy[r.name] = r.v
-		d.Drops += r.v
+		d.DropsBy[r.String()] = v
+		d.Drops += v
 	}
 	return d
 }

@@ -77,6 +77,17 @@ type App struct {
 	// cluster name).
 	Clusters map[string]string `json:"clusters,omitempty"`
 
+	// Identity turns on node identity mode (coraldht's README, "Node
+	// identities"): this node's certificate and key files, the fleet's
+	// public keys and its revocation list (the Caddyfile's identity,
+	// fleet, revocations and identity_optional options).
+	Identity *host.IdentityFiles `json:"identity,omitempty"`
+
+	// LegacyPeers answers in full the nodes of releases before address
+	// cookies: only during a rolling upgrade from one (the Caddyfile's
+	// legacy_peers).
+	LegacyPeers bool `json:"legacy_peers,omitempty"`
+
 	opts   host.Options
 	ctx    caddy.Context
 	logger *zap.Logger
@@ -193,7 +204,7 @@ func (a *App) nodeOptions() (host.Options, error) {
 			o.Pins[lvl] = a.Clusters[k]
 		}
 	}
-	o.KeyFile, o.AcceptedKeyFiles = a.KeyFile, a.AcceptedKeyFiles
+	o.KeyFile, o.AcceptedKeyFiles, o.Identity, o.LegacyPeers = a.KeyFile, a.AcceptedKeyFiles, a.Identity, a.LegacyPeers
 	if err := o.Validate(); err != nil {
 		return o, fmt.Errorf("coral: %w", err)
 	}

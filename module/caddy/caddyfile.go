@@ -65,7 +65,7 @@ func (d optionLines) NextBlock() bool { return d.Dispenser.NextBlock(0) }
 
 // appFromOptions is the app's JSON configuration of the node options.
 func appFromOptions(o host.Options) *App {
-	app := &App{Listen: o.Listen.String(), KeyFile: o.KeyFile, AcceptedKeyFiles: o.AcceptedKeyFiles}
+	app := &App{Listen: o.Listen.String(), KeyFile: o.KeyFile, AcceptedKeyFiles: o.AcceptedKeyFiles, Identity: o.Identity, LegacyPeers: o.LegacyPeers}
 	if o.Advertise.IsValid() {
 		app.Advertise = o.Advertise.String()
 	}

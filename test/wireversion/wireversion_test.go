@@ -105,7 +105,11 @@ func (p *previousNode) do(cmd string) string {
 
 // TestPreviousWireVersion: a node of the recorded previous commit and one
 // of this checkout join through each other (both directions) and each gets
-// what the other put.
+// what the other put. The current node runs with LegacyPeers, as during a
+// rolling upgrade from a release before address cookies (PROTOCOL.md,
+// Versions): the previous node cannot prove its address, and a current
+// node with the default configuration refuses it every reply larger than
+// its request, which the end of the test checks.
 func TestPreviousWireVersion(t *testing.T) {
 	bin, commit := buildPrevious(t)
 	dir := t.TempDir()
@@ -130,6 +134,7 @@ func TestPreviousWireVersion(t *testing.T) {
 	}
 	cfg := coraldht.DefaultConfig()
 	cfg.Key, cfg.AcceptedKeys = key, []*coraldht.Key{other}
+	cfg.LegacyPeers = true
 	cur, err := coraldht.NewNode(cfg, tr)
 	if err != nil {
 		t.Fatal(err)
@@ -187,4 +192,30 @@ func TestPreviousWireVersion(t *testing.T) {
 		t.Fatalf("current node: drops %+v, keys %+v; want no malformed or bad-key drops, requests and replies from the previous node, its datagrams under the primary", s.Drops, s.Keys)
 	}
 	t.Logf("node of %s and this checkout: joined both ways, put and got both ways; %d datagrams accepted from it", commit[:7], s.Keys[0].Accepted)
+
+	// A current node with the default configuration: the previous node's
+	// pings are answered (the reply is no larger), its lookups are not.
+	tr2, err := coraldht.ListenUDP("127.0.180.42:4000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.LegacyPeers = false
+	strict, err := coraldht.NewNode(cfg, tr2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer strict.Close()
+	// It knows the others, so that its find_node replies carry contacts.
+	if err := strict.Bootstrap(ctx, cur.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	joined := prev.do("join " + strict.Addr().String())
+	if d := strict.Stats().Drops; d.Unproven == 0 || d.Malformed != 0 {
+		st := strict.Stats()
+		t.Fatalf("a current node with the default configuration: drops %+v, requests in %+v, replies out %+v (join: %s); want the previous node's lookups refused as unproven",
+			d, st.RequestsIn, st.RepliesOut, joined)
+	}
+	if st := strict.Stats(); st.RepliesOut.Ping == 0 {
+		t.Fatal("the previous node's pings went unanswered")
+	}
 }

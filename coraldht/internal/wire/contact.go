@@ -21,10 +21,22 @@ const (
 	ServiceNonRecursive
 )
 
+// CapExtensions is not a service but a capability carried in the same
+// word: the node reads the extension area after a message body (address
+// cookies, identities; PROTOCOL.md, Extensions). Nodes released before
+// it ignore unknown bits of the word, so a node sends extensions only to
+// peers that advertise it.
+const CapExtensions Services = 1 << 31
+
+// capabilities are the bits of the services word that are not services.
+const capabilities = CapExtensions
+
 var serviceNames = []string{"dns", "http", "non-recursive"}
 
 // String lists the services as "dns|http"; "none" for the empty set.
+// Capability bits are not services and are left out.
 func (s Services) String() string {
+	s &^= capabilities
 	if s == 0 {
 		return "none"
 	}

@@ -126,11 +126,10 @@ func (r *reader) contact(field string) Contact {
 	return c
 }
 
-// Decode parses a datagram body (the bytes before the tag). Up to the end
-// of the body it accepts exactly the encodings Encode produces, so
-// decode→encode reproduces the input byte for byte, less any bytes after
-// the body, which it ignores: fields appended by a later protocol
-// revision.
+// Decode parses a datagram body (the bytes before the tag). It accepts
+// exactly the encodings Encode produces, so decode→encode reproduces the
+// input byte for byte; extensions of a later revision are kept unread in
+// Message.Unknown.
 func Decode(b []byte) (*Message, error) {
 	if len(b) > MaxDatagram-TagLen {
 		// Encode never produces more; accepting it would let a list
@@ -187,8 +186,9 @@ func Decode(b []byte) (*Message, error) {
 	} else {
 		decodeRequestBody(r, m)
 	}
-	// Bytes after the body are fields a later revision of the protocol
-	// appended; this one ignores them (PROTOCOL.md, Versions).
+	// Bytes after the body are the extension area (ext.go; PROTOCOL.md,
+	// Versions and Extensions).
+	r.ext(m, len(b))
 	if r.err != nil {
 		return nil, r.err
 	}

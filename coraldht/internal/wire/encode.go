@@ -88,8 +88,9 @@ func (w *writer) contacts(cs []Contact) int {
 	return n
 }
 
-// Encode appends m's encoding to dst. Lists of values and contacts are
-// cut to what fits in a datagram with its tag; a message that does not fit
+// Encode appends m's encoding to dst: header, body and, with m.Ext, the
+// extension area. Lists of values and contacts are cut to what fits in a
+// datagram with its tag and extensions; a message that does not fit
 // even so is an error. Field ranges are not re-checked here: the node builds
 // messages only from validated arguments and decoded input, and
 // Decode enforces every range on the way in.
@@ -104,7 +105,7 @@ func Encode(dst []byte, m *Message) ([]byte, error) {
 		return nil, fmt.Errorf("coraldht: encode sender: %v", err)
 	}
 	start := len(dst)
-	w := &writer{b: dst, limit: start + MaxDatagram - TagLen}
+	w := &writer{b: dst, limit: start + MaxDatagram - TagLen - extLen(m)}
 	encodeHeader(w, m)
 	var err error
 	if m.Response {
@@ -115,6 +116,7 @@ func Encode(dst []byte, m *Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	w.ext(m)
 	if len(w.b)-start > MaxDatagram-TagLen {
 		return nil, fmt.Errorf("coraldht: encode: %d bytes exceed the datagram limit", len(w.b)-start)
 	}

@@ -167,6 +167,22 @@ type Message struct {
 	Kind      uint8
 	AppResult uint8
 	Payload   []byte
+
+	// The extension area after the body (ext.go; PROTOCOL.md,
+	// Extensions), which only senders that advertise CapExtensions use.
+	// Ext says it is present; with Ext false the other fields are not
+	// encoded.
+	Ext       bool
+	Grant     uint64 // address cookie the sender grants the recipient (0: none)
+	Echo      uint64 // requests: the cookie the recipient granted the sender (0: none)
+	Truncated bool   // replies: lists and clusters left out; resend with Echo
+	Pad       int    // zero bytes that make a request as large as its reply may be
+	Unknown   []byte // extensions of a later revision, kept as they came
+	Identity  []byte // node identity mode: the sender's certificate
+	Signature []byte // over the datagram up to itself (SignatureLen bytes)
+	// SignedLen (decoded) is how many leading bytes of the datagram the
+	// signature covers: everything before it.
+	SignedLen int
 }
 
 // wireError is why a datagram does not decode (or a message does not
@@ -183,4 +199,5 @@ const (
 	errBadField   wireError = "field out of range"
 	errIDMismatch wireError = "node ID is not SHA-1 of its address"
 	errTooLong    wireError = "longer than a datagram"
+	errExtension  wireError = "extension out of order, repeated or malformed"
 )

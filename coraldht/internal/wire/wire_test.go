@@ -271,32 +271,111 @@ func TestWireTruncated(t *testing.T) {
 	}
 }
 
-// TestWireTrailingBytes: bytes after a message's body, fields a later
-// revision appended, are ignored, not fatal: the message decodes as it
-// would without them (PROTOCOL.md, Versions).
-func TestWireTrailingBytes(t *testing.T) {
+// withExt returns a copy of m carrying every extension a revision of
+// this code writes: the cookie, truncated (replies), a later revision's
+// extension and an identity with its signature.
+func withExt(m *Message) *Message {
+	c := *m
+	c.Ext, c.Grant, c.Echo = true, 0x1122334455667788, 0x99aabbccddeeff00
+	c.Truncated = m.Response
+	if !m.Response {
+		c.Pad = 5
+	}
+	c.Unknown = []byte{7, 0, 3, 'a', 'b', 'c'}
+	c.Identity = bytes.Repeat([]byte{0xCE}, 113)
+	c.Signature = bytes.Repeat([]byte{0x51}, SignatureLen)
+	return &c
+}
+
+// TestWireExtensions: the extension area round-trips byte for byte on
+// every message; the signature covers all before it; a later revision's
+// extensions are kept; malformed areas are refused (PROTOCOL.md,
+// Extensions).
+func TestWireExtensions(t *testing.T) {
 	for _, tc := range wireSamples() {
 		t.Run(tc.name, func(t *testing.T) {
-			plain := wireEncode(t, tc.m)
-			want, err := Decode(plain)
-			if err != nil {
-				t.Fatal(err)
+			m := withExt(tc.m)
+			if len(m.Payload) == MaxAppPayload {
+				m.Payload = m.Payload[:MaxAppPayload-ExtLen(m)-64]
 			}
-			for _, trailer := range [][]byte{{0}, {0xff, 1, 2, 3}, bytes.Repeat([]byte{7}, 64)} {
-				b := append(append([]byte(nil), plain...), trailer...)
-				if len(b) > MaxDatagram-TagLen {
-					continue
-				}
-				got, err := Decode(b)
-				if err != nil {
-					t.Fatalf("with %d trailing bytes: %v", len(trailer), err)
-				}
-				if !reflect.DeepEqual(got, want) {
-					t.Fatalf("with %d trailing bytes decoded to\n%+v\nwant\n%+v", len(trailer), got, want)
-				}
+			b := wireEncode(t, m)
+			got, err := Decode(b)
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			if got.SignedLen != len(b)-SignatureLen {
+				t.Fatalf("SignedLen %d, want %d", got.SignedLen, len(b)-SignatureLen)
+			}
+			// Lists may have been cut to make room; compare what came back.
+			want := *m
+			want.Nodes, want.Values, want.SignedLen = got.Nodes, got.Values, got.SignedLen
+			if !reflect.DeepEqual(got, &want) {
+				t.Fatalf("decode(encode(m)) differs\n got %+v\nwant %+v", got, &want)
+			}
+			if again := wireEncode(t, got); !bytes.Equal(again, b) {
+				t.Fatalf("encode(decode(b)) differs from b")
+			}
+			if len(got.Nodes) < min(len(m.Nodes), MaxContacts) || len(got.Values) < len(m.Values) {
+				t.Logf("lists cut to fit the extensions: %d of %d contacts, %d of %d values", len(got.Nodes), len(m.Nodes), len(got.Values), len(m.Values))
 			}
 		})
 	}
+	base := wireEncode(t, &Message{Type: Ping, Response: true, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender})
+	tlv := func(typ byte, v ...byte) []byte { return append([]byte{typ, byte(len(v) >> 8), byte(len(v))}, v...) }
+	cookie := tlv(1, make([]byte, 16)...)
+	cat := func(parts ...[]byte) []byte { return bytes.Join(append([][]byte{base}, parts...), nil) }
+	for _, c := range []struct {
+		name  string
+		b     []byte
+		field string
+		err   error
+	}{
+		{"one trailing byte", cat([]byte{0}), "extension length", errShort},
+		{"length past the end", cat(tlv(1, make([]byte, 16)...)[:10]), "extension", errShort},
+		{"no cookie first", cat(tlv(2)), "extension", errExtension},
+		{"cookie of 8 bytes", cat(tlv(1, make([]byte, 8)...)), "cookie", errBadField},
+		{"cookie twice", cat(cookie, cookie), "extension", errExtension},
+		{"out of order", cat(cookie, tlv(9), tlv(7)), "extension", errExtension},
+		{"truncated with a value", cat(cookie, tlv(2, 1)), "truncated", errBadField},
+		{"padding not zero", cat(cookie, tlv(3, 0, 1)), "padding", errBadField},
+		{"padding empty", cat(cookie, tlv(3)), "padding", errBadField},
+		{"identity without a certificate", cat(cookie, tlv(255, make([]byte, 64)...)), "identity", errBadField},
+		{"bytes after the identity", cat(cookie, tlv(255, make([]byte, 100)...), []byte{0}), "extension length", errShort},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := Decode(c.b)
+			if m != nil {
+				t.Fatalf("decoded %+v", m)
+			}
+			wantDecodeError(t, err, c.field, c.err)
+		})
+	}
+	t.Run("truncated only in replies", func(t *testing.T) {
+		req := wireEncode(t, &Message{Type: Ping, ReqID: 1, Timestamp: wireStamp, Sender: wireV4Sender})
+		_, err := Decode(append(append(req, cookie...), tlv(2)...))
+		wantDecodeError(t, err, "truncated", errBadField)
+	})
+	t.Run("a later revision's extension is kept", func(t *testing.T) {
+		b := cat(cookie, tlv(4, 'x'), tlv(200))
+		m, err := Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !m.Ext || m.Truncated || m.Identity != nil || !bytes.Equal(m.Unknown, append(tlv(4, 'x'), tlv(200)...)) {
+			t.Fatalf("decoded %+v", m)
+		}
+		if again := wireEncode(t, m); !bytes.Equal(again, b) {
+			t.Fatalf("re-encoding lost the unknown extensions")
+		}
+	})
+	t.Run("capabilities are not services", func(t *testing.T) {
+		if s := (ServiceDNS | CapExtensions).String(); s != "dns" {
+			t.Fatalf("String = %q", s)
+		}
+		if !(ServiceHTTP | CapExtensions).Has(CapExtensions) {
+			t.Fatal("Has(CapExtensions)")
+		}
+	})
 }
 
 func wantDecodeError(t *testing.T, err error, field string, target error) {

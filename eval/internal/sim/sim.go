@@ -37,10 +37,19 @@ type Options struct {
 	// Late marks nodes that Start creates but does not bootstrap; the
 	// experiment joins them later with Sim.Join.
 	Late func(i int) bool
+	// Wrap, if set, gives node i the transport it returns in place of
+	// its endpoint: experiments model misbehaving nodes this way.
+	Wrap func(i int, tr *memnet.Transport) coraldht.Transport
 }
+
+// NetworkSecret is the network key's secret of every simulated network:
+// experiments that forge datagrams, as a member holding the key would,
+// tag them with it (coraldht/PROTOCOL.md).
+const NetworkSecret = "simulation network key, 32 bytes or more"
 
 // Sim is a running simulated network.
 type Sim struct {
+	Key    *coraldht.Key // the network key, of NetworkSecret
 	Net    *memnet.Network
 	Nodes  []*coraldht.Node
 	Placed []topology.Node
@@ -65,7 +74,8 @@ func Start(o Options) (*Sim, error) {
 		Placed: placed,
 		Matrix: o.Matrix,
 	}
-	key, err := coraldht.NewKey([]byte("simulation network key, 32 bytes or more"))
+	var err error
+	s.Key, err = coraldht.NewKey([]byte(NetworkSecret))
 	if err != nil {
 		return nil, err
 	}
@@ -76,12 +86,16 @@ func Start(o Options) (*Sim, error) {
 			return nil, err
 		}
 		cfg := coraldht.DefaultConfig()
-		cfg.Key = key
+		cfg.Key = s.Key
 		cfg.Seed = o.Seed*1_000_003 + uint64(i) + 1
 		if o.Tweak != nil {
 			o.Tweak(i, &cfg)
 		}
-		n, err := coraldht.NewNode(cfg, tr)
+		var t coraldht.Transport = tr
+		if o.Wrap != nil {
+			t = o.Wrap(i, tr)
+		}
+		n, err := coraldht.NewNode(cfg, t)
 		if err != nil {
 			s.Close()
 			return nil, err

@@ -56,7 +56,7 @@ func (n *Net) writeConfig(nd *Node) error {
 		AnswerTTL: AnswerTTL, LiveWithin: LiveWithin, CheckEvery: CheckInterval,
 		// The operations guide's drain: while this file exists the name
 		// server is out of the answers (Net.Drain).
-		Extra: []labconf.Directive{key, labconf.D("drain_file", nd.drainFile())},
+		Extra: append([]labconf.Directive{key, labconf.D("drain_file", nd.drainFile())}, nd.NodeOptions...),
 	}
 	for _, r := range n.Resolvers {
 		level := 1
@@ -83,7 +83,7 @@ func (n *Net) writeConfig(nd *Node) error {
 		RateLimit: "off",
 		Extra:     []labconf.Directive{labconf.D("origin_timeout", "10s")},
 	}.Directive()
-	coralApp := labconf.D("coral").With(append(cnode.Directives(), ckey)...)
+	coralApp := labconf.D("coral").With(append(append(cnode.Directives(), ckey), nd.NodeOptions...)...)
 	caddyfile := labconf.Caddy{
 		Comment: header, Admin: admin, AdminOrigins: []string{admin.String()},
 		HTTPSOff: true, Grace: "2s",

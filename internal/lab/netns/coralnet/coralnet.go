@@ -86,6 +86,9 @@ type Options struct {
 	// DebugProxy writes coral_proxy's debug log (why each download went
 	// where it did) to coral-debug.log in each node's directory.
 	DebugProxy bool
+	// NodeOptions, if set, gives node i's Node.NodeOptions before it
+	// first starts.
+	NodeOptions func(i int, name string) []labconf.Directive
 }
 
 // Node is one Coral node.
@@ -103,6 +106,10 @@ type Node struct {
 	// KeyDirective writes even one key as `key FILE` (once a rotation
 	// has begun).
 	KeyDirective bool
+	// NodeOptions are more DSHT node option lines, written into both
+	// servers' node options (coraldht/host's grammar): node identity
+	// mode's identity, fleet and revocations, for one.
+	NodeOptions []labconf.Directive
 
 	mu             sync.Mutex
 	coreDNS, caddy *proc.Process
@@ -351,6 +358,20 @@ func (n *Net) StopNode(nd *Node) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// StopDNS stops the node's CoreDNS gracefully, leaving its Caddy running:
+// what taking a node's name server out of the parent zone's delegation
+// does to the resolvers, which then ask the others.
+func (n *Net) StopDNS(nd *Node) error {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.coreDNS == nil {
+		return nil
+	}
+	err := nd.coreDNS.Stop(10 * time.Second)
+	nd.coreDNS = nil
+	return err
 }
 
 // Reload rewrites the node's configuration and has both servers load it

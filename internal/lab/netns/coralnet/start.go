@@ -67,6 +67,9 @@ func (n *Net) addHosts() error {
 		}
 		nd := &Node{Index: i, Host: h, Region: region, Dir: filepath.Join(o.Dir, h.Name),
 			CoreDNSBin: o.CoreDNS, CaddyBin: o.Caddy, Keys: []string{n.KeyFile}}
+		if o.NodeOptions != nil {
+			nd.NodeOptions = o.NodeOptions(i, h.Name)
+		}
 		if err := os.MkdirAll(nd.Dir, 0o755); err != nil {
 			return err
 		}
