@@ -66,7 +66,7 @@ func TestParse(t *testing.T) {
 	if cfg.probe != "none" || cfg.probeCache != time.Minute || cfg.probeLimit != 16 || cfg.liveWithin != 20*time.Second || cfg.checkInterval != 2*time.Second || cfg.syncWait != 100*time.Millisecond {
 		t.Errorf("timing %+v", cfg)
 	}
-	if pc := cfg.prox; !pc.off || pc.wait != 30*time.Millisecond || pc.timeout != 2*time.Second || pc.cache != 5*time.Minute || pc.hops != 3 || pc.limit != 8 {
+	if pc := cfg.prox; pc.mode != proximityOff || pc.wait != 30*time.Millisecond || pc.timeout != 2*time.Second || pc.cache != 5*time.Minute || pc.hops != 3 || pc.limit != 8 {
 		t.Errorf("proximity %+v", pc)
 	}
 	wantECS := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8::53/128"), netip.MustParsePrefix("192.0.2.0/24")}
@@ -90,7 +90,7 @@ func TestParseDefaults(t *testing.T) {
 	if cfg.probe != "auto" || cfg.probeLimit != defaultProbeLimit || cfg.liveWithin != 15*time.Second || len(cfg.levels) != 2 {
 		t.Errorf("config %+v", cfg)
 	}
-	if pc := cfg.prox; pc.off || pc.wait != defaultProximityWait || pc.hops != 5 || pc.limit != defaultProximityLimit || len(cfg.ecs) != 0 {
+	if pc := cfg.prox; pc.mode != proximityOn || pc.wait != defaultProximityWait || pc.hops != 5 || pc.limit != defaultProximityLimit || len(cfg.ecs) != 0 {
 		t.Errorf("proximity on with its defaults and ecs off, got %+v, ecs %v", pc, cfg.ecs)
 	}
 }
@@ -124,7 +124,7 @@ func TestParseErrors(t *testing.T) {
 		{"probe_limit zero", "coral nyucd.test {\n" + listen + "probe_limit 0\n}", "1..4096"},
 		{"probe_limit huge", "coral nyucd.test {\n" + listen + "probe_limit 100000\n}", "1..4096"},
 		{"probe_limit args", "coral nyucd.test {\n" + listen + "probe_limit\n}", "probe_limit takes 1 argument"},
-		{"proximity bad", "coral nyucd.test {\n" + listen + "proximity maybe\n}", "want on or off"},
+		{"proximity bad", "coral nyucd.test {\n" + listen + "proximity maybe\n}", "want on, subnet or off"},
 		{"proximity_wait bad", "coral nyucd.test {\n" + listen + "proximity_wait 0\n}", "positive duration"},
 		{"proximity_hops many", "coral nyucd.test {\n" + listen + "proximity_hops 17\n}", "1..16"},
 		{"proximity_limit args", "coral nyucd.test {\n" + listen + "proximity_limit\n}", "proximity_limit takes 1 argument"},
