@@ -133,31 +133,21 @@ func (t *tracker) sweep(ctx context.Context) {
 	}
 	// One ping per address, however many lists it is in.
 	heard := make(map[netip.AddrPort]time.Time)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
+	var addrs []netip.AddrPort
 	for _, p := range stale {
-		mu.Lock()
-		_, seen := heard[p.addr]
-		if !seen {
+		if _, seen := heard[p.addr]; !seen {
 			heard[p.addr] = time.Time{}
+			addrs = append(addrs, p.addr)
 		}
-		mu.Unlock()
-		if seen {
-			continue
-		}
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			t.pings.Add(1)
-			if _, err := t.node.Ping(ctx, p.addr); err == nil {
-				mu.Lock()
-				heard[p.addr] = t.now()
-				mu.Unlock()
-			}
-		})
 	}
-	wg.Wait()
+	var mu sync.Mutex
+	t.pingEach(len(addrs), func(i int) {
+		if _, err := t.node.Ping(ctx, addrs[i]); err == nil {
+			mu.Lock()
+			heard[addrs[i]] = t.now()
+			mu.Unlock()
+		}
+	})
 	for _, p := range stale {
 		if at := heard[p.addr]; at.After(p.ni.LastHeard) {
 			p.ni.LastHeard = at
@@ -249,23 +239,19 @@ func (t *tracker) addWanted(ctx context.Context, set *liveSet) {
 		known[ni.Addr] = ni
 	}
 	found := make([]coraldht.NodeInfo, len(want))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
+	var quiet []int // indices of want to ping
 	for i, w := range want {
 		if ni, ok := known[w.dht]; ok && now.Sub(ni.LastHeard) <= t.liveWithin/3 {
 			found[i] = ni
-			continue
+		} else {
+			quiet = append(quiet, i)
 		}
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			t.pings.Add(1)
-			if ni, err := t.node.PingNode(ctx, w.dht); err == nil {
-				found[i] = ni
-			}
-		})
 	}
-	wg.Wait()
+	t.pingEach(len(quiet), func(j int) {
+		if ni, err := t.node.PingNode(ctx, want[quiet[j]].dht); err == nil {
+			found[quiet[j]] = ni
+		}
+	})
 	for _, ni := range found {
 		if !ni.Addr.IsValid() {
 			continue
@@ -278,6 +264,25 @@ func (t *tracker) addWanted(ctx context.Context, set *liveSet) {
 		}
 	}
 }
+
+// pingEach runs ping(0..n-1), at most sweepPings at once, and waits for
+// them; each counts as a ping of the sweep.
+func (t *tracker) pingEach(n int, ping func(i int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, sweepPings)
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			t.pings.Add(1)
+			ping(i)
+		})
+	}
+	wg.Wait()
+}
+
+// sweepPings is how many pings a sweep has in flight at once.
+const sweepPings = 16
 
 // seed starts the tracker from the live set of the instance it replaces
 // (a reload): answers go on from what that one saw instead of waiting for

@@ -316,11 +316,26 @@ func (cfg *config) parseProperty(c *caddy.Controller, prop string, args []string
 	return err
 }
 
+// durations are the properties that take one duration, and where they go.
+func (cfg *config) durations() map[string]*time.Duration {
+	return map[string]*time.Duration{
+		"probe_cache": &cfg.probeCache, "live_within": &cfg.liveWithin, "check_interval": &cfg.checkInterval,
+		"sync_wait": &cfg.syncWait, "drain": &cfg.drain,
+		"proximity_wait": &cfg.prox.wait, "proximity_timeout": &cfg.prox.timeout, "proximity_cache": &cfg.prox.cache,
+	}
+}
+
 // parseProbingProperty reads a property of how clients are measured and
 // proxies checked, reporting whether prop is one.
 func (cfg *config) parseProbingProperty(c *caddy.Controller, prop string, args []string) (bool, error) {
 	need := func(n int) error { return needArgs(c, prop, args, n) }
 	var err error
+	if into, ok := cfg.durations()[prop]; ok {
+		if err = need(1); err == nil {
+			*into, err = parseDuration(c, prop, args[0])
+		}
+		return true, err
+	}
 	switch prop {
 	case "probe":
 		if err = need(1); err == nil {
@@ -331,29 +346,9 @@ func (cfg *config) parseProbingProperty(c *caddy.Controller, prop string, args [
 				err = c.Errf("probe %q: want auto, tcp, icmp or none", args[0])
 			}
 		}
-	case "probe_cache":
-		if err = need(1); err == nil {
-			cfg.probeCache, err = parseDuration(c, prop, args[0])
-		}
 	case "probe_limit":
 		if err = need(1); err == nil {
 			cfg.probeLimit, err = parseCount(c, prop, args[0], maxProbeLimit)
-		}
-	case "live_within":
-		if err = need(1); err == nil {
-			cfg.liveWithin, err = parseDuration(c, prop, args[0])
-		}
-	case "check_interval":
-		if err = need(1); err == nil {
-			cfg.checkInterval, err = parseDuration(c, prop, args[0])
-		}
-	case "sync_wait":
-		if err = need(1); err == nil {
-			cfg.syncWait, err = parseDuration(c, prop, args[0])
-		}
-	case "drain":
-		if err = need(1); err == nil {
-			cfg.drain, err = parseDuration(c, prop, args[0])
 		}
 	case "drain_file":
 		if err = need(1); err == nil {

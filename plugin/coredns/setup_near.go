@@ -30,18 +30,6 @@ func (cfg *config) parseNearProperty(c *caddy.Controller, prop string, args []st
 				err = c.Errf("proximity %q: want on, subnet or off", args[0])
 			}
 		}
-	case "proximity_wait":
-		if one() {
-			cfg.prox.wait, err = parseDuration(c, prop, args[0])
-		}
-	case "proximity_timeout":
-		if one() {
-			cfg.prox.timeout, err = parseDuration(c, prop, args[0])
-		}
-	case "proximity_cache":
-		if one() {
-			cfg.prox.cache, err = parseDuration(c, prop, args[0])
-		}
 	case "proximity_hops":
 		if one() {
 			cfg.prox.hops, err = parseCount(c, prop, args[0], 16)

@@ -212,4 +212,3 @@ func boolGauge(on bool) float64 {
 	}
 	return 0
 }
-
