@@ -180,15 +180,36 @@ func run(ctx context.Context, bins binaries, seed uint64, d time.Duration, only 
 		fmt.Printf("\n=== every DNS class, %v each ===\n%s", d, hostilelab.DNSTable(rep.DNSResults))
 	}
 	if out != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return 0, err
+		// The proxy classes' results in hostile.json, the DNS classes' in
+		// hostile-dns.json: a run of one kind leaves the other's file.
+		proxyRep, dnsRep := rep, rep
+		proxyRep.DNSResults, dnsRep.Results = nil, nil
+		proxyRep.Classes, dnsRep.Classes = nil, nil
+		for _, c := range rep.Classes {
+			if c.Finding != 0 {
+				dnsRep.Classes = append(dnsRep.Classes, c)
+			} else {
+				proxyRep.Classes = append(proxyRep.Classes, c)
+			}
 		}
-		path := filepath.Join(out, "hostile.json")
-		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-			return 0, err
+		for _, f := range []struct {
+			name string
+			rep  report
+			ran  bool
+		}{{"hostile.json", proxyRep, len(sel.proxy) > 0}, {"hostile-dns.json", dnsRep, len(sel.dns) > 0}} {
+			if !f.ran {
+				continue
+			}
+			b, err := json.MarshalIndent(f.rep, "", "  ")
+			if err != nil {
+				return 0, err
+			}
+			path := filepath.Join(out, f.name)
+			if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+				return 0, err
+			}
+			fmt.Println("wrote", path)
 		}
-		fmt.Println("wrote", path)
 	}
 	return rep.Broken, nil
 }

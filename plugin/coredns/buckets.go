@@ -55,6 +55,21 @@ func newBucketTable[V any](size int) *bucketTable[V] {
 	return t
 }
 
+// peek runs f on id's state under its set's lock when the table holds
+// it, without making it recently used; it reports whether it did.
+func (t *bucketTable[V]) peek(id bucketID, f func(v *V)) bool {
+	s := &t.sets[siphash24(t.key, id[:])&uint64(len(t.sets)-1)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.slots {
+		if b := &s.slots[i]; b.last != 0 && b.id == id {
+			f(&b.v)
+			return true
+		}
+	}
+	return false
+}
+
 // update runs f on id's state under its set's lock, at now (> 0); fresh
 // says the state is new (zero). It returns what f returns.
 func (t *bucketTable[V]) update(id bucketID, now int64, f func(v *V, fresh bool) bool) bool {

@@ -161,11 +161,12 @@ func (g *probeGate) proofOf(a netip.Addr, strongly bool) proof {
 	if strongly {
 		return proofStrong
 	}
+	// A look that adds nothing: a flood of new sources must not push the
+	// familiar ones out of the table by being looked up.
 	now := g.clock()
 	familiar := false
-	g.familiar.update(makeBucketID(a.Unmap(), 0), now, func(f *familiarity, fresh bool) bool {
-		familiar = !fresh && (f.seconds >= familiarAfter || f.provenAt > 0 && now-f.provenAt < int64(familiarFor))
-		return true
+	g.familiar.peek(makeBucketID(a.Unmap(), 0), func(f *familiarity) {
+		familiar = f.seconds >= familiarAfter || f.provenAt > 0 && now-f.provenAt < int64(familiarFor)
 	})
 	if familiar {
 		return proofFamiliar
