@@ -33,7 +33,7 @@ type DNSClass struct {
 
 // DNSClasses are the DNS classes, in the order they run.
 var DNSClasses = []DNSClass{
-	{"dns-forged-flood", "UDP queries from 256 forged /24s (198.19.0.0/16), 500 a second, each source again every half second (familiar after three seconds), while a canary resolver with cookies asks for a new client subnet (ECS) every 300 ms",
+	{"dns-forged-flood", "500 forged UDP queries a second: for the first half of the class from fresh sources (each address once) in 128 /24s of 198.19.0.0/17, then from 128 sources in 198.19.128.0/17 that come back every quarter second (familiar after three seconds), while a canary resolver with cookies asks for a new client subnet (ECS) every 300 ms",
 		2, forgedFlood},
 	{"dns-probe-forgery", "an attacker reads the probe sent to its own address and forges echo replies from silent resolvers (no echo, no TCP) while they are probed",
 		3, probeForgery},
@@ -62,6 +62,10 @@ type DNSResult struct {
 	// probe_rate, each start at most maxProbesPerStart).
 	Sink       SinkCounts `json:"sink"`
 	ProbeBound int64      `json:"probe_bound_per_prefix"`
+	// DeniedWhileFresh counts the answers whose classification or
+	// mapping was skipped or limited (the budgets full) while only fresh
+	// forged sources flooded: those must not take any of them.
+	DeniedWhileFresh float64 `json:"denied_while_fresh"`
 	// SilentLevels are the levels the silent resolvers were placed at
 	// (probe forgery: 0 each); ControlLevel the answering control's.
 	SilentLevels []int `json:"silent_levels,omitempty"`
@@ -92,6 +96,9 @@ const maxProbesPerStart = 33
 // RunDNS runs class for d with the canary and checks its bounds.
 func (l *DNSLab) RunDNS(ctx context.Context, class DNSClass, d time.Duration) (DNSResult, error) {
 	res := DNSResult{Class: class.Name, Duration: d, ControlLevel: -1}
+	if err := l.flushProbed(ctx); err != nil {
+		return res, err
+	}
 	before, err := l.sinkCounts(ctx)
 	if err != nil {
 		return res, err
@@ -111,7 +118,7 @@ func (l *DNSLab) RunDNS(ctx context.Context, class DNSClass, d time.Duration) (D
 		return res, err
 	}
 	res.Sink = SinkCounts{Echo: after.Echo - before.Echo, Syn: after.Syn - before.Syn, UDP: after.UDP - before.UDP,
-		UDPBytes: after.UDPBytes - before.UDPBytes, MostPerPrefix: after.MostPerPrefix, Prefixes: after.Prefixes}
+		UDPBytes: after.UDPBytes - before.UDPBytes, FreshProbes: after.FreshProbes, MostPerPrefix: after.MostPerPrefix, Prefixes: after.Prefixes}
 	res.ProbeBound = int64((destinationBurstOf + int(d.Seconds()*destinationRateOf/60) + 1) * maxProbesPerStart)
 	res.Canary = can.stats(l.coredns.Log()[logStart:])
 	if err := l.Exited(); err != nil {
@@ -133,6 +140,12 @@ func (r *DNSResult) check() []string {
 	var v []string
 	if r.Exited != "" {
 		v = append(v, "coredns died: "+firstLine(r.Exited))
+	}
+	if r.Sink.FreshProbes > 0 {
+		v = append(v, fmt.Sprintf("sources that sent one forged query each got %d probes, want none", r.Sink.FreshProbes))
+	}
+	if r.DeniedWhileFresh > 0 {
+		v = append(v, fmt.Sprintf("%.0f answers went without a classification or mapping (budget full) while only fresh forged sources flooded", r.DeniedWhileFresh))
 	}
 	if r.Sink.MostPerPrefix > r.ProbeBound {
 		v = append(v, fmt.Sprintf("a forged /24 got %d probes, bound %d", r.Sink.MostPerPrefix, r.ProbeBound))
@@ -160,8 +173,8 @@ func (r *DNSResult) check() []string {
 // DNSTable prints DNS results, one row per class.
 func DNSTable(rs []DNSResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-18s %7s %8s %6s %6s %9s %7s %7s %9s %10s %8s  %s\n",
-		"class", "forged", "to-srcs", "echo", "syn", "max/24", "bound", "ampl", "silent", "canary", "mapped", "verdict")
+	fmt.Fprintf(&b, "%-18s %7s %8s %6s %6s %7s %9s %7s %7s %9s %10s %8s  %s\n",
+		"class", "forged", "to-srcs", "echo", "syn", "fresh", "max/24", "bound", "ampl", "silent", "canary", "mapped", "verdict")
 	for _, r := range rs {
 		ampl := 0.0
 		if r.ForgedBytes > 0 {
@@ -175,28 +188,49 @@ func DNSTable(rs []DNSResult) string {
 		if len(r.Violations) > 0 {
 			verdict = fmt.Sprintf("%d broken", len(r.Violations))
 		}
-		fmt.Fprintf(&b, "%-18s %7d %8d %6d %6d %9d %7d %7.2f %9s %10s %8s  %s\n",
-			r.Class, r.Forged, r.Sink.UDP, r.Sink.Echo, r.Sink.Syn, r.Sink.MostPerPrefix, r.ProbeBound, ampl, silent,
+		fmt.Fprintf(&b, "%-18s %7d %8d %6d %6d %7d %9d %7d %7.2f %9s %10s %8s  %s\n",
+			r.Class, r.Forged, r.Sink.UDP, r.Sink.Echo, r.Sink.Syn, r.Sink.FreshProbes, r.Sink.MostPerPrefix, r.ProbeBound, ampl, silent,
 			fmt.Sprintf("%d/%d", r.Canary.Answered, r.Canary.Queries), fmt.Sprintf("%d/%d", r.Canary.Mapped, r.Canary.Mapped+r.Canary.Denied), verdict)
 	}
 	return b.String()
 }
 
-// forgedFlood sends forged queries from 256 /24s for d.
+// forgedFlood sends forged queries for d, 500 a second: the first half
+// from fresh sources, the second from sources that come back.
 func forgedFlood(ctx context.Context, l *DNSLab, d time.Duration, r *DNSResult) error {
 	q := new(dns.Msg)
 	q.SetQuestion("l0.nyucd.test.", dns.TypeNS)
+	denied := func() float64 {
+		var sum float64
+		for _, m := range []string{"coredns_coral_classifications_total", "coredns_coral_proximity_total"} {
+			for _, src := range []string{`source="skipped"`, `source="limited"`} {
+				v, _ := l.metric(ctx, m, src)
+				sum += v
+			}
+		}
+		return sum
+	}
+	before := denied()
+	half := time.Now().Add(d / 2)
 	end := time.Now().Add(d)
-	tick := time.NewTicker(2 * time.Millisecond) // 500 a second
+	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for i := 0; time.Now().Before(end) && ctx.Err() == nil; i++ {
+		fresh := time.Now().Before(half)
+		if !fresh && r.DeniedWhileFresh == 0 && before >= 0 {
+			time.Sleep(time.Second) // the fresh half's probes, if any, end
+			r.DeniedWhileFresh, before = denied()-before, -1
+		}
 		q.Id = dns.Id()
 		wire, err := q.Pack()
 		if err != nil {
 			return err
 		}
-		src := netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, byte(i % 256), 7}), 33053)
-		if err := l.forge(src, wire); err != nil {
+		src := netip.AddrFrom4([4]byte{198, 19, byte(128 + i%128), 7}) // one of 128 that come back
+		if fresh {
+			src = netip.AddrFrom4([4]byte{198, 19, byte(i % 128), byte(1 + (i/128)%254)}) // each once
+		}
+		if err := l.forge(netip.AddrPortFrom(src, 33053), wire); err != nil {
 			return err
 		}
 		r.Forged++

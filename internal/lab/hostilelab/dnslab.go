@@ -7,10 +7,13 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
@@ -323,12 +326,18 @@ type SinkCounts struct {
 	Syn      int64 `json:"tcp_syns"`
 	UDP      int64 `json:"udp_datagrams"`
 	UDPBytes int64 `json:"udp_bytes"`
-	// MostPerPrefix is the most probes (echo requests and TCP segments)
-	// one forged /24 got.
-	MostPerPrefix int64 `json:"most_probes_per_prefix"`
+	// FreshProbes are the probes (echo requests and TCP segments) that
+	// reached the /24s of sources used once (freshForged); MostPerPrefix
+	// the most one /24 of sources that came back (familiar) got.
+	FreshProbes   int64 `json:"probes_to_fresh_sources"`
+	MostPerPrefix int64 `json:"most_probes_per_familiar_prefix"`
 	// Prefixes is how many forged /24s got any probe.
 	Prefixes int `json:"prefixes_probed"`
 }
+
+// freshForged is the part of ForgedNet whose sources send one query each;
+// the rest send theirs again and again.
+var freshForged = netip.MustParsePrefix("198.19.0.0/17")
 
 // sinkCounts reads the sink's counters.
 func (l *DNSLab) sinkCounts(ctx context.Context) (SinkCounts, error) {
@@ -367,6 +376,7 @@ func (l *DNSLab) sinkCounts(ctx context.Context) (SinkCounts, error) {
 			var set struct {
 				Elem []struct {
 					Elem struct {
+						Val     string  `json:"val"`
 						Counter counter `json:"counter"`
 					} `json:"elem"`
 				} `json:"elem"`
@@ -376,9 +386,62 @@ func (l *DNSLab) sinkCounts(ctx context.Context) (SinkCounts, error) {
 			}
 			for _, el := range set.Elem {
 				c.Prefixes++
-				c.MostPerPrefix = max(c.MostPerPrefix, el.Elem.Counter.Packets)
+				a, err := netip.ParseAddr(el.Elem.Val)
+				if err != nil {
+					return c, fmt.Errorf("nft set element %q: %w", el.Elem.Val, err)
+				}
+				if freshForged.Contains(a) {
+					c.FreshProbes += el.Elem.Counter.Packets
+				} else {
+					c.MostPerPrefix = max(c.MostPerPrefix, el.Elem.Counter.Packets)
+				}
 			}
 		}
 	}
 	return c, nil
+}
+
+// flushProbed empties the sink's probes per /24, for the next class.
+func (l *DNSLab) flushProbed(ctx context.Context) error {
+	_, err := l.hosts["sink"].Run(ctx, "nft", "flush", "set", "inet", "sink", "probed")
+	return err
+}
+
+// metric is the sum of the samples of coredns's /metrics named name
+// whose line contains every string of match.
+func (l *DNSLab) metric(ctx context.Context, name string, match ...string) (float64, error) {
+	var body []byte
+	err := l.hosts["control"].Do(func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+netip.AddrPortFrom(dnsServerAddr, 9153).String()+"/metrics", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := (&http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}).Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, err = io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+lines:
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		for _, m := range match {
+			if !strings.Contains(line, m) {
+				continue lines
+			}
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+			sum += v
+		}
+	}
+	return sum, nil
 }
