@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // startLab starts D1, D2 and P1 (D3 with ready) and waits until both name
@@ -211,9 +213,17 @@ func TestRestartAnswersAtOnce(t *testing.T) {
 		record(r, err)
 	})
 
-	if out := os.Getenv("NODELAB_RESULTS"); out != "" {
+	if name := os.Getenv("NODELAB_RESULTS"); name != "" {
+		out := name
+		if !filepath.IsAbs(out) {
+			root, err := labconf.RepoRoot(".")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = filepath.Join(root, out) // relative names are from the repository root
+		}
 		b, err := json.MarshalIndent(map[string]any{
-			"command": "NODELAB_RESULTS=" + out + " go test -count=1 -run TestRestartAnswersAtOnce -v ./test/nodelab",
+			"command": "NODELAB_RESULTS=" + name + " go test -count=1 -run TestRestartAnswersAtOnce -v ./test/nodelab",
 			"date":    time.Now().UTC().Format(time.RFC3339), "go": runtime.Version(), "cpus": runtime.NumCPU(),
 			"loadavg": loadavg(), "check_interval_ms": ms(checkEvery), "live_within": "5s", "results": results,
 		}, "", "  ")

@@ -20,7 +20,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -322,35 +321,10 @@ func startCoralLab(t *testing.T) *coralLab {
 }
 
 // TestCoralLab resolves fresh Coralized names through every resolver, with
-// QNAME minimisation on and off, and tells, per resolver, how its queries
-// proved their source to the name servers and whether their answers were
-// mapped toward the resolver (the probe gate of plugin/coredns proof.go);
-// RESOLVERLAB_PROOFS names a JSON file for that table.
+// QNAME minimisation on and off.
 func TestCoralLab(t *testing.T) {
 	requireLab(t, resolvers.Kinds...)
 	lab := startCoralLab(t)
-	var proofs []resolverProofs
-	defer func() {
-		if len(proofs) == 0 {
-			return
-		}
-		var b strings.Builder
-		for _, p := range proofs {
-			fmt.Fprintf(&b, "%s\n", p)
-		}
-		t.Logf("how each resolver's queries proved their source to the Coral servers, and what their answers were ranked on:\n%s", b.String())
-		if out := os.Getenv("RESOLVERLAB_PROOFS"); out != "" {
-			js, err := json.MarshalIndent(map[string]any{
-				"command": "RESOLVERLAB_PROOFS=" + out + " go test -count=1 -run TestCoralLab -v ./test/resolverlab",
-				"date":    time.Now().UTC().Format(time.RFC3339), "resolvers": proofs}, "", "  ")
-			if err == nil {
-				err = os.WriteFile(out, append(js, '\n'), 0o644)
-			}
-			if err != nil {
-				t.Error(err)
-			}
-		}
-	}()
 	for _, qmin := range []bool{true, false} {
 		for i, kind := range resolvers.Kinds {
 			mode := "qmin"
@@ -373,7 +347,6 @@ func TestCoralLab(t *testing.T) {
 					}
 				}()
 				lab.resolveFresh(t, kind, mode, addr, qmin, r)
-				proofs = append(proofs, lab.proofsOf(string(kind), mode, addr))
 			})
 		}
 	}
@@ -462,70 +435,6 @@ func (lab *coralLab) resolveFresh(t *testing.T, kind resolvers.Kind, mode string
 	if l := strings.ToLower(r.Log()); strings.Contains(l, "lame") {
 		t.Errorf("%s logged a lame delegation:\n%s", kind, grepLines(r.Log(), "lame"))
 	}
-}
-
-// resolverProofs counts, over every Coral server's log, the queries one
-// resolver sent: how they proved their source, and what the answers'
-// choice was ranked on.
-type resolverProofs struct {
-	Resolver string `json:"resolver"`
-	Mode     string `json:"mode"`
-	Queries  int    `json:"queries"`
-	// CookieUDP are UDP queries with a valid server cookie, TCP the
-	// queries over TCP, FamiliarUDP UDP queries from an address answered
-	// before, UnprovenUDP the others; Truncated the responses with TC
-	// (sent when a query needed a probe its source had not proven it may
-	// start).
-	CookieUDP   int `json:"cookie_udp"`
-	TCP         int `json:"tcp"`
-	FamiliarUDP int `json:"familiar_udp"`
-	UnprovenUDP int `json:"unproven_udp"`
-	Truncated   int `json:"truncated"`
-	// Proximity counts the answers by the source of their ranking
-	// (hints, no_hints, pending, unproven, ...).
-	Proximity map[string]int `json:"proximity"`
-}
-
-func (p resolverProofs) String() string {
-	return fmt.Sprintf("%-8s %-7s %4d queries: %3d UDP with a valid cookie, %3d TCP, %3d UDP familiar, %3d UDP unproven; %3d truncated; ranked on %v",
-		p.Resolver, p.Mode, p.Queries, p.CookieUDP, p.TCP, p.FamiliarUDP, p.UnprovenUDP, p.Truncated, p.Proximity)
-}
-
-// proofsOf reads the servers' logs for addr's queries. A line is the
-// common log format and then {/coral/proof} {/coral/proximity}.
-func (lab *coralLab) proofsOf(kind, mode string, addr netip.Addr) resolverProofs {
-	p := resolverProofs{Resolver: kind, Mode: mode, Proximity: map[string]int{}}
-	for _, srv := range append([]*corednsProc{lab.far}, lab.near...) {
-		for _, line := range strings.Split(srv.logText(), "\n") {
-			if !strings.HasPrefix(line, "[INFO] "+addr.String()+":") && !strings.Contains(line, " "+addr.String()+":") {
-				continue
-			}
-			f := strings.Fields(line)
-			q := slices.IndexFunc(f, func(s string) bool { return strings.HasSuffix(s, `"`) && !strings.HasPrefix(s, `"`) })
-			if q < 0 || len(f) < q+5 {
-				continue
-			}
-			proto, rflags, proof := f[q-3], f[q+2], f[q+5]
-			p.Queries++
-			switch {
-			case proto == "tcp":
-				p.TCP++
-			case proof == "strong":
-				p.CookieUDP++
-			case proof == "familiar":
-				p.FamiliarUDP++
-			default:
-				p.UnprovenUDP++
-			}
-			if strings.Contains(rflags, "tc") {
-				p.Truncated++
-			}
-			if len(f) > q+6 {
-				p.Proximity[f[q+6]]++
-			}
-		}
-	}
-	return p
 }
 
 // TestCoralServersDirect talks to a real bin/coredns running coral: TCP,

@@ -173,8 +173,10 @@ func (r *DNSResult) check() []string {
 // DNSTable prints DNS results, one row per class.
 func DNSTable(rs []DNSResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-18s %7s %8s %6s %6s %7s %9s %7s %7s %9s %10s %8s  %s\n",
+	fmt.Fprintf(&b, "%-18s %7s %8s %6s %6s %9s %7s %7s %7s %9s %10s %8s  %s\n",
 		"class", "forged", "to-srcs", "echo", "syn", "fresh", "max/24", "bound", "ampl", "silent", "canary", "mapped", "verdict")
+	// fresh: probes that reached the sources used once / answers denied
+	// a classification or mapping while only they flooded.
 	for _, r := range rs {
 		ampl := 0.0
 		if r.ForgedBytes > 0 {
@@ -188,8 +190,8 @@ func DNSTable(rs []DNSResult) string {
 		if len(r.Violations) > 0 {
 			verdict = fmt.Sprintf("%d broken", len(r.Violations))
 		}
-		fmt.Fprintf(&b, "%-18s %7d %8d %6d %6d %7d %9d %7d %7.2f %9s %10s %8s  %s\n",
-			r.Class, r.Forged, r.Sink.UDP, r.Sink.Echo, r.Sink.Syn, r.Sink.FreshProbes, r.Sink.MostPerPrefix, r.ProbeBound, ampl, silent,
+		fmt.Fprintf(&b, "%-18s %7d %8d %6d %6d %9s %7d %7d %7.2f %9s %10s %8s  %s\n",
+			r.Class, r.Forged, r.Sink.UDP, r.Sink.Echo, r.Sink.Syn, fmt.Sprintf("%d/%.0f", r.Sink.FreshProbes, r.DeniedWhileFresh), r.Sink.MostPerPrefix, r.ProbeBound, ampl, silent,
 			fmt.Sprintf("%d/%d", r.Canary.Answered, r.Canary.Queries), fmt.Sprintf("%d/%d", r.Canary.Mapped, r.Canary.Mapped+r.Canary.Denied), verdict)
 	}
 	return b.String()
