@@ -9,7 +9,7 @@
 // It runs in virtual time on coraldht's in-memory network with latencies
 // from the WonderProxy RTT matrix when CORAL_RTT_DATA names it, or the
 // synthetic world. Every node runs a Coral name server (the coral plugin's
-// own answer logic, coral.Simulated) and a proxy. Each client sits beside a
+// own handler, built by coral.New: nameserver.go) and a proxy. Each client sits beside a
 // node, as in the paper (same host and /24), or, in the second variant, at
 // the same site in a /24 no node is in. See docs/evaluation.md for what is
 // real and what is modelled.
