@@ -410,22 +410,25 @@ func (l *DNSLab) flushProbed(ctx context.Context) error {
 // metric is the sum of the samples of coredns's /metrics named name
 // whose line contains every string of match.
 func (l *DNSLab) metric(ctx context.Context, name string, match ...string) (float64, error) {
-	var body []byte
-	err := l.hosts["control"].Do(func() error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+netip.AddrPortFrom(dnsServerAddr, 9153).String()+"/metrics", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := (&http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}).Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, err = io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-		return err
-	})
+	// The transport dials in goroutines of its own: through the control
+	// host's namespace, not from the thread that asks.
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
+		DialContext: l.hosts["control"].DialContext}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+netip.AddrPortFrom(dnsServerAddr, 9153).String()+"/metrics", nil)
 	if err != nil {
 		return 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "coredns_build_info") {
+		return 0, fmt.Errorf("coredns metrics: %s: %.200s", resp.Status, body)
 	}
 	sum := 0.0
 lines:
