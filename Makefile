@@ -62,12 +62,14 @@ unit:
 # Run every native fuzz target for FUZZTIME each.
 fuzz:
 	$(GO) test -run=NONE -fuzz='^FuzzDecodeMessage$$' -fuzztime=$(FUZZTIME) ./coraldht/internal/wire
-	$(GO) test -run=NONE -fuzz='^FuzzParseTimeExceeded$$' -fuzztime=$(FUZZTIME) ./coraldht/icmpprobe
+	for target in FuzzParseTimeExceeded FuzzParseEcho; do \
+		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coraldht/icmpprobe || exit 1; \
+	done
 	$(GO) test -run=NONE -fuzz='^FuzzParseFleetFile$$' -fuzztime=$(FUZZTIME) ./coraldht/fleet
 	for target in FuzzParseKeyText FuzzHandleDatagram; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coraldht || exit 1; \
 	done
-	for target in FuzzParseName FuzzServeDNS FuzzCookieCheck FuzzDNSMatchesProxy; do \
+	for target in FuzzParseName FuzzServeDNS FuzzCookieCheck FuzzDNSMatchesProxy FuzzCheckCorefile FuzzECSOption FuzzParseCAA FuzzParseRRL; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./plugin/coredns || exit 1; \
 	done
 	for target in FuzzParseHost FuzzCacheKey FuzzNormalizeShortcuts FuzzOriginURL FuzzEscapeQuery FuzzCheckDomain; do \

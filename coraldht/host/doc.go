@@ -60,9 +60,12 @@
 // its descriptor), so nothing else can take the port, there is no "address
 // already in use", and datagrams that arrive during the restart wait in the
 // socket's receive buffer for the new node. The new node starts with empty
-// tables and rejoins through its bootstrap list; peers that knew the old
-// one reach the new one at the same address, under the same ID when the
-// advertised address is unchanged. What a server keeps beside the node
+// tables, pings the old one's contacts (handed over in memory) and rejoins
+// through them and its bootstrap list; peers that knew the old one reach
+// the new one at the same address, under the same ID when the advertised
+// address is unchanged. Across a restart of the process the contacts are
+// kept in Options.StateDir (contacts.go); Instance.Warm says when the new
+// run has pinged them. What a server keeps beside the node
 // (the CoreDNS plugin's resolver RTTs, known name servers, cookie secret
 // and last live set) it attaches to the listen address with Attached,
 // which outlives restarts and lasts until the last Release.

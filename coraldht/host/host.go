@@ -90,7 +90,7 @@ func openSlot(p plan) (*slot, error) {
 		return nil, err
 	}
 	s := &slot{listen: p.listen, sock: sock, values: map[reflect.Type]any{}}
-	if err := s.start(p); err != nil {
+	if err := s.start(p, nil); err != nil {
 		sock.close()
 		return nil, err
 	}
@@ -98,8 +98,9 @@ func openSlot(p plan) (*slot, error) {
 }
 
 // start starts a node with p's settings on the slot's socket, without the
-// node's services while the slot is draining.
-func (s *slot) start(p plan) error {
+// node's services while the slot is draining, rejoining through saved
+// (the previous run's contacts; nil: those saved on disk).
+func (s *slot) start(p plan, saved []savedContact) error {
 	tr, err := s.sock.transport()
 	if err != nil {
 		return err
@@ -108,7 +109,7 @@ func (s *slot) start(p plan) error {
 	if s.draining {
 		run.cfg.Services = 0
 	}
-	inst, err := startInstance(run, tr)
+	inst, err := startInstance(run, tr, saved)
 	if err != nil {
 		return err
 	}
@@ -125,14 +126,17 @@ func (s *slot) restart(p plan) error {
 
 func (s *slot) restartWhy(p plan, why string) error {
 	p.log.Info(why)
-	s.inst.Load().stop()
+	saved := s.inst.Load().stop()
+	if saved == nil {
+		saved = []savedContact{} // none: not a reason to read the file
+	}
 	if betweenRuns != nil {
 		betweenRuns()
 	}
-	err := s.start(p)
+	err := s.start(p, saved)
 	if err != nil {
 		p.log.Error("restart failed; starting the node again with its previous settings", "err", err)
-		if err2 := s.start(s.plan); err2 != nil {
+		if err2 := s.start(s.plan, saved); err2 != nil {
 			p.log.Error("node stopped", "err", err2)
 		}
 	}

@@ -23,6 +23,9 @@ type Instance struct {
 	joined     atomic.Bool
 	joinedC    chan struct{}
 	joinedOnce sync.Once
+	warmC      chan struct{} // closed after the saved contacts' first round
+	stateDir   string        // where the contacts are saved; "": not on disk
+	log        *slog.Logger
 
 	cancel   context.CancelFunc
 	loopDone chan struct{} // the join loop has returned
@@ -48,38 +51,81 @@ func (i *Instance) Joined() bool { return i.joined.Load() }
 // WhenJoined is closed once the node has joined the network.
 func (i *Instance) WhenJoined() <-chan struct{} { return i.joinedC }
 
+// Warm is closed once the node has pinged the contacts it had before its
+// restart (the previous run's on its address, or those saved in
+// Options.StateDir), so that its tables hold those still there, or at
+// once when it had none. A node whose Warm is open knows less than it
+// soon will: servers should not say they are ready yet.
+func (i *Instance) Warm() <-chan struct{} {
+	if i.warmC == nil {
+		return alreadyWarm // an instance host did not start (Detached)
+	}
+	return i.warmC
+}
+
+var alreadyWarm = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
 // Stopped is closed once the instance has stopped: its node is closed and
 // its join loop has returned.
 func (i *Instance) Stopped() <-chan struct{} { return i.stopped }
 
-// startInstance starts a node on tr and its join loop.
-func startInstance(p plan, tr coraldht.Transport) (*Instance, error) {
+// startInstance starts a node on tr and its join loop, which first
+// rejoins through saved (the previous run's contacts; nil: those saved in
+// the state directory, if any).
+func startInstance(p plan, tr coraldht.Transport, saved []savedContact) (*Instance, error) {
 	node, err := coraldht.NewNode(p.cfg, tr)
 	if err != nil {
 		_ = tr.Close()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	i := &Instance{listen: p.listen, node: node, started: time.Now(), joinedC: make(chan struct{}),
-		cancel: cancel, loopDone: make(chan struct{}), stopped: make(chan struct{})}
+	i := &Instance{listen: p.listen, node: node, started: time.Now(), joinedC: make(chan struct{}), warmC: make(chan struct{}),
+		stateDir: p.stateDir, log: p.log, cancel: cancel, loopDone: make(chan struct{}), stopped: make(chan struct{})}
+	if saved == nil && p.stateDir != "" {
+		if saved, err = loadContacts(p.stateDir, p.listen, time.Now()); err != nil {
+			p.log.Warn("saved contacts not read; joining without them", "err", err)
+		}
+	}
 	if len(p.boot) == 0 {
 		// The first node of a network is the network; it still bootstraps
 		// (in the background) once others have found it, which starts its
 		// clustering.
 		i.markJoined()
 	}
-	go i.join(ctx, p.boot, p.log)
+	go i.join(ctx, p.boot, saved, p.log)
 	if p.identity != nil && p.identity.Revocations != "" {
 		go i.pollRevocations(ctx, p.identity, p.log)
 	}
-	p.log.Info("node started", "addr", node.Addr(), "id", node.ID().Short(), "services", p.cfg.Services)
+	p.log.Info("node started", "addr", node.Addr(), "id", node.ID().Short(), "services", p.cfg.Services, "saved_contacts", len(saved))
 	return i, nil
 }
 
-// join bootstraps until it succeeds (JoinRetrying: 1 s to 30 s apart) or
-// the instance stops.
-func (i *Instance) join(ctx context.Context, boot []netip.AddrPort, log *slog.Logger) {
+// join pings the saved contacts (with the bootstrap list) once, then
+// bootstraps until it succeeds (JoinRetrying: 1 s to 30 s apart) or the
+// instance stops, saving the contacts every saveEvery meanwhile.
+func (i *Instance) join(ctx context.Context, boot []netip.AddrPort, saved []savedContact, log *slog.Logger) {
 	defer close(i.loopDone)
+	if i.stateDir != "" {
+		go i.saveEvery(ctx)
+	}
+	if len(saved) > 0 {
+		wctx, cancel := context.WithTimeout(ctx, warmTimeout)
+		err := i.node.Bootstrap(wctx, rejoinAddrs(boot, saved)...)
+		cancel()
+		close(i.warmC)
+		if err == nil {
+			i.markJoined()
+			log.Info("node rejoined through its saved contacts", "saved", len(saved), "contacts", i.node.Levels()[0].Contacts)
+			return
+		}
+		log.Warn("no saved contact answered; joining through the bootstrap list", "saved", len(saved), "err", err)
+	} else {
+		close(i.warmC)
+	}
 	err := i.node.JoinRetrying(ctx, boot, func(err error, in time.Duration) {
 		if len(boot) > 0 {
 			log.Warn(bootstrapFailure(err), "bootstrap", boot, "err", err, "in", in)
@@ -110,12 +156,39 @@ func (i *Instance) markJoined() {
 	})
 }
 
-// stop closes the node and waits for the join loop.
-func (i *Instance) stop() {
+// stop closes the node and waits for the join loop. It returns the
+// node's contacts (saved in the state directory too, when there is one)
+// for the next run on the address; nil after the first call.
+func (i *Instance) stop() []savedContact {
+	var contacts []savedContact
 	i.stopOnce.Do(func() {
 		i.cancel()
+		contacts = snapshotContacts(i.node)
+		if i.stateDir != "" {
+			if err := saveContacts(i.stateDir, i.listen, contacts); err != nil {
+				i.log.Warn("contacts not saved", "dir", i.stateDir, "err", err)
+			}
+		}
 		_ = i.node.Close()
 		<-i.loopDone
 		close(i.stopped)
 	})
+	return contacts
+}
+
+// saveEvery writes the contacts every saveEvery until ctx ends, for a
+// process that is killed without stopping its node.
+func (i *Instance) saveEvery(ctx context.Context) {
+	t := time.NewTicker(saveEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := saveContacts(i.stateDir, i.listen, snapshotContacts(i.node)); err != nil {
+				i.log.Warn("contacts not saved", "dir", i.stateDir, "err", err)
+			}
+		}
+	}
 }

@@ -77,6 +77,13 @@ type Options struct {
 	// coraldht.ServiceDNS for CoreDNS, coraldht.ServiceHTTP for Caddy.
 	Services coraldht.Services
 
+	// StateDir is a directory where the node keeps its contacts across
+	// process restarts (a file per listen address, written when the node
+	// stops and every minute), so that a restarted node pings them and is
+	// back in its network at once. Empty: they are kept across restarts in
+	// place only. It is not a node setting.
+	StateDir string
+
 	// Logger receives the node's log and this package's (start, restarts,
 	// bootstrap retries, joining). Nil: discarded. It is not a node
 	// setting: a new logger alone does not restart the node.
@@ -211,12 +218,13 @@ func (s settings) equal(t settings) bool {
 // plan is validated options ready to start a node: everything that can
 // fail before the node starts has been done.
 type plan struct {
-	listen netip.AddrPort
-	cfg    coraldht.Config // with the key
-	boot   []netip.AddrPort
-	st     settings
-	keys   []string     // fingerprints of cfg.Key and cfg.AcceptedKeys, in that order
-	log    *slog.Logger // this package's messages
+	listen   netip.AddrPort
+	cfg      coraldht.Config // with the key
+	boot     []netip.AddrPort
+	st       settings
+	keys     []string     // fingerprints of cfg.Key and cfg.AcceptedKeys, in that order
+	log      *slog.Logger // this package's messages
+	stateDir string       // Options.StateDir
 	// identity are the identity files (nil: none): the revocation list
 	// is polled from them (revocations.go).
 	identity *IdentityFiles
@@ -230,7 +238,7 @@ func (o Options) plan() (plan, error) {
 		return plan{}, err
 	}
 	listen := netip.AddrPortFrom(o.Listen.Addr().Unmap(), o.Listen.Port())
-	p := plan{listen: listen, cfg: o.config(), boot: slices.Clone(o.Bootstrap)}
+	p := plan{listen: listen, cfg: o.config(), boot: slices.Clone(o.Bootstrap), stateDir: o.StateDir}
 	p.st = settings{advertise: o.Advertise, bootstrap: p.boot, keyed: o.KeyFile != "",
 		levels: p.cfg.Levels, pins: p.cfg.Pins, services: o.Services, legacy: o.LegacyPeers}
 	if o.Identity != nil {

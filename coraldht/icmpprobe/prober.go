@@ -3,6 +3,7 @@ package icmpprobe
 import (
 	"context"
 	crand "crypto/rand"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -28,11 +29,15 @@ const defaultTimeout = 5 * time.Second
 // It holds one socket per address family, opened up front, each with a
 // single reader goroutine that hands replies to the probes waiting for
 // them. A reply goes to a probe only when its sequence number, echo
-// identifier (raw sockets), source address and payload (a per-socket random
-// token and a per-probe counter) all match, so concurrent probes, to the
-// same host or different ones, never take each other's replies, and a reply
-// that comes in after its probe gave up is dropped. A Prober is safe
-// for concurrent use.
+// identifier (raw sockets), source address and payload all match, so
+// concurrent probes, to the same host or different ones, never take each
+// other's replies, and a reply that comes in after its probe gave up is
+// dropped. Nothing in a probe can be guessed from another: the sequence
+// number is drawn at random among those not in use, and the payload is a
+// random nonce of 16 octets drawn for that probe alone. Someone who sees
+// the probes sent to their own address learns nothing that would let them
+// answer, off the path, a probe sent to another (and so make a host that
+// is silent, or far, look near). A Prober is safe for concurrent use.
 type Prober struct {
 	v4, v6 *socket // nil: no socket for that family
 
@@ -82,7 +87,27 @@ func (p *Prober) String() string {
 }
 
 // Probe sends one ICMP echo request to addr and returns the time until the
-// matching reply arrived.
+// matching reply arrived: Echo's RTT.
+func (p *Prober) Probe(ctx context.Context, addr netip.Addr) (time.Duration, error) {
+	e, err := p.Echo(ctx, addr)
+	return e.RTT, err
+}
+
+// EchoReply is what the reply to one echo request tells.
+type EchoReply struct {
+	// RTT is the time from sending the request to the reply's arrival.
+	RTT time.Duration
+	// Distance is the hop limit a packet needs to reach the host, as the
+	// reply's TTL (IPv6: hop limit) tells it: the reply left the host
+	// with one of the usual initial values (64, 128 or 255), the smallest
+	// one not below what arrived, and every router on the way took one.
+	// Paths are not always symmetric, so it is an estimate of the forward
+	// path; 0 when the socket did not report the TTL.
+	Distance int
+}
+
+// Echo sends one ICMP echo request to addr and returns what its matching
+// reply tells: the round-trip time and the host's distance in hops.
 //
 // It gives up when ctx is done, with an error wrapping ctx.Err()
 // (context.DeadlineExceeded on timeout); a ctx without a deadline gets one
@@ -90,10 +115,10 @@ func (p *Prober) String() string {
 // ErrUnavailable, when there is no socket for addr's family, and with
 // one wrapping net.ErrClosed after Close. IPv4-mapped IPv6 addresses are
 // probed as IPv4; a zone is used for the destination (link-local IPv6).
-func (p *Prober) Probe(ctx context.Context, addr netip.Addr) (time.Duration, error) {
+func (p *Prober) Echo(ctx context.Context, addr netip.Addr) (EchoReply, error) {
 	addr = addr.Unmap()
 	if !addr.IsValid() {
-		return 0, errors.New("icmp probe: invalid address")
+		return EchoReply{}, errors.New("icmp probe: invalid address")
 	}
 	c := p.v4
 	if addr.Is6() {
@@ -104,7 +129,7 @@ func (p *Prober) Probe(ctx context.Context, addr netip.Addr) (time.Duration, err
 		if addr.Is6() {
 			family = "IPv6"
 		}
-		return 0, fmt.Errorf("icmp probe %v: %w: no %s socket", addr, ErrUnavailable, family)
+		return EchoReply{}, fmt.Errorf("icmp probe %v: %w: no %s socket", addr, ErrUnavailable, family)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -137,13 +162,11 @@ type socket struct {
 	ipv6    bool
 	reqType icmp.Type
 	repType icmp.Type
-	proto   int     // protocol number for icmp.ParseMessage
-	id      uint16  // echo identifier (raw sockets; the kernel sets it otherwise)
-	token   [8]byte // first half of every payload we send
+	proto   int    // protocol number for icmp.ParseMessage
+	id      uint16 // echo identifier (raw sockets; the kernel sets it otherwise)
+	ttl     bool   // the reader gets each reply's TTL (hop limit)
 
 	mu      sync.Mutex
-	seq     uint16             // last sequence number handed out
-	gen     uint64             // probes started (second half of the payload)
 	waiters map[uint16]*waiter // by sequence number
 	closed  bool
 
@@ -152,12 +175,20 @@ type socket struct {
 
 // waiter is a probe waiting for its reply.
 type waiter struct {
-	from  netip.Addr     // the reply's expected source, without zone
-	gen   uint64         // the probe's counter, echoed in the payload
-	reply chan time.Time // receives the reply's arrival time; buffered
+	from  netip.Addr        // the reply's expected source, without zone
+	nonce [payloadLen]byte  // the probe's payload, which the reply echoes
+	reply chan arrivedReply // receives the reply; buffered
 }
 
-const payloadLen = 16 // token (8 bytes) and probe counter (8 bytes)
+// arrivedReply is when a reply arrived and its TTL (0: unknown).
+type arrivedReply struct {
+	at  time.Time
+	ttl int
+}
+
+// payloadLen is the length of a probe's payload: a nonce drawn for that
+// probe alone, 128 random bits.
+const payloadLen = 16
 
 // openSocket opens the first kind of socket in kinds that can be opened
 // for the family, and starts its reader.
@@ -179,11 +210,7 @@ func openSocket(v6 bool, kinds []sockKind) (*socket, error) {
 	} else {
 		c.reqType, c.repType, c.proto = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply, protoICMP4
 	}
-	if _, err := crand.Read(c.token[:]); err != nil {
-		pc.Close()
-		return nil, err
-	}
-	c.seq = uint16(rand.Uint32())
+	c.ttl = c.askTTL()
 	if kind == kindRaw {
 		c.filterEchoReplies()
 	}
@@ -213,29 +240,40 @@ func (c *socket) filterEchoReplies() {
 	}
 }
 
-func (c *socket) probe(ctx context.Context, addr netip.Addr) (time.Duration, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("icmp probe %v: %w", addr, err)
+// askTTL asks the kernel for each reply's TTL (IPv6: hop limit), and
+// reports whether it will give it.
+func (c *socket) askTTL() bool {
+	if c.ipv6 {
+		p := c.conn.IPv6PacketConn()
+		return p != nil && p.SetControlMessage(ipv6.FlagHopLimit, true) == nil
 	}
-	w := &waiter{from: addr.WithZone(""), reply: make(chan time.Time, 1)}
+	p := c.conn.IPv4PacketConn()
+	return p != nil && p.SetControlMessage(ipv4.FlagTTL, true) == nil
+}
+
+func (c *socket) probe(ctx context.Context, addr netip.Addr) (EchoReply, error) {
+	if err := ctx.Err(); err != nil {
+		return EchoReply{}, fmt.Errorf("icmp probe %v: %w", addr, err)
+	}
+	w := &waiter{from: addr.WithZone(""), reply: make(chan arrivedReply, 1)}
+	if _, err := crand.Read(w.nonce[:]); err != nil {
+		return EchoReply{}, fmt.Errorf("icmp probe %v: %w", addr, err)
+	}
 	seq, err := c.register(w)
 	if err != nil {
-		return 0, fmt.Errorf("icmp probe %v: %w", addr, err)
+		return EchoReply{}, fmt.Errorf("icmp probe %v: %w", addr, err)
 	}
 	defer c.unregister(seq, w)
 
-	payload := make([]byte, payloadLen)
-	copy(payload, c.token[:])
-	binary.BigEndian.PutUint64(payload[8:], w.gen)
 	msg := icmp.Message{
 		Type: c.reqType,
-		Body: &icmp.Echo{ID: int(c.id), Seq: int(seq), Data: payload},
+		Body: &icmp.Echo{ID: int(c.id), Seq: int(seq), Data: w.nonce[:]},
 	}
 	// The checksum is computed here for ICMPv4 and by the kernel for
 	// ICMPv6 (it needs the pseudo-header).
 	b, err := msg.Marshal(nil)
 	if err != nil {
-		return 0, fmt.Errorf("icmp probe %v: %w", addr, err)
+		return EchoReply{}, fmt.Errorf("icmp probe %v: %w", addr, err)
 	}
 	var dst net.Addr
 	if c.kind == kindDatagram {
@@ -246,42 +284,64 @@ func (c *socket) probe(ctx context.Context, addr netip.Addr) (time.Duration, err
 
 	start := time.Now()
 	if _, err := c.conn.WriteTo(b, dst); err != nil {
-		return 0, fmt.Errorf("icmp probe %v: %w", addr, err)
+		return EchoReply{}, fmt.Errorf("icmp probe %v: %w", addr, err)
+	}
+	answered := func(r arrivedReply) EchoReply {
+		return EchoReply{RTT: r.at.Sub(start), Distance: Distance(r.ttl)}
 	}
 	select {
-	case at := <-w.reply:
-		return at.Sub(start), nil
+	case r := <-w.reply:
+		return answered(r), nil
 	case <-ctx.Done():
-		return 0, fmt.Errorf("icmp probe %v: no reply: %w", addr, ctx.Err())
+		return EchoReply{}, fmt.Errorf("icmp probe %v: no reply: %w", addr, ctx.Err())
 	case <-c.done:
 		// The reader may have delivered just before it stopped.
 		select {
-		case at := <-w.reply:
-			return at.Sub(start), nil
+		case r := <-w.reply:
+			return answered(r), nil
 		default:
 		}
-		return 0, fmt.Errorf("icmp probe %v: %w", addr, net.ErrClosed)
+		return EchoReply{}, fmt.Errorf("icmp probe %v: %w", addr, net.ErrClosed)
 	}
 }
 
-// register gives w a sequence number no other waiting probe has, and its
-// probe counter.
+// Distance is the hop limit a packet needs to reach a host whose packet
+// arrived with TTL (IPv6: hop limit) ttl, assuming it left with the
+// smallest usual initial value not below ttl (64, 128 or 255): 1 for a
+// host on the link. 0 when ttl is not a TTL (0 or less, or above 255).
+func Distance(ttl int) int {
+	if ttl <= 0 || ttl > 255 {
+		return 0
+	}
+	initial := 255
+	for _, i := range []int{64, 128} {
+		if ttl <= i {
+			initial = i
+			break
+		}
+	}
+	return initial - ttl + 1
+}
+
+// register gives w a random sequence number no other waiting probe has.
 func (c *socket) register(w *waiter) (uint16, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return 0, net.ErrClosed
 	}
-	for range 1 << 16 {
-		c.seq++
-		if _, busy := c.waiters[c.seq]; !busy {
-			c.gen++
-			w.gen = c.gen
-			c.waiters[c.seq] = w
-			return c.seq, nil
+	if len(c.waiters) >= 1<<15 {
+		// Half the numbers busy: a random draw would take long to find a
+		// free one, and so many probes in flight mean something is wrong.
+		return 0, errors.New("too many probes in flight")
+	}
+	for {
+		seq := uint16(rand.Uint32())
+		if _, busy := c.waiters[seq]; !busy {
+			c.waiters[seq] = w
+			return seq, nil
 		}
 	}
-	return 0, errors.New("too many probes in flight")
 }
 
 func (c *socket) unregister(seq uint16, w *waiter) {
@@ -298,7 +358,7 @@ func (c *socket) read() {
 	defer close(c.done)
 	buf := make([]byte, 1<<16)
 	for {
-		n, from, err := c.conn.ReadFrom(buf)
+		n, ttl, from, err := c.readFrom(buf)
 		at := time.Now()
 		if err != nil {
 			c.mu.Lock()
@@ -312,37 +372,70 @@ func (c *socket) read() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		c.deliver(buf[:n], from, at)
+		c.deliver(buf[:n], from, arrivedReply{at: at, ttl: ttl})
 	}
 }
 
-// deliver hands the message b, received from from at at, to the probe it
-// answers, if any.
-func (c *socket) deliver(b []byte, from net.Addr, at time.Time) {
-	m, err := icmp.ParseMessage(c.proto, b)
-	if err != nil || m.Type != c.repType || m.Code != 0 {
-		return
+// readFrom reads one message and, when the socket asked for it, its TTL
+// (0: unknown).
+func (c *socket) readFrom(b []byte) (n, ttl int, from net.Addr, err error) {
+	if !c.ttl {
+		n, from, err = c.conn.ReadFrom(b)
+		return n, 0, from, err
 	}
-	echo, ok := m.Body.(*icmp.Echo)
-	if !ok || len(echo.Data) != payloadLen || [8]byte(echo.Data[:8]) != c.token {
-		return
+	if c.ipv6 {
+		var cm *ipv6.ControlMessage
+		n, cm, from, err = c.conn.IPv6PacketConn().ReadFrom(b)
+		if cm != nil {
+			ttl = cm.HopLimit
+		}
+		return n, ttl, from, err
 	}
-	// A datagram socket only gets replies to its own identifier, which the
-	// kernel chose; a raw socket gets all of them.
-	if c.kind == kindRaw && echo.ID != int(c.id) {
+	var cm *ipv4.ControlMessage
+	n, cm, from, err = c.conn.IPv4PacketConn().ReadFrom(b)
+	if cm != nil {
+		ttl = cm.TTL
+	}
+	return n, ttl, from, err
+}
+
+// deliver hands the message b, received from from, to the probe it
+// answers, if any: one with its sequence number, waiting for a reply from
+// from, whose nonce the reply's payload is.
+func (c *socket) deliver(b []byte, from net.Addr, r arrivedReply) {
+	seq, payload, ok := parseEcho(b, c.ipv6, c.kind == kindRaw, c.id)
+	if !ok || len(payload) != payloadLen {
 		return
 	}
 	src := peerAddr(from)
-	gen := binary.BigEndian.Uint64(echo.Data[8:])
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w := c.waiters[uint16(echo.Seq)]
-	if w == nil || w.gen != gen || w.from != src {
+	w := c.waiters[seq]
+	if w == nil || w.from != src || subtle.ConstantTimeCompare(w.nonce[:], payload) != 1 {
 		return
 	}
-	delete(c.waiters, uint16(echo.Seq))
-	w.reply <- at // buffered, and only ever sent to once
+	delete(c.waiters, seq)
+	w.reply <- r // buffered, and only ever sent to once
+}
+
+// parseEcho reads b as an echo reply (ICMPv6 when v6) and returns its
+// sequence number and payload. With checkID (raw sockets, which see every
+// echo reply the host gets) the identifier must be id; a datagram socket
+// only gets replies to its own identifier, which the kernel chose.
+// Anything else, hostile or truncated input included, is not ok.
+func parseEcho(b []byte, v6, checkID bool, id uint16) (seq uint16, payload []byte, ok bool) {
+	reply := byte(icmp4EchoReply)
+	if v6 {
+		reply = icmp6EchoReply
+	}
+	if len(b) < 8 || b[0] != reply || b[1] != 0 {
+		return 0, nil, false
+	}
+	if checkID && binary.BigEndian.Uint16(b[4:6]) != id {
+		return 0, nil, false
+	}
+	return binary.BigEndian.Uint16(b[6:8]), b[8:], true
 }
 
 // close closes the socket and waits for the reader to stop.

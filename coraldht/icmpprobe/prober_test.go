@@ -4,6 +4,7 @@ package icmpprobe
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -223,7 +224,7 @@ func TestICMPProbeCloseWakesWaiters(t *testing.T) {
 	if c == nil {
 		t.Skip("no IPv4 socket")
 	}
-	w := &waiter{from: netip.MustParseAddr("127.0.0.9"), reply: make(chan time.Time, 1)}
+	w := &waiter{from: netip.MustParseAddr("127.0.0.9"), reply: make(chan arrivedReply, 1)}
 	if _, err := c.register(w); err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,6 @@ func TestICMPDeliver(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &socket{
 				kind: tc.kind, ipv6: tc.v6, id: 0x4242,
-				token:   [8]byte{1, 2, 3, 4, 5, 6, 7, 8},
 				waiters: make(map[uint16]*waiter),
 				done:    make(chan struct{}),
 			}
@@ -295,13 +295,13 @@ func TestICMPDeliver(t *testing.T) {
 				other = netip.MustParseAddr("2001:db8::3")
 				c.reqType, c.repType, c.proto = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply, 58
 			}
-			w := &waiter{from: target, reply: make(chan time.Time, 1)}
+			w := &waiter{from: target, nonce: [payloadLen]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, reply: make(chan arrivedReply, 1)}
 			seq, err := c.register(w)
 			if err != nil {
 				t.Fatal(err)
 			}
 			// A second probe, to the other host, waiting at the same time.
-			w2 := &waiter{from: other, reply: make(chan time.Time, 1)}
+			w2 := &waiter{from: other, nonce: [payloadLen]byte{9}, reply: make(chan arrivedReply, 1)}
 			seq2, err := c.register(w2)
 			if err != nil {
 				t.Fatal(err)
@@ -314,16 +314,13 @@ func TestICMPDeliver(t *testing.T) {
 				typ   icmp.Type
 				id    uint16
 				seq   uint16
-				token [8]byte
-				gen   uint64
+				nonce [payloadLen]byte
 				from  netip.Addr
 				short bool
 			}
-			good := reply{c.repType, c.id, seq, c.token, w.gen, target, false}
+			good := reply{c.repType, c.id, seq, w.nonce, target, false}
 			wire := func(r reply) ([]byte, net.Addr) {
-				data := make([]byte, payloadLen)
-				copy(data, r.token[:])
-				data[8+7] = byte(r.gen) // gens here are small
+				data := r.nonce[:]
 				if r.short {
 					data = data[:8]
 				}
@@ -337,22 +334,23 @@ func TestICMPDeliver(t *testing.T) {
 				}
 				return b, &net.IPAddr{IP: r.from.AsSlice()}
 			}
+			otherNonce := w.nonce
+			otherNonce[15] ^= 1
 			reqType := c.reqType
 			bad := map[string]reply{
-				"echo request":      {reqType, good.id, good.seq, good.token, good.gen, good.from, false},
-				"other sequence":    {good.typ, good.id, good.seq + 100, good.token, good.gen, good.from, false},
-				"other token":       {good.typ, good.id, good.seq, [8]byte{9}, good.gen, good.from, false},
-				"other probe count": {good.typ, good.id, good.seq, good.token, good.gen + 7, good.from, false},
-				"other source":      {good.typ, good.id, good.seq, good.token, good.gen, other, false},
-				"the other probe's": {good.typ, good.id, seq2, good.token, w2.gen, target, false},
-				"short payload":     {good.typ, good.id, good.seq, good.token, good.gen, good.from, true},
+				"echo request":      {reqType, good.id, good.seq, good.nonce, good.from, false},
+				"other sequence":    {good.typ, good.id, good.seq + 100, good.nonce, good.from, false},
+				"other nonce":       {good.typ, good.id, good.seq, otherNonce, good.from, false},
+				"other source":      {good.typ, good.id, good.seq, good.nonce, other, false},
+				"the other probe's": {good.typ, good.id, seq2, w2.nonce, target, false},
+				"short payload":     {good.typ, good.id, good.seq, good.nonce, good.from, true},
 			}
 			if tc.kind == kindRaw {
-				bad["other identifier"] = reply{good.typ, good.id + 1, good.seq, good.token, good.gen, good.from, false}
+				bad["other identifier"] = reply{good.typ, good.id + 1, good.seq, good.nonce, good.from, false}
 			}
 			for name, r := range bad {
 				b, from := wire(r)
-				c.deliver(b, from, time.Now())
+				c.deliver(b, from, arrivedReply{at: time.Now()})
 				select {
 				case <-w.reply:
 					t.Fatalf("%s: delivered", name)
@@ -361,7 +359,7 @@ func TestICMPDeliver(t *testing.T) {
 				default:
 				}
 			}
-			c.deliver([]byte{0, 1, 2}, &net.IPAddr{IP: target.AsSlice()}, time.Now()) // garbage
+			c.deliver([]byte{0, 1, 2}, &net.IPAddr{IP: target.AsSlice()}, arrivedReply{at: time.Now()}) // garbage
 
 			// On a datagram socket the kernel sets the identifier: any
 			// will do.
@@ -370,17 +368,17 @@ func TestICMPDeliver(t *testing.T) {
 			}
 			at := time.Now()
 			b, from := wire(good)
-			c.deliver(b, from, at)
+			c.deliver(b, from, arrivedReply{at: at, ttl: 61})
 			select {
 			case got := <-w.reply:
-				if !got.Equal(at) {
-					t.Errorf("arrival time %v, want %v", got, at)
+				if !got.at.Equal(at) || got.ttl != 61 {
+					t.Errorf("arrival %v, TTL %d; want %v, 61", got.at, got.ttl, at)
 				}
 			default:
 				t.Fatal("good reply not delivered")
 			}
 			// A duplicate is dropped (the waiter is gone).
-			c.deliver(b, from, at)
+			c.deliver(b, from, arrivedReply{at: at})
 			select {
 			case <-w.reply:
 				t.Error("duplicate delivered")
@@ -395,6 +393,58 @@ func TestICMPDeliver(t *testing.T) {
 			c.unregister(seq, w) // harmless
 			c.unregister(seq2, w2)
 		})
+	}
+}
+
+// TestICMPProbeUnpredictable is the regression test of the off-path
+// forgery (issue 34, finding 3): one probe seen from the attacker's own
+// address used to reveal what a forged reply to the next probe, to
+// another address, needed (a token fixed for the process's life, a
+// counter, the next sequence number). Now consecutive probes share
+// neither sequence numbers in order nor any part of the payload, and a
+// reply built from a seen probe is not delivered to the next one.
+func TestICMPProbeUnpredictable(t *testing.T) {
+	c := &socket{kind: kindRaw, id: 0x4242, waiters: make(map[uint16]*waiter), done: make(chan struct{}),
+		reqType: ipv4.ICMPTypeEcho, repType: ipv4.ICMPTypeEchoReply, proto: 1}
+	attacker, victim := netip.MustParseAddr("192.0.2.66"), netip.MustParseAddr("198.51.100.53")
+	var seen, next *waiter
+	var seenSeq, nextSeq uint16
+	runs, consecutive := 0, 0
+	for range 64 {
+		seen = &waiter{from: attacker, reply: make(chan arrivedReply, 1)}
+		next = &waiter{from: victim, reply: make(chan arrivedReply, 1)}
+		_, _ = rand.Read(seen.nonce[:])
+		_, _ = rand.Read(next.nonce[:])
+		var err error
+		if seenSeq, err = c.register(seen); err != nil {
+			t.Fatal(err)
+		}
+		if nextSeq, err = c.register(next); err != nil {
+			t.Fatal(err)
+		}
+		runs++
+		if nextSeq == seenSeq+1 {
+			consecutive++
+		}
+		// The attacker answers the victim's probe with everything its own
+		// probe showed, at each sequence number near its own.
+		for d := -2; d <= 2; d++ {
+			b, err := (&icmp.Message{Type: ipv4.ICMPTypeEchoReply, Body: &icmp.Echo{ID: int(c.id), Seq: int(seenSeq + uint16(d)), Data: seen.nonce[:]}}).Marshal(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.deliver(b, &net.IPAddr{IP: victim.AsSlice()}, arrivedReply{at: time.Now()})
+		}
+		select {
+		case <-next.reply:
+			t.Fatal("a reply forged from the attacker's own probe was delivered to the victim's")
+		default:
+		}
+		c.unregister(seenSeq, seen)
+		c.unregister(nextSeq, next)
+	}
+	if consecutive > runs/4 {
+		t.Errorf("%d of %d probe pairs had consecutive sequence numbers: they are predictable", consecutive, runs)
 	}
 }
 

@@ -3,8 +3,14 @@
 // server's client classification), and TraceRouters and TraceLastHops find
 // the routers on a path with one burst of TTL-limited echo requests (the
 // node's locality hints, the DNS server's proximity to a client). Both open
-// their sockets through listen, match replies by an echo identifier and
-// sequence number of their own, and take hostile input without panicking.
+// their sockets through listen and take hostile input without panicking.
+//
+// Neither can be answered by someone off the path: every echo request
+// carries a random nonce of its own and a random sequence number, and an
+// answer counts only when it matches its probe's destination and nonce (a
+// router's error must quote a datagram sent to the trace's destination,
+// and the probe's nonce as far as the quote goes). One probe seen at the
+// attacker's own address tells nothing about the next.
 package icmpprobe
 
 import (

@@ -1,7 +1,9 @@
 package icmpprobe
 
 import (
+	"bytes"
 	"context"
+	crand "crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -44,8 +46,21 @@ func TraceRouters(ctx context.Context, dst netip.Addr, maxHops int, timeout time
 	if !dst.IsValid() || dst.IsLoopback() || dst.IsUnspecified() {
 		return nil, nil
 	}
-	s, err := trace(ctx, dst, maxHops, timeout)
+	s, err := trace(ctx, dst, 1, maxHops, timeout)
 	return s.routers(), err
+}
+
+// LastHops is what a trace toward a destination found.
+type LastHops struct {
+	// Routers are up to n distinct routers heard nearest the destination,
+	// in hop order (the one nearest the destination last), without the
+	// destination itself.
+	Routers []netip.Addr
+	// Distance is the hop limit with which a probe reached the destination
+	// (it answered the echo request); 0 when none did.
+	Distance int
+	// Sent is how many echo requests the trace sent.
+	Sent int
 }
 
 // TraceLastHops finds the routers on the last hops toward dst: one burst of
@@ -54,20 +69,49 @@ func TraceRouters(ctx context.Context, dst netip.Addr, maxHops int, timeout time
 // answer echo requests leaves the hops past it silent, so the timeout is
 // the aggressive bound on the trace). It returns up to n distinct routers
 // heard nearest dst, in hop order (the one nearest dst last), without dst
-// itself. The burst is 32 echo requests of 33 octets (IPv4: 1 KiB in all);
-// it takes one round trip to dst when dst answers.
+// itself. The burst is 32 echo requests of 44 octets (IPv4: 1.4 KiB in
+// all); it takes one round trip to dst when dst answers.
 //
 // Errors are those of TraceRouters: ErrUnavailable without a socket
 // to trace with, ctx.Err() with the routers heard so far. Invalid,
 // loopback and unspecified destinations have no routers.
 func TraceLastHops(ctx context.Context, dst netip.Addr, n int, timeout time.Duration) ([]netip.Addr, error) {
+	h, err := TraceToward(ctx, dst, n, 0, timeout)
+	return h.Routers, err
+}
+
+// TraceToward is TraceLastHops when the destination's distance is known
+// (distance > 0: the hop limit a probe needs to reach it, from an echo
+// reply's TTL, see Distance, or an earlier trace): then only the hops that
+// can be among the last n are probed, from distance-n-traceSlack to
+// distance+traceSlack (the slack allows for a forward path a little longer
+// or shorter than the reply's): n+2·traceSlack+1 echo requests instead of
+// 32. With distance 0 it is TraceLastHops's burst of 32.
+func TraceToward(ctx context.Context, dst netip.Addr, n, distance int, timeout time.Duration) (LastHops, error) {
 	dst = dst.Unmap()
 	if !dst.IsValid() || dst.IsLoopback() || dst.IsUnspecified() || n <= 0 {
-		return nil, nil
+		return LastHops{}, nil
 	}
-	s, err := trace(ctx, dst, traceMaxHops, timeout)
+	first, last := towardWindow(n, distance)
+	s, err := trace(ctx, dst, first, last, timeout)
 	rs := s.routers()
-	return rs[max(0, len(rs)-n):], err
+	reached := 0
+	if s.reached > 0 {
+		reached = s.reached
+	}
+	return LastHops{Routers: rs[max(0, len(rs)-n):], Distance: reached, Sent: s.sent}, err
+}
+
+// traceSlack is how many hops beyond a known distance a focused trace
+// probes on either side.
+const traceSlack = 2
+
+// towardWindow is the range of hop limits TraceToward probes.
+func towardWindow(n, distance int) (first, last int) {
+	if distance <= 0 || distance > traceMaxHops {
+		return 1, traceMaxHops
+	}
+	return max(1, distance-n-traceSlack), min(traceMaxHops, distance+traceSlack)
 }
 
 // CanTrace reports whether this process may open the sockets a trace needs
@@ -82,12 +126,23 @@ func CanTrace(v6 bool) error {
 }
 
 // trace is TraceRouters without the destination check, so tests can probe
-// loopback addresses. It returns what it heard, never nil.
-func trace(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Duration) (*traceState, error) {
+// loopback addresses, probing hops first..last. It returns what it heard,
+// never nil.
+//
+// Every probe carries a random nonce (traceNonceLen octets) of its own,
+// and the trace's probes share a random echo identifier and a random base
+// of sequence numbers (the probe for hop h has base+h): an answer counts
+// only when it names one of them and, for an echo reply, which quotes the
+// probe whole, when it carries its nonce; an error from a router counts
+// only when the datagram it quotes went to dst, and when the quote reaches
+// into the payload, only with the nonce. So nobody off the path, having
+// seen an earlier trace's probes, can make up the routers of this one.
+func trace(ctx context.Context, dst netip.Addr, first, last int, timeout time.Duration) (*traceState, error) {
 	dst = dst.Unmap()
 	v6 := dst.Is6()
-	maxHops = min(max(maxHops, 1), traceMaxHops)
-	s := &traceState{dst: dst, v6: v6, last: 0}
+	last = min(max(last, 1), traceMaxHops)
+	first = min(max(first, 1), last)
+	s := &traceState{dst: dst, v6: v6, first: first, last: 0}
 	if err := ctx.Err(); err != nil {
 		return s, err
 	}
@@ -101,6 +156,10 @@ func trace(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Durati
 	// Raw sockets see every ICMP message on the host, so a random echo id
 	// tells our replies from those to other tracers and pings.
 	s.id = uint16(rand.Uint32())
+	s.seqBase = uint16(rand.Uint32())
+	if _, err := crand.Read(s.nonces[:]); err != nil {
+		return s, err
+	}
 	var to net.Addr = &net.IPAddr{IP: dst.AsSlice(), Zone: dst.Zone()}
 	if dgram {
 		to = &net.UDPAddr{IP: dst.AsSlice(), Zone: dst.Zone()}
@@ -118,13 +177,14 @@ func trace(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Durati
 	if v6 {
 		echo = ipv6.ICMPTypeEchoRequest
 	}
-	for h := 1; h <= maxHops; h++ {
-		if err := sendProbe(c, to, echo, s.id, h); err != nil {
+	for h := first; h <= last; h++ {
+		if err := sendProbe(c, to, echo, s.id, s.seqBase+uint16(h), s.nonce(h), h); err != nil {
 			return s, fmt.Errorf("icmpprobe: trace: %w", err)
 		}
+		s.sent++
 	}
 
-	s.last = maxHops
+	s.last = last
 	buf := make([]byte, 1500)
 	for !s.done() {
 		n, peer, err := c.ReadFrom(buf)
@@ -142,8 +202,9 @@ func trace(ctx context.Context, dst netip.Addr, maxHops int, timeout time.Durati
 	return s, nil
 }
 
-// sendProbe sends the echo request for hop h: TTL h, sequence number h.
-func sendProbe(c *icmp.PacketConn, to net.Addr, echo icmp.Type, id uint16, h int) error {
+// sendProbe sends the echo request for hop h: TTL h, sequence number seq,
+// the payload nonce.
+func sendProbe(c *icmp.PacketConn, to net.Addr, echo icmp.Type, id, seq uint16, nonce []byte, h int) error {
 	var err error
 	if echo == ipv6.ICMPTypeEchoRequest {
 		err = c.IPv6PacketConn().SetHopLimit(h)
@@ -154,7 +215,7 @@ func sendProbe(c *icmp.PacketConn, to net.Addr, echo icmp.Type, id uint16, h int
 		return err
 	}
 	// The kernel fills in the ICMPv6 checksum, so no pseudo-header.
-	b, err := (&icmp.Message{Type: echo, Body: &icmp.Echo{ID: int(id), Seq: h, Data: []byte("coral")}}).Marshal(nil)
+	b, err := (&icmp.Message{Type: echo, Body: &icmp.Echo{ID: int(id), Seq: int(seq), Data: nonce}}).Marshal(nil)
 	if err != nil {
 		return err
 	}
@@ -182,27 +243,50 @@ func listenTrace(v6 bool) (c *icmp.PacketConn, dgram bool, err error) {
 	return c, kind == kindDatagram, nil
 }
 
+// traceNonceLen is the length of a trace probe's payload, its nonce.
+const traceNonceLen = 8
+
 // traceState collects the replies of one trace.
 type traceState struct {
-	dst   netip.Addr
-	v6    bool
-	id    uint16
-	last  int                          // highest hop that may still be a router
-	hops  [traceMaxHops + 1]netip.Addr // first router heard per hop; [0] unused
-	heard uint64                       // bit h: hop h answered
+	dst     netip.Addr
+	v6      bool
+	id      uint16
+	seqBase uint16 // the probe for hop h has sequence number seqBase+h
+	nonces  [(traceMaxHops + 1) * traceNonceLen]byte
+	first   int                          // lowest hop probed
+	last    int                          // highest hop that may still be a router
+	hops    [traceMaxHops + 1]netip.Addr // first router heard per hop; [0] unused
+	heard   uint64                       // bit h: hop h answered
+	reached int                          // lowest hop whose probe reached dst; 0: none
+	sent    int                          // probes sent
+}
+
+// nonce is the payload of hop h's probe.
+func (s *traceState) nonce(h int) []byte {
+	return s.nonces[h*traceNonceLen : (h+1)*traceNonceLen]
 }
 
 // observe takes one received ICMP message from the given peer.
 func (s *traceState) observe(msg []byte, from netip.Addr) {
-	if h, ok := parseEchoReply(msg, s.v6, s.id); ok {
+	if h, payload, ok := parseEchoReply(msg, s.v6, s.id, s.seqBase); ok {
+		if from.WithZone("") != s.dst.WithZone("") || !bytes.Equal(payload, s.nonce(h)) {
+			return
+		}
 		// Probe h reached dst, so hops h and beyond are dst, not routers.
 		s.last = min(s.last, h-1)
+		if s.reached == 0 || h < s.reached {
+			s.reached = h
+		}
 		return
 	}
-	h, ok := parseTimeExceeded(msg, s.v6, s.id)
-	if !ok {
+	q, ok := parseTimeExceeded(msg, s.v6, s.id, s.seqBase)
+	if !ok || q.dst != s.dst.WithZone("") {
 		return
 	}
+	if n := min(len(q.payload), traceNonceLen); !bytes.Equal(q.payload[:n], s.nonce(q.hop)[:n]) {
+		return
+	}
+	h := q.hop
 	if from.WithZone("") == s.dst.WithZone("") {
 		// dst refused probe h itself: it is at most h hops away.
 		s.last = min(s.last, h-1)
@@ -218,9 +302,13 @@ func (s *traceState) observe(msg []byte, from netip.Addr) {
 	}
 }
 
-// done reports whether every hop that may be a router has answered.
+// done reports whether every hop probed that may be a router has
+// answered.
 func (s *traceState) done() bool {
-	want := uint64(1)<<(s.last+1) - 2 // bits 1..last
+	if s.last < s.first {
+		return true
+	}
+	want := uint64(1)<<(s.last+1) - uint64(1)<<s.first // bits first..last
 	return s.heard&want == want
 }
 
@@ -242,75 +330,92 @@ func unreachType(v6 bool) byte {
 	return icmp4Unreach
 }
 
+// quotedProbe is what an ICMP error tells of the probe it quotes.
+type quotedProbe struct {
+	hop     int        // 1..32
+	dst     netip.Addr // where the quoted datagram was going
+	payload []byte     // the quoted probe's payload, as much as was quoted
+}
+
 // parseTimeExceeded parses one ICMP (v4) or ICMPv6 message as received on
 // the raw socket (message starting at the ICMP header; note Linux raw ICMPv4
 // sockets via x/net/icmp.ListenPacket("ip4:icmp") deliver the ICMP message
 // without IP header) and, if it is a time-exceeded or
 // destination-unreachable error quoting one of our probes, returns the
-// probe's hop number (1..32) and ok=true. A probe is ours when the quoted
-// echo request carries id probeID and a sequence number (the hop) in range.
-// Hostile or truncated input returns ok=false.
-func parseTimeExceeded(msg []byte, v6 bool, probeID uint16) (hop int, ok bool) {
+// probe's hop number (1..32), the quoted datagram's destination and the
+// part of the probe's payload quoted (routers quote at least the first 8
+// octets of the ICMP message, RFC 792, and usually more, RFC 1812 §4.3.2.3).
+// A probe is ours when the quoted echo request carries id probeID and a
+// sequence number seqBase+hop. Hostile or truncated input returns
+// ok=false.
+func parseTimeExceeded(msg []byte, v6 bool, probeID, seqBase uint16) (q quotedProbe, ok bool) {
 	// Type, code, checksum, 4 bytes unused (or RFC 4884 length), then
 	// the start of the datagram that provoked the error.
 	if len(msg) < 8 {
-		return 0, false
+		return quotedProbe{}, false
 	}
 	typ, code, orig := msg[0], msg[1], msg[8:]
 	var probe []byte
 	if v6 {
 		// Hop limit exceeded in transit is code 0; code 1 is reassembly.
 		if !(typ == icmp6TimeExceed && code == 0 || typ == icmp6Unreach) {
-			return 0, false
+			return quotedProbe{}, false
 		}
 		// We send no extension headers, so ICMPv6 follows the fixed header.
 		if len(orig) < ipv6HeaderLength || orig[0]>>4 != 6 || orig[6] != protoICMP6 {
-			return 0, false
+			return quotedProbe{}, false
 		}
+		q.dst = netip.AddrFrom16([16]byte(orig[24:40]))
 		probe = orig[ipv6HeaderLength:]
 	} else {
 		if !(typ == icmp4TimeExceed && code == 0 || typ == icmp4Unreach) {
-			return 0, false
+			return quotedProbe{}, false
 		}
 		if len(orig) < 20 || orig[0]>>4 != 4 || orig[9] != protoICMP4 {
-			return 0, false
+			return quotedProbe{}, false
 		}
 		// A later fragment would not start with our ICMP header.
 		if binary.BigEndian.Uint16(orig[6:8])&0x1fff != 0 {
-			return 0, false
+			return quotedProbe{}, false
 		}
 		ihl := int(orig[0]&0x0f) * 4
 		if ihl < 20 || len(orig) < ihl {
-			return 0, false
+			return quotedProbe{}, false
 		}
+		q.dst = netip.AddrFrom4([4]byte(orig[16:20]))
 		probe = orig[ihl:]
 	}
 	echo := byte(icmp4Echo)
 	if v6 {
 		echo = icmp6Echo
 	}
-	return echoHop(probe, echo, probeID)
+	q.hop, q.payload, ok = echoHop(probe, echo, probeID, seqBase)
+	if !ok {
+		return quotedProbe{}, false
+	}
+	return q, true
 }
 
-// parseEchoReply returns the hop number of an echo reply to one of our
-// probes: the probe with that TTL reached the destination.
-func parseEchoReply(msg []byte, v6 bool, probeID uint16) (hop int, ok bool) {
+// parseEchoReply returns the hop number and payload of an echo reply to
+// one of our probes: the probe with that TTL reached the destination.
+func parseEchoReply(msg []byte, v6 bool, probeID, seqBase uint16) (hop int, payload []byte, ok bool) {
 	reply := byte(icmp4EchoReply)
 	if v6 {
 		reply = icmp6EchoReply
 	}
-	return echoHop(msg, reply, probeID)
+	return echoHop(msg, reply, probeID, seqBase)
 }
 
 // echoHop checks that b starts with an ICMP echo header of type typ and id
-// probeID and returns its sequence number if that is a valid hop.
-func echoHop(b []byte, typ byte, probeID uint16) (int, bool) {
+// probeID and returns its hop, its sequence number less seqBase if that is
+// a valid hop, and what follows the header.
+func echoHop(b []byte, typ byte, probeID, seqBase uint16) (int, []byte, bool) {
 	if len(b) < 8 || b[0] != typ || b[1] != 0 || binary.BigEndian.Uint16(b[4:6]) != probeID {
-		return 0, false
+		return 0, nil, false
 	}
-	seq := int(binary.BigEndian.Uint16(b[6:8]))
-	if seq < 1 || seq > traceMaxHops {
-		return 0, false
+	hop := int(binary.BigEndian.Uint16(b[6:8]) - seqBase)
+	if hop < 1 || hop > traceMaxHops {
+		return 0, nil, false
 	}
-	return seq, true
+	return hop, b[8:], true
 }

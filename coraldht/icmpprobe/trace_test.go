@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
@@ -16,8 +17,13 @@ import (
 	"golang.org/x/net/ipv6"
 )
 
-// trEcho returns an ICMP echo request (or reply) as our probes carry it.
+// trEcho returns an ICMP echo request (or reply) as our probes carry it,
+// with the payload of a trace whose nonces are all zero.
 func trEcho(t testing.TB, v6, reply bool, id, seq int) []byte {
+	return trEchoData(t, v6, reply, id, seq, make([]byte, traceNonceLen))
+}
+
+func trEchoData(t testing.TB, v6, reply bool, id, seq int, data []byte) []byte {
 	t.Helper()
 	var typ icmp.Type = ipv4.ICMPTypeEcho
 	switch {
@@ -28,7 +34,7 @@ func trEcho(t testing.TB, v6, reply bool, id, seq int) []byte {
 	case reply:
 		typ = ipv4.ICMPTypeEchoReply
 	}
-	b, err := (&icmp.Message{Type: typ, Body: &icmp.Echo{ID: id, Seq: seq, Data: []byte("coral")}}).Marshal(nil)
+	b, err := (&icmp.Message{Type: typ, Body: &icmp.Echo{ID: id, Seq: seq, Data: data}}).Marshal(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +97,9 @@ func trTE6(t testing.TB, id, seq int) []byte {
 }
 
 const trID = 0xC0A1
+
+// trBase is a base of sequence numbers for the tests that use one.
+const trBase uint16 = 0xfff0
 
 func TestParseTimeExceeded(t *testing.T) {
 	probe4 := trEcho(t, false, false, trID, 3)
@@ -155,6 +164,7 @@ func TestParseTimeExceeded(t *testing.T) {
 		{"v4 with an IP header in front", trQuote4(trTE4(t, trID, 3), 0), false, 0},
 		{"v6 quoting UDP", trError(t, ipv6.ICMPTypeTimeExceeded, 0, udp6), true, 0},
 		{"v6 quoting v4", trError(t, ipv6.ICMPTypeTimeExceeded, 0, trQuote4(probe6, 0)), true, 0},
+		{"v4 sequence below the base", trTE4(t, trID, int(trBase)), false, 0},
 		{"nil", nil, false, 0},
 		{"nil v6", nil, true, 0},
 		{"garbage", []byte("\x0b\x00\xff\xffgarbage that is long enough to be read as a message"), false, 0},
@@ -162,9 +172,18 @@ func TestParseTimeExceeded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			hop, ok := parseTimeExceeded(tt.msg, tt.v6, trID)
-			if ok != (tt.hop != 0) || hop != tt.hop {
-				t.Fatalf("parseTimeExceeded = %d, %v; want %d, %v", hop, ok, tt.hop, tt.hop != 0)
+			q, ok := parseTimeExceeded(tt.msg, tt.v6, trID, 0)
+			if ok != (tt.hop != 0) || q.hop != tt.hop {
+				t.Fatalf("parseTimeExceeded = %d, %v; want %d, %v", q.hop, ok, tt.hop, tt.hop != 0)
+			}
+			if ok {
+				want := netip.MustParseAddr("198.51.100.7")
+				if tt.v6 {
+					want = netip.MustParseAddr("2001:db8:ffff::7")
+				}
+				if q.dst != want {
+					t.Errorf("quoted destination %v, want %v", q.dst, want)
+				}
 			}
 			if tt.hop == 0 {
 				return
@@ -176,9 +195,9 @@ func TestParseTimeExceeded(t *testing.T) {
 				need = 8 + int(tt.msg[8]&0x0f)*4 + 8
 			}
 			for n := range len(tt.msg) {
-				hop, ok := parseTimeExceeded(tt.msg[:n], tt.v6, trID)
-				if want := n >= need; ok != want || ok && hop != tt.hop {
-					t.Fatalf("first %d of %d bytes: %d, %v; want ok=%v", n, len(tt.msg), hop, ok, want)
+				q, ok := parseTimeExceeded(tt.msg[:n], tt.v6, trID, 0)
+				if want := n >= need; ok != want || ok && q.hop != tt.hop {
+					t.Fatalf("first %d of %d bytes: %d, %v; want ok=%v", n, len(tt.msg), q.hop, ok, want)
 				}
 			}
 		})
@@ -187,7 +206,7 @@ func TestParseTimeExceeded(t *testing.T) {
 
 func TestParseEchoReply(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
-		if hop, ok := parseEchoReply(trEcho(t, v6, true, trID, 5), v6, trID); !ok || hop != 5 {
+		if hop, _, ok := parseEchoReply(trEcho(t, v6, true, trID, 5), v6, trID, 0); !ok || hop != 5 {
 			t.Errorf("v6=%v: echo reply: %d, %v", v6, hop, ok)
 		}
 		for name, msg := range map[string][]byte{
@@ -198,7 +217,7 @@ func TestParseEchoReply(t *testing.T) {
 			"truncated":  trEcho(t, v6, true, trID, 5)[:7],
 			"error type": trTE4(t, trID, 5),
 		} {
-			if hop, ok := parseEchoReply(msg, v6, trID); ok {
+			if hop, _, ok := parseEchoReply(msg, v6, trID, 0); ok {
 				t.Errorf("v6=%v: %s parsed as reply to hop %d", v6, name, hop)
 			}
 		}
@@ -210,7 +229,7 @@ func TestParseEchoReply(t *testing.T) {
 func TestTraceState(t *testing.T) {
 	a := netip.MustParseAddr
 	dst := a("198.51.100.7")
-	s := traceState{dst: dst, id: trID, last: 6}
+	s := traceState{dst: dst, id: trID, first: 1, last: 6}
 	step := func(msg []byte, from string, done bool) {
 		t.Helper()
 		s.observe(msg, a(from))
@@ -236,7 +255,7 @@ func TestTraceState(t *testing.T) {
 
 	// A router that cannot forward ends the path at its hop; dst refusing
 	// a probe puts dst within that many hops.
-	s = traceState{dst: dst, id: trID, last: 8}
+	s = traceState{dst: dst, id: trID, first: 1, last: 8}
 	step(trError(t, ipv4.ICMPTypeDestinationUnreachable, 1, trQuote4(trEcho(t, false, false, trID, 3), 0)), "10.0.3.1", false)
 	step(trTE4(t, trID, 2), "10.0.2.1", false)
 	step(trError(t, ipv4.ICMPTypeDestinationUnreachable, 13, trQuote4(trEcho(t, false, false, trID, 2), 0)), "198.51.100.7", false)
@@ -247,10 +266,99 @@ func TestTraceState(t *testing.T) {
 	}
 
 	// Destination at hop 1: nothing to wait for.
-	s = traceState{dst: a("2001:db8::7"), v6: true, id: trID, last: 16}
+	s = traceState{dst: a("2001:db8::7"), v6: true, id: trID, first: 1, last: 16}
 	step(trEcho(t, true, true, trID, 1), "2001:db8::7", true)
 	if got := s.routers(); len(got) != 0 {
 		t.Fatalf("routers = %v, want none", got)
+	}
+}
+
+// TestTraceStateForged: what someone off the path can send, having seen
+// the probes of another trace (the identifier, the nonces of that trace,
+// sequence numbers from 1 up), counts for nothing: only the probe's own
+// sequence number (base + hop), its nonce, its destination and, for an
+// echo reply, the destination as source make an answer.
+func TestTraceStateForged(t *testing.T) {
+	a := netip.MustParseAddr
+	dst := a("198.51.100.7")
+	nonce := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	newState := func() *traceState {
+		s := &traceState{dst: dst, id: trID, seqBase: trBase, first: 1, last: 6}
+		for h := 1; h <= traceMaxHops; h++ {
+			copy(s.nonce(h), nonce)
+			s.nonce(h)[0] = byte(h)
+		}
+		return s
+	}
+	probe := func(h int) []byte {
+		n := slices.Clone(nonce)
+		n[0] = byte(h)
+		return n
+	}
+	seq := func(h int) int { return int(trBase + uint16(h)) }
+	quote := func(payload []byte, to string) []byte {
+		b := trQuote4(payload, 0)
+		copy(b[16:20], a(to).AsSlice())
+		return trError(t, ipv4.ICMPTypeTimeExceeded, 0, b)
+	}
+	forged := map[string]struct {
+		msg  []byte
+		from string
+	}{
+		"echo reply, sequence without the base": {trEchoData(t, false, true, trID, 3, probe(3)), "198.51.100.7"},
+		"echo reply, another trace's nonce":     {trEchoData(t, false, true, trID, seq(3), nonce), "198.51.100.7"},
+		"echo reply, short payload":             {trEchoData(t, false, true, trID, seq(3), probe(3)[:4]), "198.51.100.7"},
+		"echo reply from another host":          {trEchoData(t, false, true, trID, seq(3), probe(3)), "198.51.100.8"},
+		"router error quoting another dst":      {quote(trEchoData(t, false, false, trID, seq(2), probe(2)), "198.51.100.8"), "10.0.2.1"},
+		"router error quoting another nonce":    {quote(trEchoData(t, false, false, trID, seq(2), nonce), "198.51.100.7"), "10.0.2.1"},
+		"router error, sequence without base":   {quote(trEchoData(t, false, false, trID, 2, probe(2)), "198.51.100.7"), "10.0.2.1"},
+	}
+	for name, f := range forged {
+		s := newState()
+		s.observe(f.msg, a(f.from))
+		if s.last != 6 || s.reached != 0 || s.heard != 0 || len(s.routers()) != 0 {
+			t.Errorf("%s: counted (last %d, reached %d, routers %v)", name, s.last, s.reached, s.routers())
+		}
+	}
+	// The genuine ones count, also when only 8 octets of the probe are
+	// quoted (nothing of the nonce to check).
+	s := newState()
+	s.observe(quote(trEchoData(t, false, false, trID, seq(2), probe(2))[:8], "198.51.100.7"), a("10.0.2.1"))
+	s.observe(quote(trEchoData(t, false, false, trID, seq(1), probe(1)), "198.51.100.7"), a("10.0.1.1"))
+	s.observe(trEchoData(t, false, true, trID, seq(3), probe(3)), dst)
+	if want := []netip.Addr{a("10.0.1.1"), a("10.0.2.1")}; !slices.Equal(s.routers(), want) || s.reached != 3 || !s.done() {
+		t.Errorf("routers %v, reached %d, done %v; want %v, 3, true", s.routers(), s.reached, s.done(), want)
+	}
+}
+
+// TestTowardWindow: a known distance narrows the trace to the hops that
+// can be among the last n, with the slack on both sides.
+func TestTowardWindow(t *testing.T) {
+	for _, tc := range []struct{ n, distance, first, last int }{
+		{5, 0, 1, traceMaxHops},
+		{5, -3, 1, traceMaxHops},
+		{5, 33, 1, traceMaxHops},
+		{5, 15, 8, 17},
+		{5, 3, 1, 5},
+		{5, 1, 1, 3},
+		{5, 31, 24, 32},
+		{1, 10, 7, 12},
+	} {
+		first, last := towardWindow(tc.n, tc.distance)
+		if first != tc.first || last != tc.last {
+			t.Errorf("towardWindow(%d, %d) = %d..%d, want %d..%d", tc.n, tc.distance, first, last, tc.first, tc.last)
+		}
+	}
+	// A trace from hop 8 is done once hops 8.. have answered.
+	s := traceState{dst: netip.MustParseAddr("198.51.100.7"), id: trID, first: 8, last: 9}
+	for h := 8; h <= 9; h++ {
+		if s.done() {
+			t.Fatalf("done before hop %d answered", h)
+		}
+		s.observe(trTE4(t, trID, h), netip.MustParseAddr(fmt.Sprintf("10.0.%d.1", h)))
+	}
+	if !s.done() {
+		t.Error("not done with hops 8 and 9 heard")
 	}
 }
 
@@ -281,7 +389,7 @@ func TestTraceCancelled(t *testing.T) {
 	start := time.Now()
 	// trace skips the loopback check, so this exercises the cancellation
 	// path; an address in 127/8 keeps any probe on this host regardless.
-	s, err := trace(ctx, netip.MustParseAddr("127.0.0.5"), 16, 10*time.Second)
+	s, err := trace(ctx, netip.MustParseAddr("127.0.0.5"), 1, 16, 10*time.Second)
 	rs := s.routers()
 	if len(rs) != 0 || !errors.Is(err, context.Canceled) {
 		t.Errorf("trace with a cancelled context = %v, %v; want no routers, %v", rs, err, context.Canceled)
@@ -329,7 +437,7 @@ func TestTraceLoopback(t *testing.T) {
 			ok := icmpPermitted(dst.Is6())
 			start := time.Now()
 			for _, hops := range []int{3, -1, 1000} {
-				s, err := trace(context.Background(), dst, hops, 10*time.Second)
+				s, err := trace(context.Background(), dst, 1, hops, 10*time.Second)
 				rs := s.routers()
 				switch {
 				case !ok && !errors.Is(err, ErrUnavailable):

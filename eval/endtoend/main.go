@@ -10,7 +10,7 @@
 // It runs in virtual time on coraldht's in-memory network with latencies
 // from the WonderProxy RTT matrix (CORAL_RTT_DATA names it) or the
 // synthetic world. Every node runs a Coral name server (the coral plugin's
-// own answer logic, coral.Simulated) and a proxy. Each client sits beside a
+// own handler, built by coral.New: nameserver.go) and a proxy. Each client sits beside a
 // node, as in the paper (same host and /24), or, in the second variant, at
 // the same site in a /24 no node is in. Traces, the nodes' start-up traces
 // that decide their locality hints and the name servers' traces toward
@@ -38,7 +38,6 @@ import (
 	"github.com/coralcdn/coral/eval/internal/sim"
 	"github.com/coralcdn/coral/eval/internal/topology"
 	"github.com/coralcdn/coral/eval/internal/vtime"
-	coral "github.com/coralcdn/coral/plugin/coredns"
 )
 
 // params are the paper's workload (§6): one origin behind a 384 kbit/s
@@ -423,17 +422,17 @@ func runConfig(s *sim.Sim, w *world, p params, cfg string, variant int, region s
 	if len(s.Nodes[0].Levels()) > 1 {
 		levels = coraldht.DefaultConfig().Levels
 	}
-	servers := map[netip.Addr]*coral.Simulated{}
+	servers := map[netip.Addr]*simulated{}
 	proxies := map[netip.Addr]*proxy{}
 	var all []netip.Addr
 	for _, n := range s.Nodes {
 		a := n.Addr().Addr()
-		o := coral.SimOptions{Zone: zone, Levels: levels, Probe: w.prober(a), NoTarget: cfg != configs[2],
+		o := simOptions{Zone: zone, Levels: levels, Probe: w.prober(a), NoTarget: cfg != configs[2],
 			CheckInterval: 10 * time.Second, LiveWithin: 30 * time.Second}
 		if cfg == configs[2] {
 			o.Trace = w.tracer(a)
 		}
-		srv, err := coral.NewSimulated(n, o)
+		srv, err := newSimulated(n, o)
 		if err != nil {
 			return nil, err
 		}

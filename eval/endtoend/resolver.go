@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	coral "github.com/coralcdn/coral/plugin/coredns"
 	"github.com/miekg/dns"
 )
 
@@ -23,7 +22,7 @@ import (
 type resolver struct {
 	addr  netip.Addr
 	w     *world
-	dnsOf map[netip.Addr]*coral.Simulated // the Coral name servers by address
+	dnsOf map[netip.Addr]*simulated // the Coral name servers by address
 	rng   *rand.Rand
 
 	mu      sync.Mutex
@@ -59,7 +58,7 @@ type answerInfo struct {
 
 var errResolve = errors.New("resolution failed")
 
-func newResolver(addr netip.Addr, w *world, dnsOf map[netip.Addr]*coral.Simulated, zone string, parentNS []netip.Addr, seed uint64) *resolver {
+func newResolver(addr netip.Addr, w *world, dnsOf map[netip.Addr]*simulated, zone string, parentNS []netip.Addr, seed uint64) *resolver {
 	r := &resolver{addr: addr, w: w, dnsOf: dnsOf, rng: rand.New(rand.NewPCG(seed, 53)),
 		ns: map[string]nsEntry{}, answers: map[string]answerEntry{}, srtt: map[netip.Addr]time.Duration{}, parent: zone}
 	r.ns[zone] = nsEntry{servers: parentNS, expires: time.Now().Add(1000 * time.Hour), hop: -1}
@@ -197,10 +196,10 @@ func (r *resolver) pickServer(servers []netip.Addr) netip.Addr {
 }
 
 // ask sends one query to server: a round trip plus the server's own time.
-func (r *resolver) ask(ctx context.Context, server netip.Addr, name string) (*dns.Msg, coral.Decision) {
+func (r *resolver) ask(ctx context.Context, server netip.Addr, name string) (*dns.Msg, decision) {
 	s := r.dnsOf[server]
 	if s == nil {
-		return nil, coral.Decision{}
+		return nil, decision{}
 	}
 	start := time.Now()
 	half := r.w.rtt(r.addr, server) / 2

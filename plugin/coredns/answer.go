@@ -27,10 +27,15 @@ type builder struct {
 	cls    classification
 	done   bool // cls is set
 
+	who       asker      // the query's source and what it proved (proof.go)
+	needProof bool       // a probe was needed that who may not start
+	place     place      // the metrics' labels
+	info      *queryInfo // what the answer was based on, for metadata; nil: none asked
+
 	// The proximity mapping of target, started with the classification so
 	// that a new prefix waits for both at once.
 	near      []nearNode
-	nearCall  *nearCall // a mapping this query may wait for, until nearUntil
+	nearCall  *measuring[nearMapping] // a mapping this query may wait for, until nearUntil
 	nearUntil time.Time
 	nearSrc   string
 	nearState int // 0 not started, 1 started, 2 known
@@ -53,9 +58,13 @@ func (b *builder) clock() time.Time {
 func (b *builder) level() int {
 	if !b.done {
 		b.startNear()
-		b.cls = b.c.classifier.classify(b.ctx, b.target)
+		b.cls = b.c.classifier.classify(b.ctx, b.target, b.who)
 		b.done = true
-		countClassification(b.cls.source)
+		if b.cls.source == "unproven" {
+			b.needProof = true
+		}
+		b.place.countClassification(b.cls.source)
+		b.info.setLevel(b.cls.level)
 	}
 	return b.cls.level
 }
@@ -269,7 +278,7 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 	}
 	var buf [pickRoom]*coraldht.NodeInfo
 	o := pickOptions{count: b.c.set.answers, near: b.nearAddr(), services: coraldht.ServiceHTTP, family: family, ranked: b.nearby(), now: b.clock()}
-	used, nodes := b.c.pickProxies(b.ctx, b.level(), o, buf[:0])
+	used, nodes := b.c.pickProxies(b.ctx, b.place, b.level(), o, buf[:0])
 	if len(nodes) == 0 {
 		return b.nodata(zone, b.c.set.retryTTL)
 	}
@@ -286,7 +295,7 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 // pickProxies chooses proxies for a resolver at level lvl: from the sweep at
 // lvl, lvl-1, …, 0, then the same levels synchronously. It returns the level
 // the proxies came from, and the proxies, appended to buf.
-func (c *Coral) pickProxies(ctx context.Context, lvl int, o pickOptions, buf []*coraldht.NodeInfo) (int, []*coraldht.NodeInfo) {
+func (c *Coral) pickProxies(ctx context.Context, pl place, lvl int, o pickOptions, buf []*coraldht.NodeInfo) (int, []*coraldht.NodeInfo) {
 	if !c.tracker.ready() {
 		// Just started: the first sweep is under way. Waiting for it (a
 		// little) beats answering with nothing, which resolvers would cache.
@@ -307,7 +316,7 @@ func (c *Coral) pickProxies(ctx context.Context, lvl int, o pickOptions, buf []*
 	for l := lvl; l >= 0; l-- {
 		o.level = l
 		if nodes := c.tracker.pickSync(ctx, o, buf); len(nodes) > 0 {
-			staleAnswers.Inc()
+			staleAnswers.WithLabelValues(pl.labels()...).Inc()
 			return l, nodes
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"slices"
 
-	"github.com/coralcdn/coral/coraldht/host"
 	"github.com/coredns/caddy"
 	"github.com/coredns/caddy/caddyfile"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -43,7 +42,7 @@ func CheckCorefile(filename string, input io.Reader) (int, error) {
 			err = checkBlockZones(c, cfg)
 		}
 		if err == nil {
-			err = host.Check(cfg.nodeOptions())
+			err = cfg.checkNode()
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("server block %v: coral: %w", sb.Keys, err))

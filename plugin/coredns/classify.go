@@ -28,38 +28,12 @@ type override struct {
 	level  int
 }
 
-// rttEntry is one measurement, kept per /24 (IPv6 /48).
-type rttEntry struct {
-	rtt      time.Duration // 0 with ok false: the probe failed or timed out
-	ok       bool
-	measured time.Time
-}
+// rttCache holds measured RTTs per prefix (measurements: a failed probe
+// is a measurement that is not ok). It lives beside the node in
+// coraldht/host so that a configuration reload keeps what was measured.
+type rttCache = measurements[time.Duration]
 
-// probeCall is a probe in flight; later queries from the same prefix wait
-// for it instead of probing again.
-type probeCall struct {
-	done chan struct{}
-	e    rttEntry
-}
-
-// rttCache holds measured RTTs per prefix. It lives beside the node in coraldht/host so
-// that a configuration reload keeps what was measured.
-type rttCache struct {
-	mu       sync.RWMutex
-	entries  map[netip.Prefix]rttEntry
-	inflight map[netip.Prefix]*probeCall
-	max      int
-}
-
-func newRTTCache(max int) *rttCache {
-	return &rttCache{entries: make(map[netip.Prefix]rttEntry), inflight: make(map[netip.Prefix]*probeCall), max: max}
-}
-
-func (c *rttCache) len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.entries)
-}
+func newRTTCache(max int) *rttCache { return newMeasurements[time.Duration](max) }
 
 // classifier turns a resolver address into a level.
 type classifier struct {
@@ -71,6 +45,7 @@ type classifier struct {
 	fresh      time.Duration // a measurement older than this is refreshed in the background
 	failedFor  time.Duration // a failed probe is retried after this long
 	limit      int           // the most probes in flight at once; 0: defaultProbeLimit
+	gate       *probeGate    // who may start a probe (proof.go)
 	observe    func(outcome string, d time.Duration)
 	now        func() time.Time
 	background sync.WaitGroup
@@ -99,13 +74,15 @@ func (c *classifier) levelFor(rtt time.Duration) int {
 // the largest threshold (60 ms), some thousand new prefixes a second.
 const defaultProbeLimit = 64
 
-// classify returns the resolver's level. Only the first query from a prefix
-// waits for a probe, and for at most c.wait; later ones use the cached RTT
-// and refresh it in the background when it is old. When c.limit probes are
-// in flight already, a query from a new prefix is level 0 at once and no
-// probe starts: a flood from spoofed sources must not make this server
-// probe thousands of third parties at the same time.
-func (c *classifier) classify(ctx context.Context, a netip.Addr) classification {
+// classify returns the level of a resolver (or ECS client) at a, asked by
+// who. Only the first query from a prefix waits for a probe, and for at
+// most c.wait; later ones use the cached RTT and refresh it in the
+// background when it is old. A probe starts only when the probe gate
+// admits who (proof.go): a source that has not shown it is there
+// ("unproven"), one over its rate ("limited"), or a query that finds the
+// share of probe_limit its proof may use in flight ("skipped") gets level 0
+// at once, and no probe starts.
+func (c *classifier) classify(ctx context.Context, a netip.Addr, who asker) classification {
 	a = a.Unmap()
 	for _, o := range c.overrides {
 		if o.prefix.Contains(a) {
@@ -116,30 +93,25 @@ func (c *classifier) classify(ctx context.Context, a netip.Addr) classification 
 		return classification{source: "none"}
 	}
 	p := coraldht.SitePrefix(a)
-	now := c.now()
-	c.cache.mu.RLock()
-	e, ok := c.cache.entries[p]
-	c.cache.mu.RUnlock()
-	if ok {
-		age := now.Sub(e.measured)
-		if (e.ok && age > c.fresh) || (!e.ok && age > c.failedFor) {
-			c.startProbe(p, a)
+	if e, ok := c.cache.get(p); ok {
+		if e.due(c.now(), c.fresh, c.failedFor) {
+			c.startProbe(p, a, who)
 		}
 		return c.fromEntry(e, "cache")
 	}
-	call := c.startProbe(p, a)
+	call, v := c.startProbe(p, a, who)
 	if call == nil {
-		return classification{source: "skipped"}
+		return classification{source: v.source()}
 	}
 	t := time.NewTimer(c.wait)
 	defer t.Stop()
 	select {
 	case <-call.done:
 		src := "probe"
-		if !call.e.ok {
+		if !call.m.ok {
 			src = "timeout"
 		}
-		return c.fromEntry(call.e, src)
+		return c.fromEntry(call.m, src)
 	case <-t.C:
 		return classification{source: "timeout"}
 	case <-ctx.Done():
@@ -147,45 +119,37 @@ func (c *classifier) classify(ctx context.Context, a netip.Addr) classification 
 	}
 }
 
-func (c *classifier) fromEntry(e rttEntry, src string) classification {
+func (c *classifier) fromEntry(e measured[time.Duration], src string) classification {
 	if !e.ok {
 		return classification{source: src}
 	}
-	return classification{level: c.levelFor(e.rtt), rtt: e.rtt, source: src}
+	return classification{level: c.levelFor(e.v), rtt: e.v, source: src}
 }
 
 // startProbe returns the probe in flight for p, starting one if there is
-// none, or nil when there is none and the limit of probes in flight is
-// reached. The probe runs detached from any query: a query that stops
-// waiting does not cancel it, so its result still fills the cache. The
-// probes in flight are those of the node's cache, which a reload shares
-// with the configuration it replaces.
-func (c *classifier) startProbe(p netip.Prefix, a netip.Addr) *probeCall {
-	c.cache.mu.Lock()
-	if call, ok := c.cache.inflight[p]; ok {
-		c.cache.mu.Unlock()
-		return call
-	}
+// none and the gate admits who, or nil and the gate's verdict. The probes
+// in flight are those of the node's cache, which a reload shares with the
+// configuration it replaces.
+func (c *classifier) startProbe(p netip.Prefix, a netip.Addr, who asker) (*measuring[time.Duration], gateVerdict) {
 	limit := c.limit
 	if limit <= 0 {
 		limit = defaultProbeLimit
 	}
-	if len(c.cache.inflight) >= limit {
-		c.cache.mu.Unlock()
-		probesSkipped.Inc()
-		return nil
+	admit := func(inflight int) gateVerdict {
+		v := c.gate.admit(who, a, inflight, limit)
+		switch v {
+		case gateBusy:
+			probesSkipped.Inc()
+		case gateUnproven, gateLimited:
+			probesRefused.WithLabelValues(v.source()).Inc()
+		}
+		return v
 	}
-	call := &probeCall{done: make(chan struct{})}
-	c.cache.inflight[p] = call
-	c.cache.mu.Unlock()
-	c.background.Add(1)
-	go func() {
-		defer c.background.Done()
+	return c.cache.start(p, admit, &c.background, func() measured[time.Duration] {
 		ctx, cancel := context.WithTimeout(c.ctx, c.wait)
 		start := c.now()
 		rtt, err := c.probe(ctx, a)
 		cancel()
-		e := rttEntry{rtt: rtt, ok: err == nil, measured: c.now()}
 		outcome := "ok"
 		switch {
 		case err == nil:
@@ -197,36 +161,8 @@ func (c *classifier) startProbe(p netip.Prefix, a netip.Addr) *probeCall {
 		if c.observe != nil {
 			c.observe(outcome, c.now().Sub(start))
 		}
-		c.cache.mu.Lock()
-		if c.ctx.Err() == nil {
-			if _, exists := c.cache.entries[p]; !exists && len(c.cache.entries) >= c.cache.max {
-				c.evictOldestLocked()
-			}
-			c.cache.entries[p] = e
-		}
-		delete(c.cache.inflight, p)
-		c.cache.mu.Unlock()
-		call.e = e
-		close(call.done)
-	}()
-	return call
-}
-
-// evictOldestLocked drops a sample of the oldest measurements so the cache
-// stays bounded without a full scan on every insert.
-func (c *classifier) evictOldestLocked() {
-	var oldest netip.Prefix
-	var at time.Time
-	n := 0
-	for p, e := range c.cache.entries { // map order is random: a sample
-		if n == 0 || e.measured.Before(at) {
-			oldest, at = p, e.measured
-		}
-		if n++; n == 32 {
-			break
-		}
-	}
-	delete(c.cache.entries, oldest)
+		return measured[time.Duration]{v: rtt, ok: err == nil, at: c.now()}
+	}, func() bool { return c.ctx.Err() == nil })
 }
 
 func isTimeout(err error) bool {
@@ -253,10 +189,16 @@ func tcpProbe(ctx context.Context, a netip.Addr) (time.Duration, error) {
 	return 0, err
 }
 
-// firstProbe runs probes concurrently and returns the first success: a
-// resolver behind a firewall that drops TCP to port 53 may still answer
-// ICMP echo, and the other way round. It fails only when all of them fail.
-func firstProbe(probes ...probeFunc) probeFunc {
+// preferTCP runs the TCP probe and the ICMP echo together and returns
+// the TCP probe's RTT when the resolver answers it: the answer to a SYN
+// must acknowledge its random initial sequence number, which nobody off
+// the path can guess (the echo's nonce is as good, icmpprobe; the TCP
+// answer is what the resolver's own stack says). A resolver that drops TCP
+// to port 53 may still answer echo: when the echo answered first, the TCP
+// probe gets as long again as the echo took (its answer, if any, comes in
+// about one round trip) before the echo's RTT counts. It fails only when
+// both fail.
+func preferTCP(tcp, icmp probeFunc) probeFunc {
 	return func(ctx context.Context, a netip.Addr) (time.Duration, error) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -264,20 +206,38 @@ func firstProbe(probes ...probeFunc) probeFunc {
 			rtt time.Duration
 			err error
 		}
-		results := make(chan result, len(probes))
-		for _, p := range probes {
-			go func() {
-				rtt, err := p(ctx, a)
-				results <- result{rtt, err}
-			}()
-		}
+		tcpc, icmpc := make(chan result, 1), make(chan result, 1)
+		start := time.Now()
+		go func() { rtt, err := tcp(ctx, a); tcpc <- result{rtt, err} }()
+		go func() { rtt, err := icmp(ctx, a); icmpc <- result{rtt, err} }()
+		var echo *result
+		var grace <-chan time.Time
 		var errs []error
-		for range probes {
-			r := <-results
-			if r.err == nil {
-				return r.rtt, nil
+		for len(errs) < 2 {
+			select {
+			case r := <-tcpc:
+				if r.err == nil {
+					return r.rtt, nil
+				}
+				if echo != nil {
+					return echo.rtt, nil
+				}
+				errs, tcpc = append(errs, r.err), nil
+			case r := <-icmpc:
+				if r.err != nil {
+					errs, icmpc = append(errs, r.err), nil
+					continue
+				}
+				if tcpc == nil {
+					return r.rtt, nil
+				}
+				echo, icmpc = &r, nil
+				t := time.NewTimer(max(time.Until(start.Add(2*r.rtt)), time.Millisecond))
+				defer t.Stop()
+				grace = t.C
+			case <-grace:
+				return echo.rtt, nil
 			}
-			errs = append(errs, r.err)
 		}
 		return 0, errors.Join(errs...)
 	}

@@ -41,6 +41,7 @@ func newTestClassifier(ctx context.Context, p *fakeProbe) *classifier {
 		thresholds: []time.Duration{60 * time.Millisecond, 20 * time.Millisecond},
 		overrides:  []override{{netip.MustParsePrefix("192.0.2.0/24"), 1}},
 		cache:      newRTTCache(4),
+		gate:       newProbeGate(maxProbeRate, maxProbeRate, time.Now),
 		probe:      p.probe,
 		wait:       60 * time.Millisecond,
 		fresh:      10 * time.Minute,
@@ -49,6 +50,9 @@ func newTestClassifier(ctx context.Context, p *fakeProbe) *classifier {
 		ctx:        ctx,
 	}
 }
+
+// strong is a query from a that proved its address (TCP, a cookie).
+func strong(a netip.Addr) asker { return asker{addr: a, proof: proofStrong} }
 
 func TestClassify(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -72,21 +76,21 @@ func TestClassify(t *testing.T) {
 			{netip.MustParseAddr("::ffff:198.51.100.9"), 2, "cache", 0},
 		} {
 			start := time.Now()
-			got := c.classify(context.Background(), tc.a)
+			got := c.classify(context.Background(), tc.a, strong(tc.a))
 			if got.level != tc.level || got.source != tc.src || time.Since(start) != tc.took {
 				t.Errorf("%v: level %d from %s in %v; want %d from %s in %v", tc.a, got.level, got.source, time.Since(start), tc.level, tc.src, tc.took)
 			}
 		}
 		// The silent resolver's failure is cached too: no second wait.
 		start := time.Now()
-		if got := c.classify(context.Background(), silent); got.level != 0 || time.Since(start) != 0 {
+		if got := c.classify(context.Background(), silent, strong(silent)); got.level != 0 || time.Since(start) != 0 {
 			t.Errorf("silent again: %+v after %v", got, time.Since(start))
 		}
 		calls := p.calls.Load()
 		// An old measurement is used at once and refreshed in the background.
 		time.Sleep(11 * time.Minute)
 		start = time.Now()
-		if got := c.classify(context.Background(), mid); got.level != 1 || got.source != "cache" || time.Since(start) != 0 {
+		if got := c.classify(context.Background(), mid, strong(mid)); got.level != 1 || got.source != "cache" || time.Since(start) != 0 {
 			t.Errorf("stale entry: %+v after %v", got, time.Since(start))
 		}
 		synctest.Wait()
@@ -111,7 +115,7 @@ func TestClassifyOneProbePerPrefix(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 50 {
 			wg.Go(func() {
-				if got := c.classify(context.Background(), netip.AddrFrom4([4]byte{203, 0, 113, byte(i)})); got.level != 2 {
+				if got := c.classify(context.Background(), netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), strong(netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}))); got.level != 2 {
 					t.Errorf("level %d", got.level)
 				}
 			})
@@ -131,7 +135,7 @@ func TestClassifyCacheBounded(t *testing.T) {
 		for i := range 20 {
 			a := netip.AddrFrom4([4]byte{198, 18, byte(i), 1})
 			p.rtt[a] = time.Millisecond
-			c.classify(context.Background(), a)
+			c.classify(context.Background(), a, strong(a))
 		}
 		c.background.Wait()
 		if n := c.cache.len(); n > 4 {
@@ -172,7 +176,10 @@ func TestTCPProbe(t *testing.T) {
 	}
 }
 
-func TestFirstProbe(t *testing.T) {
+// TestPreferTCP: the TCP probe's RTT counts where the resolver answers
+// it, even when the echo answered first; the echo's counts only when TCP
+// fails, or has not answered within as long again as the echo took.
+func TestPreferTCP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		slow := func(d time.Duration, fail bool) probeFunc {
 			return func(ctx context.Context, a netip.Addr) (time.Duration, error) {
@@ -189,18 +196,24 @@ func TestFirstProbe(t *testing.T) {
 		}
 		a := netip.MustParseAddr("192.0.2.1")
 		for _, tc := range []struct {
-			name    string
-			probes  []probeFunc
-			rtt     time.Duration
-			wantErr bool
+			name      string
+			tcp, icmp probeFunc
+			rtt       time.Duration
+			took      time.Duration
+			wantErr   bool
 		}{
-			{"fastest success", []probeFunc{slow(30*time.Millisecond, false), slow(10*time.Millisecond, false)}, 10 * time.Millisecond, false},
-			{"a quick failure does not win", []probeFunc{slow(time.Millisecond, true), slow(20*time.Millisecond, false)}, 20 * time.Millisecond, false},
-			{"all fail", []probeFunc{slow(time.Millisecond, true), slow(2*time.Millisecond, true)}, 0, true},
+			{"TCP first", slow(10*time.Millisecond, false), slow(30*time.Millisecond, false), 10 * time.Millisecond, 10 * time.Millisecond, false},
+			{"TCP soon after the echo", slow(15*time.Millisecond, false), slow(10*time.Millisecond, false), 15 * time.Millisecond, 15 * time.Millisecond, false},
+			{"TCP too late: the echo", slow(50*time.Millisecond, false), slow(10*time.Millisecond, false), 10 * time.Millisecond, 20 * time.Millisecond, false},
+			{"TCP fails: the echo", slow(time.Millisecond, true), slow(20*time.Millisecond, false), 20 * time.Millisecond, 20 * time.Millisecond, false},
+			{"TCP fails after the echo", slow(12*time.Millisecond, true), slow(10*time.Millisecond, false), 10 * time.Millisecond, 12 * time.Millisecond, false},
+			{"the echo fails: TCP", slow(20*time.Millisecond, false), slow(time.Millisecond, true), 20 * time.Millisecond, 20 * time.Millisecond, false},
+			{"both fail", slow(time.Millisecond, true), slow(2*time.Millisecond, true), 0, 2 * time.Millisecond, true},
 		} {
-			rtt, err := firstProbe(tc.probes...)(context.Background(), a)
-			if rtt != tc.rtt || (err != nil) != tc.wantErr {
-				t.Errorf("%s: %v %v", tc.name, rtt, err)
+			start := time.Now()
+			rtt, err := preferTCP(tc.tcp, tc.icmp)(context.Background(), a)
+			if rtt != tc.rtt || (err != nil) != tc.wantErr || time.Since(start) != tc.took {
+				t.Errorf("%s: %v %v after %v; want %v after %v", tc.name, rtt, err, time.Since(start), tc.rtt, tc.took)
 			}
 		}
 	})
@@ -216,19 +229,19 @@ func TestClassifyProbeLimit(t *testing.T) {
 		c.limit = 3
 		c.cache.max = 100
 		known := netip.MustParseAddr("198.51.100.1")
-		c.cache.entries[coraldht.SitePrefix(known)] = rttEntry{rtt: 5 * time.Millisecond, ok: true, measured: time.Now().Add(-time.Hour)}
+		c.cache.entries[coraldht.SitePrefix(known)] = measured[time.Duration]{v: 5 * time.Millisecond, ok: true, at: time.Now().Add(-time.Hour)}
 		var wg sync.WaitGroup
 		var skipped atomic.Int32
 		for i := range 10 {
 			wg.Go(func() {
-				got := c.classify(context.Background(), netip.AddrFrom4([4]byte{203, 0, byte(i), 1}))
+				got := c.classify(context.Background(), netip.AddrFrom4([4]byte{203, 0, byte(i), 1}), strong(netip.AddrFrom4([4]byte{203, 0, byte(i), 1})))
 				if got.source == "skipped" && got.level == 0 {
 					skipped.Add(1)
 				}
 			})
 		}
 		synctest.Wait() // every query has started its probe or been skipped
-		if got := c.classify(context.Background(), known); got.level != 2 || got.source != "cache" {
+		if got := c.classify(context.Background(), known, strong(known)); got.level != 2 || got.source != "cache" {
 			t.Errorf("stale known resolver during the flood: %+v, want its cached level 2", got)
 		}
 		wg.Wait()

@@ -31,10 +31,13 @@ import (
 //		cookies.attach(reply, cc, clientAddr)
 //	}
 //
-// We never answer BADCOOKIE and never refuse or truncate for want of a
-// cookie: this server does not require cookies (RFC 7873 §5.2.3 and §5.2.4
-// allow answering normally), it only hands them out and reports, through
-// the verdict, whether the one it got back was ours. A reply to a request
+// We never answer BADCOOKIE or refuse for want of a cookie: this server does
+// not require cookies (RFC 7873 §5.2.3 and §5.2.4 allow answering
+// normally), it hands them out and reports, through the verdict, whether
+// the one it got back was ours. A valid one proves the client's address:
+// such a query may start probes (proof.go), and a UDP query that needs a
+// probe without such a proof (nor TCP, nor familiarity) is answered
+// truncated, so that the client comes back over TCP. A reply to a request
 // that had a client cookie always carries a fresh server cookie.
 //
 // Neither miekg/dns nor CoreDNS (v1.15) does anything with cookies: no

@@ -18,9 +18,14 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Coral is the plugin handler.
+// Coral is the plugin handler. The coral directive makes one per server
+// block with New's constructor (setup.go); a program that embeds the
+// handler makes one with New.
 type Coral struct {
 	Next plugin.Handler
+
+	opts Options
+	gate *probeGate // who may make this server send probes (proof.go)
 
 	scheme     *scheme
 	set        settings
@@ -46,9 +51,6 @@ type Coral struct {
 	challenges *challenges
 	// ecs are the resolvers whose EDNS Client Subnet is used (ecs.go).
 	ecs []netip.Prefix
-	// noTarget makes choices ignore the target's /24: the paper's nodes()
-	// without a target, for the experiments' baselines (simulate.go).
-	noTarget bool
 }
 
 // settings are the response knobs, all parsed from the Corefile.
@@ -77,6 +79,9 @@ const (
 	respNotImp   = "notimp"
 	respBadVers  = "badvers"
 	respServFail = "servfail"
+	// respTruncated is an empty truncated response to a UDP query that
+	// needed a probe its source had not proven it may start (proof.go).
+	respTruncated = "truncated"
 )
 
 // ednsUDPSize is the EDNS UDP payload size this server advertises, and the
@@ -98,8 +103,9 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	if !ok {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
-	server := metrics.WithServer(ctx)
+	pl := place{server: metrics.WithServer(ctx), zone: c.scheme.zoneOf(p), view: metrics.WithView(ctx)}
 	client := remoteAddr(w)
+	info, _ := ctx.Value(infoKey{}).(*queryInfo)
 
 	rcode, kind := screen(r, state.Proto())
 	verdict, clientCookie := cookieNone, []byte(nil)
@@ -113,6 +119,9 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		// answered without a cookie.
 		rcode, kind, clientCookie = dns.RcodeFormatError, respFormErr, nil
 	}
+	udp := state.Proto() == "udp"
+	who := asker{addr: client, proof: c.gate.proofOf(client, !udp || verdict == cookieValid)}
+	info.setProof(who.proof)
 	target, ecs, ecsNet := client, (*dns.EDNS0_SUBNET)(nil), netip.Prefix{}
 	if rcode == dns.RcodeSuccess && len(c.ecs) > 0 && c.trustsECS(client) {
 		var err error
@@ -127,8 +136,9 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	if rcode != dns.RcodeSuccess {
 		m := new(dns.Msg)
 		m.SetRcode(r, rcode)
-		c.send(server, w, state, m, kind, clientCookie, client, verdict, nil)
-		countQuery(server, -1, kind)
+		c.send(pl, w, state, m, kind, clientCookie, client, verdict, nil)
+		c.gate.answered(client, who.proof)
+		pl.countQuery(-1, kind)
 		return dns.RcodeSuccess, nil
 	}
 
@@ -139,14 +149,28 @@ func (c *Coral) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	recs := new(responseRecords)
 	recs.sections(m, c.set.answers, c.set.nameservers)
 
-	b.m, b.client, b.target, b.recs = m, client, target, recs
-	kind = b.respond(p)
+	b.m, b.client, b.target, b.recs, b.who, b.place, b.info = m, client, target, recs, who, pl, info
+	if ecsNet.IsValid() && who.proof == proofNone && udp {
+		// A client subnet from a source that has shown nothing: the
+		// answer would be made for whatever subnet a forger names.
+		b.needProof = true
+	} else {
+		kind = b.respond(p)
+	}
 	var ecsOut *dns.EDNS0_SUBNET
 	if ecs != nil {
 		ecsOut = ecsReply(ecs, ecsNet, b.done || b.nearState != 0)
 	}
-	c.send(server, w, state, m, kind, clientCookie, client, verdict, ecsOut)
-	countQuery(server, b.levelOrNone(), kind)
+	if b.needProof && udp {
+		// A probe was needed that this source may not start: an empty
+		// truncated response, so that a real resolver asks again over TCP
+		// (which proves its address) and a forged source gets no probe
+		// and no more octets than it sent.
+		m, kind, ecsOut = slipped(r), respTruncated, nil
+	}
+	c.send(pl, w, state, m, kind, clientCookie, client, verdict, ecsOut)
+	c.gate.answered(client, who.proof)
+	pl.countQuery(b.levelOrNone(), kind)
 	return dns.RcodeSuccess, nil
 }
 
@@ -191,15 +215,15 @@ func screen(r *dns.Msg, proto string) (int, string) {
 // it owns its address, so it is no reflector's victim. A dropped response is
 // no response at all: CoreDNS writes nothing for a plugin that returns
 // success without writing.
-func (c *Coral) send(server string, w dns.ResponseWriter, state *request.Request, m *dns.Msg, kind string, clientCookie []byte, client netip.Addr, verdict cookieVerdict, ecs *dns.EDNS0_SUBNET) {
+func (c *Coral) send(pl place, w dns.ResponseWriter, state *request.Request, m *dns.Msg, kind string, clientCookie []byte, client netip.Addr, verdict cookieVerdict, ecs *dns.EDNS0_SUBNET) {
 	if c.rrl != nil && state.Proto() == "udp" && verdict != cookieValid {
 		cat := rrlCategoryOf(kind)
 		switch c.rrl.decide(client, cat) {
 		case rrlDrop:
-			rrlDropped.WithLabelValues(server, cat.String()).Inc()
+			rrlDropped.WithLabelValues(pl.labels(cat.String())...).Inc()
 			return
 		case rrlSlip:
-			rrlSlipped.WithLabelValues(server, cat.String()).Inc()
+			rrlSlipped.WithLabelValues(pl.labels(cat.String())...).Inc()
 			m, ecs = slipped(state.Req), nil
 		}
 	}

@@ -134,8 +134,10 @@ func testCoral(t testing.TB, nodes *fakeNodes) *Coral {
 		cache: newRTTCache(16),
 		now:   time.Now,
 		ctx:   context.Background(),
+		gate:  newProbeGate(maxProbeRate, maxProbeRate, time.Now),
 	}
 	return &Coral{
+		cfg: newConfig(), gate: cl.gate,
 		scheme: sch, classifier: cl, tracker: tr, cookies: newServerCookies([16]byte{1}),
 		self: netip.MustParseAddr("127.0.0.2"),
 		set:  settings{answerTTL: []uint32{30, 30, 60}, nsTTL: 3600, negTTL: 30, retryTTL: 10, answers: 2, nameservers: 2},
@@ -167,12 +169,13 @@ func nsRRs(zone string, addrs ...string) []dns.RR {
 	return out
 }
 
-// query asks c for name from a resolver at ip and returns the response with
-// the addresses of its A records (section: answer or additional).
+// query asks c for name from a resolver at ip, over TCP (so its address
+// is proven: proof.go), and returns the response with the addresses of its
+// A records (section: answer or additional).
 func query(c *Coral, ip, name string, qtype uint16, section func(*dns.Msg) []dns.RR) (*dns.Msg, []string) {
 	m := new(dns.Msg)
 	m.SetQuestion(name, qtype)
-	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: ip})
+	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: ip, TCP: true})
 	c.ServeDNS(context.Background(), rec, m)
 	var got []string
 	for _, rr := range section(rec.Msg) {

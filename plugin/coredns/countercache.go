@@ -53,32 +53,50 @@ func (c *counterCache[K]) get(k K, labels func() []string) prometheus.Counter {
 	return ctr
 }
 
-// queryLabels are queryCount's label values.
-type queryLabels struct {
-	server string
-	level  int // -1: none
-	kind   string
+// place is where a query was answered, labelled as CoreDNS labels its own
+// query metrics (coredns_dns_*): the server's address ("dns://:53"), the
+// zone (the coral zone or the alias zone the name is in) and the view
+// (empty without the view plugin).
+type place struct {
+	server, zone, view string
+}
+
+func (p place) labels(more ...string) []string {
+	return append([]string{p.server, p.zone, p.view}, more...)
+}
+
+// queryKey and sourceKey are the label values of queryCount and of the
+// classification and proximity counters.
+type queryKey struct {
+	place
+	level int // -1: none
+	kind  string
+}
+
+type sourceKey struct {
+	place
+	source string
 }
 
 var (
-	queryCounters     = counterCache[queryLabels]{vec: queryCount}
-	classifyCounters  = counterCache[string]{vec: classifyCount}
-	proximityCounters = counterCache[string]{vec: proximityCount}
+	queryCounters     = counterCache[queryKey]{vec: queryCount}
+	classifyCounters  = counterCache[sourceKey]{vec: classifyCount}
+	proximityCounters = counterCache[sourceKey]{vec: proximityCount}
 )
 
-// countQuery counts a query of kind kind answered on server for a resolver
-// at level (-1: the answer did not depend on one).
-func countQuery(server string, level int, kind string) {
-	k := queryLabels{server: server, level: level, kind: kind}
-	queryCounters.get(k, func() []string { return []string{server, levelLabel(level), kind} }).Inc()
+// countQuery counts a query of kind kind answered for a resolver at level
+// (-1: the answer did not depend on one).
+func (p place) countQuery(level int, kind string) {
+	k := queryKey{place: p, level: level, kind: kind}
+	queryCounters.get(k, func() []string { return p.labels(levelLabel(level), kind) }).Inc()
 }
 
 // countClassification counts a classification by its source.
-func countClassification(source string) {
-	classifyCounters.get(source, func() []string { return []string{source} }).Inc()
+func (p place) countClassification(source string) {
+	classifyCounters.get(sourceKey{p, source}, func() []string { return p.labels(source) }).Inc()
 }
 
 // countProximity counts an answer's proximity lookup by its source.
-func countProximity(source string) {
-	proximityCounters.get(source, func() []string { return []string{source} }).Inc()
+func (p place) countProximity(source string) {
+	proximityCounters.get(sourceKey{p, source}, func() []string { return p.labels(source) }).Inc()
 }

@@ -12,10 +12,11 @@ import (
 // label values; past maxCachedCounters the vector answers directly and
 // the map grows no more; concurrent users agree (for the race detector).
 func TestCounterCache(t *testing.T) {
-	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "t_total", Help: "t"}, []string{"server", "level", "kind"})
-	c := counterCache[queryLabels]{vec: vec}
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "t_total", Help: "t"}, []string{"server", "zone", "view", "level", "kind"})
+	c := counterCache[queryKey]{vec: vec}
 	count := func(server string, level int, kind string) {
-		c.get(queryLabels{server, level, kind}, func() []string { return []string{server, levelLabel(level), kind} }).Inc()
+		p := place{server: server, zone: "nyucd.test."}
+		c.get(queryKey{p, level, kind}, func() []string { return p.labels(levelLabel(level), kind) }).Inc()
 	}
 	var wg sync.WaitGroup
 	for range 4 {
@@ -27,10 +28,10 @@ func TestCounterCache(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got := counterValue(vec.WithLabelValues("dns://:53", "2", "answer")); got != 400 {
+	if got := counterValue(vec.WithLabelValues("dns://:53", "nyucd.test.", "", "2", "answer")); got != 400 {
 		t.Errorf("level 2 answers: %v, want 400", got)
 	}
-	if got := counterValue(vec.WithLabelValues("dns://:53", "none", "nxdomain")); got != 400 {
+	if got := counterValue(vec.WithLabelValues("dns://:53", "nyucd.test.", "", "none", "nxdomain")); got != 400 {
 		t.Errorf("nxdomain without a level: %v, want 400", got)
 	}
 	for i := range 2 * maxCachedCounters {
@@ -40,7 +41,7 @@ func TestCounterCache(t *testing.T) {
 	if n := len(*c.m.Load()); n != maxCachedCounters {
 		t.Errorf("%d cached counters, want the bound %d", n, maxCachedCounters)
 	}
-	if got := counterValue(vec.WithLabelValues("dns://:"+strconv.Itoa(2*maxCachedCounters-1), "0", "answer")); got != 2 {
+	if got := counterValue(vec.WithLabelValues("dns://:"+strconv.Itoa(2*maxCachedCounters-1), "nyucd.test.", "", "0", "answer")); got != 2 {
 		t.Errorf("a series past the bound: %v, want 2", got)
 	}
 }
@@ -49,14 +50,15 @@ func TestCounterCache(t *testing.T) {
 // series proximityCount exports.
 func TestCountProximity(t *testing.T) {
 	const source = "test-cache-source"
-	before := counterValue(proximityCount.WithLabelValues(source))
+	p := place{server: "dns://:53", zone: "nyucd.test.", view: "v"}
+	before := counterValue(proximityCount.WithLabelValues(p.labels(source)...))
 	for range 3 {
-		countProximity(source)
+		p.countProximity(source)
 	}
-	if got := counterValue(proximityCount.WithLabelValues(source)); got != before+3 {
+	if got := counterValue(proximityCount.WithLabelValues(p.labels(source)...)); got != before+3 {
 		t.Errorf("proximity source %q counted %v, want %v", source, got, before+3)
 	}
-	if m := proximityCounters.m.Load(); m == nil || (*m)[source] == nil {
+	if m := proximityCounters.m.Load(); m == nil || (*m)[sourceKey{p, source}] == nil {
 		t.Errorf("source %q not cached", source)
 	}
 }

@@ -45,21 +45,19 @@ func (c *Coral) watchDrainFile(ctx context.Context) {
 // setDraining changes the node's drain state, logging the change.
 func (c *Coral) setDraining(on bool, why string) {
 	h := c.entry.handle
-	if h.Draining() == on {
+	if h == nil || h.Draining() == on {
 		return
 	}
 	if err := h.SetDraining(on); err != nil {
 		log.Errorf("drain (%s): %v", why, err)
 		return
 	}
-	v := 0.0
 	if on {
-		v = 1
 		log.Warningf("draining (%s): the node no longer offers its name server; other Coral name servers drop it within check_interval + live_within", why)
 	} else {
 		log.Infof("drain ended (%s): the node offers its name server again", why)
 	}
-	drainingGauge.WithLabelValues(c.entry.listen).Set(v)
+	drainingGauge.WithLabelValues(c.entry.listen).Set(boolGauge(on))
 }
 
 // drainers are the running instances, for the shutdown hook.

@@ -17,6 +17,11 @@ import (
 // (family from the address) and returns the response, the answer's
 // addresses and the response's ECS option (nil: none).
 func ecsQuery(c *Coral, resolver, name string, subnet string, scope uint8) (*dns.Msg, []string, *dns.EDNS0_SUBNET) {
+	return ecsQueryOver(c, true, resolver, name, subnet, scope)
+}
+
+// ecsQueryOver is ecsQuery over TCP or UDP (no cookie).
+func ecsQueryOver(c *Coral, tcp bool, resolver, name string, subnet string, scope uint8) (*dns.Msg, []string, *dns.EDNS0_SUBNET) {
 	m := new(dns.Msg)
 	m.SetQuestion(name, dns.TypeA)
 	m.SetEdns0(1232, false)
@@ -28,7 +33,7 @@ func ecsQuery(c *Coral, resolver, name string, subnet string, scope uint8) (*dns
 		}
 		m.IsEdns0().Option = append(m.IsEdns0().Option, e)
 	}
-	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: resolver})
+	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: resolver, TCP: tcp})
 	c.ServeDNS(context.Background(), rec, m)
 	var got []string
 	for _, rr := range rec.Msg.Answer {

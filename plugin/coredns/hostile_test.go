@@ -299,7 +299,7 @@ func TestProbeFloodBounded(t *testing.T) {
 		c.classifier.fresh = 10 * time.Minute
 		c.classifier.failedFor = time.Minute
 		skipped := counterValue(probesSkipped)
-		skippedCls := counterValue(classifyCount.WithLabelValues("skipped"))
+		skippedCls := counterValue(classifyCount.WithLabelValues("", "nyucd.test.", "", "skipped"))
 
 		const flood = 1000
 		var wg sync.WaitGroup
@@ -327,7 +327,7 @@ func TestProbeFloodBounded(t *testing.T) {
 		if got := counterValue(probesSkipped) - skipped; got != flood-defaultProbeLimit {
 			t.Errorf("probes_skipped_total went up by %v, want %d", got, flood-defaultProbeLimit)
 		}
-		if got := counterValue(classifyCount.WithLabelValues("skipped")) - skippedCls; got != flood-defaultProbeLimit {
+		if got := counterValue(classifyCount.WithLabelValues("", "nyucd.test.", "", "skipped")) - skippedCls; got != flood-defaultProbeLimit {
 			t.Errorf("classifications_total{source=skipped} went up by %v, want %d", got, flood-defaultProbeLimit)
 		}
 		if n := atOnce.Load(); n != flood-defaultProbeLimit {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +47,10 @@ type tracker struct {
 	intn       func(n int) int // random start of the rotation; rand.IntN
 
 	onSweep func(*liveSet) // called after each sweep (metrics)
+	// warm, when set, is closed once the node has pinged the contacts it
+	// had before a restart: the first sweep waits for it (at most an
+	// interval), so that it finds them.
+	warm <-chan struct{}
 	// keepSeed, when set, says whether a sweep's result should leave the
 	// seeded snapshot in place (see seed).
 	keepSeed func(*liveSet) bool
@@ -81,6 +84,15 @@ func newTracker(node nodeSource, levels int, interval, liveWithin, syncWait time
 
 // run sweeps every interval until ctx ends.
 func (t *tracker) run(ctx context.Context) {
+	if t.warm != nil {
+		first := time.NewTimer(t.interval)
+		select {
+		case <-t.warm:
+		case <-first.C:
+		case <-ctx.Done():
+		}
+		first.Stop()
+	}
 	tick := time.NewTicker(t.interval)
 	defer tick.Stop()
 	for {
@@ -121,31 +133,21 @@ func (t *tracker) sweep(ctx context.Context) {
 	}
 	// One ping per address, however many lists it is in.
 	heard := make(map[netip.AddrPort]time.Time)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
+	var addrs []netip.AddrPort
 	for _, p := range stale {
-		mu.Lock()
-		_, seen := heard[p.addr]
-		if !seen {
+		if _, seen := heard[p.addr]; !seen {
 			heard[p.addr] = time.Time{}
+			addrs = append(addrs, p.addr)
 		}
-		mu.Unlock()
-		if seen {
-			continue
-		}
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			t.pings.Add(1)
-			if _, err := t.node.Ping(ctx, p.addr); err == nil {
-				mu.Lock()
-				heard[p.addr] = t.now()
-				mu.Unlock()
-			}
-		})
 	}
-	wg.Wait()
+	var mu sync.Mutex
+	t.pingEach(len(addrs), func(i int) {
+		if _, err := t.node.Ping(ctx, addrs[i]); err == nil {
+			mu.Lock()
+			heard[addrs[i]] = t.now()
+			mu.Unlock()
+		}
+	})
 	for _, p := range stale {
 		if at := heard[p.addr]; at.After(p.ni.LastHeard) {
 			p.ni.LastHeard = at
@@ -237,23 +239,19 @@ func (t *tracker) addWanted(ctx context.Context, set *liveSet) {
 		known[ni.Addr] = ni
 	}
 	found := make([]coraldht.NodeInfo, len(want))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
+	var quiet []int // indices of want to ping
 	for i, w := range want {
 		if ni, ok := known[w.dht]; ok && now.Sub(ni.LastHeard) <= t.liveWithin/3 {
 			found[i] = ni
-			continue
+		} else {
+			quiet = append(quiet, i)
 		}
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			t.pings.Add(1)
-			if ni, err := t.node.PingNode(ctx, w.dht); err == nil {
-				found[i] = ni
-			}
-		})
 	}
-	wg.Wait()
+	t.pingEach(len(quiet), func(j int) {
+		if ni, err := t.node.PingNode(ctx, want[quiet[j]].dht); err == nil {
+			found[quiet[j]] = ni
+		}
+	})
 	for _, ni := range found {
 		if !ni.Addr.IsValid() {
 			continue
@@ -266,6 +264,25 @@ func (t *tracker) addWanted(ctx context.Context, set *liveSet) {
 		}
 	}
 }
+
+// pingEach runs ping(0..n-1), at most sweepPings at once, and waits for
+// them; each counts as a ping of the sweep.
+func (t *tracker) pingEach(n int, ping func(i int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, sweepPings)
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			t.pings.Add(1)
+			ping(i)
+		})
+	}
+	wg.Wait()
+}
+
+// sweepPings is how many pings a sweep has in flight at once.
+const sweepPings = 16
 
 // seed starts the tracker from the live set of the instance it replaces
 // (a reload): answers go on from what that one saw instead of waiting for
@@ -301,187 +318,6 @@ func (t *tracker) ready() bool {
 	}
 }
 
-// pickOptions says what to pick.
-type pickOptions struct {
-	level    int
-	count    int
-	near     netip.Addr // the resolver: members in its /24 (/48) come first
-	services coraldht.Services
-	family   int // 4 or 6: only addresses of that family; 0 any
-	// nearOnly: when at least minNear members are in the resolver's prefix
-	// or left strong hints near it, return only those. Name server sets use it:
-	// servers that share the resolver's network are better than any other,
-	// this server included.
-	nearOnly bool
-	// ranked are the nodes that left hints near the client (proximity.go),
-	// best first. Members with strong hints come first, by score and then
-	// by RTT from this server, then those in the resolver's prefix, then
-	// those with weak hints (see appendHinted), then the rest.
-	ranked []nearNode
-	// now is when liveness is judged; zero: the tracker's clock, read
-	// by the pick.
-	now time.Time
-}
-
-// minNear is how many servers in the resolver's prefix make an NS set on
-// their own: two, so the resolver always has a second server to try.
-const minNear = 2
-
-// pick returns up to count members of the level's cluster from the latest
-// sweep that were heard from within liveWithin: those in the resolver's
-// prefix first, then the rest from a random starting point so that load
-// spreads over the cluster. Non-recursive proxies are only for resolvers in
-// their own prefix.
-//
-// The members are appended to buf, as pointers into the sweep's lists:
-// the lists are never changed once swept, and a caller with room in buf
-// (an answer's pick fits an array on its stack) allocates nothing.
-func (t *tracker) pick(o pickOptions, buf []*coraldht.NodeInfo) []*coraldht.NodeInfo {
-	set := t.snap.Load()
-	list := set.proxy
-	if o.services.Has(coraldht.ServiceDNS) {
-		list = set.dns
-	}
-	if o.level < 0 || o.level >= len(list) {
-		return buf
-	}
-	return t.choose(list[o.level], o, buf)
-}
-
-// choose returns the members pick returns, in out's array while it has
-// room.
-func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions, out []*coraldht.NodeInfo) []*coraldht.NodeInfo {
-	out = out[:0]
-	now := o.now
-	if now.IsZero() {
-		now = t.now()
-	}
-	nearP := coraldht.SitePrefix(o.near)
-	usable := func(ni *coraldht.NodeInfo) bool {
-		a := ni.Addr.Addr().Unmap()
-		if o.family == 4 && !a.Is4() || o.family == 6 && !a.Is6() {
-			return false
-		}
-		if !ni.Self && now.Sub(ni.LastHeard) > t.liveWithin {
-			return false
-		}
-		if ni.Services.Has(coraldht.ServiceNonRecursive) && (!o.near.IsValid() || !nearP.Contains(a)) {
-			return false
-		}
-		return true
-	}
-	taken := func(ni *coraldht.NodeInfo) bool { return containsAddr(out, ni.Addr.Addr()) }
-	// Strong evidence first: strong hints near the client, then members in
-	// the resolver's prefix.
-	out = appendHinted(out, members, o, usable, true)
-	if o.near.IsValid() {
-		for i := range members {
-			if len(out) == o.count {
-				return out
-			}
-			if usable(&members[i]) && nearP.Contains(members[i].Addr.Addr().Unmap()) && !taken(&members[i]) {
-				out = append(out, &members[i])
-			}
-		}
-	}
-	if len(out) == o.count || o.nearOnly && len(out) >= minNear {
-		return out
-	}
-	// Then weak hints, below members measured nearer.
-	out = appendHinted(out, members, o, usable, false)
-	n := len(members)
-	if n == 0 {
-		return out
-	}
-	start := t.intn(n)
-	for j := range n {
-		if len(out) == o.count {
-			break
-		}
-		ni := &members[(start+j)%n]
-		if !usable(ni) || taken(ni) {
-			continue
-		}
-		out = append(out, ni)
-	}
-	return out
-}
-
-// measuredRTT is this server's RTT to a member (itself: zero), or an hour
-// when it has not measured one.
-func measuredRTT(ni *coraldht.NodeInfo) time.Duration {
-	if ni.Self {
-		return 0
-	}
-	if ni.RTT == 0 {
-		return time.Hour
-	}
-	return ni.RTT
-}
-
-// appendHinted appends up to o.count usable members that left hints near
-// the client, strong ones (strongHint) or weak ones, best score first, then
-// lowest RTT from this server.
-//
-// A weak hint says only that a member is in the client's region. At level
-// 1 and above the resolver is within the level's threshold of this server,
-// so this server's RTT to a member bounds how far the member is from the
-// resolver: there an unhinted member measured nearer than a weakly hinted
-// one comes before it. At level 0 the RTT from this server says nothing
-// about the client, and weak hints rank as they are.
-func appendHinted(out []*coraldht.NodeInfo, members []coraldht.NodeInfo, o pickOptions, usable func(*coraldht.NodeInfo) bool, strong bool) []*coraldht.NodeInfo {
-	if len(o.ranked) == 0 {
-		return out
-	}
-	type scored struct {
-		i, score int
-	}
-	var hits []scored
-	for i := range members {
-		n, ok := rankedNode(o.ranked, members[i].Addr.Addr().Unmap())
-		if ok && strongHint(n) == strong && usable(&members[i]) && !containsAddr(out, members[i].Addr.Addr()) {
-			hits = append(hits, scored{i, n.score})
-		}
-	}
-	slices.SortStableFunc(hits, func(x, y scored) int {
-		if x.score != y.score {
-			return y.score - x.score
-		}
-		return int(measuredRTT(&members[x.i]) - measuredRTT(&members[y.i]))
-	})
-	for _, h := range hits {
-		if len(out) >= o.count {
-			break
-		}
-		w := &members[h.i]
-		if !strong && o.level > 0 {
-			out = appendNearer(out, members, o, usable, measuredRTT(w))
-		}
-		if len(out) < o.count && !containsAddr(out, w.Addr.Addr()) {
-			out = append(out, w)
-		}
-	}
-	return out
-}
-
-// appendNearer appends, nearest first, the usable members that left no
-// hint near the client and that this server measured nearer than rtt.
-func appendNearer(out []*coraldht.NodeInfo, members []coraldht.NodeInfo, o pickOptions, usable func(*coraldht.NodeInfo) bool, rtt time.Duration) []*coraldht.NodeInfo {
-	var nearer []int
-	for i := range members {
-		ni := &members[i]
-		if _, hinted := rankedNode(o.ranked, ni.Addr.Addr().Unmap()); !hinted && measuredRTT(ni) < rtt &&
-			usable(ni) && !containsAddr(out, ni.Addr.Addr()) {
-			nearer = append(nearer, i)
-		}
-	}
-	slices.SortStableFunc(nearer, func(x, y int) int { return int(measuredRTT(&members[x]) - measuredRTT(&members[y])) })
-	for _, i := range nearer[:min(len(nearer), o.count-len(out))] {
-		out = append(out, &members[i])
-	}
-	return out
-}
-
 // pickSync is the slow path for when the latest sweep has nothing live at
 // any level: it asks the node, which pings members synchronously, waiting
 // at most syncWait.
@@ -489,35 +325,4 @@ func (t *tracker) pickSync(ctx context.Context, o pickOptions, buf []*coraldht.N
 	ctx, cancel := context.WithTimeout(ctx, t.syncWait)
 	defer cancel()
 	return t.choose(t.node.Nodes(ctx, o.level, sweepSize, o.near, o.services), o, buf)
-}
-
-// containsAddr reports whether one of nodes has address a.
-func containsAddr(nodes []*coraldht.NodeInfo, a netip.Addr) bool {
-	a = a.Unmap()
-	for _, ni := range nodes {
-		if ni.Addr.Addr().Unmap() == a {
-			return true
-		}
-	}
-	return false
-}
-
-// listsAddr is containsAddr for a sweep's list.
-func listsAddr(nodes []coraldht.NodeInfo, a netip.Addr) bool {
-	a = a.Unmap()
-	for i := range nodes {
-		if nodes[i].Addr.Addr().Unmap() == a {
-			return true
-		}
-	}
-	return false
-}
-
-func containsSelf(nodes []*coraldht.NodeInfo) bool {
-	for _, ni := range nodes {
-		if ni.Self {
-			return true
-		}
-	}
-	return false
 }

@@ -9,98 +9,105 @@ import (
 	"github.com/coralcdn/coral/internal/dhtmetrics"
 	"github.com/coredns/coredns/plugin"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/coralcdn/coral/coraldht/host"
 )
 
+// The metrics, documented in README.md (Metrics). They are registered with
+// the registry the prometheus plugin serves when a coral block is first set
+// up (registerMetrics), not when the binary starts: a CoreDNS built with
+// this plugin whose Corefile has no coral block exports no coredns_coral_*
+// series at all, so no alert about coral fires on it. Per-query metrics
+// carry CoreDNS's own labels (server, zone, view; see place).
+
+// opts names a coredns_coral_ metric.
+func opts(name, help string) prometheus.Opts {
+	return prometheus.Opts{Namespace: plugin.Namespace, Subsystem: "coral", Name: name, Help: help}
+}
+
+// newCounter, newGauge and newHistogram describe a coredns_coral_ metric
+// with labels.
+func newCounter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: plugin.Namespace, Subsystem: "coral", Name: name, Help: help}, labels)
+}
+
+func newGauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: plugin.Namespace, Subsystem: "coral", Name: name, Help: help}, labels)
+}
+
+func newHistogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: plugin.Namespace, Subsystem: "coral", Name: name, Help: help, Buckets: buckets}, labels)
+}
+
+// placeLabels are the labels of per-query metrics (see place).
+var placeLabels = []string{"server", "zone", "view"}
+
+func withPlace(more ...string) []string { return append(placeLabels[:3:3], more...) }
+
 var (
-	queryCount = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "coral",
-		Name:      "queries_total",
-		Help:      "Queries answered, by the resolver's level (none when the answer did not depend on it) and response kind (answer, referral, nodata, nxdomain, yxdomain, formerr, refused, notimp, badvers, servfail).",
-	}, []string{"server", "level", "kind"})
+	queryCount = newCounter("queries_total",
+		"Queries answered, by the resolver's level (none when the answer did not depend on it) and response kind (answer, referral, nodata, nxdomain, yxdomain, formerr, refused, notimp, badvers, servfail, truncated).",
+		withPlace("level", "kind")...)
 
-	classifyCount = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "coral",
-		Name:      "classifications_total",
-		Help:      "Resolver classifications by source: classify (a configured prefix), cache, probe (the query waited for a probe), timeout (the probe did not answer in time: level 0), skipped (probe_limit probes were in flight: level 0), none (no probing).",
-	}, []string{"source"})
+	classifyCount = newCounter("classifications_total",
+		"Resolver classifications by source: classify (a configured prefix), cache, probe (the query waited for a probe), timeout (the probe did not answer in time: level 0), skipped (the share of probe_limit the query's proof may use was in flight: level 0), unproven (the source had not shown it is there: no probe), limited (probe_rate spent: no probe), none (no probing).",
+		withPlace("source")...)
 
-	probeCount = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "coral",
-		Name:      "probes_total",
-		Help:      "RTT probes of resolvers by outcome (ok, timeout, error).",
-	}, []string{"outcome"})
+	proximityCount = newCounter("proximity_total",
+		"Answers by what their proxies and name servers were ranked on: hints (nodes that left locality hints near the client's last hops or /24 first), no_hints (mapped, no hint found), pending (the mapping outlasted proximity_wait: the choice without a target), skipped (the share of proximity_limit the query's proof may use was in flight), unproven (the source had not shown it is there: no mapping), limited (probe_rate spent), failed (the last mapping failed), no_raw_socket (this process may not trace: the choice without a target).",
+		withPlace("source")...)
 
-	proximityCount = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "coral",
-		Name:      "proximity_total",
-		Help:      "Answers by what their proxies and name servers were ranked on: hints (nodes that left locality hints near the client's last hops or /24 first), no_hints (mapped, no hint found), pending (the mapping outlasted proximity_wait: the choice without a target), skipped (proximity_limit mappings in flight), failed (the last mapping failed), no_raw_socket (this process may not trace: the choice without a target).",
-	}, []string{"source"})
+	rrlDropped = newCounter("rrl_dropped_total",
+		"UDP responses not sent because their client network was over its rrl rate, by category (responses, nxdomains, errors).",
+		withPlace("category")...)
 
-	proximityMappings = promauto.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "coral",
-		Name:      "proximity_mapping_duration_seconds",
-		Buckets:   plugin.TimeBuckets,
-		Help:      "Time taken by proximity mappings (trace toward the client and hint lookups), by outcome (hints, no_hints, failed).",
-	}, []string{"outcome"})
+	rrlSlipped = newCounter("rrl_slipped_total",
+		"UDP responses over the rrl rate sent as an empty truncated response instead (slip), by category (responses, nxdomains, errors).",
+		withPlace("category")...)
 
-	probesSkipped = promauto.NewCounter(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "coral",
-		Name:      "probes_skipped_total",
-		Help:      "RTT probes of resolvers not started because probe_limit probes were in flight: a new resolver was placed at level 0, a known one kept its old measurement.",
-	})
+	staleAnswers = newCounter("sync_answers_total",
+		"Answers that had to ping proxies synchronously because the last sweep found none live.",
+		placeLabels...)
 
-	probeDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "coral",
-		Name:      "probe_duration_seconds",
-		Buckets:   plugin.TimeBuckets,
-		Help:      "Time taken by RTT probes of resolvers, by outcome.",
-	}, []string{"outcome"})
+	probeCount = newCounter("probes_total", "RTT probes of resolvers by outcome (ok, timeout, error).", "outcome")
 
-	liveProxies = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "coral",
-		Name:      "live_proxies",
-		Help:      "HTTP proxies of this node's cluster heard from within live_within at the last sweep, by node and level.",
-	}, []string{"node", "level"})
+	probesSkipped = prometheus.NewCounter(prometheus.CounterOpts(opts("probes_skipped_total",
+		"RTT probes of resolvers not started because the share of probe_limit the query's proof may use was in flight: a new resolver was placed at level 0, a known one kept its old measurement.")))
 
-	liveNameservers = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "coral",
-		Name:      "live_nameservers",
-		Help:      "Coral name servers of this node's cluster heard from within live_within at the last sweep, by node and level.",
-	}, []string{"node", "level"})
+	probesRefused = newCounter("probes_refused_total",
+		"RTT probes of resolvers not started for the query's source, by reason: unproven (it had not shown it is there: no valid server cookie, not TCP, not familiar), limited (probe_rate spent for its prefix or the probed one).",
+		"reason")
 
-	rrlDropped = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "coral",
-		Name:      "rrl_dropped_total",
-		Help:      "UDP responses not sent because their client network was over its rrl rate, by category (responses, nxdomains, errors).",
-	}, []string{"server", "category"})
+	probeDuration = newHistogram("probe_duration_seconds", "Time taken by RTT probes of resolvers, by outcome.", plugin.TimeBuckets, "outcome")
 
-	rrlSlipped = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "coral",
-		Name:      "rrl_slipped_total",
-		Help:      "UDP responses over the rrl rate sent as an empty truncated response instead (slip), by category (responses, nxdomains, errors).",
-	}, []string{"server", "category"})
+	proximityMappings = newHistogram("proximity_mapping_duration_seconds",
+		"Time taken by proximity mappings (trace toward the client and hint lookups), by outcome (hints, no_hints, failed).",
+		plugin.TimeBuckets, "outcome")
 
-	staleAnswers = promauto.NewCounter(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "coral",
-		Name:      "sync_answers_total",
-		Help:      "Answers that had to ping proxies synchronously because the last sweep found none live.",
-	})
+	traceProbes = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: plugin.Namespace, Subsystem: "coral",
+		Name:    "proximity_trace_echo_requests",
+		Help:    "Echo requests a proximity mapping sent toward its client: one to learn a new client's distance, then the trace's (32 without a distance, proximity_hops+5 with one).",
+		Buckets: []float64{1, 2, 4, 8, 12, 16, 24, 33, 40}})
+
+	liveProxies = newGauge("live_proxies",
+		"HTTP proxies of this node's cluster heard from within live_within at the last sweep, by node and level.", "node", "level")
+
+	liveNameservers = newGauge("live_nameservers",
+		"Coral name servers of this node's cluster heard from within live_within at the last sweep, by node and level.", "node", "level")
 )
+
+// registerMetrics registers every coral metric with the default registry
+// (the one the prometheus plugin serves); once per process, at the first
+// coral block's setup.
+func registerMetrics() {
+	metricsOnce.Do(func() {
+		prometheus.MustRegister(queryCount, classifyCount, proximityCount, rrlDropped, rrlSlipped, staleAnswers,
+			probeCount, probesSkipped, probesRefused, probeDuration, proximityMappings, traceProbes, liveProxies, liveNameservers,
+			reloadSuccess, reloadTime, reloadSuccessTime, reloadFailures, configInfo, drainingGauge, dhtCollector{})
+	})
+}
+
+var metricsOnce sync.Once
 
 func observeProbe(outcome string, d time.Duration) {
 	probeCount.WithLabelValues(outcome).Inc()
@@ -137,10 +144,7 @@ func recordLive(node string, set *liveSet, t *tracker) {
 // (host.Running) as coredns_coral_dht_* metrics, read at scrape time.
 type dhtCollector struct{}
 
-var (
-	dhtDescs = dhtmetrics.New(plugin.Namespace, "coral")
-	dhtOnce  sync.Once
-)
+var dhtDescs = dhtmetrics.New(plugin.Namespace, "coral")
 
 func (dhtCollector) Describe(ch chan<- *prometheus.Desc) { dhtDescs.Describe(ch) }
 
@@ -148,10 +152,4 @@ func (dhtCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, inst := range host.Running() {
 		dhtDescs.Collect(ch, inst.Listen().String(), inst.Node(), inst.Joined())
 	}
-}
-
-// registerDHTCollector adds the collector to the default registry, which
-// CoreDNS's prometheus plugin serves; once per process.
-func registerDHTCollector() {
-	dhtOnce.Do(func() { prometheus.MustRegister(dhtCollector{}) })
 }

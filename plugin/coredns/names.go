@@ -269,6 +269,14 @@ func parseNSLabel(l string) (netip.Addr, bool) {
 }
 
 // nsHost is the fully qualified name server host name for addr.
+// zoneOf is the zone p is in: the alias zone or the coral zone.
+func (s *scheme) zoneOf(p parsedName) string {
+	if p.kind == kindAliasApex || p.kind == kindAliasBelow {
+		return s.alias
+	}
+	return s.coral
+}
+
 func (s *scheme) nsHost(a netip.Addr) string { return nsLabel(a) + "." + s.coral }
 
 // aliasTarget is the DNAME substitution of rel: rel.http.L<n>…L0.Z. ok is

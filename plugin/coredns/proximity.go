@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
-
-	"github.com/coralcdn/coral/coraldht/icmpprobe"
 )
 
 // Proximity is the paper's nodes(level, count, target): the client's
@@ -23,9 +21,18 @@ import (
 // first-query budget: past it the answer is the choice made without a
 // target, and the mapping goes on to serve later queries.
 
-// hopTracer returns the routers on the last hops toward target, the one
-// nearest target last.
-type hopTracer func(ctx context.Context, target netip.Addr) ([]netip.Addr, error)
+// hopTracer traces toward target: the routers on the last hops, the one
+// nearest target last, and the target's distance in hops when the trace
+// learnt it. distance, when known (> 0: from an earlier trace of the
+// prefix), lets the tracer probe only the hops that matter.
+type hopTracer func(ctx context.Context, target netip.Addr, distance int) (traced, error)
+
+// traced is what a trace found.
+type traced struct {
+	routers  []netip.Addr // nearest the target last
+	distance int          // the hop limit that reached the target; 0: unknown
+	sent     int          // echo requests sent (0: not counted)
+}
 
 // hintFinder returns the DSHT addresses of the nodes that published a
 // locality hint under p.
@@ -42,17 +49,12 @@ type nearNode struct {
 	hop int
 }
 
-// nearEntry is one mapping; ranked is best first and never modified once
-// stored.
-type nearEntry struct {
+// nearMapping is one mapping: the nodes ranked near the target, best
+// first, never modified once stored, and the target's distance for the
+// next trace.
+type nearMapping struct {
 	ranked   []nearNode
-	ok       bool // false: the trace failed; retried after failedFor
-	measured time.Time
-}
-
-type nearCall struct {
-	done chan struct{}
-	e    nearEntry
+	distance int
 }
 
 // proximity sources, the "source" label of coredns_coral_proximity_total:
@@ -64,6 +66,8 @@ const (
 	nearSkipped     = "skipped"       // proximity_limit mappings were in flight
 	nearFailed      = "failed"        // the last mapping failed (trace error, timeout)
 	nearUnavailable = "no_raw_socket" // this process may not trace
+	nearUnproven    = "unproven"      // the query's source has not shown it is there (proof.go)
+	nearLimited     = "limited"       // the source's or the target's probe rate is spent
 )
 
 // maxRanked bounds the nodes a mapping keeps, so ranking an answer stays
@@ -79,27 +83,26 @@ type proximity struct {
 	fresh   time.Duration // a mapping older than this is redone in the background
 	failed  time.Duration // a failed mapping is retried after this long
 	limit   int           // mappings in flight at once
-	max     int           // mappings kept
+	gate    *probeGate    // who may start a mapping (proof.go)
 	now     func() time.Time
 	ctx     context.Context // ends at shutdown
 
-	mu       sync.RWMutex
-	entries  map[netip.Prefix]nearEntry
-	inflight map[netip.Prefix]*nearCall
-	wg       sync.WaitGroup
-	// mapped, when set, observes each finished mapping (metrics).
-	mapped func(outcome string, d time.Duration)
+	maps *measurements[nearMapping]
+	wg   sync.WaitGroup
+	// mapped, when set, observes each finished mapping (metrics): its
+	// outcome, how long it took and how many echo requests it sent.
+	mapped func(outcome string, d time.Duration, sent int)
 }
 
-func newProximity(ctx context.Context, trace hopTracer, hints hintFinder, o proximityConfig) *proximity {
+func newProximity(ctx context.Context, trace hopTracer, hints hintFinder, o proximityConfig, gate *probeGate) *proximity {
 	return &proximity{trace: trace, hints: hints, budget: o.wait, timeout: o.timeout, fresh: o.cache,
-		failed: min(o.cache, time.Minute), limit: o.limit, max: o.entries, now: time.Now, ctx: ctx,
-		entries: make(map[netip.Prefix]nearEntry), inflight: make(map[netip.Prefix]*nearCall)}
+		failed: min(o.cache, time.Minute), limit: o.limit, gate: gate, now: time.Now, ctx: ctx,
+		maps: newMeasurements[nearMapping](o.entries)}
 }
 
 // proximityConfig is the Corefile's proximity settings.
 type proximityConfig struct {
-	off     bool
+	mode    string // on (default), subnet, off
 	wait    time.Duration
 	timeout time.Duration
 	cache   time.Duration
@@ -117,105 +120,71 @@ const (
 )
 
 // lookup returns the cached ranking for target's prefix, starting a mapping
-// when there is none or it is old. When the query should wait for a mapping
-// it returns it as call; source is then nearPending until await says more.
-func (p *proximity) lookup(target netip.Addr) (ranked []nearNode, call *nearCall, source string) {
+// when there is none or it is old and the gate admits who. When the query
+// should wait for a mapping it returns it as call; source is then
+// nearPending until await says more.
+func (p *proximity) lookup(target netip.Addr, who asker) (ranked []nearNode, call *measuring[nearMapping], source string) {
 	if p.trace == nil {
 		return nil, nil, nearUnavailable
 	}
 	pre := coraldht.SitePrefix(target)
-	p.mu.RLock()
-	e, ok := p.entries[pre]
-	p.mu.RUnlock()
-	if ok {
-		age := p.now().Sub(e.measured)
-		if (e.ok && age > p.fresh) || (!e.ok && age > p.failed) {
-			p.start(pre, target)
+	if e, ok := p.maps.get(pre); ok {
+		if e.due(p.now(), p.fresh, p.failed) {
+			p.start(pre, target, who, e.v.distance)
 		}
-		return e.ranked, nil, e.source()
+		return e.v.ranked, nil, mappingSource(e)
 	}
-	if call = p.start(pre, target); call == nil {
+	call, v := p.start(pre, target, who, 0)
+	switch v {
+	case gateUnproven:
+		return nil, nil, nearUnproven
+	case gateLimited:
+		return nil, nil, nearLimited
+	case gateBusy:
 		return nil, nil, nearSkipped
 	}
 	return nil, call, nearPending
 }
 
-func (e nearEntry) source() string {
+// mappingSource is the proximity source of a finished mapping.
+func mappingSource(m measured[nearMapping]) string {
 	switch {
-	case !e.ok:
+	case !m.ok:
 		return nearFailed
-	case len(e.ranked) == 0:
+	case len(m.v.ranked) == 0:
 		return nearNoHints
 	}
 	return nearHints
 }
 
 // await waits for call until deadline or ctx ends.
-func (p *proximity) await(ctx context.Context, call *nearCall, deadline time.Time) ([]nearNode, string) {
+func (p *proximity) await(ctx context.Context, call *measuring[nearMapping], deadline time.Time) ([]nearNode, string) {
 	t := time.NewTimer(deadline.Sub(p.now()))
 	defer t.Stop()
 	select {
 	case <-call.done:
-		return call.e.ranked, call.e.source()
+		return call.m.v.ranked, mappingSource(call.m)
 	case <-t.C:
 	case <-ctx.Done():
 	}
 	return nil, nearPending
 }
 
-// start returns the mapping in flight for pre, starting one unless limit
-// mappings are in flight (nil). Like the classifier's probes, a mapping
-// runs detached from the query that started it.
-func (p *proximity) start(pre netip.Prefix, target netip.Addr) *nearCall {
-	p.mu.Lock()
-	if call, ok := p.inflight[pre]; ok {
-		p.mu.Unlock()
-		return call
-	}
-	if len(p.inflight) >= p.limit {
-		p.mu.Unlock()
-		return nil
-	}
-	call := &nearCall{done: make(chan struct{})}
-	p.inflight[pre] = call
-	p.mu.Unlock()
-	p.wg.Go(func() {
+// start returns the mapping in flight for pre, starting one when the gate
+// admits who (nil and the verdict otherwise). Like the classifier's
+// probes, a mapping runs detached from the query that started it.
+func (p *proximity) start(pre netip.Prefix, target netip.Addr, who asker, distance int) (*measuring[nearMapping], gateVerdict) {
+	admit := func(inflight int) gateVerdict { return p.gate.admit(who, target, inflight, p.limit) }
+	return p.maps.start(pre, admit, &p.wg, func() measured[nearMapping] {
 		ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
 		begin := p.now()
-		e := p.mapTarget(ctx, target)
+		m, sent := p.mapTarget(ctx, target, distance)
 		cancel()
 		if p.mapped != nil {
-			p.mapped(e.source(), p.now().Sub(begin))
+			p.mapped(mappingSource(m), p.now().Sub(begin), sent)
 		}
-		p.mu.Lock()
-		if p.ctx.Err() == nil {
-			if _, exists := p.entries[pre]; !exists && len(p.entries) >= p.max {
-				p.evictOldestLocked()
-			}
-			p.entries[pre] = e
-		}
-		delete(p.inflight, pre)
-		p.mu.Unlock()
-		call.e = e
-		close(call.done)
-	})
-	return call
-}
-
-// evictOldestLocked drops the oldest of a sample of mappings.
-func (p *proximity) evictOldestLocked() {
-	var oldest netip.Prefix
-	var at time.Time
-	n := 0
-	for pre, e := range p.entries {
-		if n == 0 || e.measured.Before(at) {
-			oldest, at = pre, e.measured
-		}
-		if n++; n == 32 {
-			break
-		}
-	}
-	delete(p.entries, oldest)
+		return m
+	}, func() bool { return p.ctx.Err() == nil })
 }
 
 // hintKeyWeight is a hint key to look up and how near the target a node
@@ -254,15 +223,16 @@ func privateAddr(a netip.Addr) bool {
 
 // mapTarget traces toward target and looks its hint keys up, all at once.
 // A node's score is its heaviest hint times 64 plus the number of keys it
-// was found under: nearness first, then the weight of evidence.
-func (p *proximity) mapTarget(ctx context.Context, target netip.Addr) nearEntry {
-	hops, err := p.trace(ctx, target)
-	if err != nil && len(hops) == 0 && !errors.Is(err, context.DeadlineExceeded) {
+// was found under: nearness first, then the weight of evidence. It also
+// returns the echo requests the trace sent.
+func (p *proximity) mapTarget(ctx context.Context, target netip.Addr, distance int) (measured[nearMapping], int) {
+	tr, err := p.trace(ctx, target, distance)
+	if err != nil && len(tr.routers) == 0 && !errors.Is(err, context.DeadlineExceeded) {
 		// Even a trace that heard nobody leaves the target's own /24 to
 		// look up; an error that is not a timeout is a failure.
-		return nearEntry{measured: p.now()}
+		return measured[nearMapping]{at: p.now()}, tr.sent
 	}
-	keys := hintKeys(target, hops)
+	keys := hintKeys(target, tr.routers)
 	type found struct {
 		weight, hop int
 		addrs       []netip.AddrPort
@@ -302,7 +272,7 @@ func (p *proximity) mapTarget(ctx context.Context, target netip.Addr) nearEntry 
 	if len(ranked) > maxRanked {
 		ranked = ranked[:maxRanked]
 	}
-	return nearEntry{ranked: ranked, ok: true, measured: p.now()}
+	return measured[nearMapping]{v: nearMapping{ranked: ranked, distance: tr.distance}, ok: true, at: p.now()}, tr.sent
 }
 
 // strongHint says whether n's hint is strong evidence that n is near the
@@ -325,13 +295,6 @@ func rankedNode(ranked []nearNode, a netip.Addr) (n nearNode, ok bool) {
 	return nearNode{}, false
 }
 
-// nodeTracer is the production tracer: the last hops of a real trace.
-func nodeTracer(hops int, timeout time.Duration) hopTracer {
-	return func(ctx context.Context, target netip.Addr) ([]netip.Addr, error) {
-		return icmpprobe.TraceLastHops(ctx, target, hops, timeout)
-	}
-}
-
 // nodeHints looks hints up through the node.
 func nodeHints(n interface {
 	HintedNodes(context.Context, netip.Prefix) ([]netip.AddrPort, error)
@@ -345,15 +308,16 @@ func (b *builder) startNear() {
 		return
 	}
 	b.nearState = 1
-	b.near, b.nearCall, b.nearSrc = b.c.prox.lookup(b.target)
+	b.near, b.nearCall, b.nearSrc = b.c.prox.lookup(b.target, b.who)
 	if b.nearCall != nil {
 		b.nearUntil = b.c.prox.now().Add(b.c.prox.budget)
 	}
 }
 
-// nearAddr is the address whose /24 choices prefer.
+// nearAddr is the address whose /24 choices prefer: the target, unless
+// proximity is off (the paper's nodes() without a target).
 func (b *builder) nearAddr() netip.Addr {
-	if b.c.noTarget {
+	if b.c.cfg.prox.mode == proximityOff {
 		return netip.Addr{}
 	}
 	return b.target
@@ -371,17 +335,14 @@ func (b *builder) nearby() []nearNode {
 			b.near, b.nearSrc = b.c.prox.await(b.ctx, b.nearCall, b.nearUntil)
 		}
 		b.nearState = 2
-		countProximity(b.nearSrc)
+		if b.nearSrc == nearUnproven {
+			b.needProof = true
+		}
+		b.place.countProximity(b.nearSrc)
 		if len(b.near) > 0 {
 			b.c.tracker.want(b.near)
 		}
-		if d, ok := b.ctx.Value(decisionKey{}).(*Decision); ok {
-			d.Source = b.nearSrc
-			d.Hop = make(map[netip.Addr]int, len(b.near))
-			for _, n := range b.near {
-				d.Hop[n.addr] = n.hop
-			}
-		}
+		b.info.setNear(b.nearSrc, b.near)
 	}
 	return b.near
 }

@@ -45,13 +45,13 @@ func (h fakeHints) find(ctx context.Context, p netip.Prefix) ([]netip.AddrPort, 
 
 // hopsTo traces every target to the same last hops: 203.0.113.1, then
 // 198.51.100.1 nearest the target.
-func hopsTo(ctx context.Context, target netip.Addr) ([]netip.Addr, error) {
-	return []netip.Addr{netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("198.51.100.1")}, nil
+func hopsTo(ctx context.Context, target netip.Addr, _ int) (traced, error) {
+	return traced{routers: []netip.Addr{netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("198.51.100.1")}}, nil
 }
 
 func withProximity(c *Coral, trace hopTracer, hints hintFinder, budget time.Duration) *proximity {
 	pc := proximityConfig{wait: budget, timeout: time.Second, cache: time.Minute, hops: 5, limit: 4, entries: 64}
-	c.prox = newProximity(context.Background(), trace, hints, pc)
+	c.prox = newProximity(context.Background(), trace, hints, pc, c.gate)
 	return c.prox
 }
 
@@ -70,7 +70,7 @@ func answerAndNS(c *Coral, resolver string) (proxies, servers []string) {
 // proximitySeen reads coredns_coral_proximity_total{source}.
 func proximitySeen(source string) float64 {
 	var m dto.Metric
-	if err := proximityCount.WithLabelValues(source).Write(&m); err != nil {
+	if err := proximityCount.WithLabelValues("", "nyucd.test.", "", source).Write(&m); err != nil {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
@@ -130,9 +130,9 @@ func TestProximityRanksHintedNodesFirst(t *testing.T) {
 func TestProximityBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := testCoral(t, nearWorld())
-		slow := func(ctx context.Context, target netip.Addr) ([]netip.Addr, error) {
+		slow := func(ctx context.Context, target netip.Addr, _ int) (traced, error) {
 			time.Sleep(300 * time.Millisecond)
-			return hopsTo(ctx, target)
+			return hopsTo(ctx, target, 0)
 		}
 		p := withProximity(c, slow, fakeHints{"198.51.100.0/24": {"127.0.7.1"}}.find, 50*time.Millisecond)
 		start := time.Now()
@@ -172,12 +172,12 @@ func TestProximityFloodOfNewPrefixes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := testCoral(t, nearWorld())
 		var mu sync.Mutex
-		running, most, traced := 0, 0, 0
+		running, most, nTraced := 0, 0, 0
 		release := make(chan struct{})
-		blocking := func(ctx context.Context, target netip.Addr) ([]netip.Addr, error) {
+		blocking := func(ctx context.Context, target netip.Addr, _ int) (traced, error) {
 			mu.Lock()
 			running++
-			traced++
+			nTraced++
 			most = max(most, running)
 			mu.Unlock()
 			select {
@@ -187,7 +187,7 @@ func TestProximityFloodOfNewPrefixes(t *testing.T) {
 			mu.Lock()
 			running--
 			mu.Unlock()
-			return nil, ctx.Err()
+			return traced{}, ctx.Err()
 		}
 		const budget = 20 * time.Millisecond
 		p := withProximity(c, blocking, fakeHints{}.find, budget)
@@ -206,8 +206,8 @@ func TestProximityFloodOfNewPrefixes(t *testing.T) {
 		wg.Wait()
 		close(release)
 		p.wg.Wait()
-		if most > p.limit || traced != p.limit {
-			t.Errorf("%d traces, at most %d at once; want %d, the limit", traced, most, p.limit)
+		if most > p.limit || nTraced != p.limit {
+			t.Errorf("%d traces, at most %d at once; want %d, the limit", nTraced, most, p.limit)
 		}
 		if slowest > budget {
 			t.Errorf("a query waited %v, over the %v budget", slowest, budget)
@@ -224,9 +224,9 @@ func TestProximityFailedTraceCachedBriefly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := testCoral(t, nearWorld())
 		calls := 0
-		failing := func(ctx context.Context, target netip.Addr) ([]netip.Addr, error) {
+		failing := func(ctx context.Context, target netip.Addr, _ int) (traced, error) {
 			calls++
-			return nil, errors.New("no route")
+			return traced{}, errors.New("no route")
 		}
 		p := withProximity(c, failing, fakeHints{}.find, time.Second)
 		answerAndNS(c, "10.0.9.9")

@@ -27,6 +27,9 @@ type nodeState struct {
 	rtts   *rttCache
 	names  *nsBook  // name servers this node knew
 	cookie [16]byte // server cookie secret: cookies handed out stay valid across reloads
+	// familiar are the addresses answered before (proof.go), so that a
+	// reload does not make every resolver prove itself again.
+	familiar *bucketTable[familiarity]
 	// live is the newest live set any instance's sweep published for this
 	// listen address; a reload's new instance starts from it, also when the
 	// node itself restarted.
@@ -34,7 +37,7 @@ type nodeState struct {
 }
 
 func newNodeState() *nodeState {
-	st := &nodeState{rtts: newRTTCache(rttCacheSize), names: newNSBook(nsBookSize)}
+	st := &nodeState{rtts: newRTTCache(rttCacheSize), names: newNSBook(nsBookSize), familiar: newBucketTable[familiarity](familiarTable)}
 	_, _ = rand.Read(st.cookie[:])
 	return st
 }
@@ -46,12 +49,42 @@ func newNodeState() *nodeState {
 type nodeEntry struct {
 	*nodeState
 	listen string
-	joined loadFunc // the running node has joined
-	handle *host.Handle
+	joined loadFunc     // the running node has joined
+	handle *host.Handle // nil: a node of the program's (Options.Node)
+	given  *coraldht.Node
 }
 
 // node is the node running now.
-func (e *nodeEntry) node() *coraldht.Node { return e.handle.Node() }
+func (e *nodeEntry) node() *coraldht.Node {
+	if e.handle == nil {
+		return e.given
+	}
+	return e.handle.Node()
+}
+
+// draining reports whether the node drains (never a given node).
+func (e *nodeEntry) draining() bool { return e.handle != nil && e.handle.Draining() }
+
+// warm is closed once the running node has pinged the contacts it saved
+// before a restart (at once for a given node).
+func (e *nodeEntry) warm() <-chan struct{} {
+	if e.handle == nil {
+		return closedChan
+	}
+	return e.handle.Instance().Warm()
+}
+
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// givenNode is the entry of a node the program runs itself
+// (Options.Node): state of its own, joined.
+func givenNode(n *coraldht.Node) *nodeEntry {
+	return &nodeEntry{nodeState: newNodeState(), listen: n.Addr().String(), given: n, joined: func() bool { return true }}
+}
 
 // runningNode is the nodeSource of the node running on an entry's listen
 // address now.
@@ -101,7 +134,11 @@ func acquireNode(cfg *config) (*nodeEntry, error) {
 }
 
 // releaseNode drops the instance's hold; the last one closes the node.
-func releaseNode(e *nodeEntry) { e.handle.Release() }
+func releaseNode(e *nodeEntry) {
+	if e.handle != nil {
+		e.handle.Release()
+	}
+}
 
 // clogHandler sends the node's slog output to CoreDNS's log.
 type clogHandler struct{ attrs []slog.Attr }

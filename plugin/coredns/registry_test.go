@@ -46,7 +46,7 @@ func TestRegistryAcrossReloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e1.rtts.entries[netip.MustParsePrefix("192.0.2.0/24")] = rttEntry{rtt: time.Millisecond, ok: true, measured: time.Now()}
+	e1.rtts.entries[netip.MustParsePrefix("192.0.2.0/24")] = measured[time.Duration]{v: time.Millisecond, ok: true, at: time.Now()}
 	seen := &liveSet{}
 	e1.live.Store(seen)
 	e2, err := acquireNode(b)
@@ -102,8 +102,8 @@ func TestRegistryAcrossReloads(t *testing.T) {
 // sweep, answers with its own address as name server, and stops cleanly.
 func TestStartStop(t *testing.T) {
 	cfg := parseTest(t, "coral nyucd.test {\nlisten 127.0.3.2:4100\nalias nyud.test\ncheck_interval 200ms\nlive_within 1s\n}")
-	cr := newCoral(cfg)
-	if err := cr.start(); err != nil {
+	cr := newCoral(cfg, Options{})
+	if err := cr.Start(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -115,7 +115,17 @@ func TestStartStop(t *testing.T) {
 	}
 	m := new(dns.Msg)
 	m.SetQuestion("l0.nyucd.test.", dns.TypeNS)
+	// Over UDP, the first query from a new /24 needs a probe its source
+	// has not proven it may start: an empty truncated response. Over TCP
+	// (what the resolver does next) the answer.
 	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "127.0.0.1"})
+	if _, err := cr.ServeDNS(context.Background(), rec, m); err != nil {
+		t.Fatal(err)
+	}
+	if !rec.Msg.Truncated || len(rec.Msg.Ns) != 0 {
+		t.Errorf("first UDP query from a new source: %v, want an empty truncated response", rec.Msg)
+	}
+	rec = dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "127.0.0.1", TCP: true})
 	if _, err := cr.ServeDNS(context.Background(), rec, m); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +139,7 @@ func TestStartStop(t *testing.T) {
 		rcode int
 	}{{"ns-127-0-3-2.nyucd.test.", dns.RcodeSuccess}, {"ns-127-0-0-1.nyucd.test.", dns.RcodeNameError}} {
 		m.SetQuestion(tc.name, dns.TypeA)
-		rec = dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "127.0.0.1"})
+		rec = dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "127.0.0.1", TCP: true})
 		cr.ServeDNS(context.Background(), rec, m)
 		if rec.Msg.Rcode != tc.rcode {
 			t.Errorf("%s: %s, want %s", tc.name, dns.RcodeToString[rec.Msg.Rcode], dns.RcodeToString[tc.rcode])
@@ -137,15 +147,15 @@ func TestStartStop(t *testing.T) {
 	}
 	// No proxy anywhere: NODATA with the short TTL, not an error.
 	m.SetQuestion("a.example.nyud.test.", dns.TypeA)
-	rec = dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "127.0.0.1"})
+	rec = dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "127.0.0.1", TCP: true})
 	cr.ServeDNS(context.Background(), rec, m)
 	if rec.Msg.Rcode != dns.RcodeSuccess || len(rec.Msg.Answer) != 2 || len(rec.Msg.Ns) != 1 || rec.Msg.Ns[0].Header().Ttl != uint32(defaultRetryTTL.Seconds()) {
 		t.Errorf("no proxies: %v", rec.Msg)
 	}
-	if err := cr.stop(); err != nil {
+	if err := cr.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := cr.stop(); err != nil {
+	if err := cr.Stop(); err != nil {
 		t.Errorf("second stop: %v", err)
 	}
 }

@@ -8,9 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coredns/coredns/plugin"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // Reloads and drains, made visible. A CoreDNS reload (SIGUSR1, or the
@@ -20,30 +18,18 @@ import (
 // configuration's hash.
 
 var (
-	reloadSuccess = promauto.NewGauge(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace, Subsystem: "coral", Name: "reload_success",
-		Help: "1 if the last configuration load succeeded, 0 if a reload failed (the previous configuration keeps running).",
-	})
-	reloadTime = promauto.NewGauge(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace, Subsystem: "coral", Name: "reload_timestamp_seconds",
-		Help: "When the last configuration load happened, successful or not (Unix time).",
-	})
-	reloadSuccessTime = promauto.NewGauge(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace, Subsystem: "coral", Name: "reload_success_timestamp_seconds",
-		Help: "When the last successful configuration load happened (Unix time).",
-	})
-	reloadFailures = promauto.NewCounter(prometheus.CounterOpts{
-		Namespace: plugin.Namespace, Subsystem: "coral", Name: "reload_failures_total",
-		Help: "Configuration reloads that failed (SIGUSR1 or the reload plugin); the previous configuration kept running.",
-	})
-	configInfo = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace, Subsystem: "coral", Name: "config_info",
-		Help: "The running configuration: its hash (the coral blocks' settings and the key files' contents) as a label; always 1.",
-	}, []string{"hash"})
-	drainingGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace, Subsystem: "coral", Name: "draining",
-		Help: "1 while the node is draining (drain_file exists, or the server is shutting down with drain set): out of the name servers handed out.",
-	}, []string{"node"})
+	reloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts(opts("reload_success",
+		"1 if the last configuration load succeeded, 0 if a reload failed (the previous configuration keeps running).")))
+	reloadTime = prometheus.NewGauge(prometheus.GaugeOpts(opts("reload_timestamp_seconds",
+		"When the last configuration load happened, successful or not (Unix time).")))
+	reloadSuccessTime = prometheus.NewGauge(prometheus.GaugeOpts(opts("reload_success_timestamp_seconds",
+		"When the last successful configuration load happened (Unix time).")))
+	reloadFailures = prometheus.NewCounter(prometheus.CounterOpts(opts("reload_failures_total",
+		"Configuration reloads that failed (SIGUSR1 or the reload plugin); the previous configuration kept running.")))
+	configInfo = newGauge("config_info",
+		"The running configuration: its hash (the coral blocks' settings and the key files' contents) as a label; always 1.", "hash")
+	drainingGauge = newGauge("draining",
+		"1 while the node is draining (drain_file exists, or the server is shutting down with drain set): out of the name servers handed out; 0 otherwise.", "node")
 )
 
 // restartFailedKey marks a server instance whose OnRestartFailed counts

@@ -88,7 +88,7 @@ func TestFailedReloadCounted(t *testing.T) {
 // file's contents and is stable otherwise.
 func TestConfigHashSeesKey(t *testing.T) {
 	key := filepath.Join(t.TempDir(), "network.key")
-	if err := os.WriteFile(key, []byte("one\n"), 0o600); err != nil {
+	if err := coraldht.WriteKeyFile(key); err != nil {
 		t.Fatal(err)
 	}
 	cfg := parseTest(t, "coral nyucd.test {\nlisten 127.0.140.21:4100\nkey_file "+key+"\nrrl 10\n}")
@@ -97,7 +97,10 @@ func TestConfigHashSeesKey(t *testing.T) {
 	if configHash(again) != h {
 		t.Fatal("the same configuration hashes differently")
 	}
-	if err := os.WriteFile(key, []byte("two\n"), 0o600); err != nil {
+	if err := os.Remove(key); err != nil {
+		t.Fatal(err)
+	}
+	if err := coraldht.WriteKeyFile(key); err != nil {
 		t.Fatal(err)
 	}
 	if configHash(cfg) == h {
@@ -111,11 +114,11 @@ func TestConfigHashSeesKey(t *testing.T) {
 func TestNotReadyWhenDrainingOrNotJoined(t *testing.T) {
 	drainFile := filepath.Join(t.TempDir(), "drain")
 	cfg := parseTest(t, "coral nyucd.test {\nlisten 127.0.140.22:4100\ncheck_interval 100ms\nlive_within 1s\ndrain_file "+drainFile+"\n}")
-	cr := newCoral(cfg)
-	if err := cr.start(); err != nil {
+	cr := newCoral(cfg, Options{})
+	if err := cr.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cr.stop()
+	defer cr.Stop()
 	waitFor(t, "ready", cr.Ready)
 	if err := os.WriteFile(drainFile, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -133,11 +136,11 @@ func TestNotReadyWhenDrainingOrNotJoined(t *testing.T) {
 	waitFor(t, "ready after the drain", cr.Ready)
 
 	lonely := parseTest(t, "coral nyucd.test {\nlisten 127.0.140.23:4100\nbootstrap 127.0.140.24:4100\ncheck_interval 100ms\n}")
-	cl := newCoral(lonely)
-	if err := cl.start(); err != nil {
+	cl := newCoral(lonely, Options{})
+	if err := cl.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cl.stop()
+	defer cl.Stop()
 	// A sweep result as a previous run (before a key change) left it.
 	set := &liveSet{at: time.Now(), proxy: [][]coraldht.NodeInfo{{{LastHeard: time.Now()}}, nil, nil}, dns: make([][]coraldht.NodeInfo, 3)}
 	recordLive(cl.entry.listen, set, cl.tracker)
@@ -167,11 +170,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // once.
 func TestDrainOnShutdown(t *testing.T) {
 	cfg := parseTest(t, "coral nyucd.test {\nlisten 127.0.140.25:4100\ndrain 200ms\n}")
-	cr := newCoral(cfg)
-	if err := cr.start(); err != nil {
+	cr := newCoral(cfg, Options{})
+	if err := cr.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cr.stop()
+	defer cr.Stop()
 	start := time.Now()
 	if err := drainOnShutdown(caddy.ShutdownEvent, nil); err != nil {
 		t.Fatal(err)

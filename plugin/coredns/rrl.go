@@ -1,13 +1,11 @@
 package coral
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"math/bits"
 	"net/netip"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -40,7 +38,6 @@ const (
 	maxRRLWindow     = time.Hour
 	minRRLTable      = 256
 	maxRRLTable      = 1 << 20
-	rrlWays          = 4 // buckets per set: a new network evicts the least recently seen of four
 	rrlIPv4Bits      = 24
 	rrlIPv6Bits      = 56
 )
@@ -147,21 +144,14 @@ const (
 )
 
 // rateLimiter is the fixed-size table of buckets, one per client network
-// and category. Memory is table buckets whatever the traffic: a network
-// not in the table takes the least recently seen bucket of its set of
-// four. The set comes from a keyed hash, so nobody can aim a flood of
-// sources at the bucket of the network being attacked.
+// and category (bucketTable: memory is the table's size whatever the
+// traffic, and nobody can aim a flood of sources at the bucket of the
+// network being attacked).
 type rateLimiter struct {
-	cfg   rrlConfig
-	sets  []rrlSet
-	key   [16]byte
-	now   func() time.Time
-	start time.Time
-}
-
-type rrlSet struct {
-	mu      sync.Mutex
-	buckets [rrlWays]rrlBucket
+	cfg     rrlConfig
+	buckets *bucketTable[rrlBucket]
+	now     func() time.Time
+	start   time.Time
 }
 
 // rrlBucket is the account of one client network and category. Its
@@ -171,18 +161,13 @@ type rrlSet struct {
 // for at most window after a flood stops, and stays limited as long as
 // it keeps sending faster than the rate (BIND's averaging over window).
 type rrlBucket struct {
-	network netip.Addr
-	cat     rrlCategory
 	limited uint32  // limited responses so far, to pick the ones that slip
 	credit  float64 // responses it may send now
-	last    int64   // nanoseconds since start; 0: unused
+	last    int64   // nanoseconds since start
 }
 
 func newRateLimiter(cfg rrlConfig, now func() time.Time) *rateLimiter {
-	r := &rateLimiter{cfg: cfg, sets: make([]rrlSet, cfg.table/rrlWays), now: now}
-	_, _ = rand.Read(r.key[:])
-	r.start = now()
-	return r
+	return &rateLimiter{cfg: cfg, buckets: newBucketTable[rrlBucket](cfg.table), now: now, start: now()}
 }
 
 // rrlNetwork is the client network a's responses are counted under.
@@ -197,52 +182,31 @@ func rrlNetwork(a netip.Addr) netip.Addr {
 
 // decide accounts for one response of category cat to client.
 func (r *rateLimiter) decide(client netip.Addr, cat rrlCategory) rrlAction {
-	network := rrlNetwork(client)
-	var msg [17]byte
-	a16 := network.As16()
-	copy(msg[:], a16[:])
-	msg[16] = byte(cat)
-	set := &r.sets[siphash24(r.key, msg[:])&uint64(len(r.sets)-1)]
 	// The clock is read once per response; one nanosecond on keeps a
 	// bucket touched at start distinguishable from an unused one.
 	now := int64(r.now().Sub(r.start)) + 1
 	rate := r.cfg.rates[cat]
-
-	set.mu.Lock()
-	defer set.mu.Unlock()
-	b := set.find(network, cat)
-	if b.last == 0 || b.network != network || b.cat != cat {
-		*b = rrlBucket{network: network, cat: cat, credit: rate, last: now}
-	}
-	if elapsed := now - b.last; elapsed > 0 {
-		b.credit = min(rate, b.credit+rate*float64(elapsed)/float64(time.Second))
-		b.last = now
-	}
-	b.credit = max(b.credit-1, -rate*r.cfg.window.Seconds())
-	if b.credit >= 0 {
-		return rrlSend
-	}
-	b.limited++
-	if r.cfg.slip > 0 && b.limited%uint32(r.cfg.slip) == 0 {
-		return rrlSlip
-	}
-	return rrlDrop
-}
-
-// find returns the bucket of network and cat in s, or the one to reuse for
-// it: an unused one, else the least recently seen.
-func (s *rrlSet) find(network netip.Addr, cat rrlCategory) *rrlBucket {
-	victim := &s.buckets[0]
-	for i := range s.buckets {
-		b := &s.buckets[i]
-		if b.last != 0 && b.network == network && b.cat == cat {
-			return b
+	action := rrlSend
+	r.buckets.update(makeBucketID(rrlNetwork(client), uint8(cat)), now, func(b *rrlBucket, fresh bool) bool {
+		if fresh {
+			*b = rrlBucket{credit: rate, last: now}
 		}
-		if b.last < victim.last {
-			victim = b
+		if elapsed := now - b.last; elapsed > 0 {
+			b.credit = min(rate, b.credit+rate*float64(elapsed)/float64(time.Second))
+			b.last = now
 		}
-	}
-	return victim
+		b.credit = max(b.credit-1, -rate*r.cfg.window.Seconds())
+		if b.credit >= 0 {
+			return true
+		}
+		b.limited++
+		action = rrlDrop
+		if r.cfg.slip > 0 && b.limited%uint32(r.cfg.slip) == 0 {
+			action = rrlSlip
+		}
+		return false
+	})
+	return action
 }
 
 // slipped is the response sent in place of a limited one when it slips:

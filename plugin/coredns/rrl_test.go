@@ -135,7 +135,7 @@ func TestRRLBounded(t *testing.T) {
 	if allocs := testing.AllocsPerRun(10_000, func() { r.decide(next(), rrlResponses) }); allocs != 0 {
 		t.Errorf("%v allocations per response from a new source, want 0", allocs)
 	}
-	sets := len(r.sets)
+	sets := len(r.buckets.sets)
 	victimSent := 0
 	for range 10_000 {
 		if r.decide(victim, rrlResponses) == rrlSend {
@@ -151,12 +151,12 @@ func TestRRLBounded(t *testing.T) {
 	if victimSent > 20 {
 		t.Errorf("the flooded network got %d responses over 100 s among 100,000 other sources, want about 10", victimSent)
 	}
-	if len(r.sets) != sets || cap(r.sets) != sets {
-		t.Errorf("table grew from %d to %d sets", sets, len(r.sets))
+	if len(r.buckets.sets) != sets || cap(r.buckets.sets) != sets {
+		t.Errorf("table grew from %d to %d sets", sets, len(r.buckets.sets))
 	}
 	used := 0
-	for s := range r.sets {
-		for _, b := range r.sets[s].buckets {
+	for s := range r.buckets.sets {
+		for _, b := range r.buckets.sets[s].slots {
 			if b.last != 0 {
 				used++
 			}
@@ -176,8 +176,8 @@ func TestRRLServeDNS(t *testing.T) {
 	c.rrl, clock = testLimiter(2, 2, 1024)
 	_ = clock
 	server := "" // metrics.WithServer of a bare context
-	dropped0 := counterValue(rrlDropped.WithLabelValues(server, "responses"))
-	slipped0 := counterValue(rrlSlipped.WithLabelValues(server, "responses"))
+	dropped0 := counterValue(rrlDropped.WithLabelValues(server, "nyucd.test.", "", "responses"))
+	slipped0 := counterValue(rrlSlipped.WithLabelValues(server, "nyucd.test.", "", "responses"))
 
 	ask := func(tcp bool, cookie string) *dns.Msg {
 		m := new(dns.Msg)
@@ -211,10 +211,10 @@ func TestRRLServeDNS(t *testing.T) {
 	if slip != nil && (len(slip.Answer)+len(slip.Ns) != 0 || len(slip.Question) != 1 || slip.Question[0].Name != full2 || slip.IsEdns0() == nil) {
 		t.Errorf("a slip is the question, TC and the OPT, nothing else: %v", slip)
 	}
-	if d := counterValue(rrlDropped.WithLabelValues(server, "responses")) - dropped0; d != 4 {
+	if d := counterValue(rrlDropped.WithLabelValues(server, "nyucd.test.", "", "responses")) - dropped0; d != 4 {
 		t.Errorf("rrl_dropped_total rose by %v, want 4", d)
 	}
-	if d := counterValue(rrlSlipped.WithLabelValues(server, "responses")) - slipped0; d != 4 {
+	if d := counterValue(rrlSlipped.WithLabelValues(server, "nyucd.test.", "", "responses")) - slipped0; d != 4 {
 		t.Errorf("rrl_slipped_total rose by %v, want 4", d)
 	}
 	for i := range 10 {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
@@ -52,8 +54,24 @@ type config struct {
 	drainFile string
 	prox      proximityConfig
 	ecs       []netip.Prefix // resolvers whose EDNS Client Subnet is used; none: ECS off
+	// probeRate: probe starts per minute per source prefix and per
+	// destination prefix (proof.go).
+	probeRate [2]int
 
 	set settings
+
+	// given: the node is the program's (Options.Node), not the block's.
+	given *coraldht.Node
+	// file and lines place the errors found once the block is read: the
+	// Corefile and the line of each property.
+	file  string
+	lines map[string]int
+}
+
+// errAt is an error about property prop, placed at its line as the
+// Corefile parser places its own ("FILE:LINE - Error during parsing: …").
+func (cfg *config) errAt(prop, format string, args ...any) error {
+	return fmt.Errorf("%s:%d - Error during parsing: %s", cfg.file, cfg.lines[prop], fmt.Sprintf(format, args...))
 }
 
 // Defaults. The TTLs are the paper's: 30 s answers at levels 0 and 1 and
@@ -95,15 +113,19 @@ func setup(c *caddy.Controller) error {
 	if err := checkBlockZones(c, cfg); err != nil {
 		return plugin.Error("coral", err)
 	}
+	if err := cfg.checkNode(); err != nil {
+		return plugin.Error("coral", err)
+	}
+	registerMetrics()
 	if cfg.alias != "" && len(cfg.set.caa) == 0 {
 		log.Warningf("no caa lines: any CA may issue certificates for names in %s, by any challenge the proxies relay; see the README's CAA paragraph", cfg.alias)
 	}
 	if port := dnsserver.GetConfig(c).Port; port != "53" {
 		log.Warningf("this server block listens on port %s; resolvers reach the name servers coral hands out on port 53", port)
 	}
-	cr := newCoral(cfg)
-	c.OnStartup(cr.start)
-	c.OnShutdown(cr.stop)
+	cr := newCoral(cfg, Options{})
+	c.OnStartup(cr.Start)
+	c.OnShutdown(cr.Stop)
 	if c.Get(restartFailedKey{}) == nil {
 		// Once per server instance, however many coral blocks it has.
 		c.Set(restartFailedKey{}, true)
@@ -135,7 +157,11 @@ func checkBlockZones(c *caddy.Controller, cfg *config) error {
 			}
 		}
 		if !found {
-			return fmt.Errorf("zone %s is not among this server block's zones %v: add it to the block's keys", z, c.ServerBlockKeys)
+			prop := "alias"
+			if z == cfg.zone {
+				prop = "coral"
+			}
+			return cfg.errAt(prop, "zone %s is not among this server block's zones %v: add it to the block's keys", z, c.ServerBlockKeys)
 		}
 	}
 	return nil
@@ -147,14 +173,18 @@ func checkBlockZones(c *caddy.Controller, cfg *config) error {
 //	    listen ADDR:PORT
 //	    ...
 //	}
-func parse(c *caddy.Controller) (*config, error) {
+func parse(c *caddy.Controller) (*config, error) { return parseWith(c, nil) }
+
+// parseWith is parse for a handler that runs on a node of the program's
+// (Options.Node), given: the block has no node lines then.
+func parseWith(c *caddy.Controller, given *coraldht.Node) (*config, error) {
 	var cfg *config
 	for c.Next() {
 		if cfg != nil {
 			return nil, c.Err("coral may appear only once per server block")
 		}
 		var err error
-		if cfg, err = parseBlock(c); err != nil {
+		if cfg, err = parseBlock(c, given); err != nil {
 			return nil, err
 		}
 	}
@@ -173,7 +203,8 @@ func newConfig() *config {
 		liveWithin:    defaultLiveWithin,
 		checkInterval: defaultCheckInterval,
 		syncWait:      defaultSyncWait,
-		prox: proximityConfig{wait: defaultProximityWait, timeout: defaultProximityTimeout, cache: defaultProbeCache,
+		probeRate:     [2]int{defaultSourceRate, defaultDestinationRate},
+		prox: proximityConfig{mode: proximityOn, wait: defaultProximityWait, timeout: defaultProximityTimeout, cache: defaultProbeCache,
 			hops: defaultProximityHops, limit: defaultProximityLimit, entries: proximityEntries},
 		set: settings{
 			nsTTL:       uint32(defaultNSTTL.Seconds()),
@@ -185,10 +216,24 @@ func newConfig() *config {
 	}
 }
 
+// repeatable are the properties a block may have more than once; every
+// other property is given at most once (a second line is an error, not a
+// silent replacement of the first).
+var repeatable = map[string]bool{"bootstrap": true, "cluster": true, "classify": true, "caa": true, "ecs": true}
+
+// nodeProperties are the node's options, which coraldht/host reads.
+var nodeProperties = map[string]bool{"listen": true, "advertise": true, "bootstrap": true, "key": true, "key_file": true, "levels": true, "cluster": true}
+
 // parseBlock reads the zone and the properties of the block whose name
 // (coral) c has just read.
-func parseBlock(c *caddy.Controller) (*config, error) {
+func parseBlock(c *caddy.Controller, given *coraldht.Node) (*config, error) {
 	cfg := newConfig()
+	cfg.given = given
+	cfg.file, cfg.lines = c.File(), map[string]int{"coral": c.Line()}
+	if dir := os.Getenv("STATE_DIRECTORY"); dir != "" && given == nil {
+		// systemd's StateDirectory= (the packaged unit has one).
+		cfg.node.StateDir = strings.Split(dir, ":")[0]
+	}
 	args := c.RemainingArgs()
 	if len(args) != 1 {
 		return nil, c.Errf("coral takes exactly one argument, the coral zone (got %d)", len(args))
@@ -200,6 +245,17 @@ func parseBlock(c *caddy.Controller) (*config, error) {
 	cfg.zone = zone
 	var answerTTLs []time.Duration
 	for c.NextBlock() {
+		prop := c.Val()
+		if first, dup := cfg.lines[prop]; dup && !repeatable[prop] {
+			// (key and key_file together: coraldht/host's parser says so.)
+			return nil, c.Errf("%s given twice (first on line %d): it takes one line", prop, first)
+		}
+		if _, seen := cfg.lines[prop]; !seen {
+			cfg.lines[prop] = c.Line()
+		}
+		if given != nil && nodeProperties[prop] {
+			return nil, c.Errf("%s: this handler runs on a node of the program's, whose options are its own", prop)
+		}
 		known, err := cfg.nodeBlock.Property(c)
 		if !known {
 			prop, args := c.Val(), c.RemainingArgs()
@@ -260,11 +316,26 @@ func (cfg *config) parseProperty(c *caddy.Controller, prop string, args []string
 	return err
 }
 
+// durations are the properties that take one duration, and where they go.
+func (cfg *config) durations() map[string]*time.Duration {
+	return map[string]*time.Duration{
+		"probe_cache": &cfg.probeCache, "live_within": &cfg.liveWithin, "check_interval": &cfg.checkInterval,
+		"sync_wait": &cfg.syncWait, "drain": &cfg.drain,
+		"proximity_wait": &cfg.prox.wait, "proximity_timeout": &cfg.prox.timeout, "proximity_cache": &cfg.prox.cache,
+	}
+}
+
 // parseProbingProperty reads a property of how clients are measured and
 // proxies checked, reporting whether prop is one.
 func (cfg *config) parseProbingProperty(c *caddy.Controller, prop string, args []string) (bool, error) {
 	need := func(n int) error { return needArgs(c, prop, args, n) }
 	var err error
+	if into, ok := cfg.durations()[prop]; ok {
+		if err = need(1); err == nil {
+			*into, err = parseDuration(c, prop, args[0])
+		}
+		return true, err
+	}
 	switch prop {
 	case "probe":
 		if err = need(1); err == nil {
@@ -275,33 +346,29 @@ func (cfg *config) parseProbingProperty(c *caddy.Controller, prop string, args [
 				err = c.Errf("probe %q: want auto, tcp, icmp or none", args[0])
 			}
 		}
-	case "probe_cache":
-		if err = need(1); err == nil {
-			cfg.probeCache, err = parseDuration(c, prop, args[0])
-		}
 	case "probe_limit":
 		if err = need(1); err == nil {
 			cfg.probeLimit, err = parseCount(c, prop, args[0], maxProbeLimit)
 		}
-	case "live_within":
-		if err = need(1); err == nil {
-			cfg.liveWithin, err = parseDuration(c, prop, args[0])
-		}
-	case "check_interval":
-		if err = need(1); err == nil {
-			cfg.checkInterval, err = parseDuration(c, prop, args[0])
-		}
-	case "sync_wait":
-		if err = need(1); err == nil {
-			cfg.syncWait, err = parseDuration(c, prop, args[0])
-		}
-	case "drain":
-		if err = need(1); err == nil {
-			cfg.drain, err = parseDuration(c, prop, args[0])
-		}
 	case "drain_file":
 		if err = need(1); err == nil {
 			cfg.drainFile = args[0]
+		}
+	case "state_dir":
+		if err = need(1); err == nil {
+			cfg.node.StateDir = args[0]
+			if args[0] == "off" {
+				cfg.node.StateDir = ""
+			}
+		}
+	case "probe_rate":
+		if len(args) < 1 || len(args) > 2 {
+			return true, c.Errf("probe_rate takes SOURCE_PER_MINUTE [DESTINATION_PER_MINUTE], got %d arguments", len(args))
+		}
+		for i, a := range args {
+			if cfg.probeRate[i], err = parseCount(c, prop, a, maxProbeRate); err != nil {
+				return true, err
+			}
 		}
 	default:
 		return false, nil
@@ -381,15 +448,8 @@ func (cfg *config) parseClassify(c *caddy.Controller, args []string) error {
 
 // finish checks what can only be checked once the whole block is read.
 func (cfg *config) finish(c *caddy.Controller, answerTTLs []time.Duration) error {
-	// The node's options and their rules (a key file off loopback, among
-	// others) are coraldht/host's, shared with Caddy.
-	node, err := cfg.nodeBlock.Finish(c)
-	if err != nil {
+	if err := cfg.finishNode(c); err != nil {
 		return err
-	}
-	cfg.node, cfg.listen, cfg.levels = node, node.Listen.String(), node.Levels
-	if len(cfg.levels) == 0 {
-		cfg.levels = coraldht.DefaultConfig().Levels
 	}
 	n := len(cfg.levels) + 1
 	if _, err := newScheme(cfg.zone, cfg.alias, n); err != nil {
@@ -422,6 +482,46 @@ func (cfg *config) finish(c *caddy.Controller, answerTTLs []time.Duration) error
 	}
 	if cfg.checkInterval < 100*time.Millisecond || cfg.checkInterval > cfg.liveWithin/2 {
 		return c.Errf("check_interval %v: must be at least 100ms and at most half of live_within (%v), so a live proxy is checked before it counts as stale", cfg.checkInterval, cfg.liveWithin)
+	}
+	return nil
+}
+
+// finishNode takes the node's options: the given node's, or the block's,
+// read and checked by coraldht/host (the rules, a key file off loopback
+// among them, are shared with Caddy), key files included.
+func (cfg *config) finishNode(c *caddy.Controller) error {
+	if cfg.given != nil {
+		cfg.listen = cfg.given.Addr().String()
+		for _, l := range cfg.given.Levels()[1:] {
+			cfg.levels = append(cfg.levels, l.Threshold)
+		}
+		return nil
+	}
+	stateDir := cfg.node.StateDir
+	node, err := cfg.nodeBlock.Finish(c)
+	if err != nil {
+		return err
+	}
+	node.StateDir = stateDir
+	cfg.node, cfg.listen, cfg.levels = node, node.Listen.String(), node.Levels
+	if len(cfg.levels) == 0 {
+		cfg.levels = coraldht.DefaultConfig().Levels
+	}
+	return nil
+}
+
+// checkNode checks the node's options as starting it will (coraldht/host's
+// Check: the key files are read), placing an error at the key line.
+func (cfg *config) checkNode() error {
+	if cfg.given != nil {
+		return nil
+	}
+	if err := host.Check(cfg.nodeOptions()); err != nil {
+		prop := "key"
+		if cfg.lines["key"] == 0 {
+			prop = "key_file"
+		}
+		return cfg.errAt(prop, "%v", err)
 	}
 	return nil
 }

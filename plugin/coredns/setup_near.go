@@ -24,25 +24,11 @@ func (cfg *config) parseNearProperty(c *caddy.Controller, prop string, args []st
 	case "proximity":
 		if one() {
 			switch args[0] {
-			case "on":
-				cfg.prox.off = false
-			case "off":
-				cfg.prox.off = true
+			case proximityOn, proximitySubnet, proximityOff:
+				cfg.prox.mode = args[0]
 			default:
-				err = c.Errf("proximity %q: want on or off", args[0])
+				err = c.Errf("proximity %q: want on, subnet or off", args[0])
 			}
-		}
-	case "proximity_wait":
-		if one() {
-			cfg.prox.wait, err = parseDuration(c, prop, args[0])
-		}
-	case "proximity_timeout":
-		if one() {
-			cfg.prox.timeout, err = parseDuration(c, prop, args[0])
-		}
-	case "proximity_cache":
-		if one() {
-			cfg.prox.cache, err = parseDuration(c, prop, args[0])
 		}
 	case "proximity_hops":
 		if one() {
@@ -78,22 +64,71 @@ func (cfg *config) parseNearProperty(c *caddy.Controller, prop string, args []st
 	return true, err
 }
 
+// The values of the proximity property.
+const (
+	proximityOn     = "on"     // traces and locality hints, then the client's /24
+	proximitySubnet = "subnet" // the client's /24 only: no probes toward clients
+	proximityOff    = "off"    // no preference: the paper's nodes() without a target
+)
+
 // startProximity builds the proximity mapper for node, or nil when the
-// configuration turns it off. Without permission to trace, it is there but
+// configuration does not trace. trace is the experiment's tracer (nil:
+// this host's, through icmpprobe); echo, when there is an ICMP prober,
+// learns a new target's distance first so that the trace probes only the
+// hops that matter. Without permission to trace, the mapper is there but
 // every choice falls back (coredns_coral_proximity_total says so).
 func startProximity(ctx context.Context, pc proximityConfig, node interface {
 	HintedNodes(context.Context, netip.Prefix) ([]netip.AddrPort, error)
-}) *proximity {
-	if pc.off {
+}, gate *probeGate, trace hopTracer, echo func(context.Context, netip.Addr) (icmpprobe.EchoReply, error), echoWait time.Duration) *proximity {
+	if pc.mode != proximityOn {
 		return nil
 	}
-	p := newProximity(ctx, nodeTracer(pc.hops, pc.timeout/2), nodeHints(node), pc)
-	if err := icmpprobe.CanTrace(false); err != nil {
-		log.Infof("proximity: cannot trace toward clients (%v); answers use the choice without a target", err)
-		p.trace = nil
+	if trace == nil {
+		trace = hostTracer(pc.hops, pc.timeout/2, echo, echoWait)
+		if err := icmpprobe.CanTrace(false); err != nil {
+			log.Infof("proximity: cannot trace toward clients (%v); answers use the choice without a target", err)
+			trace = nil
+		}
 	}
-	p.mapped = func(outcome string, d time.Duration) {
+	p := newProximity(ctx, trace, nodeHints(node), pc, gate)
+	p.mapped = func(outcome string, d time.Duration, sent int) {
 		proximityMappings.WithLabelValues(outcome).Observe(d.Seconds())
+		if sent > 0 {
+			traceProbes.Observe(float64(sent))
+		}
 	}
 	return p
+}
+
+// hostTracer traces through icmpprobe: a target whose distance is not
+// known yet gets one echo request first (waiting at most echoWait), whose
+// reply's TTL gives the distance, so that the trace sends hops+5 echo
+// requests around it rather than 32; a target that does not answer echo
+// gets the burst of 32.
+func hostTracer(hops int, timeout time.Duration, echo func(context.Context, netip.Addr) (icmpprobe.EchoReply, error), echoWait time.Duration) hopTracer {
+	return func(ctx context.Context, target netip.Addr, distance int) (traced, error) {
+		sent := 0
+		if distance <= 0 && echo != nil && !target.IsLoopback() {
+			ectx, cancel := context.WithTimeout(ctx, echoWait)
+			r, err := echo(ectx, target)
+			cancel()
+			sent = 1
+			if err == nil {
+				distance = r.Distance
+			}
+		}
+		h, err := icmpprobe.TraceToward(ctx, target, hops, distance, timeout)
+		return traced{routers: h.Routers, distance: h.Distance, sent: sent + h.Sent}, err
+	}
+}
+
+// experimentTracer adapts Options.Trace.
+func experimentTracer(trace func(context.Context, netip.Addr, int) ([]netip.Addr, error), hops int) hopTracer {
+	if trace == nil {
+		return nil
+	}
+	return func(ctx context.Context, target netip.Addr, _ int) (traced, error) {
+		rs, err := trace(ctx, target, hops)
+		return traced{routers: rs}, err
+	}
 }

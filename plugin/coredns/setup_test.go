@@ -66,7 +66,7 @@ func TestParse(t *testing.T) {
 	if cfg.probe != "none" || cfg.probeCache != time.Minute || cfg.probeLimit != 16 || cfg.liveWithin != 20*time.Second || cfg.checkInterval != 2*time.Second || cfg.syncWait != 100*time.Millisecond {
 		t.Errorf("timing %+v", cfg)
 	}
-	if pc := cfg.prox; !pc.off || pc.wait != 30*time.Millisecond || pc.timeout != 2*time.Second || pc.cache != 5*time.Minute || pc.hops != 3 || pc.limit != 8 {
+	if pc := cfg.prox; pc.mode != proximityOff || pc.wait != 30*time.Millisecond || pc.timeout != 2*time.Second || pc.cache != 5*time.Minute || pc.hops != 3 || pc.limit != 8 {
 		t.Errorf("proximity %+v", pc)
 	}
 	wantECS := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8::53/128"), netip.MustParsePrefix("192.0.2.0/24")}
@@ -90,7 +90,7 @@ func TestParseDefaults(t *testing.T) {
 	if cfg.probe != "auto" || cfg.probeLimit != defaultProbeLimit || cfg.liveWithin != 15*time.Second || len(cfg.levels) != 2 {
 		t.Errorf("config %+v", cfg)
 	}
-	if pc := cfg.prox; pc.off || pc.wait != defaultProximityWait || pc.hops != 5 || pc.limit != defaultProximityLimit || len(cfg.ecs) != 0 {
+	if pc := cfg.prox; pc.mode != proximityOn || pc.wait != defaultProximityWait || pc.hops != 5 || pc.limit != defaultProximityLimit || len(cfg.ecs) != 0 {
 		t.Errorf("proximity on with its defaults and ecs off, got %+v, ecs %v", pc, cfg.ecs)
 	}
 }
@@ -124,7 +124,7 @@ func TestParseErrors(t *testing.T) {
 		{"probe_limit zero", "coral nyucd.test {\n" + listen + "probe_limit 0\n}", "1..4096"},
 		{"probe_limit huge", "coral nyucd.test {\n" + listen + "probe_limit 100000\n}", "1..4096"},
 		{"probe_limit args", "coral nyucd.test {\n" + listen + "probe_limit\n}", "probe_limit takes 1 argument"},
-		{"proximity bad", "coral nyucd.test {\n" + listen + "proximity maybe\n}", "want on or off"},
+		{"proximity bad", "coral nyucd.test {\n" + listen + "proximity maybe\n}", "want on, subnet or off"},
 		{"proximity_wait bad", "coral nyucd.test {\n" + listen + "proximity_wait 0\n}", "positive duration"},
 		{"proximity_hops many", "coral nyucd.test {\n" + listen + "proximity_hops 17\n}", "1..16"},
 		{"proximity_limit args", "coral nyucd.test {\n" + listen + "proximity_limit\n}", "proximity_limit takes 1 argument"},
@@ -143,6 +143,20 @@ func TestParseErrors(t *testing.T) {
 		{"key_file two", "coral nyucd.test {\n" + listen + "key_file a b\n}", "key_file takes a key file"},
 		{"key twice", "coral nyucd.test {\n" + listen + "key a\nkey_file b\n}", "given once"},
 		{"key five", "coral nyucd.test {\n" + listen + "key a b c d e\n}", "at most 4 keys"},
+		// Single-value lines given twice are refused, not last-wins
+		// (issue 37, finding 5).
+		{"listen twice", "coral nyucd.test {\n" + listen + "listen 127.0.0.3:4000\n}", "Testfile:3 - Error during parsing: listen given twice (first on line 2)"},
+		{"alias twice", "coral nyucd.test {\n" + listen + "alias a.test\nalias b.test\n}", "alias given twice (first on line 3)"},
+		{"advertise twice", "coral nyucd.test {\n" + listen + "advertise 127.0.0.3:4000\nadvertise 127.0.0.4:4000\n}", "advertise given twice"},
+		{"levels twice", "coral nyucd.test {\n" + listen + "levels 60ms 20ms\nlevels 50ms\n}", "levels given twice"},
+		{"probe twice", "coral nyucd.test {\n" + listen + "probe tcp\nprobe icmp\n}", "probe given twice"},
+		{"rrl twice", "coral nyucd.test {\n" + listen + "rrl 10\nrrl 20\n}", "rrl given twice"},
+		{"answer_ttl twice", "coral nyucd.test {\n" + listen + "answer_ttl 30\nanswer_ttl 60\n}", "answer_ttl given twice"},
+		{"drain_file twice", "coral nyucd.test {\n" + listen + "drain_file a\ndrain_file b\n}", "drain_file given twice"},
+		{"proximity twice", "coral nyucd.test {\n" + listen + "proximity on\nproximity off\n}", "proximity given twice"},
+		{"state_dir twice", "coral nyucd.test {\n" + listen + "state_dir a\nstate_dir b\n}", "state_dir given twice"},
+		{"probe_rate bad", "coral nyucd.test {\n" + listen + "probe_rate 0\n}", "want a number 1..1000000"},
+		{"probe_rate three", "coral nyucd.test {\n" + listen + "probe_rate 1 2 3\n}", "probe_rate takes SOURCE_PER_MINUTE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse(caddy.NewTestController("dns", tc.input))
@@ -153,6 +167,36 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error %q does not contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestRepeatableLines: the lines that add to a list may be given more
+// than once.
+func TestRepeatableLines(t *testing.T) {
+	cfg := parseTest(t, "coral nyucd.test {\nlisten 127.0.0.2:4000\nbootstrap 127.0.0.3:4000\nbootstrap 127.0.0.4:4000\n"+
+		"classify 10.0.0.0/8 1\nclassify 10.1.0.0/16 2\necs 10.0.0.1\necs 10.0.0.2\ncaa letsencrypt.org\ncaa iodef mailto:a@example.net\n}")
+	if len(cfg.node.Bootstrap) != 2 || len(cfg.overrides) != 2 || len(cfg.ecs) != 2 || len(cfg.set.caa) != 3 {
+		t.Errorf("bootstrap %v, classify %v, ecs %v, caa %v", cfg.node.Bootstrap, cfg.overrides, cfg.ecs, cfg.set.caa)
+	}
+}
+
+// TestSetupErrorsPlaced (issue 37, finding 5): the errors found once the
+// whole block is read say the file and the line they are about: the alias
+// zone missing from the block's keys (the alias line), a key file that
+// cannot be read (the key line).
+func TestSetupErrorsPlaced(t *testing.T) {
+	c := caddy.NewTestController("dns", "coral nyucd.test {\nlisten 127.0.0.2:4000\nalias nyud.test\n}")
+	c.ServerBlockKeys = []string{"nyucd.test"}
+	if err := setup(c); err == nil || !strings.Contains(err.Error(), "Testfile:3 - Error during parsing: zone nyud.test. is not among") {
+		t.Errorf("alias zone missing from the keys: %v", err)
+	}
+	c = caddy.NewTestController("dns", "coral nyucd.test {\nlisten 127.0.0.2:4000\n\nkey /nonexistent/network.key\n}")
+	if err := setup(c); err == nil || !strings.Contains(err.Error(), "Testfile:4 - Error during parsing:") || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("missing key file: %v", err)
+	}
+	c = caddy.NewTestController("dns", "coral nyucd.test {\nlisten 127.0.0.2:4000\nkey_file /nonexistent/network.key\n}")
+	if err := setup(c); err == nil || !strings.Contains(err.Error(), "Testfile:3 - Error during parsing:") {
+		t.Errorf("missing key_file: %v", err)
 	}
 }
 

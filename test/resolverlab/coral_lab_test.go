@@ -108,7 +108,11 @@ func startCoreDNS(t *testing.T, bin, name string, addr netip.Addr, keyFile strin
 			LiveWithin: "5s",
 			CheckEvery: "1s",
 		}.Directive(),
-		labconf.D("log"),
+		// The common log format, then what the query proved of its
+		// source and what its answer's choice was ranked on (the
+		// plugin's metadata).
+		labconf.D("metadata"),
+		labconf.D("log", ".", `"{common} {/coral/proof} {/coral/proximity}"`),
 		labconf.D("errors"),
 		labconf.D("ready", addr.String()+":8181"),
 		labconf.D("prometheus", addr.String()+":9153"),
@@ -152,6 +156,13 @@ func ask(server netip.Addr, name string, qtype uint16) (*dns.Msg, error) {
 	m.SetQuestion(dns.Fqdn(name), qtype)
 	m.SetEdns0(1232, false)
 	r, _, err := c.Exchange(m, netip.AddrPortFrom(server, 53).String())
+	if err == nil && r.Truncated {
+		// As a stub resolver (dig) does: truncated over UDP, ask over
+		// TCP. A server answers the first query from a source it has not
+		// seen truncated when the answer needs a probe (proof.go).
+		c.Net = "tcp"
+		r, _, err = c.Exchange(m, netip.AddrPortFrom(server, 53).String())
+	}
 	return r, err
 }
 
@@ -530,7 +541,7 @@ func TestCoralServersDirect(t *testing.T) {
 	})
 	body := scrape(t, labNear[0])
 	for _, want := range []string{
-		`coredns_coral_queries_total{kind="referral",level="2",server="dns://127.0.62.1:53"}`,
+		`coredns_coral_queries_total{kind="referral",level="2",server="dns://127.0.62.1:53",view="",zone="nyucd.test."}`,
 		`coredns_coral_dht_joined{node="127.0.62.1:4000"} 1`,
 		`coredns_coral_probes_total{outcome="ok"}`,
 		`coredns_coral_dht_messages_total{direction="in",kind="request",node="127.0.62.1:4000",type="ping"}`,
