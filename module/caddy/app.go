@@ -242,7 +242,11 @@ func (a *App) Joined() bool {
 // it in place when the settings changed. Everything else in the
 // configuration has been provisioned by now.
 func (a *App) Start() error {
-	h, err := host.Acquire(a.opts)
+	err := a.checkOneProcess() // one process per address: oneprocess.go
+	var h *host.Handle
+	if err == nil {
+		h, err = host.Acquire(a.opts)
+	}
 	if err != nil {
 		reloads.failed(a.config.sum(), fmt.Errorf("coral: %w", err))
 		return fmt.Errorf("coral: %w", err)

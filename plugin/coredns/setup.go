@@ -16,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/coralcdn/coral/coraldht/host"
+	"github.com/coralcdn/coral/internal/portguard"
 )
 
 var log = clog.NewWithPlugin("coral")
@@ -102,6 +103,19 @@ func setup(c *caddy.Controller) error {
 		log.Warningf("this server block listens on port %s; resolvers reach the name servers coral hands out on port 53", port)
 	}
 	cr := newCoral(cfg)
+	// One process per address (internal/portguard): before this server
+	// binds, no other process may serve its DNS address or the node's.
+	c.OnStartup(func() error {
+		dc := dnsserver.GetConfig(c)
+		socks, err := portguard.DNSServer(dc.ListenHosts, dc.Port, dc.Transport)
+		if err == nil {
+			err = portguard.Check(append(socks, portguard.UDP(cfg.node.Listen))...)
+		}
+		if err != nil {
+			return plugin.Error("coral", err)
+		}
+		return nil
+	})
 	c.OnStartup(cr.start)
 	c.OnShutdown(cr.stop)
 	if c.Get(restartFailedKey{}) == nil {
