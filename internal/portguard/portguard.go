@@ -173,5 +173,11 @@ func Check(socks ...Socket) error {
 // Own lists the sockets this process listens on: its TCP listeners, its
 // bound UDP sockets and its listening unix sockets with a path.
 func Own() ([]Socket, error) {
-	return own(procRoot)
+	return socketsOf(procRoot, "self")
+}
+
+// Of lists the sockets process pid listens on, as Own does for this one
+// (where /proc shows that process's open files).
+func Of(pid int) ([]Socket, error) {
+	return socketsOf(procRoot, strconv.Itoa(pid))
 }

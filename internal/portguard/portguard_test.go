@@ -213,6 +213,9 @@ func TestCheck(t *testing.T) {
 	// Another process on the same TCP address, with SO_REUSEPORT: the
 	// kernel lets it bind, Check does not.
 	pid := hold(t, "tcp", tcpAddr.String())
+	if theirs, err := Of(pid); err != nil || !slices.Contains(theirs, TCP(tcpAddr)) {
+		t.Errorf("Of(%d) = %v %v, want %v among them", pid, theirs, err, tcpAddr)
+	}
 	err = Check(TCP(tcpAddr))
 	var inUse *InUseError
 	if !errors.As(err, &inUse) || !errors.Is(err, ErrInUse) {

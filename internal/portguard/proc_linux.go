@@ -47,12 +47,13 @@ func check(proc string, socks []Socket) error {
 	return e
 }
 
-func own(proc string) ([]Socket, error) {
+// socketsOf lists the serving sockets of process pid ("self": this one).
+func socketsOf(proc, pid string) ([]Socket, error) {
 	table, err := machineSockets(proc)
 	if err != nil {
 		return nil, err
 	}
-	mine, err := socketInodes(filepath.Join(proc, "self", "fd"))
+	mine, err := socketInodes(filepath.Join(proc, pid, "fd"))
 	if err != nil {
 		return nil, err
 	}
