@@ -94,6 +94,13 @@ func run(ctx context.Context, caddy string, seed uint64, d time.Duration, only s
 	if err != nil {
 		return 0, err
 	}
+	if out != "" {
+		// Before the run, not after: a directory that cannot be made
+		// fails at once, not after every class has run.
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return 0, err
+		}
+	}
 	var run []hostilelab.Class
 	if only == "" {
 		run = hostilelab.Classes
