@@ -427,6 +427,7 @@ coral-caddy validate --config /etc/coral/Caddyfile
 		l.run(i, "verify", blocks["verify"])
 	}
 	t.Logf("three nodes verified in %v", time.Since(start).Round(time.Second))
+	checkAdminSocket(t, l)
 	// Caddy keeps its storage and autosave in the state directory: the
 	// user's home is /nonexistent.
 	for i := range labNodes {
@@ -533,4 +534,40 @@ coral-caddy validate --config /etc/coral/Caddyfile
 		t.Fatal(err)
 	}
 	t.Logf("walk-through done in %v", time.Since(start).Round(time.Second))
+}
+
+// checkAdminSocket: Caddy's admin API, which can load any configuration
+// and install network keys, is a unix socket only root and the group coral
+// reach (issue 34: as nobody, a local process installed its own key over
+// TCP 127.0.0.1:2019). Node 1's socket is coral:coral 0660 in a directory
+// of mode 0750; nobody's request is refused, root's answered.
+func checkAdminSocket(t *testing.T, l *lab) {
+	t.Helper()
+	dir := filepath.Join(l.nodeDir(0), "run-coral-proxy")
+	sock := filepath.Join(dir, "admin.sock")
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("node 1's admin socket: %v %v", fi, err)
+	}
+	if got := ownerMode(t, sock); got != "coral:coral 660" {
+		t.Errorf("%s: %s, want coral:coral 660", sock, got)
+	}
+	if got := ownerMode(t, dir); got != "coral:coral 750" {
+		t.Errorf("%s: %s, want coral:coral 750", dir, got)
+	}
+	out, err := exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--",
+		"curl", "-sS", "--max-time", "5", "--unix-socket", sock, "-X", "POST", "--data-binary", "AAAA", "http://localhost/coral/keys/install").CombinedOutput()
+	if err == nil {
+		t.Errorf("nobody reached the admin API through %s:\n%s", sock, out)
+	} else {
+		t.Logf("nobody: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	resp, err := adminClient(sock).Get("http://localhost/coral/health")
+	if err != nil {
+		t.Fatalf("root: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("root asked node 1's health through its socket: %s", resp.Status)
+	}
 }
