@@ -16,7 +16,9 @@ import (
 // of failing at once: here the test holds both the package lists' lock
 // (apt-get update) and dpkg's frontend lock (apt-get install) for 3 s, and
 // the script, asked for a binary no package provides from a package that
-// is installed, gets past both and fails only for the binary. As root
+// is installed (coreutils, which is Essential: apt may mark it installed
+// by hand, and it is never removed anyway), gets past both and fails only
+// for the binary. As root
 // under CI=true or CORAL_DPKG_TEST=1, like the other tests that touch the
 // machine's packages.
 func TestAptInstallWaitsForLock(t *testing.T) {
@@ -46,7 +48,7 @@ func TestAptInstallWaitsForLock(t *testing.T) {
 	})
 	defer release.Stop()
 	start := time.Now()
-	out, err := exec.Command("bash", repoFile(t, "builds/apt-install.sh"), "locktest", "no-such-binary-of-coral", "hostname").CombinedOutput()
+	out, err := exec.Command("bash", repoFile(t, "builds/apt-install.sh"), "locktest", "no-such-binary-of-coral", "coreutils").CombinedOutput()
 	t.Logf("apt-install.sh took %v:\n%s", time.Since(start).Round(100*time.Millisecond), out)
 	if time.Since(start) < 3*time.Second {
 		t.Errorf("apt-install.sh returned before the locks were free")
