@@ -1,7 +1,6 @@
 package docs
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,7 +131,7 @@ func TestExamples(t *testing.T) {
 			cmds := commands(t, script)
 			outs := term.run(ex.file, script)
 			if len(outs) != len(cmds) {
-				t.Fatal(fmt.Sprintf("%d outputs for %d commands", len(outs), len(cmds)))
+				t.Fatalf("%d outputs for %d commands", len(outs), len(cmds))
 			}
 			ex.check(t, cmds, outs)
 			if t.Failed() {
