@@ -10,25 +10,19 @@ import (
 
 // A Socket is an address a server serves on.
 type Socket struct {
-	// Network is "tcp", "udp" or "unix".
+	// Network is "tcp" or "udp".
 	Network string
-	// Addr is a TCP or UDP socket's address; an unspecified IP (0.0.0.0,
-	// ::) is every address of its family (:: both families).
+	// Addr is the socket's address; an unspecified IP (0.0.0.0, ::) is
+	// every address of its family (:: both families).
 	Addr netip.AddrPort
-	// Path is a unix socket's file name.
-	Path string
 }
 
-// TCP, UDP and Unix build Sockets.
+// TCP and UDP build Sockets.
 func TCP(a netip.AddrPort) Socket { return Socket{Network: "tcp", Addr: a} }
 func UDP(a netip.AddrPort) Socket { return Socket{Network: "udp", Addr: a} }
-func Unix(path string) Socket     { return Socket{Network: "unix", Path: path} }
 
-// String is "127.0.0.1:80/tcp", "[::]:53/udp" or "/run/x.sock (unix)".
+// String is "127.0.0.1:80/tcp" or "[::]:53/udp".
 func (s Socket) String() string {
-	if s.Network == "unix" {
-		return s.Path + " (unix)"
-	}
 	return s.Addr.String() + "/" + s.Network
 }
 
@@ -56,7 +50,8 @@ func HostPort(host string, port string, networks ...string) ([]Socket, error) {
 // DNSServer is the Sockets of a DNS server on each of hosts ("" for
 // every address) at port, by its transport as CoreDNS names them: "dns"
 // is UDP and TCP; "tls", "https" and "grpc" TCP; "quic" and "https3"
-// UDP. Other transports (CoreDNS's "unix") give none.
+// UDP. Other transports (CoreDNS's "unix") give none: see the package
+// documentation.
 func DNSServer(hosts []string, port, transport string) ([]Socket, error) {
 	networks := map[string][]string{"dns": {"udp", "tcp"}, "tls": {"tcp"}, "https": {"tcp"}, "grpc": {"tcp"},
 		"quic": {"udp"}, "https3": {"udp"}}[transport]
@@ -79,15 +74,9 @@ func DNSServer(hosts []string, port, transport string) ([]Socket, error) {
 
 // Overlaps reports whether a and b take traffic from each other: the same
 // transport and port on equal addresses, or on an address and an
-// unspecified one that covers it; for unix sockets, the same path.
+// unspecified one that covers it.
 func (s Socket) Overlaps(o Socket) bool {
-	if s.Network != o.Network {
-		return false
-	}
-	if s.Network == "unix" {
-		return s.Path != "" && s.Path == o.Path
-	}
-	if s.Addr.Port() != o.Addr.Port() {
+	if s.Network != o.Network || s.Addr.Port() != o.Addr.Port() {
 		return false
 	}
 	a, b := s.Addr.Addr().Unmap(), o.Addr.Addr().Unmap()
@@ -162,16 +151,16 @@ func conflict(wanted []Socket, table []entry, mine map[uint64]bool) (want Socket
 }
 
 // Check returns an *InUseError for the first of socks that a socket of
-// another process overlaps (a TCP listener, a bound UDP socket, a
-// listening unix socket), and nil when none does. Errors reading /proc
+// another process overlaps (a TCP listener or a bound UDP socket), and nil
+// when none does. Errors reading /proc
 // are returned as such: the caller decides whether to go on without the
 // check.
 func Check(socks ...Socket) error {
 	return check(procRoot, socks)
 }
 
-// Own lists the sockets this process listens on: its TCP listeners, its
-// bound UDP sockets and its listening unix sockets with a path.
+// Own lists the sockets this process listens on: its TCP listeners and
+// its bound UDP sockets.
 func Own() ([]Socket, error) {
 	return socketsOf(procRoot, "self")
 }

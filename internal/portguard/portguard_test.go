@@ -36,9 +36,6 @@ func TestOverlaps(t *testing.T) {
 		{TCP(ap("0.0.0.0:80")), TCP(ap("[::1]:80")), false},
 		{TCP(ap("[::ffff:127.0.0.1]:80")), TCP(ap("127.0.0.1:80")), true},
 		{UDP(ap("[::]:53")), UDP(ap("0.0.0.0:53")), true},
-		{Unix("/run/a.sock"), Unix("/run/a.sock"), true},
-		{Unix("/run/a.sock"), Unix("/run/b.sock"), false},
-		{Unix(""), Unix(""), false},
 	} {
 		if got := tc.a.Overlaps(tc.b); got != tc.want {
 			t.Errorf("%v overlaps %v = %v, want %v", tc.a, tc.b, got, tc.want)
@@ -92,8 +89,6 @@ func TestMachineSockets(t *testing.T) {
 		"127.0.0.1:8080/tcp 1001", "127.0.0.2:80/tcp 1002", // 1003 is a connection
 		"[::]:8090/tcp 2001",
 		"127.0.0.2:4000/udp 3001", "127.0.0.2:53/udp 3002", // 3003 is connected
-		"/run/coral-proxy/admin.sock (unix) 4001", // 4002 is a connection, 4003 abstract
-		"/tmp/a path with spaces.sock (unix) 4004",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("machine sockets:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -127,11 +122,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// listen binds network:addr, with SO_REUSEPORT but for unix sockets.
+// listen binds network:addr with SO_REUSEPORT.
 func listen(network, addr string) (io.Closer, error) {
-	if network == "unix" {
-		return net.Listen(network, addr)
-	}
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
@@ -189,14 +181,7 @@ func TestCheck(t *testing.T) {
 	}
 	defer pc.Close()
 	udpAddr := pc.(net.PacketConn).LocalAddr().(*net.UDPAddr).AddrPort()
-	sock := filepath.Join(t.TempDir(), "admin.sock")
-	ul, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ul.Close()
-
-	mine := []Socket{TCP(tcpAddr), UDP(udpAddr), Unix(sock)}
+	mine := []Socket{TCP(tcpAddr), UDP(udpAddr)}
 	if err := Check(mine...); err != nil {
 		t.Fatalf("this process's own sockets: %v", err)
 	}
@@ -252,19 +237,8 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// TestCheckUnix: a unix socket path another process listens on.
-func TestCheckUnix(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "other.sock")
-	pid := hold(t, "unix", sock)
-	err := Check(Unix(sock))
-	var inUse *InUseError
-	if !errors.As(err, &inUse) || inUse.PID != pid {
-		t.Fatalf("another process on %s: Check = %v", sock, err)
-	}
-}
-
 func FuzzParseTables(f *testing.F) {
-	for _, name := range []string{"tcp", "tcp6", "udp", "unix"} {
+	for _, name := range []string{"tcp", "tcp6", "udp"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)
@@ -275,11 +249,6 @@ func FuzzParseTables(f *testing.F) {
 		for _, s := range parseInet(data, "tcp") {
 			if !s.sock.Addr.IsValid() {
 				t.Fatalf("an invalid address from %q", data)
-			}
-		}
-		for _, e := range parseUnix(data) {
-			if !strings.HasPrefix(e.sock.Path, "/") {
-				t.Fatalf("path %q from %q", e.sock.Path, data)
 			}
 		}
 	})

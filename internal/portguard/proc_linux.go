@@ -19,11 +19,10 @@ const procRoot = "/proc"
 
 // The socket states of /proc/net that mean "serves": a TCP listener
 // (TCP_LISTEN); a UDP socket that is not connected (TCP_CLOSE, 07), which
-// receives from anyone; a unix socket that accepts (__SO_ACCEPTCON).
+// receives from anyone.
 const (
 	stateListen  = 0x0A
 	stateUnbound = 0x07
-	unixAccepts  = 0x10000
 )
 
 func check(proc string, socks []Socket) error {
@@ -92,11 +91,7 @@ func machineSockets(proc string) ([]entry, error) {
 			}
 		}
 	}
-	data, err := os.ReadFile(filepath.Join(proc, "net", "unix"))
-	if err != nil && !os.IsNotExist(err) {
-		return nil, fmt.Errorf("portguard: %w", err)
-	}
-	return append(out, parseUnix(data)...), nil
+	return out, nil
 }
 
 // inetSocket is a line of /proc/net/{tcp,tcp6,udp,udp6}.
@@ -148,44 +143,6 @@ func hexAddr(s string) (netip.Addr, bool) {
 	}
 	a, _ := netip.AddrFromSlice(b)
 	return a, true
-}
-
-// parseUnix reads /proc/net/unix: a header line, then "Num RefCount
-// Protocol Flags Type St Inode [Path]" a line, the columns padded with
-// spaces, the flags in hex, the path (which may hold spaces) last. It
-// keeps the accepting sockets bound to a file name (not abstract names,
-// which start with '@').
-func parseUnix(data []byte) []entry {
-	var out []entry
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		f, path := unixFields(sc.Text())
-		if len(f) < 7 {
-			continue
-		}
-		flags, err := strconv.ParseUint(f[3], 16, 32)
-		inode, err2 := strconv.ParseUint(f[6], 10, 64)
-		if err != nil || err2 != nil || flags&unixAccepts == 0 || !strings.HasPrefix(path, "/") {
-			continue
-		}
-		out = append(out, entry{sock: Unix(path), inode: inode})
-	}
-	return out
-}
-
-// unixFields splits a line of /proc/net/unix into its first seven fields
-// and the rest, the path.
-func unixFields(line string) (fields []string, path string) {
-	for range 7 {
-		line = strings.TrimLeft(line, " ")
-		if line == "" {
-			return fields, ""
-		}
-		field, rest, _ := strings.Cut(line, " ")
-		fields = append(fields, field)
-		line = rest
-	}
-	return fields, strings.TrimSpace(line)
 }
 
 // socketInodes reads the inodes of the sockets among the open files of

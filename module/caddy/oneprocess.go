@@ -38,9 +38,9 @@ func (a *App) checkOneProcess() error {
 	return portguard.Check(socks...)
 }
 
-// httpSockets are the TCP sockets of the HTTP app's servers (and the
-// unix sockets some are given). Addresses that name a host rather than
-// an IP are left out; once bound, Own lists them.
+// httpSockets are the TCP sockets of the HTTP app's servers. Addresses
+// that name a host rather than an IP are left out (once bound, Own lists
+// them), and so are unix sockets (see package portguard).
 func httpSockets(app *caddyhttp.App) []portguard.Socket {
 	repl := caddy.NewReplacer()
 	var out []portguard.Socket
@@ -48,11 +48,6 @@ func httpSockets(app *caddyhttp.App) []portguard.Socket {
 		for _, l := range srv.Listen {
 			na, err := caddy.ParseNetworkAddress(repl.ReplaceKnown(l, ""))
 			if err != nil {
-				continue
-			}
-			if na.IsUnixNetwork() {
-				path, _, _ := strings.Cut(na.Host, "|")
-				out = append(out, portguard.Unix(path))
 				continue
 			}
 			if !strings.HasPrefix(na.Network, "tcp") {
