@@ -3,7 +3,7 @@
 GO       ?= go
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test fmt-check vet lint tidy-check unit deps fuzz eval conformance coredns bin/coredns caddy bin/caddy packages clean
+.PHONY: all build demo test fmt-check vet lint tidy-check unit deps fuzz eval conformance coredns bin/coredns caddy bin/caddy coral-check bin/coral-check packages clean
 
 all: build
 
@@ -24,7 +24,7 @@ demo: coredns caddy
 # needs bin/coredns and the Debian resolvers, the proxy lab, which needs
 # bin/caddy, and the status page test, which needs bin/caddy and Chromium
 # (deps installs the Debian packages as root).
-test: fmt-check vet lint tidy-check deps coredns caddy unit
+test: fmt-check vet lint tidy-check deps coredns caddy coral-check unit
 
 fmt-check:
 	@out=$$(find . -name '*.go' -not -path './builds/*/work/*' -print0 | xargs -0 gofmt -l); \
@@ -69,7 +69,8 @@ fuzz:
 	for target in FuzzParseKeyText FuzzHandleDatagram; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coraldht || exit 1; \
 	done
-	for target in FuzzParseName FuzzServeDNS FuzzCookieCheck FuzzDNSMatchesProxy FuzzCheckCorefile FuzzECSOption FuzzParseCAA FuzzParseRRL; do \
+	for target in FuzzParseName FuzzServeDNS FuzzCookieCheck FuzzDNSMatchesProxy \
+			FuzzCheckCorefile FuzzECSOption FuzzParseCAA FuzzParseRRL; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./plugin/coredns || exit 1; \
 	done
 	for target in FuzzParseHost FuzzCacheKey FuzzNormalizeShortcuts FuzzOriginURL FuzzEscapeQuery FuzzCheckDomain; do \
@@ -78,6 +79,9 @@ fuzz:
 	for target in FuzzDecodeReference FuzzRequestThroughProxy FuzzLocalizeLocation FuzzTargetCache \
 			FuzzReadHead FuzzParseProcNet; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/proxy || exit 1; \
+	done
+	for target in FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL; do \
+		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/purge || exit 1; \
 	done
 	for target in FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/purge || exit 1; \
@@ -93,6 +97,7 @@ fuzz:
 	$(GO) test -run=NONE -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/lab/profdiff
 	$(GO) test -run=NONE -fuzz='^FuzzParseMessages$$' -fuzztime=$(FUZZTIME) ./internal/lab/wan/nfq
 	$(GO) test -run=NONE -fuzz='^FuzzRegions$$' -fuzztime=$(FUZZTIME) ./eval/report
+	$(GO) test -run=NONE -fuzz='^FuzzParseTables$$' -fuzztime=$(FUZZTIME) ./internal/portguard
 
 # The experiments behind docs/evaluation.md, regenerated one after the
 # other from a clean tree with the commands the documents show (hours; the
@@ -132,9 +137,21 @@ coredns bin/coredns:
 caddy bin/caddy:
 	bash builds/caddy/build.sh
 
+# cmd/coral-check, which checks a Corefile's coral blocks without starting
+# anything, into bin/coral-check (the coral-dns package ships it as
+# /usr/bin/coral-check), reproducibly (-trimpath). The file is replaced
+# (renamed over, whole) only when the new build differs: tests that read it
+# while another runs this (test/docs's make packages) never see half a file.
+coral-check bin/coral-check:
+	@mkdir -p bin
+	@tmp=$$(mktemp bin/.coral-check.XXXXXX) && \
+	CGO_ENABLED=0 $(GO) build -trimpath -o "$$tmp" ./cmd/coral-check && \
+	if cmp -s "$$tmp" bin/coral-check; then rm -f "$$tmp"; echo "bin/coral-check is up to date"; \
+	else chmod 0755 "$$tmp" && mv -f "$$tmp" bin/coral-check && echo "wrote bin/coral-check"; fi
+
 # The .deb packages coral-dns and coral-proxy (deploy/, nfpm from go.mod's
 # tool directive), reproducibly, into bin/packages; see docs/operations.md.
-packages: coredns caddy
+packages: coredns caddy coral-check
 	bash deploy/build-packages.sh bin/packages
 
 clean:

@@ -142,7 +142,7 @@ func LoadKeyFile(path string) (*Key, error) {
 		return nil, fmt.Errorf("coraldht: network key %s is not a regular file", path)
 	}
 	if st.Mode().Perm()&0o022 != 0 {
-		return nil, fmt.Errorf("coraldht: network key %s is writable by group or others (mode %v); run chmod 600 %s", path, st.Mode().Perm(), path)
+		return nil, fmt.Errorf("coraldht: network key %s is writable by group or others (mode %v); run chmod 0640 %s (root:coral 0640, as the packages install it: the service reads it through its group)", path, st.Mode().Perm(), path)
 	}
 	data := make([]byte, keyFileMaxBytes+1)
 	// One Read may return less than the file holds; ReadFull does not.

@@ -130,7 +130,7 @@ func (e *FieldError) Error() string { return e.Msg }
 
 // keyRequired is Validate's message for a node off loopback without a
 // network key.
-const keyRequired = "key_file is required unless the node listens on loopback: the network key authenticates every DSHT datagram (" + coraldht.KeyHelp + ")"
+const keyRequired = "key is required unless the node listens on loopback: the network key authenticates every DSHT datagram (" + coraldht.KeyHelp + ")"
 
 // Validate checks the options without touching the network or the key
 // file (Acquire reads that). The error is a *FieldError naming the field.
@@ -151,7 +151,7 @@ func (o Options) Validate() error {
 			return bad("KeyFile", "%s", keyRequired)
 		}
 		if o.Advertise.IsValid() && !o.Advertise.Addr().IsLoopback() {
-			return bad("KeyFile", "key_file is required to advertise %v, an address off loopback (%s)", o.Advertise, coraldht.KeyHelp)
+			return bad("KeyFile", "key is required to advertise %v, an address off loopback (%s)", o.Advertise, coraldht.KeyHelp)
 		}
 	}
 	if len(o.AcceptedKeyFiles) > 0 && o.KeyFile == "" {

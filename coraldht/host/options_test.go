@@ -26,7 +26,7 @@ func TestValidate(t *testing.T) {
 		{"bad bootstrap", Options{Listen: loopback, Bootstrap: []netip.AddrPort{netip.MustParseAddrPort("0.0.0.0:4000")}}, "Bootstrap", "bootstrap 0.0.0.0:4000"},
 		{"bootstrap port 0", Options{Listen: loopback, Bootstrap: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:0")}}, "Bootstrap", "want a specific IP:PORT"},
 		{"no key off loopback", Options{Listen: public}, "KeyFile", keyRequired},
-		{"no key, advertising off loopback", Options{Listen: loopback, Advertise: public}, "KeyFile", "key_file is required to advertise 192.0.2.1:4000"},
+		{"no key, advertising off loopback", Options{Listen: loopback, Advertise: public}, "KeyFile", "key is required to advertise 192.0.2.1:4000"},
 		{"unspecified listen, no advertise", Options{Listen: netip.MustParseAddrPort("0.0.0.0:4000"), KeyFile: "k"}, "Advertise", "advertise is required"},
 		{"bad advertise", Options{Listen: loopback, Advertise: netip.MustParseAddrPort("127.0.0.1:0")}, "Advertise", "port 0"},
 		{"levels not decreasing", Options{Listen: loopback, Levels: []time.Duration{20 * time.Millisecond, 60 * time.Millisecond}}, "Levels", "must be below"},
@@ -55,7 +55,7 @@ func TestValidate(t *testing.T) {
 
 // TestKeyRequiredText: the message CoreDNS has always printed.
 func TestKeyRequiredText(t *testing.T) {
-	if !strings.HasPrefix(keyRequired, "key_file is required unless the node listens on loopback: the network key authenticates every DSHT datagram (") ||
+	if !strings.HasPrefix(keyRequired, "key is required unless the node listens on loopback: the network key authenticates every DSHT datagram (") ||
 		!strings.Contains(keyRequired, coraldht.KeyHelp) {
 		t.Errorf("keyRequired = %q", keyRequired)
 	}

@@ -140,6 +140,8 @@ func run(ctx context.Context, bins binaries, seed uint64, d time.Duration, only 
 		return 0, err
 	}
 	if out != "" {
+		// Before the run, not after: a directory that cannot be made
+		// fails at once, not after every class has run.
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return 0, err
 		}

@@ -32,7 +32,7 @@ var layers = []layer{
 	{"DSHT node", true, []pattern{"coraldht/..."}},
 	{"DNS server", true, []pattern{"plugin/coredns/..."}},
 	{"HTTP proxy", true, []pattern{"module/caddy/..."}},
-	{"shared by both servers", true, []pattern{"internal/dhtmetrics"}},
+	{"shared by both servers", true, []pattern{"internal/dhtmetrics", "internal/portguard"}},
 	{"commands", true, []pattern{"cmd/coral-check", "cmd/coral-fleet", "cmd/dhtdemo"}},
 	// cmd/coraldemo is `make demo`: a lab with a command line, not a
 	// shipped program.

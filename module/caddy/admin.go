@@ -35,6 +35,8 @@ func init() {
 //	GET /coral/health   200 when joined and not draining, else 503
 //	POST /coral/drain   take the node out of DNS answers; DELETE: undo;
 //	                    see reload.go
+//	POST /coral/load    Caddy's /load, adapting the body here and counting
+//	                    any failure in the reload metrics; see reloadcmd.go
 //
 // Like the rest of Caddy's admin API these answer only on the admin
 // address, subject to its origin checks and, when configured, its remote
@@ -61,6 +63,7 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/coral/keys/install", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
 		{Pattern: "/coral/keys/primary", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
 		{Pattern: "/coral/keys/remove", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
+		{Pattern: "/coral/load", Handler: caddy.AdminHandlerFunc(a.handleLoad)}, // reloadcmd.go
 	}
 }
 

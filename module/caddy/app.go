@@ -49,17 +49,21 @@ type App struct {
 	Advertise string `json:"advertise,omitempty"`
 
 	// Bootstrap lists DSHT nodes (IP:port) to join through. The node
-	// retries until one answers.
+	// retries until one answers. Default: none (the first node of a
+	// network).
 	Bootstrap []string `json:"bootstrap,omitempty"`
 
 	// KeyFile is the network key shared by every node of the Coral
-	// network. Required unless Listen is a loopback address.
+	// network (the Caddyfile's `key`, its first file). Required unless
+	// Listen is a loopback address; there the default is a fixed, public
+	// development key.
 	KeyFile string `json:"key_file,omitempty"`
 
 	// AcceptedKeyFiles are further network keys the node accepts but does
 	// not send with, during a key rotation (the Caddyfile's `key` option:
 	// the files after the first). A reload that changes only the key
 	// files or their contents updates the running node's keys in place.
+	// Default: none.
 	AcceptedKeyFiles []string `json:"accepted_key_files,omitempty"`
 
 	// KeyFileSHA256 is the SHA-256 of the key files when the Caddyfile was
@@ -74,7 +78,8 @@ type App struct {
 	Levels []caddy.Duration `json:"levels,omitempty"`
 
 	// Clusters pins this node's cluster at some levels (level number →
-	// cluster name).
+	// cluster name), for policy or tests. Default: none (clusters are
+	// found by RTT).
 	Clusters map[string]string `json:"clusters,omitempty"`
 
 	// Identity turns on node identity mode (coraldht's README, "Node
@@ -235,7 +240,11 @@ func (a *App) Joined() bool {
 // it in place when the settings changed. Everything else in the
 // configuration has been provisioned by now.
 func (a *App) Start() error {
-	h, err := host.Acquire(a.opts)
+	err := a.checkOneProcess() // one process per address: oneprocess.go
+	var h *host.Handle
+	if err == nil {
+		h, err = host.Acquire(a.opts)
+	}
 	if err != nil {
 		reloads.failed(a.config.sum(), fmt.Errorf("coral: %w", err))
 		return fmt.Errorf("coral: %w", err)

@@ -19,7 +19,7 @@ func TestAppConfigErrors(t *testing.T) {
 		{"bad listen", App{Listen: "nowhere"}, "want IP:PORT"},
 		{"bad advertise", App{Listen: "127.0.0.2:4000", Advertise: "x"}, "advertise"},
 		{"bad bootstrap", App{Listen: "127.0.0.2:4000", Bootstrap: []string{"127.0.0.3"}}, "bootstrap"},
-		{"no key off loopback", App{Listen: "192.0.2.1:4000"}, "key_file is required"},
+		{"no key off loopback", App{Listen: "192.0.2.1:4000"}, "key is required"},
 		{"bad cluster level", App{Listen: "127.0.0.2:4000", Clusters: map[string]string{"x": "a"}}, "not a number"},
 		{"cluster level too high", App{Listen: "127.0.0.2:4000", Clusters: map[string]string{"5": "a"}}, "Pins"},
 	} {

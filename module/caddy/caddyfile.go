@@ -166,8 +166,11 @@ func (o optionArgs) duration() (caddy.Duration, error) {
 		return 0, err
 	}
 	dur, err := caddy.ParseDuration(v)
-	if err != nil || dur < 0 {
-		return 0, o.d.Errf("%s: %q is not a duration", o.name, v)
+	switch {
+	case err != nil:
+		return 0, o.d.Errf("%s: %q is not a duration such as 30s or 12h", o.name, v)
+	case dur < 0:
+		return 0, o.d.Errf("%s: %q is negative: want 0 or more", o.name, v)
 	}
 	return caddy.Duration(dur), nil
 }
@@ -193,8 +196,13 @@ func (o optionArgs) positive(v, what string) (int, error) {
 // positiveDuration parses a duration above 0.
 func (o optionArgs) positiveDuration(v string) (caddy.Duration, error) {
 	dur, err := caddy.ParseDuration(v)
-	if err != nil || dur <= 0 {
-		return 0, o.d.Errf("%s: %q is not a positive duration", o.name, v)
+	switch {
+	case err != nil:
+		return 0, o.d.Errf("%s: %q is not a duration such as 30s or 12h", o.name, v)
+	case dur < 0:
+		return 0, o.d.Errf("%s: %q is negative: want more than 0", o.name, v)
+	case dur == 0:
+		return 0, o.d.Errf("%s: %q: want more than 0", o.name, v)
 	}
 	return caddy.Duration(dur), nil
 }

@@ -83,6 +83,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"cookie forwarded", "coral_proxy nyud.test {\n forward_fields Cookie\n}", "never forwarded"},
 		{"no fields", "coral_proxy nyud.test {\n forward_fields\n}", "at least one"},
 		{"bad write idle timeout", "coral_proxy nyud.test {\n write_idle_timeout never\n}", "not a duration"},
+		// A negative duration is a duration: the message says what is
+		// wrong with it (issue 37).
+		{"negative duration", "coral_proxy nyud.test {\n default_ttl -5s\n}", `default_ttl: "-5s" is negative: want 0 or more`},
+		{"negative poll", "coral_proxy nyud.test {\n blacklist /dev/null -1s\n}", `"-1s" is negative: want more than 0`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h Handler
@@ -105,7 +109,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		// the block for both), at adapt time.
 		{"too many levels", "coral {\n listen 127.0.0.2:4000\n levels 8ms 7ms 6ms 5ms 4ms 3ms 2ms 1ms\n}", "levels takes 1..7 RTT thresholds (levels 1..n), got 8"},
 		{"pin above the levels", "coral {\n listen 127.0.0.2:4000\n cluster 3 x\n}", "cluster level 3: this configuration has levels 1..2"},
-		{"no key off loopback", "coral {\n listen 192.0.2.1:4000\n}", "key_file is required unless the node listens on loopback"},
+		{"no key off loopback", "coral {\n listen 192.0.2.1:4000\n}", "key is required unless the node listens on loopback"},
 		{"bad advertise", "coral {\n listen 127.0.0.2:4000\n advertise 0.0.0.0:4000\n}", `advertise "0.0.0.0:4000": want a specific IP:PORT`},
 	} {
 		t.Run("global "+tc.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
@@ -25,7 +26,8 @@ func init() { caddy.RegisterModule(Handler{}) }
 // (http://www.example.com.nyud.net/…) from its cache, from peer proxies
 // found through the Coral DSHT, or from the origin.
 type Handler struct {
-	// Zone is the alias zone Coralized host names end in, e.g. "nyud.net".
+	// Zone is the alias zone Coralized host names end in, e.g. "nyud.net":
+	// a domain name (checked by `caddy validate`). Required.
 	Zone string `json:"zone,omitempty"`
 
 	// CacheDir is where cached objects live. Default "coral-cache" under
@@ -60,7 +62,7 @@ type Handler struct {
 	// By default such origins are refused, and so are the node's own
 	// addresses (its interfaces', its listeners', its advertised ones),
 	// which only an entry of that address alone (a bare address, /32 or
-	// /128) allows.
+	// /128) allows. Default: none.
 	AllowOrigins []string `json:"allow_origins,omitempty"`
 
 	// ForwardFields are request fields passed to origins (and peers)
@@ -70,7 +72,7 @@ type Handler struct {
 	// sends (a request ID, say): a field that does lets one client decide
 	// what every other gets. Credentials, cookies, hop-by-hop fields,
 	// conditionals and fields servers take as overrides of the URL, host,
-	// method or client cannot be listed.
+	// method or client cannot be listed. Default: none.
 	ForwardFields []string `json:"forward_fields,omitempty"`
 
 	// AllowPeers lists address prefixes where peer proxies may be although
@@ -359,6 +361,9 @@ func durationOr(v caddy.Duration, def time.Duration) time.Duration {
 func (h *Handler) Validate() error {
 	if h.Zone == "" {
 		return errors.New("coral_proxy: the zone is required")
+	}
+	if _, err := coralname.NormalizeZone(h.Zone); err != nil {
+		return fmt.Errorf("coral_proxy: zone %q is not a domain name: %w", h.Zone, err)
 	}
 	switch h.OriginScheme {
 	case "", "http", "https", "auto":

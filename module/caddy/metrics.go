@@ -189,11 +189,15 @@ func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	collectReloads(ch)
-	draining := 0.0
-	if a, _ := runningApp(); a != nil && a.draining() {
-		draining = 1
+	// The drain gauge exists where a coral app runs, and only there: a
+	// Caddy without Coral exports no caddy_coral_* series.
+	if a, _ := runningApp(); a != nil {
+		draining := 0.0
+		if a.draining() {
+			draining = 1
+		}
+		gauge(descDraining, draining)
 	}
-	gauge(descDraining, draining)
 
 	seen := map[*coraldht.Node]bool{}
 	for _, a := range apps {

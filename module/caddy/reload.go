@@ -140,6 +140,13 @@ func (r *reloadLog) failed(hash string, err error) {
 	}
 }
 
+// failureCount is how many loads have failed so far.
+func (r *reloadLog) failureCount() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failures
+}
+
 // adminReload is the "reload" object of /coral/status.
 type adminReload struct {
 	OK          bool       `json:"ok"`                     // the last load succeeded

@@ -66,3 +66,15 @@ func TestValidateLeavesCacheAlone(t *testing.T) {
 		t.Error("validate accepted a missing blacklist")
 	}
 }
+
+// TestValidateZone (issue 37): the zone is a domain name, checked when
+// the configuration is validated, so `caddy validate` refuses
+// `coral_proxy not_a..zone`.
+func TestValidateZone(t *testing.T) {
+	for zone, ok := range map[string]bool{"nyud.net": true, "NYUD.net.": true, "not_a..zone": false, "a b": false, "nyud.123": false, "": false} {
+		err := (&Handler{Zone: zone}).Validate()
+		if (err == nil) != ok {
+			t.Errorf("zone %q: Validate() = %v", zone, err)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/coralcdn/coral/coraldht/host"
+	"github.com/coralcdn/coral/internal/portguard"
 )
 
 var log = clog.NewWithPlugin("coral")
@@ -124,6 +125,19 @@ func setup(c *caddy.Controller) error {
 		log.Warningf("this server block listens on port %s; resolvers reach the name servers coral hands out on port 53", port)
 	}
 	cr := newCoral(cfg, Options{})
+	// One process per address (internal/portguard): before this server
+	// binds, no other process may serve its DNS address or the node's.
+	c.OnStartup(func() error {
+		dc := dnsserver.GetConfig(c)
+		socks, err := portguard.DNSServer(dc.ListenHosts, dc.Port, dc.Transport)
+		if err == nil {
+			err = portguard.Check(append(socks, portguard.UDP(cfg.node.Listen))...)
+		}
+		if err != nil {
+			return plugin.Error("coral", err)
+		}
+		return nil
+	})
 	c.OnStartup(cr.Start)
 	c.OnShutdown(cr.Stop)
 	if c.Get(restartFailedKey{}) == nil {

@@ -137,7 +137,7 @@ func TestParseErrors(t *testing.T) {
 		{"negative_ttl bad", "coral nyucd.test {\n" + listen + "negative_ttl soon\n}", "number of seconds"},
 		{"check_interval too long", "coral nyucd.test {\n" + listen + "check_interval 10s\n}", "at most half of live_within"},
 		{"live_within short", "coral nyucd.test {\n" + listen + "live_within 500ms\n}", "at least 1s"},
-		{"no key off loopback", "coral nyucd.test {\nlisten 192.0.2.1:4000\n}", "key_file is required"},
+		{"no key off loopback", "coral nyucd.test {\nlisten 192.0.2.1:4000\n}", "key is required"},
 		{"twice", "coral nyucd.test {\n" + listen + "}\ncoral nyucd.test {\n" + listen + "}", "only once"},
 		{"key none", "coral nyucd.test {\n" + listen + "key\n}", "key takes a key file"},
 		{"key_file two", "coral nyucd.test {\n" + listen + "key_file a b\n}", "key_file takes a key file"},

@@ -62,7 +62,7 @@ func sharedPackages(t *testing.T) []string {
 // test of the package gets.
 func buildPackages(t *testing.T, shared bool) []string {
 	t.Helper()
-	for _, b := range []string{"coredns", "caddy"} {
+	for _, b := range []string{"coredns", "caddy", "coral-check"} {
 		if _, err := labconf.Binary(b); err != nil {
 			if os.Getenv("CI") == "true" {
 				t.Fatal(err)
@@ -142,10 +142,13 @@ func TestPackages(t *testing.T) {
 			t.Errorf("%s: two builds differ: %x, %x", filepath.Base(first[i]), a, b)
 		}
 	}
-	// What is inside: the binary, the unit and the example configuration.
+	// What is inside: the programs, the unit, the example configuration
+	// and the copyright file.
 	want := map[string][]string{
-		"coral-dns":   {"./usr/bin/coral-coredns", "./lib/systemd/system/coral-dns.service", "./usr/share/coral-dns/Corefile.example"},
-		"coral-proxy": {"./usr/bin/coral-caddy", "./lib/systemd/system/coral-proxy.service", "./usr/share/coral-proxy/Caddyfile.example"},
+		"coral-dns": {"./usr/bin/coral-coredns", "./usr/bin/coral-check", "./lib/systemd/system/coral-dns.service",
+			"./usr/share/coral-dns/Corefile.example", "./usr/share/doc/coral-dns/copyright"},
+		"coral-proxy": {"./usr/bin/coral-caddy", "./lib/systemd/system/coral-proxy.service",
+			"./usr/share/coral-proxy/Caddyfile.example", "./usr/share/doc/coral-proxy/copyright"},
 	}
 	for i, deb := range first {
 		list := runOut(t, "", "dpkg-deb", "--contents", deb)
@@ -164,7 +167,45 @@ func TestPackages(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	t.Run("Copyright", func(t *testing.T) { testCopyright(t, first) })
 	t.Run("InstallRemovePurge", func(t *testing.T) { testInstallRemovePurge(t, first) })
+}
+
+// testCopyright reads each package's copyright file: Debian's
+// machine-readable format, Coral's licence, and a named licence for Go and
+// for every module compiled into the package's programs (go version -m).
+func testCopyright(t *testing.T, debs []string) {
+	programs := map[string][]string{"coral-dns": {"coredns", "coral-check"}, "coral-proxy": {"caddy"}}
+	for i, deb := range debs {
+		pkg := packageNames[i]
+		dir := t.TempDir()
+		runOut(t, "", "dpkg-deb", "-x", deb, dir)
+		text, err := os.ReadFile(filepath.Join(dir, "usr/share/doc", pkg, "copyright"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := string(text)
+		for _, want := range []string{"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/",
+			"Files: *\nCopyright: Coral developers\nLicense: Apache-2.0", "Comment: Go go1."} {
+			if !strings.Contains(c, want) {
+				t.Errorf("%s's copyright lacks %q", pkg, want)
+			}
+		}
+		if strings.Contains(c, "License: unknown") {
+			t.Errorf("%s's copyright has a licence it cannot name", pkg)
+		}
+		for _, p := range programs[pkg] {
+			bin, _ := labconf.Binary(p)
+			for _, line := range strings.Split(runOut(t, "", "go", "version", "-m", bin), "\n") {
+				f := strings.Fields(line)
+				if len(f) >= 3 && f[0] == "dep" && f[1] != "github.com/coralcdn/coral" {
+					if !strings.Contains(c, "Comment: Go module "+f[1]+" ") {
+						t.Errorf("%s's copyright does not name %s, compiled into %s", pkg, f[1], p)
+					}
+				}
+			}
+		}
+	}
 }
 
 // errDpkgLocked is a dpkg run that found another dpkg or apt at work.
@@ -334,6 +375,18 @@ func testInstallRemovePurge(t *testing.T, debs []string) {
 			t.Fatal(err)
 		}
 	}
+	// The second key of a rotation, as the guide has operators install it
+	// (docs/operations.md, "Rotating the key").
+	next := "/etc/coral/network-next.key"
+	if err := os.WriteFile(next, []byte("bmV4dCBsYWIga2V5IGZvciB0ZXN0L2RlcGxveSAtLS0tLS0K\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	runOut(t, "", "chown", "root:coral", next)
+	// coral-check, from the package, checks the packaged example with the
+	// keys in place.
+	if out := runOut(t, "", "/usr/bin/coral-check", "/usr/share/coral-dns/Corefile.example"); !strings.Contains(out, "ok") {
+		t.Errorf("coral-check of the packaged Corefile: %s", out)
+	}
 
 	// Purging one package takes its own files; what both use (the key,
 	// /etc/coral, the user) stays while the other is installed.
@@ -343,7 +396,7 @@ func testInstallRemovePurge(t *testing.T, debs []string) {
 			t.Errorf("%s still there after dpkg --purge coral-dns", f)
 		}
 	}
-	for _, f := range []string{key, "/etc/coral/Caddyfile", "/usr/bin/coral-caddy", "/var/cache/coral-proxy/objects"} {
+	for _, f := range []string{key, next, "/etc/coral/Caddyfile", "/usr/bin/coral-caddy", "/var/cache/coral-proxy/objects"} {
 		if !exists(f) {
 			t.Errorf("dpkg --purge coral-dns removed %s, which coral-proxy uses", f)
 		}
@@ -368,8 +421,8 @@ func testInstallRemovePurge(t *testing.T, debs []string) {
 	}
 
 	dpkg(t, "--purge", "coral-proxy")
-	for _, f := range []string{"/etc/coral", "/var/lib/coral-proxy", "/var/cache/coral-proxy", "/var/lib/coral-dns",
-		"/usr/share/coral-dns", "/usr/share/coral-proxy"} {
+	for _, f := range []string{next, key, "/etc/coral", "/var/lib/coral-proxy", "/var/cache/coral-proxy", "/var/lib/coral-dns",
+		"/usr/share/coral-dns", "/usr/share/coral-proxy", "/usr/share/doc/coral-dns", "/usr/share/doc/coral-proxy"} {
 		if exists(f) {
 			t.Errorf("%s still there after dpkg --purge", f)
 		}

@@ -3,7 +3,8 @@
 # reload, enable --now and disable --now of the installed units, carried
 # out as systemd would for what the units say: ExecStart and ExecReload
 # ($MAINPID), User and Group, the user's HOME and Environment, WorkingDirectory,
-# StateDirectory and CacheDirectory (created, owned by the user), the
+# StateDirectory, CacheDirectory and RuntimeDirectory (created, owned by
+# the user, RuntimeDirectoryMode), the
 # ambient capabilities and NoNewPrivileges. The sandboxing directives are
 # left to systemd-analyze (TestUnitsSecurity). A node's pid files and logs
 # go to /run/coral-lab, which the lab mounts per node.
@@ -45,6 +46,8 @@ for unit in "$@"; do
 	start)
 		for d in $(val StateDirectory); do install -d -o "$user" -g "$group" -m 0755 "/var/lib/$d"; done
 		for d in $(val CacheDirectory); do install -d -o "$user" -g "$group" -m 0755 "/var/cache/$d"; done
+		rmode=$(val RuntimeDirectoryMode)
+		for d in $(val RuntimeDirectory); do install -d -o "$user" -g "$group" -m "${rmode:-0755}" "/run/$d"; done
 		read -r -a exec <<<"$(val ExecStart)"
 		# The subshell becomes the service's process (exec all the way).
 		(cd "$(val WorkingDirectory)" && exec setsid env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "${env[@]}" \

@@ -90,6 +90,28 @@ func TestUnitsVerify(t *testing.T) {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
 
+	// The guide's drop-in for a cache_dir outside the cache directory
+	// (docs/operations.md, the block with ReadWritePaths), and the unit's
+	// comment that says so: with it, the units still verify clean.
+	dropIn := guideINIBlock(t)
+	if !strings.Contains(dropIn, "ReadWritePaths=") {
+		t.Fatalf("the guide's drop-in names no ReadWritePaths:\n%s", dropIn)
+	}
+	if unit, _ := os.ReadFile(repoFile(t, "deploy/systemd/coral-proxy.service")); !strings.Contains(string(unit), "ReadWritePaths=") {
+		t.Error("coral-proxy.service does not say how to give another cache_dir (ReadWritePaths=)")
+	}
+	withDropIn := unitRoot(t, nil)
+	dir := filepath.Join(withDropIn, "etc/systemd/system/coral-proxy.service.d")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cache-dir.conf"), []byte(dropIn), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := verify(t, analyze, withDropIn); err != nil || out != "" {
+		t.Errorf("systemd-analyze verify with the guide's drop-in: %v\n%s", err, out)
+	}
+
 	// The check itself must catch a mistake: a misspelled directive and a
 	// bad value are only warnings to systemd.
 	broken := unitRoot(t, func(name, text string) string {
@@ -164,11 +186,13 @@ func TestUnitsPromises(t *testing.T) {
 			"ExecReload": "/bin/kill -USR1 $MAINPID",
 		},
 		"coral-proxy.service": {
-			"ExecStart":      "/usr/bin/coral-caddy run --environ --config /etc/coral/Caddyfile --adapter caddyfile",
-			"ExecReload":     "/usr/bin/coral-caddy reload --config /etc/coral/Caddyfile --adapter caddyfile --force",
-			"Type":           "notify",
-			"StateDirectory": "coral-proxy",
-			"CacheDirectory": "coral-proxy",
+			"ExecStart":            "/usr/bin/coral-caddy run --environ --config /etc/coral/Caddyfile --adapter caddyfile",
+			"ExecReload":           "/usr/bin/coral-caddy coral-reload --config /etc/coral/Caddyfile --adapter caddyfile --force",
+			"Type":                 "notify",
+			"StateDirectory":       "coral-proxy",
+			"CacheDirectory":       "coral-proxy",
+			"RuntimeDirectory":     "coral-proxy",
+			"RuntimeDirectoryMode": "0750",
 		},
 	}
 	common := map[string]string{
@@ -210,4 +234,19 @@ func TestUnitsPromises(t *testing.T) {
 			t.Errorf("coral-proxy.service: no Environment=%s in %q", v, env)
 		}
 	}
+}
+
+// guideINIBlock is the one ```ini block of docs/operations.md: the
+// drop-in it tells operators to write with systemctl edit.
+func guideINIBlock(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(repoFile(t, "docs/operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)\n```ini\n(.*?)```\n").FindAllStringSubmatch(string(b), -1)
+	if len(blocks) != 1 {
+		t.Fatalf("docs/operations.md has %d ini blocks, want the one drop-in", len(blocks))
+	}
+	return blocks[0][1]
 }
