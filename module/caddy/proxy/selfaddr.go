@@ -1,19 +1,13 @@
 package proxy
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/binary"
-	"encoding/hex"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/coralcdn/coral/internal/portguard"
 )
 
 // The node's own addresses are origins like no other: a service on this
@@ -66,7 +60,7 @@ func newSelfAddresses(sources ...func() []netip.Addr) *selfAddresses {
 // interfaces, its process's listening sockets, the addresses it advertises
 // (advertisedAddrs) and more (Config.OwnAddrs), if set.
 func (p *Proxy) ownAddrSources(more func() []netip.Addr) []func() []netip.Addr {
-	out := []func() []netip.Addr{interfaceAddrs, func() []netip.Addr { return processListenerAddrs("/proc") }, p.advertisedAddrs}
+	out := []func() []netip.Addr{interfaceAddrs, processListenerAddrs, p.advertisedAddrs}
 	if more != nil {
 		out = append(out, more)
 	}
@@ -134,106 +128,16 @@ func interfaceAddrs() []netip.Addr {
 }
 
 // processListenerAddrs are the local addresses of this process's
-// listening TCP sockets and bound UDP sockets, read from procDir (/proc)
-// on Linux; nil where there is no such directory.
-func processListenerAddrs(procDir string) []netip.Addr {
-	inodes := socketInodes(filepath.Join(procDir, "self", "fd"))
-	if len(inodes) == 0 {
-		return nil
-	}
-	var out []netip.Addr
-	for _, f := range []struct {
-		name string
-		tcp  bool
-	}{{"tcp", true}, {"tcp6", true}, {"udp", false}, {"udp6", false}} {
-		data, err := os.ReadFile(filepath.Join(procDir, "self", "net", f.name))
-		if err != nil {
-			continue
-		}
-		for _, s := range parseProcNet(data) {
-			// TCP: LISTEN (0A). UDP sockets have no listening state; an
-			// unconnected one (07) receives from anyone.
-			if inodes[s.inode] && (f.tcp && s.state == 0x0A || !f.tcp && s.state == 0x07) {
-				out = append(out, s.local)
-			}
-		}
-	}
-	return out
-}
-
-// socketInodes are the inodes of the sockets among the open files in fdDir.
-func socketInodes(fdDir string) map[uint64]bool {
-	entries, err := os.ReadDir(fdDir)
+// listening TCP sockets and bound UDP sockets (internal/portguard reads
+// them from /proc on Linux); nil where they cannot be read.
+func processListenerAddrs() []netip.Addr {
+	socks, err := portguard.Own()
 	if err != nil {
 		return nil
 	}
-	out := make(map[uint64]bool)
-	for _, e := range entries {
-		target, err := os.Readlink(filepath.Join(fdDir, e.Name()))
-		if err != nil {
-			continue
-		}
-		if s, ok := strings.CutPrefix(target, "socket:["); ok {
-			if n, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 64); err == nil {
-				out[n] = true
-			}
-		}
+	out := make([]netip.Addr, 0, len(socks))
+	for _, s := range socks {
+		out = append(out, s.Addr.Addr())
 	}
 	return out
-}
-
-// procSocket is one line of /proc/net/{tcp,tcp6,udp,udp6}.
-type procSocket struct {
-	local netip.Addr
-	state uint8
-	inode uint64
-}
-
-// parseProcNet parses a /proc/net/{tcp,tcp6,udp,udp6} table: a header
-// line, then one socket a line with the local address as hex words in
-// host byte order ("0100007F:1F90" is 127.0.0.1:8080 on a little-endian
-// machine), the state in hex and the inode in the tenth field. Lines that
-// do not parse are skipped.
-func parseProcNet(data []byte) []procSocket {
-	var out []procSocket
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 10 {
-			continue
-		}
-		hexAddr, _, ok := strings.Cut(f[1], ":")
-		if !ok {
-			continue
-		}
-		local, ok := procAddr(hexAddr)
-		if !ok {
-			continue
-		}
-		state, err := strconv.ParseUint(f[3], 16, 8)
-		if err != nil {
-			continue
-		}
-		inode, err := strconv.ParseUint(f[9], 10, 64)
-		if err != nil {
-			continue
-		}
-		out = append(out, procSocket{local: local, state: uint8(state), inode: inode})
-	}
-	return out
-}
-
-// procAddr decodes an address of /proc/net: 8 or 32 hex digits, 32-bit
-// words in host byte order (little-endian on every machine Coral runs
-// on; binary.NativeEndian).
-func procAddr(s string) (netip.Addr, bool) {
-	b, err := hex.DecodeString(s)
-	if err != nil || len(b) != 4 && len(b) != 16 {
-		return netip.Addr{}, false
-	}
-	for i := 0; i < len(b); i += 4 {
-		binary.BigEndian.PutUint32(b[i:], binary.NativeEndian.Uint32(b[i:]))
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a, true
 }

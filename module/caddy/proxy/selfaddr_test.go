@@ -153,7 +153,7 @@ func TestProcessListenerAddrs(t *testing.T) {
 	if err == nil {
 		defer t6.Close()
 	}
-	got := processListenerAddrs("/proc")
+	got := processListenerAddrs()
 	for _, want := range []string{"127.0.0.91", "127.0.0.92"} {
 		if !slices.Contains(got, netip.MustParseAddr(want)) {
 			t.Errorf("%s missing from %v", want, got)
@@ -164,34 +164,6 @@ func TestProcessListenerAddrs(t *testing.T) {
 	}
 }
 
-// TestParseProcNet: addresses, states and inodes of /proc/net tables.
-func TestParseProcNet(t *testing.T) {
-	tcp := "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
-		"   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345 1 0000000000000000 100 0 0 10 0\n" +
-		"   1: garbage\n"
-	tcp6 := "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
-		"   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 678 1 0000000000000000 100 0 0 10 0\n"
-	got := append(parseProcNet([]byte(tcp)), parseProcNet([]byte(tcp6))...)
-	want := []procSocket{{netip.MustParseAddr("127.0.0.1"), 0x0A, 12345}, {netip.IPv6Loopback(), 0x0A, 678}}
-	if !slices.Equal(got, want) {
-		t.Errorf("got %v, want %v", got, want)
-	}
-}
-
-// FuzzParseProcNet: any input parses without panic into valid addresses.
-func FuzzParseProcNet(f *testing.F) {
-	f.Add([]byte("sl local\n 0: 0100007F:1F90 00000000:0000 0A 0:0 0:0 0 0 0 12345 1\n"))
-	f.Add([]byte(" 0: 00000000000000000000000001000000:1F90 0:0 07 0:0 0:0 0 0 0 9 1\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, s := range parseProcNet(data) {
-			if !s.local.IsValid() {
-				t.Fatalf("invalid address from %q", data)
-			}
-		}
-	})
-}
-
-// prefixes parses address prefixes.
 func prefixes(s ...string) []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range s {
