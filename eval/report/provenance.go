@@ -24,6 +24,7 @@ type fileInfo struct {
 	LoadBefore  string    `json:"loadavg_before"`
 	LoadBefore2 string    `json:"load_average_before"`
 	LoadSpan    [2]string `json:"loadavg_before_after"` // eval/hostile's
+	LoadAvg     string    `json:"loadavg"`              // test/nodelab's
 
 	// MachineBusy and Note are what eval/wan's own provenance block says
 	// beyond evalrun.Provenance's fields (wanProvenance).
@@ -70,7 +71,7 @@ func (c *results) info(file string) (fileInfo, error) {
 
 // legacyLoad is the load a file without provenance recorded, if any.
 func (fi fileInfo) legacyLoad() string {
-	for _, s := range []string{fi.Host.LoadBefore, fi.LoadBefore, fi.LoadBefore2, fi.LoadSpan[0]} {
+	for _, s := range []string{fi.Host.LoadBefore, fi.LoadBefore, fi.LoadBefore2, fi.LoadSpan[0], fi.LoadAvg} {
 		if s != "" {
 			return s
 		}
