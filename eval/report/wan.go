@@ -16,27 +16,23 @@ import (
 // (wan.json), and the DSHT alone at scale (wan-dht.json).
 
 type wanQuality struct {
-	Level       int     `json:"level"`
-	Threshold   float64 `json:"threshold_ns"`
-	Clusters    int     `json:"clusters"`
-	Singletons  int     `json:"singletons"`
-	MeanSize    float64 `json:"mean_size"`
-	PairRule    float64 `json:"pair_rule_ok"`
-	NotAlone    float64 `json:"non_singleton_of_those"`
-	MemberRule  float64 `json:"member_rule_ok"`
-	InAcceptabl float64 `json:"nodes_in_acceptable"`
+	Level      int     `json:"level"`
+	Threshold  float64 `json:"threshold_ns"`
+	Clusters   int     `json:"clusters"`
+	Singletons int     `json:"singletons"`
+	MeanSize   float64 `json:"mean_size"`
+	PairRule   float64 `json:"pair_rule_ok"`
+	NotAlone   float64 `json:"non_singleton_of_those"`
 }
 
 type wanClusters struct {
 	Snapshots []struct {
-		At       float64      `json:"at_seconds"`
-		Quality  []wanQuality `json:"quality"`
-		Criteria []bool       `json:"criteria_met"`
+		At      float64      `json:"at_seconds"`
+		Quality []wanQuality `json:"quality"`
 	} `json:"snapshots"`
 	Greedy   []wanQuality `json:"greedy"`
 	Criteria []float64    `json:"criteria_seconds"`
 	Formed   []float64    `json:"formed_seconds"`
-	Settled  []float64    `json:"settled_seconds"`
 }
 
 // last is the clusters' final snapshot.
@@ -57,19 +53,18 @@ type wanWorkload struct {
 }
 
 type wanSummary struct {
-	Class       string         `json:"class"`
-	Requests    int            `json:"requests"`
-	Failed      int            `json:"failed"`
-	P50         float64        `json:"p50_s"`
-	P96         float64        `json:"p96_s"`
-	DNSP50      float64        `json:"dns_p50_ms"`
-	DNSP96      float64        `json:"dns_p96_ms"`
-	AtSite      float64        `json:"proxy_at_client_site_share"`
-	InAnswer    float64        `json:"site_in_answer_share"`
-	RTTP50      float64        `json:"client_proxy_rtt_p50_ms"`
-	ServedFrom  map[string]int `json:"served_from"`
-	Errors      map[string]int `json:"errors"`
-	Percentiles map[string]float64
+	Class      string         `json:"class"`
+	Requests   int            `json:"requests"`
+	Failed     int            `json:"failed"`
+	P50        float64        `json:"p50_s"`
+	P96        float64        `json:"p96_s"`
+	DNSP50     float64        `json:"dns_p50_ms"`
+	DNSP96     float64        `json:"dns_p96_ms"`
+	AtSite     float64        `json:"proxy_at_client_site_share"`
+	InAnswer   float64        `json:"site_in_answer_share"`
+	RTTP50     float64        `json:"client_proxy_rtt_p50_ms"`
+	ServedFrom map[string]int `json:"served_from"`
+	Errors     map[string]int `json:"errors"`
 }
 
 type wanCrowd struct {
@@ -85,7 +80,6 @@ type wanCrowd struct {
 	} `json:"minutes"`
 	PerFile     map[string]int `json:"origin_fetches_per_file"`
 	Origin      int            `json:"origin_fetches"`
-	OncePerFile bool           `json:"once_per_file"`
 	Latency     wanSummary     `json:"latency"`
 	PeerByLevel map[string]int `json:"peer_fetches_by_level"`
 	Model       map[string]int `json:"model_fetches_by_level"`
