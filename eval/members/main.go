@@ -54,6 +54,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 	"github.com/coralcdn/coral/eval/internal/sim"
 	"github.com/coralcdn/coral/eval/internal/topology"
 	"github.com/coralcdn/coral/eval/internal/vtime"
@@ -103,15 +104,16 @@ type result struct {
 }
 
 type report struct {
-	Command  string         `json:"command"`
-	Topology string         `json:"topology"`
-	N        int            `json:"n"`
-	Keys     int            `json:"keys"`
-	Duration string         `json:"attack_duration"`
-	Results  []*result      `json:"results"`
-	Targets  map[string]any `json:"targets_at_5_percent"`
-	Wall     float64        `json:"wall_seconds"`
-	PeakRSS  uint64         `json:"peak_rss_bytes"`
+	Provenance *evalrun.Provenance `json:"provenance"`
+	Command    string              `json:"command"`
+	Topology   string              `json:"topology"`
+	N          int                 `json:"n"`
+	Keys       int                 `json:"keys"`
+	Duration   string              `json:"attack_duration"`
+	Results    []*result           `json:"results"`
+	Targets    map[string]any      `json:"targets_at_5_percent"`
+	Wall       float64             `json:"wall_seconds"`
+	PeakRSS    uint64              `json:"peak_rss_bytes"`
 }
 
 func main() {
@@ -130,7 +132,7 @@ func experiment() error {
 		}
 		fractions = append(fractions, v)
 	}
-	rep := &report{Command: "go run ./eval/members " + strings.Join(os.Args[1:], " "), Topology: m.Source, N: *flagN,
+	rep := &report{Provenance: evalrun.StartProvenance("members", m.Source), Command: "go run ./eval/members " + strings.Join(os.Args[1:], " "), Topology: m.Source, N: *flagN,
 		Keys: *flagKeys, Duration: flagDuration.String()}
 	fmt.Printf("Malicious members: %d nodes, 3 per site, topology %s; attack %v; honest keys %d\n\n", *flagN, m.Source, *flagDuration, *flagKeys)
 	printHeader()
@@ -152,6 +154,7 @@ func experiment() error {
 	rep.Targets = targets(rep.Results)
 	rep.Wall = sim.WallNow().Sub(wallStart).Seconds()
 	rep.PeakRSS = sim.PeakRSS()
+	rep.Provenance.Finish()
 	fmt.Printf("\nTargets at 5 %% after: %v\nWall time %.0f s, peak RSS %.0f MiB\n", rep.Targets, rep.Wall, float64(rep.PeakRSS)/(1<<20))
 	if *flagOut == "" {
 		return nil

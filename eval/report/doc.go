@@ -54,6 +54,15 @@
 //     step 4. Run `go run ./eval/report` to fill them and `go test
 //     ./eval/report` to check.
 //
+// Two kinds of file stand outside that recipe. eval/wan writes a
+// provenance block of its own (clean_tree, command_line,
+// machine_busy_cores, a note), which fileInfo reads beside
+// evalrun.Provenance's fields. docs/eval/resolver-proofs.json and
+// docs/eval/restart.json are written by lab tests (test/resolverlab,
+// test/nodelab), not by an eval program: the plugin README's regions read
+// them (dnslabs.go), but the registry does not list them, and a
+// regeneration does not run them.
+//
 // # Regenerating every file
 //
 // `make eval` (`go run ./eval/report -regenerate`, after building the

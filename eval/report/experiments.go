@@ -42,6 +42,9 @@ var experiments = []experiment{
 		"-silent", "0", "-echo", "1", "-duration", "180m", "-window", "15m", "-name", "endtoend-synthetic-answering"}, Virtual: true},
 	{File: "endtoend-synthetic-one-isp.json", Program: "endtoend", Args: []string{"-topology", "synthetic", "-configs", "1,2", "-variants", "1",
 		"-isps", "1", "-duration", "180m", "-window", "15m", "-name", "endtoend-synthetic-one-isp"}, Virtual: true},
+	// The topology is the WonderProxy matrix's because CORAL_RTT_DATA
+	// names it (eval/members has no -topology flag).
+	{File: "members.json", Program: "members", Data: true, Virtual: true},
 
 	{File: "dnsperf.json", Program: "dnsperf", Needs: "bin/coredns, dnsperf"},
 	{File: "dnsperf-floor.json", Program: "dnsperf", Args: []string{"-rounds", "3", "-duration", "5s", "-latduration", "5s", "-quiet", "20s", "-name", "dnsperf-floor"},
@@ -57,9 +60,16 @@ var experiments = []experiment{
 	{File: "flashcrowd-formed.json", Program: "flashcrowd", Args: []string{"-quick", "-pin=false", "-name", "flashcrowd-formed"}, Needs: "bin/caddy"},
 	{File: "flashcrowd-error.json", Program: "flashcrowd", Args: []string{"-quick", "-error-crowd", "-name", "flashcrowd-error"}, Needs: "bin/caddy"},
 	{File: "hostile.json", Program: "hostile", Args: []string{"-duration", "20s", "-seed", "1"}, Needs: "bin/caddy"},
+	{File: "hostile-dns.json", Program: "hostile", Args: []string{"-classes", "dns-forged-flood,dns-probe-forgery", "-duration", "20s", "-seed", "1"},
+		Needs: "root, bin/coredns"},
 	{File: "chaos/chaos.json", Program: "chaos", Needs: "root, bin/caddy, bin/coredns, nftables"},
 	{File: "conformance/summary.json", Program: "conformance", Args: []string{"-suite", "$CACHE_TESTS_DIR"},
 		Needs: "root, bin/caddy, Node.js, a cache-tests clone named by CACHE_TESTS_DIR"},
+	// eval/wan's figure run, then the DSHT alone: the longest runs, last.
+	// -mode recompare (the models and the comparison again, from
+	// wan.json's raw data) is not listed: a fresh run computes them.
+	{File: "wan.json", Program: "wan", Needs: "root, bin/coredns, bin/caddy, internal/lab/wan/install-deps.sh"},
+	{File: "wan-dht.json", Program: "wan", Args: []string{"-mode", "dht", "-dht-sizes", "100,200,400"}, Needs: "root, internal/lab/wan/install-deps.sh"},
 }
 
 // experimentFor returns the registry entry of a result file.

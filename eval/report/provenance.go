@@ -21,19 +21,57 @@ type fileInfo struct {
 	Host     struct {
 		LoadBefore string `json:"loadavg_before"`
 	} `json:"host"`
-	LoadBefore  string `json:"loadavg_before"`
-	LoadBefore2 string `json:"load_average_before"`
+	LoadBefore  string    `json:"loadavg_before"`
+	LoadBefore2 string    `json:"load_average_before"`
+	LoadSpan    [2]string `json:"loadavg_before_after"` // eval/hostile's
+	LoadAvg     string    `json:"loadavg"`              // test/nodelab's
+
+	// MachineBusy and Note are what eval/wan's own provenance block says
+	// beyond evalrun.Provenance's fields (wanProvenance).
+	MachineBusy float64
+	Note        string
+}
+
+// wanProvenance is eval/wan's provenance block: evalrun.Provenance's
+// commit, start, wall time, loads and topology under the same keys, and
+// these under others.
+type wanProvenance struct {
+	Provenance *struct {
+		Experiment  string  `json:"experiment"`
+		CleanTree   bool    `json:"clean_tree"`
+		Reduced     bool    `json:"reduced"`
+		Note        string  `json:"note"`
+		CommandLine string  `json:"command_line"`
+		BusyCores   float64 `json:"machine_busy_cores"`
+	} `json:"provenance"`
 }
 
 func (c *results) info(file string) (fileInfo, error) {
 	var fi fileInfo
-	err := c.load(file, &fi)
-	return fi, err
+	if err := c.load(file, &fi); err != nil {
+		return fi, err
+	}
+	var w wanProvenance
+	if err := c.load(file, &w); err != nil {
+		return fi, err
+	}
+	if p, wp := fi.Provenance, w.Provenance; p != nil && wp != nil && wp.Experiment != "" {
+		q := *p // a copy: every load of the file shares the decoded pointer
+		q.Program, q.Command, q.Clean = "eval/wan", wp.CommandLine, wp.CleanTree && !wp.Reduced
+		if !wp.CleanTree {
+			q.Dirty = []string{"not recorded"}
+		}
+		if wp.Reduced {
+			q.Dirty = append(q.Dirty, "a reduced run")
+		}
+		fi.Provenance, fi.MachineBusy, fi.Note = &q, wp.BusyCores, wp.Note
+	}
+	return fi, nil
 }
 
 // legacyLoad is the load a file without provenance recorded, if any.
 func (fi fileInfo) legacyLoad() string {
-	for _, s := range []string{fi.Host.LoadBefore, fi.LoadBefore, fi.LoadBefore2} {
+	for _, s := range []string{fi.Host.LoadBefore, fi.LoadBefore, fi.LoadBefore2, fi.LoadSpan[0], fi.LoadAvg} {
 		if s != "" {
 			return s
 		}
@@ -116,8 +154,15 @@ func init() {
 			}
 			return s + ".", nil
 		}
+		load := loadSpan(p)
+		if fi.MachineBusy > 0 {
+			load += fmt.Sprintf(", the machine busy %s of its %d CPUs on average (this run's processes included)", num(fi.MachineBusy, 2), p.CPUs)
+		}
 		s := fmt.Sprintf("%s: commit `%s`, %s; started %s, %s s wall, %s; %s.", path, shortCommit(p.Commit), treeState(p),
-			date(p.Started), num(p.WallSeconds, 0), loadSpan(p), p.Topology)
+			date(p.Started), num(p.WallSeconds, 0), load, p.Topology)
+		if fi.Note != "" {
+			s += " Its note: " + strings.TrimSuffix(fi.Note, ".") + "."
+		}
 		return s, nil
 	})
 

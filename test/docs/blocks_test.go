@@ -39,6 +39,7 @@ var (
 	fenceRE       = regexp.MustCompile("^([ \t]*)(```+|~~~+)[ \t]*([^ \t`]*)")
 	markerRE      = regexp.MustCompile(`^[ \t]*<!-- check: (.+?) -->[ \t]*$`)
 	walkMarkerRE  = regexp.MustCompile(`^[ \t]*<!-- walkthrough: ([a-z-]+) -->[ \t]*$`)
+	identMarkerRE = regexp.MustCompile(`^[ \t]*<!-- identity: ([a-z-]+) -->[ \t]*$`)
 	skipDirsWalks = []string{".git", "bin", "node_modules", "work"}
 )
 
@@ -115,6 +116,8 @@ func parseBlocks(file string, data []byte) []block {
 				cur.marker = mm[1]
 			} else if mm := walkMarkerRE.FindStringSubmatch(prev); mm != nil {
 				cur.marker = "walkthrough " + mm[1]
+			} else if mm := identMarkerRE.FindStringSubmatch(prev); mm != nil {
+				cur.marker = "identity " + mm[1]
 			}
 		}
 		prev = line
@@ -133,7 +136,7 @@ const markerHelp = `put one of these on the line right before the fence:
   <!-- check: none: REASON -->         not checked here, and why (output, a syntax summary, a test's own command, ...)`
 
 // kinds are the markers' first words.
-var kinds = []string{"caddyfile", "corefile", "prometheus-config", "run", "same-as", "none:", "walkthrough"}
+var kinds = []string{"caddyfile", "corefile", "prometheus-config", "run", "same-as", "none:", "walkthrough", "identity"}
 
 // TestEveryBlockMarked: every fenced block of every checked document says
 // how it is checked, so nothing a reader is told to paste goes untested
@@ -178,8 +181,8 @@ func TestDocBlocks(t *testing.T) {
 	root := repoRoot(t)
 	for _, b := range docBlocks(t) {
 		f := strings.Fields(b.marker)
-		if len(f) == 0 || f[0] == "none:" || f[0] == "walkthrough" {
-			continue // TestEveryBlockMarked; test/deploy's TestWalkthrough
+		if len(f) == 0 || f[0] == "none:" || f[0] == "walkthrough" || f[0] == "identity" {
+			continue // TestEveryBlockMarked; test/deploy's TestWalkthrough; test/identitylab
 		}
 		t.Run(strings.NewReplacer("/", "_", ":", "_").Replace(b.String()), func(t *testing.T) {
 			switch f[0] {
