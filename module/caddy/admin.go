@@ -197,6 +197,48 @@ type adminDHT struct {
 	// NetworkKeys are the node's installed network keys, by fingerprint,
 	// the primary first (see keys.go).
 	NetworkKeys []adminNetworkKey `json:"network_keys"`
+	// Suspects are the source prefixes that did what honest nodes do not
+	// (coraldht.Node.Suspects), most events first, at most ten.
+	Suspects []adminSuspect `json:"suspects,omitempty"`
+}
+
+// adminSuspect is one suspect source prefix: its events by kind (non-zero
+// ones), when it was first and last seen, the last sources and the
+// addresses they claimed, and its certificate's serial in node identity
+// mode.
+type adminSuspect struct {
+	Prefix      string            `json:"prefix"`
+	Events      uint64            `json:"events"`
+	EventsBy    map[string]uint64 `json:"events_by_kind"`
+	First       time.Time         `json:"first"`
+	Last        time.Time         `json:"last"`
+	Sources     []string          `json:"sources,omitempty"`
+	Claimed     []string          `json:"claimed,omitempty"`
+	Certificate uint64            `json:"certificate,omitempty"`
+}
+
+// maxAdminSuspects is how many suspects the status document lists.
+const maxAdminSuspects = 10
+
+func adminSuspects(list []coraldht.Suspect) []adminSuspect {
+	var out []adminSuspect
+	for _, s := range list[:min(len(list), maxAdminSuspects)] {
+		a := adminSuspect{Prefix: s.Prefix.String(), Events: s.Events.Total(), EventsBy: map[string]uint64{},
+			First: s.First, Last: s.Last, Certificate: s.Certificate}
+		for _, k := range coraldht.AbuseKinds() {
+			if v := s.Events.Count(k); v > 0 {
+				a.EventsBy[k.String()] = v
+			}
+		}
+		for _, src := range s.Sources {
+			a.Sources = append(a.Sources, src.String())
+		}
+		for _, c := range s.Claimed {
+			a.Claimed = append(a.Claimed, c.String())
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 type adminKeyLoad struct {
@@ -278,6 +320,7 @@ func (st *adminStatus) setNode(a *App) bool {
 		st.Levels = append(st.Levels, al)
 	}
 	st.DHT = adminDHTSummary(n.Stats())
+	st.DHT.Suspects = adminSuspects(n.Suspects())
 	return true
 }
 

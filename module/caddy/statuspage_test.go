@@ -1,6 +1,7 @@
 package coralcaddy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
@@ -599,5 +602,63 @@ func TestStatusPageShowQueriesCaddyfile(t *testing.T) {
 	d = caddyfile.NewTestDispenser("coral_status {\n show_queries yes\n}")
 	if err := new(StatusPage).UnmarshalCaddyfile(d); err == nil {
 		t.Fatal("show_queries with an argument accepted")
+	}
+}
+
+// TestStatusPageSuspects (issue 35's detection): a node whose requests
+// claim an address other than their source shows as a suspect prefix on
+// the status page and in its JSON, with the kind of event, the source and
+// the address it claimed.
+func TestStatusPageSuspects(t *testing.T) {
+	const addr = "127.0.5.14:4000"
+	startRegistryTest(t, addr, "", t.TempDir(), "nyud.test")
+	apps, _ := runningAll()
+	s := &StatusPage{app: apps[len(apps)-1]}
+
+	cfg := coraldht.DefaultConfig()
+	cfg.HintHops = 0
+	cfg.Advertise = netip.MustParseAddrPort("127.0.6.99:4000") // not where it sends from
+	tr, err := coraldht.ListenUDP("127.0.6.15:4000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	liar, err := coraldht.NewNode(cfg, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer liar.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The reply comes back to the socket that sent; whether the ping
+	// counts as answered does not matter, only what the node heard.
+	_, _ = liar.Ping(ctx, netip.MustParseAddrPort(addr))
+
+	w, err := statusCall(t, s, http.MethodGet, "/?format=json", "")
+	if err != nil || w.Code != http.StatusOK {
+		t.Fatalf("status %d, error %v", w.Code, err)
+	}
+	var doc struct {
+		DHT struct {
+			Suspects []adminSuspect `json:"suspects"`
+		} `json:"dht"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(doc.DHT.Suspects, func(s adminSuspect) bool { return s.Prefix == "127.0.6.0/24" })
+	if i < 0 {
+		t.Fatalf("no suspect 127.0.6.0/24 in %+v", doc.DHT.Suspects)
+	}
+	got := doc.DHT.Suspects[i]
+	if got.EventsBy[coraldht.AbuseClaimMismatch.String()] == 0 || !slices.Contains(got.Sources, "127.0.6.15:4000") ||
+		!slices.Contains(got.Claimed, "127.0.6.99:4000") {
+		t.Errorf("suspect %+v: want a claim mismatch from 127.0.6.15:4000 claiming 127.0.6.99:4000", got)
+	}
+	w, err = statusCall(t, s, http.MethodGet, "/", "")
+	if err != nil || w.Code != http.StatusOK {
+		t.Fatalf("status %d, error %v", w.Code, err)
+	}
+	if body := w.Body.String(); !strings.Contains(body, "Suspect peers") || !strings.Contains(body, "<code>127.0.6.0/24</code>") {
+		t.Errorf("the page shows no suspect 127.0.6.0/24")
 	}
 }
