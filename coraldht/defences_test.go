@@ -280,3 +280,33 @@ func TestVerifierBounds(t *testing.T) {
 		t.Fatal("an address that failed was not pinged again after its holdoff")
 	}
 }
+
+// TestVerifierForgetsAnsweredHoldoff: an address that answered its
+// verification is not pinged again within the holdoff, unless it has
+// since stopped answering this node's calls (a node restarted there must
+// be verifiable at once); the longer holdoff of a failed verification
+// stays.
+func TestVerifierForgetsAnsweredHoldoff(t *testing.T) {
+	v := newVerifier()
+	now := time.Unix(1_000_000, 0)
+	answered := netip.MustParseAddrPort("192.0.2.1:4000")
+	failed := netip.MustParseAddrPort("192.0.2.2:4000")
+	for _, a := range []netip.AddrPort{answered, failed} {
+		if !v.start(a, now) {
+			t.Fatalf("%v: first verification refused", a)
+		}
+		v.done(a, a == answered, now)
+	}
+	later := now.Add(10 * time.Second)
+	if v.start(answered, later) || v.start(failed, later) {
+		t.Fatal("a verification within the holdoff")
+	}
+	v.forgetAnswered(answered, later)
+	v.forgetAnswered(failed, later)
+	if !v.start(answered, later) {
+		t.Error("the answered address's holdoff outlived its failure to answer")
+	}
+	if v.start(failed, later) {
+		t.Error("the failed verification's holdoff was forgotten")
+	}
+}

@@ -746,3 +746,56 @@ func TestGetAllGathersEveryValue(t *testing.T) {
 		}
 	})
 }
+
+// TestRestartedNodeHeardAgain: a node that stopped answering went bad in
+// a peer's table (sweeps and lookups pass a bad entry over). Restarted at
+// its address, a new process without the cookie the peer gave the old
+// one, its first request to the peer is unproven: the peer must verify it
+// (the ping's reply puts it back) rather than take it for known, even
+// within the holdoff of the verification it answered before it stopped.
+// One request only: a restarted node's lookups may ask a peer just once,
+// and nothing else makes it ask again for a long while.
+func TestRestartedNodeHeardAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tn := newTestNet(t, 3, memnet.Config{Latency: pairLatency(time.Millisecond, 5*time.Millisecond)}, nil)
+		ctx := context.Background()
+		peer, victim := tn.nodes[0], tn.nodes[2]
+		addr := victim.Addr()
+		listed := func() bool {
+			return slices.ContainsFunc(peer.RoutingTable(0), func(ni NodeInfo) bool { return ni.Addr == addr })
+		}
+		if !listed() {
+			t.Fatal("the victim is not in the peer's table after joining")
+		}
+		tn.net.Kill(addr)
+		victim.Close()
+		for range peer.cfg.MaxFailures {
+			if _, err := peer.Ping(ctx, addr); !errors.Is(err, ErrTimeout) {
+				t.Fatalf("ping of a killed node: %v", err)
+			}
+		}
+		if listed() {
+			t.Fatal("the killed node is still a good entry after failing every ping")
+		}
+		tr, err := tn.net.Restart(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Key = testKey
+		reborn, err := NewNode(cfg, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reborn.Close()
+		verified := peer.Stats().Verifications
+		if _, err := reborn.call(ctx, Contact{ID: peer.ID(), Addr: peer.Addr(), Services: wire.CapExtensions}, &wire.Message{Type: wire.FindNode, Target: reborn.ID()}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // virtual: the verification's round trip
+		synctest.Wait()
+		if !listed() {
+			t.Fatalf("the restarted node is not back in the peer's table after its request (%d verification pings)", peer.Stats().Verifications-verified)
+		}
+	})
+}

@@ -204,13 +204,20 @@ func (rt *routingTable) heardAs(c Contact, now time.Time, byRank bool) (ping *Co
 
 // admits reports whether c, not yet known to the table, would take a
 // slot now (free, bad, or by rank when byRank) within the caps: whether
-// proving its address is worth a ping.
+// proving its address is worth a ping. A known contact that has missed
+// calls since it was last heard is worth one too: a node restarted at its
+// address (a new process, without the cookie this node gave the old one)
+// is heard again only through a proof, and a bad entry is never pinged
+// otherwise (sweeps and lookups pass it over).
 func (rt *routingTable) admits(c Contact, byRank bool) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	b := rt.bucketFor(c.ID)
-	if b == nil || indexOf(b.entries, c.ID) >= 0 {
+	if b == nil {
 		return false
+	}
+	if i := indexOf(b.entries, c.ID); i >= 0 {
+		return b.entries[i].failures > 0
 	}
 	if len(b.entries) < rt.k {
 		return rt.fitsLocked(b, c, nil)

@@ -248,6 +248,7 @@ func (n *Node) expireCall(pc *pendingCall) {
 		// answer takes no peer record (the verifier's holdoff remembers
 		// it), or claims could fill the table.
 		n.peers.failed(pc.to.Addr, time.Now())
+		n.verifying.forgetAnswered(pc.to.Addr, time.Now())
 	}
 	for _, lv := range n.levels {
 		lv.rt.failed(pc.to.ID)

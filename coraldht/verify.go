@@ -72,6 +72,19 @@ func (v *verifier) done(addr netip.AddrPort, answered bool, now time.Time) {
 	v.next.put(addr, p, now.Add(hold))
 }
 
+// forgetAnswered lifts the holdoff of an address whose last verification
+// was answered, once the address has stopped answering this node's
+// calls: what the answer proved no longer holds, and a node restarted
+// there must be verifiable at once. A failed verification's longer
+// holdoff stays.
+func (v *verifier) forgetAnswered(addr netip.AddrPort, now time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if next, ok := v.next.get(addr); ok && !next.After(now.Add(verifyHoldoff)) {
+		v.next.remove(addr)
+	}
+}
+
 // verify pings c, a sender whose request (size bytes) named it, within
 // the bounds. Its reply enters the routing tables as the request would
 // have (it may displace an entry by rank). source is where the request

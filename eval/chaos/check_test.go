@@ -118,3 +118,29 @@ func TestObjectsDistinct(t *testing.T) {
 		}
 	}
 }
+
+// TestObjectsServed checks the count of objects served and fetched, and
+// that an object a client got before the origin's first fetch of it (or
+// with none at all) is listed.
+func TestObjectsServed(t *testing.T) {
+	results := []result{
+		{At: 1.5, Object: 0, OK: true},
+		{At: 1.0, Object: 0, OK: false}, // failures count for nothing
+		{At: 2.0, Object: 1, OK: true},
+		{At: 2.5, Object: 2, OK: true}, // no fetch at all
+		{At: 3.0, Object: 3, OK: true}, // before its fetch
+		{At: 3.0, Object: 4, OK: false},
+	}
+	fetches := []originFetch{
+		{At: 1.4, Object: 0}, {At: 0.5, Object: 1}, {At: 1.9, Object: 1},
+		{At: 3.1, Object: 3}, {At: 2.0, Object: 5},
+	}
+	served, fetched, nowhere := objectsServed(results, fetches)
+	if served != 4 || fetched != 4 || fmt.Sprint(nowhere) != "[2 3]" {
+		t.Errorf("served %d, fetched %d, from nowhere %v; want 4, 4, [2 3]", served, fetched, nowhere)
+	}
+	served, fetched, nowhere = objectsServed(results[:2], fetches[:1])
+	if served != 1 || fetched != 1 || nowhere != nil {
+		t.Errorf("served %d, fetched %d, from nowhere %v; want 1, 1, none", served, fetched, nowhere)
+	}
+}

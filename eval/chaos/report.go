@@ -59,6 +59,16 @@ type report struct {
 	TTL        int                 `json:"dns_answer_ttl_s"`
 	Window     float64             `json:"ttl_window_s"`
 	Objects    int                 `json:"objects"`
+	// Wanted is how many of the objects the crowd was given (a wave per
+	// phase that ran: a skipped phase brings none), Served how many of
+	// them reached a client complete, Fetched how many the origin served
+	// at least once.
+	Wanted  int `json:"objects_wanted"`
+	Served  int `json:"objects_served"`
+	Fetched int `json:"objects_fetched"`
+	// FromNowhere lists the objects a client got complete before the
+	// origin had been asked for them once: bytes that came from nowhere.
+	FromNowhere []int `json:"objects_served_before_any_origin_fetch,omitempty"`
 
 	Phases []phaseRow `json:"phases"`
 	Total  phaseRow   `json:"total"`
@@ -163,16 +173,48 @@ func buildReport(s *schedule, rec *recorder, smp *sampler, o *origin, p params, 
 		b.PeerFailed, _ = smp.between(float64(sec), float64(sec+1))
 		rep.Timeline = append(rep.Timeline, b)
 	}
+	rep.Wanted = int(s.load.active.Load())
+	rep.Served, rep.Fetched, rep.FromNowhere = objectsServed(rec.between(0, end+1), o.fetchesSince(0, end+1))
 	rep.Problems = rep.check()
 	return rep
 }
 
-// check lists what broke the acceptance: any violation, origin fetches
-// beyond the bound in a phase.
+// objectsServed counts the objects that reached a client complete and the
+// objects the origin served, and lists those a client got before the
+// origin's first fetch of them began (a fetch is timed as it starts, a
+// response as it ends, so every served object must come after one).
+func objectsServed(results []result, fetches []originFetch) (served, fetched int, fromNowhere []int) {
+	firstFetch := map[int]float64{}
+	for _, f := range fetches {
+		if at, ok := firstFetch[f.Object]; !ok || f.At < at {
+			firstFetch[f.Object] = f.At
+		}
+	}
+	firstOK := map[int]float64{}
+	for _, r := range results {
+		if at, ok := firstOK[r.Object]; r.OK && (!ok || r.At < at) {
+			firstOK[r.Object] = r.At
+		}
+	}
+	for obj, at := range firstOK {
+		if f, ok := firstFetch[obj]; !ok || at < f {
+			fromNowhere = append(fromNowhere, obj)
+		}
+	}
+	slices.Sort(fromNowhere)
+	return len(firstOK), len(firstFetch), fromNowhere
+}
+
+// check lists what broke the acceptance: any violation, an object served
+// before any origin fetch of it, origin fetches beyond the bound in a
+// phase.
 func (rep *report) check() []string {
 	var out []string
 	if rep.Total.Violations > 0 {
 		out = append(out, fmt.Sprintf("%d responses broke an invariant: %v", rep.Total.Violations, rep.Total.ByViolated))
+	}
+	if len(rep.FromNowhere) > 0 {
+		out = append(out, fmt.Sprintf("objects %v reached a client before any origin fetch of them", rep.FromNowhere))
 	}
 	for _, ph := range rep.Phases {
 		if !ph.Skipped && ph.MaxPerObject > ph.Bound {
@@ -200,8 +242,8 @@ func failureKind(f string) string {
 }
 
 func (rep *report) print(w io.Writer) {
-	fmt.Fprintf(w, "DNS answer TTL %d s; TTL window (resolver + client cache + liveness) %.0f s; %d objects\n\n",
-		rep.TTL, rep.Window, rep.Objects)
+	fmt.Fprintf(w, "DNS answer TTL %d s; TTL window (resolver + client cache + liveness) %.0f s; %d objects, %d wanted by the crowd, %d served to it, %d fetched from the origin\n\n",
+		rep.TTL, rep.Window, rep.Objects, rep.Wanted, rep.Served, rep.Fetched)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\tstart s\tlength s\trequests\tfailures\tlast failure after s\tbeyond TTL window\tviolations\torigin fetches\tmax/object (bound)\tpeer fetch failures\t")
 	for _, ph := range append(slices.Clone(rep.Phases), rep.Total) {

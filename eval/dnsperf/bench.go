@@ -447,8 +447,27 @@ func (b *bench) alive() error {
 
 // query asks CoreDNS at addr for name A from the client address, as dnsperf
 // does (no EDNS, RD set), and returns the response and its size on the
-// wire.
+// wire. A truncated response is what coral sends a source that has not
+// proven its address when the answer needs a probe (the plugin README's
+// probe gate): a resolver asks again over TCP, which proves it, and so
+// does query; it then asks over UDP again, as that resolver's next query
+// would come, and returns that response.
 func (b *bench) query(addr netip.AddrPort, name string) (*dns.Msg, int, error) {
+	r, n, err := b.queryUDP(addr, name)
+	if err != nil || !r.Truncated {
+		return r, n, err
+	}
+	c := dns.Client{Net: "tcp", Timeout: 5 * time.Second, Dialer: &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(b.client, 0))}}
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	if _, _, err := c.Exchange(m, addr.String()); err != nil {
+		return nil, 0, fmt.Errorf("over TCP after a truncated response: %w", err)
+	}
+	return b.queryUDP(addr, name)
+}
+
+// queryUDP is query's exchange over UDP.
+func (b *bench) queryUDP(addr netip.AddrPort, name string) (*dns.Msg, int, error) {
 	conn, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(b.client, 0)), net.UDPAddrFromAddrPort(addr))
 	if err != nil {
 		return nil, 0, err

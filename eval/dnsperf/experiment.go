@@ -528,8 +528,13 @@ func checkHotPath(rep *report, before, after metrics) {
 			if r.Slice > 0 {
 				which += fmt.Sprintf(" slice %d", r.Slice)
 			}
-			hp.Problems = append(hp.Problems, fmt.Sprintf("%s run of %s (%s, rate %d): mean response %d bytes, want %d; response codes %v",
-				r.Phase, r.Target, which, r.Rate, r.RespSize, want, r.Rcodes))
+			problem := fmt.Sprintf("%s run of %s (%s, rate %d): mean response %d bytes, want %d; response codes %v",
+				r.Phase, r.Target, which, r.Rate, r.RespSize, want, r.Rcodes)
+			if r.After != "" {
+				problem += fmt.Sprintf(" (sample after the run: %s; live name servers by level %s; %.0f DSHT RPCs unanswered during the run)",
+					r.After, fmtMap(r.LiveNS), r.DHTTimeouts)
+			}
+			hp.Problems = append(hp.Problems, problem)
 		}
 	}
 	for _, r := range rep.Throughput {

@@ -448,9 +448,14 @@ func TestSlicedAnswersChecked(t *testing.T) {
 		t.Fatalf("answers: %v", rep.HotPath.Problems)
 	}
 	rep.Throughput[0].Slices[1].RespSize = 150 // coral lost a name server in slice 2
+	rep.Throughput[0].Slices[1].After = "150 bytes, NOERROR, answer 2 A, authority 2 NS, additional 2 A, name servers a b"
+	rep.Throughput[0].Slices[1].LiveNS = map[string]float64{"2": 2}
+	rep.Throughput[0].Slices[1].DHTTimeouts = 3
 	rep.Throughput[0] = mergeSlices(rep.Throughput[0].Slices)
 	checkHotPath(rep, nil, nil)
-	if rep.Throughput[0].RespSize != 200 || rep.HotPath.PassAnswers || !strings.Contains(strings.Join(rep.HotPath.Problems, "\n"), "coral (round 1 slice 2") {
+	problems := strings.Join(rep.HotPath.Problems, "\n")
+	if rep.Throughput[0].RespSize != 200 || rep.HotPath.PassAnswers || !strings.Contains(problems, "coral (round 1 slice 2") ||
+		!strings.Contains(problems, "sample after the run: 150 bytes") || !strings.Contains(problems, "by level 2 2;") || !strings.Contains(problems, "3 DSHT RPCs unanswered") {
 		t.Errorf("a short answer in one slice: merged size %d, pass %v, problems %v", rep.Throughput[0].RespSize, rep.HotPath.PassAnswers, rep.HotPath.Problems)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
+	"github.com/miekg/dns"
 )
 
 // dnsperfArgs is the command line of one run: rate 0 is unthrottled; verbose
@@ -118,7 +119,29 @@ func (b *bench) runPerf(ctx context.Context, phase string, round int, t *target,
 	out := []string{"direction", "out", "kind", "request"}
 	r.DHTOut = m1.sum("coredns_coral_dht_messages_total", out...) - m0.sum("coredns_coral_dht_messages_total", out...)
 	r.Classified = m1.sum("coredns_coral_classifications_total", "source", "cache") - m0.sum("coredns_coral_classifications_total", "source", "cache")
+	if t == b.targets[0] {
+		b.noteAfter(r, m0, m1)
+	}
 	return r, nil
+}
+
+// noteAfter records in coral's run r the sample answer right after it and
+// what the coral node knew (run.After).
+func (b *bench) noteAfter(r *run, m0, m1 metrics) {
+	r.LiveNS = m1.by("coredns_coral_live_nameservers", "level")
+	r.DHTTimeouts = m1.sum("coredns_coral_dht_timeouts_total") - m0.sum("coredns_coral_dht_timeouts_total")
+	s, msg, err := b.shape(b.targets[0])
+	if err != nil {
+		r.After = "no sample: " + err.Error()
+		return
+	}
+	var ns []string
+	for _, rr := range msg.Ns {
+		if n, ok := rr.(*dns.NS); ok {
+			ns = append(ns, n.Ns)
+		}
+	}
+	r.After = fmt.Sprintf("%d bytes, %s, name servers %s", s.Bytes, s.Shape, strings.Join(ns, " "))
 }
 
 var (

@@ -141,6 +141,14 @@ type run struct {
 	DHTOut         float64 `json:"dsht_requests_sent"`  // by the coral node
 	Classified     float64 `json:"coral_cache_classif"` // coral classifications from the cache
 
+	// Coral's runs only: the sample answer's shape right after the run,
+	// with its name servers, and what the coral node knew then (live name
+	// servers by level, DSHT RPCs unanswered during the run), so that an
+	// answer that shrank says what it lost and why.
+	After       string             `json:"sample_after,omitempty"`
+	LiveNS      map[string]float64 `json:"live_nameservers_after,omitempty"`
+	DHTTimeouts float64            `json:"dsht_timeouts,omitempty"`
+
 	// The dnsperf runs a merged throughput run is made of, in the order
 	// they ran (-slices K > 1; none otherwise).
 	Slices []*run `json:"slices,omitempty"`
