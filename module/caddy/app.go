@@ -3,7 +3,6 @@ package coralcaddy
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
@@ -18,7 +17,6 @@ import (
 	"github.com/coralcdn/coral/coraldht/host"
 	"github.com/coralcdn/coral/module/caddy/purge"
 	"go.uber.org/zap"
-	"go.uber.org/zap/exp/zapslog"
 )
 
 func init() {
@@ -155,7 +153,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.config = &configDigest{}
 	opts, err := a.nodeOptions()
 	if err == nil {
-		opts.Logger = slog.New(zapslog.NewHandler(a.logger.Core()))
+		// Caddy's slog logger carries the module ID ("coral") as the
+		// logger name, so per-logger log filters select these lines.
+		opts.Logger = ctx.Slogger()
 		if err = host.Check(opts); err != nil {
 			err = fmt.Errorf("coral: %w", err)
 		}
