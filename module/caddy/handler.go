@@ -109,8 +109,10 @@ type Handler struct {
 	// response header. Default 15s.
 	OriginTimeout caddy.Duration `json:"origin_timeout,omitempty"`
 
-	// PeerTimeout bounds connecting to a peer proxy and waiting for its
-	// response header. Default 3s.
+	// PeerTimeout bounds connecting to a peer proxy. Waiting for a peer's
+	// response header, and each silence of its body, is bounded by
+	// origin_timeout + peer_timeout, since the peer may itself be waiting
+	// on its origin. Default 3s.
 	PeerTimeout caddy.Duration `json:"peer_timeout,omitempty"`
 
 	// DownloadTimeout bounds one whole download from a peer or an origin,

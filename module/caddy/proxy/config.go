@@ -66,7 +66,10 @@ type Config struct {
 	// OriginTimeout bounds connecting to an origin, waiting for its
 	// response header and each silence of its body. Default 15 s.
 	OriginTimeout time.Duration
-	// PeerTimeout does the same for peer proxies. Default 3 s.
+	// PeerTimeout bounds connecting to a peer proxy. The wait for a
+	// peer's response head, and each silence of its body, is bounded by
+	// OriginTimeout + PeerTimeout: the peer may itself be waiting on its
+	// origin. Default 3 s.
 	PeerTimeout time.Duration
 	// DownloadTimeout bounds one whole download. Default 10 min.
 	DownloadTimeout time.Duration

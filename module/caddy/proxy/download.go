@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -59,6 +60,18 @@ type download struct {
 	// peerRetry says whether the download lost its peer and waits to do
 	// its put+get again (refetch.go).
 	peerRetry peerRetryState
+	// atOrigin is closed once the download asks the origin (toOrigin):
+	// a peer waiting for it then waits as long as the origin may take
+	// (serveOnlyIfCached). Nil: never closed.
+	atOrigin     chan struct{}
+	atOriginOnce sync.Once
+}
+
+// toOrigin notes that d now asks the origin.
+func (d *download) toOrigin() {
+	if d.atOrigin != nil {
+		d.atOriginOnce.Do(func() { close(d.atOrigin) })
+	}
 }
 
 // interimResponse is one 1xx response from the origin.
@@ -123,7 +136,7 @@ func (p *Proxy) startDownload(ctx context.Context, fr fetchRequest, wait time.Du
 		return d, false, nil
 	}
 	d = &download{ready: make(chan struct{}), done: make(chan struct{}), origin: origin, client: fr.clientKey(),
-		key: fr.key, interim: make(chan interimResponse)}
+		key: fr.key, interim: make(chan interimResponse), atOrigin: make(chan struct{})}
 	d.expected.Store(-1)
 	if hold {
 		d.holders = 1

@@ -175,6 +175,7 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 				zap.Int("dsht_level", peerLevel), zap.Int("peers_failed", len(miss.failed)), zap.Int("peers_retrying", len(miss.retrying)))
 		}
 		requested = time.Now()
+		d.toOrigin()
 		resp, err = p.fetchFromOrigin(ctx, fr)
 		source, idle = "origin", p.originTimeout
 	}

@@ -142,10 +142,14 @@ func (p *Proxy) serveMissing(w http.ResponseWriter, r *http.Request, fr *fetchRe
 
 // serveOnlyIfCached answers an only-if-cached request (a peer's, or a
 // client's) for an object not stored: a download under way here still
-// counts, so it waits for one, a little; else 504. The bound breaks the
-// rare cycle of two proxies each waiting on the other. A download that
-// lost its peer and waits to retry has nothing to give: 504 at once, also
-// to the requests already waiting for it (refetch.go).
+// counts, so it waits for one; else 504. While the download asks peers
+// the wait is peer_timeout, which breaks the rare cycle of two proxies
+// each waiting on the other; once it asks the origin, as long as the
+// origin may take for its head (origin_timeout), so that the asker does
+// not go to the origin too (its own wait is origin_timeout +
+// peer_timeout). A download that lost its peer and waits to retry has
+// nothing to give: 504 at once, also to the requests already waiting for
+// it (refetch.go).
 func (p *Proxy) serveOnlyIfCached(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
 	if d := p.holdInflight(fr.key, true); d != nil {
 		defer p.letGo(d)
@@ -155,21 +159,30 @@ func (p *Proxy) serveOnlyIfCached(w http.ResponseWriter, r *http.Request, fr fet
 		}
 		t := time.NewTimer(p.peerTimeout)
 		defer t.Stop()
-		select {
-		case <-lost:
-			return notCached(w, peerRetryingDetail)
-		case <-d.ready:
-			if d.err == nil && d.direct == nil {
-				if rd, ok := p.lookup(r.Context(), &fr); ok && (!rd.Complete() || time.Now().Before(rd.Meta().Expires)) {
-					acct.set(CacheCollapsed, d.source)
-					return p.serveStored(w, r, rd, CacheCollapsed, d.source, true, time.Now())
-				} else if ok {
-					rd.Close()
+		atOrigin := d.atOrigin
+	wait:
+		for {
+			select {
+			case <-lost:
+				return notCached(w, peerRetryingDetail)
+			case <-atOrigin:
+				atOrigin = nil
+				t.Reset(p.originTimeout)
+			case <-d.ready:
+				if d.err == nil && d.direct == nil {
+					if rd, ok := p.lookup(r.Context(), &fr); ok && (!rd.Complete() || time.Now().Before(rd.Meta().Expires)) {
+						acct.set(CacheCollapsed, d.source)
+						return p.serveStored(w, r, rd, CacheCollapsed, d.source, true, time.Now())
+					} else if ok {
+						rd.Close()
+					}
 				}
+				break wait
+			case <-t.C:
+				break wait
+			case <-r.Context().Done():
+				return r.Context().Err()
 			}
-		case <-t.C:
-		case <-r.Context().Done():
-			return r.Context().Err()
 		}
 	}
 	return notCached(w, "only-if-cached")
