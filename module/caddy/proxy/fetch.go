@@ -157,6 +157,7 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 	idle := p.originTimeout + p.peerTimeout // a peer may itself wait on its origin
 	requested := time.Now()
 	var err error
+	d.askingPeers(peers)
 	resp, miss := p.fetchFromPeers(ctx, fr, peers)
 	if resp == nil && miss.retry(p.selfAddr(), nil) {
 		// A peer died or is out of reach: the put+get again, without it,
@@ -175,7 +176,6 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 				zap.Int("dsht_level", peerLevel), zap.Int("peers_failed", len(miss.failed)), zap.Int("peers_retrying", len(miss.retrying)))
 		}
 		requested = time.Now()
-		d.toOrigin()
 		resp, err = p.fetchFromOrigin(ctx, fr)
 		source, idle = "origin", p.originTimeout
 	}

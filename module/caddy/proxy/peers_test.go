@@ -542,3 +542,61 @@ func TestPeerStillAtItsOriginIsWaitedFor(t *testing.T) {
 		t.Errorf("the origin served /big %d times to two proxies, want once", n)
 	}
 }
+
+// TestPeersAskingEachOther: two proxies whose put+gets each found the
+// other's reference (both downloads started at once) would each wait for
+// the other until origin_timeout + peer_timeout and then both fetch from
+// the origin. The one with the lower address answers the other 504 at
+// once; the other fetches the object from the origin, once, for both.
+func TestPeersAskingEachOther(t *testing.T) {
+	proxies := startTestProxiesWith(t, 2, 188, func(_ int, _ *coraldht.Config, c *Config) {
+		c.PeerTimeout, c.OriginTimeout = 200*time.Millisecond, 10*time.Second
+	})
+	// Each put+get answers once both references are in: each proxy
+	// finds the other's.
+	var both sync.WaitGroup
+	both.Add(len(proxies))
+	for _, p := range proxies {
+		p.dht.setAround(func(key coraldht.ID, putGet func() (coraldht.PutGetResult, error)) (coraldht.PutGetResult, error) {
+			r, err := putGet()
+			both.Done()
+			both.Wait()
+			if err != nil {
+				return r, err
+			}
+			g, err := p.node.Get(context.Background(), key)
+			r.Values, r.Level = g.Values, g.Level
+			return r, err
+		})
+	}
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Write(bytes.Repeat([]byte("both "), 2000))
+	})
+	var wg sync.WaitGroup
+	statuses := make([]string, len(proxies))
+	for i, p := range proxies {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/both", nil)
+			req.Host = o.coralHost()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				statuses[i] = err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			if b, err := io.ReadAll(resp.Body); err != nil || len(b) != 10000 {
+				statuses[i] = fmt.Sprintf("%d bytes, %v", len(b), err)
+				return
+			}
+			statuses[i] = resp.Header.Get("Cache-Status")
+		})
+	}
+	wg.Wait()
+	if n := o.count("/both"); n != 1 {
+		t.Errorf("the origin served /both %d times to two proxies asking each other, want once; Cache-Status %q", n, statuses)
+	}
+	if !strings.Contains(strings.Join(statuses, " "), "peer") {
+		t.Errorf("neither proxy took the object from the other: %q", statuses)
+	}
+}
