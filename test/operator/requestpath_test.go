@@ -21,16 +21,6 @@ import (
 	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
-// pending skips a test of a request-path change that waits for module/caddy's
-// split into module/caddy/proxy (issue 37's second step), unless
-// CORAL_TEST_PENDING=1; then it runs, and fails until the change is in.
-func pending(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("CORAL_TEST_PENDING") != "1" {
-		t.Skip(what + ": a request-path change of module/caddy that comes after its split into module/caddy/proxy; CORAL_TEST_PENDING=1 runs this test, which fails until then")
-	}
-}
-
 // startOrigin serves an object of a little over 8 KiB at every path,
 // cacheable for an hour, counting requests.
 func startOrigin(t *testing.T, addr string) *atomic.Int64 {
@@ -78,7 +68,6 @@ func getAndClose(addr, host, path string) (status int, body []byte, cacheStatus 
 // itself: caddy_http_requests_total and the duration histogram, and one
 // access log line each, with a real duration.
 func TestCaddyCountsEveryRequest(t *testing.T) {
-	pending(t, "issue 37 (1), every request in Caddy's metrics and access log")
 	const n = 8
 	node := caddyNode{ap("127.0.146.61:2019"), ap("127.0.146.61:4000"), ap("127.0.146.61:8090")}
 	dir := t.TempDir()
@@ -175,7 +164,6 @@ func sumSeries(text, name string) float64 {
 // reverse_proxy (the next handler), while a Coralized one is served by
 // coral_proxy.
 func TestCoralProxyPassesOn(t *testing.T) {
-	pending(t, "issue 37 (4), handler chaining for hosts that are not Coralized")
 	node := caddyNode{ap("127.0.146.71:2019"), ap("127.0.146.71:4000"), ap("127.0.146.71:8090")}
 	backend := "127.0.146.72:8080"
 	startOrigin(t, backend)

@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
@@ -236,6 +238,11 @@ type Error struct {
 func (e *Error) Error() string { return fmt.Sprintf("HTTP %d: %v", e.Status, e.Err) }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// NotCoralized reports whether err is the proxy's refusal of a request for
+// a host outside its zone (421, an Error): a request for another site,
+// which the server around the proxy may hand to its next handler instead.
+func NotCoralized(err error) bool { return errors.Is(err, coralname.ErrNotCoralized) }
 
 // statusError is the Error answering with status because of err.
 func statusError(status int, err error) error { return &Error{Status: status, Err: err} }

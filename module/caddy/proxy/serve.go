@@ -27,9 +27,14 @@ import (
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	bc := &bodyCounter{ResponseWriter: w}
 	acct := &requestAccount{status: CacheRefused, source: SourceNone}
-	defer func() { p.metrics.Request(acct.status, acct.source, bc.n) }()
+	defer func() {
+		if !acct.otherSite {
+			p.metrics.Request(acct.status, acct.source, bc.n)
+		}
+	}()
 	var fr fetchRequest
 	if done, err := p.admit(bc, r, acct, &fr); done {
+		acct.otherSite = NotCoralized(err)
 		return err
 	}
 	if rd, ok := p.lookup(r.Context(), &fr); ok {
@@ -43,7 +48,17 @@ type requestAccount struct {
 	status  CacheStatus
 	source  string
 	retried bool // a joined download vanished once already
+	// otherSite: the host is outside the zone, a request for another
+	// site, which the server may pass on (NotCoralized): counted only if
+	// the refusal stands (CountNotCoralized).
+	otherSite bool
 }
+
+// CountNotCoralized counts a request for a host outside the zone that
+// ServeHTTP refused (NotCoralized) and that nothing else answered: the
+// refusal stands. A server that passed it on to another handler does not
+// call it.
+func (p *Proxy) CountNotCoralized() { p.metrics.Request(CacheRefused, SourceNone, 0) }
 
 func (a *requestAccount) set(status CacheStatus, source string) {
 	a.status, a.source = status, source
