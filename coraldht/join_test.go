@@ -140,3 +140,47 @@ func TestJoinNotThroughAnotherJoiner(t *testing.T) {
 		}
 	})
 }
+
+// TestJoinWhenBootstrapReachesIt: a node waiting to retry its bootstrap
+// list joins as soon as one of those nodes comes up and reaches it (the
+// first node of a fleet, whose list names the second), not at its next
+// retry, seconds later.
+func TestJoinWhenBootstrapReachesIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := memnet.New(memnet.Config{})
+		start := func(i int) *Node {
+			tr, err := net.Listen(memAddr(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := DefaultConfig()
+			cfg.Key = testKey
+			nd, err := NewNode(cfg, tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { nd.Close() })
+			return nd
+		}
+		begin := time.Now()
+		a := start(1)
+		var lastWait time.Duration
+		aJoined := make(chan time.Duration, 1)
+		go func() {
+			if err := a.JoinRetrying(t.Context(), []netip.AddrPort{memAddr(2)}, func(_ error, in time.Duration) { lastWait = in }); err != nil {
+				t.Error(err)
+			}
+			aJoined <- time.Since(begin)
+		}()
+		time.Sleep(9500 * time.Millisecond) // a waits 4 s after its third try
+		synctest.Wait()
+		b := start(2)
+		if err := b.Bootstrap(t.Context(), a.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		came := time.Since(begin)
+		if took := <-aJoined; took > came+time.Second {
+			t.Errorf("a joined %v after b reached it at %v (its wait then %v), want within a second", took-came, came, lastWait)
+		}
+	})
+}
