@@ -155,7 +155,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.config = &configDigest{}
 	opts, err := a.nodeOptions()
 	if err == nil {
-		opts.Logger = slog.New(zapslog.NewHandler(a.logger.Core()))
+		// Named as Caddy names the app's logger ("coral"), so that Caddy's
+		// per-logger filtering (include, exclude) selects the node's lines.
+		opts.Logger = slog.New(zapslog.NewHandler(a.logger.Core(), zapslog.WithName(a.logger.Name())))
 		if err = host.Check(opts); err != nil {
 			err = fmt.Errorf("coral: %w", err)
 		}

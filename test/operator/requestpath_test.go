@@ -182,3 +182,30 @@ func TestCoralProxyPassesOn(t *testing.T) {
 		t.Errorf("a Coralized host: %d, Cache-Status %q, %v; want coral_proxy's 200", status, cs, err)
 	}
 }
+
+// TestCoralLogsNamed (issue 37 (5)): the coral app's own lines (its DSHT
+// node's) carry the app's logger name, as every Caddy module's do, so
+// that a log's include and exclude select them.
+func TestCoralLogsNamed(t *testing.T) {
+	node := caddyNode{ap("127.0.146.81:2019"), ap("127.0.146.81:4000"), ap("127.0.146.81:8090")}
+	dir := t.TempDir()
+	a := startCaddy(t, "caddy", dir, node.caddyfile(dir))
+	waitFor(t, a, 30*time.Second, "the proxy", node.adminUp)
+	var line string
+	waitFor(t, a, 10*time.Second, "the node's start in the log", func() error {
+		data, _ := os.ReadFile(filepath.Join(dir, "caddy.log"))
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, `"msg":"node started"`) {
+				line = l
+				return nil
+			}
+		}
+		return fmt.Errorf("no node started line yet")
+	})
+	var e struct {
+		Logger string `json:"logger"`
+	}
+	if err := json.Unmarshal([]byte(line), &e); err != nil || e.Logger != "coral" {
+		t.Errorf("the node's line %s: logger %q (%v), want \"coral\"", line, e.Logger, err)
+	}
+}
