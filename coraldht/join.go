@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -17,7 +18,7 @@ const (
 
 // JoinRetrying calls Bootstrap with addrs until it succeeds or ctx ends,
 // waiting 1 s after the first failure and twice as long after each next
-// one, up to 30 s. onFailure, if not nil, hears each failure and the wait
+// one, up to 30 s, or only until one of addrs reaches this node. onFailure, if not nil, hears each failure and the wait
 // before the next attempt. It returns nil once joined, or ctx's error.
 //
 // A node with no addrs is the first of its network; Bootstrap then only
@@ -40,13 +41,39 @@ func (n *Node) JoinRetrying(ctx context.Context, addrs []netip.AddrPort, onFailu
 		if onFailure != nil {
 			onFailure(err, wait)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := n.waitForBootstrap(ctx, addrs, wait, time.Now()); err != nil {
+			return err
 		}
 		wait = min(2*wait, joinMaxRetry)
+	}
+}
+
+// bootstrapPoll is how often a node waiting to retry its bootstrap list
+// looks for a request from one of those nodes.
+const bootstrapPoll = 250 * time.Millisecond
+
+// waitForBootstrap waits d before the next try of the bootstrap list, or
+// less: until one of addrs has been heard from since failed (the first
+// node of a fleet, whose bootstrap list names the others, joins as soon
+// as one of them comes up and reaches it, not at its next retry). It
+// returns ctx's error if ctx ends first.
+func (n *Node) waitForBootstrap(ctx context.Context, addrs []netip.AddrPort, d time.Duration, failed time.Time) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	poll := time.NewTicker(bootstrapPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		case <-poll.C:
+			for _, e := range n.levels[0].rt.all() {
+				if e.lastHeard.After(failed) && slices.Contains(addrs, e.Addr) {
+					return nil
+				}
+			}
+		}
 	}
 }

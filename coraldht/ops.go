@@ -213,7 +213,11 @@ func (n *Node) Put(ctx context.Context, key ID, value []byte, ttl time.Duration,
 // Bootstrap joins the network through the nodes at addrs: it pings them,
 // looks up its own ID to meet its neighbours, then refreshes every bucket
 // farther away than its nearest neighbour. It fails with ErrNoResponse if
-// none of addrs answers.
+// none of addrs answers, even when other nodes have found this one
+// meanwhile: those may be joining too, through this node, and the two
+// would take each other for the network and stay an island beside it.
+// Without addrs (other than its own) the node is the first of its
+// network and succeeds once another node has found it.
 func (n *Node) Bootstrap(ctx context.Context, addrs ...netip.AddrPort) error {
 	if n.closed.Load() {
 		return ErrClosed
@@ -225,13 +229,14 @@ func (n *Node) Bootstrap(ctx context.Context, addrs ...netip.AddrPort) error {
 	n.mu.Unlock()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	answered := 0
+	answered, asked := 0, 0
 	var lastErr error
 	for _, a := range addrs {
 		a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 		if a == n.self.Addr {
 			continue
 		}
+		asked++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -249,7 +254,7 @@ func (n *Node) Bootstrap(ctx context.Context, addrs ...netip.AddrPort) error {
 	if err := ctx.Err(); err != nil {
 		return n.opError(ctx, err)
 	}
-	if answered == 0 && n.levels[0].rt.len() == 0 {
+	if answered == 0 && (asked > 0 || n.levels[0].rt.len() == 0) {
 		if lastErr != nil {
 			return fmt.Errorf("%w: bootstrap: %v", ErrNoResponse, lastErr)
 		}

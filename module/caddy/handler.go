@@ -1,8 +1,11 @@
 package coralcaddy
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -109,8 +112,10 @@ type Handler struct {
 	// response header. Default 15s.
 	OriginTimeout caddy.Duration `json:"origin_timeout,omitempty"`
 
-	// PeerTimeout bounds connecting to a peer proxy and waiting for its
-	// response header. Default 3s.
+	// PeerTimeout bounds connecting to a peer proxy. Waiting for a peer's
+	// response header, and each silence of its body, is bounded by
+	// origin_timeout + peer_timeout, since the peer may itself be waiting
+	// on its origin. Default 3s.
 	PeerTimeout caddy.Duration `json:"peer_timeout,omitempty"`
 
 	// DownloadTimeout bounds one whole download from a peer or an origin,
@@ -404,15 +409,86 @@ func (h *Handler) Cleanup() error {
 }
 
 // ServeHTTP serves a Coralized request: the proxy does, its writes bounded
-// by write_idle_timeout; its refusals become Caddy's handler errors.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	w, done := h.idleWrites(w, r)
-	defer done()
-	if err := h.proxy.ServeHTTP(w, r); err != nil {
-		return caddyError(err)
+// by write_idle_timeout; its refusals become Caddy's handler errors. A
+// request for a host outside the zone goes to the next handler (passOn).
+// Every request returns to Caddy, so that its metrics and access log count
+// it: a body sent whole returns nil however the client leaves, and one cut
+// short an error, its connection cut so that the client cannot take it
+// for complete.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	iw, done := h.idleWrites(w, r)
+	err := h.proxy.ServeHTTP(iw, r)
+	done()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, proxy.ErrCutShort):
+		// Again: the idle writer moves the deadline when it is done.
+		proxy.CutConnection(w)
+		status := http.StatusBadGateway
+		if r.Context().Err() != nil {
+			status = statusClientClosedRequest
+		}
+		return caddyhttp.Error(status, err)
+	case proxy.NotCoralized(err):
+		return h.passOn(w, r, next, err)
 	}
-	return nil
+	return caddyError(err)
 }
+
+// statusClientClosedRequest is the status Caddy's reverse_proxy records
+// for a client that went away (nginx's 499); it is never sent.
+const statusClientClosedRequest = 499
+
+// passOn hands a request for a host outside the proxy's zone to the next
+// handler, as a Caddy user combining coral_proxy with other handlers in
+// one site expects. Where nothing after coral_proxy answers (it ends the
+// route), its refusal stands: 421 Misdirected Request.
+func (h *Handler) passOn(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, refusal error) error {
+	if next != nil {
+		aw := &answerWatch{ResponseWriter: w}
+		if err := next.ServeHTTP(aw, r); err != nil || aw.answered {
+			return err
+		}
+	}
+	h.proxy.CountNotCoralized()
+	return caddyError(refusal)
+}
+
+// answerWatch notes whether a handler answered: wrote a head or body,
+// flushed, or took the connection over.
+type answerWatch struct {
+	http.ResponseWriter
+	answered bool
+}
+
+func (a *answerWatch) WriteHeader(status int) {
+	a.answered = true
+	a.ResponseWriter.WriteHeader(status)
+}
+
+func (a *answerWatch) Write(b []byte) (int, error) {
+	a.answered = true
+	return a.ResponseWriter.Write(b)
+}
+
+// ReadFrom keeps sendfile for a file server's bodies.
+func (a *answerWatch) ReadFrom(src io.Reader) (int64, error) {
+	a.answered = true
+	return io.Copy(a.ResponseWriter, src)
+}
+
+func (a *answerWatch) FlushError() error {
+	a.answered = true
+	return http.NewResponseController(a.ResponseWriter).Flush()
+}
+
+func (a *answerWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	a.answered = true
+	return http.NewResponseController(a.ResponseWriter).Hijack()
+}
+
+func (a *answerWatch) Unwrap() http.ResponseWriter { return a.ResponseWriter }
 
 // caddyError is err as Caddy's handler error: a proxy's *Error with its
 // status, anything else (the client went away) as it is.

@@ -21,16 +21,6 @@ import (
 	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
-// pending skips a test of a request-path change that waits for module/caddy's
-// split into module/caddy/proxy (issue 37's second step), unless
-// CORAL_TEST_PENDING=1; then it runs, and fails until the change is in.
-func pending(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("CORAL_TEST_PENDING") != "1" {
-		t.Skip(what + ": a request-path change of module/caddy that comes after its split into module/caddy/proxy; CORAL_TEST_PENDING=1 runs this test, which fails until then")
-	}
-}
-
 // startOrigin serves an object of a little over 8 KiB at every path,
 // cacheable for an hour, counting requests.
 func startOrigin(t *testing.T, addr string) *atomic.Int64 {
@@ -78,7 +68,6 @@ func getAndClose(addr, host, path string) (status int, body []byte, cacheStatus 
 // itself: caddy_http_requests_total and the duration histogram, and one
 // access log line each, with a real duration.
 func TestCaddyCountsEveryRequest(t *testing.T) {
-	pending(t, "issue 37 (1), every request in Caddy's metrics and access log")
 	const n = 8
 	node := caddyNode{ap("127.0.146.61:2019"), ap("127.0.146.61:4000"), ap("127.0.146.61:8090")}
 	dir := t.TempDir()
@@ -175,7 +164,6 @@ func sumSeries(text, name string) float64 {
 // reverse_proxy (the next handler), while a Coralized one is served by
 // coral_proxy.
 func TestCoralProxyPassesOn(t *testing.T) {
-	pending(t, "issue 37 (4), handler chaining for hosts that are not Coralized")
 	node := caddyNode{ap("127.0.146.71:2019"), ap("127.0.146.71:4000"), ap("127.0.146.71:8090")}
 	backend := "127.0.146.72:8080"
 	startOrigin(t, backend)
@@ -192,5 +180,32 @@ func TestCoralProxyPassesOn(t *testing.T) {
 	status, _, cs, err = getAndClose(node.http.String(), "127.0.146.72.8080.nyud.test", "/obj/1")
 	if err != nil || status != 200 || !strings.Contains(cs, "coral") {
 		t.Errorf("a Coralized host: %d, Cache-Status %q, %v; want coral_proxy's 200", status, cs, err)
+	}
+}
+
+// TestCoralLogsNamed (issue 37 (5)): the coral app's own lines (its DSHT
+// node's) carry the app's logger name, as every Caddy module's do, so
+// that a log's include and exclude select them.
+func TestCoralLogsNamed(t *testing.T) {
+	node := caddyNode{ap("127.0.146.81:2019"), ap("127.0.146.81:4000"), ap("127.0.146.81:8090")}
+	dir := t.TempDir()
+	a := startCaddy(t, "caddy", dir, node.caddyfile(dir))
+	waitFor(t, a, 30*time.Second, "the proxy", node.adminUp)
+	var line string
+	waitFor(t, a, 10*time.Second, "the node's start in the log", func() error {
+		data, _ := os.ReadFile(filepath.Join(dir, "caddy.log"))
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, `"msg":"node started"`) {
+				line = l
+				return nil
+			}
+		}
+		return fmt.Errorf("no node started line yet")
+	})
+	var e struct {
+		Logger string `json:"logger"`
+	}
+	if err := json.Unmarshal([]byte(line), &e); err != nil || e.Logger != "coral" {
+		t.Errorf("the node's line %s: logger %q (%v), want \"coral\"", line, e.Logger, err)
 	}
 }

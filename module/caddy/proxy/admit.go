@@ -122,7 +122,7 @@ func (p *Proxy) targetRefused(r *http.Request, err error) error {
 	switch {
 	case errors.Is(err, coralname.ErrNotCoralized):
 		return statusError(http.StatusMisdirectedRequest,
-			fmt.Errorf("this Coral proxy serves only host names ending in .%s (Coralized URLs); %q is not one", strings.TrimSuffix(p.zone, "."), r.Host))
+			fmt.Errorf("this Coral proxy serves only host names ending in .%s (Coralized URLs); %q is not one: %w", strings.TrimSuffix(p.zone, "."), r.Host, coralname.ErrNotCoralized))
 	case errors.Is(err, errBadTarget):
 		return statusError(http.StatusBadRequest, err)
 	}

@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"time"
 
 	"github.com/coralcdn/coral/coraldht"
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
@@ -66,7 +68,10 @@ type Config struct {
 	// OriginTimeout bounds connecting to an origin, waiting for its
 	// response header and each silence of its body. Default 15 s.
 	OriginTimeout time.Duration
-	// PeerTimeout does the same for peer proxies. Default 3 s.
+	// PeerTimeout bounds connecting to a peer proxy. The wait for a
+	// peer's response head, and each silence of its body, is bounded by
+	// OriginTimeout + PeerTimeout: the peer may itself be waiting on its
+	// origin. Default 3 s.
 	PeerTimeout time.Duration
 	// DownloadTimeout bounds one whole download. Default 10 min.
 	DownloadTimeout time.Duration
@@ -233,6 +238,11 @@ type Error struct {
 func (e *Error) Error() string { return fmt.Sprintf("HTTP %d: %v", e.Status, e.Err) }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// NotCoralized reports whether err is the proxy's refusal of a request for
+// a host outside its zone (421, an Error): a request for another site,
+// which the server around the proxy may hand to its next handler instead.
+func NotCoralized(err error) bool { return errors.Is(err, coralname.ErrNotCoralized) }
 
 // statusError is the Error answering with status because of err.
 func statusError(status int, err error) error { return &Error{Status: status, Err: err} }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptrace"
+	"net/netip"
 	"net/textproto"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -59,6 +61,25 @@ type download struct {
 	// peerRetry says whether the download lost its peer and waits to do
 	// its put+get again (refetch.go).
 	peerRetry peerRetryState
+	// asking is the addresses of the peers the download asks first, once
+	// known (askingPeers); askingKnown is closed then. Nil: never closed.
+	asking      atomic.Pointer[[]netip.AddrPort]
+	askingKnown chan struct{}
+	askingOnce  sync.Once
+}
+
+// askingPeers records the peers d asks first (none: it goes to the
+// origin), for the requests of those peers that wait for d
+// (serveOnlyIfCached).
+func (d *download) askingPeers(peers []reference) {
+	addrs := make([]netip.AddrPort, len(peers))
+	for i, r := range peers {
+		addrs[i] = r.Addr
+	}
+	d.asking.Store(&addrs)
+	if d.askingKnown != nil {
+		d.askingOnce.Do(func() { close(d.askingKnown) })
+	}
 }
 
 // interimResponse is one 1xx response from the origin.
@@ -123,7 +144,7 @@ func (p *Proxy) startDownload(ctx context.Context, fr fetchRequest, wait time.Du
 		return d, false, nil
 	}
 	d = &download{ready: make(chan struct{}), done: make(chan struct{}), origin: origin, client: fr.clientKey(),
-		key: fr.key, interim: make(chan interimResponse)}
+		key: fr.key, interim: make(chan interimResponse), askingKnown: make(chan struct{})}
 	d.expected.Store(-1)
 	if hold {
 		d.holders = 1

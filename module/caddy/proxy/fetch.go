@@ -157,6 +157,7 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 	idle := p.originTimeout + p.peerTimeout // a peer may itself wait on its origin
 	requested := time.Now()
 	var err error
+	d.askingPeers(peers)
 	resp, miss := p.fetchFromPeers(ctx, fr, peers)
 	if resp == nil && miss.retry(p.selfAddr(), nil) {
 		// A peer died or is out of reach: the put+get again, without it,

@@ -128,9 +128,10 @@ func openTestStore(t testing.TB, opts diskcache.Options) *diskcache.Store {
 }
 
 // serveOrError serves r with px and writes an *Error's status as a server
-// would (Caddy's error handling, in the adapter).
+// would (Caddy's error handling, in the adapter); a response cut short has
+// its head out already.
 func serveOrError(px *Proxy, w http.ResponseWriter, r *http.Request) {
-	if err := px.ServeHTTP(w, r); err != nil {
+	if err := px.ServeHTTP(w, r); err != nil && !errors.Is(err, ErrCutShort) {
 		status := http.StatusInternalServerError
 		if s := errorStatus(err); s != 0 {
 			status = s

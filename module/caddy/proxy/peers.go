@@ -66,6 +66,11 @@ func (p *Proxy) fetchFromPeers(ctx context.Context, fr fetchRequest, peers []ref
 	return nil, miss
 }
 
+// peerAskerField is the request field in which a proxy asking a peer
+// names its own address (its references'): a peer whose download asks
+// the asker in turn sees the cycle (asksBack). Never sent to origins.
+const peerAskerField = "Coral-Peer"
+
 // peerFreshnessField is the response field in which a proxy tells a peer
 // how many more seconds its copy is fresh (in its own cache, under its own
 // policy). The peer's copy is never fresh longer: not beyond what the
@@ -103,6 +108,9 @@ func (p *Proxy) askPeer(ctx context.Context, fr fetchRequest, peer reference) (*
 	// variant they select.
 	h := originRequestHeader(fr.forwarded(), "", p.userAgent)
 	h.Set("Cache-Control", "only-if-cached")
+	if self := p.selfAddr(); self.IsValid() {
+		h.Set(peerAskerField, self.String())
+	}
 	req := newGet(ctx, u, h)
 	req.Host = fr.target.CoralHost(p.zone)
 	resp, err := p.peer.Do(req)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -475,4 +476,127 @@ func serveAsPeer(t testing.TB, cfg Config, ip netip.Addr) (*Proxy, *httptest.Ser
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return px, srv
+}
+
+// TestPeerStillAtItsOriginIsWaitedFor: a proxy that asks a peer which is
+// itself still waiting for the origin's response head waits for that peer
+// longer than peer_timeout (origin_timeout + peer_timeout in all) and takes
+// the object from it, rather than fetching it from the origin a second
+// time. (With peer_timeout as the bound on the peer's head, a thin origin
+// line cost one origin fetch per proxy.)
+func TestPeerStillAtItsOriginIsWaitedFor(t *testing.T) {
+	const peerTimeout = 200 * time.Millisecond
+	proxies := startTestProxiesWith(t, 2, 187, func(_ int, _ *coraldht.Config, c *Config) {
+		c.PeerTimeout, c.OriginTimeout = peerTimeout, 10*time.Second
+	})
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		<-o.gate // the origin's head comes when the test says
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Write(bytes.Repeat([]byte("thin line "), 1000))
+	})
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(o.gate) }) }
+	t.Cleanup(openGate)
+
+	ask := func(p *testProxy, out chan<- string) {
+		req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/big", nil)
+		req.Host = o.coralHost()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || len(b) != 10000 {
+			out <- fmt.Sprintf("%d bytes, %v", len(b), err)
+			return
+		}
+		out <- resp.Header.Get("Cache-Status")
+	}
+	first := make(chan string, 1)
+	go ask(proxies[0], first)
+	<-o.arrived // proxy 0 waits on the origin
+	target, err := requestTarget(httptest.NewRequest(http.MethodGet, "http://"+o.coralHost()+"/big", nil), "nyud.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := proxies[0].px.inflightFor(target.Key())
+	if d == nil {
+		t.Fatal("proxy 0 has no download of /big while its origin request is open")
+	}
+	second := make(chan string, 1)
+	go ask(proxies[1], second)
+	// Proxy 1 found proxy 0's reference and waits on it: its request
+	// holds proxy 0's download beside the first client's. The origin
+	// answers well after peer_timeout.
+	waitHolders(t, proxies[0].px, d, 2)
+	time.AfterFunc(5*peerTimeout, openGate)
+	if cs := <-first; !strings.Contains(cs, `detail="origin"`) {
+		t.Errorf("first proxy: Cache-Status %q, want it from the origin", cs)
+	}
+	if cs := <-second; !strings.Contains(cs, "peer") {
+		t.Errorf("second proxy: Cache-Status %q, want it from its peer", cs)
+	}
+	if n := o.count("/big"); n != 1 {
+		t.Errorf("the origin served /big %d times to two proxies, want once", n)
+	}
+}
+
+// TestPeersAskingEachOther: two proxies whose put+gets each found the
+// other's reference (both downloads started at once) would each wait for
+// the other until origin_timeout + peer_timeout and then both fetch from
+// the origin. The one with the lower address answers the other 504 at
+// once; the other fetches the object from the origin, once, for both.
+func TestPeersAskingEachOther(t *testing.T) {
+	proxies := startTestProxiesWith(t, 2, 188, func(_ int, _ *coraldht.Config, c *Config) {
+		c.PeerTimeout, c.OriginTimeout = 200*time.Millisecond, 10*time.Second
+	})
+	// Each put+get answers once both references are in: each proxy
+	// finds the other's.
+	var both sync.WaitGroup
+	both.Add(len(proxies))
+	for _, p := range proxies {
+		p.dht.setAround(func(key coraldht.ID, putGet func() (coraldht.PutGetResult, error)) (coraldht.PutGetResult, error) {
+			r, err := putGet()
+			both.Done()
+			both.Wait()
+			if err != nil {
+				return r, err
+			}
+			g, err := p.node.Get(context.Background(), key)
+			r.Values, r.Level = g.Values, g.Level
+			return r, err
+		})
+	}
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Write(bytes.Repeat([]byte("both "), 2000))
+	})
+	var wg sync.WaitGroup
+	statuses := make([]string, len(proxies))
+	for i, p := range proxies {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/both", nil)
+			req.Host = o.coralHost()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				statuses[i] = err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			if b, err := io.ReadAll(resp.Body); err != nil || len(b) != 10000 {
+				statuses[i] = fmt.Sprintf("%d bytes, %v", len(b), err)
+				return
+			}
+			statuses[i] = resp.Header.Get("Cache-Status")
+		})
+	}
+	wg.Wait()
+	if n := o.count("/both"); n != 1 {
+		t.Errorf("the origin served /both %d times to two proxies asking each other, want once; Cache-Status %q", n, statuses)
+	}
+	if !strings.Contains(strings.Join(statuses, " "), "peer") {
+		t.Errorf("neither proxy took the object from the other: %q", statuses)
+	}
 }

@@ -117,7 +117,7 @@ func New(c Config) (*Proxy, error) {
 		store: c.Store, refs: c.References, node: c.Node,
 		originTimeout: c.OriginTimeout, peerTimeout: c.PeerTimeout,
 		origin: &http.Client{Transport: originTransport(guard, c.OriginTimeout, c.OriginTimeout), CheckRedirect: noRedirects},
-		peer:   &http.Client{Transport: p.peerTransport(c.PeerTimeout), CheckRedirect: noRedirects},
+		peer:   &http.Client{Transport: p.peerTransport(c.PeerTimeout, c.OriginTimeout+c.PeerTimeout), CheckRedirect: noRedirects},
 		policy: c.Policy, logger: c.Logger, userAgent: c.UserAgent, zone: c.Zone,
 		scheme: "http", guard: guard, peerGuard: originGuard{allow: c.AllowPeers}, forward: forward,
 		maxDownloads: c.MaxDownloads, maxDownloadsPerOrigin: c.MaxDownloadsPerOrigin, maxDownloadsPerClient: c.MaxDownloadsPerClient,
@@ -155,12 +155,16 @@ func (p *Proxy) downloadContext() (context.Context, context.CancelFunc) {
 }
 
 // peerTransport is the HTTP transport for peers: dialled only to
-// addresses allow_peers permits, bounded headers and timeouts.
-func (p *Proxy) peerTransport(timeout time.Duration) *http.Transport {
+// addresses allow_peers permits, bounded headers and timeouts. connect
+// bounds the connection (peer_timeout); head the wait for the response
+// head (origin_timeout + peer_timeout): a peer that is itself downloading
+// the object answers once its own origin has, and a proxy that gave up on
+// it sooner would fetch the object from the origin a second time.
+func (p *Proxy) peerTransport(connect, head time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy:                  nil,
-		DialContext:            (&net.Dialer{Timeout: timeout, Control: p.peerControl}).DialContext,
-		ResponseHeaderTimeout:  timeout,
+		DialContext:            (&net.Dialer{Timeout: connect, Control: p.peerControl}).DialContext,
+		ResponseHeaderTimeout:  head,
 		MaxResponseHeaderBytes: maxHeadBytes,
 		MaxIdleConnsPerHost:    8,
 		DisableCompression:     true,

@@ -84,6 +84,7 @@ var neverForwarded = func() map[string]bool {
 		"X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
 		"X-Real-Ip", "X-Client-Ip", "True-Client-Ip", "Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip",
 		"X-Cluster-Client-Ip", "X-Proxyuser-Ip",
+		peerAskerField, // the proxy's own (peers.go)
 	} {
 		m[http.CanonicalHeaderKey(k)] = true
 	}

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -62,10 +64,10 @@ func (p *Proxy) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcach
 	if r.Method == http.MethodHead {
 		return nil
 	}
-	if _, err := rd.WriteTo(w); err != nil {
+	if n, err := rd.WriteTo(w); err != nil && n != m.Size {
 		// The client went away, or the file is damaged: never let a
 		// truncated body look complete.
-		panic(http.ErrAbortHandler)
+		return cutShort(w, err)
 	}
 	return nil
 }
@@ -92,18 +94,46 @@ func serveStoredOther(w http.ResponseWriter, r *http.Request, rd *diskcache.Read
 	if r.Method == http.MethodHead {
 		return nil
 	}
+	var n int64
 	var err error
 	if rd.Complete() {
-		_, err = io.Copy(w, rd)
+		n, err = io.Copy(w, rd)
 	} else {
-		_, err = copyAsItArrives(w, rd, nil)
+		n, err = copyAsItArrives(w, rd, nil)
 	}
-	if err != nil {
+	if err != nil && (size < 0 || n != size) {
 		// The download failed or the client went away: never let a
 		// truncated body look complete.
-		panic(http.ErrAbortHandler)
+		return cutShort(w, err)
 	}
 	return nil
+}
+
+// ErrCutShort is what ServeHTTP returns when a response's body was cut
+// short after its head went out: its source failed, or the client went
+// away. The response is not an Error (its head is written): the
+// connection is closed without the body's end (CutConnection), so that the
+// client cannot take what it got for complete, and the server around the
+// proxy records the request with the error. A body sent whole returns nil,
+// whatever happens after its last byte (a client that closes at once, the
+// last flush failing).
+var ErrCutShort = errors.New("coral proxy: response body cut short")
+
+// cutShort ends a response whose body was not sent whole (err says why):
+// see ErrCutShort.
+func cutShort(w http.ResponseWriter, err error) error {
+	CutConnection(w)
+	return fmt.Errorf("%w: %w", ErrCutShort, err)
+}
+
+// CutConnection makes sure that a response cut short cannot look
+// complete: the connection's write deadline is set in the past, so that the
+// end of the body (a chunked body's last chunk, an HTTP/2 stream's end)
+// never goes out and the connection is closed. A server that resets write
+// deadlines once the handler has returned (Caddy's idle writer) calls it
+// again after that.
+func CutConnection(w http.ResponseWriter) {
+	_ = http.NewResponseController(innermostWriter(w)).SetWriteDeadline(time.Unix(1, 0))
 }
 
 // copyAsItArrives copies a body still being downloaded (an object being
@@ -197,12 +227,12 @@ func (p *Proxy) serveDirect(w http.ResponseWriter, r *http.Request, resp *http.R
 			_ = conn.SetWriteDeadline(time.Now())
 		})
 	}
-	if _, err := copyAsItArrives(w, resp.Body, rs); err != nil {
+	if n, err := copyAsItArrives(w, resp.Body, rs); err != nil && (resp.ContentLength < 0 || n != resp.ContentLength) {
 		if rs.preempted() {
 			p.logger.Debug("uncached relay cut: its client read nothing for a while and another request needed its download slot",
 				zap.String("origin", rs.origin), zap.Duration("stalled", relayStall))
 		}
-		panic(http.ErrAbortHandler)
+		return cutShort(w, err)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/coralcdn/coral/module/caddy/diskcache"
@@ -25,9 +27,14 @@ import (
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	bc := &bodyCounter{ResponseWriter: w}
 	acct := &requestAccount{status: CacheRefused, source: SourceNone}
-	defer func() { p.metrics.Request(acct.status, acct.source, bc.n) }()
+	defer func() {
+		if !acct.otherSite {
+			p.metrics.Request(acct.status, acct.source, bc.n)
+		}
+	}()
 	var fr fetchRequest
 	if done, err := p.admit(bc, r, acct, &fr); done {
+		acct.otherSite = NotCoralized(err)
 		return err
 	}
 	if rd, ok := p.lookup(r.Context(), &fr); ok {
@@ -41,7 +48,17 @@ type requestAccount struct {
 	status  CacheStatus
 	source  string
 	retried bool // a joined download vanished once already
+	// otherSite: the host is outside the zone, a request for another
+	// site, which the server may pass on (NotCoralized): counted only if
+	// the refusal stands (CountNotCoralized).
+	otherSite bool
 }
+
+// CountNotCoralized counts a request for a host outside the zone that
+// ServeHTTP refused (NotCoralized) and that nothing else answered: the
+// refusal stands. A server that passed it on to another handler does not
+// call it.
+func (p *Proxy) CountNotCoralized() { p.metrics.Request(CacheRefused, SourceNone, 0) }
 
 func (a *requestAccount) set(status CacheStatus, source string) {
 	a.status, a.source = status, source
@@ -142,10 +159,15 @@ func (p *Proxy) serveMissing(w http.ResponseWriter, r *http.Request, fr *fetchRe
 
 // serveOnlyIfCached answers an only-if-cached request (a peer's, or a
 // client's) for an object not stored: a download under way here still
-// counts, so it waits for one, a little; else 504. The bound breaks the
-// rare cycle of two proxies each waiting on the other. A download that
-// lost its peer and waits to retry has nothing to give: 504 at once, also
-// to the requests already waiting for it (refetch.go).
+// counts, so it waits for one, as long as the asker waits for its head
+// (origin_timeout + peer_timeout: the download may be waiting on its
+// origin, or on a peer that waits on its own); else 504. Two proxies whose
+// downloads ask each other would wait for each other that long and then
+// both go to the origin: the one with the lower address answers the
+// other 504 at once (asksBack), and the other then fetches the object for
+// both. A download that lost its peer and waits to retry has nothing to
+// give: 504 at once, also to the requests already waiting for it
+// (refetch.go).
 func (p *Proxy) serveOnlyIfCached(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
 	if d := p.holdInflight(fr.key, true); d != nil {
 		defer p.letGo(d)
@@ -153,26 +175,52 @@ func (p *Proxy) serveOnlyIfCached(w http.ResponseWriter, r *http.Request, fr fet
 		if retrying {
 			return notCached(w, peerRetryingDetail)
 		}
-		t := time.NewTimer(p.peerTimeout)
+		t := time.NewTimer(p.originTimeout + p.peerTimeout)
 		defer t.Stop()
-		select {
-		case <-lost:
-			return notCached(w, peerRetryingDetail)
-		case <-d.ready:
-			if d.err == nil && d.direct == nil {
-				if rd, ok := p.lookup(r.Context(), &fr); ok && (!rd.Complete() || time.Now().Before(rd.Meta().Expires)) {
-					acct.set(CacheCollapsed, d.source)
-					return p.serveStored(w, r, rd, CacheCollapsed, d.source, true, time.Now())
-				} else if ok {
-					rd.Close()
+		askingKnown := d.askingKnown
+	wait:
+		for {
+			select {
+			case <-lost:
+				return notCached(w, peerRetryingDetail)
+			case <-askingKnown:
+				askingKnown = nil
+				if p.asksBack(d, r) {
+					return notCached(w, "only-if-cached")
 				}
+			case <-d.ready:
+				if d.err == nil && d.direct == nil {
+					if rd, ok := p.lookup(r.Context(), &fr); ok && (!rd.Complete() || time.Now().Before(rd.Meta().Expires)) {
+						acct.set(CacheCollapsed, d.source)
+						return p.serveStored(w, r, rd, CacheCollapsed, d.source, true, time.Now())
+					} else if ok {
+						rd.Close()
+					}
+				}
+				break wait
+			case <-t.C:
+				break wait
+			case <-r.Context().Done():
+				return r.Context().Err()
 			}
-		case <-t.C:
-		case <-r.Context().Done():
-			return r.Context().Err()
 		}
 	}
 	return notCached(w, "only-if-cached")
+}
+
+// asksBack reports whether download d asks the peer that sent r (the
+// address it names in peerAskerField) and this proxy's address is the
+// lower of the two: of two proxies whose downloads ask each other, the
+// lower one answers 504 at once (serveOnlyIfCached). The field is only a
+// hint: a request that names an address falsely gets a 504, which any
+// only-if-cached request may get.
+func (p *Proxy) asksBack(d *download, r *http.Request) bool {
+	asking := d.asking.Load()
+	asker, err := netip.ParseAddrPort(r.Header.Get(peerAskerField))
+	if asking == nil || err != nil || !slices.Contains(*asking, asker) {
+		return false
+	}
+	return p.selfAddr().Compare(asker) < 0
 }
 
 // notCached is the answer to an only-if-cached request the cache cannot
