@@ -116,6 +116,9 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    download_timeout DURATION    # default 10m
 //	    write_idle_timeout DURATION|off # default 30s; off: the server's own
 //	    max_downloads  N [PER_ORIGIN [PER_CLIENT]] # default 256 32 16
+//	    max_client_downloads N       # per client over all origins; default max_downloads / 8
+//	    max_address_downloads N      # per origin address, any name or port; default max_downloads / 4
+//	    client_prefix  V4LEN V6LEN   # what a client is, for those bounds; default 32 48
 //	    download_wait  DURATION      # default 10s
 //	    peer_address   IP:PORT
 //	    blacklist      FILE [POLL]
@@ -228,6 +231,17 @@ func durationOption(field func(*Handler) *caddy.Duration) func(*Handler, optionA
 	}
 }
 
+// positiveOption parses one positive number into field.
+func positiveOption(field func(*Handler) *int) func(*Handler, optionArgs) error {
+	return func(h *Handler, o optionArgs) error {
+		v, err := o.one()
+		if err == nil {
+			*field(h), err = o.positive(v, "")
+		}
+		return err
+	}
+}
+
 // ttlOption parses one duration into an optional field (nil: the
 // default).
 func ttlOption(field func(*Handler) **caddy.Duration) func(*Handler, optionArgs) error {
@@ -278,13 +292,9 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		}
 		return err
 	},
-	"max_objects": func(h *Handler, o optionArgs) error {
-		v, err := o.one()
-		if err == nil {
-			h.MaxObjects, err = o.positive(v, "")
-		}
-		return err
-	},
+	"max_objects":           positiveOption(func(h *Handler) *int { return &h.MaxObjects }),
+	"max_client_downloads":  positiveOption(func(h *Handler) *int { return &h.MaxClientDownloads }),
+	"max_address_downloads": positiveOption(func(h *Handler) *int { return &h.MaxDownloadsPerAddress }),
 	"forward_fields": func(h *Handler, o optionArgs) error {
 		if len(o.args) == 0 {
 			return o.d.Errf("forward_fields needs at least one field name")
@@ -311,6 +321,21 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		}
 		h.MaxDownloadsPerClient, err = o.positive(o.args[2], "per client ")
 		return err
+	},
+	"client_prefix": func(h *Handler, o optionArgs) error {
+		if len(o.args) != 2 {
+			return o.d.Errf("client_prefix takes V4LEN V6LEN (e.g. 32 48, or 24 56)")
+		}
+		v4, err4 := strconv.Atoi(o.args[0])
+		v6, err6 := strconv.Atoi(o.args[1])
+		if err4 != nil || v4 < 8 || v4 > 32 {
+			return o.d.Errf("client_prefix: IPv4 length %q: want 8-32", o.args[0])
+		}
+		if err6 != nil || v6 < 32 || v6 > 128 {
+			return o.d.Errf("client_prefix: IPv6 length %q: want 32-128", o.args[1])
+		}
+		h.ClientPrefixV4, h.ClientPrefixV6 = v4, v6
+		return nil
 	},
 	"https_redirect": func(h *Handler, o optionArgs) (err error) {
 		if len(o.args) > 1 {

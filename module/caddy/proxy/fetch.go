@@ -16,7 +16,6 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coralname"
-	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
@@ -78,13 +77,29 @@ func (fr *fetchRequest) forwarded() http.Header {
 	return fr.view
 }
 
-// clientKey is the client address as download slots count it (abuse.ClientKey;
-// "": not counted).
-func (fr *fetchRequest) clientKey() string {
-	if !fr.clientAddr.IsValid() {
+// clientKey is the client as download slots count it: the prefix of
+// fr's client address of the configured length (client_prefix); "": not
+// counted.
+func (p *Proxy) clientKey(fr *fetchRequest) string {
+	return clientPrefix(fr.clientAddr, p.clientPrefixV4, p.clientPrefixV6)
+}
+
+// clientPrefix is ip's prefix of length v4 or v6 (IPv4-mapped IPv6 counts
+// as IPv4; zones are dropped), as a string; "" for an invalid ip.
+func clientPrefix(ip netip.Addr, v4, v6 int) string {
+	if !ip.IsValid() {
 		return ""
 	}
-	return abuse.ClientKey(fr.clientAddr).String()
+	ip = ip.Unmap().WithZone("")
+	bits := v6
+	if ip.Is4() {
+		bits = v4
+	}
+	pfx, err := ip.Prefix(bits)
+	if err != nil {
+		return ip.String()
+	}
+	return pfx.String()
 }
 
 // originURL is the URL fetched from the origin (before any https upgrade).
@@ -129,7 +144,7 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 			// slot, live until the requester closes the body, unless a
 			// request waiting for a slot takes it over from a relay whose
 			// client stopped reading (relayStall).
-			rs := p.slots.relay(d.origin, d.client)
+			rs := p.slots.relay(d.slot)
 			d.relay, d.cancelRelay = rs, cancel
 			d.direct.Body = &cancelOnClose{ReadCloser: d.direct.Body, cancel: func() {
 				cancel()
@@ -138,7 +153,7 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 			return
 		}
 		cancel()
-		p.slots.release(d.origin, d.client)
+		p.slots.release(d.slot)
 	}()
 
 	fr.forwarded()
