@@ -111,6 +111,7 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    https_redirect [PORT]        # one-label names over http → https
 //	    default_ttl    DURATION
 //	    min_ttl        DURATION
+//	    negative_ttl   DURATION|off  # bare 404, 405, 410, 414, 501; default 5m
 //	    origin_timeout DURATION
 //	    peer_timeout   DURATION
 //	    download_timeout DURATION    # default 10m
@@ -361,8 +362,16 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		}
 		return o.d.Errf("origin_scheme: %q; want http, https or auto", h.OriginScheme)
 	},
-	"default_ttl":    ttlOption(func(h *Handler) **caddy.Duration { return &h.DefaultTTL }),
-	"min_ttl":        ttlOption(func(h *Handler) **caddy.Duration { return &h.MinTTL }),
+	"default_ttl": ttlOption(func(h *Handler) **caddy.Duration { return &h.DefaultTTL }),
+	"min_ttl":     ttlOption(func(h *Handler) **caddy.Duration { return &h.MinTTL }),
+	"negative_ttl": func(h *Handler, o optionArgs) error {
+		if len(o.args) == 1 && o.args[0] == "off" {
+			off := caddy.Duration(-1)
+			h.NegativeTTL = &off
+			return nil
+		}
+		return ttlOption(func(h *Handler) **caddy.Duration { return &h.NegativeTTL })(h, o)
+	},
 	"origin_timeout": durationOption(func(h *Handler) *caddy.Duration { return &h.OriginTimeout }),
 	"peer_timeout":   durationOption(func(h *Handler) *caddy.Duration { return &h.PeerTimeout }),
 	"write_idle_timeout": func(h *Handler, o optionArgs) (err error) {

@@ -70,6 +70,31 @@ func TestCaddyfileClientBounds(t *testing.T) {
 	}
 }
 
+// TestCaddyfileNegativeTTL: negative_ttl takes a duration or off, and
+// the policy keeps bare errors that long, not at all when off, nor in
+// strict mode (default_ttl 0) unless negative_ttl says so.
+func TestCaddyfileNegativeTTL(t *testing.T) {
+	for _, tc := range []struct {
+		lines string
+		want  time.Duration
+	}{
+		{"", 5 * time.Minute},
+		{"negative_ttl 90s", 90 * time.Second},
+		{"negative_ttl off", -1},
+		{"negative_ttl 0", -1},
+		{"default_ttl 0", -1},
+		{"default_ttl 0\n negative_ttl 1m", time.Minute},
+	} {
+		var h Handler
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("coral_proxy nyud.test {\n " + tc.lines + "\n}")); err != nil {
+			t.Fatalf("%q: %v", tc.lines, err)
+		}
+		if got := h.policy().NegativeTTL; got != tc.want {
+			t.Errorf("%q: NegativeTTL %v, want %v", tc.lines, got, tc.want)
+		}
+	}
+}
+
 func TestCaddyfileErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, input, want string

@@ -104,6 +104,11 @@ type Handler struct {
 	// strict RFC 9111 behaviour.
 	DefaultTTL *caddy.Duration `json:"default_ttl,omitempty"`
 	MinTTL     *caddy.Duration `json:"min_ttl,omitempty"`
+	// NegativeTTL is how long a 404, 405, 410, 414 or 501 without
+	// freshness information is kept (the origin must give it without the
+	// client's fields too). Default 5m, none with DefaultTTL 0 (strict);
+	// 0 or negative: not kept.
+	NegativeTTL *caddy.Duration `json:"negative_ttl,omitempty"`
 
 	// OriginTimeout bounds connecting to an origin and waiting for its
 	// response header. Default 15s.
@@ -352,6 +357,14 @@ func (h *Handler) policy() httpcache.Policy {
 	}
 	if h.MinTTL != nil {
 		p.MinTTL = time.Duration(*h.MinTTL)
+	}
+	switch {
+	case h.NegativeTTL != nil && *h.NegativeTTL > 0:
+		p.NegativeTTL = time.Duration(*h.NegativeTTL)
+	case h.NegativeTTL != nil, p.DefaultTTL == 0:
+		// off (0 too: Policy's 0, "as DefaultTTL", would surprise), and
+		// strict mode (default_ttl 0) keeps no error heuristically.
+		p.NegativeTTL = -1
 	}
 	return p
 }

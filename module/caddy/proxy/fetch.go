@@ -284,7 +284,20 @@ func (p *Proxy) keep(ctx context.Context, fr fetchRequest, d *download, resp *ht
 	now := time.Now()
 	loop := p.coralizeRedirect(fr, resp)
 	policy := p.policy.ForRequest(fr.header)
-	ok, _ := policy.Storable(fr.header, resp.StatusCode, resp.Header)
+	ok, why := policy.Storable(fr.header, resp.StatusCode, resp.Header)
+	if ok && source == "origin" && httpcache.NegativeHeuristic(resp.StatusCode, why) {
+		// An error kept without the origin saying so: only one the
+		// origin gives a request with none of the client's fields.
+		var confirmed bool
+		if resp, confirmed = p.confirmNegative(ctx, fr, resp); !confirmed {
+			d.direct = resp
+			return
+		}
+		if ok, why = policy.Storable(fr.header, resp.StatusCode, resp.Header); !ok || !httpcache.NegativeHeuristic(resp.StatusCode, why) {
+			d.direct = resp
+			return
+		}
+	}
 	// Vary: the object is kept under the key of the variant this
 	// request selects, and the URL's key gets an index naming the fields.
 	key := fr.baseKey
@@ -435,3 +448,34 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // mid-download is relayed uncached before the cache tries it again (it
 // may have shrunk, or the bound been raised).
 const tooLargeMemory = time.Hour
+
+// confirmNegative asks the origin again for fr without any field of the
+// client's (no Accept, Accept-Language or forwarded field; the proxy's
+// own User-Agent; no X-Forwarded-For), for an error resp that would be
+// kept for the negative lifetime only because its status is cacheable by
+// default (RFC 9110 §15.1): a 404 a client provoked with its own fields
+// (a User-Agent a filter answers with 404, as in "Your Cache Has Fallen")
+// must not be served to everyone. When that request gets an error of the
+// same status, it returns that response (resp closed) to keep, and
+// confirmed; otherwise resp, to relay to its client alone. The cost: two
+// origin requests per negative lifetime, for the fleet's first proxy to
+// fetch the error (the others find it through the DSHT).
+func (p *Proxy) confirmNegative(ctx context.Context, fr fetchRequest, resp *http.Response) (_ *http.Response, confirmed bool) {
+	client := fr.forwarded()
+	neutral, err := p.fetchFromOriginWith(ctx, fr, func(h http.Header) {
+		for k := range client {
+			h.Del(k)
+		}
+		h.Del("X-Forwarded-For")
+		h.Set("User-Agent", p.userAgent)
+	})
+	if err != nil {
+		return resp, false
+	}
+	if neutral.StatusCode != resp.StatusCode {
+		neutral.Body.Close()
+		return resp, false
+	}
+	resp.Body.Close()
+	return neutral, true
+}
