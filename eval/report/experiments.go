@@ -57,6 +57,7 @@ var experiments = []experiment{
 	{File: "flashcrowd-formed.json", Program: "flashcrowd", Args: []string{"-quick", "-pin=false", "-name", "flashcrowd-formed"}, Needs: "bin/caddy"},
 	{File: "flashcrowd-error.json", Program: "flashcrowd", Args: []string{"-quick", "-error-crowd", "-name", "flashcrowd-error"}, Needs: "bin/caddy"},
 	{File: "hostile.json", Program: "hostile", Args: []string{"-duration", "20s", "-seed", "1"}, Needs: "bin/caddy"},
+	{File: "negative.json", Program: "negative", Needs: "bin/caddy"},
 	{File: "chaos/chaos.json", Program: "chaos", Needs: "root, bin/caddy, bin/coredns, nftables"},
 	{File: "conformance/summary.json", Program: "conformance", Args: []string{"-suite", "$CACHE_TESTS_DIR"},
 		Needs: "root, bin/caddy, Node.js, a cache-tests clone named by CACHE_TESTS_DIR"},
