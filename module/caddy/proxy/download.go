@@ -24,6 +24,10 @@ type download struct {
 	// a transient error) to the request that started the download; the
 	// requests that joined it fetch on their own.
 	direct *http.Response
+	// shared is direct when the requests that joined the download may
+	// have it too (shareError): its head and whole body, and the fields
+	// the origin was sent, which a joiner must have sent alike.
+	shared *sharedAnswer
 	// relay is direct's download slot, and cancelRelay ends its fetch.
 	relay       *relaySlot
 	cancelRelay context.CancelFunc

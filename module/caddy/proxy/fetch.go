@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -139,6 +140,11 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 	defer p.finish(d)
 	cancel := d.cancel
 	defer func() {
+		if d.direct != nil && p.shareError(d, fr) {
+			cancel()
+			p.slots.release(d.slot)
+			return
+		}
 		if d.direct != nil {
 			// Handed to its requester unread: the fetch, and its download
 			// slot, live until the requester closes the body, unless a
@@ -478,4 +484,87 @@ func (p *Proxy) confirmNegative(ctx context.Context, fr fetchRequest, resp *http
 	}
 	resp.Body.Close()
 	return neutral, true
+}
+
+// maxSharedAnswer bounds the body of an uncached error shared with the
+// requests waiting for the same download: error pages are small, and a
+// larger one goes to its requester alone as before.
+const maxSharedAnswer = 64 << 10
+
+// sharedAnswer is an uncached error handed to every request that waited
+// for the download that got it (d.shared).
+type sharedAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+	view   http.Header // the fields the origin was sent
+}
+
+// shareError reads d.direct into d.shared, and gives d.direct a body of
+// those bytes, when it may answer the requests that joined the download
+// too: an error (status 400 or above, the answer of the moment a crowd
+// gathered on) that is not private, sets no cookie and has a body of at
+// most maxSharedAnswer. It is never stored: only the requests already
+// waiting get it, each only if it sent the origin the same fields as the
+// request that started the download (so no one's fields choose another's
+// answer); later requests ask the origin again. A success the cache may
+// not keep (no-store, private) is never shared: its waiters fetch their
+// own, as before (a "hit-for-miss").
+func (p *Proxy) shareError(d *download, fr fetchRequest) bool {
+	resp := d.direct
+	if resp.StatusCode < 400 || len(resp.Header.Values("Set-Cookie")) > 0 || httpcache.ParseResponseCacheControl(resp.Header).Private ||
+		resp.ContentLength > maxSharedAnswer {
+		return false
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxSharedAnswer+1))
+	if err != nil || len(body) > maxSharedAnswer {
+		// Its requester alone gets it: what was read, then the rest (or
+		// the error) as it comes.
+		resp.Body = readCloser{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+		return false
+	}
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	d.shared = &sharedAnswer{status: resp.StatusCode, header: resp.Header.Clone(), body: body, view: fr.forwarded()}
+	return true
+}
+
+// readCloser reads from r and closes c.
+type readCloser struct {
+	r io.Reader
+	c io.Closer
+}
+
+func (rc readCloser) Read(b []byte) (int, error) { return rc.r.Read(b) }
+func (rc readCloser) Close() error               { return rc.c.Close() }
+
+// sharedFor returns the answer a request that joined d (fr) may be
+// given: d.shared if it sent the origin the same fields; else nil.
+func (d *download) sharedFor(fr *fetchRequest) *http.Response {
+	a := d.shared
+	if a == nil || !sameFields(a.view, fr.forwarded()) {
+		return nil
+	}
+	return &http.Response{StatusCode: a.status, Header: a.header.Clone(), Body: io.NopCloser(bytes.NewReader(a.body)), ContentLength: int64(len(a.body))}
+}
+
+// sameFields reports whether a and b hold the same fields with the same
+// values in the same order.
+func sameFields(a, b http.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, va := range a {
+		vb, ok := b[k]
+		if !ok || len(va) != len(vb) {
+			return false
+		}
+		for i := range va {
+			if va[i] != vb[i] {
+				return false
+			}
+		}
+	}
+	return true
 }

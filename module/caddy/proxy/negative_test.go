@@ -1,10 +1,15 @@
 package proxy
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
 // TestNegativeCaching: issue 41. A bare 404 (no freshness information)
@@ -67,4 +72,71 @@ func TestNegativeCaching(t *testing.T) {
 	if resp, body := p.get(t, o.coralHost(), "/page"); resp.StatusCode != http.StatusOK || body != "the page" {
 		t.Errorf("after a provoked 404 on a stored page: %d %q, want the page", resp.StatusCode, body)
 	}
+}
+
+// TestErrorCrowdCollapsed: issue 41. Concurrent identical requests for
+// a URL whose origin answers a bare 500 (never kept) wait for one origin
+// response and all get it; a request that sent other fields does not get
+// that answer but its own.
+func TestErrorCrowdCollapsed(t *testing.T) {
+	gate := make(chan struct{})
+	o := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		<-gate
+		if r.URL.Path == "/nostore" {
+			w.Header().Set("Cache-Control", "no-store")
+			io.WriteString(w, "yours")
+			return
+		}
+		http.Error(w, "broken for "+r.Header.Get("Accept-Language"), http.StatusInternalServerError)
+	})
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open) // before the origin's Close, which waits for its handlers
+	p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) { c.MaxDownloadsPerClient = 64 })
+	crowd := func(path string, n int, lang func(i int) string) []string {
+		bodies := make([]string, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				resp, body := p.get(t, o.coralHost(), path, "Accept-Language", lang(i))
+				bodies[i] = fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(body))
+			})
+		}
+		// Every request is waiting (the first at the origin) before the
+		// origin answers.
+		for deadline := time.Now().Add(10 * time.Second); len(o.requests()) < 1 || p.px.waiting() < n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the crowd never gathered", path)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		open()
+		wg.Wait()
+		return bodies
+	}
+	lang := func(i int) string {
+		if i == 19 {
+			return "fr"
+		}
+		return "en"
+	}
+	bodies := crowd("/broken", 20, lang)
+	for i, b := range bodies {
+		if want := "500 broken for " + lang(i); b != want && !(i == 0 && b == "500 broken for fr") {
+			t.Errorf("request %d: %q, want %q", i, b, want)
+		}
+	}
+	if n := len(o.requests()); n > 2 {
+		t.Errorf("20 concurrent requests for a 500, one with other fields: %d origin requests, want at most 2", n)
+	}
+}
+
+// waiting is how many requests hold the downloads running.
+func (p *Proxy) waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, d := range p.inflight {
+		n += d.holders
+	}
+	return n
 }

@@ -230,6 +230,11 @@ func (p *Proxy) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRe
 	acct.set(status, d.source)
 	if d.direct != nil {
 		if !started {
+			if resp := d.sharedFor(&fr); resp != nil {
+				// An uncached error this request waited for, with the
+				// same fields as the request that started it.
+				return p.serveDirect(w, r, resp, d.source, nil, func() {})
+			}
 			// The response may not be shared; fetch our own copy.
 			return p.fetchOwn(w, r, fr, acct)
 		}
