@@ -111,11 +111,15 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    https_redirect [PORT]        # one-label names over http → https
 //	    default_ttl    DURATION
 //	    min_ttl        DURATION
+//	    negative_ttl   DURATION|off  # bare 404, 405, 410, 414, 501; default 5m
 //	    origin_timeout DURATION
 //	    peer_timeout   DURATION
 //	    download_timeout DURATION    # default 10m
 //	    write_idle_timeout DURATION|off # default 30s; off: the server's own
 //	    max_downloads  N [PER_ORIGIN [PER_CLIENT]] # default 256 32 16
+//	    max_client_downloads N       # per client over all origins; default max_downloads / 8
+//	    max_address_downloads N      # per origin address, any name or port; default max_downloads / 4
+//	    client_prefix  V4LEN V6LEN   # what a client is, for those bounds; default 32 48
 //	    download_wait  DURATION      # default 10s
 //	    peer_address   IP:PORT
 //	    blacklist      FILE [POLL]
@@ -228,6 +232,17 @@ func durationOption(field func(*Handler) *caddy.Duration) func(*Handler, optionA
 	}
 }
 
+// positiveOption parses one positive number into field.
+func positiveOption(field func(*Handler) *int) func(*Handler, optionArgs) error {
+	return func(h *Handler, o optionArgs) error {
+		v, err := o.one()
+		if err == nil {
+			*field(h), err = o.positive(v, "")
+		}
+		return err
+	}
+}
+
 // ttlOption parses one duration into an optional field (nil: the
 // default).
 func ttlOption(field func(*Handler) **caddy.Duration) func(*Handler, optionArgs) error {
@@ -278,13 +293,9 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		}
 		return err
 	},
-	"max_objects": func(h *Handler, o optionArgs) error {
-		v, err := o.one()
-		if err == nil {
-			h.MaxObjects, err = o.positive(v, "")
-		}
-		return err
-	},
+	"max_objects":           positiveOption(func(h *Handler) *int { return &h.MaxObjects }),
+	"max_client_downloads":  positiveOption(func(h *Handler) *int { return &h.MaxClientDownloads }),
+	"max_address_downloads": positiveOption(func(h *Handler) *int { return &h.MaxDownloadsPerAddress }),
 	"forward_fields": func(h *Handler, o optionArgs) error {
 		if len(o.args) == 0 {
 			return o.d.Errf("forward_fields needs at least one field name")
@@ -312,6 +323,21 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		h.MaxDownloadsPerClient, err = o.positive(o.args[2], "per client ")
 		return err
 	},
+	"client_prefix": func(h *Handler, o optionArgs) error {
+		if len(o.args) != 2 {
+			return o.d.Errf("client_prefix takes V4LEN V6LEN (e.g. 32 48, or 24 56)")
+		}
+		v4, err4 := strconv.Atoi(o.args[0])
+		v6, err6 := strconv.Atoi(o.args[1])
+		if err4 != nil || v4 < 8 || v4 > 32 {
+			return o.d.Errf("client_prefix: IPv4 length %q: want 8-32", o.args[0])
+		}
+		if err6 != nil || v6 < 32 || v6 > 128 {
+			return o.d.Errf("client_prefix: IPv6 length %q: want 32-128", o.args[1])
+		}
+		h.ClientPrefixV4, h.ClientPrefixV6 = v4, v6
+		return nil
+	},
 	"https_redirect": func(h *Handler, o optionArgs) (err error) {
 		if len(o.args) > 1 {
 			return o.d.Errf("https_redirect takes at most a port")
@@ -336,8 +362,16 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		}
 		return o.d.Errf("origin_scheme: %q; want http, https or auto", h.OriginScheme)
 	},
-	"default_ttl":    ttlOption(func(h *Handler) **caddy.Duration { return &h.DefaultTTL }),
-	"min_ttl":        ttlOption(func(h *Handler) **caddy.Duration { return &h.MinTTL }),
+	"default_ttl": ttlOption(func(h *Handler) **caddy.Duration { return &h.DefaultTTL }),
+	"min_ttl":     ttlOption(func(h *Handler) **caddy.Duration { return &h.MinTTL }),
+	"negative_ttl": func(h *Handler, o optionArgs) error {
+		if len(o.args) == 1 && o.args[0] == "off" {
+			off := caddy.Duration(-1)
+			h.NegativeTTL = &off
+			return nil
+		}
+		return ttlOption(func(h *Handler) **caddy.Duration { return &h.NegativeTTL })(h, o)
+	},
 	"origin_timeout": durationOption(func(h *Handler) *caddy.Duration { return &h.OriginTimeout }),
 	"peer_timeout":   durationOption(func(h *Handler) *caddy.Duration { return &h.PeerTimeout }),
 	"write_idle_timeout": func(h *Handler, o optionArgs) (err error) {

@@ -56,6 +56,45 @@ func TestCaddyfileMemoryCacheSize(t *testing.T) {
 	}
 }
 
+// TestCaddyfileClientBounds: the per-client and per-address download
+// bounds and what a client is, into the JSON the proxy's Config is made
+// from; unset, the Config's shares of max_downloads.
+func TestCaddyfileClientBounds(t *testing.T) {
+	var h Handler
+	in := "coral_proxy nyud.test {\n max_downloads 64\n max_client_downloads 6\n max_address_downloads 20\n client_prefix 24 56\n}"
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(in)); err != nil {
+		t.Fatal(err)
+	}
+	if h.MaxClientDownloads != 6 || h.MaxDownloadsPerAddress != 20 || h.ClientPrefixV4 != 24 || h.ClientPrefixV6 != 56 {
+		t.Errorf("parsed %d %d /%d /%d, want 6 20 /24 /56", h.MaxClientDownloads, h.MaxDownloadsPerAddress, h.ClientPrefixV4, h.ClientPrefixV6)
+	}
+}
+
+// TestCaddyfileNegativeTTL: negative_ttl takes a duration or off, and
+// the policy keeps bare errors that long, not at all when off, nor in
+// strict mode (default_ttl 0) unless negative_ttl says so.
+func TestCaddyfileNegativeTTL(t *testing.T) {
+	for _, tc := range []struct {
+		lines string
+		want  time.Duration
+	}{
+		{"", 5 * time.Minute},
+		{"negative_ttl 90s", 90 * time.Second},
+		{"negative_ttl off", -1},
+		{"negative_ttl 0", -1},
+		{"default_ttl 0", -1},
+		{"default_ttl 0\n negative_ttl 1m", time.Minute},
+	} {
+		var h Handler
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("coral_proxy nyud.test {\n " + tc.lines + "\n}")); err != nil {
+			t.Fatalf("%q: %v", tc.lines, err)
+		}
+		if got := h.policy().NegativeTTL; got != tc.want {
+			t.Errorf("%q: NegativeTTL %v, want %v", tc.lines, got, tc.want)
+		}
+	}
+}
+
 func TestCaddyfileErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, input, want string
@@ -80,6 +119,11 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"bad per client", "coral_proxy nyud.test {\n max_downloads 10 5 0\n}", "per client"},
 		{"bad per origin", "coral_proxy nyud.test {\n max_downloads 10 x\n}", "per origin"},
 		{"bad wait", "coral_proxy nyud.test {\n download_wait later\n}", "not a duration"},
+		{"bad client downloads", "coral_proxy nyud.test {\n max_client_downloads 0\n}", "not a positive number"},
+		{"bad address downloads", "coral_proxy nyud.test {\n max_address_downloads -3\n}", "not a positive number"},
+		{"client prefix args", "coral_proxy nyud.test {\n client_prefix 24\n}", "V4LEN V6LEN"},
+		{"client prefix v4", "coral_proxy nyud.test {\n client_prefix 33 48\n}", "want 8-32"},
+		{"client prefix v6", "coral_proxy nyud.test {\n client_prefix 24 16\n}", "want 32-128"},
 		{"cookie forwarded", "coral_proxy nyud.test {\n forward_fields Cookie\n}", "never forwarded"},
 		{"no fields", "coral_proxy nyud.test {\n forward_fields\n}", "at least one"},
 		{"bad write idle timeout", "coral_proxy nyud.test {\n write_idle_timeout never\n}", "not a duration"},

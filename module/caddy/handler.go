@@ -107,6 +107,11 @@ type Handler struct {
 	// strict RFC 9111 behaviour.
 	DefaultTTL *caddy.Duration `json:"default_ttl,omitempty"`
 	MinTTL     *caddy.Duration `json:"min_ttl,omitempty"`
+	// NegativeTTL is how long a 404, 405, 410, 414 or 501 without
+	// freshness information is kept (the origin must give it without the
+	// client's fields too). Default 5m, none with DefaultTTL 0 (strict);
+	// 0 or negative: not kept.
+	NegativeTTL *caddy.Duration `json:"negative_ttl,omitempty"`
 
 	// OriginTimeout bounds connecting to an origin and waiting for its
 	// response header. Default 15s.
@@ -144,6 +149,16 @@ type Handler struct {
 	MaxDownloadsPerOrigin int            `json:"max_downloads_per_origin,omitempty"`
 	MaxDownloadsPerClient int            `json:"max_downloads_per_client,omitempty"`
 	DownloadWait          caddy.Duration `json:"download_wait,omitempty"`
+	// MaxClientDownloads bounds the downloads one client holds over every
+	// origin together (and its requests waiting for a slot);
+	// MaxDownloadsPerAddress those from one origin address, whatever the
+	// name and port. Defaults: an eighth and a quarter of MaxDownloads
+	// (32 and 64). A client is an address's prefix of ClientPrefixV4 or
+	// ClientPrefixV6 bits: defaults 32 and 48.
+	MaxClientDownloads     int `json:"max_client_downloads,omitempty"`
+	MaxDownloadsPerAddress int `json:"max_downloads_per_address,omitempty"`
+	ClientPrefixV4         int `json:"client_prefix_v4,omitempty"`
+	ClientPrefixV6         int `json:"client_prefix_v6,omitempty"`
 
 	// PeerAddress is the HTTP address other proxies use to reach this one.
 	// Default: the coral app's node IP and the port the request came in on.
@@ -290,6 +305,9 @@ func (h *Handler) proxyConfig() (proxy.Config, error) {
 	c.MaxDownloads = orDefault(h.MaxDownloads, c.MaxDownloads)
 	c.MaxDownloadsPerOrigin = orDefault(h.MaxDownloadsPerOrigin, c.MaxDownloadsPerOrigin)
 	c.MaxDownloadsPerClient = orDefault(h.MaxDownloadsPerClient, c.MaxDownloadsPerClient)
+	c.MaxClientDownloads, c.MaxDownloadsPerAddress = h.MaxClientDownloads, h.MaxDownloadsPerAddress
+	c.ClientPrefixV4 = orDefault(h.ClientPrefixV4, c.ClientPrefixV4)
+	c.ClientPrefixV6 = orDefault(h.ClientPrefixV6, c.ClientPrefixV6)
 	c.Node, c.OwnAddrs, c.Fetched, c.ClientAddr = runningDHT, dhtAddrs, recordFetch, requestClientAddr
 	return c, c.Validate()
 }
@@ -344,6 +362,14 @@ func (h *Handler) policy() httpcache.Policy {
 	}
 	if h.MinTTL != nil {
 		p.MinTTL = time.Duration(*h.MinTTL)
+	}
+	switch {
+	case h.NegativeTTL != nil && *h.NegativeTTL > 0:
+		p.NegativeTTL = time.Duration(*h.NegativeTTL)
+	case h.NegativeTTL != nil, p.DefaultTTL == 0:
+		// off (0 too: Policy's 0, "as DefaultTTL", would surprise), and
+		// strict mode (default_ttl 0) keeps no error heuristically.
+		p.NegativeTTL = -1
 	}
 	return p
 }

@@ -121,6 +121,9 @@ var Classes = []Class{
 		}
 		<-ctx.Done()
 	}},
+	{"many-origins", "one client asks for 16 trickling cacheable objects at once on each of 16 origins of one address (16 ports): it may hold at most its share of the download slots, an eighth (32)", nil, true, func(ctx context.Context, a *attack) {
+		a.manyOrigins(ctx, 16, 16, 32)
+	}},
 	{"mix", "combinations of every dimension chosen by evilorigin.Mix from the seed, through the proxy and its peer", []int{1, 2, 3, 4, 6}, false, func(ctx context.Context, a *attack) {
 		a.workers(ctx, 4, func(ctx context.Context, w, i int) {
 			s := a.seed*1_000_003 + uint64(w)*10_007 + uint64(i)
@@ -131,6 +134,55 @@ var Classes = []Class{
 			a.get(ctx, via, a.lab.EvilHost(), evilorigin.Mix(s).Path(fmt.Sprintf("/a/mix/%d", s)), 20*time.Second)
 		})
 	}},
+}
+
+// manyOrigins has one client ask for perOrigin trickling cacheable
+// objects on each of n origins at once, n-1 of them evil origins of
+// their own on the evil origin's address and other ports, again and again
+// until ctx ends; the class's bound on the downloads one client may hold
+// at once is share (max_client_downloads), checked in Result.
+func (a *attack) manyOrigins(ctx context.Context, n, perOrigin, share int) {
+	a.heldBound = share
+	hosts := []string{a.lab.EvilHost()}
+	for range n - 1 {
+		s, err := evilorigin.Listen(a.lab.Evil.Addr().Addr(), 0)
+		if err != nil {
+			panic("hostilelab: another evil origin: " + err.Error())
+		}
+		defer s.Close()
+		hosts = append(hosts, coralHost(s.Addr()))
+	}
+	r, _ := evilorigin.Lookup("trickle-body")
+	rc := r.Recipe
+	rc.N = 1 << 20
+	// The client has an address of its own: the canary's users are
+	// other clients.
+	d := *dialer
+	d.LocalAddr = &net.TCPAddr{IP: a.lab.Evil.Addr().Addr().Next().AsSlice()}
+	c := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: d.DialContext, DisableCompression: true, DisableKeepAlives: true},
+		CheckRedirect: attackClient.CheckRedirect}
+	a.workers(ctx, n*perOrigin, func(ctx context.Context, w, i int) {
+		rc := rc
+		rc.Tag = fmt.Sprintf("mo%d-%d-%d", a.seed, w, i)
+		a.heldGet(ctx, c, a.lab.Proxy, hosts[w%n], rc.Path("/a/many"), 20*time.Second)
+	})
+}
+
+// heldGet is get through c, counting the answers with status 200 being
+// read at once (each holds a download slot of the proxy's) in held, and
+// their peak in peakHeld. A refused request waits a little, as a client
+// told Retry-After would.
+func (a *attack) heldGet(ctx context.Context, c *http.Client, p *Proxy, host, target string, timeout time.Duration) {
+	a.getWith(ctx, c, p, host, target, timeout, func(resp *http.Response) func() {
+		if resp.StatusCode != http.StatusOK {
+			sleep(ctx, 200*time.Millisecond)
+			return nil
+		}
+		n := a.held.Add(1)
+		for m := a.peakHeld.Load(); n > m && !a.peakHeld.CompareAndSwap(m, n); m = a.peakHeld.Load() {
+		}
+		return func() { a.held.Add(-1) }
+	})
 }
 
 // LookupClass finds a class by name.
@@ -150,6 +202,10 @@ type attack struct {
 	seq  atomic.Int64
 
 	requests, errors atomic.Int64
+	// held counts a class's answers being read at once, peakHeld their
+	// peak, and heldBound bounds the peak (0: none); see heldGet.
+	held, peakHeld atomic.Int64
+	heldBound      int
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -209,6 +265,12 @@ var attackClient = &http.Client{
 // get is a hostile client's GET through p: it reads the whole answer
 // (at most 64 MiB) within timeout.
 func (a *attack) get(ctx context.Context, p *Proxy, host, target string, timeout time.Duration, fields ...string) {
+	a.getWith(ctx, attackClient, p, host, target, timeout, nil, fields...)
+}
+
+// getWith is get through c; seen, if set, is called with the answer's
+// head before its body is read, and may return a function to call after.
+func (a *attack) getWith(ctx context.Context, c *http.Client, p *Proxy, host, target string, timeout time.Duration, seen func(*http.Response) func(), fields ...string) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	a.requests.Add(1)
@@ -220,12 +282,17 @@ func (a *attack) get(ctx context.Context, p *Proxy, host, target string, timeout
 	for i := 0; i+1 < len(fields); i += 2 {
 		req.Header.Set(fields[i], fields[i+1])
 	}
-	resp, err := attackClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		a.errors.Add(1)
 		return
 	}
 	defer resp.Body.Close()
+	if seen != nil {
+		if after := seen(resp); after != nil {
+			defer after()
+		}
+	}
 	if _, err := io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<20)); err != nil {
 		a.errors.Add(1)
 	}

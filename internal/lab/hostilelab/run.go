@@ -68,6 +68,11 @@ type Result struct {
 	// SameOrigin is the class's SameOrigin: whether the evil origin's
 	// other objects had to stay available.
 	SameOrigin bool `json:"same_origin_checked"`
+	// PeakHeld is the most answers the attacking client read at once
+	// (each a download slot held for it), for a class that bounds it:
+	// HeldBound, its share of the slots.
+	PeakHeld  int64 `json:"peak_held,omitempty"`
+	HeldBound int   `json:"held_bound,omitempty"`
 	// Exited is set when the proxy or its peer died.
 	Exited string `json:"exited,omitempty"`
 	// Violations are the broken invariants, each a sentence.
@@ -139,6 +144,7 @@ func (l *Lab) Run(ctx context.Context, class Class, d time.Duration, seed uint64
 	// fetches of the victims.
 	l.Evil.DropIf(func(r *evilorigin.Request) bool { return r != nil && !strings.HasPrefix(r.Path, "/victim/") })
 	res.Requests, res.Errors = a.requests.Load(), a.errors.Load()
+	res.PeakHeld, res.HeldBound = a.peakHeld.Load(), a.heldBound
 	res.OriginRequests = l.Evil.Requests() - originBefore
 
 	// Settle: the proxy should let go of the attack's goroutines and
@@ -180,6 +186,9 @@ func (r *Result) check(b Bounds) []string {
 	if r.Peak.Disk > r.CacheSize+b.DiskSlack {
 		v = append(v, fmt.Sprintf("peak disk %s (%s in unlinked open files), bound cache_size %s + %s",
 			MiB(r.Peak.Disk), MiB(r.Peak.Unlinked), MiB(r.CacheSize), MiB(b.DiskSlack)))
+	}
+	if r.HeldBound > 0 && r.PeakHeld > int64(r.HeldBound) {
+		v = append(v, fmt.Sprintf("one client held %d downloads at once, bound %d", r.PeakHeld, r.HeldBound))
 	}
 	if h := r.Canary[ProbeHonest]; h.Failures > 0 {
 		v = append(v, fmt.Sprintf("canary failures: %d of %d, first: %s", h.Failures, h.Requests, strings.Join(h.FirstErrors, " | ")))

@@ -10,11 +10,14 @@
 //   - Policy{} (all zero) is strict RFC 9111 with no heuristic freshness:
 //     a response without s-maxage, max-age or Expires has lifetime 0.
 //     DefaultPolicy() is Coral's: 12 h for success and redirects without
-//     freshness information, nothing for errors without it (a bare 404
-//     can be provoked as easily as a 403), and a 5 min minimum for
-//     non-errors that overrides no-cache and short max-age/Expires.
-//     NegativeTTL 0 falls back to DefaultTTL, so setting DefaultTTL and
-//     MinTTL to 0 is enough for strict behaviour.
+//     freshness information, 5 min (DefaultNegativeTTL) for the errors
+//     cacheable by default without it (a bare 404 can be provoked as
+//     easily as a 403: the proxy keeps one only once the origin has given
+//     it to a request without the client's fields, NegativeHeuristic),
+//     and a 5 min minimum for non-errors that overrides no-cache and
+//     short max-age/Expires. NegativeTTL 0 falls back to DefaultTTL, so a
+//     Policy with DefaultTTL and MinTTL 0 and NegativeTTL 0 (or negative)
+//     is strict.
 //   - The minimum (MinTTL) never applies to errors (status 400 and above),
 //     which a request can provoke with fields outside the cache key (a
 //     firewall refusing a scanner's User-Agent): an error is kept only as

@@ -22,10 +22,11 @@ type Policy struct {
 	MinTTL time.Duration
 	// NegativeTTL is the lifetime of an error that is cacheable by
 	// default (404, 405, 410, 414, 501) or marked "public", without
-	// freshness information. Coral: negative, none: an error is kept only
-	// as long as the origin's own headers say, because a bare 404 or 410
-	// can be provoked with fields outside the cache key as easily as a
-	// 403. 0: the same as DefaultTTL (so a Policy with only DefaultTTL and
+	// freshness information. Coral: DefaultNegativeTTL, for such errors
+	// the origin gives a request without any of the client's fields too
+	// (a bare 404 or 410 can be provoked with fields outside the cache key
+	// as easily as a 403: the proxy checks; see confirmNegative in the
+	// proxy package). 0: the same as DefaultTTL (so a Policy with only DefaultTTL and
 	// MinTTL set treats those statuses alike); negative: no heuristic
 	// freshness for errors. Other errors (403, 400, 406, …) get no
 	// heuristic freshness and MinTTL never raises an error's lifetime:
@@ -36,10 +37,32 @@ type Policy struct {
 }
 
 // DefaultPolicy returns Coral's policy: DefaultTTL 12h, MinTTL 5m, and
-// no heuristic lifetime for errors (NegativeTTL -1).
+// NegativeTTL 5m (DefaultNegativeTTL).
 func DefaultPolicy() Policy {
-	return Policy{DefaultTTL: 12 * time.Hour, MinTTL: 5 * time.Minute, NegativeTTL: -1}
+	return Policy{DefaultTTL: 12 * time.Hour, MinTTL: 5 * time.Minute, NegativeTTL: DefaultNegativeTTL}
 }
+
+// DefaultNegativeTTL is Coral's lifetime of an error that is cacheable by
+// default and carries no freshness information: 5 minutes, a third of
+// the 15 minutes the deployed CoralCDN kept such errors. A flash crowd on
+// a page that is gone costs its origin one fetch per 5 minutes per fleet
+// (plus the proxy's check, see the proxy package), while a page that
+// appears after a 404 (published a moment after it was linked) is seen
+// within the least lifetime a success gets (MinTTL): the proxy never
+// holds an error longer than it holds a success.
+const DefaultNegativeTTL = 5 * time.Minute
+
+// NegativeHeuristic reports whether a response that Storable admitted for
+// reason (its second result) is an error kept only by the Policy's
+// negative lifetime: cacheable by default or public, with no freshness of
+// its own.
+func NegativeHeuristic(status int, reason string) bool {
+	return status >= 400 && reason != reasonExplicit
+}
+
+// reasonExplicit is Storable's reason for a response with freshness
+// information of its own.
+const reasonExplicit = "explicit freshness"
 
 // ForRequest returns the policy for a response to a request with headers
 // reqHeader: without MinTTL when the request carries Authorization, so that
@@ -139,7 +162,7 @@ func (p Policy) Storable(reqHeader http.Header, status int, respHeader http.Head
 	}
 	switch {
 	case explicitFreshness(cc, respHeader):
-		return true, "explicit freshness"
+		return true, reasonExplicit
 	case TransientStatus(status):
 		return false, "status " + strconv.Itoa(status) + " is stored only with explicit freshness"
 	case status >= 400 && p.NegativeTTL < 0:

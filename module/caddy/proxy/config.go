@@ -82,6 +82,18 @@ type Config struct {
 	// (slots.go says why).
 	MaxDownloads, MaxDownloadsPerOrigin, MaxDownloadsPerClient int
 	DownloadWait                                               time.Duration
+	// MaxClientDownloads bounds the downloads one client holds over every
+	// origin together, and the requests it may have waiting for a slot;
+	// MaxDownloadsPerAddress those from one origin address, whatever the
+	// name and port (a wildcard domain is one origin). 0: a share of
+	// MaxDownloads, an eighth and a quarter (at least
+	// MaxDownloadsPerOrigin); slots.go says why.
+	MaxClientDownloads, MaxDownloadsPerAddress int
+	// ClientPrefixV4 and ClientPrefixV6 are the prefix lengths a client is
+	// counted by in the per-client bounds: an IPv4 address or /24 (8–32),
+	// an IPv6 /48 or /56 (32–128). Defaults 32 and 48: a user may have a
+	// whole /48 (RFC 6177), so less would let one user count as many.
+	ClientPrefixV4, ClientPrefixV6 int
 	// PeerRetryJitter bounds the random wait of a download that lost its
 	// peer before it does its put+get again, so that the proxies which
 	// lost the same peer at the same instant do not all retry at once.
@@ -116,7 +128,11 @@ type Config struct {
 const (
 	defaultOriginTimeout = 15 * time.Second
 	defaultPeerTimeout   = 3 * time.Second
-	proxyVersion         = "CoralWebPrx/2.0"
+	// defaultClientPrefixV4 and defaultClientPrefixV6: see
+	// Config.ClientPrefixV4.
+	defaultClientPrefixV4 = 32
+	defaultClientPrefixV6 = 48
+	proxyVersion          = "CoralWebPrx/2.0"
 )
 
 // DefaultConfig is a configuration with every default set; Zone and Store
@@ -133,6 +149,8 @@ func DefaultConfig() Config {
 		MaxDownloadsPerOrigin: defaultMaxDownloadsPerOrigin,
 		MaxDownloadsPerClient: defaultMaxDownloadsPerClient,
 		DownloadWait:          defaultDownloadWait,
+		ClientPrefixV4:        defaultClientPrefixV4,
+		ClientPrefixV6:        defaultClientPrefixV6,
 		PeerRetryJitter:       peerRetryJitter,
 		UserAgent:             proxyVersion,
 		Logger:                zap.NewNop(),
@@ -168,6 +186,14 @@ func (c *Config) Validate() error {
 		return bad("MaxDownloadsPerOrigin", "must be positive", c.MaxDownloadsPerOrigin)
 	case c.MaxDownloadsPerClient < 1:
 		return bad("MaxDownloadsPerClient", "must be positive", c.MaxDownloadsPerClient)
+	case c.MaxClientDownloads < 0:
+		return bad("MaxClientDownloads", "must not be negative (0: an eighth of MaxDownloads)", c.MaxClientDownloads)
+	case c.MaxDownloadsPerAddress < 0:
+		return bad("MaxDownloadsPerAddress", "must not be negative (0: a quarter of MaxDownloads)", c.MaxDownloadsPerAddress)
+	case c.ClientPrefixV4 < 8 || c.ClientPrefixV4 > 32:
+		return bad("ClientPrefixV4", "want 8-32", c.ClientPrefixV4)
+	case c.ClientPrefixV6 < 32 || c.ClientPrefixV6 > 128:
+		return bad("ClientPrefixV6", "want 32-128", c.ClientPrefixV6)
 	case c.PeerRetryJitter < 0:
 		return bad("PeerRetryJitter", "must not be negative", c.PeerRetryJitter)
 	case c.UserAgent == "":

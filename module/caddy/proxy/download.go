@@ -26,6 +26,10 @@ type download struct {
 	// a transient error) to the request that started the download; the
 	// requests that joined it fetch on their own.
 	direct *http.Response
+	// shared is direct when the requests that joined the download may
+	// have it too (shareError): its head and whole body, and the fields
+	// the origin was sent, which a joiner must have sent alike.
+	shared *sharedAnswer
 	// relay is direct's download slot, and cancelRelay ends its fetch.
 	relay       *relaySlot
 	cancelRelay context.CancelFunc
@@ -36,10 +40,9 @@ type download struct {
 	revalidated, stale bool
 	// cancel ends the fetch: its requests and connections.
 	cancel context.CancelFunc
-	// origin and client name the download slot this download holds
-	// (downloadSlots): the origin, and the address of the client that
-	// started it.
-	origin, client string
+	// slot is the download slot this download holds (downloadSlots): its
+	// origin, the client that started it, and the origin address.
+	slot *slotHold
 	// key is the in-flight key the download runs under; storeKey, if
 	// different, the key it stores the object under (a variant's), where
 	// it is found as well.
@@ -130,20 +133,20 @@ func (p *Proxy) startDownload(ctx context.Context, fr fetchRequest, wait time.Du
 	if d := p.holdInflight(fr.key, hold); d != nil {
 		return d, false, nil
 	}
-	origin := fr.originSlot()
-	if err := p.slots.acquire(ctx, origin, fr.clientKey(), wait); err != nil {
+	slot, err := p.slots.acquire(ctx, fr.originSlot(), p.clientKey(&fr), wait)
+	if err != nil {
 		return nil, false, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if d, ok := p.inflight[fr.key]; ok {
-		p.slots.release(origin, fr.clientKey()) // another request started it meanwhile
+		p.slots.release(slot) // another request started it meanwhile
 		if hold {
 			d.holders++
 		}
 		return d, false, nil
 	}
-	d = &download{ready: make(chan struct{}), done: make(chan struct{}), origin: origin, client: fr.clientKey(),
+	d = &download{ready: make(chan struct{}), done: make(chan struct{}), slot: slot,
 		key: fr.key, interim: make(chan interimResponse), askingKnown: make(chan struct{})}
 	d.expected.Store(-1)
 	if hold {
@@ -152,6 +155,7 @@ func (p *Proxy) startDownload(ctx context.Context, fr fetchRequest, wait time.Du
 		d.background = true
 	}
 	dctx, cancel := p.downloadContext()
+	dctx = withSlotHold(dctx, slot)
 	d.cancel = cancel
 	p.inflight[fr.key] = d
 	go p.run(dctx, fr, d)

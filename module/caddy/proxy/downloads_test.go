@@ -226,9 +226,12 @@ func TestDownloadSlotsPerClient(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("another client: %d, want 200", resp.StatusCode)
 	}
-	s := newDownloadSlots(10, 10, 1)
-	if s.acquire(context.Background(), "o", "a", 0) != nil || s.acquire(context.Background(), "o", "a", 0) == nil ||
-		s.acquire(context.Background(), "p", "a", 0) != nil || s.acquire(context.Background(), "o", "", 0) != nil {
+	s := testSlots(10, 10, 1)
+	take := func(origin, client string) error {
+		_, err := s.acquire(context.Background(), origin, client, 0)
+		return err
+	}
+	if take("o", "a") != nil || take("o", "a") == nil || take("p", "a") != nil || take("o", "") != nil {
 		t.Error("per client: one slot per client and origin, none counted for no client")
 	}
 }
@@ -379,10 +382,11 @@ func TestStalledRelaySlotChoice(t *testing.T) {
 	stalledFor := func(r *relaySlot, d time.Duration) { r.writing.Store(time.Now().Add(-d).UnixNano()) }
 	serve := func(s *downloadSlots, origin, client string) (*relaySlot, *bool) {
 		t.Helper()
-		if err := s.acquire(context.Background(), origin, client, 0); err != nil {
+		h, err := s.acquire(context.Background(), origin, client, 0)
+		if err != nil {
 			t.Fatal(err)
 		}
-		r := s.relay(origin, client)
+		r := s.relay(h)
 		cut := new(bool)
 		r.serving(func() { *cut = true })
 		return r, cut
@@ -390,19 +394,19 @@ func TestStalledRelaySlotChoice(t *testing.T) {
 	ctx := context.Background()
 
 	// Per origin: a stalled relay of another origin does not help.
-	s := newDownloadSlots(10, 1, 10)
+	s := testSlots(10, 1, 10)
 	other, otherCut := serve(s, "p", "a")
 	stalledFor(other, time.Minute)
 	mine, mineCut := serve(s, "o", "a")
-	if err := s.acquire(ctx, "o", "b", 0); err == nil || *otherCut {
+	if _, err := s.acquire(ctx, "o", "b", 0); err == nil || *otherCut {
 		t.Fatalf("per origin: took a slot (%v) or cut another origin's relay (%v)", err == nil, *otherCut)
 	}
 	stalledFor(mine, relayStall/2)
-	if err := s.acquire(ctx, "o", "b", 0); err == nil || *mineCut {
+	if _, err := s.acquire(ctx, "o", "b", 0); err == nil || *mineCut {
 		t.Fatal("per origin: took over a relay stalled for less than relayStall")
 	}
 	stalledFor(mine, relayStall)
-	if err := s.acquire(ctx, "o", "b", 0); err != nil || !*mineCut || !mine.preempted() {
+	if _, err := s.acquire(ctx, "o", "b", 0); err != nil || !*mineCut || !mine.preempted() {
 		t.Fatalf("per origin: %v, cut %v: want the stalled relay's slot", err, *mineCut)
 	}
 	if all, o := s.inUse("o"); all != 2 || o != 1 {
@@ -414,28 +418,36 @@ func TestStalledRelaySlotChoice(t *testing.T) {
 	}
 
 	// Per client: only a relay of the same client and origin.
-	s = newDownloadSlots(10, 10, 1)
+	s = testSlots(10, 10, 1)
 	b, bCut := serve(s, "o", "b")
 	stalledFor(b, time.Minute)
 	a, aCut := serve(s, "o", "a")
 	stalledFor(a, time.Minute)
-	if err := s.acquire(ctx, "o", "a", 0); err != nil || !*aCut || *bCut {
+	if _, err := s.acquire(ctx, "o", "a", 0); err != nil || !*aCut || *bCut {
 		t.Errorf("per client: %v, own relay cut %v, other client's cut %v", err, *aCut, *bCut)
 	}
 
 	// Total: any stalled relay, and a relay not yet serving never.
-	s = newDownloadSlots(1, 10, 10)
-	if err := s.acquire(ctx, "p", "c", 0); err != nil {
+	s = testSlots(1, 10, 10)
+	h, err := s.acquire(ctx, "p", "c", 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	idle := s.relay("p", "c") // handed to its requester, not serving yet
-	if err := s.acquire(ctx, "o", "a", 0); err == nil {
+	idle := s.relay(h) // handed to its requester, not serving yet
+	if _, err := s.acquire(ctx, "o", "a", 0); err == nil {
 		t.Error("total: took the slot of a relay not serving yet")
 	}
 	idle.end()
 	r, rCut := serve(s, "p", "c")
 	stalledFor(r, time.Minute)
-	if err := s.acquire(ctx, "o", "a", 0); err != nil || !*rCut {
+	if _, err := s.acquire(ctx, "o", "a", 0); err != nil || !*rCut {
 		t.Errorf("total: %v, cut %v", err, *rCut)
 	}
+}
+
+// testSlots is downloadSlots with the given bounds on all downloads, per
+// origin and per client and origin, and none per address or per client
+// over all origins.
+func testSlots(total, perOrigin, perClient int) *downloadSlots {
+	return newDownloadSlots(slotBounds{total: total, perOrigin: perOrigin, perAddress: total, perClient: perClient, perClientAll: total})
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coralname"
-	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/httpcache"
 	"go.uber.org/zap"
@@ -78,13 +78,29 @@ func (fr *fetchRequest) forwarded() http.Header {
 	return fr.view
 }
 
-// clientKey is the client address as download slots count it (abuse.ClientKey;
-// "": not counted).
-func (fr *fetchRequest) clientKey() string {
-	if !fr.clientAddr.IsValid() {
+// clientKey is the client as download slots count it: the prefix of
+// fr's client address of the configured length (client_prefix); "": not
+// counted.
+func (p *Proxy) clientKey(fr *fetchRequest) string {
+	return clientPrefix(fr.clientAddr, p.clientPrefixV4, p.clientPrefixV6)
+}
+
+// clientPrefix is ip's prefix of length v4 or v6 (IPv4-mapped IPv6 counts
+// as IPv4; zones are dropped), as a string; "" for an invalid ip.
+func clientPrefix(ip netip.Addr, v4, v6 int) string {
+	if !ip.IsValid() {
 		return ""
 	}
-	return abuse.ClientKey(fr.clientAddr).String()
+	ip = ip.Unmap().WithZone("")
+	bits := v6
+	if ip.Is4() {
+		bits = v4
+	}
+	pfx, err := ip.Prefix(bits)
+	if err != nil {
+		return ip.String()
+	}
+	return pfx.String()
 }
 
 // originURL is the URL fetched from the origin (before any https upgrade).
@@ -124,12 +140,17 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 	defer p.finish(d)
 	cancel := d.cancel
 	defer func() {
+		if d.direct != nil && p.shareError(d, fr) {
+			cancel()
+			p.slots.release(d.slot)
+			return
+		}
 		if d.direct != nil {
 			// Handed to its requester unread: the fetch, and its download
 			// slot, live until the requester closes the body, unless a
 			// request waiting for a slot takes it over from a relay whose
 			// client stopped reading (relayStall).
-			rs := p.slots.relay(d.origin, d.client)
+			rs := p.slots.relay(d.slot)
 			d.relay, d.cancelRelay = rs, cancel
 			d.direct.Body = &cancelOnClose{ReadCloser: d.direct.Body, cancel: func() {
 				cancel()
@@ -138,7 +159,7 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 			return
 		}
 		cancel()
-		p.slots.release(d.origin, d.client)
+		p.slots.release(d.slot)
 	}()
 
 	fr.forwarded()
@@ -270,7 +291,20 @@ func (p *Proxy) keep(ctx context.Context, fr fetchRequest, d *download, resp *ht
 	now := time.Now()
 	loop := p.coralizeRedirect(fr, resp)
 	policy := p.policy.ForRequest(fr.header)
-	ok, _ := policy.Storable(fr.header, resp.StatusCode, resp.Header)
+	ok, why := policy.Storable(fr.header, resp.StatusCode, resp.Header)
+	if ok && source == "origin" && httpcache.NegativeHeuristic(resp.StatusCode, why) {
+		// An error kept without the origin saying so: only one the
+		// origin gives a request with none of the client's fields.
+		var confirmed bool
+		if resp, confirmed = p.confirmNegative(ctx, fr, resp); !confirmed {
+			d.direct = resp
+			return
+		}
+		if ok, why = policy.Storable(fr.header, resp.StatusCode, resp.Header); !ok || !httpcache.NegativeHeuristic(resp.StatusCode, why) {
+			d.direct = resp
+			return
+		}
+	}
 	// Vary: the object is kept under the key of the variant this
 	// request selects, and the URL's key gets an index naming the fields.
 	key := fr.baseKey
@@ -421,3 +455,117 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // mid-download is relayed uncached before the cache tries it again (it
 // may have shrunk, or the bound been raised).
 const tooLargeMemory = time.Hour
+
+// confirmNegative asks the origin again for fr without any field of the
+// client's (no Accept, Accept-Language or forwarded field; the proxy's
+// own User-Agent; no X-Forwarded-For), for an error resp that would be
+// kept for the negative lifetime only because its status is cacheable by
+// default (RFC 9110 §15.1): a 404 a client provoked with its own fields
+// (a User-Agent a filter answers with 404, as in "Your Cache Has Fallen")
+// must not be served to everyone. When that request gets an error of the
+// same status, it returns that response (resp closed) to keep, and
+// confirmed; otherwise resp, to relay to its client alone. The cost: two
+// origin requests per negative lifetime, for the fleet's first proxy to
+// fetch the error (the others find it through the DSHT).
+func (p *Proxy) confirmNegative(ctx context.Context, fr fetchRequest, resp *http.Response) (_ *http.Response, confirmed bool) {
+	client := fr.forwarded()
+	neutral, err := p.fetchFromOriginWith(ctx, fr, func(h http.Header) {
+		for k := range client {
+			h.Del(k)
+		}
+		h.Del("X-Forwarded-For")
+		h.Set("User-Agent", p.userAgent)
+	})
+	if err != nil {
+		return resp, false
+	}
+	if neutral.StatusCode != resp.StatusCode {
+		neutral.Body.Close()
+		return resp, false
+	}
+	resp.Body.Close()
+	return neutral, true
+}
+
+// maxSharedAnswer bounds the body of an uncached error shared with the
+// requests waiting for the same download: error pages are small, and a
+// larger one goes to its requester alone as before.
+const maxSharedAnswer = 64 << 10
+
+// sharedAnswer is an uncached error handed to every request that waited
+// for the download that got it (d.shared).
+type sharedAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+	view   http.Header // the fields the origin was sent
+}
+
+// shareError reads d.direct into d.shared, and gives d.direct a body of
+// those bytes, when it may answer the requests that joined the download
+// too: an error (status 400 or above, the answer of the moment a crowd
+// gathered on) that is not private, sets no cookie and has a body of at
+// most maxSharedAnswer. It is never stored: only the requests already
+// waiting get it, each only if it sent the origin the same fields as the
+// request that started the download (so no one's fields choose another's
+// answer); later requests ask the origin again. A success the cache may
+// not keep (no-store, private) is never shared: its waiters fetch their
+// own, as before (a "hit-for-miss").
+func (p *Proxy) shareError(d *download, fr fetchRequest) bool {
+	resp := d.direct
+	if resp.StatusCode < 400 || len(resp.Header.Values("Set-Cookie")) > 0 || httpcache.ParseResponseCacheControl(resp.Header).Private ||
+		resp.ContentLength > maxSharedAnswer {
+		return false
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxSharedAnswer+1))
+	if err != nil || len(body) > maxSharedAnswer {
+		// Its requester alone gets it: what was read, then the rest (or
+		// the error) as it comes.
+		resp.Body = readCloser{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+		return false
+	}
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	d.shared = &sharedAnswer{status: resp.StatusCode, header: resp.Header.Clone(), body: body, view: fr.forwarded()}
+	return true
+}
+
+// readCloser reads from r and closes c.
+type readCloser struct {
+	r io.Reader
+	c io.Closer
+}
+
+func (rc readCloser) Read(b []byte) (int, error) { return rc.r.Read(b) }
+func (rc readCloser) Close() error               { return rc.c.Close() }
+
+// sharedFor returns the answer a request that joined d (fr) may be
+// given: d.shared if it sent the origin the same fields; else nil.
+func (d *download) sharedFor(fr *fetchRequest) *http.Response {
+	a := d.shared
+	if a == nil || !sameFields(a.view, fr.forwarded()) {
+		return nil
+	}
+	return &http.Response{StatusCode: a.status, Header: a.header.Clone(), Body: io.NopCloser(bytes.NewReader(a.body)), ContentLength: int64(len(a.body))}
+}
+
+// sameFields reports whether a and b hold the same fields with the same
+// values in the same order.
+func sameFields(a, b http.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, va := range a {
+		vb, ok := b[k]
+		if !ok || len(va) != len(vb) {
+			return false
+		}
+		for i := range va {
+			if va[i] != vb[i] {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -23,6 +23,7 @@ func (p *Proxy) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Res
 // fetchFromOriginWith is fetchFromOrigin with a hook that adjusts the
 // request header (validators for a revalidation).
 func (p *Proxy) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjust func(http.Header)) (*http.Response, error) {
+	ctx, addrBusy := p.countOriginAddr(ctx)
 	plain := fr.originURL()
 	u := plain
 	if u.Scheme == "http" && p.httpsUpgrades.upgraded(plain) {
@@ -53,6 +54,9 @@ func (p *Proxy) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjust
 		status := 0
 		if err == nil {
 			status = resp.StatusCode
+		}
+		if busy := addrBusy(); err != nil && busy != nil {
+			err = busy
 		}
 		p.metrics.OriginFetch(fetchOutcome(status, err))
 		if err != nil {

@@ -415,6 +415,7 @@ func TestDownloadBounds(t *testing.T) {
 	c := newRecordingOrigin(t, handler)
 	p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) {
 		c.MaxDownloads, c.MaxDownloadsPerOrigin = 2, 1
+		c.MaxDownloadsPerAddress = 2 // the origins share 127.0.0.1
 		c.DownloadWait = 200 * time.Millisecond
 	})
 	var wg sync.WaitGroup
@@ -480,26 +481,35 @@ func TestDownloadBounds(t *testing.T) {
 // TestDownloadSlotsWait: a request waits for a slot that frees within
 // download_wait, and gives up when its client leaves.
 func TestDownloadSlotsWait(t *testing.T) {
-	s := newDownloadSlots(1, 1, 1)
-	if err := s.acquire(context.Background(), "o", "c", 0); err != nil {
+	s := testSlots(1, 1, 1)
+	first, err := s.acquire(context.Background(), "o", "c", 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	go func() { got <- s.acquire(context.Background(), "o", "c", time.Minute) }()
-	s.release("o", "c")
+	var second *slotHold
+	go func() {
+		var err error
+		second, err = s.acquire(context.Background(), "o", "c", time.Minute)
+		got <- err
+	}()
+	s.release(first)
 	if err := <-got; err != nil {
 		t.Fatalf("waiting for a freed slot: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { got <- s.acquire(ctx, "o", "c", time.Minute) }()
+	go func() {
+		_, err := s.acquire(ctx, "o", "c", time.Minute)
+		got <- err
+	}()
 	cancel()
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a waiter whose client left: %v", err)
 	}
-	if err := s.acquire(context.Background(), "o", "c", time.Millisecond); !errors.Is(err, errDownloadsBusy) {
+	if _, err := s.acquire(context.Background(), "o", "c", time.Millisecond); !errors.Is(err, errDownloadsBusy) {
 		t.Fatalf("no free slot: %v, want errDownloadsBusy", err)
 	}
-	s.release("o", "c")
+	s.release(second)
 	if all, one := s.inUse("o"); all != 0 || one != 0 {
 		t.Fatalf("in use after release: %d %d", all, one)
 	}

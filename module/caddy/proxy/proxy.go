@@ -90,6 +90,9 @@ type settings struct {
 	fetched         func(Fetch)
 	abuse           Abuse
 	clientAddr      func(*http.Request) netip.Addr
+	// clientPrefixV4 and clientPrefixV6 are the prefix lengths a client
+	// is counted by in the per-client download bounds.
+	clientPrefixV4, clientPrefixV6 int
 }
 
 // New builds a proxy from c, which must be valid (Config.Validate) and
@@ -108,7 +111,7 @@ func New(c Config) (*Proxy, error) {
 		httpsUpgrades: newHTTPSUpgrades(maxRemembered),
 		tooLarge:      newBoundedMap[time.Time](maxRemembered),
 		purged:        newBoundedMap[time.Time](maxRemembered),
-		slots:         newDownloadSlots(c.MaxDownloads, c.MaxDownloadsPerOrigin, c.MaxDownloadsPerClient),
+		slots:         newDownloadSlots(slotBoundsOf(&c)),
 		inflight:      make(map[string]*download),
 	}
 	// The guard's own addresses include the proxy's (advertisedAddrs).
@@ -124,6 +127,7 @@ func New(c Config) (*Proxy, error) {
 		downloadWait: c.DownloadWait, downloadTimeout: c.DownloadTimeout,
 		maxObject: c.Store.Stats().MaxObjectBytes, peerRetryJitter: c.PeerRetryJitter,
 		metrics: c.Metrics, fetched: c.Fetched, abuse: c.Abuse, clientAddr: c.ClientAddr,
+		clientPrefixV4: c.ClientPrefixV4, clientPrefixV6: c.ClientPrefixV6,
 	}
 	if c.OriginScheme == "https" {
 		p.scheme = "https"

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/httpcache"
 )
 
 // Freshness (RFC 9111 §4.2) and what may be stored (§3), in strict mode
@@ -98,9 +99,10 @@ func TestRFCFreshness(t *testing.T) {
 			{advance: 14 * time.Minute, origin: false, want: rfcWant{status: 404}},
 			{advance: 2 * time.Minute, origin: true},
 		}},
-		{name: "a bare 404 gets no heuristic freshness (a request can provoke it)", section: "RFC 9111 §4.2.2, CPDoS", coral: true, steps: []rfcStep{
+		{name: "a bare 404 is kept for the negative lifetime (the origin gives it without the client's fields too)", section: "RFC 9111 §4.2.2, RFC 9110 §15.1, Coral policy", coral: true, steps: []rfcStep{
 			{resp: status(404), origin: true, want: rfcWant{status: 404}},
-			{origin: true},
+			{advance: httpcache.DefaultNegativeTTL - time.Second, origin: false, want: rfcWant{status: 404}},
+			{advance: 2 * time.Second, resp: status(404), origin: true, want: rfcWant{status: 404}},
 		}},
 		{name: "private is never stored", section: "RFC 9111 §5.2.2.7", coral: true, steps: []rfcStep{
 			{resp: with("Cache-Control", "private, max-age=3600"), origin: true},

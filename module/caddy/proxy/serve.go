@@ -269,7 +269,7 @@ func (p *Proxy) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRe
 		return p.serveStored(w, r, rd, CacheStale, "local", false, time.Now())
 	}
 	if d.err != nil {
-		return fetchFailed(acct, d.err)
+		return p.fetchFailed(w, acct, d.err)
 	}
 	status := CacheMiss
 	if !started {
@@ -278,6 +278,11 @@ func (p *Proxy) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRe
 	acct.set(status, d.source)
 	if d.direct != nil {
 		if !started {
+			if resp := d.sharedFor(&fr); resp != nil {
+				// An uncached error this request waited for, with the
+				// same fields as the request that started it.
+				return p.serveDirect(w, r, resp, d.source, nil, func() {})
+			}
 			// The response may not be shared; fetch our own copy.
 			return p.fetchOwn(w, r, fr, acct)
 		}
@@ -369,27 +374,34 @@ func writeInterim(w http.ResponseWriter, ir interimResponse, sent []string) []st
 // response may not be shared (no-store, private, stale as it arrived). It
 // takes a download slot of its own: it is a download like any other.
 func (p *Proxy) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
-	if err := p.slots.acquire(r.Context(), fr.originSlot(), fr.clientKey(), p.downloadWait); err != nil {
-		return fetchFailed(acct, err)
+	slot, err := p.slots.acquire(r.Context(), fr.originSlot(), p.clientKey(&fr), p.downloadWait)
+	if err != nil {
+		return p.fetchFailed(w, acct, err)
 	}
-	rs := p.slots.relay(fr.originSlot(), fr.clientKey())
+	rs := p.slots.relay(slot)
 	defer rs.end()
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(withSlotHold(r.Context(), slot))
 	defer cancel()
 	resp, err := p.fetchFromOrigin(ctx, fr)
 	if err != nil {
-		return fetchFailed(acct, err)
+		return p.fetchFailed(w, acct, err)
 	}
 	return p.serveDirect(w, r, resp, "origin", rs, cancel)
 }
 
 // fetchFailed is the answer to a request whose fetch failed: 403 when the
 // origin's name led to an address the proxy may not contact (as for an
-// address in the Host itself), else 502.
-func fetchFailed(acct *requestAccount, err error) error {
-	if errors.Is(err, errOriginForbidden) {
+// address in the Host itself), 503 with Retry-After when no download slot
+// was free for it (its origin address had none, say), else 502.
+func (p *Proxy) fetchFailed(w http.ResponseWriter, acct *requestAccount, err error) error {
+	switch {
+	case errors.Is(err, errOriginForbidden):
 		acct.set(CacheRefused, "none")
 		return statusError(http.StatusForbidden, err)
+	case errors.Is(err, errDownloadsBusy):
+		acct.set(CacheRefused, "none")
+		w.Header().Set("Retry-After", retryAfterSeconds(p.downloadWait))
+		return statusError(http.StatusServiceUnavailable, err)
 	}
 	acct.set(CacheMiss, "none")
 	return statusError(http.StatusBadGateway, err)

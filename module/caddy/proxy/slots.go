@@ -3,6 +3,9 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http/httptrace"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,16 +99,66 @@ const (
 // within download_wait.
 var errDownloadsBusy = errors.New("coral_proxy: too many downloads in progress; try again shortly")
 
-// downloadSlots counts downloads in progress, in all, per origin, and per
-// client address and origin. A nil *downloadSlots has no bounds.
+// slotBounds are the bounds on download slots (Config.MaxDownloads and
+// the rest; slotBoundsOf fills in the shares left 0).
+type slotBounds struct {
+	total      int // all downloads
+	perOrigin  int // per origin name (host and port)
+	perAddress int // per origin address (what the name resolved to, any port)
+	perClient  int // per client and origin name
+	// perClientAll is per client over every origin, and also bounds the
+	// requests of one client waiting for a slot.
+	perClientAll int
+}
+
+// slotBoundsOf is c's bounds, the shares c leaves 0 derived from
+// MaxDownloads: a client an eighth of the slots, an origin address a
+// quarter (at least an origin name's bound). A client may hold at least
+// minClientDownloads (where there are that many slots), so a small
+// max_downloads does not leave a client one download at a time.
+func slotBoundsOf(c *Config) slotBounds {
+	b := slotBounds{total: c.MaxDownloads, perOrigin: c.MaxDownloadsPerOrigin, perAddress: c.MaxDownloadsPerAddress,
+		perClient: c.MaxDownloadsPerClient, perClientAll: c.MaxClientDownloads}
+	if b.perClientAll == 0 {
+		b.perClientAll = min(b.total, max(minClientDownloads, b.total/clientShareDivisor))
+	}
+	if b.perAddress == 0 {
+		b.perAddress = max(b.perOrigin, b.total/addressShareDivisor)
+	}
+	return b
+}
+
+// The default shares of the download slots (slotBoundsOf).
+const (
+	// clientShareDivisor: one client (Config.ClientPrefixV4/V6) holds at
+	// most an eighth of the slots over all origins together (32 of 256):
+	// twice what it may hold of one origin, so a user of two sites at once
+	// is not held back, while eight clients are needed to fill the proxy.
+	clientShareDivisor = 8
+	// addressShareDivisor: downloads from one origin address (any name,
+	// any port) hold at most a quarter of the slots (64 of 256): a
+	// wildcard domain or a range of ports on one machine is one origin,
+	// while a shared host's many sites (one address, many names) keep
+	// twice the room of one name.
+	addressShareDivisor = 4
+	// minClientDownloads: the least per-client bound a small max_downloads
+	// derives.
+	minClientDownloads = 2
+)
+
+// downloadSlots counts downloads in progress: in all, per origin name and
+// per origin address, per client and origin, and per client over every
+// origin. A nil *downloadSlots has no bounds.
 type downloadSlots struct {
-	mu        sync.Mutex
-	total     int // bound on all downloads
-	perOrigin int // bound per origin
-	perClient int // bound per client address and origin
-	running   int
-	byOrigin  map[string]int
-	byClient  map[clientOrigin]int
+	mu          sync.Mutex
+	b           slotBounds
+	running     int
+	byOrigin    map[string]int
+	byAddr      map[netip.Addr]int
+	byClient    map[clientOrigin]int
+	byClientAll map[string]int
+	// waiting counts, per client, the requests waiting for a slot.
+	waiting map[string]int
 	// freed is closed (and replaced) whenever a slot is released or a
 	// relay starts serving, waking every waiter to try again.
 	freed chan struct{}
@@ -114,12 +167,24 @@ type downloadSlots struct {
 	relays map[*relaySlot]struct{}
 }
 
+// slotHold is one download slot taken: the origin name and client it
+// counts for, and the origin address once the download's origin
+// connection is known (bindAddr).
+type slotHold struct {
+	origin, client string
+	// Guarded by downloadSlots.mu: addr, and released once the slot is
+	// given back (a late bindAddr then counts nothing).
+	addr     netip.Addr
+	released bool
+}
+
 // relaySlot is the download slot of an uncached relay: taken like any
 // other, and given back by end, or taken over by a waiting request while
 // the relay's client does not read (see relayStall).
 type relaySlot struct {
-	s              *downloadSlots
-	origin, client string
+	s      *downloadSlots
+	h      *slotHold
+	origin string // h.origin, for the log
 	// writing is when the relay's write to its client now under way began
 	// (Unix nanoseconds), 0 between writes.
 	writing atomic.Int64
@@ -131,45 +196,69 @@ type relaySlot struct {
 	takenOver bool
 }
 
-// clientOrigin is a client address (abuse.ClientKey, as a string; "" for none)
-// and an origin.
+// clientOrigin is a client (clientKey; "" for none) and an origin.
 type clientOrigin struct{ client, origin string }
 
-func newDownloadSlots(total, perOrigin, perClient int) *downloadSlots {
-	return &downloadSlots{total: total, perOrigin: perOrigin, perClient: perClient,
-		byOrigin: make(map[string]int), byClient: make(map[clientOrigin]int), freed: make(chan struct{}),
+func newDownloadSlots(b slotBounds) *downloadSlots {
+	return &downloadSlots{b: b,
+		byOrigin: make(map[string]int), byAddr: make(map[netip.Addr]int), byClient: make(map[clientOrigin]int),
+		byClientAll: make(map[string]int), waiting: make(map[string]int), freed: make(chan struct{}),
 		relays: make(map[*relaySlot]struct{})}
 }
 
-func (s *downloadSlots) takeLocked(origin, client string) bool {
-	co := clientOrigin{client, origin}
-	if s.running >= s.total || s.byOrigin[origin] >= s.perOrigin || client != "" && s.byClient[co] >= s.perClient {
-		return false
+// fullFor says which bounds stop a new slot of origin for client.
+type fullFor struct{ total, origin, client, clientAll bool }
+
+func (f fullFor) any() bool { return f.total || f.origin || f.client || f.clientAll }
+
+func (s *downloadSlots) fullLocked(origin, client string) fullFor {
+	f := fullFor{total: s.running >= s.b.total, origin: s.byOrigin[origin] >= s.b.perOrigin}
+	if client != "" {
+		f.client = s.byClient[clientOrigin{client, origin}] >= s.b.perClient
+		f.clientAll = s.byClientAll[client] >= s.b.perClientAll
+	}
+	return f
+}
+
+func (s *downloadSlots) takeLocked(origin, client string) *slotHold {
+	if s.fullLocked(origin, client).any() {
+		return nil
 	}
 	s.running++
 	s.byOrigin[origin]++
 	if client != "" {
-		s.byClient[co]++
+		s.byClient[clientOrigin{client, origin}]++
+		s.byClientAll[client]++
 	}
-	return true
+	return &slotHold{origin: origin, client: client}
 }
 
 // acquire takes a slot of origin for client ("": not bounded per client),
 // waiting at most wait for one to free, or to take over from a stalled
-// relay: errDownloadsBusy after that, ctx's error if ctx ends first.
-func (s *downloadSlots) acquire(ctx context.Context, origin, client string, wait time.Duration) error {
+// relay: errDownloadsBusy after that, or at once when the client already
+// has as many requests waiting as it may hold slots; ctx's error if ctx
+// ends first. A nil s returns a hold that counts nothing.
+func (s *downloadSlots) acquire(ctx context.Context, origin, client string, wait time.Duration) (*slotHold, error) {
 	if s == nil {
-		return nil
+		return &slotHold{origin: origin, client: client}, nil
 	}
 	var timer *time.Timer
+	counted := false
+	defer func() {
+		if counted {
+			s.mu.Lock()
+			decrement(s.waiting, client)
+			s.mu.Unlock()
+		}
+	}()
 	for {
 		s.mu.Lock()
-		if s.takeLocked(origin, client) {
+		if h := s.takeLocked(origin, client); h != nil {
 			s.mu.Unlock()
 			if timer != nil {
 				timer.Stop()
 			}
-			return nil
+			return h, nil
 		}
 		victim, recheck := s.stalledRelayLocked(origin, client, time.Now())
 		if victim != nil {
@@ -177,23 +266,31 @@ func (s *downloadSlots) acquire(ctx context.Context, origin, client string, wait
 			// counts in every bound that stopped us, so the take succeeds).
 			victim.gone, victim.takenOver = true, true
 			delete(s.relays, victim)
-			s.releaseLocked(victim.origin, victim.client)
-			took := s.takeLocked(origin, client)
+			s.releaseLocked(victim.h)
+			h := s.takeLocked(origin, client)
 			s.mu.Unlock()
 			victim.cut()
-			if took {
+			if h != nil {
 				if timer != nil {
 					timer.Stop()
 				}
-				return nil
+				return h, nil
 			}
 			continue
+		}
+		if !counted && client != "" {
+			if s.waiting[client] >= s.b.perClientAll {
+				s.mu.Unlock()
+				return nil, errDownloadsBusy
+			}
+			s.waiting[client]++
+			counted = true
 		}
 		freed := s.freed
 		s.mu.Unlock()
 		if timer == nil {
 			if wait <= 0 {
-				return errDownloadsBusy
+				return nil, errDownloadsBusy
 			}
 			timer = time.NewTimer(wait)
 			defer timer.Stop()
@@ -208,9 +305,9 @@ func (s *downloadSlots) acquire(ctx context.Context, origin, client string, wait
 		case <-freed:
 		case <-stalls:
 		case <-timer.C:
-			return errDownloadsBusy
+			return nil, errDownloadsBusy
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 }
@@ -221,11 +318,10 @@ func (s *downloadSlots) acquire(ctx context.Context, origin, client string, wait
 // way for relayStall (the longest such). Otherwise recheck is when one
 // may have become so (0: no relay could free a slot for the request).
 func (s *downloadSlots) stalledRelayLocked(origin, client string, now time.Time) (victim *relaySlot, recheck time.Duration) {
-	originFull := s.byOrigin[origin] >= s.perOrigin
-	clientFull := client != "" && s.byClient[clientOrigin{client, origin}] >= s.perClient
+	full := s.fullLocked(origin, client)
 	oldest := int64(0)
 	for r := range s.relays {
-		if r.cut == nil || (originFull || clientFull) && r.origin != origin || clientFull && r.client != client {
+		if r.cut == nil || (full.origin || full.client) && r.h.origin != origin || (full.client || full.clientAll) && r.h.client != client {
 			continue
 		}
 		started := r.writing.Load()
@@ -245,31 +341,86 @@ func (s *downloadSlots) stalledRelayLocked(origin, client string, now time.Time)
 	return victim, recheck
 }
 
-// release gives back a slot taken for origin and client.
-func (s *downloadSlots) release(origin, client string) {
-	if s == nil {
+// bindAddr counts h's download under the origin address it is connected
+// to (addr): the per-address bound. A download that moves to another
+// address (an https upgrade) is counted under the new one only. When the
+// address has no room, it waits at most wait for some: errDownloadsBusy
+// after that, ctx's error if ctx ends first.
+func (s *downloadSlots) bindAddr(ctx context.Context, h *slotHold, addr netip.Addr, wait time.Duration) error {
+	if s == nil || h == nil {
+		return nil
+	}
+	addr = addr.Unmap().WithZone("")
+	var timer *time.Timer
+	for {
+		s.mu.Lock()
+		if h.addr == addr || h.released {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.byAddr[addr] < s.b.perAddress {
+			s.unbindLocked(h)
+			s.byAddr[addr]++
+			h.addr = addr
+			s.mu.Unlock()
+			return nil
+		}
+		freed := s.freed
+		s.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		select {
+		case <-freed:
+		case <-timer.C:
+			return fmt.Errorf("origin address %s: %w", addr, errDownloadsBusy)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *downloadSlots) unbindLocked(h *slotHold) {
+	if h.addr.IsValid() {
+		decrement(s.byAddr, h.addr)
+		h.addr = netip.Addr{}
+		s.wakeLocked()
+	}
+}
+
+// release gives back the slot h.
+func (s *downloadSlots) release(h *slotHold) {
+	if s == nil || h == nil {
 		return
 	}
 	s.mu.Lock()
-	s.releaseLocked(origin, client)
+	s.releaseLocked(h)
 	s.mu.Unlock()
 }
 
-func (s *downloadSlots) releaseLocked(origin, client string) {
+func (s *downloadSlots) releaseLocked(h *slotHold) {
+	if h.released {
+		return
+	}
+	h.released = true
 	s.running--
-	if n := s.byOrigin[origin] - 1; n > 0 {
-		s.byOrigin[origin] = n
-	} else {
-		delete(s.byOrigin, origin)
+	decrement(s.byOrigin, h.origin)
+	if h.client != "" {
+		decrement(s.byClient, clientOrigin{h.client, h.origin})
+		decrement(s.byClientAll, h.client)
 	}
-	if co := (clientOrigin{client, origin}); client != "" {
-		if n := s.byClient[co] - 1; n > 0 {
-			s.byClient[co] = n
-		} else {
-			delete(s.byClient, co)
-		}
-	}
+	s.unbindLocked(h)
 	s.wakeLocked()
+}
+
+// decrement counts one less of k in m, deleting it at 0.
+func decrement[K comparable](m map[K]int, k K) {
+	if n := m[k] - 1; n > 0 {
+		m[k] = n
+	} else {
+		delete(m, k)
+	}
 }
 
 // wakeLocked wakes every waiter to try again.
@@ -278,13 +429,13 @@ func (s *downloadSlots) wakeLocked() {
 	s.freed = make(chan struct{})
 }
 
-// relay hands the slot of origin and client, taken by the caller, to an
-// uncached relay, which gives it back with end (nil slots: nothing).
-func (s *downloadSlots) relay(origin, client string) *relaySlot {
+// relay hands the slot h, taken by the caller, to an uncached relay,
+// which gives it back with end (nil slots: nothing).
+func (s *downloadSlots) relay(h *slotHold) *relaySlot {
 	if s == nil {
 		return nil
 	}
-	return &relaySlot{s: s, origin: origin, client: client}
+	return &relaySlot{s: s, h: h, origin: h.origin}
 }
 
 // serving makes r preemptible while it writes to its client: cut must end
@@ -315,7 +466,7 @@ func (r *relaySlot) end() {
 	}
 	r.gone = true
 	delete(r.s.relays, r)
-	r.s.releaseLocked(r.origin, r.client)
+	r.s.releaseLocked(r.h)
 }
 
 // preempted reports whether a waiting request took r's slot over.
@@ -350,4 +501,58 @@ func (s *downloadSlots) inUse(origin string) (all, forOrigin int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.running, s.byOrigin[origin]
+}
+
+// slotHoldKey is the context key of the download slot a fetch runs in.
+type slotHoldKey struct{}
+
+// withSlotHold returns ctx carrying h, the download slot of the fetches
+// made in it: an origin fetch counts it under the origin's address
+// (countOriginAddr).
+func withSlotHold(ctx context.Context, h *slotHold) context.Context {
+	return context.WithValue(ctx, slotHoldKey{}, h)
+}
+
+// countOriginAddr returns ctx set to count the download slot it carries
+// (withSlotHold) under the address of the origin connection each request
+// made in it gets, new or reused, and so bound the downloads per origin
+// address; a request whose address has no room for download_wait ends,
+// and busy then returns why (errDownloadsBusy), else nil.
+func (p *Proxy) countOriginAddr(ctx context.Context) (counted context.Context, busy func() error) {
+	h, _ := ctx.Value(slotHoldKey{}).(*slotHold)
+	if h == nil || p.slots == nil {
+		return ctx, func() error { return nil }
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	counted = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			ap, err := netip.ParseAddrPort(info.Conn.RemoteAddr().String())
+			if err != nil {
+				return
+			}
+			if err := p.slots.bindAddr(ctx, h, ap.Addr(), p.downloadWait); err != nil {
+				cancel(err)
+			}
+		},
+	})
+	return counted, func() error {
+		if err := context.Cause(ctx); errors.Is(err, errDownloadsBusy) {
+			return err
+		}
+		return nil
+	}
+}
+
+// slotCounts is what downloadSlots counts now, for tests and the status
+// of the bounds: the slots of one client over all origins, of one origin
+// address, and the client's requests waiting for one.
+type slotCounts struct{ client, addr, waiting int }
+
+func (s *downloadSlots) counts(client string, addr netip.Addr) slotCounts {
+	if s == nil {
+		return slotCounts{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slotCounts{client: s.byClientAll[client], addr: s.byAddr[addr], waiting: s.waiting[client]}
 }
