@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"errors"
+
+	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
@@ -59,6 +61,21 @@ type download struct {
 	// peerRetry says whether the download lost its peer and waits to do
 	// its put+get again (refetch.go).
 	peerRetry peerRetryState
+	// starter is a Reader of the object opened for the request that
+	// started the download before any byte is written: should the disk
+	// refuse the body, the write is relayed to the Readers it has
+	// (diskcache's ErrNotStored), and one opened later would find nothing.
+	starter atomic.Pointer[diskcache.Reader]
+	// relayed says the disk refused the object: its download relays it
+	// to the Readers it had, and a request that joins later fetches its
+	// own copy (fetchOwn).
+	relayed atomic.Bool
+}
+
+// takeStarter returns the Reader kept for the request that started d, if
+// any (the caller closes it).
+func (d *download) takeStarter() *diskcache.Reader {
+	return d.starter.Swap(nil)
 }
 
 // interimResponse is one 1xx response from the origin.

@@ -208,6 +208,14 @@ func (p *Proxy) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRe
 	if err := awaitDownload(w, r, d, started); err != nil {
 		return err
 	}
+	var starter *diskcache.Reader
+	if started {
+		starter = d.takeStarter()
+	}
+	if starter != nil && (d.revalidated || d.stale || d.err != nil || d.direct != nil) {
+		starter.Close()
+		starter = nil
+	}
 	if d.revalidated || d.stale {
 		rd, ok := p.lookup(r.Context(), &fr)
 		if !ok {
@@ -238,10 +246,27 @@ func (p *Proxy) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRe
 	// The object may have landed under a variant key (the response
 	// varies), which lookup finds through the URL's entry.
 	rd, ok := p.lookup(r.Context(), &fr)
+	if starter != nil {
+		if ok || (fr.varyIndex != "" && !acct.retried) {
+			starter.Close()
+		} else {
+			// The disk refused the object and its download relays it
+			// to the Readers it had: this one, opened for this request
+			// before the first byte (see download.starter).
+			rd, ok = starter, true
+		}
+	}
 	if ok && !started && !time.Now().Before(rd.Meta().Expires) {
 		// The download this request joined brought a response that was
 		// stale as it arrived: it answers the request that caused it only.
 		rd.Close()
+		return p.fetchOwn(w, r, fr, acct)
+	}
+	if !ok && !started && (d.relayed.Load() || acct.retried) {
+		// The disk refused the object, and the bytes this request would
+		// start with have gone by (or a second download it joined ended
+		// without an object): a copy of its own, uncached, this
+		// request's one origin fetch.
 		return p.fetchOwn(w, r, fr, acct)
 	}
 	if !ok && !acct.retried && (!started || fr.varyIndex != "") {
@@ -291,6 +316,9 @@ func awaitDownload(w http.ResponseWriter, r *http.Request, d *download, started 
 					<-d.ready
 					if d.direct != nil {
 						d.direct.Body.Close()
+					}
+					if rd := d.takeStarter(); rd != nil {
+						rd.Close()
 					}
 				}()
 			}
