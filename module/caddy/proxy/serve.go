@@ -90,6 +90,12 @@ func (p *Proxy) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetchR
 	onlyIfCached := fr.onlyIfCached
 	m := rd.Meta()
 	if !rd.Complete() {
+		if rangeMiss(r, fr) && m.Status == http.StatusOK {
+			// Being downloaded: the range now, from the origin, rather
+			// than after everything before it (rangemiss.go).
+			rd.Close()
+			return p.serveRangeMiss(w, r, *fr, acct, true)
+		}
 		if time.Now().Before(m.Expires) {
 			// Being downloaded right now: join it, and hold it while
 			// reading (a peer streaming it too: see letGo).
@@ -136,6 +142,9 @@ func (p *Proxy) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetchR
 func (p *Proxy) serveMissing(w http.ResponseWriter, r *http.Request, fr *fetchRequest, acct *requestAccount) error {
 	if fr.onlyIfCached {
 		return p.serveOnlyIfCached(w, r, *fr, acct)
+	}
+	if rangeMiss(r, fr) {
+		return p.serveRangeMiss(w, r, *fr, acct, p.inflightFor(fr.key) != nil)
 	}
 	return p.download(w, r, *fr, acct)
 }
@@ -349,6 +358,13 @@ func writeInterim(w http.ResponseWriter, ir interimResponse, sent []string) []st
 // response may not be shared (no-store, private, stale as it arrived). It
 // takes a download slot of its own: it is a download like any other.
 func (p *Proxy) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
+	return p.fetchOwnWith(w, r, fr, acct, nil, nil)
+}
+
+// fetchOwnWith is fetchOwn with hooks: adjust changes the request header
+// sent to the origin, shape the response before it is relayed (either
+// may be nil).
+func (p *Proxy) fetchOwnWith(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount, adjust func(http.Header), shape func(*http.Response)) error {
 	if err := p.slots.acquire(r.Context(), fr.originSlot(), fr.clientKey(), p.downloadWait); err != nil {
 		return fetchFailed(acct, err)
 	}
@@ -356,9 +372,12 @@ func (p *Proxy) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchRequest
 	defer rs.end()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	resp, err := p.fetchFromOrigin(ctx, fr)
+	resp, err := p.fetchFromOriginWith(ctx, fr, adjust)
 	if err != nil {
 		return fetchFailed(acct, err)
+	}
+	if shape != nil {
+		shape(resp)
 	}
 	return p.serveDirect(w, r, resp, "origin", rs, cancel)
 }
