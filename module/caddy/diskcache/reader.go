@@ -407,25 +407,25 @@ func (r *Reader) writeSmall(dst io.Writer, want int64) (int64, error) {
 }
 
 // Wait blocks until the object is complete and returns its final metadata,
-// or returns the write's *AbortError, ErrClosed, or ctx.Err().
+// or returns the write's *AbortError, ErrClosed, or ctx.Err(); for a write
+// the disk refused and relayed, an error matching ErrNotStored once the
+// relay has ended.
 func (r *Reader) Wait(ctx context.Context) (Meta, error) {
-	for {
-		_, err := r.avail(ctx, math.MaxInt64)
-		if err != errInRelay {
-			if err != nil {
-				return Meta{}, err
-			}
-			return r.Meta(), nil
-		}
-		// A relay: it ends with the write (the caller did not ask for
-		// its bytes, which stay in the window for the Readers).
-		if _, err := r.relayRead(ctx, nil, math.MaxInt64); err != io.EOF {
+	_, err := r.avail(ctx, math.MaxInt64)
+	if err != errInRelay {
+		if err != nil {
 			return Meta{}, err
 		}
-		w := r.w
-		w.mu.Lock()
-		err = w.err
-		w.mu.Unlock()
+		return r.Meta(), nil
+	}
+	// A relay: it ends with the write (the caller did not ask for its
+	// bytes, which stay in the window for the Readers).
+	if _, err := r.relayRead(ctx, nil, math.MaxInt64); err != io.EOF {
 		return Meta{}, err
 	}
+	w := r.w
+	w.mu.Lock()
+	err = w.err
+	w.mu.Unlock()
+	return Meta{}, err
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,6 +161,9 @@ func TestRangeOnMiss(t *testing.T) {
 				if resp.StatusCode != http.StatusPartialContent || !bytes.Equal(body, o.body[100:200]) {
 					t.Errorf("a range joining the download: %d, %d bytes", resp.StatusCode, len(body))
 				}
+			}
+			if asked := o.rangeRequests(); ranges && !slices.Contains(asked, "bytes=0-1023") {
+				t.Errorf("the origin with ranges was asked %q, not the client's range", asked)
 			}
 			o.release()
 			p.idle(t)
