@@ -268,6 +268,12 @@ type adminCache struct {
 	Commits         int64    `json:"commits"`
 	Aborts          int64    `json:"aborts"`
 	Corrupt         int64    `json:"corrupt"`
+	// DiskWriteErrors counts writes the file system failed; DiskLimitBytes
+	// is the bound in effect when the disk was found full below MaxBytes
+	// (0: none); Relays counts objects relayed whole but not stored.
+	DiskWriteErrors int64 `json:"disk_write_errors"`
+	DiskLimitBytes  int64 `json:"disk_limit_bytes"`
+	Relays          int64 `json:"relays"`
 	// References counts the long-lived DSHT references this proxy keeps
 	// renewing for the cache's objects (one per URL requested since its
 	// last put; see refs.go).
@@ -339,6 +345,7 @@ func adminCacheStats() []adminCache {
 			Hits: s.Hits, Misses: s.Misses, Evictions: s.Evictions, EvictedBytes: s.EvictedBytes,
 			InProgress: s.Writing, InProgressBytes: s.WritingBytes, Readers: s.Readers,
 			Commits: s.Commits, Aborts: s.Aborts, Corrupt: s.Corrupt, References: refs,
+			DiskWriteErrors: s.DiskWriteErrors, DiskLimitBytes: s.DiskLimitBytes, Relays: s.Relays,
 		})
 	}
 	return out

@@ -74,6 +74,8 @@ var (
 	descCacheObjects   = metricDesc("cache_objects", "Complete objects in the disk cache.")
 	descDownloads      = metricDesc("downloads_in_progress", "Objects being written into the disk cache.")
 	descCacheEvictions = metricDesc("cache_evictions_total", "Complete objects evicted from the disk cache for room.")
+	descDiskErrors     = metricDesc("disk_write_errors_total", "Writes to the disk cache that the file system failed (ENOSPC, EDQUOT, EIO): the object was evicted for or relayed uncached.")
+	descDiskLimit      = metricDesc("cache_disk_limit_bytes", "The disk cache's bound when its file system was found full below cache_size (0: cache_size applies).")
 )
 
 // The DSHT node's Stats as caddy_coral_dht_*, the same metrics as the
@@ -92,6 +94,7 @@ var (
 
 var coralDescs = []*prometheus.Desc{
 	descCacheBytes, descCacheMaxBytes, descCacheObjects, descDownloads, descCacheEvictions,
+	descDiskErrors, descDiskLimit,
 	descReloadSuccess, descReloadTime, descReloadOKTime, descReloadFailures, descConfigInfo, descDraining,
 }
 
@@ -180,12 +183,16 @@ func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
 			sum.Entries += st.Entries
 			sum.Writing += st.Writing
 			sum.Evictions += st.Evictions
+			sum.DiskWriteErrors += st.DiskWriteErrors
+			sum.DiskLimitBytes += st.DiskLimitBytes
 		}
 		gauge(descCacheBytes, float64(sum.Bytes))
 		gauge(descCacheMaxBytes, float64(sum.MaxBytes))
 		gauge(descCacheObjects, float64(sum.Entries))
 		gauge(descDownloads, float64(sum.Writing))
 		counter(descCacheEvictions, float64(sum.Evictions))
+		counter(descDiskErrors, float64(sum.DiskWriteErrors))
+		gauge(descDiskLimit, float64(sum.DiskLimitBytes))
 	}
 
 	collectReloads(ch)

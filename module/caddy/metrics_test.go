@@ -328,11 +328,13 @@ func TestMetricsCollector(t *testing.T) {
 
 	st := store.Stats()
 	for name, want := range map[string]float64{
-		"caddy_coral_cache_objects":         2,
-		"caddy_coral_cache_bytes":           float64(st.Bytes),
-		"caddy_coral_cache_max_bytes":       64 << 20,
-		"caddy_coral_downloads_in_progress": 1,
-		"caddy_coral_cache_evictions_total": 0,
+		"caddy_coral_cache_objects":           2,
+		"caddy_coral_cache_bytes":             float64(st.Bytes),
+		"caddy_coral_cache_max_bytes":         64 << 20,
+		"caddy_coral_downloads_in_progress":   1,
+		"caddy_coral_cache_evictions_total":   0,
+		"caddy_coral_disk_write_errors_total": 0,
+		"caddy_coral_cache_disk_limit_bytes":  0,
 	} {
 		if got := gatherValues(t, reg, name); len(got) != 1 || got[""] != want {
 			t.Errorf("%s = %v, want %v", name, got, want)

@@ -12,12 +12,22 @@ import (
 // file atomically and fsyncs the directory; only then is the object
 // complete, in the index and on disk. Readers of the in-progress object
 // then see io.EOF at its end and Complete() == true. The previous version,
-// if any, is removed. On error the write is aborted.
+// if any, is removed. On error the write is aborted, except when the
+// disk fails it: a write relayed to its Readers (see Write), or one whose
+// body or metadata the disk cannot take at the end, is not stored, and
+// its Readers get the whole body all the same; Commit then returns
+// ErrNotStored.
 func (w *Writer) Commit(final Meta) error {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	if err := w.usableLocked(); err != nil {
 		return err
+	}
+	if w.relaying.Load() {
+		if end := w.relayEnd(); w.meta.Size >= 0 && end != w.meta.Size {
+			return w.abortLocked(fmt.Errorf("%w: %d bytes written, %d declared", ErrSizeMismatch, end, w.meta.Size))
+		}
+		return w.endLocked(nil, true)
 	}
 	s := w.s
 	switch {
@@ -43,7 +53,14 @@ func (w *Writer) Commit(final Meta) error {
 		return w.abortLocked(err)
 	}
 	if err := w.persistLocked(mb); err != nil {
-		return w.abortLocked(err)
+		// The body is all written (its Readers may read it to the end);
+		// the disk would not keep it.
+		s.diskWriteErrors.Add(1)
+		if diskFull(err) {
+			s.fitToDisk()
+		}
+		s.log.Warn("diskcache: commit failed; not stored", "key", w.key, "err", err)
+		return w.endLocked(err, true)
 	}
 	return w.publishLocked(final, mb)
 }

@@ -147,6 +147,31 @@
 // (coral_proxy drops a client that reads nothing for write_idle_timeout).
 // Get and Commit count as use.
 //
+// # A full disk
+//
+// MaxBytes is what the caller allows; the file system may hold less (other
+// files on it, a quota, a MaxBytes larger than the disk). A body write
+// that fails with ENOSPC or EDQUOT lowers the bound in effect to what the
+// disk holds (what the Store holds by its count plus the file system's
+// free space, less two blocks; Stats.DiskLimitBytes), evicts least
+// recently used objects down to it and writes again. The lowered bound is
+// read again from the file system at most every 30 s while it applies, and
+// at every full disk, so freed space becomes cache space again.
+//
+// A write the disk still refuses, or fails otherwise (EIO, a read-only
+// file system, a commit whose fsync or metadata file fails), or for which
+// a Write finds no room with the lowered bound in effect, is not stored,
+// and is not aborted either: the Writer leaves the index (Gets miss, a
+// new Create may start afresh) and relays. What reached the file stays
+// there for its Readers; every later byte goes through a window in memory
+// of at most 1 MiB that drops only what every Reader has read, so a Write
+// waits while the slowest Reader is that far behind (Abort ends the
+// wait). Commit then returns ErrNotStored, and the Readers get io.EOF
+// after the last byte: every Reader opened before the relay began gets
+// the whole body, never a short one. Readers of a relay that Abort ends
+// get an *AbortError as for any write. Stats.DiskWriteErrors counts the
+// failed writes, Stats.Relays the objects relayed.
+//
 // # Memory
 //
 // Bodies are never held in memory: writes go straight to the file, readers

@@ -15,7 +15,7 @@ func (s *Store) evictLocked(need int64, keep *entry) (victims []version, fits bo
 	if keep != nil && keep.gen != 0 && keep.readers == 0 {
 		floor = s.accounted(keep)
 	}
-	limit := s.opt.MaxBytes - need // no overflow: need is at most a few objects
+	limit := s.limitLocked() - need // no overflow: need is at most a few objects
 	// Versions with Readers take their space however they are removed
 	// (held.go): evicting them frees nothing.
 	if s.pending+s.orphaned+s.held+floor > limit {

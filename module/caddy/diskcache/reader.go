@@ -35,6 +35,7 @@ type Reader struct {
 	w      *Writer // nil if complete when opened
 	meta   Meta    // if complete when opened
 	off    int64
+	pos    atomic.Int64  // off, for a relayed write's window (relay.go); only with w
 	buf    []byte        // WriteTo's copy buffer, for writers without ReadFrom
 	done   atomic.Bool   // closed
 	closed chan struct{} // closed on Close; only for readers of a write in progress
@@ -131,6 +132,12 @@ func (r *Reader) Close() error {
 		if r.closed != nil {
 			close(r.closed)
 		}
+		if w := r.w; w != nil {
+			w.mu.Lock()
+			delete(w.rdrs, r)
+			w.mu.Unlock()
+			w.moved()
+		}
 		if r.f != nil {
 			r.f.Close()
 			r.s.release(r.key, r.gen)
@@ -155,6 +162,10 @@ func (r *Reader) avail(ctx context.Context, off int64) (int64, error) {
 		w.mu.Lock()
 		state, written, err := w.state, w.written, w.err
 		var ch chan struct{}
+		if (state == relaying || state == relayedState) && off >= written {
+			w.mu.Unlock()
+			return 0, errInRelay // past the file: in the window
+		}
 		if state == writing && off >= written {
 			if w.notify == nil {
 				w.notify = make(chan struct{})
@@ -168,15 +179,24 @@ func (r *Reader) avail(ctx context.Context, off int64) (int64, error) {
 		case ch == nil:
 			return written, nil
 		}
-		select {
-		case <-ch:
-		case <-r.closed:
-			return 0, ErrClosed
-		case <-r.ctx.Done():
-			return 0, r.ctx.Err()
-		case <-ctx.Done():
-			return 0, ctx.Err()
+		if err := r.waitWriter(ctx, ch); err != nil {
+			return 0, err
 		}
+	}
+}
+
+// waitWriter waits for the writer's next change (ch, its notify channel),
+// the Reader's Close or the end of either context.
+func (r *Reader) waitWriter(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-r.closed:
+		return ErrClosed
+	case <-r.ctx.Done():
+		return r.ctx.Err()
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -192,6 +212,11 @@ func (r *Reader) ReadContext(ctx context.Context, p []byte) (int, error) {
 		return 0, nil
 	}
 	end, err := r.avail(ctx, r.off)
+	if err == errInRelay {
+		n, err := r.relayRead(ctx, p, r.off)
+		r.advance(int64(n))
+		return n, err
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -199,7 +224,7 @@ func (r *Reader) ReadContext(ctx context.Context, p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	n, err := r.readAt(p[:min(int64(len(p)), end-r.off)], r.off)
-	r.off += int64(n)
+	r.advance(int64(n))
 	if err == io.EOF { // shorter than its metadata or the writer says
 		err = fmt.Errorf("diskcache: %q: %w", r.key, io.ErrUnexpectedEOF)
 	}
@@ -217,6 +242,15 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 	for total < len(p) {
 		pos := off + int64(total)
 		end, err := r.avail(context.Background(), pos)
+		if err == errInRelay {
+			var n int
+			n, err = r.relayRead(context.Background(), p[total:], pos)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			continue
+		}
 		if err != nil {
 			return total, err
 		}
@@ -255,6 +289,10 @@ func (r *Reader) Seek(offset int64, whence int) (int64, error) {
 		return 0, fmt.Errorf("diskcache: negative position %d", offset+base)
 	}
 	r.off = base + offset
+	if r.w != nil {
+		r.pos.Store(r.off)
+		r.w.moved()
+	}
 	return r.off, nil
 }
 
@@ -276,6 +314,17 @@ func (r *Reader) WriteTo(dst io.Writer) (int64, error) {
 	var total int64
 	for {
 		end, err := r.avail(context.Background(), r.off)
+		if err == errInRelay {
+			n, err := r.writeRelayed(dst)
+			total += n
+			if err == io.EOF {
+				return total, nil
+			}
+			if err != nil {
+				return total, err
+			}
+			continue
+		}
 		if err != nil {
 			return total, err
 		}
@@ -318,7 +367,7 @@ func (r *Reader) WriteTo(dst io.Writer) (int64, error) {
 			}
 			n, err = io.CopyBuffer(dst, &io.LimitedReader{R: r.f, N: want}, r.buf)
 		}
-		r.off += n
+		r.advance(n)
 		total += n
 		if err != nil {
 			if errors.Is(err, os.ErrClosed) {
@@ -358,10 +407,25 @@ func (r *Reader) writeSmall(dst io.Writer, want int64) (int64, error) {
 }
 
 // Wait blocks until the object is complete and returns its final metadata,
-// or returns the write's *AbortError, ErrClosed, or ctx.Err().
+// or returns the write's *AbortError, ErrClosed, or ctx.Err(); for a write
+// the disk refused and relayed, an error matching ErrNotStored once the
+// relay has ended.
 func (r *Reader) Wait(ctx context.Context) (Meta, error) {
-	if _, err := r.avail(ctx, math.MaxInt64); err != nil {
+	_, err := r.avail(ctx, math.MaxInt64)
+	if err != errInRelay {
+		if err != nil {
+			return Meta{}, err
+		}
+		return r.Meta(), nil
+	}
+	// A relay: it ends with the write (the caller did not ask for its
+	// bytes, which stay in the window for the Readers).
+	if _, err := r.relayRead(ctx, nil, math.MaxInt64); err != io.EOF {
 		return Meta{}, err
 	}
-	return r.Meta(), nil
+	w := r.w
+	w.mu.Lock()
+	err = w.err
+	w.mu.Unlock()
+	return Meta{}, err
 }

@@ -18,15 +18,24 @@ type Stats struct {
 	UnlinkedBytes    int64
 	UnlinkedVersions int
 	MaxBytes         int64
-	MaxEntries       int   // in effect: Options.MaxEntries or its default
-	Readers          int64 // open Readers
-	Hits             int64 // Gets that returned a Reader
-	Misses           int64
-	Evictions        int64 // complete objects evicted for room (not replaced or deleted)
-	EvictedBytes     int64
-	Commits          int64
-	Aborts           int64
-	Corrupt          int64 // damaged objects discarded, at Open or on Get
+	// DiskLimitBytes, when not 0, is the bound in effect instead of
+	// MaxBytes because the file system was found full below it (see the
+	// package docs, "A full disk").
+	DiskLimitBytes int64
+	MaxEntries     int   // in effect: Options.MaxEntries or its default
+	Readers        int64 // open Readers
+	Hits           int64 // Gets that returned a Reader
+	Misses         int64
+	Evictions      int64 // complete objects evicted for room (not replaced or deleted)
+	EvictedBytes   int64
+	Commits        int64
+	Aborts         int64
+	Corrupt        int64 // damaged objects discarded, at Open or on Get
+	// DiskWriteErrors counts writes of bodies and commits that the file
+	// system failed (ENOSPC, EDQUOT, EIO...); Relays the objects that
+	// were therefore not stored but relayed whole to their Readers.
+	DiskWriteErrors int64
+	Relays          int64
 	// The bounds in effect, defaults applied (see Options), and the unit
 	// each file is charged in (see the package docs, "Bounds and
 	// eviction").
@@ -53,12 +62,14 @@ func (s *Store) Stats() Stats {
 		Entries: s.count, Bytes: s.bytes, Writing: s.writing, WritingBytes: s.pending,
 		UnlinkedBytes: s.orphaned, UnlinkedVersions: len(s.orphans),
 		MaxBytes: s.opt.MaxBytes, MaxEntries: s.maxEntries,
+		DiskLimitBytes: s.diskLimit,
 		MaxObjectBytes: s.maxObject, MaxWritingBytes: s.maxWriting, BlockBytes: s.block,
 		HotEntries: len(s.hot) - len(s.hotFree), HotBytes: s.hotBytes,
 		HotBodies: s.hotBodies, HotBodyBytes: s.hotBody,
 	}
 	s.mu.Unlock()
 	st.MetaReads = s.metaReads.Load()
+	st.DiskWriteErrors, st.Relays = s.diskWriteErrors.Load(), s.relays.Load()
 	st.Readers = s.readers.Load()
 	st.Hits, st.Misses = s.hits.Load(), s.misses.Load()
 	st.Evictions, st.EvictedBytes = s.evictions.Load(), s.evictedBytes.Load()

@@ -92,6 +92,11 @@ type Store struct {
 	// readHook, when set by tests, is called by Get after it read a
 	// metadata file and before it caches what it read.
 	readHook func()
+	// wrapBody, when set by tests, wraps the file of every new body (to
+	// fail its writes); freeBytes reads the file system's free space
+	// (diskfull.go; tests replace it).
+	wrapBody  func(*os.File) bodyFile
+	freeBytes func() (int64, bool)
 
 	mu         sync.Mutex
 	closed     bool
@@ -128,10 +133,15 @@ type Store struct {
 	// metaEpoch changes whenever UpdateMeta replaces a metadata file, so a
 	// Get that read the file before cannot cache what it read.
 	metaEpoch uint64
+	// diskLimit, when not 0, is the bound the file system allows, below
+	// MaxBytes (diskfull.go), as read at diskCheckedAt.
+	diskLimit     int64
+	diskCheckedAt time.Time
 
 	hits, misses, evictions, evictedBytes atomic.Int64
 	commits, aborts, corrupt, readers     atomic.Int64
 	metaReads                             atomic.Int64
+	diskWriteErrors, relays               atomic.Int64
 }
 
 // entry is one key in the index: its complete version (gen != 0), which is
@@ -223,6 +233,7 @@ func Open(o Options) (*Store, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.freeBytes = func() (int64, bool) { return statfsFree(dir) }
 	start := time.Now()
 	if err := s.load(); err != nil {
 		lock.Close()

@@ -2,11 +2,13 @@ package diskcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 )
 
 // Writer writes a new version of an object. Write, Commit, Abort and Close
@@ -23,7 +25,7 @@ type Writer struct {
 	tmpPath string
 
 	wmu       sync.Mutex // serializes Write, Commit, Abort
-	f         *os.File   // nil once closed
+	f         bodyFile   // nil once closed
 	n         int64      // bytes written
 	metaFinal string     // the metadata file, once Commit has renamed it into place
 
@@ -39,7 +41,11 @@ type Writer struct {
 	err     error // *AbortError once aborted
 	final   Meta  // once committed
 	path    string
-	notify  chan struct{} // closed on every change; created by waiters
+	notify  chan struct{}        // closed on every change; created by waiters
+	rl      *relay               // once relaying (relay.go)
+	rdrs    map[*Reader]struct{} // Readers of the write in progress, for the relay window
+
+	relaying atomic.Bool // the write is relayed, not stored (relay.go)
 }
 
 var _ io.WriteCloser = (*Writer)(nil)
@@ -50,6 +56,8 @@ const (
 	writing writerState = iota
 	committed
 	aborted
+	relaying     // not stored: bytes go to the Readers through memory (relay.go)
+	relayedState // a relay that ended with the whole body: Readers get io.EOF
 )
 
 // Create starts writing a new version of the object under key, with the
@@ -88,7 +96,7 @@ func (s *Store) Create(key string, m Meta) (*Writer, error) {
 	w := &Writer{s: s, key: key, name: fileName(key), gen: s.gen.Add(1), meta: m}
 	w.tmpPath = filepath.Join(s.dir, tmpDir, versionBase(w.name, w.gen)+bodySuffix)
 	w.path = w.tmpPath
-	f, err := os.OpenFile(w.tmpPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := s.openBody(w.tmpPath)
 	if err != nil {
 		return nil, fmt.Errorf("diskcache: create %q: %w", key, err)
 	}
@@ -119,10 +127,11 @@ func (s *Store) Create(key string, m Meta) (*Writer, error) {
 	// never evicted, and unlinked ones still open) leaves no room for the
 	// declared size: this write would fail midway and cut off the clients
 	// reading it, where failing now lets them get it whole, uncached.
-	if room := s.opt.MaxBytes - s.pending - s.orphaned - s.held; want > room {
+	s.recheckDiskLocked()
+	if room := s.limitLocked() - s.pending - s.orphaned - s.held; want > room {
 		// The counts are read under the lock: other writers change them.
 		err := fmt.Errorf("%w: readers hold %d bytes, writes %d; no room for %d more, limit %d",
-			ErrFull, s.held+s.orphaned, s.pending, want, s.opt.MaxBytes)
+			ErrFull, s.held+s.orphaned, s.pending, want, s.limitLocked())
 		s.mu.Unlock()
 		return fail(err)
 	}
@@ -187,8 +196,13 @@ func (w *Writer) Written() int64 {
 // fail; the caller may still pass the response through to its own client
 // uncached. Errors: ErrSizeMismatch past a declared size, ErrTooLarge past
 // MaxObjectBytes (declared size or not), ErrFull when writes in progress
-// would hold more than MaxWritingBytes, I/O errors, and the cause of an
-// earlier abort.
+// would hold more than MaxWritingBytes, and the cause of an earlier abort.
+//
+// A file system that is full (ENOSPC, EDQUOT) makes the Store evict down
+// to what the disk holds and write again (diskfull.go); one that stays
+// full, or fails otherwise (EIO), turns the write into a relay (relay.go):
+// Write goes on taking bytes and handing them to the Readers it has, and
+// Commit returns ErrNotStored.
 func (w *Writer) Write(p []byte) (int, error) {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
@@ -198,6 +212,12 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if w.relaying.Load() {
+		if end := w.relayEnd() + int64(len(p)); w.meta.Size >= 0 && end > w.meta.Size {
+			return 0, w.abortLocked(fmt.Errorf("%w: %d bytes written, %d declared", ErrSizeMismatch, end, w.meta.Size))
+		}
+		return w.relayWrite(p)
+	}
 	end := w.n + int64(len(p))
 	if w.meta.Size >= 0 && end > w.meta.Size {
 		return 0, w.abortLocked(fmt.Errorf("%w: %d bytes written, %d declared", ErrSizeMismatch, end, w.meta.Size))
@@ -206,17 +226,34 @@ func (w *Writer) Write(p []byte) (int, error) {
 		return 0, w.abortLocked(fmt.Errorf("%w: more than %d bytes", ErrTooLarge, w.s.maxObject))
 	}
 	if err := w.s.reserve(w, w.s.blocks(end), false); err != nil {
-		return 0, w.abortLocked(err)
+		if !errors.Is(err, ErrFull) || !w.s.diskBound() {
+			return 0, w.abortLocked(err)
+		}
+		// The file system, not MaxBytes, leaves no room (diskfull.go):
+		// not stored, but its Readers get it all.
+		w.startRelayLocked(err)
+		return w.relayWrite(p)
 	}
 	n, err := w.f.Write(p)
-	if err != nil {
-		return n, w.abortLocked(fmt.Errorf("diskcache: write %s: %w", w.tmpPath, err))
+	for try := 0; err != nil; try++ {
+		w.s.diskWriteErrors.Add(1)
+		if try == 3 || !diskFull(err) || !w.s.fitToDisk() {
+			break
+		}
+		var k int
+		k, err = w.f.Write(p[n:])
+		n += k
 	}
 	w.n += int64(n)
 	w.mu.Lock()
 	w.written = w.n
 	w.wakeLocked()
 	w.mu.Unlock()
+	if err != nil {
+		w.startRelayLocked(fmt.Errorf("diskcache: write %s: %w", w.tmpPath, err))
+		k, err := w.relayWrite(p[n:])
+		return n + k, err
+	}
 	return n, nil
 }
 
@@ -240,6 +277,7 @@ func (s *Store) reserve(w *Writer, total int64, commit bool) error {
 			return nil
 		}
 		need := total - w.reserved
+		s.recheckDiskLocked()
 		if !commit && need > s.maxWriting-s.pending {
 			pending := s.pending
 			s.mu.Unlock()
@@ -269,7 +307,7 @@ func (s *Store) reserve(w *Writer, total int64, commit bool) error {
 			<-freed
 		case len(victims) == 0:
 			return fmt.Errorf("%w: writes in progress hold %d bytes and removed versions %d, %d more needed, limit %d",
-				ErrFull, pending, unlinked, need, s.opt.MaxBytes)
+				ErrFull, pending, unlinked, need, s.limitLocked())
 		}
 	}
 }
@@ -278,6 +316,12 @@ func (s *Store) reserve(w *Writer, total int64, commit bool) error {
 // in-progress object get an *AbortError wrapping err (ErrAbandoned if nil).
 // It does nothing after Commit or a previous Abort.
 func (w *Writer) Abort(err error) {
+	w.mu.Lock()
+	if rl := w.rl; rl != nil && !rl.stopped {
+		close(rl.stop) // a relay Write waiting for its Readers gives up wmu
+		rl.stopped = true
+	}
+	w.mu.Unlock()
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	w.abortLocked(err)
@@ -296,7 +340,7 @@ func (w *Writer) usableLocked() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch w.state {
-	case committed:
+	case committed, relayedState:
 		return ErrCommitted
 	case aborted:
 		return w.err
@@ -307,11 +351,19 @@ func (w *Writer) usableLocked() error {
 // abortLocked aborts the write (if still writing) and returns the error
 // readers get.
 func (w *Writer) abortLocked(cause error) error {
+	return w.endLocked(cause, false)
+}
+
+// endLocked ends a write that will not be stored: aborted (Readers get an
+// *AbortError), or a relay that delivered the whole body (relayed: Readers
+// get io.EOF at its end, and the error returned is ErrNotStored with the
+// cause). Its files are removed either way.
+func (w *Writer) endLocked(cause error, relayed bool) error {
 	if cause == nil {
 		cause = ErrAbandoned
 	}
 	w.mu.Lock()
-	if w.state != writing {
+	if w.state != writing && w.state != relaying {
 		err := w.err
 		w.mu.Unlock()
 		if err == nil {
@@ -325,9 +377,16 @@ func (w *Writer) abortLocked(cause error) error {
 	s.mu.Lock()
 	s.detachLocked(w, cause)
 	s.mu.Unlock()
-	ae := &AbortError{Key: w.key, Err: cause}
+	var ae error = &AbortError{Key: w.key, Err: cause}
 	w.mu.Lock()
 	w.state, w.err = aborted, ae
+	if relayed {
+		if w.rl == nil { // the whole body is in the file
+			w.rl = &relay{start: w.written, end: w.written, stop: make(chan struct{}), cause: cause}
+		}
+		ae = fmt.Errorf("%w: %w", ErrNotStored, w.rl.cause)
+		w.state, w.err = relayedState, ae
+	}
 	path := w.path
 	w.wakeLocked()
 	w.mu.Unlock()
@@ -343,6 +402,10 @@ func (w *Writer) abortLocked(cause error) error {
 	s.mu.Lock()
 	s.unlinkedLocked(version{w.key, w.gen})
 	s.mu.Unlock()
+	if relayed {
+		s.relays.Add(1)
+		return ae
+	}
 	s.aborts.Add(1)
 	s.log.Debug("diskcache: write aborted", "key", w.key, "written", w.n, "cause", cause)
 	return ae
@@ -380,5 +443,10 @@ func (w *Writer) newReader(ctx context.Context) (*Reader, error) {
 	if w.state == committed {
 		return w.s.newReader(ctx, w.key, w.gen, f, nil, w.final), nil
 	}
-	return w.s.newReader(ctx, w.key, w.gen, f, w, Meta{}), nil
+	r := w.s.newReader(ctx, w.key, w.gen, f, w, Meta{})
+	if w.rdrs == nil {
+		w.rdrs = make(map[*Reader]struct{})
+	}
+	w.rdrs[r] = struct{}{}
+	return r, nil
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
 // Downloads in progress: one per object per proxy, however many clients
@@ -69,6 +71,21 @@ type download struct {
 	asking      atomic.Pointer[[]netip.AddrPort]
 	askingKnown chan struct{}
 	askingOnce  sync.Once
+	// starter is a Reader of the object opened for the request that
+	// started the download before any byte is written: should the disk
+	// refuse the body, the write is relayed to the Readers it has
+	// (diskcache's ErrNotStored), and one opened later would find nothing.
+	starter atomic.Pointer[diskcache.Reader]
+	// relayed says the disk refused the object: its download relays it
+	// to the Readers it had, and a request that joins later fetches its
+	// own copy (fetchOwn).
+	relayed atomic.Bool
+}
+
+// takeStarter returns the Reader kept for the request that started d, if
+// any (the caller closes it).
+func (d *download) takeStarter() *diskcache.Reader {
+	return d.starter.Swap(nil)
 }
 
 // askingPeers records the peers d asks first (none: it goes to the

@@ -376,8 +376,16 @@ func (p *Proxy) storeBody(ctx context.Context, d *download, resp *http.Response,
 		return false
 	}
 	d.expected.Store(resp.ContentLength)
+	if !d.background {
+		if rd, ok := p.store.Get(key); ok {
+			d.starter.Store(rd)
+		}
+	}
 	readyOnce()
-	n, err := io.Copy(w, &countingReader{r: resp.Body, n: &d.received})
+	n, err := io.Copy(&relayWatch{w: w, onRelay: func() {
+		d.relayed.Store(true)
+		p.finish(d)
+	}}, &countingReader{r: resp.Body, n: &d.received})
 	resp.Body.Close()
 	if ib, ok := resp.Body.(*idleTimeoutBody); ok && err != nil && ib.fired.Load() {
 		err = fmt.Errorf("no data for %s after %d bytes", ib.timeout, n)
@@ -409,6 +417,13 @@ func (p *Proxy) storeBody(ctx context.Context, d *download, resp *http.Response,
 		p.fetched(Fetch{URL: meta.Extra["url"], Source: meta.Extra["source"], Status: resp.StatusCode, Bytes: n, Took: time.Since(now)})
 	}
 	if err := w.Commit(*meta); err != nil {
+		if errors.Is(err, diskcache.ErrNotStored) {
+			d.relayed.Store(true)
+			// The disk would not take it: its readers got it whole,
+			// relayed (see relayWatch); nothing to publish.
+			p.logger.Warn("not cached: the cache's disk failed; relayed uncached", zap.String("url", meta.Extra["url"]), zap.Error(err))
+			return false
+		}
 		p.logger.Warn("cache commit failed", zap.Error(err))
 		return false
 	}
@@ -437,6 +452,26 @@ func (p *Proxy) publish(fr fetchRequest, status int, expires time.Time) {
 		}
 		cancelPut()
 	}
+}
+
+// relayWatch writes a download into the cache and notices when the disk
+// cache stops storing it and relays it to its readers instead (a full or
+// failing disk: diskcache's ErrNotStored). The download then leaves the
+// in-flight table at once (onRelay): the readers it has get the rest of
+// the body, but a request that comes later could not (the bytes it would
+// start with are gone), so it starts its own download instead of joining.
+type relayWatch struct {
+	w       *diskcache.Writer
+	onRelay func()
+}
+
+func (rw *relayWatch) Write(p []byte) (int, error) {
+	n, err := rw.w.Write(p)
+	if rw.onRelay != nil && rw.w.Relaying() {
+		rw.onRelay()
+		rw.onRelay = nil
+	}
+	return n, err
 }
 
 // countingReader counts the bytes read through it into n.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/coralcdn/coral/module/caddy/diskcache"
@@ -107,6 +108,12 @@ func (p *Proxy) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetchR
 	onlyIfCached := fr.onlyIfCached
 	m := rd.Meta()
 	if !rd.Complete() {
+		if rangeMiss(r, fr) && m.Status == http.StatusOK {
+			// Being downloaded: the range now, from the origin, rather
+			// than after everything before it (rangemiss.go).
+			rd.Close()
+			return p.serveRangeMiss(w, r, *fr, acct, true)
+		}
 		if time.Now().Before(m.Expires) {
 			// Being downloaded right now: join it, and hold it while
 			// reading (a peer streaming it too: see letGo).
@@ -154,7 +161,51 @@ func (p *Proxy) serveMissing(w http.ResponseWriter, r *http.Request, fr *fetchRe
 	if fr.onlyIfCached {
 		return p.serveOnlyIfCached(w, r, *fr, acct)
 	}
+	if rangeMiss(r, fr) {
+		return p.serveRangeMiss(w, r, *fr, acct, p.inflightFor(fr.key) != nil)
+	}
 	return p.download(w, r, *fr, acct)
+}
+
+// rangeMiss reports whether r is a request serveRangeMiss answers: a GET
+// with one Range field of byte ranges (at most maxRangeField long: the
+// origin gets nothing else of it), not a peer's (only-if-cached). Any
+// other Range is not forwarded: the object is fetched whole and the
+// field answered, or ignored, from it as before.
+func rangeMiss(r *http.Request, fr *fetchRequest) bool {
+	v := r.Header["Range"]
+	return len(v) == 1 && len(v[0]) <= maxRangeField && strings.HasPrefix(v[0], "bytes=") &&
+		r.Method == http.MethodGet && !fr.onlyIfCached && len(r.Header["If-Range"]) <= 1
+}
+
+// maxRangeField bounds the Range field forwarded to an origin.
+const maxRangeField = 1024
+
+// serveRangeMiss answers a range request for fr's object, which is not
+// stored (or still being downloaded: then download says so and no other
+// is started), from the origin: see the top of rangemiss.go.
+func (p *Proxy) serveRangeMiss(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount, downloading bool) error {
+	if !downloading {
+		// The whole object, for the cache, if a download slot is free now.
+		_, _, _ = p.startDownload(context.WithoutCancel(r.Context()), fr, 0, false)
+	}
+	acct.set(CacheMiss, "origin")
+	rangeField, ifRange := r.Header.Get("Range"), r.Header.Get("If-Range")
+	return p.fetchOwnWith(w, r, fr, acct, func(h http.Header) {
+		h.Set("Range", rangeField)
+		if ifRange != "" {
+			h.Set("If-Range", ifRange)
+		}
+	}, func(resp *http.Response) {
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" || !ifRangeMatches(ifRange, resp.Header) {
+			return // a 206 already, an error, or the whole 200 that If-Range asks for
+		}
+		if br, ok := parseSingleRange(rangeField); ok {
+			if first, last, ok := br.resolve(resp.ContentLength); ok {
+				cutToRange(resp, first, last)
+			}
+		}
+	})
 }
 
 // serveOnlyIfCached answers an only-if-cached request (a peer's, or a
@@ -256,6 +307,14 @@ func (p *Proxy) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRe
 	if err := awaitDownload(w, r, d, started); err != nil {
 		return err
 	}
+	var starter *diskcache.Reader
+	if started {
+		starter = d.takeStarter()
+	}
+	if starter != nil && (d.revalidated || d.stale || d.err != nil || d.direct != nil) {
+		starter.Close()
+		starter = nil
+	}
 	if d.revalidated || d.stale {
 		rd, ok := p.lookup(r.Context(), &fr)
 		if !ok {
@@ -291,10 +350,27 @@ func (p *Proxy) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRe
 	// The object may have landed under a variant key (the response
 	// varies), which lookup finds through the URL's entry.
 	rd, ok := p.lookup(r.Context(), &fr)
+	if starter != nil {
+		if ok || (fr.varyIndex != "" && !acct.retried) {
+			starter.Close()
+		} else {
+			// The disk refused the object and its download relays it
+			// to the Readers it had: this one, opened for this request
+			// before the first byte (see download.starter).
+			rd, ok = starter, true
+		}
+	}
 	if ok && !started && !time.Now().Before(rd.Meta().Expires) {
 		// The download this request joined brought a response that was
 		// stale as it arrived: it answers the request that caused it only.
 		rd.Close()
+		return p.fetchOwn(w, r, fr, acct)
+	}
+	if !ok && !started && (d.relayed.Load() || acct.retried) {
+		// The disk refused the object, and the bytes this request would
+		// start with have gone by (or a second download it joined ended
+		// without an object): a copy of its own, uncached, this
+		// request's one origin fetch.
 		return p.fetchOwn(w, r, fr, acct)
 	}
 	if !ok && !acct.retried && (!started || fr.varyIndex != "") {
@@ -345,6 +421,9 @@ func awaitDownload(w http.ResponseWriter, r *http.Request, d *download, started 
 					if d.direct != nil {
 						d.direct.Body.Close()
 					}
+					if rd := d.takeStarter(); rd != nil {
+						rd.Close()
+					}
 				}()
 			}
 			return r.Context().Err()
@@ -374,6 +453,13 @@ func writeInterim(w http.ResponseWriter, ir interimResponse, sent []string) []st
 // response may not be shared (no-store, private, stale as it arrived). It
 // takes a download slot of its own: it is a download like any other.
 func (p *Proxy) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
+	return p.fetchOwnWith(w, r, fr, acct, nil, nil)
+}
+
+// fetchOwnWith is fetchOwn with hooks: adjust changes the request header
+// sent to the origin, shape the response before it is relayed (either
+// may be nil).
+func (p *Proxy) fetchOwnWith(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount, adjust func(http.Header), shape func(*http.Response)) error {
 	slot, err := p.slots.acquire(r.Context(), fr.originSlot(), p.clientKey(&fr), p.downloadWait)
 	if err != nil {
 		return p.fetchFailed(w, acct, err)
@@ -382,9 +468,12 @@ func (p *Proxy) fetchOwn(w http.ResponseWriter, r *http.Request, fr fetchRequest
 	defer rs.end()
 	ctx, cancel := context.WithCancel(withSlotHold(r.Context(), slot))
 	defer cancel()
-	resp, err := p.fetchFromOrigin(ctx, fr)
+	resp, err := p.fetchFromOriginWith(ctx, fr, adjust)
 	if err != nil {
 		return p.fetchFailed(w, acct, err)
+	}
+	if shape != nil {
+		shape(resp)
 	}
 	return p.serveDirect(w, r, resp, "origin", rs, cancel)
 }
