@@ -176,6 +176,15 @@ func (n *Node) evidenceSince(now time.Time) time.Time {
 // joins (after publishing and reading its locality hints), then every
 // ClusterInterval with ±10 % jitter so that nodes do not move in lockstep.
 // A node that has not joined yet still runs rounds on what it hears.
+//
+// A node alone in its cluster at some level looks again soon (aloneWait).
+// So does one that was not alone at its last round but has become alone
+// since, its cluster's other members having moved on: in a network
+// starting up, a node often joins the singleton of a neighbour (its own
+// site's, or the lowest ID) in the same second as that neighbour leaves
+// it for a larger cluster. Judged alone only at its rounds, the node
+// stayed in the abandoned cluster for a whole ClusterInterval, its site
+// split between clusters; the watch checks every aloneFirstRetry.
 func (n *Node) clusterLoop() {
 	defer n.wg.Done()
 	if !n.clusterable() {
@@ -185,7 +194,11 @@ func (n *Node) clusterLoop() {
 	hintsDue := time.Time{} // zero: not joined yet
 	t := time.NewTimer(n.nextRound())
 	defer t.Stop()
-	aloneWait := min(aloneFirstRetry, n.cfg.ClusterInterval)
+	firstRetry := min(aloneFirstRetry, n.cfg.ClusterInterval)
+	watch := time.NewTicker(firstRetry)
+	defer watch.Stop()
+	aloneWait := firstRetry
+	wasAlone := true // a node starts alone, in its own singletons
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -194,21 +207,40 @@ func (n *Node) clusterLoop() {
 			joined = nil
 			hintsDue = time.Now()
 		case <-t.C:
+		case <-watch.C:
+			if wasAlone || !n.aloneSomewhere() {
+				// A node still alone backs off on t; one with company
+				// waits for its round.
+				continue
+			}
 		}
 		if !hintsDue.IsZero() && !time.Now().Before(hintsDue) {
 			n.publishHints(n.ctx)
 			hintsDue = time.Now().Add(hintRefresh)
 		}
-		if n.clusterRound(n.ctx) {
+		if wasAlone = n.clusterRound(n.ctx); wasAlone {
 			// Alone at some level: look again soon, backing off to the
 			// normal interval while nobody near turns up.
 			t.Reset(aloneWait)
 			aloneWait = min(2*aloneWait, n.nextRound())
 		} else {
-			aloneWait = min(aloneFirstRetry, n.cfg.ClusterInterval)
+			aloneWait = firstRetry
 			t.Reset(n.nextRound())
 		}
 	}
+}
+
+// aloneSomewhere reports whether, at some level that may change cluster,
+// no other member of this node's cluster is known: what reconsider calls
+// alone, judged on the evidence as it is now.
+func (n *Node) aloneSomewhere() bool {
+	ev := n.peers.evidence(n.evidenceSince(time.Now()))
+	for _, lv := range n.levels[1:] {
+		if !lv.pinned && groupClusters(ev, lv.index, n.self.ID)[lv.info().ID] == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // aloneFirstRetry is how soon a node alone in its cluster at some level

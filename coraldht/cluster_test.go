@@ -731,3 +731,48 @@ func TestTraceTargetAndOwnHalf(t *testing.T) {
 		}
 	}
 }
+
+// TestStrandedNodeRejoinsSoon: a node whose only cluster-mate moves on
+// after the node's round (in a fleet starting up, a node joins its site
+// mate's singleton in the second the mate leaves it for a larger cluster)
+// is alone from then on. It must look again within about aloneFirstRetry,
+// as a node found alone at its round does, not wait out ClusterInterval
+// with its site split between two clusters (TestShort in eval/wan failed
+// so, 2 runs in 3).
+func TestStrandedNodeRejoinsSoon(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGroupNet(t, time.Millisecond, 100*time.Millisecond)
+		stranded := g.add(memAddr(1), 0, nil)
+		mate := g.add(memAddr(2), 0, nil)
+		// The cluster the mate moves to: pinned at its other member, so
+		// that the member itself never moves to the mates' cluster.
+		other := g.add(memAddr(3), 0, pin("other"))
+		abandoned := ClusterInfo{Level: 1, ID: ClusterIDFor("abandoned"), Created: time.Now()}
+		force(stranded, 1, abandoned)
+		force(mate, 1, abandoned)
+		bootstrapAll(t, other, mate, stranded)
+		// The first rounds: the two mates, twice as large as the pinned
+		// singleton as far as they know, stay together.
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if clusterOf(stranded, 1) != abandoned.ID || clusterOf(mate, 1) != abandoned.ID {
+			t.Fatalf("after the first rounds: %v and %v, want both in %v", clusterOf(stranded, 1).Short(), clusterOf(mate, 1).Short(), abandoned.ID.Short())
+		}
+		rounds := stranded.Stats().ClusterRounds
+		force(mate, 1, ClusterInfo{Level: 1, ID: ClusterIDFor("other"), Created: pinnedCreated})
+		// The stranded node hears of the move, as it would from the mate's
+		// next datagram.
+		if _, err := stranded.call(context.Background(), mate.self, &wire.Message{Type: wire.Ping}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * aloneFirstRetry)
+		synctest.Wait()
+		if got := clusterOf(stranded, 1); got != ClusterIDFor("other") {
+			t.Fatalf("%v after its mate left: still in %v (rounds %d → %d), want %v", 2*aloneFirstRetry, got.Short(),
+				rounds, stranded.Stats().ClusterRounds, ClusterIDFor("other").Short())
+		}
+		if d := DefaultConfig().ClusterInterval; 2*aloneFirstRetry >= d*9/10 {
+			t.Fatalf("the test waits %v, not less than the next periodic round (%v)", 2*aloneFirstRetry, d*9/10)
+		}
+	})
+}
