@@ -25,7 +25,18 @@ import (
 // servers: every client beside a proxy is soon answered with proxies of
 // its own level-2 cluster, and a flash crowd of every client on the 12
 // files fetches each file from the origin once.
+//
+// It runs only with CORAL_WAN_SHORT=1 (make wan-short), not in make test:
+// a flaky test is a defect, and this one still fails now and then in two
+// ways not yet understood (issue 39's notes): a client beside a proxy
+// answered from another level-2 cluster for the whole two minutes (about
+// one run in ten after the clustering fix of 2bf1c77; two in three
+// before), and one lab pair's RTT a few milliseconds above the matrix's
+// tolerance. Until both are found, CI does not depend on it.
 func TestShort(t *testing.T) {
+	if os.Getenv("CORAL_WAN_SHORT") == "" {
+		t.Skip("CORAL_WAN_SHORT=1 (make wan-short) runs the short wide-area form; it is out of make test while it flakes")
+	}
 	coredns := evaltest.LabBinary(t, "coredns", "unbound", "iptables-restore", "tc")
 	caddy := evaltest.LabBinary(t, "caddy")
 	missing := t.Skipf
