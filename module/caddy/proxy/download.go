@@ -102,6 +102,19 @@ func (d *download) askingPeers(peers []reference) {
 	}
 }
 
+// storedMeanwhile opens the object of a request whose lookup missed, if
+// it has been stored since.
+func (p *Proxy) storedMeanwhile(ctx context.Context, fr fetchRequest) (*diskcache.Reader, bool) {
+	if !fr.missing {
+		return nil, false
+	}
+	return p.store.GetContext(ctx, fr.key)
+}
+
+// errStoredMeanwhile says startDownload found the object stored once it
+// had a download slot: the caller looks it up again.
+var errStoredMeanwhile = errors.New("coral_proxy: stored while waiting for a download slot")
+
 // interimResponse is one 1xx response from the origin.
 type interimResponse struct {
 	status int
@@ -160,6 +173,16 @@ func (p *Proxy) startDownload(ctx context.Context, fr fetchRequest, wait time.Du
 		p.slots.release(slot) // another request started it meanwhile
 		if hold {
 			d.holders++
+		}
+		// A download of the key may have ended while this request waited for
+		// its slot (or between its lookup and now): it is stored, and a second
+		// fetch would ask the origin again. The store never calls back into
+		// the proxy, so asking it under p.mu is safe; without a stored copy
+		// (the common case) it is an index lookup.
+		if rd, ok := p.storedMeanwhile(ctx, fr); ok {
+			rd.Close()
+			p.slots.release(slot)
+			return nil, false, errStoredMeanwhile
 		}
 		return d, false, nil
 	}

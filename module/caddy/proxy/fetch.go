@@ -41,6 +41,9 @@ const (
 
 // fetchRequest is what a download needs from the request that started it.
 type fetchRequest struct {
+	// missing says the lookup found no stored object: a download started
+	// for it first makes sure none was stored meanwhile (startDownload).
+	missing bool
 	// key is the store key of the object fetched: baseKey, the URL's key,
 	// or one variant of it when the URL's responses vary (see lookup).
 	key, baseKey string

@@ -164,6 +164,7 @@ func (p *Proxy) serveMissing(w http.ResponseWriter, r *http.Request, fr *fetchRe
 	if rangeMiss(r, fr) {
 		return p.serveRangeMiss(w, r, *fr, acct, p.inflightFor(fr.key) != nil)
 	}
+	fr.missing = true
 	return p.download(w, r, *fr, acct)
 }
 
@@ -287,6 +288,13 @@ func notCached(w http.ResponseWriter, why string) error {
 // with Retry-After.
 func (p *Proxy) download(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount) error {
 	d, started, err := p.startDownload(r.Context(), fr, p.downloadWait, true)
+	if errors.Is(err, errStoredMeanwhile) {
+		fr.missing = false
+		if rd, ok := p.lookup(r.Context(), &fr); ok {
+			return p.serveFound(w, r, &fr, rd, acct)
+		}
+		d, started, err = p.startDownload(r.Context(), fr, p.downloadWait, true)
+	}
 	if err == nil {
 		defer p.letGo(d)
 	}
