@@ -33,7 +33,15 @@
 // whole network namespace: two servers in two containers that share the
 // host's network would look alike.
 //
-// The check reads a snapshot: two processes that start at the same
+// A reload closes listeners while the check runs (Caddy's admin API
+// closes its old listener in a goroutine of its own on every
+// configuration load), and a socket closed between reading the socket
+// table and reading this process's files would look like another
+// process's. So Check reads this process's files before and after the
+// table, and reports a conflict only when the same socket shows in three
+// snapshots in a row.
+//
+// The check reads snapshots: two processes that start at the same
 // instant may both pass. It is there for the operator who starts a second
 // node by hand or from a second unit, not as a lock.
 //

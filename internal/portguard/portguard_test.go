@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestOverlaps(t *testing.T) {
@@ -252,4 +253,52 @@ func FuzzParseTables(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCheckDuringReload: a reload binds new listeners beside the old ones
+// and closes the old ones while the new configuration starts (Caddy's
+// admin API closes its old listener in a goroutine of its own on every
+// configuration load). A listener this process closes while Check reads
+// the socket tables is still this process's: Check must never name it as
+// another's. Before Check read this process's files on both sides of the
+// table, a clean-clone CI run refused a key rotation's reload this way.
+func TestCheckDuringReload(t *testing.T) {
+	ln, err := listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.(net.Listener).Addr().(*net.TCPAddr).AddrPort()
+	stop := make(chan struct{})
+	replaced := make(chan int)
+	go func() {
+		n := 0
+		defer func() { replaced <- n }()
+		old := ln
+		for {
+			select {
+			case <-stop:
+				old.Close()
+				return
+			default:
+			}
+			next, err := listen("tcp", addr.String())
+			if err != nil {
+				t.Error(err)
+				old.Close()
+				return
+			}
+			old.Close()
+			old = next
+			n++
+		}
+	}()
+	var checks int
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) || checks < 200; checks++ {
+		if err := Check(TCP(addr)); err != nil {
+			t.Errorf("check %d, while this process replaces its own listener: %v", checks, err)
+			break
+		}
+	}
+	close(stop)
+	t.Logf("%d checks while the listener was replaced %d times", checks, <-replaced)
 }

@@ -29,21 +29,78 @@ func check(proc string, socks []Socket) error {
 	if len(socks) == 0 {
 		return nil
 	}
+	// A conflict counts when the same socket (inode) shows in every
+	// snapshot.
+	var seen map[uint64]bool
+	for i := range recheckTimes {
+		table, mine, err := snapshot(proc)
+		if err != nil {
+			return err
+		}
+		now := make(map[uint64]bool)
+		for _, e := range table {
+			if i == 0 || seen[e.inode] {
+				now[e.inode] = true
+			}
+		}
+		w, other, found := conflict(socks, onlyInodes(table, now), mine)
+		if !found {
+			return nil
+		}
+		if i == recheckTimes-1 {
+			e := &InUseError{Socket: w, Other: other.sock}
+			e.PID, e.Command = socketOwner(proc, other.inode)
+			return e
+		}
+		seen = now
+	}
+	return nil
+}
+
+// recheckTimes is how many snapshots must all show the same conflicting
+// socket before Check reports it. A socket this process opens and closes
+// while one snapshot is taken shows in the socket table under an inode
+// no longer among its files (a reload replaces its listeners); another
+// process's listener is still there, under the same inode, the next
+// times.
+const recheckTimes = 3
+
+// onlyInodes is the entries of table whose inodes keep holds.
+func onlyInodes(table []entry, keep map[uint64]bool) []entry {
+	var out []entry
+	for _, e := range table {
+		if keep[e.inode] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// snapshot reads the machine's serving sockets and the inodes of this
+// process's sockets. The process's open files are read before and after
+// the table, and a socket counts as its own when it is among either: a
+// reload closes listeners while the table is read (Caddy's admin API
+// closes its old listener on every configuration load), and a listener
+// closed between the table and a single read of the files would look
+// like another process's.
+func snapshot(proc string) ([]entry, map[uint64]bool, error) {
+	fdDir := filepath.Join(proc, "self", "fd")
+	before, err := socketInodes(fdDir)
+	if err != nil {
+		return nil, nil, err
+	}
 	table, err := machineSockets(proc)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	mine, err := socketInodes(filepath.Join(proc, "self", "fd"))
+	after, err := socketInodes(fdDir)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	w, other, found := conflict(socks, table, mine)
-	if !found {
-		return nil
+	for n := range after {
+		before[n] = true
 	}
-	e := &InUseError{Socket: w, Other: other.sock}
-	e.PID, e.Command = socketOwner(proc, other.inode)
-	return e
+	return table, before, nil
 }
 
 // socketsOf lists the serving sockets of process pid ("self": this one).
