@@ -156,3 +156,37 @@ func TestClientPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestChargeBytes: a client's downloads charge their bytes to its share
+// until it is spent; a refused charge charges nothing; the bytes come
+// back with the slot; a download without a client is not bounded.
+func TestChargeBytes(t *testing.T) {
+	s := newDownloadSlots(slotBounds{total: 8, perOrigin: 8, perAddress: 8, perClient: 8, perClientAll: 8, perClientBytes: 100})
+	ctx := context.Background()
+	a, _ := s.acquire(ctx, "o", "c", 0)
+	b, _ := s.acquire(ctx, "o", "c", 0)
+	bg, _ := s.acquire(ctx, "o", "", 0)
+	if !s.chargeBytes(a, 60) || !s.chargeBytes(b, 40) {
+		t.Fatal("charges within the share refused")
+	}
+	if s.chargeBytes(b, 1) {
+		t.Error("a charge past the share accepted")
+	}
+	if !s.chargeBytes(bg, 1<<30) {
+		t.Error("a download without a client was bounded")
+	}
+	if n := s.clientBytes("c"); n != 100 {
+		t.Errorf("client charged %d bytes, want 100", n)
+	}
+	s.release(a)
+	if n := s.clientBytes("c"); n != 40 {
+		t.Errorf("after one download ended the client is charged %d bytes, want 40", n)
+	}
+	if !s.chargeBytes(b, 60) || s.chargeBytes(b, 1) {
+		t.Error("the bytes given back with a slot were not there to charge again, or too many were")
+	}
+	s.release(b)
+	if n := s.clientBytes("c"); n != 0 {
+		t.Errorf("after its downloads ended the client is charged %d bytes", n)
+	}
+}

@@ -370,6 +370,15 @@ func (p *Proxy) keep(ctx context.Context, fr fetchRequest, d *download, resp *ht
 // and the object is dropped.
 func (p *Proxy) storeBody(ctx context.Context, d *download, resp *http.Response, key string, meta *diskcache.Meta, now time.Time, readyOnce func()) bool {
 	p.storingAs(d, key)
+	// A body of known length is charged to the client's share of the
+	// cache whole, before any of it is written; one of unknown length as
+	// it arrives (relayWatch.charge).
+	known := resp.ContentLength >= 0
+	if known && !p.slots.chargeBytes(d.slot, resp.ContentLength) {
+		p.logger.Debug("not caching: the client's downloads hold their share of the cache", zap.String("url", meta.Extra["url"]))
+		d.direct = resp
+		return false
+	}
 	w, err := p.store.Create(key, *meta)
 	if err != nil {
 		// The cache cannot take it (full of downloads, or too large): the
@@ -385,10 +394,14 @@ func (p *Proxy) storeBody(ctx context.Context, d *download, resp *http.Response,
 		}
 	}
 	readyOnce()
-	n, err := io.Copy(&relayWatch{w: w, onRelay: func() {
+	rw := &relayWatch{w: w, onRelay: func() {
 		d.relayed.Store(true)
 		p.finish(d)
-	}}, &countingReader{r: resp.Body, n: &d.received})
+	}}
+	if !known {
+		rw.charge = func(n int) bool { return p.slots.chargeBytes(d.slot, int64(n)) }
+	}
+	n, err := io.Copy(rw, &countingReader{r: resp.Body, n: &d.received})
 	resp.Body.Close()
 	if ib, ok := resp.Body.(*idleTimeoutBody); ok && err != nil && ib.fired.Load() {
 		err = fmt.Errorf("no data for %s after %d bytes", ib.timeout, n)
@@ -463,12 +476,24 @@ func (p *Proxy) publish(fr fetchRequest, status int, expires time.Time) {
 // in-flight table at once (onRelay): the readers it has get the rest of
 // the body, but a request that comes later could not (the bytes it would
 // start with are gone), so it starts its own download instead of joining.
+//
+// charge, when set, charges each write to the download's client (its
+// share of the cache, downloadSlots.chargeBytes) and fails the download
+// with errClientBytes when the share is spent.
 type relayWatch struct {
 	w       *diskcache.Writer
 	onRelay func()
+	charge  func(n int) bool
 }
 
+// errClientBytes ends a download of unknown length whose client's
+// downloads would hold more than their share of the cache.
+var errClientBytes = errors.New("coral_proxy: the client's downloads in progress hold their share of the cache")
+
 func (rw *relayWatch) Write(p []byte) (int, error) {
+	if rw.charge != nil && !rw.charge(len(p)) {
+		return 0, errClientBytes
+	}
 	n, err := rw.w.Write(p)
 	if rw.onRelay != nil && rw.w.Relaying() {
 		rw.onRelay()

@@ -105,13 +105,16 @@ func New(c Config) (*Proxy, error) {
 		return nil, errors.New("coral proxy: Config.Store is required")
 	}
 	forward, _ := ForwardFields(c.ForwardFields)
+	st := c.Store.Stats()
+	bounds := slotBoundsOf(&c)
+	bounds.perClientBytes = clientBytesShare(st.MaxBytes, st.MaxObjectBytes)
 	p := &Proxy{
 		failures:      newOriginFailures(3, 30*time.Second),
 		targets:       newTargetCache(),
 		httpsUpgrades: newHTTPSUpgrades(maxRemembered),
 		tooLarge:      newBoundedMap[time.Time](maxRemembered),
 		purged:        newBoundedMap[time.Time](maxRemembered),
-		slots:         newDownloadSlots(slotBoundsOf(&c)),
+		slots:         newDownloadSlots(bounds),
 		inflight:      make(map[string]*download),
 	}
 	// The guard's own addresses include the proxy's (advertisedAddrs).
@@ -125,7 +128,7 @@ func New(c Config) (*Proxy, error) {
 		scheme: "http", guard: guard, peerGuard: originGuard{allow: c.AllowPeers}, forward: forward,
 		maxDownloads: c.MaxDownloads, maxDownloadsPerOrigin: c.MaxDownloadsPerOrigin, maxDownloadsPerClient: c.MaxDownloadsPerClient,
 		downloadWait: c.DownloadWait, downloadTimeout: c.DownloadTimeout,
-		maxObject: c.Store.Stats().MaxObjectBytes, peerRetryJitter: c.PeerRetryJitter,
+		maxObject: st.MaxObjectBytes, peerRetryJitter: c.PeerRetryJitter,
 		metrics: c.Metrics, fetched: c.Fetched, abuse: c.Abuse, clientAddr: c.ClientAddr,
 		clientPrefixV4: c.ClientPrefixV4, clientPrefixV6: c.ClientPrefixV6,
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"os"
@@ -71,7 +72,7 @@ func resourceTable() []resourceRow {
 			"Download bytes in flight, written to disk",
 			"`cache_size`, charged as they arrive",
 			"`max_object_size` per download",
-			fmt.Sprintf("%d downloads of `max_object_size`", b.perClientAll),
+			fmt.Sprintf("1/%d of `cache_size` over all origins, at least `max_object_size`", clientShareDivisor),
 			"the download ends (kept or dropped)",
 		}, exerciseBytesInFlight},
 	}
@@ -325,8 +326,11 @@ func exerciseWaiting(t *testing.T) {
 }
 
 // exerciseBytesInFlight: a download beyond max_object_size is cut off
-// and not stored, so one download holds at most that much of the cache.
+// and not stored, so one download holds at most that much of the cache;
+// one client's downloads together hold at most its share of the cache
+// (exerciseClientBytes).
 func exerciseBytesInFlight(t *testing.T) {
+	t.Run("one client's share", exerciseClientBytes)
 	o := newSlowBigOrigin(t)
 	o.open()
 	p := startLocalProxy(t, 4<<20, func(c *Config, so *diskcache.Options) { so.MaxObjectBytes = slowBigSize / 2 })
@@ -335,5 +339,46 @@ func exerciseBytesInFlight(t *testing.T) {
 	p.idle(t)
 	if st := p.store.Stats(); st.Entries != 0 || st.WritingBytes != 0 {
 		t.Errorf("an object over max_object_size: %d, stored %d, writing %d bytes", resp.StatusCode, st.Entries, st.WritingBytes)
+	}
+}
+
+// exerciseClientBytes: with a 16 MiB cache and max_object_size 1 MiB, a
+// client's downloads may hold 2 MiB in flight (an eighth, at least one
+// object). One client starts three slow 1 MiB downloads: the first two
+// are cached, the third is relayed to it uncached; another client's
+// download is cached beside them. Every client gets its whole body.
+func exerciseClientBytes(t *testing.T) {
+	o := newSlowBigOrigin(t)
+	p := startLocalProxy(t, 16<<20, func(c *Config, so *diskcache.Options) { so.MaxObjectBytes = slowBigSize })
+	if got, want := p.px.slots.b.perClientBytes, int64(2*slowBigSize); got != want {
+		t.Fatalf("a client's share of a 16 MiB cache: %d bytes, want %d", got, want)
+	}
+	type open struct {
+		from, path string
+		resp       *http.Response
+	}
+	opens := []*open{{"127.0.0.5", "/one", nil}, {"127.0.0.5", "/two", nil}, {"127.0.0.5", "/three", nil}, {"127.0.0.6", "/other", nil}}
+	for _, op := range opens {
+		resp, cancel := p.openFrom(t, op.from, o.coralHost(), op.path)
+		defer cancel()
+		op.resp = resp
+	}
+	if n := p.px.slots.clientBytes("127.0.0.5/32"); n != 2*slowBigSize {
+		t.Errorf("the client's downloads hold %d bytes in flight, want %d", n, 2*slowBigSize)
+	}
+	o.open()
+	for _, op := range opens {
+		body, err := io.ReadAll(op.resp.Body)
+		op.resp.Body.Close()
+		if err != nil || len(body) != slowBigSize {
+			t.Errorf("%s from %s: %d bytes, %v", op.path, op.from, len(body), err)
+		}
+	}
+	p.idle(t)
+	if st := p.store.Stats(); st.Entries != 3 {
+		t.Errorf("%d objects cached, want 3 (the client's first two and the other client's)", st.Entries)
+	}
+	if n := p.px.slots.clientBytes("127.0.0.5/32"); n != 0 {
+		t.Errorf("%d bytes still charged to the client after its downloads ended", n)
 	}
 }

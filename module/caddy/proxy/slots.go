@@ -109,6 +109,23 @@ type slotBounds struct {
 	// perClientAll is per client over every origin, and also bounds the
 	// requests of one client waiting for a slot.
 	perClientAll int
+	// perClientBytes bounds the bytes one client's downloads write into
+	// the cache at once, over every origin (0: no bound): its share of
+	// cache_size (clientBytesShare).
+	perClientBytes int64
+}
+
+// clientBytesShare is the bytes in flight one client's downloads may
+// hold: the same eighth of the cache that its download slots are of all
+// the slots, and at least one object of max_object_size, so that one
+// download of the largest object a client may start always fits. Without
+// it a client's 32 downloads could each grow to max_object_size (4 GiB by
+// default against a 1 GiB cache) and evict everyone else's objects.
+func clientBytesShare(cacheBytes, maxObject int64) int64 {
+	if cacheBytes <= 0 {
+		return 0
+	}
+	return max(cacheBytes/clientShareDivisor, maxObject)
 }
 
 // slotBoundsOf is c's bounds, the shares c leaves 0 derived from
@@ -157,6 +174,9 @@ type downloadSlots struct {
 	byAddr      map[netip.Addr]int
 	byClient    map[clientOrigin]int
 	byClientAll map[string]int
+	// bytes counts, per client, the bytes its downloads have charged
+	// (chargeBytes) and not yet given back.
+	bytes map[string]int64
 	// waiting counts, per client, the requests waiting for a slot.
 	waiting map[string]int
 	// freed is closed (and replaced) whenever a slot is released or a
@@ -176,6 +196,8 @@ type slotHold struct {
 	// given back (a late bindAddr then counts nothing).
 	addr     netip.Addr
 	released bool
+	// bytes is what the download charged to its client (chargeBytes).
+	bytes int64
 }
 
 // relaySlot is the download slot of an uncached relay: taken like any
@@ -202,7 +224,7 @@ type clientOrigin struct{ client, origin string }
 func newDownloadSlots(b slotBounds) *downloadSlots {
 	return &downloadSlots{b: b,
 		byOrigin: make(map[string]int), byAddr: make(map[netip.Addr]int), byClient: make(map[clientOrigin]int),
-		byClientAll: make(map[string]int), waiting: make(map[string]int), freed: make(chan struct{}),
+		byClientAll: make(map[string]int), bytes: make(map[string]int64), waiting: make(map[string]int), freed: make(chan struct{}),
 		relays: make(map[*relaySlot]struct{})}
 }
 
@@ -409,9 +431,44 @@ func (s *downloadSlots) releaseLocked(h *slotHold) {
 	if h.client != "" {
 		decrement(s.byClient, clientOrigin{h.client, h.origin})
 		decrement(s.byClientAll, h.client)
+		if h.bytes > 0 {
+			if s.bytes[h.client] -= h.bytes; s.bytes[h.client] <= 0 {
+				delete(s.bytes, h.client)
+			}
+		}
 	}
 	s.unbindLocked(h)
 	s.wakeLocked()
+}
+
+// chargeBytes charges n more bytes written into the cache by the
+// download holding h to its client, and reports whether the client's
+// downloads stay within perClientBytes; when they would not, it charges
+// nothing. The bytes are given back with the slot. A download without a
+// client (a background refresh) or a slot already given back is not
+// charged.
+func (s *downloadSlots) chargeBytes(h *slotHold, n int64) bool {
+	if s == nil || h == nil || h.client == "" || s.b.perClientBytes <= 0 {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h.released {
+		return true
+	}
+	if s.bytes[h.client]+n > s.b.perClientBytes {
+		return false
+	}
+	s.bytes[h.client] += n
+	h.bytes += n
+	return true
+}
+
+// clientBytes is what client's downloads have charged (chargeBytes).
+func (s *downloadSlots) clientBytes(client string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes[client]
 }
 
 // decrement counts one less of k in m, deleting it at 0.
