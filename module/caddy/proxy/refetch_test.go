@@ -26,14 +26,21 @@ import (
 // refused them.) The proxies' retry delays are fixed and apart, as the
 // random ones almost always are: their own random delay is off
 // (PeerRetryJitter 0), and their DSHT view (testDHT) holds each round's
-// put+get on the URL's key for the proxy's delay.
+// put+get on the URL's key for the proxy's delay. "Apart" means longer
+// than a whole retry round: a round is two put+gets, each of which may
+// wait out the dead node's 500 ms RPC timeouts (retryTestConfig), and on
+// a loaded machine more. With delays of 400 and 800 ms a clean-clone CI
+// run saw the third retrier's round overlap the first's and both go to
+// the origin (3 fetches); rounds that overlap are what "blind, at once"
+// tests, with the retry key alone deciding.
 func TestDownloaderDiesWithWaitingPeers(t *testing.T) {
+	const apart = 2 * time.Second
 	// Whether the proxy with the lowest address retries first or last.
 	t.Run("lowest first", func(t *testing.T) {
-		downloaderDies(t, []time.Duration{0, 0, 400 * time.Millisecond, 800 * time.Millisecond}, false)
+		downloaderDies(t, []time.Duration{0, 0, apart, 2 * apart}, false)
 	})
 	t.Run("lowest last", func(t *testing.T) {
-		downloaderDies(t, []time.Duration{0, 800 * time.Millisecond, 400 * time.Millisecond, 0}, false)
+		downloaderDies(t, []time.Duration{0, 2 * apart, apart, 0}, false)
 	})
 	// The proxies' put+gets on the URL's key name only the downloader
 	// (a get answers with the first values it finds: after a partition
@@ -41,7 +48,7 @@ func TestDownloaderDiesWithWaitingPeers(t *testing.T) {
 	// do not see one another there; the retry key still makes one of
 	// them the downloader. Without it each went to the origin.
 	t.Run("blind, apart", func(t *testing.T) {
-		downloaderDies(t, []time.Duration{0, 0, 400 * time.Millisecond, 800 * time.Millisecond}, true)
+		downloaderDies(t, []time.Duration{0, 0, apart, 2 * apart}, true)
 	})
 	t.Run("blind, at once", func(t *testing.T) {
 		downloaderDies(t, []time.Duration{0, 0, 0, 0}, true)
