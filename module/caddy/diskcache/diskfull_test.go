@@ -361,3 +361,51 @@ func TestCommitDiskErrorRelays(t *testing.T) {
 		t.Errorf("DiskWriteErrors %d, Entries %d; want 1, 0", st.DiskWriteErrors, st.Entries)
 	}
 }
+
+// TestRelayAsked: a caller that will not have a write stored (Relay)
+// gets what a full disk gives: the reader already there gets the whole
+// body, the key is no longer found, and Commit returns ErrNotStored
+// wrapping the caller's cause.
+func TestRelayAsked(t *testing.T) {
+	s := openStore(t, testOptions(t, 1<<30))
+	body := randomBody(3*relayWindow/2, 7)
+	m := testMeta(string(body))
+	w, err := s.Create("k", m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	r, ok := s.Get("k")
+	if !ok {
+		t.Fatal("no reader for the write in progress")
+	}
+	defer r.Close()
+	got := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(r)
+		got <- b
+	}()
+	half := len(body) / 3
+	if _, err := w.Write(body[:half]); err != nil {
+		t.Fatal(err)
+	}
+	cause := errors.New("the caller's reason")
+	w.Relay(cause)
+	w.Relay(cause) // a second time does nothing
+	if !w.Relaying() {
+		t.Fatal("Relaying() false after Relay")
+	}
+	if r2, ok := s.Get("k"); ok {
+		r2.Close()
+		t.Error("Get found a relayed write")
+	}
+	if _, err := w.Write(body[half:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(m); !errors.Is(err, ErrNotStored) || !errors.Is(err, cause) {
+		t.Fatalf("Commit: %v, want ErrNotStored wrapping the cause", err)
+	}
+	if b := <-got; !bytes.Equal(b, body) {
+		t.Errorf("the reader got %d bytes, want the %d written", len(b), len(body))
+	}
+}

@@ -56,11 +56,32 @@ var errInRelay = errors.New("diskcache: in the relay window")
 // it.
 func (w *Writer) Relaying() bool { return w.relaying.Load() }
 
+// Relay turns w into a relay, as a full disk does, because the caller
+// will not have its bytes stored (cause says why; Commit then returns
+// ErrNotStored wrapping it): the bytes written so far stay in the file
+// for w's Readers, the rest goes through the relay window. It does
+// nothing once w is relaying or has ended.
+func (w *Writer) Relay(cause error) {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if w.usableLocked() != nil || w.relaying.Load() {
+		return
+	}
+	w.beginRelayLocked(cause)
+}
+
 // startRelayLocked turns w (writing, under wmu) into a relay because
 // cause kept its bytes from the disk; the file keeps what it has. The
 // Writer leaves the index, its space counted as removed until its file
 // is unlinked and its Readers close (held.go).
 func (w *Writer) startRelayLocked(cause error) {
+	w.beginRelayLocked(cause)
+	w.s.log.Warn("diskcache: write not stored; relaying it to its readers", "key", w.key, "written", w.n, "err", cause)
+}
+
+// beginRelayLocked is startRelayLocked without the log line: Relay's
+// caller decides whether its cause is worth one.
+func (w *Writer) beginRelayLocked(cause error) {
 	s := w.s
 	s.mu.Lock()
 	s.detachLocked(w, cause)
@@ -71,7 +92,6 @@ func (w *Writer) startRelayLocked(cause error) {
 	w.relaying.Store(true)
 	w.wakeLocked()
 	w.mu.Unlock()
-	s.log.Warn("diskcache: write not stored; relaying it to its readers", "key", w.key, "written", w.n, "err", cause)
 }
 
 // relayWrite hands p to the Readers through the window.

@@ -433,6 +433,11 @@ func (p *Proxy) storeBody(ctx context.Context, d *download, resp *http.Response,
 		p.fetched(Fetch{URL: meta.Extra["url"], Source: meta.Extra["source"], Status: resp.StatusCode, Bytes: n, Took: time.Since(now)})
 	}
 	if err := w.Commit(*meta); err != nil {
+		if errors.Is(err, errClientBytes) {
+			d.relayed.Store(true)
+			p.logger.Debug("not cached: the client's downloads hold their share of the cache; relayed uncached", zap.String("url", meta.Extra["url"]))
+			return false
+		}
 		if errors.Is(err, diskcache.ErrNotStored) {
 			d.relayed.Store(true)
 			// The disk would not take it: its readers got it whole,
@@ -478,21 +483,23 @@ func (p *Proxy) publish(fr fetchRequest, status int, expires time.Time) {
 // start with are gone), so it starts its own download instead of joining.
 //
 // charge, when set, charges each write to the download's client (its
-// share of the cache, downloadSlots.chargeBytes) and fails the download
-// with errClientBytes when the share is spent.
+// share of the cache, downloadSlots.chargeBytes); once the share is spent
+// the download is relayed to its readers, not stored (errClientBytes).
 type relayWatch struct {
 	w       *diskcache.Writer
 	onRelay func()
 	charge  func(n int) bool
 }
 
-// errClientBytes ends a download of unknown length whose client's
-// downloads would hold more than their share of the cache.
+// errClientBytes is why a download of unknown length whose client's
+// downloads would hold more than their share of the cache is relayed
+// rather than stored.
 var errClientBytes = errors.New("coral_proxy: the client's downloads in progress hold their share of the cache")
 
 func (rw *relayWatch) Write(p []byte) (int, error) {
 	if rw.charge != nil && !rw.charge(len(p)) {
-		return 0, errClientBytes
+		rw.charge = nil
+		rw.w.Relay(errClientBytes)
 	}
 	n, err := rw.w.Write(p)
 	if rw.onRelay != nil && rw.w.Relaying() {

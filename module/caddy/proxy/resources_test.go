@@ -366,6 +366,21 @@ func exerciseClientBytes(t *testing.T) {
 	if n := p.px.slots.clientBytes("127.0.0.5/32"); n != 2*slowBigSize {
 		t.Errorf("the client's downloads hold %d bytes in flight, want %d", n, 2*slowBigSize)
 	}
+	// A body of unknown length, while the share is spent: relayed
+	// whole, not stored.
+	chunked := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		for range 16 {
+			w.Write(make([]byte, 4096))
+			w.(http.Flusher).Flush()
+		}
+	})
+	resp, cancel := p.openFrom(t, "127.0.0.5", chunked.coralHost(), "/chunked")
+	body, err := io.ReadAll(resp.Body)
+	cancel()
+	if err != nil || len(body) != 16*4096 || resp.ContentLength >= 0 {
+		t.Errorf("a body of unknown length past the client's share: %d bytes (Content-Length %d), %v", len(body), resp.ContentLength, err)
+	}
 	o.open()
 	for _, op := range opens {
 		body, err := io.ReadAll(op.resp.Body)
