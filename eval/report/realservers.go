@@ -313,6 +313,30 @@ func init() {
 		}
 		return table([]string{"class", "requests", "origin fetches", "peak RSS over idle", "peak disk (unlinked)", "honest canary failures, p99", "victims changed", "verdict"}, rows), nil
 	})
+
+	// hostile.held CLASS: the most download slots one client held at once
+	// in CLASS, and its share ("32 (its share: 32)").
+	register("hostile.held", func(c *results, args []string) (string, error) {
+		if len(args) != 1 {
+			return "", fmt.Errorf("hostile.held takes a class")
+		}
+		var r struct {
+			Results []struct {
+				Class string `json:"class"`
+				Held  *int   `json:"peak_held"`
+				Bound int    `json:"held_bound"`
+			} `json:"results"`
+		}
+		if err := c.load("hostile.json", &r); err != nil {
+			return "", err
+		}
+		for _, x := range r.Results {
+			if x.Class == args[0] && x.Held != nil {
+				return fmt.Sprintf("%d (its share: %d)", *x.Held, x.Bound), nil
+			}
+		}
+		return "", fmt.Errorf("hostile.json has no slots held for class %q", args[0])
+	})
 }
 
 func pctAny(v any) string {
