@@ -125,6 +125,7 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    blacklist      FILE [POLL]
 //	    rate_limit     PER_SECOND BURST | off
 //	    bandwidth_budget SIZE [per DURATION]
+//	    bandwidth_share fair|node    # default fair: max-min among origins
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive name
@@ -420,6 +421,17 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		}
 		h.BandwidthWindow, err = o.positiveDuration(o.args[2])
 		return err
+	},
+	"bandwidth_share": func(h *Handler, o optionArgs) error {
+		v, err := o.one()
+		if err != nil {
+			return err
+		}
+		if v != bandwidthShareFair && v != bandwidthShareNode {
+			return o.d.Errf("bandwidth_share: want fair or node, got %q", v)
+		}
+		h.BandwidthShare = v
+		return nil
 	},
 	"peer_address": func(h *Handler, o optionArgs) error {
 		v, err := o.one()

@@ -187,6 +187,12 @@ type Handler struct {
 	// the origin with "coral-no-serve" in the query. Default: no budget.
 	BandwidthBudget int64          `json:"bandwidth_budget,omitempty"`
 	BandwidthWindow caddy.Duration `json:"bandwidth_window,omitempty"`
+	// BandwidthShare is how the budget is shared: "fair" (the default)
+	// shares it max-min fairly among origins, counted by origin address,
+	// so that the hottest origin's clients are redirected first and a
+	// small site keeps being served; "node" is one counter for the node,
+	// every origin redirected once it is used up.
+	BandwidthShare string `json:"bandwidth_share,omitempty"`
 
 	app      *App
 	store    *diskcache.Store
@@ -416,6 +422,11 @@ func (h *Handler) Validate() error {
 	if h.MaxObjects < 0 || h.MaxDownloads < 0 || h.MaxDownloadsPerOrigin < 0 || h.MaxDownloadsPerClient < 0 {
 		return errors.New("coral_proxy: max_objects and max_downloads must be positive")
 	}
+	switch h.BandwidthShare {
+	case "", bandwidthShareFair, bandwidthShareNode:
+	default:
+		return fmt.Errorf("coral_proxy: bandwidth_share %q: want fair or node", h.BandwidthShare)
+	}
 	return nil
 }
 
@@ -560,6 +571,12 @@ func (h *Handler) idleWrites(w http.ResponseWriter, r *http.Request) (http.Respo
 	return iw, iw.HandlerDone
 }
 
+// The values of Handler.BandwidthShare.
+const (
+	bandwidthShareFair = "fair"
+	bandwidthShareNode = "node"
+)
+
 // provisionAbuse sets up the blacklist, the rate limit and the budget.
 func (h *Handler) provisionAbuse() error {
 	logger := h.logger
@@ -571,10 +588,12 @@ func (h *Handler) provisionAbuse() error {
 		Burst:         h.RateBurst,
 		BudgetBytes:   h.BandwidthBudget,
 		BudgetWindow:  time.Duration(h.BandwidthWindow),
+		BudgetPerNode: h.BandwidthShare == bandwidthShareNode,
 	})
 	if err != nil {
 		return err
 	}
+	a.OnBudget = countBudgetDecision
 	h.abuse = a
 	return nil
 }
