@@ -126,6 +126,7 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    rate_limit     PER_SECOND BURST | off
 //	    bandwidth_budget SIZE [per DURATION]
 //	    bandwidth_share fair|node    # default fair: max-min among origins
+//	    load_requests  N             # requests in flight that count as full; default 1024
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive name
@@ -297,6 +298,7 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 	"max_objects":           positiveOption(func(h *Handler) *int { return &h.MaxObjects }),
 	"max_client_downloads":  positiveOption(func(h *Handler) *int { return &h.MaxClientDownloads }),
 	"max_address_downloads": positiveOption(func(h *Handler) *int { return &h.MaxDownloadsPerAddress }),
+	"load_requests":         positiveOption(func(h *Handler) *int { return &h.LoadRequests }),
 	"forward_fields": func(h *Handler, o optionArgs) error {
 		if len(o.args) == 0 {
 			return o.d.Errf("forward_fields needs at least one field name")

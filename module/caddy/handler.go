@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -194,6 +195,12 @@ type Handler struct {
 	// every origin redirected once it is used up.
 	BandwidthShare string `json:"bandwidth_share,omitempty"`
 
+	// LoadRequests is how many requests in flight count as a full proxy,
+	// for the load this node publishes to the DNS servers (which stop
+	// handing out a proxy whose load reaches their load_threshold).
+	// Default 1024.
+	LoadRequests int `json:"load_requests,omitempty"`
+
 	app      *App
 	store    *diskcache.Store
 	refs     *proxy.References // the store's
@@ -202,6 +209,9 @@ type Handler struct {
 	metrics  *proxyMetrics
 	abuse    *abuse.Controls
 	logger   *zap.Logger
+	// inflight counts the requests the proxy is serving, for the load
+	// (a pointer: Caddy copies the module value).
+	inflight *atomic.Int64
 }
 
 // CaddyModule returns the Caddy module information.
@@ -235,6 +245,7 @@ var validating = len(os.Args) > 1 && os.Args[1] == "validate"
 // and builds the proxy.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
+	h.inflight = new(atomic.Int64)
 	app, err := ctx.App("coral")
 	if err != nil {
 		return fmt.Errorf("coral_proxy needs the coral app (the coral global option): %w", err)
@@ -422,6 +433,9 @@ func (h *Handler) Validate() error {
 	if h.MaxObjects < 0 || h.MaxDownloads < 0 || h.MaxDownloadsPerOrigin < 0 || h.MaxDownloadsPerClient < 0 {
 		return errors.New("coral_proxy: max_objects and max_downloads must be positive")
 	}
+	if h.LoadRequests < 0 {
+		return errors.New("coral_proxy: load_requests must be positive")
+	}
 	switch h.BandwidthShare {
 	case "", bandwidthShareFair, bandwidthShareNode:
 	default:
@@ -454,6 +468,10 @@ func (h *Handler) Cleanup() error {
 // for complete.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	iw, done := h.idleWrites(w, r)
+	if c := h.inflight; c != nil {
+		c.Add(1)
+		defer c.Add(-1)
+	}
 	err := h.proxy.ServeHTTP(iw, r)
 	done()
 	switch {

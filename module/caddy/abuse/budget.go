@@ -192,3 +192,11 @@ func (b *Budget) LearnAddress(origin string, addr netip.Addr) {
 		b.addrs.learn(origin, addr)
 	}
 }
+
+// Limit is the budget's bytes per window (0 for a nil budget).
+func (b *Budget) Limit() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.limit
+}

@@ -106,7 +106,7 @@ type shareTable struct {
 	accounts map[string]*account
 	// level is c in bytes (a fresh table: the whole budget).
 	level     atomic.Int64
-	computing sync.Mutex // held while c is recomputed; TryLock'ed
+	computing sync.Mutex   // held while c is recomputed; TryLock'ed
 	computed  atomic.Int64 // UnixNano of the last computation
 	charged   atomic.Int64 // bytes charged since the last computation
 }

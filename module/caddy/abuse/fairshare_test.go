@@ -16,15 +16,15 @@ func TestFairLevel(t *testing.T) {
 		want      int64
 	}{
 		{[]int64{0}, 1000, 1000},
-		{[]int64{600}, 1000, 1000},             // alone: the whole budget
-		{[]int64{0, 0}, 1000, 500},             // two idle: half each
-		{[]int64{900, 10}, 1000, 100},          // the hot one spent 900: the small one may reach 100
-		{[]int64{600, 0}, 1000, 400},           // hot at 600 is over its share of 400
-		{[]int64{400, 300, 0}, 1000, 300},      // 400 + 300 + 300
-		{[]int64{100, 100, 100}, 1000, 333},    // all below: equal thirds
-		{[]int64{700, 400}, 1000, 0},           // used more than remains: nobody
-		{[]int64{500, 500}, 1000, 500},         // exactly spent
-		{[]int64{50, 950, 10, 20}, 2000, 350},  // 3·350 + 950
+		{[]int64{600}, 1000, 1000},            // alone: the whole budget
+		{[]int64{0, 0}, 1000, 500},            // two idle: half each
+		{[]int64{900, 10}, 1000, 100},         // the hot one spent 900: the small one may reach 100
+		{[]int64{600, 0}, 1000, 400},          // hot at 600 is over its share of 400
+		{[]int64{400, 300, 0}, 1000, 300},     // 400 + 300 + 300
+		{[]int64{100, 100, 100}, 1000, 333},   // all below: equal thirds
+		{[]int64{700, 400}, 1000, 0},          // used more than remains: nobody
+		{[]int64{500, 500}, 1000, 500},        // exactly spent
+		{[]int64{50, 950, 10, 20}, 2000, 350}, // 3·350 + 950
 	} {
 		used := append([]int64(nil), tc.used...)
 		got := fairLevel(used, tc.remaining)
