@@ -110,6 +110,45 @@ func (p *previousNode) do(cmd string) string {
 	return p.out.Text()
 }
 
+// networkKey writes a new network key file and returns it with the key.
+func networkKey(t *testing.T) (string, *coraldht.Key) {
+	t.Helper()
+	keyFile := filepath.Join(t.TempDir(), "network.key")
+	if err := coraldht.WriteKeyFile(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	key, err := coraldht.LoadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keyFile, key
+}
+
+// startDriver starts the driver bin on addr with the key file, stopped
+// when the test ends.
+func startDriver(ctx context.Context, t *testing.T, bin, addr, keyFile string) *previousNode {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, "-listen", addr, "-key", keyFile)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); _ = cmd.Wait() })
+	p := &previousNode{t: t, in: in, out: bufio.NewScanner(stdout)}
+	if !p.out.Scan() || !strings.HasPrefix(p.out.Text(), "ready ") {
+		t.Fatalf("the node of %s did not start: %q", bin, p.out.Text())
+	}
+	return p
+}
+
 // TestPreviousWireVersion: a node of the recorded previous commit and one
 // of this checkout join through each other (both directions) and each gets
 // what the other put. The current node runs with LegacyPeers, as during a
@@ -119,15 +158,7 @@ func (p *previousNode) do(cmd string) string {
 // its request, which the end of the test checks.
 func TestPreviousWireVersion(t *testing.T) {
 	bin, commit := buildPrevious(t)
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "network.key")
-	if err := coraldht.WriteKeyFile(keyFile); err != nil {
-		t.Fatal(err)
-	}
-	key, err := coraldht.LoadKeyFile(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keyFile, key := networkKey(t)
 
 	// The current node holds the network key and one more (a rotation
 	// under way): the previous node has no keyring and must not notice.
@@ -151,24 +182,7 @@ func TestPreviousWireVersion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const prevAddr = "127.0.180.40:4000"
-	cmd := exec.CommandContext(ctx, bin, "-listen", prevAddr, "-key", keyFile)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { in.Close(); _ = cmd.Wait() }()
-	prev := &previousNode{t: t, in: in, out: bufio.NewScanner(stdout)}
-	if !prev.out.Scan() || !strings.HasPrefix(prev.out.Text(), "ready ") {
-		t.Fatalf("previous-version node did not start: %q", prev.out.Text())
-	}
+	prev := startDriver(ctx, t, bin, prevAddr, keyFile)
 
 	// The previous node joins through the current one, and the current
 	// one through the previous one.
@@ -236,15 +250,7 @@ func TestPreviousWireVersion(t *testing.T) {
 // malformed, and the current node sees no load from the old one.
 func TestLoadToNodesBeforeIt(t *testing.T) {
 	bin, commit := buildRecorded(t, "coraldht/testdata/before-load-wire-version")
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "network.key")
-	if err := coraldht.WriteKeyFile(keyFile); err != nil {
-		t.Fatal(err)
-	}
-	key, err := coraldht.LoadKeyFile(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keyFile, key := networkKey(t)
 	tr, err := coraldht.ListenUDP("127.0.180.44:4000")
 	if err != nil {
 		t.Fatal(err)
@@ -262,24 +268,7 @@ func TestLoadToNodesBeforeIt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const oldAddr = "127.0.180.43:4000"
-	cmd := exec.CommandContext(ctx, bin, "-listen", oldAddr, "-key", keyFile)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { in.Close(); _ = cmd.Wait() }()
-	old := &previousNode{t: t, in: in, out: bufio.NewScanner(stdout)}
-	if !old.out.Scan() || !strings.HasPrefix(old.out.Text(), "ready ") {
-		t.Fatalf("node of %s did not start: %q", commit[:7], old.out.Text())
-	}
+	old := startDriver(ctx, t, bin, oldAddr, keyFile)
 	if got := old.do("join " + cur.Addr().String()); got != "ok" {
 		t.Fatalf("old node joining through the current one: %s", got)
 	}
