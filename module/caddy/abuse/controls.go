@@ -11,10 +11,12 @@
 //   - RateLimiter: a token bucket per client address (429 with
 //     Retry-After). Besides plain abuse it breaks the multi-hop redirect
 //     loops that misconfigured sites create through Coral.
-//   - Budget: the bytes this proxy may serve per window. Over it,
-//     clients are sent to the origin with a 302 whose URL carries
-//     "coral-no-serve", so the site's own "redirect to Coral" rule does
-//     not send them straight back.
+//   - Budget: the bytes this proxy may serve per window, shared max-min
+//     fairly among origins (fairshare.go; NewBudget keeps one counter for
+//     the node). Over its share, or over the budget, a client is sent to
+//     the origin with a 302 whose URL carries "coral-no-serve", so the
+//     site's own "redirect to Coral" rule does not send them straight
+//     back.
 //
 // Controls bundles the three behind one call per request (Admit), which
 // says what to refuse and why, and a charger for the bytes served
