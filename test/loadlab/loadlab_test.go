@@ -43,7 +43,7 @@ func binaries(t *testing.T) {
 // request fails.
 func TestLoadAwareCrowd(t *testing.T) {
 	binaries(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	spec := loadlab.Spec{Net: "127.0.156", Dir: t.TempDir(), Budget: "4MiB", LoadThreshold: "60", AnswerTTL: 2,
 		Sites: []loadlab.Site{{Name: "e1", Region: "east", Proxies: 2}, {Name: "e2", Region: "east", Proxies: 2}, {Name: "w1", Region: "west", Proxies: 1}},
