@@ -5,6 +5,7 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/coralcdn/coral/coraldht/internal/wire"
 	"github.com/coralcdn/coral/coraldht/memnet"
 )
 
@@ -84,4 +85,52 @@ func TestLoadPercent(t *testing.T) {
 			t.Errorf("LoadPercent(%v) = %d, want %d", tc.in, got, tc.want)
 		}
 	}
+}
+
+// TestProxyLoadNotAmplified: the load entry never makes a node send an
+// unproven source more than it sent. Pings without a cookie, padded from
+// small to large, get replies (and verification pings) no larger than
+// themselves: truncated when even the bare reply does not fit, whole
+// without the load when only that fits, whole with it when it fits; a
+// proven source's ping gets the load.
+func TestProxyLoadNotAmplified(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newAuthEnvWith(t, nil)
+		want := wire.Load{Present: true, Bandwidth: 50, Requests: 7}
+		e.target.SetLoad(loadOf(want))
+		seen := map[string]bool{}
+		for pad := 1; pad <= 120; pad++ {
+			m := e.message(wire.Ping, false)
+			m.Echo, m.Pad = 0, pad
+			req := e.seal(m, testKey)
+			for _, p := range e.send(req) {
+				body, _ := testKey.open(p)
+				r, err := wire.Decode(body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(p) > len(req) {
+					t.Fatalf("pad %d: sent %d bytes (response %v, load %+v) for an unproven ping of %d", pad, len(p), r.Response, r.Load, len(req))
+				}
+				switch {
+				case !r.Response:
+				case r.Truncated:
+					seen["truncated"] = true
+				case r.Load.Present:
+					seen["whole with the load"] = true
+				default:
+					seen["whole without the load"] = true
+				}
+			}
+		}
+		if len(seen) != 3 {
+			t.Errorf("replies to unproven pings padded 1 to 120 bytes: %v; want truncated, whole without the load, whole with it", seen)
+		}
+		for _, p := range e.send(e.ping()) {
+			body, _ := testKey.open(p)
+			if m, err := wire.Decode(body); err != nil || !m.Response || m.Load != want {
+				t.Errorf("reply to a proven ping: %+v, %v; want the load", m, err)
+			}
+		}
+	})
 }
