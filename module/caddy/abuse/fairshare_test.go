@@ -266,3 +266,17 @@ func BenchmarkFairAdmit(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkNodeAdmit: the same with one counter for the node, the budget
+// of before, for comparison.
+func BenchmarkNodeAdmit(b *testing.B) {
+	bud := NewBudget(1<<50, time.Hour)
+	now := time.Now()
+	clock := func() time.Time { return now }
+	b.ReportAllocs()
+	for b.Loop() {
+		if bud.Admit("o7.example", now) == WithinShare {
+			bud.Charge("o7.example", clock)(1000)
+		}
+	}
+}
