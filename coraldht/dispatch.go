@@ -80,7 +80,7 @@ func (n *Node) handleDatagram(pkt []byte, from netip.AddrPort) {
 	if from == m.Sender.Addr {
 		// What the sender says of itself from its own address: whether it
 		// reads extensions, and the cookie it grants this node.
-		n.peers.noteSender(from, m.Sender.Services.Has(wire.CapExtensions), m.Grant, serial, now)
+		n.peers.noteSender(from, m.Sender.Services.Has(wire.CapExtensions), m.Grant, serial, loadOf(m.Load), now)
 	}
 	if m.Response {
 		n.handleResponse(m, from, now)
@@ -328,7 +328,15 @@ func (n *Node) serve(m, r *wire.Message, from netip.AddrPort, serial uint64, now
 func (n *Node) reply(m, r *wire.Message, from netip.AddrPort, size int, proven bool) int {
 	to := Contact{ID: m.Sender.ID, Addr: from, Services: m.Sender.Services}
 	signed := m.Identity != nil
+	r.Load = n.published.get().wire()
 	b, err := n.encode(r, to, signed)
+	if err == nil && r.Load.Present && !proven && len(b) > size && !n.servesUnproven(m) {
+		// The load is worth less than a full reply: without it the
+		// reply may fit the rule below.
+		release(b)
+		r.Load = wire.Load{}
+		b, err = n.encode(r, to, signed)
+	}
 	if err != nil {
 		n.log.Debug("reply", "to", from, "err", err)
 		return 0

@@ -20,6 +20,9 @@ type NodeInfo struct {
 	RTT       time.Duration // smallest RTT measured by this node; 0 if never measured
 	LastHeard time.Time     // last authentic datagram from it
 	Self      bool          // this node itself
+	// Load is the load it published with its last datagram that had one
+	// (for this node itself: what SetLoad set).
+	Load Load
 }
 
 // Nodes returns up to count live members of this node's cluster at level
@@ -37,7 +40,7 @@ func (n *Node) Nodes(ctx context.Context, level, count int, target netip.Addr, s
 	now := time.Now()
 	var out []NodeInfo
 	if n.self.Services.Has(services) {
-		out = append(out, NodeInfo{Contact: n.public, LastHeard: now, Self: true})
+		out = append(out, NodeInfo{Contact: n.public, LastHeard: now, Self: true, Load: n.published.get()})
 	}
 	var stale []Contact
 	for _, e := range n.levels[level].rt.all() {
@@ -108,6 +111,7 @@ func (n *Node) nodeInfo(c Contact, heard time.Time) NodeInfo {
 	if p, ok := n.peers.get(c.Addr); ok {
 		ni.RTT = p.Min
 	}
+	ni.Load, _ = n.peers.load(c.Addr)
 	return ni
 }
 

@@ -30,9 +30,11 @@ type Node struct {
 	levels []*level
 	store  *store
 	load   *loadTracker
-	peers  *peerTable
-	replay *replayFilter
-	apps   *appTable // application message handlers (app.go)
+	// published is the load this node's proxy publishes (proxyload.go).
+	published publishedLoad
+	peers     *peerTable
+	replay    *replayFilter
+	apps      *appTable // application message handlers (app.go)
 
 	identity  *identityState // node identity mode (identity.go); nil without
 	cookies   *cookieJar     // address cookies this node grants (cookies.go)

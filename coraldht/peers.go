@@ -67,6 +67,8 @@ type peerInfo struct {
 	grant uint64
 	// serial is the certificate its datagrams carried (identity mode).
 	serial uint64
+	// load is the load its last datagram with one published.
+	load Load
 }
 
 // PeerRTT is a measured round-trip time to a peer.
@@ -158,17 +160,30 @@ func (p *peerTable) noteClusters(c Contact, clusters []ClusterInfo, now time.Tim
 // noteSender records what a datagram from addr, sent from that address,
 // says of its sender: whether it reads extensions, the cookie it granted
 // (0: none) and its certificate serial (0: none).
-func (p *peerTable) noteSender(addr netip.AddrPort, ext bool, grant, serial uint64, now time.Time) {
+func (p *peerTable) noteSender(addr netip.AddrPort, ext bool, grant, serial uint64, load Load, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pi := p.entryLocked(addr, now)
 	pi.ext = ext
+	if load.Known {
+		pi.load = load
+	}
 	if grant != 0 {
 		pi.grant = grant
 	}
 	if serial != 0 {
 		pi.serial = serial
 	}
+}
+
+// load is the load the peer at addr last published.
+func (p *peerTable) load(addr netip.AddrPort) (Load, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pi := p.lookupLocked(addr); pi != nil {
+		return pi.load, true
+	}
+	return Load{}, false
 }
 
 // sendState is what sending to addr needs: whether the peer reads

@@ -18,6 +18,7 @@ import (
 // send fills in the header (and, for a peer that reads them, the
 // extensions) of m and transmits it to the node to.
 func (n *Node) send(m *wire.Message, to Contact) error {
+	m.Load = n.published.get().wire()
 	b, err := n.encode(m, to, true)
 	if err != nil {
 		return err
@@ -50,6 +51,9 @@ func (n *Node) encode(m *wire.Message, to Contact, identity bool) ([]byte, error
 				m.Pad = 1 // sized below, once the rest is known
 			}
 		}
+	}
+	if !m.Ext || m.Truncated {
+		m.Load = wire.Load{} // only to a peer that reads extensions; not in a truncated reply
 	}
 	sign := n.identity != nil && identity
 	if sign {

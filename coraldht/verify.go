@@ -96,7 +96,9 @@ func (n *Node) verify(c Contact, source netip.AddrPort, size int, now time.Time)
 	if n.closed.Load() {
 		return
 	}
-	b, err := n.encode(&wire.Message{Type: wire.Ping}, c, false)
+	// Sized as send will send it: with this node's load, if it publishes
+	// one.
+	b, err := n.encode(&wire.Message{Type: wire.Ping, Load: n.published.get().wire()}, c, false)
 	if err != nil {
 		return
 	}

@@ -255,6 +255,7 @@ func (a *App) Start() error {
 	a.run.started.Store(true)
 	a.current()
 	addRunningApp(a)
+	startLoadPublisher()
 	reloads.succeeded(a.config.sum())
 	return nil
 }
@@ -267,6 +268,7 @@ func (a *App) Stop() error { return nil }
 // another app failed to start).
 func (a *App) Cleanup() error {
 	removeRunningApp(a)
+	stopLoadPublisher()
 	if a.ctx.Context != nil {
 		if cause := context.Cause(a.ctx); a.run != nil && configFailed(cause, a.run.started.Load()) {
 			reloads.failed(a.config.sum(), cause)

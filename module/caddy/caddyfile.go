@@ -125,6 +125,8 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    blacklist      FILE [POLL]
 //	    rate_limit     PER_SECOND BURST | off
 //	    bandwidth_budget SIZE [per DURATION]
+//	    bandwidth_share fair|node    # default fair: max-min among origins
+//	    load_requests  N             # requests in flight that count as full; default 1024
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive name
@@ -296,6 +298,7 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 	"max_objects":           positiveOption(func(h *Handler) *int { return &h.MaxObjects }),
 	"max_client_downloads":  positiveOption(func(h *Handler) *int { return &h.MaxClientDownloads }),
 	"max_address_downloads": positiveOption(func(h *Handler) *int { return &h.MaxDownloadsPerAddress }),
+	"load_requests":         positiveOption(func(h *Handler) *int { return &h.LoadRequests }),
 	"forward_fields": func(h *Handler, o optionArgs) error {
 		if len(o.args) == 0 {
 			return o.d.Errf("forward_fields needs at least one field name")
@@ -420,6 +423,17 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		}
 		h.BandwidthWindow, err = o.positiveDuration(o.args[2])
 		return err
+	},
+	"bandwidth_share": func(h *Handler, o optionArgs) error {
+		v, err := o.one()
+		if err != nil {
+			return err
+		}
+		if v != bandwidthShareFair && v != bandwidthShareNode {
+			return o.d.Errf("bandwidth_share: want fair or node, got %q", v)
+		}
+		h.BandwidthShare = v
+		return nil
 	},
 	"peer_address": func(h *Handler, o optionArgs) error {
 		v, err := o.one()

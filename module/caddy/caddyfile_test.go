@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
+	"go.uber.org/zap"
 )
 
 // TestCaddyfileAdapt compares `caddy adapt` output with the golden files in
@@ -67,6 +68,38 @@ func TestCaddyfileClientBounds(t *testing.T) {
 	}
 	if h.MaxClientDownloads != 6 || h.MaxDownloadsPerAddress != 20 || h.ClientPrefixV4 != 24 || h.ClientPrefixV6 != 56 {
 		t.Errorf("parsed %d %d /%d /%d, want 6 20 /24 /56", h.MaxClientDownloads, h.MaxDownloadsPerAddress, h.ClientPrefixV4, h.ClientPrefixV6)
+	}
+}
+
+// TestCaddyfileBandwidthShare: bandwidth_share fair or node, fair by
+// default, and the abuse controls it makes: a budget with shares or one
+// counter for the node.
+func TestCaddyfileBandwidthShare(t *testing.T) {
+	for _, tc := range []struct {
+		lines string
+		fair  bool
+	}{
+		{"bandwidth_budget 1GiB", true},
+		{"bandwidth_budget 1GiB\n bandwidth_share fair", true},
+		{"bandwidth_budget 1GiB per 1h\n bandwidth_share node", false},
+	} {
+		var h Handler
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("coral_proxy nyud.test {\n " + tc.lines + "\n}")); err != nil {
+			t.Fatalf("%q: %v", tc.lines, err)
+		}
+		if err := h.Validate(); err != nil {
+			t.Fatalf("%q: %v", tc.lines, err)
+		}
+		h.logger = zap.NewNop()
+		if err := h.provisionAbuse(); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.abuse.Budget.Fair(); got != tc.fair {
+			t.Errorf("%q: fair budget %v, want %v", tc.lines, got, tc.fair)
+		}
+	}
+	if err := (&Handler{Zone: "nyud.test", BandwidthShare: "half"}).Validate(); err == nil || !strings.Contains(err.Error(), "bandwidth_share") {
+		t.Errorf("JSON bandwidth_share half: %v", err)
 	}
 }
 
@@ -131,6 +164,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		// wrong with it (issue 37).
 		{"negative duration", "coral_proxy nyud.test {\n default_ttl -5s\n}", `default_ttl: "-5s" is negative: want 0 or more`},
 		{"negative poll", "coral_proxy nyud.test {\n blacklist /dev/null -1s\n}", `"-1s" is negative: want more than 0`},
+		{"bad bandwidth share", "coral_proxy nyud.test {\n bandwidth_share even\n}", `bandwidth_share: want fair or node, got "even"`},
+		{"bandwidth share args", "coral_proxy nyud.test {\n bandwidth_share fair node\n}", "takes one argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h Handler

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -187,6 +188,18 @@ type Handler struct {
 	// the origin with "coral-no-serve" in the query. Default: no budget.
 	BandwidthBudget int64          `json:"bandwidth_budget,omitempty"`
 	BandwidthWindow caddy.Duration `json:"bandwidth_window,omitempty"`
+	// BandwidthShare is how the budget is shared: "fair" (the default)
+	// shares it max-min fairly among origins, counted by origin address,
+	// so that the hottest origin's clients are redirected first and a
+	// small site keeps being served; "node" is one counter for the node,
+	// every origin redirected once it is used up.
+	BandwidthShare string `json:"bandwidth_share,omitempty"`
+
+	// LoadRequests is how many requests in flight count as a full proxy,
+	// for the load this node publishes to the DNS servers (which stop
+	// handing out a proxy whose load reaches their load_threshold).
+	// Default 1024.
+	LoadRequests int `json:"load_requests,omitempty"`
 
 	app      *App
 	store    *diskcache.Store
@@ -196,6 +209,9 @@ type Handler struct {
 	metrics  *proxyMetrics
 	abuse    *abuse.Controls
 	logger   *zap.Logger
+	// inflight counts the requests the proxy is serving, for the load
+	// (a pointer: Caddy copies the module value).
+	inflight *atomic.Int64
 }
 
 // CaddyModule returns the Caddy module information.
@@ -229,6 +245,7 @@ var validating = len(os.Args) > 1 && os.Args[1] == "validate"
 // and builds the proxy.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
+	h.inflight = new(atomic.Int64)
 	app, err := ctx.App("coral")
 	if err != nil {
 		return fmt.Errorf("coral_proxy needs the coral app (the coral global option): %w", err)
@@ -416,6 +433,14 @@ func (h *Handler) Validate() error {
 	if h.MaxObjects < 0 || h.MaxDownloads < 0 || h.MaxDownloadsPerOrigin < 0 || h.MaxDownloadsPerClient < 0 {
 		return errors.New("coral_proxy: max_objects and max_downloads must be positive")
 	}
+	if h.LoadRequests < 0 {
+		return errors.New("coral_proxy: load_requests must be positive")
+	}
+	switch h.BandwidthShare {
+	case "", bandwidthShareFair, bandwidthShareNode:
+	default:
+		return fmt.Errorf("coral_proxy: bandwidth_share %q: want fair or node", h.BandwidthShare)
+	}
 	return nil
 }
 
@@ -443,6 +468,10 @@ func (h *Handler) Cleanup() error {
 // for complete.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	iw, done := h.idleWrites(w, r)
+	if c := h.inflight; c != nil {
+		c.Add(1)
+		defer c.Add(-1)
+	}
 	err := h.proxy.ServeHTTP(iw, r)
 	done()
 	switch {
@@ -560,6 +589,12 @@ func (h *Handler) idleWrites(w http.ResponseWriter, r *http.Request) (http.Respo
 	return iw, iw.HandlerDone
 }
 
+// The values of Handler.BandwidthShare.
+const (
+	bandwidthShareFair = "fair"
+	bandwidthShareNode = "node"
+)
+
 // provisionAbuse sets up the blacklist, the rate limit and the budget.
 func (h *Handler) provisionAbuse() error {
 	logger := h.logger
@@ -571,10 +606,12 @@ func (h *Handler) provisionAbuse() error {
 		Burst:         h.RateBurst,
 		BudgetBytes:   h.BandwidthBudget,
 		BudgetWindow:  time.Duration(h.BandwidthWindow),
+		BudgetPerNode: h.BandwidthShare == bandwidthShareNode,
 	})
 	if err != nil {
 		return err
 	}
+	a.OnBudget = countBudgetDecision
 	h.abuse = a
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/internal/dhtmetrics"
+	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 	"github.com/coralcdn/coral/module/caddy/proxy"
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,7 +56,16 @@ var (
 	coralBytesServed = counterVec("bytes_served_total",
 		"Response body bytes sent to clients and peers, by where they came from (local, peer-l<level>, origin).",
 		"source")
+
+	coralBudgetDecisions = counterVec("budget_decisions_total",
+		"Requests the bandwidth budget decided, by decision: within_share (served), over_share (redirected: the origin used its fair share while others still claim theirs), exhausted (redirected: the whole budget is used).",
+		"decision")
 )
+
+// countBudgetDecision counts one decision of the bandwidth budget.
+func countBudgetDecision(d abuse.Decision) {
+	coralBudgetDecisions.WithLabelValues(d.String()).Inc()
+}
 
 // counterVec is the counter caddy_coral_<name> with labels.
 func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
@@ -249,7 +259,7 @@ type proxyMetrics struct {
 // at scrape time; either may be nil. Call release when the handler (or
 // app) is cleaned up.
 func newProxyMetrics(reg prometheus.Registerer, app *App, store *diskcache.Store) (*proxyMetrics, error) {
-	for _, c := range []*prometheus.CounterVec{coralRequests, coralOriginFetches, coralPeerFetches, coralBytesServed} {
+	for _, c := range []*prometheus.CounterVec{coralRequests, coralOriginFetches, coralPeerFetches, coralBytesServed, coralBudgetDecisions} {
 		if _, err := registerCollector(reg, c); err != nil {
 			return nil, fmt.Errorf("coral metrics: %w", err)
 		}

@@ -560,6 +560,8 @@ func TestProxyAbuseControls(t *testing.T) {
 	if err := os.WriteFile(list, []byte("# blocked sites\nblocked.example\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	within0 := metricsCounterValue(coralBudgetDecisions.WithLabelValues("within_share"))
+	exhausted0 := metricsCounterValue(coralBudgetDecisions.WithLabelValues("exhausted"))
 	_, base := startProxy(t, "blacklist "+list, "rate_limit 1 3", "bandwidth_budget 1KiB per 1h")
 	if resp, _ := get(t, base, "www.blocked.example.nyud.test", "/"); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("blacklisted: %d", resp.StatusCode)
@@ -587,6 +589,13 @@ func TestProxyAbuseControls(t *testing.T) {
 	}
 	if last.Header.Get("Retry-After") == "" {
 		t.Errorf("429 without Retry-After")
+	}
+	// The budget's decisions, by decision (one origin: its share is the
+	// whole budget, so it is exhausted, not over its share).
+	within := metricsCounterValue(coralBudgetDecisions.WithLabelValues("within_share")) - within0
+	exhausted := metricsCounterValue(coralBudgetDecisions.WithLabelValues("exhausted")) - exhausted0
+	if within != 2 || exhausted != 1 {
+		t.Errorf("caddy_coral_budget_decisions_total: within_share +%v, exhausted +%v; want +2 and +1", within, exhausted)
 	}
 }
 

@@ -293,7 +293,8 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 }
 
 // pickProxies chooses proxies for a resolver at level lvl: from the sweep at
-// lvl, lvl-1, …, 0, then the same levels synchronously. It returns the level
+// lvl, lvl-1, …, 0, first among the proxies with room (pickUnloaded), then
+// among all, then the same levels synchronously. It returns the level
 // the proxies came from, and the proxies, appended to buf.
 func (c *Coral) pickProxies(ctx context.Context, pl place, lvl int, o pickOptions, buf []*coraldht.NodeInfo) (int, []*coraldht.NodeInfo) {
 	if !c.tracker.ready() {
@@ -307,9 +308,16 @@ func (c *Coral) pickProxies(ctx context.Context, pl place, lvl int, o pickOption
 		}
 		t.Stop()
 	}
+	l, nodes, ok := c.pickUnloaded(pl, lvl, o, buf)
+	if ok {
+		return l, nodes
+	}
 	for l := lvl; l >= 0; l-- {
 		o.level = l
 		if nodes := c.tracker.pick(o, buf); len(nodes) > 0 {
+			if c.set.loadThreshold > 0 {
+				loadAnswers.WithLabelValues(pl.labels(loadAllLoaded)...).Inc()
+			}
 			return l, nodes
 		}
 	}

@@ -62,6 +62,9 @@ type settings struct {
 	answers     int           // proxies per answer
 	nameservers int           // name servers per NS set
 	caa         []caaProperty // the zone apexes' CAA records
+	// loadThreshold is the load (percent) at which a proxy gets no new
+	// clients while another has room (load.go); 0: load is ignored.
+	loadThreshold int
 }
 
 // Name implements plugin.Handler.

@@ -47,6 +47,8 @@ type tracker struct {
 	intn       func(n int) int // random start of the rotation; rand.IntN
 
 	onSweep func(*liveSet) // called after each sweep (metrics)
+	// loadThreshold is the settings' load_threshold, for the metrics.
+	loadThreshold int
 	// warm, when set, is closed once the node has pinged the contacts it
 	// had before a restart: the first sweep waits for it (at most an
 	// interval), so that it finds them.

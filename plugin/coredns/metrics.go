@@ -92,6 +92,13 @@ var (
 	liveProxies = newGauge("live_proxies",
 		"HTTP proxies of this node's cluster heard from within live_within at the last sweep, by node and level.", "node", "level")
 
+	loadedProxies = newGauge("loaded_proxies",
+		"Live HTTP proxies of this node's cluster whose published load was at least load_threshold at the last sweep, by node and level.", "node", "level")
+
+	loadAnswers = newCounter("load_answers_total",
+		"Answers that load moved: moved (from a level below the resolver's, its own level's proxies all loaded), all_loaded (every live proxy loaded: answered with loaded ones).",
+		withPlace("outcome")...)
+
 	liveNameservers = newGauge("live_nameservers",
 		"Coral name servers of this node's cluster heard from within live_within at the last sweep, by node and level.", "node", "level")
 )
@@ -102,7 +109,7 @@ var (
 func registerMetrics() {
 	metricsOnce.Do(func() {
 		prometheus.MustRegister(queryCount, classifyCount, proximityCount, rrlDropped, rrlSlipped, staleAnswers,
-			probeCount, probesSkipped, probesRefused, probeDuration, proximityMappings, traceProbes, liveProxies, liveNameservers,
+			probeCount, probesSkipped, probesRefused, probeDuration, proximityMappings, traceProbes, liveProxies, liveNameservers, loadedProxies, loadAnswers,
 			reloadSuccess, reloadTime, reloadSuccessTime, reloadFailures, configInfo, drainingGauge, dhtCollector{})
 	})
 }
@@ -117,6 +124,16 @@ func observeProbe(outcome string, d time.Duration) {
 func recordLive(node string, set *liveSet, t *tracker) {
 	now := t.now()
 	joined := t.joined == nil || t.joined()
+	threshold := t.loadThreshold
+	countLoaded := func(list []coraldht.NodeInfo) float64 {
+		n := 0
+		for i := range list {
+			if threshold > 0 && joined && (list[i].Self || now.Sub(list[i].LastHeard) <= t.liveWithin) && loaded(&list[i], threshold) {
+				n++
+			}
+		}
+		return float64(n)
+	}
 	count := func(list []coraldht.NodeInfo) float64 {
 		if !joined {
 			// A node that has not joined (a wrong network key, its
@@ -136,6 +153,7 @@ func recordLive(node string, set *liveSet, t *tracker) {
 	for lvl := range set.proxy {
 		l := strconv.Itoa(lvl)
 		liveProxies.WithLabelValues(node, l).Set(count(set.proxy[lvl]))
+		loadedProxies.WithLabelValues(node, l).Set(countLoaded(set.proxy[lvl]))
 		liveNameservers.WithLabelValues(node, l).Set(count(set.dns[lvl]))
 	}
 }

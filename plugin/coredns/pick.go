@@ -31,6 +31,9 @@ type pickOptions struct {
 	// now is when liveness is judged; zero: the tracker's clock, read
 	// by the pick.
 	now time.Time
+	// maxLoad, when not 0, leaves out the members whose published load
+	// (percent) is at least maxLoad (load.go).
+	maxLoad int
 }
 
 // minNear is how many servers in the resolver's prefix make an NS set on
@@ -78,7 +81,7 @@ func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions, out []*cora
 		if ni.Services.Has(coraldht.ServiceNonRecursive) && (!o.near.IsValid() || !nearP.Contains(a)) {
 			return false
 		}
-		return true
+		return o.maxLoad == 0 || !loaded(ni, o.maxLoad)
 	}
 	taken := func(ni *coraldht.NodeInfo) bool { return containsAddr(out, ni.Addr.Addr()) }
 	// Strong evidence first: strong hints near the client, then members in

@@ -221,11 +221,12 @@ func newConfig() *config {
 		prox: proximityConfig{mode: proximityOn, wait: defaultProximityWait, timeout: defaultProximityTimeout, cache: defaultProbeCache,
 			hops: defaultProximityHops, limit: defaultProximityLimit, entries: proximityEntries},
 		set: settings{
-			nsTTL:       uint32(defaultNSTTL.Seconds()),
-			negTTL:      uint32(defaultNegTTL.Seconds()),
-			retryTTL:    uint32(defaultRetryTTL.Seconds()),
-			answers:     defaultAnswers,
-			nameservers: defaultNameservers,
+			nsTTL:         uint32(defaultNSTTL.Seconds()),
+			negTTL:        uint32(defaultNegTTL.Seconds()),
+			retryTTL:      uint32(defaultRetryTTL.Seconds()),
+			answers:       defaultAnswers,
+			nameservers:   defaultNameservers,
+			loadThreshold: defaultLoadThreshold,
 		},
 	}
 }
@@ -429,6 +430,8 @@ func (cfg *config) parseAnswerProperty(c *caddy.Controller, prop string, args []
 		if err != nil {
 			err = c.Err(err.Error())
 		}
+	case "load_threshold":
+		cfg.set.loadThreshold, err = parseLoadThreshold(c, args)
 	case "ns_ttl":
 		err = parseTTLInto(c, prop, args, &cfg.set.nsTTL)
 	case "negative_ttl":

@@ -23,6 +23,7 @@ func TestParse(t *testing.T) {
 		answers 3
 		nameservers 4
 		answer_ttl 20s 40 90s
+		load_threshold 90%
 		ns_ttl 2h
 		negative_ttl 60
 		retry_ttl 5s
@@ -57,7 +58,7 @@ func TestParse(t *testing.T) {
 		t.Errorf("overrides %v", cfg.overrides)
 	}
 	s := cfg.set
-	if s.answers != 3 || s.nameservers != 4 || s.nsTTL != 7200 || s.negTTL != 60 || s.retryTTL != 5 {
+	if s.answers != 3 || s.nameservers != 4 || s.nsTTL != 7200 || s.negTTL != 60 || s.retryTTL != 5 || s.loadThreshold != 90 {
 		t.Errorf("settings %+v", s)
 	}
 	if got := s.answerTTL; len(got) != 3 || got[0] != 20 || got[1] != 40 || got[2] != 90 {
@@ -156,6 +157,10 @@ func TestParseErrors(t *testing.T) {
 		{"proximity twice", "coral nyucd.test {\n" + listen + "proximity on\nproximity off\n}", "proximity given twice"},
 		{"state_dir twice", "coral nyucd.test {\n" + listen + "state_dir a\nstate_dir b\n}", "state_dir given twice"},
 		{"probe_rate bad", "coral nyucd.test {\n" + listen + "probe_rate 0\n}", "want a number 1..1000000"},
+		{"load_threshold bad", "coral nyucd.test {\n" + listen + "load_threshold 0\n}", `load_threshold "0": want a percent 1-255, or off`},
+		{"load_threshold word", "coral nyucd.test {\n" + listen + "load_threshold high\n}", "want a percent 1-255, or off"},
+		{"load_threshold args", "coral nyucd.test {\n" + listen + "load_threshold 80 90\n}", "load_threshold takes one argument"},
+		{"load_threshold twice", "coral nyucd.test {\n" + listen + "load_threshold 80\nload_threshold 90\n}", "load_threshold given twice"},
 		{"probe_rate three", "coral nyucd.test {\n" + listen + "probe_rate 1 2 3\n}", "probe_rate takes SOURCE_PER_MINUTE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -123,6 +123,7 @@ func (c *Coral) Start() error {
 		c.challenges = newChallenges(cfg.alias, func() acmetxt.Getter { return entry.node() })
 	}
 	c.tracker = newTracker(runningNode{entry}, len(cfg.levels)+1, cfg.checkInterval, cfg.liveWithin, cfg.syncWait)
+	c.tracker.loadThreshold = cfg.set.loadThreshold
 	c.tracker.book = entry.names
 	c.tracker.bookWindow = nsWindow(cfg.set.nsTTL)
 	c.tracker.joined = entry.joined.Load

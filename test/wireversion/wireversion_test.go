@@ -32,11 +32,18 @@ func skipOrFail(t *testing.T, format string, args ...any) {
 // commit into a temporary module, adds the driver and builds it.
 func buildPrevious(t *testing.T) (bin, commit string) {
 	t.Helper()
+	return buildRecorded(t, "coraldht/testdata/previous-wire-version")
+}
+
+// buildRecorded is buildPrevious for the commit recorded in the file
+// record (a path from the repository's root).
+func buildRecorded(t *testing.T, record string) (bin, commit string) {
+	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := os.ReadFile(filepath.Join(root, "coraldht/testdata/previous-wire-version"))
+	rec, err := os.ReadFile(filepath.Join(root, record))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +52,7 @@ func buildPrevious(t *testing.T) (bin, commit string) {
 		skipOrFail(t, "no git: the previous wire version is built from git archive %s", commit)
 	}
 	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
-		skipOrFail(t, "%s is not a git checkout holding commit %s, the previous wire version (coraldht/testdata/previous-wire-version): %v %s", root, commit, err, out)
+		skipOrFail(t, "%s is not a git checkout holding commit %s (%s): %v %s", root, commit, record, err, out)
 	}
 	dir := t.TempDir()
 	archive := exec.Command("git", "-C", root, "archive", commit, "coraldht", "go.mod", "go.sum")
@@ -103,6 +110,45 @@ func (p *previousNode) do(cmd string) string {
 	return p.out.Text()
 }
 
+// networkKey writes a new network key file and returns it with the key.
+func networkKey(t *testing.T) (string, *coraldht.Key) {
+	t.Helper()
+	keyFile := filepath.Join(t.TempDir(), "network.key")
+	if err := coraldht.WriteKeyFile(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	key, err := coraldht.LoadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keyFile, key
+}
+
+// startDriver starts the driver bin on addr with the key file, stopped
+// when the test ends.
+func startDriver(ctx context.Context, t *testing.T, bin, addr, keyFile string) *previousNode {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, "-listen", addr, "-key", keyFile)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); _ = cmd.Wait() })
+	p := &previousNode{t: t, in: in, out: bufio.NewScanner(stdout)}
+	if !p.out.Scan() || !strings.HasPrefix(p.out.Text(), "ready ") {
+		t.Fatalf("the node of %s did not start: %q", bin, p.out.Text())
+	}
+	return p
+}
+
 // TestPreviousWireVersion: a node of the recorded previous commit and one
 // of this checkout join through each other (both directions) and each gets
 // what the other put. The current node runs with LegacyPeers, as during a
@@ -112,15 +158,7 @@ func (p *previousNode) do(cmd string) string {
 // its request, which the end of the test checks.
 func TestPreviousWireVersion(t *testing.T) {
 	bin, commit := buildPrevious(t)
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "network.key")
-	if err := coraldht.WriteKeyFile(keyFile); err != nil {
-		t.Fatal(err)
-	}
-	key, err := coraldht.LoadKeyFile(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keyFile, key := networkKey(t)
 
 	// The current node holds the network key and one more (a rotation
 	// under way): the previous node has no keyring and must not notice.
@@ -144,24 +182,7 @@ func TestPreviousWireVersion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const prevAddr = "127.0.180.40:4000"
-	cmd := exec.CommandContext(ctx, bin, "-listen", prevAddr, "-key", keyFile)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { in.Close(); _ = cmd.Wait() }()
-	prev := &previousNode{t: t, in: in, out: bufio.NewScanner(stdout)}
-	if !prev.out.Scan() || !strings.HasPrefix(prev.out.Text(), "ready ") {
-		t.Fatalf("previous-version node did not start: %q", prev.out.Text())
-	}
+	prev := startDriver(ctx, t, bin, prevAddr, keyFile)
 
 	// The previous node joins through the current one, and the current
 	// one through the previous one.
@@ -218,4 +239,65 @@ func TestPreviousWireVersion(t *testing.T) {
 	if st := strict.Stats(); st.RepliesOut.Ping == 0 {
 		t.Fatal("the previous node's pings went unanswered")
 	}
+}
+
+// TestLoadToNodesBeforeIt: the load entry (PROTOCOL.md, Extensions) is an
+// extension that nodes of the release before it (the commit in
+// coraldht/testdata/before-load-wire-version, which reads extensions but
+// not this one) keep unread. A current node that publishes a load and a
+// node of that commit join through each other and read each other's
+// values, the old node drops none of the current node's datagrams as
+// malformed, and the current node sees no load from the old one.
+func TestLoadToNodesBeforeIt(t *testing.T) {
+	bin, commit := buildRecorded(t, "coraldht/testdata/before-load-wire-version")
+	keyFile, key := networkKey(t)
+	tr, err := coraldht.ListenUDP("127.0.180.44:4000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := coraldht.DefaultConfig()
+	cfg.Key = key
+	cfg.Services = coraldht.ServiceHTTP
+	cur, err := coraldht.NewNode(cfg, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Close()
+	cur.SetLoad(coraldht.Load{Known: true, Bandwidth: 91, Requests: 12, Disk: 3})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const oldAddr = "127.0.180.43:4000"
+	old := startDriver(ctx, t, bin, oldAddr, keyFile)
+	if got := old.do("join " + cur.Addr().String()); got != "ok" {
+		t.Fatalf("old node joining through the current one: %s", got)
+	}
+	if err := cur.Bootstrap(ctx, netip.MustParseAddrPort(oldAddr)); err != nil {
+		t.Fatalf("current node joining through the old one: %v", err)
+	}
+	if got := old.do("put from-old v-old"); got != "ok" {
+		t.Fatalf("old node's put: %s", got)
+	}
+	if _, err := cur.Put(ctx, coraldht.KeyFor("from-current"), []byte("v-current"), time.Minute); err != nil {
+		t.Fatalf("current node's put: %v", err)
+	}
+	if r, err := cur.Get(ctx, coraldht.KeyFor("from-old")); err != nil || len(r.Values) != 1 || string(r.Values[0].Data) != "v-old" {
+		t.Fatalf("current node's get of the old node's value: %+v, %v", r, err)
+	}
+	if got := old.do("get from-current"); got != "value v-current" {
+		t.Fatalf("old node's get of the current node's value: %s", got)
+	}
+	if _, err := cur.Ping(ctx, netip.MustParseAddrPort(oldAddr)); err != nil {
+		t.Fatal(err)
+	}
+	if got := old.do("malformed"); got != "malformed 0" {
+		t.Errorf("the old node dropped datagrams carrying the load as malformed: %s", got)
+	}
+	if l := cur.PeerLoad(netip.MustParseAddrPort(oldAddr)); l.Known {
+		t.Errorf("a load from a node that publishes none: %+v", l)
+	}
+	if s := cur.Stats(); s.Drops.Malformed != 0 || s.RequestsIn.Total() == 0 {
+		t.Errorf("current node: drops %+v, requests in %+v", s.Drops, s.RequestsIn)
+	}
+	t.Logf("node of %s and a current node publishing a load: joined, put and got both ways; no malformed drops", commit[:7])
 }

@@ -6,8 +6,8 @@ import "encoding/binary"
 // message body, which the versioning rule lets a revision add. It is a
 // list of type-length-value entries in strictly increasing type order:
 //
-//	type    1   1 cookie, 2 truncated, 3 padding, 255 identity; others
-//	            are a later revision's, kept but not read
+//	type    1   1 cookie, 2 truncated, 3 padding, 4 load, 255 identity;
+//	            others are a later revision's, kept but not read
 //	length  2   of the value
 //	value
 //
@@ -19,10 +19,18 @@ const (
 	extCookie    = 1
 	extTruncated = 2
 	extPadding   = 3
+	extLoad      = 4
 	extIdentity  = 255
 
 	extHeader = 1 + 2
 	cookieLen = 8 + 8
+	// loadLen: format (1), bandwidth, requests, disk (1 each).
+	loadLen = 4
+	// LoadFormat is the format byte of the load entry. A receiver reads
+	// only the format it knows; a load in another format is kept unread
+	// (like a later revision's extension), so a later release can change
+	// the entry without a new type.
+	LoadFormat = 1
 
 	// SignatureLen is the length of an identity's signature (Ed25519).
 	SignatureLen = 64
@@ -42,6 +50,9 @@ func extLen(m *Message) int {
 	}
 	if m.Pad > 0 {
 		n += extHeader + m.Pad
+	}
+	if m.Load.Present {
+		n += extHeader + loadLen
 	}
 	n += len(m.Unknown)
 	if m.Identity != nil {
@@ -78,6 +89,11 @@ func (w *writer) ext(m *Message) {
 		w.u8(extPadding)
 		w.u16(uint16(m.Pad))
 		w.b = append(w.b, make([]byte, m.Pad)...) // no allocation: the compiler extends w.b
+	}
+	if m.Load.Present {
+		w.u8(extLoad)
+		w.u16(loadLen)
+		w.b = append(w.b, LoadFormat, m.Load.Bandwidth, m.Load.Requests, m.Load.Disk)
 	}
 	w.b = append(w.b, m.Unknown...)
 	if m.Identity != nil {
@@ -128,6 +144,8 @@ func (r *reader) ext(m *Message, total int) {
 				return
 			}
 			m.Pad = n
+		case typ == extLoad && n == loadLen && v[0] == LoadFormat:
+			m.Load = Load{Present: true, Bandwidth: v[1], Requests: v[2], Disk: v[3]}
 		case typ == extIdentity:
 			if n <= SignatureLen || n > MaxIdentityLen+SignatureLen {
 				r.fail("identity", errBadField)
@@ -153,4 +171,14 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// Load is the load entry: how loaded the sender, a node running an HTTP
+// proxy, says it is, each as a percent of what it may carry (255 is 255 %
+// or more). A node that publishes no load sends none (Present false).
+type Load struct {
+	Present   bool
+	Bandwidth uint8 // of its bandwidth budget in the current window (0 without a budget)
+	Requests  uint8 // requests in flight, of the number it is configured to carry
+	Disk      uint8 // of its cache's room that its file system cannot provide
 }

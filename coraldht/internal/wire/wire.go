@@ -178,6 +178,7 @@ type Message struct {
 	Truncated bool   // replies: lists and clusters left out; resend with Echo
 	Pad       int    // zero bytes that make a request as large as its reply may be
 	Unknown   []byte // extensions of a later revision, kept as they came
+	Load      Load   // the sender's load (load entry), if it publishes one
 	Identity  []byte // node identity mode: the sender's certificate
 	Signature []byte // over the datagram up to itself (SignatureLen bytes)
 	// SignedLen (decoded) is how many leading bytes of the datagram the

@@ -281,6 +281,7 @@ func withExt(m *Message) *Message {
 	if !m.Response {
 		c.Pad = 5
 	}
+	c.Load = Load{Present: true, Bandwidth: 97, Requests: 3, Disk: 255}
 	c.Unknown = []byte{7, 0, 3, 'a', 'b', 'c'}
 	c.Identity = bytes.Repeat([]byte{0xCE}, 113)
 	c.Signature = bytes.Repeat([]byte{0x51}, SignatureLen)
@@ -356,16 +357,34 @@ func TestWireExtensions(t *testing.T) {
 		wantDecodeError(t, err, "truncated", errBadField)
 	})
 	t.Run("a later revision's extension is kept", func(t *testing.T) {
-		b := cat(cookie, tlv(4, 'x'), tlv(200))
+		b := cat(cookie, tlv(5, 'x'), tlv(200))
 		m, err := Decode(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !m.Ext || m.Truncated || m.Identity != nil || !bytes.Equal(m.Unknown, append(tlv(4, 'x'), tlv(200)...)) {
+		if !m.Ext || m.Truncated || m.Identity != nil || !bytes.Equal(m.Unknown, append(tlv(5, 'x'), tlv(200)...)) {
 			t.Fatalf("decoded %+v", m)
 		}
 		if again := wireEncode(t, m); !bytes.Equal(again, b) {
 			t.Fatalf("re-encoding lost the unknown extensions")
+		}
+	})
+	t.Run("load", func(t *testing.T) {
+		m, err := Decode(cat(cookie, tlv(4, LoadFormat, 91, 7, 0)))
+		if err != nil || m.Load != (Load{Present: true, Bandwidth: 91, Requests: 7}) || m.Unknown != nil {
+			t.Fatalf("decoded %+v, %v", m, err)
+		}
+		// A load in a later format, or longer, is a later revision's:
+		// kept unread, and re-encoded as it came.
+		for _, entry := range [][]byte{tlv(4, LoadFormat+1, 91, 7, 0), tlv(4, LoadFormat, 91, 7, 0, 5)} {
+			b := cat(cookie, entry)
+			m, err := Decode(b)
+			if err != nil || m.Load.Present || !bytes.Equal(m.Unknown, entry) {
+				t.Fatalf("%x: decoded %+v, %v", entry, m, err)
+			}
+			if again := wireEncode(t, m); !bytes.Equal(again, b) {
+				t.Fatalf("%x: re-encoded differently", entry)
+			}
 		}
 	})
 	t.Run("capabilities are not services", func(t *testing.T) {

@@ -11,10 +11,12 @@
 //   - RateLimiter: a token bucket per client address (429 with
 //     Retry-After). Besides plain abuse it breaks the multi-hop redirect
 //     loops that misconfigured sites create through Coral.
-//   - Budget: the bytes this proxy may serve per window. Over it,
-//     clients are sent to the origin with a 302 whose URL carries
-//     "coral-no-serve", so the site's own "redirect to Coral" rule does
-//     not send them straight back.
+//   - Budget: the bytes this proxy may serve per window, shared max-min
+//     fairly among origins (fairshare.go; NewBudget keeps one counter for
+//     the node). Over its share, or over the budget, a client is sent to
+//     the origin with a 302 whose URL carries "coral-no-serve", so the
+//     site's own "redirect to Coral" rule does not send them straight
+//     back.
 //
 // Controls bundles the three behind one call per request (Admit), which
 // says what to refuse and why, and a charger for the bytes served
@@ -47,6 +49,10 @@ type Config struct {
 	Burst         int     // DefaultBurst if 0
 	BudgetBytes   int64   // no budget if ≤ 0
 	BudgetWindow  time.Duration
+	// BudgetPerNode makes the budget one counter for the node, as before
+	// fair shares: every origin is redirected once it is used, none
+	// before.
+	BudgetPerNode bool
 }
 
 // New builds the controls a configuration asks for. Peers' requests
@@ -78,7 +84,11 @@ func New(c Config) (*Controls, error) {
 	if window <= 0 {
 		window = DefaultBudgetWindow
 	}
-	a.Budget = NewBudget(c.BudgetBytes, window)
+	if c.BudgetPerNode {
+		a.Budget = NewBudget(c.BudgetBytes, window)
+	} else {
+		a.Budget = NewFairBudget(c.BudgetBytes, window, 0, 0)
+	}
 	return a, nil
 }
 
@@ -90,6 +100,9 @@ type Controls struct {
 	PeerRate  *RateLimiter // for only-if-cached requests; see PeerRateFactor
 	Budget    *Budget
 	Now       func() time.Time // time.Now when nil; tests inject a clock
+	// OnBudget, if set, is told the budget's decision for every request
+	// that reaches it (for the metrics).
+	OnBudget func(Decision)
 }
 
 func (a *Controls) clock() time.Time {
@@ -104,6 +117,7 @@ var (
 	ErrBlacklisted = errors.New("its owner asked that it not be served through Coral")
 	ErrRateLimited = errors.New("coral_proxy: too many requests from your address; slow down")
 	ErrOverBudget  = errors.New("coral_proxy: this proxy has used up its bandwidth budget")
+	ErrOverShare   = fmt.Errorf("%w for this site (its fair share; other sites are still served)", ErrOverBudget)
 )
 
 // Refusal is what Admit decides for a request it does not let through.
@@ -113,7 +127,7 @@ type Refusal struct {
 	// the client to the origin instead (over the budget): see Redirect.
 	Status int
 	// Detail names the reason for a peer's Cache-Status: "blacklisted",
-	// "rate-limited" or "over-budget".
+	// "rate-limited", "over-budget" or "over-share".
 	Detail string
 	// RetryAfter is when a client over its rate may try again (0 for a
 	// peer, which tries the next peer instead).
@@ -139,9 +153,9 @@ func (r *Refusal) Err(originURL func() string) error {
 //
 //  1. a blacklisted origin gets 403;
 //  2. a client over its rate gets 429 with Retry-After;
-//  3. over the bandwidth budget, the client is redirected (302, not
-//     cacheable) to the origin URL with coral-no-serve added
-//     (NoServeRedirect).
+//  3. over the bandwidth budget, or over the origin's fair share of it
+//     (NewFairBudget), the client is redirected (302, not cacheable) to
+//     the origin URL with coral-no-serve added (NoServeRedirect).
 //
 // A peer gets 504 instead for all three: it takes any other answer for
 // the object itself and would hand a 403, a 429 or a redirect to the
@@ -173,19 +187,37 @@ func (a *Controls) Admit(origin string, client netip.Addr, fromPeer bool) *Refus
 		}
 		return r
 	}
-	if a.Budget.Exceeded(now) {
+	if a.Budget == nil {
+		return nil
+	}
+	d := a.Budget.Admit(origin, now)
+	if a.OnBudget != nil {
+		a.OnBudget(d)
+	}
+	switch d {
+	case Exhausted:
 		return refuse(http.StatusFound, "over-budget", ErrOverBudget)
+	case OverShare:
+		return refuse(http.StatusFound, "over-share", ErrOverShare)
 	}
 	return nil
 }
 
-// Charger returns what adds the body bytes served to the bandwidth
-// budget, or nil if there is none.
-func (a *Controls) Charger() func(n int64) {
+// Charger returns what adds the body bytes of one response for origin to
+// the bandwidth budget, or nil if there is none.
+func (a *Controls) Charger(origin string) func(n int64) {
 	if a == nil || a.Budget == nil {
 		return nil
 	}
-	return func(n int64) { a.Budget.Add(n, a.clock()) }
+	return a.Budget.Charge(origin, a.clock)
+}
+
+// LearnAddress notes the address this proxy reached origin at: the fair
+// shares count the origin under its address from then on.
+func (a *Controls) LearnAddress(origin string, addr netip.Addr) {
+	if a != nil {
+		a.Budget.LearnAddress(origin, addr)
+	}
 }
 
 // Close stops the blacklist's polling.

@@ -161,7 +161,7 @@ func TestBodyCounter(t *testing.T) {
 	if _, err := w.Write([]byte("before admission ")); err != nil {
 		t.Fatal(err)
 	}
-	chargeAbuse(a, w)
+	chargeAbuse(a, w, "www.example.com")
 	if _, err := w.Write([]byte("0123456789")); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestBodyCounter(t *testing.T) {
 	// No budget, or no controls: counted, never charged.
 	for _, c := range []Abuse{&abuse.Controls{}, (*abuse.Controls)(nil), nil} {
 		w := &bodyCounter{ResponseWriter: httptest.NewRecorder()}
-		chargeAbuse(c, w)
+		chargeAbuse(c, w, "www.example.com")
 		if w.charge != nil {
 			t.Error("charged without a budget")
 		}

@@ -59,7 +59,7 @@ func (p *Proxy) admit(w *bodyCounter, r *http.Request, acct *requestAccount, fr 
 		// fetched without them (RFC 9111 §3.5).
 		return true, authorizationRefused(fr)
 	}
-	chargeAbuse(p.abuse, w)
+	chargeAbuse(p.abuse, w, target.Host)
 	return false, nil
 }
 
@@ -284,10 +284,10 @@ func admitAbuse(a Abuse, w http.ResponseWriter, r *http.Request, origin string, 
 }
 
 // chargeAbuse makes w add the body bytes written through it to the
-// bandwidth budget of a, if there is one.
-func chargeAbuse(a Abuse, w *bodyCounter) {
+// bandwidth budget of a, if there is one, for origin (the origin host).
+func chargeAbuse(a Abuse, w *bodyCounter, origin string) {
 	if a != nil {
-		w.charge = a.Charger()
+		w.charge = a.Charger(origin)
 	}
 }
 

@@ -246,9 +246,16 @@ type Fetch struct {
 type Abuse interface {
 	// Admit returns nil for a request to serve, else why not.
 	Admit(origin string, client netip.Addr, fromPeer bool) *abuse.Refusal
-	// Charger returns what adds bytes served to the bandwidth budget, or
-	// nil.
-	Charger() func(n int64)
+	// Charger returns what adds the bytes of one response for origin (the
+	// origin host) to the bandwidth budget, or nil.
+	Charger(origin string) func(n int64)
+}
+
+// addressLearner is what an Abuse may also do: learn the address an
+// origin host was reached at (*abuse.Controls does, for the fair shares
+// of the bandwidth budget, which count an origin by its address).
+type addressLearner interface {
+	LearnAddress(origin string, addr netip.Addr)
 }
 
 // Error is how the proxy refuses a request, or answers one whose fetch

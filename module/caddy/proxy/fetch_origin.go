@@ -23,7 +23,7 @@ func (p *Proxy) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Res
 // fetchFromOriginWith is fetchFromOrigin with a hook that adjusts the
 // request header (validators for a revalidation).
 func (p *Proxy) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjust func(http.Header)) (*http.Response, error) {
-	ctx, addrBusy := p.countOriginAddr(ctx)
+	ctx, addrBusy := p.countOriginAddr(ctx, fr.target.Host)
 	plain := fr.originURL()
 	u := plain
 	if u.Scheme == "http" && p.httpsUpgrades.upgraded(plain) {

@@ -575,9 +575,13 @@ func withSlotHold(ctx context.Context, h *slotHold) context.Context {
 // made in it gets, new or reused, and so bound the downloads per origin
 // address; a request whose address has no room for download_wait ends,
 // and busy then returns why (errDownloadsBusy), else nil.
-func (p *Proxy) countOriginAddr(ctx context.Context) (counted context.Context, busy func() error) {
+//
+// The address is also told to the abuse controls (learnOriginAddr), whose
+// fair shares of the bandwidth budget count an origin by its address.
+func (p *Proxy) countOriginAddr(ctx context.Context, host string) (counted context.Context, busy func() error) {
 	h, _ := ctx.Value(slotHoldKey{}).(*slotHold)
-	if h == nil || p.slots == nil {
+	learner, learns := p.abuse.(addressLearner)
+	if (h == nil || p.slots == nil) && !learns {
 		return ctx, func() error { return nil }
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -585,6 +589,12 @@ func (p *Proxy) countOriginAddr(ctx context.Context) (counted context.Context, b
 		GotConn: func(info httptrace.GotConnInfo) {
 			ap, err := netip.ParseAddrPort(info.Conn.RemoteAddr().String())
 			if err != nil {
+				return
+			}
+			if learns {
+				learner.LearnAddress(host, ap.Addr())
+			}
+			if h == nil || p.slots == nil {
 				return
 			}
 			if err := p.slots.bindAddr(ctx, h, ap.Addr(), p.downloadWait); err != nil {

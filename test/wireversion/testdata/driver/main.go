@@ -8,6 +8,7 @@
 //	join IP:PORT     bootstrap → "ok" or "error ..."
 //	put NAME VALUE   put VALUE under KeyFor(NAME) → "ok" or "error ..."
 //	get NAME         get → "value V1,V2,..." or "error ..."
+//	malformed        → "malformed N": authentic datagrams it could not parse
 //
 // It exits when stdin closes.
 package main
@@ -86,6 +87,8 @@ func run(ctx context.Context, n *coraldht.Node, f []string) string {
 			vs = append(vs, string(v.Data))
 		}
 		return "value " + strings.Join(vs, ",")
+	case f[0] == "malformed" && len(f) == 1:
+		return fmt.Sprintf("malformed %d", n.Stats().Drops.Malformed)
 	}
 	return "error unknown command " + strings.Join(f, " ")
 }
