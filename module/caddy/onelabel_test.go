@@ -40,7 +40,7 @@ func TestOneLabelOverHTTPS(t *testing.T) {
 	storage := testCertStorage()
 	tester := caddytest.NewTester(t)
 	proxy := fmt.Sprintf("coral_proxy nyud.test {\n cache_dir %s\n allow_origins 127.0.0.0/8 127.0.0.1\n https_redirect %d\n }", dir, httpsPort)
-	initServerWithCertEvents(t, tester, fmt.Sprintf(`{
+	tester.InitServer(fmt.Sprintf(`{
 		skip_install_trust
 		storage file_system %[4]s
 		admin {$CORAL_TEST_ADMIN}
@@ -60,7 +60,7 @@ func TestOneLabelOverHTTPS(t *testing.T) {
 		bind 127.0.0.1
 		tls internal
 		%[3]s
-	}`, httpPort, httpsPort, proxy, storage))
+	}`, httpPort, httpsPort, proxy, storage), "caddyfile")
 
 	oneLabel := "127-0-0-1-" + o.port() + ".nyud.test"
 	httpBase := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
