@@ -97,6 +97,8 @@ fuzz:
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/httpcache || exit 1; \
 	done
 	$(GO) test -run=NONE -fuzz='^FuzzDecodeMeta$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
+	$(GO) test -run=NONE -fuzz='^FuzzReadCheckpoint$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
+	$(GO) test -run=NONE -fuzz='^FuzzParseObjectFile$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
 	$(GO) test -run=NONE -fuzz='^FuzzParseRecipe$$' -fuzztime=$(FUZZTIME) ./internal/lab/evilorigin
 	$(GO) test -run=NONE -fuzz='^FuzzParseAndScore$$' -fuzztime=$(FUZZTIME) ./eval/conformance
 	$(GO) test -run=NONE -fuzz='^FuzzParseMetrics$$' -fuzztime=$(FUZZTIME) ./internal/lab/netns/coralnet

@@ -100,9 +100,10 @@ type Store struct {
 
 	mu         sync.Mutex
 	closed     bool
-	index      map[string]*entry
-	head, tail *entry // LRU list of entries with a complete version; head = most recent
-	count      int    // entries in the list
+	idx        index                // complete objects (index.go)
+	writers    map[objName]*Writer  // writes in progress
+	head, tail int32                // LRU list of the entries (slots); head = most recent; -1: none
+	count      int                  // entries in the list
 	bytes      int64  // charged bytes of complete versions (files in whole blocks)
 	pending    int64  // bytes held by writes in progress (written so far, in whole blocks)
 	writing    int    // writes in progress
@@ -114,7 +115,7 @@ type Store struct {
 	// closed by the next unlink (writes waiting for room, see reserve).
 	held      int64
 	orphaned  int64
-	orphans   map[version]*orphan
+	orphans   map[uint64]*orphan // by generation
 	unlinking int
 	roomFreed chan struct{}
 	ops       sync.WaitGroup
@@ -144,24 +145,13 @@ type Store struct {
 	diskWriteErrors, relays               atomic.Int64
 }
 
-// entry is one key in the index: its complete version (gen != 0), which is
-// then in the LRU list, and/or a write in progress (w != nil). It is the
-// per-object memory cost of the Store (see TestIndexMemory).
-type entry struct {
-	prev, next *entry
-	key        string
-	w          *Writer
-	gen        uint64 // complete version's generation; 0 = none
-	size       int64  // its body length
-	used       int64  // last Get or Commit, Unix nanoseconds
-	metaLen    int32  // its metadata file length
-	hot        int32  // 1 + its slot in the hot set; 0 or hotSeen: metadata not cached
-	readers    int32  // open Readers of the complete version (held.go)
-}
-
-// accounted is what e's complete version is charged: its body and its
-// metadata file, each in whole blocks.
+// accounted is what e's complete version is charged: its file in whole
+// blocks (inline), or its body and its metadata file, each in whole
+// blocks.
 func (s *Store) accounted(e *entry) int64 {
+	if e.inline {
+		return s.blocks(e.size + int64(e.metaLen))
+	}
 	return s.blocks(e.size) + s.blocks(int64(e.metaLen))
 }
 
@@ -174,12 +164,6 @@ func (s *Store) blocks(n int64) int64 {
 		return s.block
 	}
 	return (n + s.block - 1) / s.block * s.block
-}
-
-// version names the files of one complete version, for removal.
-type version struct {
-	key string
-	gen uint64
 }
 
 // Open opens (creating if needed) the cache in o.Dir. It removes leftovers
@@ -212,7 +196,8 @@ func Open(o Options) (*Store, error) {
 	}
 	s := &Store{
 		dir: dir, opt: o, log: o.Logger, now: o.Now, lock: lock,
-		block: blockSize(dir), index: make(map[string]*entry),
+		block: blockSize(dir), idx: newIndex(), writers: make(map[objName]*Writer),
+		head: -1, tail: -1,
 	}
 	s.setBounds()
 	switch s.hotMax = o.HotMetaBytes; {
@@ -253,8 +238,8 @@ const (
 	// divided by this.
 	DefaultMaxWritingFraction = 4
 	// DefaultBytesPerEntry: MaxEntries defaults to MaxBytes divided by
-	// this, two 4 KiB blocks (a body and a metadata file).
-	DefaultBytesPerEntry = 8 << 10
+	// this, one 4 KiB block (a small object's one file).
+	DefaultBytesPerEntry = 4 << 10
 )
 
 // setBounds derives the effective bounds from s.opt (see Options).

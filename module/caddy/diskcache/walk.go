@@ -1,5 +1,7 @@
 package diskcache
 
+import "time"
+
 // Walk calls fn with every key of the store, batch keys at a time (in no
 // particular order), until fn returns false. Unlike Range it copies no
 // snapshot of the index: it holds the store's lock only while it collects
@@ -23,25 +25,33 @@ func (s *Store) Walk(batch int, fn func([]Info) bool) {
 		return
 	}
 	defer s.ops.Done()
-	buf := make([]Info, 0, batch)
+	var b infoBatch
+	b.infos = make([]Info, 0, batch)
+	flush := func() bool {
+		infos := b.resolve(s)
+		more := len(infos) == 0 || fn(infos)
+		b.infos, b.refs = b.infos[:0], b.refs[:0]
+		return more
+	}
+	// Slot by slot: an entry keeps its slot while it is in the index.
 	s.mu.Lock()
-	for _, e := range s.index {
-		buf = append(buf, s.infoLocked(e))
-		if len(buf) < batch {
+	for i := 0; i < s.idx.slots(); i++ {
+		if e := s.idx.at(int32(i)); e.live {
+			b.addLocked(s, e)
+		}
+		if len(b.infos) < batch {
 			continue
 		}
 		s.mu.Unlock()
-		more := fn(buf)
-		buf = buf[:0]
-		s.mu.Lock()
-		if !more {
-			s.mu.Unlock()
+		if !flush() {
 			return
 		}
+		s.mu.Lock()
 	}
+	b.addWritersLocked(s)
 	s.mu.Unlock()
-	if len(buf) > 0 {
-		fn(buf)
+	if len(b.infos) > 0 {
+		flush()
 	}
 }
 
@@ -49,11 +59,19 @@ func (s *Store) Walk(batch int, fn func([]Info) bool) {
 // and any write in progress), without marking it used or counting a hit or
 // miss; false if the store holds neither.
 func (s *Store) Stat(key string) (Info, bool) {
+	name := nameOf(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.index[key]
-	if e == nil {
+	in := Info{Key: key, Size: -1}
+	e, w := s.idx.lookup(name), s.writers[name]
+	if e == nil && w == nil {
 		return Info{}, false
 	}
-	return s.infoLocked(e), true
+	if e != nil {
+		in.Size, in.LastUsed = e.size, time.Unix(0, e.used)
+	}
+	if w != nil {
+		w.infoOf(&in)
+	}
+	return in, true
 }
