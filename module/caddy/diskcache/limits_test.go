@@ -226,8 +226,8 @@ func TestBlockAccounting(t *testing.T) {
 	if b < 4096 {
 		t.Fatalf("a 1-byte object charged %d bytes, want a block of at least 4096", st.Bytes)
 	}
-	put(t, s, "00000002", "")                            // an empty body is a file too
-	put(t, s, "00000003", strings.Repeat("y", int(b)+1))   // two blocks, body and metadata in one file
+	put(t, s, "00000002", "")                                   // an empty body is a file too
+	put(t, s, "00000003", strings.Repeat("y", int(b)+1))        // two blocks, body and metadata in one file
 	put(t, s, "00000004", strings.Repeat("z", InlineMaxSize+1)) // a body file and a metadata file
 	want := 4*b + s.blocks(InlineMaxSize+1) + b
 	if st := s.Stats(); st.Bytes != want || st.Bytes != diskBytes(t, o.Dir) {

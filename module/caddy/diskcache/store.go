@@ -100,13 +100,13 @@ type Store struct {
 
 	mu         sync.Mutex
 	closed     bool
-	idx        index                // complete objects (index.go)
-	writers    map[objName]*Writer  // writes in progress
-	head, tail int32                // LRU list of the entries (slots); head = most recent; -1: none
-	count      int                  // entries in the list
-	bytes      int64  // charged bytes of complete versions (files in whole blocks)
-	pending    int64  // bytes held by writes in progress (written so far, in whole blocks)
-	writing    int    // writes in progress
+	idx        index               // complete objects (index.go)
+	writers    map[objName]*Writer // writes in progress
+	head, tail int32               // LRU list of the entries (slots); head = most recent; -1: none
+	count      int                 // entries in the list
+	bytes      int64               // charged bytes of complete versions (files in whole blocks)
+	pending    int64               // bytes held by writes in progress (written so far, in whole blocks)
+	writing    int                 // writes in progress
 	// Versions Readers hold open, and versions being unlinked (held.go):
 	// held is the part of bytes that complete versions with Readers take
 	// (eviction cannot free it), orphaned what versions out of the index
