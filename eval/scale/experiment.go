@@ -255,8 +255,16 @@ func newServer(name, dir string, p params) (*server, error) {
 			Coral: labconf.Node{Listen: netip.AddrPortFrom(caddyAddr, dhtPort)},
 			Sites: []labconf.Directive{labconf.D(fmt.Sprintf("http://:%d", port)).With(
 				labconf.D("bind", caddyAddr),
+				// The per-client limits stay out of the way: the clients
+				// are one address, and nginx and Varnish have no such
+				// limits.
 				labconf.Proxy{Zone: zone, CacheDir: s.cacheDir, CacheSize: "16GiB",
-					AllowOrigins: []string{"127.0.0.0/8"}, RateLimit: "1000000 1000000"}.Directive(),
+					AllowOrigins: []string{"127.0.0.0/8"}, RateLimit: "1000000 1000000",
+					Extra: []labconf.Directive{
+						labconf.D("max_downloads", 1024, 1024, 1024),
+						labconf.D("max_client_downloads", 1024),
+						labconf.D("max_address_downloads", 1024),
+					}}.Directive(),
 			)},
 		}
 		if err := labconf.WriteFile(filepath.Join(dir, "Caddyfile"), conf.String()); err != nil {

@@ -14,20 +14,20 @@ import (
 // Options configure a Store.
 type Options struct {
 	// Dir is the cache directory; Open creates it. The Store owns the
-	// names FORMAT, lock, lru, objects/ and tmp/ in it and touches nothing
-	// else.
+	// names FORMAT, lock, index, lru (format 1's), objects/ and tmp/ in it
+	// and touches nothing else.
 	Dir string
-	// MaxBytes bounds the disk space of the stored objects: complete
-	// bodies plus their metadata files, plus the bodies of writes in
+	// MaxBytes bounds the disk space of the stored objects: their files
+	// (inline, or body and metadata), plus the bodies of writes in
 	// progress as far as written, each file charged in whole file-system
 	// blocks, at least one (see the package docs, "Bounds and eviction").
 	// Least recently used complete objects are evicted to stay within it.
-	// Required; with less than two blocks (8 KiB) nothing can be stored.
+	// Required; with less than one block (4 KiB) nothing can be stored.
 	MaxBytes int64
 	// MaxEntries bounds the number of complete objects, and with it the
-	// index's memory (about 165 bytes per object; see the package docs).
-	// Default (0): MaxBytes / 8 KiB (DefaultBytesPerEntry), the number of
-	// objects that fit if each takes its minimum of two 4 KiB blocks, so
+	// index's memory (about 80 bytes per object; see the package docs).
+	// Default (0): MaxBytes / 4 KiB (DefaultBytesPerEntry), the number of
+	// objects that fit if each takes its minimum of one 4 KiB block, so
 	// the default never evicts before the byte bound would and keeps the
 	// index within about 2% of MaxBytes (some 20 MiB for a 1 GiB cache).
 	MaxEntries int
@@ -171,8 +171,8 @@ func (s *Store) blocks(n int64) int64 {
 // valid metadata file, metadata without a matching body, superseded
 // versions), rebuilds the index by scanning objects/, and evicts down to
 // the bounds if they shrank. The LRU order is the one saved by the last
-// Close; after a crash it falls back to the metadata files' modification
-// times. Only one Store may have a directory open at a time (ErrLocked).
+// Close; after a crash, newest generation first (two-file objects: their
+// metadata files' modification times). Only one Store may have a directory open at a time (ErrLocked).
 func Open(o Options) (*Store, error) {
 	if o.Dir == "" {
 		return nil, errors.New("diskcache: Options.Dir is required")

@@ -5,7 +5,9 @@ import "time"
 // Walk calls fn with every key of the store, batch keys at a time (in no
 // particular order), until fn returns false. Unlike Range it copies no
 // snapshot of the index: it holds the store's lock only while it collects
-// one batch (batch entries of the index, no I/O), and calls fn without it,
+// one batch (batch entries of the index, no I/O; the keys the index does
+// not hold, those not of 40 hex digits, are then read from the objects'
+// metadata without the lock), and calls fn without it,
 // so fn may call the Store (Peek, Delete, ...) and a walk over a million
 // keys neither blocks other users for long nor takes memory beyond one
 // batch. fn must not keep the slice it is given.
@@ -13,10 +15,10 @@ import "time"
 // Keys stored and removed while the walk runs are seen or not: a key
 // present from start to end is seen exactly once; one added meanwhile may
 // be seen or missed, one removed before it was reached is not seen, and
-// one removed and stored again may be seen twice. (Go's map iteration
-// gives exactly these guarantees for a map changed during the loop, which
-// is what the other users' changes are: they run only while the lock is
-// released between batches.) batch <= 0 means 1024.
+// one removed and stored again may be seen twice. (The walk goes through
+// the index's entries by number, and an entry keeps its number while its
+// key is in the index; keys with only a write in progress come last.)
+// batch <= 0 means 1024.
 func (s *Store) Walk(batch int, fn func([]Info) bool) {
 	if batch <= 0 {
 		batch = 1024
