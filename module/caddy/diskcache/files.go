@@ -189,11 +189,14 @@ func (s *Store) inlinePath(name objName, gen uint64, size int64, metaLen int32) 
 
 // entryPath is the file Get opens for e's version: the inline file or
 // the body.
-func (s *Store) entryPath(e *entry) string {
-	if e.inline {
-		return s.inlinePath(e.objName(), e.gen, e.size, e.metaLen)
+func (s *Store) entryPath(e *entry) string { return s.versionFile(e.version()) }
+
+// versionFile is the file Get opens for version v.
+func (s *Store) versionFile(v version) string {
+	if v.inline {
+		return s.inlinePath(v.name, v.gen, v.size, v.metaLen)
 	}
-	return s.bodyPath(e.objName(), e.gen)
+	return s.bodyPath(v.name, v.gen)
 }
 
 // versionPath is filepath.Join(s.shardDir(name), versionBase(name,

@@ -57,7 +57,8 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 			s.mu.Unlock()
 			break
 		}
-		gen, path := e.gen, s.entryPath(e)
+		v := e.version()
+		gen := v.gen
 		e.used = s.now().UnixNano()
 		s.moveToFront(e)
 		m, body, hot := s.hotGetLocked(e)
@@ -70,6 +71,7 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 		s.holdLocked(e)
 		epoch := s.metaEpoch
 		s.mu.Unlock()
+		path := s.versionFile(v)
 		var r *Reader
 		var err error
 		if hot {
@@ -219,9 +221,9 @@ func (s *Store) Peek(key string) (Meta, bool) {
 		s.mu.Unlock()
 		return m, true
 	}
-	gen, path := e.gen, s.entryPath(e)
+	v := e.version()
 	s.mu.Unlock()
-	m, err := s.peekVersion(name, gen, path)
+	m, err := s.peekVersion(name, v.gen, s.versionFile(v))
 	if err != nil || m.Key != key {
 		return Meta{}, false
 	}
