@@ -100,7 +100,7 @@ func (s *Store) release(name objName, gen uint64) {
 		}
 		return
 	}
-	if w := s.writers[name]; w != nil && w.gen == gen && w.readers > 0 {
+	if w := s.writerOf(name); w != nil && w.gen == gen && w.readers > 0 {
 		w.readers--
 	}
 }

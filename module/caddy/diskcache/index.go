@@ -30,8 +30,7 @@ type objName struct {
 // nameOf returns the name of key.
 func nameOf(key string) objName {
 	var n objName
-	if len(key) == 2*nameLen && isLowerHex(key) {
-		hex.Decode(n.b[:], []byte(key))
+	if len(key) == 2*nameLen && decodeLowerHex(&n.b, key) {
 		return n
 	}
 	sum := sha256.Sum256([]byte(key))
@@ -39,6 +38,29 @@ func nameOf(key string) objName {
 	n.hashed = true
 	return n
 }
+
+// decodeLowerHex decodes 40 lowercase hex digits into b (every Get does).
+func decodeLowerHex(b *[nameLen]byte, s string) bool {
+	for i := range nameLen {
+		hi, lo := hexValue[s[2*i]], hexValue[s[2*i+1]]
+		if hi|lo > 0xf {
+			return false
+		}
+		b[i] = hi<<4 | lo
+	}
+	return true
+}
+
+// hexValue maps a lowercase hex digit to its value, anything else to 0xff.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for i, c := range "0123456789abcdef" {
+		t[c] = byte(i)
+	}
+	return t
+}()
 
 // String is the name as files use it: the key for a 40-hex key, else "x"
 // and 40 hex digits. The two forms cannot collide ('x' is not a hex

@@ -42,7 +42,7 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 		if attempt > 0 {
 			s.mu.Lock()
 		}
-		if w := s.writers[name]; w != nil {
+		if w := s.writerOf(name); w != nil {
 			w.readers++ // before the file is open: see held.go
 			s.mu.Unlock()
 			if r, err := w.newReader(ctx); err == nil {
@@ -128,7 +128,7 @@ func (s *Store) openHot(ctx context.Context, key string, name objName, gen uint6
 		}
 		// On a short read the file Reader below reports it.
 	}
-	return s.newReader(ctx, key, name, gen, f, nil, m), nil
+	return s.newReader(ctx, key, gen, f, nil, m), nil
 }
 
 // openVersion opens a complete version (its file at path): body first, so
@@ -159,7 +159,7 @@ func (s *Store) openVersion(ctx context.Context, key string, name objName, gen u
 		s.hotAdmitLocked(e, m)
 	}
 	s.mu.Unlock()
-	return s.newReader(ctx, key, name, gen, f, nil, m), nil
+	return s.newReader(ctx, key, gen, f, nil, m), nil
 }
 
 // readVersionMeta reads and checks the metadata of version gen of name,
@@ -207,7 +207,7 @@ func (s *Store) Peek(key string) (Meta, bool) {
 	defer s.ops.Done()
 	name := nameOf(key)
 	s.mu.Lock()
-	if w := s.writers[name]; w != nil {
+	if w := s.writerOf(name); w != nil {
 		s.mu.Unlock()
 		return w.currentMeta(), true
 	}
@@ -436,7 +436,7 @@ func (s *Store) Delete(key string) error {
 	defer s.ops.Done()
 	name := nameOf(key)
 	s.mu.Lock()
-	e, w := s.idx.lookup(name), s.writers[name]
+	e, w := s.idx.lookup(name), s.writerOf(name)
 	if e == nil && w == nil {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrNotFound, key)

@@ -28,7 +28,6 @@ import (
 type Reader struct {
 	s      *Store
 	key    string
-	name   objName
 	gen    uint64   // the version read, counted until Close (held.go)
 	f      *os.File // nil when reading mem
 	mem    []byte   // the body in memory, shared: never modified
@@ -49,12 +48,12 @@ var _ interface {
 	io.WriterTo
 } = (*Reader)(nil)
 
-func (s *Store) newReader(ctx context.Context, key string, name objName, gen uint64, f *os.File, w *Writer, m Meta) *Reader {
+func (s *Store) newReader(ctx context.Context, key string, gen uint64, f *os.File, w *Writer, m Meta) *Reader {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	s.readers.Add(1)
-	r := &Reader{s: s, key: key, name: name, gen: gen, f: f, ctx: ctx, w: w, meta: m}
+	r := &Reader{s: s, key: key, gen: gen, f: f, ctx: ctx, w: w, meta: m}
 	if w != nil {
 		r.closed = make(chan struct{})
 	}
@@ -146,7 +145,7 @@ func (r *Reader) Close() error {
 		}
 		if r.f != nil {
 			r.f.Close()
-			r.s.release(r.name, r.gen)
+			r.s.release(nameOf(r.key), r.gen)
 		}
 		r.s.readers.Add(-1)
 	})

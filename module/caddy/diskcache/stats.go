@@ -145,7 +145,7 @@ type keyRef struct {
 func (b *infoBatch) addLocked(s *Store, e *entry) {
 	in := Info{Size: e.size, LastUsed: time.Unix(0, e.used)}
 	name := e.objName()
-	if w := s.writers[name]; w != nil {
+	if w := s.writerOf(name); w != nil {
 		in.Key = w.key
 		w.infoOf(&in)
 	} else if k, ok := name.key(); ok {

@@ -145,6 +145,15 @@ type Store struct {
 	diskWriteErrors, relays               atomic.Int64
 }
 
+// writerOf returns the write in progress of name, if any (without
+// hashing name when there is none, the common case of a hit).
+func (s *Store) writerOf(name objName) *Writer {
+	if len(s.writers) == 0 {
+		return nil
+	}
+	return s.writers[name]
+}
+
 // accounted is what e's complete version is charged: its file in whole
 // blocks (inline), or its body and its metadata file, each in whole
 // blocks.

@@ -65,7 +65,7 @@ func (s *Store) Stat(key string) (Info, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in := Info{Key: key, Size: -1}
-	e, w := s.idx.lookup(name), s.writers[name]
+	e, w := s.idx.lookup(name), s.writerOf(name)
 	if e == nil && w == nil {
 		return Info{}, false
 	}

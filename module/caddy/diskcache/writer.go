@@ -437,9 +437,9 @@ func (w *Writer) newReader(ctx context.Context) (*Reader, error) {
 		return nil, err
 	}
 	if w.state == committed {
-		return w.s.newReader(ctx, w.key, w.name, w.gen, f, nil, w.final), nil
+		return w.s.newReader(ctx, w.key, w.gen, f, nil, w.final), nil
 	}
-	r := w.s.newReader(ctx, w.key, w.name, w.gen, f, w, Meta{})
+	r := w.s.newReader(ctx, w.key, w.gen, f, w, Meta{})
 	if w.rdrs == nil {
 		w.rdrs = make(map[*Reader]struct{})
 	}
