@@ -1,6 +1,7 @@
 package diskcache
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,10 +52,15 @@ func isLowerHex(s string) bool {
 }
 
 // shardOf is the objects/ subdirectory (two hex digits) holding a name.
-func shardOf(name objName) string {
-	const hexDigits = "0123456789abcdef"
-	return string([]byte{hexDigits[name.b[0]>>4], hexDigits[name.b[0]&0xf]})
-}
+func shardOf(name objName) string { return shardNames[name.b[0]] }
+
+// shardNames are the 256 shards' names.
+var shardNames = func() (t [256]string) {
+	for i := range t {
+		t[i] = fmt.Sprintf("%02x", i)
+	}
+	return t
+}()
 
 // versionBase is "<name>-<gen as 16 hex digits>".
 func versionBase(name objName, gen uint64) string {
@@ -85,12 +91,17 @@ func appendVersionBase(b *strings.Builder, name objName, gen uint64) {
 func inlineBase(name objName, gen uint64, size int64, metaLen int32) string {
 	var b strings.Builder
 	b.Grow(1 + 2*nameLen + 1 + genDigits + 2 + 16 + 8 + len(objSuffix))
-	appendVersionBase(&b, name, gen)
-	b.WriteByte('-')
-	b.WriteString(strconv.FormatInt(size, 16))
-	b.WriteByte('-')
-	b.WriteString(strconv.FormatInt(int64(metaLen), 16))
+	appendInlineBase(&b, name, gen, size, metaLen)
 	return b.String()
+}
+
+func appendInlineBase(b *strings.Builder, name objName, gen uint64, size int64, metaLen int32) {
+	appendVersionBase(b, name, gen)
+	var num [20]byte
+	b.WriteByte('-')
+	b.Write(strconv.AppendInt(num[:0], size, 16))
+	b.WriteByte('-')
+	b.Write(strconv.AppendInt(num[:0], int64(metaLen), 16))
 }
 
 // fileKind is what parseObjectFile found.
@@ -182,9 +193,20 @@ func (s *Store) metaPath(name objName, gen uint64) string {
 	return s.versionPath(name, gen, metaSuffix)
 }
 
-// inlinePath is the file of an inline version.
+// inlinePath is the file of an inline version, in one allocation (as
+// versionPath).
 func (s *Store) inlinePath(name objName, gen uint64, size int64, metaLen int32) string {
-	return filepath.Join(s.shardDir(name), inlineBase(name, gen, size, metaLen)+objSuffix)
+	var b strings.Builder
+	b.Grow(len(s.dir) + 1 + len(objectsDir) + 1 + 2 + 1 + 1 + 2*nameLen + 1 + genDigits + 2 + 16 + 8 + len(objSuffix))
+	b.WriteString(s.dir)
+	b.WriteByte(filepath.Separator)
+	b.WriteString(objectsDir)
+	b.WriteByte(filepath.Separator)
+	b.WriteString(shardOf(name))
+	b.WriteByte(filepath.Separator)
+	appendInlineBase(&b, name, gen, size, metaLen)
+	b.WriteString(objSuffix)
+	return b.String()
 }
 
 // entryPath is the file Get opens for e's version: the inline file or

@@ -203,3 +203,17 @@ func TestCheckpointOrder(t *testing.T) {
 		getChecked(t, s, k, "body "+k)
 	}
 }
+
+// TestInlinePath: the one-allocation path is the joined one.
+func TestInlinePath(t *testing.T) {
+	s := openStore(t, testOptions(t, 1<<20))
+	for _, key := range []string{key1, "Not Hex/../x"} {
+		n := nameOf(key)
+		for _, sz := range [][2]int64{{0, metaHeaderLen}, {1024, 300}, {InlineMaxSize, MaxMetaSize}} {
+			want := filepath.Join(s.shardDir(n), inlineBase(n, 0xabc, sz[0], int32(sz[1]))+objSuffix)
+			if got := s.inlinePath(n, 0xabc, sz[0], int32(sz[1])); got != want {
+				t.Errorf("inlinePath = %q, want %q", got, want)
+			}
+		}
+	}
+}
