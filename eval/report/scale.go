@@ -19,6 +19,7 @@ type scaleResult struct {
 			Objects         int     `json:"objects"`
 			MissPerSecond   float64 `json:"miss_per_second"`
 			ResidentPerObj  float64 `json:"resident_bytes_per_object"`
+			IndexBytesPerObj float64 `json:"index_bytes_per_object"`
 			IndexPerObj     float64 `json:"index_heap_bytes_per_object"`
 			RefsHeap        float64 `json:"references_heap_bytes"`
 			DHTHeap         float64 `json:"dsht_heap_bytes"`
@@ -59,12 +60,12 @@ func init() {
 					other = num(p.RefsHeap/float64(p.Objects), 0) + " / " + num(p.DHTHeap/float64(p.Objects), 0)
 				}
 				rows = append(rows, []string{s.Name, count(p.Objects), num(p.MissPerSecond, 0),
-					num(p.ResidentPerObj, 0), scaleOrDash(p.IndexPerObj, b0), other, scaleOrDash(p.RestartResident, b0),
+					num(p.ResidentPerObj, 0), scaleOrDash(p.IndexBytesPerObj, b0) + " / " + scaleOrDash(p.IndexPerObj, b0), other, scaleOrDash(p.RestartResident, b0),
 					num(p.DiskPerObj, 0), num(p.InodesPerObj, 2),
 					scaleOrDash(p.RestartSeconds, b2) + " / " + scaleOrDash(p.KillRestartSecs, b2), p.Load})
 			}
 		}
-		return table([]string{"server", "objects", "misses/s (fill)", "resident B/object", "index B/object (heap profile)",
+		return table([]string{"server", "objects", "misses/s (fill)", "resident B/object", "index B/object (store's count / heap profile)",
 			"references / DSHT B/object (heap profile)", "resident B/object after restart", "disk B/object", "inodes/object",
 			"restart to first hit s (SIGTERM / SIGKILL)", "load average"}, rows), nil
 	})
@@ -93,6 +94,8 @@ func init() {
 				case "resident":
 					return num(p.ResidentPerObj, 0), nil
 				case "index":
+					return num(p.IndexBytesPerObj, 0), nil
+				case "index-heap":
 					return num(p.IndexPerObj, 0), nil
 				case "disk":
 					return num(p.DiskPerObj, 0), nil

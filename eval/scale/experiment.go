@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -64,9 +65,14 @@ type Point struct {
 	MissPerSecond  float64 `json:"miss_per_second"`
 	ResidentBytes  int64   `json:"resident_bytes"`
 	ResidentPerObj float64 `json:"resident_bytes_per_object"`
-	IndexHeapBytes int64   `json:"index_heap_bytes,omitempty"`
-	IndexPerObj    float64 `json:"index_heap_bytes_per_object,omitempty"`
-	HeapInuseBytes int64   `json:"heap_inuse_bytes,omitempty"`
+	// The index's memory as the store counts it (Caddy's
+	// caddy_coral_cache_index_bytes), and as Caddy's heap profile
+	// estimates it (sampled allocations, scaled as pprof does).
+	IndexBytes       int64   `json:"index_bytes,omitempty"`
+	IndexBytesPerObj float64 `json:"index_bytes_per_object,omitempty"`
+	IndexHeapBytes   int64   `json:"index_heap_bytes,omitempty"`
+	IndexPerObj      float64 `json:"index_heap_bytes_per_object,omitempty"`
+	HeapInuseBytes   int64   `json:"heap_inuse_bytes,omitempty"`
 	// The other per-object state in Caddy's heap profile: coral_proxy's
 	// table of the DSHT references it renews, and the DSHT node's store.
 	RefsHeapBytes   int64   `json:"references_heap_bytes,omitempty"`
@@ -172,6 +178,10 @@ func measure(ctx context.Context, s *server, o *origin, p params, log io.Writer)
 			pt.IndexHeapBytes, pt.HeapInuseBytes = hp.index, hp.inuse
 			pt.RefsHeapBytes, pt.DHTHeapBytes = hp.refs, hp.dsht
 			pt.IndexPerObj = float64(hp.index) / float64(n)
+			if pt.IndexBytes, err = metric(ctx, "caddy_coral_cache_index_bytes"); err != nil {
+				return nil, err
+			}
+			pt.IndexBytesPerObj = float64(pt.IndexBytes) / float64(n)
 		}
 		var err error
 		if pt.DiskBytes, pt.Inodes, err = diskUsage(s.cacheDir); err != nil {
@@ -190,8 +200,8 @@ func measure(ctx context.Context, s *server, o *origin, p params, log io.Writer)
 				return nil, err
 			}
 		}
-		fmt.Fprintf(log, "%s %d: %.0f misses/s, %.0f B resident/object, index %.0f B/object, disk %.0f B and %.2f inodes/object, restart %.2fs (after SIGKILL %.2fs)\n",
-			s.name, n, pt.MissPerSecond, pt.ResidentPerObj, pt.IndexPerObj, pt.DiskPerObj, pt.InodesPerObj, pt.RestartSeconds, pt.KillRestartSecs)
+		fmt.Fprintf(log, "%s %d: %.0f misses/s, %.0f B resident/object, index %.0f B/object (heap profile %.0f), disk %.0f B and %.2f inodes/object, restart %.2fs (after SIGKILL %.2fs)\n",
+			s.name, n, pt.MissPerSecond, pt.ResidentPerObj, pt.IndexBytesPerObj, pt.IndexPerObj, pt.DiskPerObj, pt.InodesPerObj, pt.RestartSeconds, pt.KillRestartSecs)
 		sr.Points = append(sr.Points, pt)
 	}
 	return sr, nil
@@ -482,18 +492,28 @@ func heapProfile(ctx context.Context) (heapFigures, error) {
 }
 
 // parseHeapProfile reads a heap profile in pprof's debug=1 text form: a
-// record line "inuse_objects: inuse_bytes [alloc_objects: alloc_bytes] @
-// pcs" followed by "#\tpc\tfunction+off\tfile:line" frames; and
-// "# HeapInuse = N" among the MemStats at the end.
+// header "heap profile: ... @ heap/2*rate", records "inuse_objects:
+// inuse_bytes [alloc_objects: alloc_bytes] @ pcs" followed by
+// "#\tpc\tfunction+off\tfile:line" frames, and "# HeapInuse = N" among
+// the MemStats at the end. The records are the sampled allocations as
+// they are: each is scaled here as pprof scales them (an allocation of
+// size s is sampled with probability 1-exp(-s/rate)).
 func parseHeapProfile(r io.Reader) (heapFigures, error) {
 	var h heapFigures
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	var recBytes int64
 	counted := false
+	rate := 512.0 * 1024
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
+		case strings.HasPrefix(line, "heap profile:"):
+			if _, r, ok := strings.Cut(line, "@ heap/"); ok {
+				if v, err := strconv.ParseFloat(strings.TrimSpace(r), 64); err == nil && v > 0 {
+					rate = v / 2
+				}
+			}
 		case strings.HasPrefix(line, "# HeapInuse = "):
 			h.inuse, _ = strconv.ParseInt(strings.TrimPrefix(line, "# HeapInuse = "), 10, 64)
 		case strings.HasPrefix(line, "#\t"):
@@ -513,8 +533,13 @@ func parseHeapProfile(r io.Reader) (heapFigures, error) {
 			counted = true
 		case strings.Contains(line, " @ ") && !strings.HasPrefix(line, "heap profile:"):
 			f := strings.Fields(line)
+			recBytes = 0
 			if len(f) >= 2 {
-				recBytes, _ = strconv.ParseInt(f[1], 10, 64)
+				objs, _ := strconv.ParseFloat(strings.TrimSuffix(f[0], ":"), 64)
+				b, _ := strconv.ParseFloat(f[1], 64)
+				if objs > 0 {
+					recBytes = int64(b / (1 - math.Exp(-b/objs/rate)))
+				}
 			}
 			counted = false
 		}
@@ -526,6 +551,26 @@ func parseHeapProfile(r io.Reader) (heapFigures, error) {
 		return h, errors.New("heap profile without HeapInuse")
 	}
 	return h, nil
+}
+
+// metric reads a gauge without labels from Caddy's admin /metrics.
+func metric(ctx context.Context, name string) (int64, error) {
+	admin := netip.AddrPortFrom(caddyAddr, adminPort)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%v/metrics", admin), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return int64(f), err
+		}
+	}
+	return 0, fmt.Errorf("metrics: no %s (%v)", name, sc.Err())
 }
 
 // --- the clients ------------------------------------------------------------

@@ -37,8 +37,8 @@ func TestShort(t *testing.T) {
 	}
 	coral := res.Servers[0]
 	pt := coral.Points[len(coral.Points)-1]
-	if pt.IndexHeapBytes <= 0 || pt.IndexPerObj > 200 {
-		t.Errorf("index: %d bytes, %.0f per object", pt.IndexHeapBytes, pt.IndexPerObj)
+	if pt.IndexBytes <= 0 || pt.IndexBytesPerObj > 200 || pt.IndexHeapBytes <= 0 {
+		t.Errorf("index: %d bytes, %.0f per object; heap profile %d bytes", pt.IndexBytes, pt.IndexBytesPerObj, pt.IndexHeapBytes)
 	}
 	// 256 shard directories are a fixed 1 MiB; at 4,000 objects they
 	// are a quarter of a KB per object.
@@ -51,7 +51,9 @@ func TestShort(t *testing.T) {
 }
 
 func TestParseHeapProfile(t *testing.T) {
-	const profile = `heap profile: 3: 3000 [9: 9000] @ heap/524288
+	// Rate 1: every record's bytes are far above it, so scaling leaves
+	// them as they are.
+	const profile = `heap profile: 3: 3000 [9: 9000] @ heap/2
 1: 1000 [1: 1000] @ 0x1 0x2
 #	0x1	github.com/coralcdn/coral/module/caddy/diskcache.(*index).add+0x1	/x/index.go:1
 #	0x2	github.com/coralcdn/coral/module/caddy/diskcache.(*index).grow+0x1	/x/index.go:2
@@ -72,5 +74,11 @@ func TestParseHeapProfile(t *testing.T) {
 	}
 	if h.index != 1000 || h.refs != 200 || h.dsht != 30 || h.inuse != 8192 {
 		t.Fatalf("%+v", h)
+	}
+	// At the default rate a 288 KiB chunk is sampled with probability
+	// 1-exp(-288/512): one sampled counts for about 2.3.
+	h, err = parseHeapProfile(strings.NewReader("heap profile: 1: 294912 [1: 294912] @ heap/1048576\n1: 294912 [1: 294912] @ 0x1\n#\t0x1\tgithub.com/coralcdn/coral/module/caddy/diskcache.(*index).add+0x1\t/x:1\n# HeapInuse = 1\n"))
+	if err != nil || h.index < 685000 || h.index > 686000 {
+		t.Fatalf("scaled: %+v, %v", h, err)
 	}
 }

@@ -13,7 +13,7 @@ func (r *Result) table() string {
 	for _, s := range r.Servers {
 		for _, p := range s.Points {
 			fmt.Fprintf(&b, "%-8s %9d %10.0f %12.0f %11s %12.0f %9.2f %11s %13s\n",
-				s.Name, p.Objects, p.MissPerSecond, p.ResidentPerObj, orDash(p.IndexPerObj, "%.0f"),
+				s.Name, p.Objects, p.MissPerSecond, p.ResidentPerObj, orDash(p.IndexBytesPerObj, "%.0f"),
 				p.DiskPerObj, p.InodesPerObj, orDash(p.RestartSeconds, "%.2f"), orDash(p.KillRestartSecs, "%.2f"))
 		}
 	}

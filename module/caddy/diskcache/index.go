@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"hash/maphash"
+	"unsafe"
 )
 
 // The index: one fixed-size entry per complete object, in chunks of a
@@ -241,6 +242,12 @@ func (x *index) each(fn func(*entry) bool) {
 			}
 		}
 	}
+}
+
+// bytes is the memory the index holds: its chunks and its table.
+func (x *index) bytes() int64 {
+	return int64(len(x.chunks))*int64(unsafe.Sizeof([entryChunk]entry{})) + 4*int64(len(x.table)) +
+		8*int64(cap(x.chunks))
 }
 
 // slots is the number of slots allocated (live or free).

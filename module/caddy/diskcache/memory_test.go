@@ -160,6 +160,9 @@ func indexBytesPerEntry(tb testing.TB, n int) float64 {
 	s.mu.Unlock()
 	after, _ := heapStats()
 	runtime.KeepAlive(keys)
+	if got, want := s.Stats().IndexBytes, int64(after)-int64(before); got < want*9/10 || got > want*11/10 {
+		tb.Errorf("Stats.IndexBytes %d, the heap grew %d", got, want)
+	}
 	// Not a real store any more: drop the fake entries before Close.
 	s.mu.Lock()
 	s.idx = newIndex()

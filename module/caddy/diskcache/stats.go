@@ -54,6 +54,9 @@ type Stats struct {
 	// all (within Options.HotBodyBytes).
 	HotBodies    int
 	HotBodyBytes int64
+	// IndexBytes is the memory of the index (its entries' chunks and its
+	// table; see the package docs, "Memory"): about 80 bytes per object.
+	IndexBytes int64
 }
 
 // Stats returns a snapshot of the store's counters.
@@ -67,6 +70,7 @@ func (s *Store) Stats() Stats {
 		MaxObjectBytes: s.maxObject, MaxWritingBytes: s.maxWriting, BlockBytes: s.block,
 		HotEntries: len(s.hot) - len(s.hotFree), HotBytes: s.hotBytes,
 		HotBodies: s.hotBodies, HotBodyBytes: s.hotBody,
+		IndexBytes: s.idx.bytes(),
 	}
 	s.mu.Unlock()
 	st.MetaReads = s.metaReads.Load()
