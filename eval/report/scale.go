@@ -16,19 +16,19 @@ type scaleResult struct {
 		Name     string `json:"name"`
 		Resident string `json:"resident"`
 		Points   []struct {
-			Objects         int     `json:"objects"`
-			MissPerSecond   float64 `json:"miss_per_second"`
-			ResidentPerObj  float64 `json:"resident_bytes_per_object"`
+			Objects          int     `json:"objects"`
+			MissPerSecond    float64 `json:"miss_per_second"`
+			ResidentPerObj   float64 `json:"resident_bytes_per_object"`
 			IndexBytesPerObj float64 `json:"index_bytes_per_object"`
-			IndexPerObj     float64 `json:"index_heap_bytes_per_object"`
-			RefsHeap        float64 `json:"references_heap_bytes"`
-			DHTHeap         float64 `json:"dsht_heap_bytes"`
-			DiskPerObj      float64 `json:"disk_bytes_per_object"`
-			InodesPerObj    float64 `json:"inodes_per_object"`
-			RestartSeconds  float64 `json:"restart_to_hit_seconds"`
-			KillRestartSecs float64 `json:"kill_restart_to_hit_seconds"`
-			RestartResident float64 `json:"resident_bytes_per_object_after_restart"`
-			Load            string  `json:"load"`
+			IndexPerObj      float64 `json:"index_heap_bytes_per_object"`
+			RefsHeap         float64 `json:"references_heap_bytes"`
+			DHTHeap          float64 `json:"dsht_heap_bytes"`
+			DiskPerObj       float64 `json:"disk_bytes_per_object"`
+			InodesPerObj     float64 `json:"inodes_per_object"`
+			RestartSeconds   float64 `json:"restart_to_hit_seconds"`
+			KillRestartSecs  float64 `json:"kill_restart_to_hit_seconds"`
+			RestartResident  float64 `json:"resident_bytes_per_object_after_restart"`
+			Load             string  `json:"load"`
 		} `json:"points"`
 	} `json:"servers"`
 }
