@@ -384,6 +384,17 @@ func (s *server) restart(ctx context.Context, c *http.Client, o *origin, n int, 
 	} else {
 		s.stop()
 	}
+	// nginx's workers may outlive their master by a moment, holding the
+	// port: the clock starts once it is free.
+	if err := evalrun.WaitFor(ctx, s.name+"'s port to be free", 10*time.Second, func() error { return nil }, func() error {
+		ln, err := net.Listen("tcp", fmt.Sprintf("%v:%d", s.addr, port))
+		if err == nil {
+			ln.Close()
+		}
+		return err
+	}); err != nil {
+		return 0, err
+	}
 	start := time.Now()
 	if err := s.start(ctx); err != nil {
 		return 0, err
