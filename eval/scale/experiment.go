@@ -47,6 +47,9 @@ type Result struct {
 	Provenance *evalrun.Provenance `json:"provenance"`
 	Params     params              `json:"params"`
 	Servers    []ServerResult      `json:"servers"`
+	// Complete is false while servers of Params.Servers are still to be
+	// measured (the file is written after each).
+	Complete bool `json:"complete"`
 }
 
 // ServerResult is one server's figures at each count.
@@ -101,7 +104,7 @@ type server struct {
 	resident string
 }
 
-func run(ctx context.Context, p params, log io.Writer) (*Result, error) {
+func run(ctx context.Context, p params, log io.Writer, save func(*Result)) (*Result, error) {
 	if err := findBinaries(&p); err != nil {
 		return nil, err
 	}
@@ -133,6 +136,10 @@ func run(ctx context.Context, p params, log io.Writer) (*Result, error) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		res.Servers = append(res.Servers, *sr)
+		res.Complete = len(res.Servers) == len(p.Servers)
+		if save != nil {
+			save(res)
+		}
 	}
 	return res, nil
 }

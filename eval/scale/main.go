@@ -82,14 +82,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	prov := evalrun.StartProvenance("scale", evalrun.TopologyLoopback)
-	res, err := run(ctx, p, os.Stdout)
-	if err != nil {
-		fatalf("%v", err)
-	}
-	prov.Finish()
-	res.Provenance = prov
-	fmt.Print(res.table())
-	if p.Out != "" {
+	// The file is written after each server, marked incomplete until the
+	// last: a long run stopped midway keeps what it measured.
+	save := func(res *Result) {
+		prov.Finish()
+		res.Provenance = prov
+		if p.Out == "" {
+			return
+		}
 		b, err := json.MarshalIndent(res, "", "  ")
 		if err != nil {
 			fatalf("%v", err)
@@ -100,6 +100,11 @@ func main() {
 		}
 		fmt.Println("wrote", path)
 	}
+	res, err := run(ctx, p, os.Stdout, save)
+	if err != nil {
+		fatalf("%v", err)
+	}
+	fmt.Print(res.table())
 }
 
 func fatalf(format string, args ...any) {

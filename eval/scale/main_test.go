@@ -17,12 +17,12 @@ func TestShort(t *testing.T) {
 	bin := evaltest.LabBinary(t, "caddy", "nginx", "varnishd")
 	p := params{Counts: []int{1000, 4000}, Concurrency: 16, ObjectBytes: objectBytes,
 		Servers: []string{"coral", "nginx", "varnish"}, Caddy: bin, Nginx: "nginx", Varnishd: "varnishd", Dir: t.TempDir()}
-	res, err := run(t.Context(), p, io.Discard)
+	res, err := run(t.Context(), p, io.Discard, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Log("\n" + res.table())
-	if len(res.Servers) != 3 {
+	if len(res.Servers) != 3 || !res.Complete {
 		t.Fatalf("%d servers measured", len(res.Servers))
 	}
 	for _, s := range res.Servers {
