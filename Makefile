@@ -51,7 +51,7 @@ tidy-check:
 deps:
 	@for s in test/resolverlab/install-deps.sh test/statuspage/install-deps.sh \
 			test/demonet/install-deps.sh test/deploy/install-deps.sh internal/lab/netns/install-deps.sh \
-			eval/httpbench/install-deps.sh internal/lab/wan/install-deps.sh; do \
+			eval/httpbench/install-deps.sh eval/scale/install-deps.sh internal/lab/wan/install-deps.sh; do \
 		if [ "$$(id -u)" -eq 0 ]; then bash $$s || exit 1; \
 		else bash $$s || echo "deps: not root; the tests that need what $$s installs will skip"; fi; \
 	done
@@ -97,6 +97,8 @@ fuzz:
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/httpcache || exit 1; \
 	done
 	$(GO) test -run=NONE -fuzz='^FuzzDecodeMeta$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
+	$(GO) test -run=NONE -fuzz='^FuzzReadCheckpoint$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
+	$(GO) test -run=NONE -fuzz='^FuzzParseObjectFile$$' -fuzztime=$(FUZZTIME) ./module/caddy/diskcache
 	$(GO) test -run=NONE -fuzz='^FuzzParseRecipe$$' -fuzztime=$(FUZZTIME) ./internal/lab/evilorigin
 	$(GO) test -run=NONE -fuzz='^FuzzParseAndScore$$' -fuzztime=$(FUZZTIME) ./eval/conformance
 	$(GO) test -run=NONE -fuzz='^FuzzParseMetrics$$' -fuzztime=$(FUZZTIME) ./internal/lab/netns/coralnet

@@ -102,7 +102,7 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    cache_dir      DIR
 //	    cache_size     SIZE          # e.g. 1GiB
 //	    max_object_size SIZE         # default cache_size / 8
-//	    max_objects    N             # default cache_size / 8KiB
+//	    max_objects    N             # default cache_size / 4KiB
 //	    memory_cache_size SIZE|off   # small hot bodies in memory; default 16MiB
 //	    allow_origins  PREFIX...     # private origins allowed anyway
 //	    allow_peers    PREFIX...     # private peer addresses allowed anyway

@@ -51,8 +51,8 @@ type Handler struct {
 	MaxObjectSize int64 `json:"max_object_size,omitempty"`
 
 	// MaxObjects bounds the number of cached objects, and with it the
-	// memory of the cache's index (about 170 bytes an object). Default:
-	// CacheSize / 8 KiB, as many as fit at their smallest (two blocks).
+	// memory of the cache's index (about 80 bytes an object). Default:
+	// CacheSize / 4 KiB, as many as fit at their smallest (one block).
 	MaxObjects int `json:"max_objects,omitempty"`
 
 	// MemoryCacheSize bounds the bodies of small, often-read objects

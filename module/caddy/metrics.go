@@ -82,6 +82,7 @@ var (
 	descCacheBytes     = metricDesc("cache_bytes", "Bytes of complete objects in the disk cache (bodies and metadata).")
 	descCacheMaxBytes  = metricDesc("cache_max_bytes", "Configured bound of the disk cache in bytes.")
 	descCacheObjects   = metricDesc("cache_objects", "Complete objects in the disk cache.")
+	descCacheIndex     = metricDesc("cache_index_bytes", "Memory of the disk cache's index (its fixed-size entries and table).")
 	descDownloads      = metricDesc("downloads_in_progress", "Objects being written into the disk cache.")
 	descCacheEvictions = metricDesc("cache_evictions_total", "Complete objects evicted from the disk cache for room.")
 	descDiskErrors     = metricDesc("disk_write_errors_total", "Writes to the disk cache that the file system failed (ENOSPC, EDQUOT, EIO): the object was evicted for or relayed uncached.")
@@ -103,7 +104,7 @@ var (
 )
 
 var coralDescs = []*prometheus.Desc{
-	descCacheBytes, descCacheMaxBytes, descCacheObjects, descDownloads, descCacheEvictions,
+	descCacheBytes, descCacheMaxBytes, descCacheObjects, descCacheIndex, descDownloads, descCacheEvictions,
 	descDiskErrors, descDiskLimit,
 	descReloadSuccess, descReloadTime, descReloadOKTime, descReloadFailures, descConfigInfo, descDraining,
 }
@@ -191,6 +192,7 @@ func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
 			sum.Bytes += st.Bytes
 			sum.MaxBytes += st.MaxBytes
 			sum.Entries += st.Entries
+			sum.IndexBytes += st.IndexBytes
 			sum.Writing += st.Writing
 			sum.Evictions += st.Evictions
 			sum.DiskWriteErrors += st.DiskWriteErrors
@@ -199,6 +201,7 @@ func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descCacheBytes, float64(sum.Bytes))
 		gauge(descCacheMaxBytes, float64(sum.MaxBytes))
 		gauge(descCacheObjects, float64(sum.Entries))
+		gauge(descCacheIndex, float64(sum.IndexBytes))
 		gauge(descDownloads, float64(sum.Writing))
 		counter(descCacheEvictions, float64(sum.Evictions))
 		counter(descDiskErrors, float64(sum.DiskWriteErrors))

@@ -18,18 +18,18 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	var ws []*Writer
-	for _, e := range s.index {
-		if e.w != nil {
-			ws = append(ws, e.w)
-			s.detachLocked(e.w, ErrClosed)
-		}
+	for _, w := range s.writers {
+		ws = append(ws, w)
+	}
+	for _, w := range ws {
+		s.detachLocked(w, ErrClosed)
 	}
 	s.mu.Unlock()
 	for _, w := range ws {
 		w.Abort(ErrClosed)
 	}
 	s.ops.Wait()
-	err := s.writeLRU()
+	err := s.writeCheckpoint()
 	if cerr := s.lock.Close(); err == nil {
 		err = cerr
 	}
@@ -56,10 +56,10 @@ func (s *Store) at(point string) {
 	}
 }
 
-func (s *Store) keyLock(name string) *sync.Mutex {
+func (s *Store) keyLock(name objName) *sync.Mutex {
 	h := uint32(2166136261)
-	for i := 0; i < len(name); i++ {
-		h = (h ^ uint32(name[i])) * 16777619
+	for _, c := range name.b {
+		h = (h ^ uint32(c)) * 16777619
 	}
 	return &s.keyLocks[h%uint32(len(s.keyLocks))]
 }

@@ -47,12 +47,22 @@ func (w *Writer) Commit(final Meta) error {
 	if err != nil {
 		return w.abortLocked(err)
 	}
-	// The metadata file counts against MaxBytes too (and an empty body's
-	// one block).
-	if err := s.reserve(w, s.blocks(w.n)+s.blocks(int64(len(mb))), true); err != nil {
+	// A small body takes its metadata in its own file; a larger one gets
+	// a metadata file, which counts against MaxBytes too (and an empty
+	// body's one block).
+	inline := w.n <= InlineMaxSize
+	total := s.blocks(w.n) + s.blocks(int64(len(mb)))
+	if inline {
+		total = s.blocks(w.n + int64(len(mb)))
+	}
+	if err := s.reserve(w, total, true); err != nil {
 		return w.abortLocked(err)
 	}
-	if err := w.persistLocked(mb); err != nil {
+	persist := w.persistLocked
+	if inline {
+		persist = w.persistInlineLocked
+	}
+	if err := persist(mb); err != nil {
 		// The body is all written (its Readers may read it to the end);
 		// the disk would not keep it.
 		s.diskWriteErrors.Add(1)
@@ -62,7 +72,7 @@ func (w *Writer) Commit(final Meta) error {
 		s.log.Warn("diskcache: commit failed; not stored", "key", w.key, "err", err)
 		return w.endLocked(err, true)
 	}
-	return w.publishLocked(final, mb)
+	return w.publishLocked(final, mb, inline)
 }
 
 // persistLocked makes the written body and its metadata mb durable under
@@ -110,10 +120,46 @@ func (w *Writer) persistLocked(mb []byte) error {
 	return nil
 }
 
+// persistInlineLocked makes the written body durable with its metadata
+// mb after it, in one file under its final name: the metadata appended,
+// the file synced, then renamed into objects/ (the rename is the commit
+// record: nothing in objects/ was ever partly written) and the directory
+// synced.
+func (w *Writer) persistInlineLocked(mb []byte) error {
+	s := w.s
+	_, err := w.f.Write(mb)
+	if err == nil && !s.opt.NoSync {
+		err = w.f.Sync()
+	}
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	w.f = nil
+	if err != nil {
+		return fmt.Errorf("diskcache: commit %q: %w", w.key, err)
+	}
+	s.at("commit:synced")
+	final := s.inlinePath(w.name, w.gen, w.n, int32(len(mb)))
+	w.mu.Lock()
+	if err = os.Rename(w.tmpPath, final); err == nil {
+		w.path = final
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("diskcache: commit %q: %w", w.key, err)
+	}
+	s.at("commit:body-renamed")
+	if err := s.syncDir(s.shardDir(w.name)); err != nil {
+		return fmt.Errorf("diskcache: commit %q: %w", w.key, err)
+	}
+	s.at("commit:dir-synced")
+	return nil
+}
+
 // publishLocked puts the committed version in the index, replacing the
 // previous one, hands its readers over to it and wakes whoever waits on
 // the writer.
-func (w *Writer) publishLocked(final Meta, mb []byte) error {
+func (w *Writer) publishLocked(final Meta, mb []byte, inline bool) error {
 	s := w.s
 	s.mu.Lock()
 	if w.detached != nil {
@@ -121,16 +167,19 @@ func (w *Writer) publishLocked(final Meta, mb []byte) error {
 		s.mu.Unlock()
 		return w.abortLocked(cause)
 	}
-	e := s.index[w.key] // e.w == w while not detached
+	delete(s.writers, w.name) // w's while not detached
 	var remove []version
-	if e.gen != 0 {
-		remove = append(remove, s.dropLocked(e))
+	e := s.idx.lookup(w.name)
+	if e != nil {
+		remove = append(remove, s.retireLocked(e))
+	} else {
+		e = s.idx.add(w.name)
 	}
-	e.w = nil
 	s.pending -= w.reserved
 	w.reserved = 0
 	s.writing--
 	e.gen, e.size, e.metaLen, e.used = w.gen, w.n, int32(len(mb)), s.now().UnixNano()
+	e.inline = inline
 	s.pushFront(e)
 	s.bytes += s.accounted(e) // what w.reserved was: moved, not added
 	if w.readers > 0 {

@@ -94,7 +94,7 @@ func TestCrashKill(t *testing.T) {
 			t.Errorf("partial object %q visible after a crash", key)
 		}
 	}
-	if got := objectFiles(t, dir); len(got) != 6 {
+	if got := objectFiles(t, dir); len(got) != 3 { // one file each: small objects
 		t.Errorf("files after recovery: %v", got)
 	}
 	if st := s.Stats(); st.Entries != 3 || st.Bytes != diskBytes(t, dir) {
@@ -108,6 +108,25 @@ func TestCrashKill(t *testing.T) {
 // the new state of the object, complete and matching its metadata, and no
 // leftovers after Open.
 func TestCrashPoints(t *testing.T) {
+	t.Run("inline", func(t *testing.T) {
+		crashPoints(t, "", 1, []string{
+			"commit:synced", "commit:body-renamed", "commit:dir-synced",
+			"commit:synced", "commit:body-renamed", "commit:dir-synced", "remove:meta-removed",
+			"update:renamed", "remove:meta-removed", "remove:meta-removed",
+		})
+	})
+	t.Run("two-files", func(t *testing.T) {
+		crashPoints(t, strings.Repeat(".", InlineMaxSize), 2, []string{
+			"commit:synced", "commit:body-renamed", "commit:meta-renamed", "commit:dir-synced",
+			"commit:synced", "commit:body-renamed", "commit:meta-renamed", "commit:dir-synced", "remove:meta-removed",
+			"update:renamed", "remove:meta-removed",
+		})
+	})
+}
+
+// crashPoints runs TestCrashPoints with bodies padded with pad, stored in
+// files each, crashing at wantPoints.
+func crashPoints(t *testing.T, pad string, files int, wantPoints []string) {
 	o := testOptions(t, 1<<20)
 	s := openStore(t, o)
 	type snap struct {
@@ -118,18 +137,19 @@ func TestCrashPoints(t *testing.T) {
 	var want []string
 	s.hook = func(point string) { snaps = append(snaps, snap{point, copyDir(t, o.Dir), want}) }
 
-	want = []string{"", "first"}
-	put(t, s, key1, "first")
-	want = []string{"first", "second version"}
-	put(t, s, key1, "second version")
-	want = []string{"second version"}
+	first, second := "first"+pad, "second version"+pad
+	want = []string{"", first}
+	put(t, s, key1, first)
+	want = []string{first, second}
+	put(t, s, key1, second)
+	want = []string{second}
 	_, m, _ := get(t, s, key1)
 	m = m.Clone()
 	m.Extra["x"] = strings.Repeat("x", 1000)
 	if err := s.UpdateMeta(key1, m); err != nil {
 		t.Fatal(err)
 	}
-	want = []string{"second version", ""}
+	want = []string{second, ""}
 	if err := s.Delete(key1); err != nil {
 		t.Fatal(err)
 	}
@@ -149,18 +169,13 @@ func TestCrashPoints(t *testing.T) {
 		if ok && sn.point == "update:renamed" && len(m.Extra["x"]) != 1000 {
 			t.Errorf("crash at %s: update lost", sn.point)
 		}
-		if n := len(objectFiles(t, sn.dir)); (ok && n != 2) || (!ok && n != 0) {
+		if n := len(objectFiles(t, sn.dir)); (ok && n != files) || (!ok && n != 0) {
 			t.Errorf("crash at %s: leftovers %v", sn.point, objectFiles(t, sn.dir))
 		}
 		if st := s2.Stats(); st.Corrupt != 0 || st.Bytes != diskBytes(t, sn.dir) {
 			t.Errorf("crash at %s: stats %+v", sn.point, st)
 		}
 		s2.Close()
-	}
-	wantPoints := []string{
-		"commit:synced", "commit:body-renamed", "commit:meta-renamed", "commit:dir-synced",
-		"commit:synced", "commit:body-renamed", "commit:meta-renamed", "commit:dir-synced", "remove:meta-removed",
-		"update:renamed", "remove:meta-removed",
 	}
 	if !slices.Equal(points, wantPoints) {
 		t.Errorf("crash points %v, want %v", points, wantPoints)
@@ -198,13 +213,16 @@ func TestOpenDiscardsDamage(t *testing.T) {
 	s := openStore(t, o)
 	keys := []string{"intact01", "truncmeta", "flipped1", "emptymeta", "nobody01", "shortbody", "longbody",
 		"badvers1", "swapped1", "swapped2", "garbage1", "metaonly"}
+	// Bodies too large to be stored inline: a body file and a metadata
+	// file each (TestInlineDamage damages inline files).
+	pad := strings.Repeat(".", InlineMaxSize)
 	for _, k := range keys {
-		put(t, s, k, "body of "+k)
+		put(t, s, k, "body of "+k+pad)
 	}
 	s.Close()
 	pathOf := func(key, suffix string) string {
-		name := fileName(key)
-		m, _ := filepath.Glob(filepath.Join(o.Dir, objectsDir, shardOf(name), name+"-*"+suffix))
+		name := nameOf(key)
+		m, _ := filepath.Glob(filepath.Join(o.Dir, objectsDir, shardOf(name), name.String()+"-*"+suffix))
 		if len(m) != 1 {
 			t.Fatalf("%s%s: %v", key, suffix, m)
 		}
@@ -240,7 +258,7 @@ func TestOpenDiscardsDamage(t *testing.T) {
 	os.WriteFile(filepath.Join(o.Dir, lruFile), []byte("not an lru file"), 0o600)
 
 	s = openStore(t, o)
-	if b, _, ok := get(t, s, "intact01"); !ok || b != "body of intact01" {
+	if b, _, ok := get(t, s, "intact01"); !ok || b != "body of intact01"+pad {
 		t.Fatalf("intact object: %q %v", b, ok)
 	}
 	for _, k := range keys[1:] {
@@ -264,23 +282,30 @@ func TestOpenDiscardsDamage(t *testing.T) {
 func TestGetDropsDamage(t *testing.T) {
 	o := testOptions(t, 1<<20)
 	s := openStore(t, o)
-	put(t, s, "0000aaaa", "body")
-	put(t, s, "0000bbbb", "body")
+	big := strings.Repeat("b", InlineMaxSize+1)
+	put(t, s, "0000aaaa", big)
+	put(t, s, "0000bbbb", big)
+	put(t, s, "0000cccc", "body") // inline
 	for _, p := range objectFiles(t, o.Dir) {
 		p = filepath.Join(o.Dir, p)
-		if strings.Contains(p, "0000aaaa") && strings.HasSuffix(p, metaSuffix) {
+		if strings.Contains(p, fileName("0000aaaa")) && strings.HasSuffix(p, metaSuffix) {
 			os.WriteFile(p, []byte("CDCM junk"), 0o600)
 		}
-		if strings.Contains(p, "0000bbbb") {
+		if strings.Contains(p, fileName("0000bbbb")) {
 			os.Remove(p)
 		}
+		if strings.Contains(p, fileName("0000cccc")) {
+			b, _ := os.ReadFile(p)
+			b[len(b)-1] ^= 1
+			os.WriteFile(p, b, 0o600)
+		}
 	}
-	for _, k := range []string{"0000aaaa", "0000bbbb"} {
+	for _, k := range []string{"0000aaaa", "0000bbbb", "0000cccc"} {
 		if _, ok := s.Get(k); ok {
 			t.Errorf("%s served", k)
 		}
 	}
-	if st := s.Stats(); st.Entries != 0 || st.Bytes != 0 || st.Corrupt != 1 || len(objectFiles(t, o.Dir)) != 0 {
+	if st := s.Stats(); st.Entries != 0 || st.Bytes != 0 || st.Corrupt != 2 || len(objectFiles(t, o.Dir)) != 0 {
 		t.Fatalf("stats %+v, files %v", st, objectFiles(t, o.Dir))
 	}
 }
@@ -327,7 +352,8 @@ func TestMetaEncoding(t *testing.T) {
 func TestFileNames(t *testing.T) {
 	for key, want := range map[string]string{
 		key1:                     key1,
-		"abcdef01":               "abcdef01",
+		"abcdef01":               "x",
+		strings.Repeat("a", 42):  "x",
 		"ABCDEF01":               "x",
 		"abc":                    "x",
 		"a/b":                    "x",
@@ -340,15 +366,28 @@ func TestFileNames(t *testing.T) {
 		if !validName(name) {
 			t.Errorf("fileName(%q) = %q not valid", key, name)
 		}
-		base := versionBase(name, 0x1234)
-		n, gen, isMeta, ok := parseObjectFile(base + metaSuffix)
-		if n != name || gen != 0x1234 || !isMeta || !ok {
-			t.Errorf("parse %q: %q %x %v %v", base, n, gen, isMeta, ok)
+		n := nameOf(key)
+		if k, ok := n.key(); ok != (want != "x") || ok && k != key {
+			t.Errorf("nameOf(%q).key() = %q, %v", key, k, ok)
+		}
+		base := versionBase(n, 0x1234)
+		f, ok := parseObjectFile(base + metaSuffix)
+		if f.name != n || f.gen != 0x1234 || f.kind != kindMeta || !ok {
+			t.Errorf("parse %q: %+v %v", base, f, ok)
+		}
+		in := inlineBase(n, 0x1234, 1024, 300) + objSuffix
+		f, ok = parseObjectFile(in)
+		if f.name != n || f.gen != 0x1234 || f.kind != kindInline || f.size != 1024 || f.metaLen != 300 || !ok {
+			t.Errorf("parse %q: %+v %v", in, f, ok)
 		}
 	}
-	for _, bad := range []string{"x.body", "abcdef01-0000000000000000.body", "abcdef01-00000000000000001.body",
-		"abcdef01-000000000000000g.meta", "ABCDEF01-0000000000000001.meta", "abcdef01-0000000000000001.tmp"} {
-		if _, _, _, ok := parseObjectFile(bad); ok {
+	k40 := "0123456789abcdef0123456789abcdef01234567"
+	for _, bad := range []string{"x.body", k40 + "-0000000000000000.body", k40 + "-00000000000000001.body",
+		k40 + "-000000000000000g.meta", strings.ToUpper(k40) + "-0000000000000001.meta", k40 + "-0000000000000001.tmp",
+		"abcdef01-0000000000000001.meta", // format 1's short hex names
+		k40 + "-0000000000000001.obj", k40 + "-0000000000000001-400.obj", k40 + "-0000000000000001-0400-12c.obj",
+		k40 + "-0000000000000001-400-f.obj", k40 + "-0000000000000001-4001-12c.obj", k40 + "-0000000000000001--12c.obj"} {
+		if _, ok := parseObjectFile(bad); ok {
 			t.Errorf("parsed %q", bad)
 		}
 	}

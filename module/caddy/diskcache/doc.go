@@ -41,60 +41,91 @@
 //
 // Everything lives under Options.Dir:
 //
-//	FORMAT                          "coral-diskcache 1\n"; Open refuses other layouts (ErrFormat)
+//	FORMAT                          "coral-diskcache 2\n"; Open refuses other layouts (ErrFormat)
 //	lock                            flock(2)ed by the open Store (ErrLocked for a second one)
-//	lru                             LRU order saved by Close, read and removed by Open
+//	index                           the LRU order saved by Close, read and removed by Open
 //	tmp/<name>-<gen>.body           bodies being written; tmp/ is emptied by Open
-//	tmp/meta-*                      metadata files being written
-//	objects/<xx>/<name>-<gen>.body  complete bodies
-//	objects/<xx>/<name>-<gen>.meta  their metadata: the commit record
+//	tmp/meta-*, tmp/<name>-<gen>.obj metadata and inline files being written
+//	objects/<xx>/<name>-<gen>-<size>-<metalen>.obj
+//	                                a small object: body, then metadata, in one file
+//	objects/<xx>/<name>-<gen>.body  a larger object's body
+//	objects/<xx>/<name>-<gen>.meta  its metadata: the commit record
 //
-// <name> is the key itself when it is 8 to 128 lowercase hex digits (the
-// proxy's SHA-1 keys), otherwise "x" and 40 hex digits of the key's SHA-256;
-// <xx> is the name's first two hex digits. <gen> is a 16-hex-digit
-// generation, unique and increasing per version (seeded from the clock and
-// the largest generation on disk), so every version has its own files:
-// replacing an object never overwrites a file that a reader may have open,
-// and removing one version can never hit another. A metadata file is a
-// 16-byte header (magic "CDCM", format version, payload length, CRC-32C)
-// followed by a binary payload of length-prefixed fields (so keys and
-// header values keep arbitrary bytes): the Meta fields, the key and the
-// generation; see meta.go.
+// <name> is the key itself when it is 40 lowercase hex digits (the
+// proxy's SHA-1 keys), otherwise "x" and 40 hex digits of the key's
+// SHA-256; <xx> is the name's first two hex digits. <gen> is a
+// 16-hex-digit generation, unique and increasing per version (seeded from
+// the clock and the largest generation on disk), so every version has its
+// own files: replacing an object never overwrites a file that a reader
+// may have open, and removing one version can never hit another.
+//
+// A body of at most InlineMaxSize (16 KiB) is stored inline: its metadata
+// follows it in the same file, and the file's name carries the body's
+// length and the metadata's (hex), so a 1 KiB object takes one inode and
+// one 4 KiB block (format 1 took two of each). A larger body has a file
+// of its own, which a hit sends whole with sendfile (Caddy wraps the body
+// it copies in a LimitedReader of its own, and sendfile sees through one,
+// not two), and a metadata file, which a revalidation (UpdateMeta)
+// rewrites without touching the body. Metadata is a 16-byte header (magic
+// "CDCM", format version, payload length, CRC-32C) followed by a binary
+// payload of length-prefixed fields (so keys and header values keep
+// arbitrary bytes): the Meta fields, the key and the generation; see
+// meta.go.
+//
+// Format 1 caches (every object in two files, any key of 8 to 128 hex
+// digits as its own name, an lru file) are migrated by Open in place,
+// with a log line: their objects are format 2's two-file objects and stay
+// as they are (new versions of small ones take one file); the objects
+// whose names format 2 does not use (hex keys of another length than 40)
+// are removed as unknown files.
 //
 // # Crash safety
 //
-// An object is complete exactly when its metadata file exists in objects/.
-// Commit makes that true only after the body is complete and durable:
-// fsync the body, rename it from tmp/ into objects/, write the metadata to
-// tmp/, fsync it, rename it next to the body, fsync the directory. Open
-// accepts a version only if its metadata decodes (length and checksum
-// match), names the same key (by file name) and generation, and its body
-// exists with exactly the recorded size; it takes the highest valid
-// generation of each name and removes everything else: tmp/, older
+// An object is complete exactly when its commit record exists in objects/:
+// its inline file, or its metadata file. Commit makes that true only
+// after the body is complete and durable. Inline: append the metadata to
+// the body in tmp/, fsync, rename into objects/, fsync the directory; so
+// nothing in objects/ was ever partly written. Two files: fsync the body,
+// rename it from tmp/ into objects/, write the metadata to tmp/, fsync it,
+// rename it next to the body, fsync the directory. Open takes an inline
+// file on its name (that is what keeps a restart with a million objects
+// to a directory listing; see Restarts), and Get checks it before it
+// serves anything from it: the file's length must be what its name says,
+// its metadata must decode (length and checksum) and name the same key,
+// generation and body length, else Get misses, counts it
+// (Stats.Corrupt) and removes it. A two-file version is checked by Open:
+// its metadata must decode, name the same key and generation, and its
+// body must exist with exactly the recorded size. Open takes the highest
+// valid generation of each name and removes everything else: tmp/, older
 // generations left by a crash between a commit and the removal of the
 // version it replaced, bodies without metadata, unreadable metadata. So
 // after a crash at any point an object is either absent or one complete
-// version, never a partial body. UpdateMeta replaces the metadata file by
-// the same write-fsync-rename, so a crash leaves the old or the new one.
-// Removals unlink the metadata first. Corrupt metadata found by Get is
-// dropped too (Stats.Corrupt), when Get reads the file: the metadata of
-// objects in the hot set (see Memory) is not read again while the Store
-// runs, so damage to their files shows at the next Open. The Store owns
+// version, never a partial body. UpdateMeta of a two-file object replaces
+// the metadata file by the same write-fsync-rename, so a crash leaves the
+// old or the new one; of an inline object it writes a new version (the
+// body copied, at most 16 KiB, with the new metadata) as Commit does, and
+// a crash leaves the old version or the new one. Removals unlink the
+// metadata first. Corrupt metadata found by Get is dropped too
+// (Stats.Corrupt), when Get reads it: the metadata of objects in the hot
+// set (see Memory) is not read again while the Store runs, so damage to
+// their files shows at the next Get after they leave it. The Store owns
 // the directory. Options.NoSync gives up durability across power failures
 // (not process crashes) for speed.
 //
 // # Bounds and eviction
 //
 // MaxBytes bounds the space the objects take on disk, counted the way the
-// file system allocates it: every file, body or metadata, is charged its
-// length rounded up to whole blocks, and one block if empty. The block
+// file system allocates it: every file, inline, body or metadata, is
+// charged its length rounded up to whole blocks, and one block if empty. The block
 // (Stats.BlockBytes) is the file system's own on ext2/3/4, XFS, Btrfs, tmpfs
 // and F2FS (statfs), between 4 and 64 KiB, and 4 KiB anywhere else: ZFS,
 // NFS and FUSE report a transfer size there, not what a small file takes.
 // (Counting bytes instead, a 1 MiB cache of objects of a few hundred bytes
-// took 37.8 MiB.) A complete object is charged its two files, at least
-// two blocks; a write in progress, its body as far as written. Not charged:
-// the Store's own files (FORMAT, lock, lru: three blocks), a metadata file
+// took 37.8 MiB.) A complete object is charged its file or files, at
+// least one block; a write in progress, its body as far as written. Not
+// charged: the Store's own files (FORMAT, lock, index: three blocks, the
+// index about 37 bytes per object while it exists, between Close and
+// Open), a metadata file
 // being replaced by UpdateMeta (one block, for a moment), the empty file
 // Create opens until its first Write (one block per write in progress),
 // and directories:
@@ -124,8 +155,8 @@
 // (default an eighth of MaxBytes): a larger declared size fails Create
 // with ErrTooLarge, a longer body fails its Write with ErrTooLarge (past a
 // declared size, with ErrSizeMismatch). MaxEntries bounds the number of
-// complete objects (default MaxBytes / 8 KiB: as many as fit at two 4 KiB
-// blocks each, so it bounds the index to about 2% of MaxBytes without
+// complete objects (default MaxBytes / 4 KiB: as many as fit at one 4 KiB
+// block each, so it bounds the index to about 2% of MaxBytes without
 // evicting sooner than the byte bound would). Open applies all of these
 // to what it finds, so a cache written by an older version that counted
 // bytes is evicted down to them.
@@ -180,9 +211,40 @@
 // (sendfile), or for the last 16 KiB or less of a complete object reads
 // them into a pooled buffer and writes them at once. A 256 MiB object is
 // written and read with well under 16 MiB of heap growth
-// (TestLargeObjectMemory). The index keeps per object only an entry of a
-// few machine words and the key (about 165 bytes per object with 40-byte
-// keys, map included, measured by TestIndexMemory).
+// (TestLargeObjectMemory).
+//
+// The index (index.go) keeps per complete object one 72-byte entry: the
+// object's 20-byte name (the key's bytes for a 40-hex key, else the first
+// 20 bytes of its SHA-256), generation, body and metadata lengths, last
+// use, LRU neighbours and hot-set slot as 32-bit entry numbers, and its
+// count of open Readers. Entries live in chunks of 4,096 that never move;
+// an open-addressing table of 32-bit entry numbers, at most half full,
+// finds them by name (4 to 8 bytes per object); free entries are linked
+// through the LRU field. No per-object Go object, pointer, string or map
+// entry: a million objects are about 250 allocations that the garbage
+// collector never scans, about 80 bytes per object (TestIndexMemory;
+// format 1 took about 165 with the key and a map, and the collector's
+// headroom doubled that). The key is not kept: the proxy's keys are their
+// names, and any other key is read back from the object's metadata when
+// Walk, Range or Recent must report it. Writes in progress, few, are in a
+// map of their own.
+//
+// Against the caches people run: nginx's keys_zone takes about 128 bytes
+// per key (an rbtree node and an LRU queue link with the key's MD5 and
+// the file's validity, size and lock counts, in shared memory); Traffic
+// Server's directory 10 bytes per object (a 16-bit key tag, an offset
+// into a preallocated cache span and an approximate size: it can be that
+// small because its objects live in a few large span files it manages
+// itself, and a tag collision is settled by reading the object's header
+// on disk); Varnish keeps a full object head and object structure in
+// memory per object (several hundred bytes, plus its hash entry) even
+// when the body is in file storage. This index sits with nginx's: it
+// names files in the file system's directories (so it needs the whole
+// name, 20 bytes, not a tag, to find the file without reading a
+// directory), and it keeps what eviction, the byte bound and the reader
+// counts need without a disk read (sizes, LRU links, readers). Going to
+// Traffic Server's ten bytes would need its span storage, a bounded
+// CLOCK instead of exact LRU, and a disk read for every tag match.
 //
 // Metadata lives on disk, and decoded in memory for the objects in the hot
 // set: those read again and again, within Options.HotMetaBytes (default 16

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"slices"
 	"testing"
 )
 
@@ -77,4 +78,72 @@ func checkDecode(t *testing.T, data []byte) {
 			t.Fatalf("encoding not stable:\n%q\n%q", b, b2)
 		}
 	}
+}
+
+// FuzzReadCheckpoint feeds arbitrary bytes to the checkpoint reader (a
+// file Open reads, which a crash or an operator may have damaged): it must
+// never panic, must reject with ErrCorrupt, and what it accepts must write
+// back to the same bytes.
+func FuzzReadCheckpoint(f *testing.F) {
+	recs := []checkpointRecord{
+		{nameOf(key1), 1, 2},
+		{nameOf("not hex"), 1<<64 - 1, -1},
+	}
+	for n := range len(recs) + 1 {
+		var b bytes.Buffer
+		if err := writeCheckpointTo(&b, n, slices.Values(recs[:n])); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b.Bytes())
+	}
+	f.Add([]byte("CDCX\x01\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var got []checkpointRecord
+		err := readCheckpoint(bytes.NewReader(data), func(r checkpointRecord) { got = append(got, r) })
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		var b bytes.Buffer
+		if err := writeCheckpointTo(&b, len(got), slices.Values(got)); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b.Bytes(), data) {
+			t.Fatalf("accepted % x, writes back % x", data, b.Bytes())
+		}
+	})
+}
+
+// FuzzParseObjectFile feeds arbitrary names to the parser of file names
+// in objects/ (which Open trusts for an inline file's sizes): it must
+// never panic, and what it accepts must be what the Store writes.
+func FuzzParseObjectFile(f *testing.F) {
+	n := nameOf(key1)
+	f.Add(inlineBase(n, 0x18ea40759d1f2861, 1024, 300) + objSuffix)
+	f.Add(inlineBase(nameOf("x"), 1, 0, metaHeaderLen) + objSuffix)
+	f.Add(versionBase(n, 7) + bodySuffix)
+	f.Add(versionBase(n, 7) + metaSuffix)
+	f.Fuzz(func(t *testing.T, s string) {
+		of, ok := parseObjectFile(s)
+		if !ok {
+			return
+		}
+		var back string
+		switch of.kind {
+		case kindInline:
+			back = inlineBase(of.name, of.gen, of.size, of.metaLen) + objSuffix
+			if of.size > InlineMaxSize || of.metaLen < metaHeaderLen {
+				t.Fatalf("%q: sizes %d, %d", s, of.size, of.metaLen)
+			}
+		case kindBody:
+			back = versionBase(of.name, of.gen) + bodySuffix
+		case kindMeta:
+			back = versionBase(of.name, of.gen) + metaSuffix
+		}
+		if back != s {
+			t.Fatalf("parsed %q as %+v, which is %q", s, of, back)
+		}
+	})
 }

@@ -40,9 +40,9 @@ type orphan struct {
 // body, the last release).
 func (s *Store) orphanLocked(v version, readers int, body, meta int64) {
 	if s.orphans == nil {
-		s.orphans = make(map[version]*orphan)
+		s.orphans = make(map[uint64]*orphan)
 	}
-	s.orphans[v] = &orphan{readers: readers, body: body, meta: meta}
+	s.orphans[v.gen] = &orphan{readers: readers, body: body, meta: meta}
 	s.orphaned += body + meta
 	s.unlinking++
 }
@@ -51,7 +51,7 @@ func (s *Store) orphanLocked(v version, readers int, body, meta int64) {
 // (or never will be: removal failed and was logged): the metadata file's
 // charge is given back, and the body's too if no Reader has it open.
 func (s *Store) unlinkedLocked(v version) {
-	o := s.orphans[v]
+	o := s.orphans[v.gen]
 	if o == nil || o.unlinked {
 		return
 	}
@@ -61,7 +61,7 @@ func (s *Store) unlinkedLocked(v version) {
 	o.meta = 0
 	if o.readers <= 0 {
 		s.orphaned -= o.body
-		delete(s.orphans, v)
+		delete(s.orphans, v.gen)
 	}
 	s.roomChangedLocked()
 }
@@ -82,27 +82,26 @@ func (s *Store) holdLocked(e *entry) {
 	e.readers++
 }
 
-// release ends a Reader's count on version gen of key (after its file is
-// closed).
-func (s *Store) release(key string, gen uint64) {
+// release ends a Reader's count on version gen of name (after its file
+// is closed). Generations are unique across names.
+func (s *Store) release(name objName, gen uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if o := s.orphans[version{key, gen}]; o != nil {
+	if o := s.orphans[gen]; o != nil {
 		if o.readers--; o.readers <= 0 && o.unlinked {
 			s.orphaned -= o.body
-			delete(s.orphans, version{key, gen})
+			delete(s.orphans, gen)
 		}
 		return
 	}
-	e := s.index[key]
-	switch {
-	case e == nil:
-	case e.gen == gen && e.readers > 0:
+	if e := s.idx.lookup(name); e != nil && e.gen == gen && e.readers > 0 {
 		if e.readers--; e.readers == 0 {
 			s.held -= s.accounted(e)
 		}
-	case e.w != nil && e.w.gen == gen && e.w.readers > 0:
-		e.w.readers--
+		return
+	}
+	if w := s.writerOf(name); w != nil && w.gen == gen && w.readers > 0 {
+		w.readers--
 	}
 }
 

@@ -72,7 +72,7 @@ func (s *Store) wantsBody(size int64) bool {
 // hotBodyPutLocked keeps body as the body of e's version gen, if e still
 // holds it in the hot set without one.
 func (s *Store) hotBodyPutLocked(e *entry, gen uint64, body []byte) {
-	if e.hot <= 0 || e.gen != gen || s.index[e.key] != e {
+	if e.hot <= 0 || !e.live || e.gen != gen {
 		return
 	}
 	h := &s.hot[e.hot-1]

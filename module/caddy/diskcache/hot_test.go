@@ -18,12 +18,12 @@ import (
 
 const hotKey2 = "00000000000000000000000000000000000000b2"
 
-// metaFileOf returns the path of key's (only) metadata file.
-func metaFileOf(t *testing.T, dir, key string) string {
+// objectFileOf returns the path of key's (only) inline file.
+func objectFileOf(t *testing.T, dir, key string) string {
 	t.Helper()
 	var found []string
 	for _, f := range objectFiles(t, dir) {
-		if strings.Contains(f, fileName(key)) && strings.HasSuffix(f, metaSuffix) {
+		if strings.Contains(f, fileName(key)) && strings.HasSuffix(f, objSuffix) {
 			found = append(found, filepath.Join(dir, f))
 		}
 	}
@@ -63,7 +63,11 @@ func TestHotSkipsMetaFile(t *testing.T) {
 	if st := s.Stats(); st.MetaReads != 2 || st.HotEntries != 1 || st.HotBytes <= 0 {
 		t.Fatalf("after the second Get: %+v", st)
 	}
-	if err := os.WriteFile(metaFileOf(t, o.Dir, key1), []byte("CDCM junk"), 0o600); err != nil {
+	// Damage the metadata at the end of the object's one file.
+	f := objectFileOf(t, o.Dir, key1)
+	b, _ := os.ReadFile(f)
+	b[len(b)-1] ^= 1
+	if err := os.WriteFile(f, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -170,7 +174,7 @@ func TestHotFollowsChanges(t *testing.T) {
 
 	// Eviction.
 	o2 := testOptions(t, 0)
-	o2.MaxBytes = 7 * blockSize(o2.Dir) // three objects of two blocks, not four
+	o2.MaxBytes = 3 * blockSize(o2.Dir) // three objects of one block, not four
 	s2 := openStore(t, o2)
 	body := strings.Repeat("x", 1000)
 	put(t, s2, "0000aaaa", body)
@@ -337,7 +341,7 @@ func TestVersionPath(t *testing.T) {
 	s := openStore(t, testOptions(t, 1<<20))
 	for _, key := range []string{key1, "0123456789abcdef0123456789abcdef01234567", "Not Hex/../x"} {
 		for _, gen := range []uint64{1, 0xabc, 1<<64 - 1} {
-			name := fileName(key)
+			name := nameOf(key)
 			for _, suffix := range []string{bodySuffix, metaSuffix} {
 				want := filepath.Join(s.shardDir(name), versionBase(name, gen)+suffix)
 				if got := s.versionPath(name, gen, suffix); got != want {
@@ -383,7 +387,7 @@ func TestWriteToSmall(t *testing.T) {
 	r, _ = s.Get(key1)
 	defer r.Close()
 	for _, f := range objectFiles(t, o.Dir) {
-		if strings.Contains(f, fileName(key1)) && strings.HasSuffix(f, bodySuffix) {
+		if strings.Contains(f, fileName(key1)) && (strings.HasSuffix(f, bodySuffix) || strings.HasSuffix(f, objSuffix)) {
 			os.Truncate(filepath.Join(o.Dir, f), 10)
 		}
 	}

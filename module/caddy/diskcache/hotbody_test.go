@@ -16,7 +16,7 @@ func removeBodyFiles(t *testing.T, dir, key string) {
 	t.Helper()
 	removed := 0
 	for _, f := range objectFiles(t, dir) {
-		if strings.Contains(f, fileName(key)) && strings.HasSuffix(f, bodySuffix) {
+		if strings.Contains(f, fileName(key)) && (strings.HasSuffix(f, bodySuffix) || strings.HasSuffix(f, objSuffix)) {
 			if err := os.Remove(filepath.Join(dir, f)); err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +57,7 @@ func TestHotBodyFromMemory(t *testing.T) {
 		t.Fatalf("%d readers", st.Readers)
 	}
 	s.mu.Lock()
-	held, readers := s.held, s.index[key1].readers
+	held, readers := s.held, s.idx.lookup(nameOf(key1)).readers
 	s.mu.Unlock()
 	if held != 0 || readers != 0 {
 		t.Fatalf("a Reader of memory holds the version: held %d, readers %d", held, readers)
@@ -135,7 +135,7 @@ func TestHotBodyFollowsChanges(t *testing.T) {
 
 	// Eviction for disk room takes the body with the version.
 	o2 := testOptions(t, 0)
-	o2.MaxBytes = 7 * blockSize(o2.Dir) // three objects of two blocks, not four
+	o2.MaxBytes = 3 * blockSize(o2.Dir) // three objects of one block, not four
 	s2 := openStore(t, o2)
 	body := strings.Repeat("x", 1000)
 	put(t, s2, "0000aaaa", body)
@@ -180,7 +180,7 @@ func TestHotBodyBudget(t *testing.T) {
 		getChecked(t, s, hotKey2, big)
 	}
 	s.mu.Lock()
-	e := s.index[hotKey2]
+	e := s.idx.lookup(nameOf(hotKey2))
 	inMemory := e.hot > 0 && s.hot[e.hot-1].body != nil
 	s.mu.Unlock()
 	if inMemory {

@@ -203,37 +203,39 @@ func TestDefaultObjectAndEntryBounds(t *testing.T) {
 	w.Close()
 	put(t, s, "0c0c0c0c", strings.Repeat("x", int(limit))) // the limit itself is fine
 
-	if st := s.Stats(); st.MaxEntries != int(o.MaxBytes/(8<<10)) {
-		t.Errorf("MaxEntries %d, want %d", st.MaxEntries, o.MaxBytes/(8<<10))
+	if st := s.Stats(); st.MaxEntries != int(o.MaxBytes/(4<<10)) {
+		t.Errorf("MaxEntries %d, want %d", st.MaxEntries, o.MaxBytes/(4<<10))
 	}
 	for i := range 300 {
 		put(t, s, fmt.Sprintf("e%039x", i), "")
 	}
-	if st := s.Stats(); st.Entries > int(o.MaxBytes/(8<<10)) {
+	if st := s.Stats(); st.Entries > int(o.MaxBytes/(4<<10)) {
 		t.Errorf("%d objects in a %d-byte cache: %+v", st.Entries, o.MaxBytes, st)
 	}
 }
 
 // TestBlockAccounting: every file is charged whole blocks, at least one,
-// also after a reopen. The block is whatever one small object costs, half
-// of it (a body and a metadata file): 4 KiB on the usual file systems.
+// also after a reopen. The block is whatever one small object costs (its
+// one file): 4 KiB on the usual file systems.
 func TestBlockAccounting(t *testing.T) {
 	o := testOptions(t, 1<<20)
 	s := openStore(t, o)
 	put(t, s, "00000001", "x")
 	st := s.Stats()
-	b := st.Bytes / 2
-	if b < 4096 || st.Bytes != 2*b {
-		t.Fatalf("a 1-byte object charged %d bytes, want two blocks of at least 4096", st.Bytes)
+	b := st.Bytes
+	if b < 4096 {
+		t.Fatalf("a 1-byte object charged %d bytes, want a block of at least 4096", st.Bytes)
 	}
-	put(t, s, "00000002", "")                            // an empty body is a file too
-	put(t, s, "00000003", strings.Repeat("y", int(b)+1)) // two blocks of body
-	if st := s.Stats(); st.Bytes != 7*b {
-		t.Fatalf("charged %d bytes, want %d", st.Bytes, 7*b)
+	put(t, s, "00000002", "")                                   // an empty body is a file too
+	put(t, s, "00000003", strings.Repeat("y", int(b)+1))        // two blocks, body and metadata in one file
+	put(t, s, "00000004", strings.Repeat("z", InlineMaxSize+1)) // a body file and a metadata file
+	want := 4*b + s.blocks(InlineMaxSize+1) + b
+	if st := s.Stats(); st.Bytes != want || st.Bytes != diskBytes(t, o.Dir) {
+		t.Fatalf("charged %d bytes, want %d", st.Bytes, want)
 	}
 	s.Close()
 	s = openStore(t, o)
-	if st := s.Stats(); st.Entries != 3 || st.Bytes != 7*b {
-		t.Fatalf("after reopen: %+v, want %d bytes", st, 7*b)
+	if st := s.Stats(); st.Entries != 4 || st.Bytes != want {
+		t.Fatalf("after reopen: %+v, want %d bytes", st, want)
 	}
 }

@@ -1,7 +1,6 @@
 package diskcache
 
 import (
-	"bufio"
 	"cmp"
 	"errors"
 	"fmt"
@@ -10,14 +9,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 )
 
 // load prepares the directory and rebuilds the index.
 func (s *Store) load() error {
+	migrate := false
 	switch b, err := os.ReadFile(filepath.Join(s.dir, formatFile)); {
+	case err == nil && string(b) == formatContent1:
+		migrate = true
 	case err == nil && string(b) != formatContent:
 		return fmt.Errorf("%w: %s/%s says %q, want %q", ErrFormat, s.dir, formatFile, b, formatContent)
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
@@ -30,111 +31,129 @@ func (s *Store) load() error {
 	if err := os.Mkdir(filepath.Join(s.dir, tmpDir), 0o700); err != nil {
 		return fmt.Errorf("diskcache: %w", err)
 	}
-	if _, err := os.Stat(filepath.Join(s.dir, formatFile)); err != nil {
-		if err := s.writeFileAtomic(filepath.Join(s.dir, formatFile), []byte(formatContent)); err != nil {
-			return fmt.Errorf("diskcache: writing %s: %w", formatFile, err)
-		}
-	}
 	for i := range 256 {
 		d := filepath.Join(s.dir, objectsDir, fmt.Sprintf("%02x", i))
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("diskcache: %w", err)
 		}
 	}
+	if _, err := os.Stat(filepath.Join(s.dir, formatFile)); err != nil || migrate {
+		// Format 1's objects are format 2's two-file objects (those whose
+		// key is neither 40 hex digits nor hashed are removed by the scan
+		// below as files of no known name), so the new format can be
+		// declared before the scan: a crash in between changes nothing.
+		if migrate {
+			s.log.Info("diskcache: migrating a format 1 cache: its objects stay as they are (two files each); new versions of small ones take one file",
+				"dir", s.dir)
+		}
+		if err := s.writeFileAtomic(filepath.Join(s.dir, formatFile), []byte(formatContent)); err != nil {
+			return fmt.Errorf("diskcache: writing %s: %w", formatFile, err)
+		}
+	}
+	os.Remove(filepath.Join(s.dir, lruFile)) // format 1's
 	if err := s.syncDir(s.dir); err != nil {
 		return fmt.Errorf("diskcache: %w", err)
 	}
-	rank := s.readLRU()
-	found, maxGen, err := s.scan()
+	maxGen, err := s.scan()
 	if err != nil {
 		return err
 	}
-	// Most recently used first: ranked names in saved order, then the rest
-	// by modification time, newest first.
-	slices.SortFunc(found, func(a, b scanned) int {
-		ra, oka := rank[a.name]
-		rb, okb := rank[b.name]
-		switch {
-		case oka && okb:
-			return cmp.Compare(ra, rb)
-		case oka != okb:
-			if oka {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(b.mtime, a.mtime)
-	})
-	for _, f := range found {
-		e := &entry{key: f.key, gen: f.gen, size: f.size, metaLen: int32(f.metaLen), used: f.mtime}
-		s.index[f.key] = e
-		s.pushBack(e)
-		s.bytes += s.accounted(e)
-	}
+	s.order()
 	s.gen.Store(max(maxGen, uint64(s.now().UnixNano())))
 	victims, _ := s.evictLocked(0, nil) // no one else yet: s.mu is free
 	s.removeVersions(victims)
 	return nil
 }
 
-// readLRU reads and removes the LRU order saved by Close: name → rank.
-func (s *Store) readLRU() map[string]int {
-	path := filepath.Join(s.dir, lruFile)
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
+// order links the scanned entries into the LRU list: in the order the
+// last Close saved (the checkpoint, read and removed here), then the rest
+// most recently stored first.
+func (s *Store) order() {
+	path := filepath.Join(s.dir, checkpointFile)
+	if f, err := os.Open(path); err == nil {
+		apply := func(r checkpointRecord) {
+			if e := s.idx.lookup(r.name); e != nil && e.gen == r.gen && !e.listed {
+				e.used = r.used
+				s.pushBack(e)
+			}
+		}
+		// Two passes, so that a damaged file changes nothing and a
+		// million records need no memory of their own.
+		err := readCheckpoint(f, nil)
+		if err == nil {
+			if _, err = f.Seek(0, io.SeekStart); err == nil {
+				err = readCheckpoint(f, apply)
+			}
+		}
+		if err != nil {
+			s.log.Warn("diskcache: ignoring the saved LRU order", "file", path, "err", err)
+		}
+		f.Close()
 	}
-	defer os.Remove(path) // stale after this run's first change
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	if !sc.Scan() || sc.Text() != lruHeader {
-		return nil
+	os.Remove(path) // stale after this run's first change
+	var rest []int32
+	s.idx.each(func(e *entry) bool {
+		if !e.listed {
+			rest = append(rest, e.slot)
+		}
+		return true
+	})
+	slices.SortFunc(rest, func(a, b int32) int { return cmp.Compare(s.idx.at(b).used, s.idx.at(a).used) })
+	for _, i := range rest {
+		s.pushBack(s.idx.at(i))
 	}
-	rank := make(map[string]int)
-	for sc.Scan() {
-		if name := sc.Text(); validName(name) {
-			if _, dup := rank[name]; !dup {
-				rank[name] = len(rank)
+}
+
+// writeCheckpoint saves the LRU order for the next Open.
+func (s *Store) writeCheckpoint() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	recs := func(yield func(checkpointRecord) bool) {
+		for e := s.entryAt(s.head); e != nil; e = s.entryAt(e.next) {
+			if !yield(checkpointRecord{e.objName(), e.gen, e.used}) {
+				return
 			}
 		}
 	}
-	return rank
-}
-
-// writeLRU saves the LRU order for the next Open.
-func (s *Store) writeLRU() error {
-	s.mu.Lock()
-	names := make([]string, 0, s.count)
-	for e := s.head; e != nil; e = e.next {
-		names = append(names, fileName(e.key))
+	f, err := os.CreateTemp(filepath.Join(s.dir, tmpDir), "index-*")
+	if err != nil {
+		return err
 	}
-	s.mu.Unlock()
-	var b strings.Builder
-	b.Grow(len(names) * 42)
-	b.WriteString(lruHeader + "\n")
-	for _, n := range names {
-		b.WriteString(n)
-		b.WriteByte('\n')
+	tmp := f.Name()
+	err = writeCheckpointTo(f, s.count, recs)
+	if err == nil && !s.opt.NoSync {
+		err = f.Sync()
 	}
-	return s.writeFileAtomic(filepath.Join(s.dir, lruFile), []byte(b.String()))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(s.dir, checkpointFile))
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }
 
-// scanned is a valid complete version found by scan.
-type scanned struct {
-	key, name string
-	gen       uint64
-	size      int64
-	metaLen   int64
-	mtime     int64
+// found is a complete version found by scan.
+type found struct {
+	name    objName
+	gen     uint64
+	size    int64
+	used    int64
+	metaLen int32
+	inline  bool
 }
 
-// scan walks objects/, keeping the newest valid version of every name and
-// removing everything else. Shards are scanned in parallel.
-func (s *Store) scan() ([]scanned, uint64, error) {
+// scan walks objects/, keeping the newest valid version of every name in
+// the index and removing everything else. Shards are scanned in
+// parallel; the index is filled as each is done.
+func (s *Store) scan() (uint64, error) {
 	objDir := filepath.Join(s.dir, objectsDir)
 	des, err := os.ReadDir(objDir)
 	if err != nil {
-		return nil, 0, fmt.Errorf("diskcache: %w", err)
+		return 0, fmt.Errorf("diskcache: %w", err)
 	}
 	var shards []string
 	for _, de := range des {
@@ -145,11 +164,11 @@ func (s *Store) scan() ([]scanned, uint64, error) {
 		}
 	}
 	type result struct {
-		found  []scanned
+		found  []found
 		maxGen uint64
 		err    error
 	}
-	results := make([]result, len(shards))
+	results := make(chan result)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range min(8, len(shards)) {
@@ -159,40 +178,87 @@ func (s *Store) scan() ([]scanned, uint64, error) {
 				if i >= len(shards) {
 					return
 				}
-				r := &results[i]
+				var r result
 				r.found, r.maxGen, r.err = s.scanShard(shards[i])
+				results <- r
 			}
 		})
 	}
-	wg.Wait()
-	var all []scanned
+	go func() { wg.Wait(); close(results) }()
 	var maxGen uint64
-	for _, r := range results {
+	var firstErr error
+	for r := range results {
 		if r.err != nil {
-			return nil, 0, r.err
+			firstErr = cmp.Or(firstErr, r.err)
+			continue
 		}
-		all = append(all, r.found...)
 		maxGen = max(maxGen, r.maxGen)
+		for _, f := range r.found {
+			e := s.idx.add(f.name) // names are unique: one shard each, one version each
+			e.gen, e.size, e.metaLen, e.inline, e.used = f.gen, f.size, f.metaLen, f.inline, f.used
+			s.bytes += s.accounted(e)
+		}
 	}
-	return all, maxGen, nil
+	return maxGen, firstErr
 }
 
-// scanShard scans one objects/xx directory.
-func (s *Store) scanShard(shard string) ([]scanned, uint64, error) {
+// shardGroup is the files of one object name found in a shard: its
+// inline files, its metadata files and its bodies' sizes by generation.
+type shardGroup struct {
+	inlines []objectFile
+	metas   []shardFile
+	bodies  map[uint64]int64
+}
+
+// shardFile is a metadata file of an object found in a shard.
+type shardFile struct {
+	gen   uint64
+	size  int64
+	mtime int64
+}
+
+// scanShard scans one objects/xx directory. An inline file is taken on
+// its name (a file only gets it once complete and synced; Get checks the
+// file against it); a two-file version has its metadata read and checked
+// against its body.
+func (s *Store) scanShard(shard string) ([]found, uint64, error) {
 	dir := filepath.Join(s.dir, objectsDir, shard)
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, 0, fmt.Errorf("diskcache: %w", err)
-	}
-	groups, maxGen, err := s.groupShard(dir, shard, des)
+	groups, maxGen, err := s.groupShard(dir, shard)
 	if err != nil {
 		return nil, 0, err
 	}
-	var found []scanned
+	now := s.now().UnixNano()
+	var out []found
 	for name, g := range groups {
-		slices.SortFunc(g.metas, func(a, b shardFile) int { return cmp.Compare(b.gen, a.gen) })
+		// Newest first, whichever the layout.
+		type cand struct {
+			gen uint64
+			i   int // inlines[i], or metas[-1-i]
+		}
+		cands := make([]cand, 0, len(g.inlines)+len(g.metas))
+		for i, f := range g.inlines {
+			cands = append(cands, cand{f.gen, i})
+		}
+		for i, f := range g.metas {
+			cands = append(cands, cand{f.gen, -1 - i})
+		}
+		slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(b.gen, a.gen) })
 		var chosen uint64
-		for _, mf := range g.metas {
+		chosenPair := false
+		for _, c := range cands {
+			if c.i >= 0 {
+				f := g.inlines[c.i]
+				path := s.inlinePath(name, f.gen, f.size, f.metaLen)
+				if chosen != 0 {
+					s.discard(path, "superseded version", false)
+					continue
+				}
+				chosen = f.gen
+				out = append(out, found{name: name, gen: f.gen, size: f.size, metaLen: f.metaLen, inline: true,
+					used: min(int64(f.gen), now)})
+				continue
+			}
+			mf := g.metas[-1-c.i]
 			path := s.metaPath(name, mf.gen)
 			if chosen != 0 {
 				s.discard(path, "superseded version", false)
@@ -207,7 +273,7 @@ func (s *Store) scanShard(shard string) ([]scanned, uint64, error) {
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
 				continue
-			case err == nil && (gen != mf.gen || fileName(m.Key) != name):
+			case err == nil && (gen != mf.gen || nameOf(m.Key) != name):
 				err = fmt.Errorf("%w: holds key %q generation %x", ErrCorrupt, m.Key, gen)
 			case err == nil && m.Size != size:
 				err = fmt.Errorf("%w: size %d, body has %d bytes", ErrCorrupt, m.Size, size)
@@ -217,64 +283,72 @@ func (s *Store) scanShard(shard string) ([]scanned, uint64, error) {
 				s.discard(path, "", true)
 				continue
 			}
-			chosen = mf.gen
-			found = append(found, scanned{key: m.Key, name: name, gen: gen, size: size, metaLen: mf.size, mtime: mf.mtime})
+			chosen, chosenPair = mf.gen, true
+			out = append(out, found{name: name, gen: gen, size: size, metaLen: int32(mf.size), used: mf.mtime})
 		}
 		for gen := range g.bodies {
-			if gen != chosen {
+			if gen != chosen || !chosenPair {
 				s.discard(s.bodyPath(name, gen), "body without valid metadata", false)
 			}
 		}
 	}
-	return found, maxGen, nil
-}
-
-// shardFile is a metadata file of an object found in a shard.
-type shardFile struct {
-	gen   uint64
-	size  int64
-	mtime int64
-}
-
-// shardGroup is the files of one object name found in a shard: its
-// metadata files and its bodies' sizes by generation.
-type shardGroup struct {
-	metas  []shardFile
-	bodies map[uint64]int64
+	return out, maxGen, nil
 }
 
 // groupShard sorts a shard directory's entries by object name, discarding
 // files that do not belong there, and returns the highest generation seen.
-func (s *Store) groupShard(dir, shard string, des []os.DirEntry) (map[string]*shardGroup, uint64, error) {
-	groups := make(map[string]*shardGroup)
+// Only two-file versions cost a stat each; inline files are known by
+// their names.
+func (s *Store) groupShard(dir, shard string) (map[objName]*shardGroup, uint64, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, 0, fmt.Errorf("diskcache: %w", err)
+	}
+	defer d.Close()
+	groups := make(map[objName]*shardGroup)
 	var maxGen uint64
-	for _, de := range des {
-		path := filepath.Join(dir, de.Name())
-		name, gen, isMeta, ok := parseObjectFile(de.Name())
-		if !ok || shardOf(name) != shard || !de.Type().IsRegular() {
-			s.discard(path, "unexpected file", false)
-			continue
-		}
-		maxGen = max(maxGen, gen)
-		info, err := de.Info()
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+	for {
+		des, err := d.ReadDir(1024)
+		for _, de := range des {
+			path := filepath.Join(dir, de.Name())
+			of, ok := parseObjectFile(de.Name())
+			if !ok || shardOf(of.name) != shard || !de.Type().IsRegular() {
+				s.discard(path, "unexpected file", false)
 				continue
 			}
+			maxGen = max(maxGen, of.gen)
+			g := groups[of.name]
+			if g == nil {
+				g = &shardGroup{}
+				groups[of.name] = g
+			}
+			if of.kind == kindInline {
+				g.inlines = append(g.inlines, of)
+				continue
+			}
+			info, err := de.Info()
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				return nil, 0, fmt.Errorf("diskcache: %w", err)
+			}
+			if of.kind == kindMeta {
+				g.metas = append(g.metas, shardFile{of.gen, info.Size(), info.ModTime().UnixNano()})
+			} else {
+				if g.bodies == nil {
+					g.bodies = make(map[uint64]int64, 1)
+				}
+				g.bodies[of.gen] = info.Size()
+			}
+		}
+		if err == io.EOF {
+			return groups, maxGen, nil
+		}
+		if err != nil {
 			return nil, 0, fmt.Errorf("diskcache: %w", err)
 		}
-		g := groups[name]
-		if g == nil {
-			g = &shardGroup{bodies: make(map[uint64]int64, 1)}
-			groups[name] = g
-		}
-		if isMeta {
-			g.metas = append(g.metas, shardFile{gen, info.Size(), info.ModTime().UnixNano()})
-		} else {
-			g.bodies[gen] = info.Size()
-		}
 	}
-	return groups, maxGen, nil
 }
 
 // discard removes a file or directory found by scan.

@@ -24,18 +24,18 @@ func (s *Store) evictLocked(need int64, keep *entry) (victims []version, fits bo
 	freeing := int64(0) // what unlinking the victims gives back
 	for s.bytes+s.pending+s.orphaned-freeing > limit || s.count > s.maxEntries {
 		bytesOver := s.bytes+s.pending+s.orphaned-freeing > limit
-		e := s.tail
+		e := s.entryAt(s.tail)
 		for e != nil && (e == keep || (bytesOver && e.readers > 0)) {
-			e = e.prev
+			e = s.entryAt(e.prev)
 		}
 		if e == nil {
 			break
 		}
 		s.evictions.Add(1)
 		s.evictedBytes.Add(s.accounted(e))
-		s.log.Debug("diskcache: evicting", "key", e.key, "bytes", s.accounted(e))
+		s.log.Debug("diskcache: evicting", "name", e.objName().String(), "bytes", s.accounted(e))
 		v := s.dropLocked(e)
-		if o := s.orphans[v]; o != nil {
+		if o := s.orphans[v.gen]; o != nil {
 			freeing += o.meta
 			if o.readers == 0 {
 				freeing += o.body
@@ -46,10 +46,18 @@ func (s *Store) evictLocked(need int64, keep *entry) (victims []version, fits bo
 	return victims, s.bytes+s.pending+s.orphaned <= limit
 }
 
-// dropLocked removes e's complete version from the index and accounting;
-// e itself goes too unless a write is in progress.
+// dropLocked removes e's complete version from the index and accounting,
+// and e with it.
 func (s *Store) dropLocked(e *entry) version {
-	v := version{e.key, e.gen}
+	v := s.retireLocked(e)
+	s.idx.remove(e)
+	return v
+}
+
+// retireLocked takes e's complete version out of the LRU list and the
+// accounting, keeping e (for a new version to take its place).
+func (s *Store) retireLocked(e *entry) version {
+	v := e.version()
 	s.hotDropLocked(e)
 	s.unlink(e)
 	s.bytes -= s.accounted(e)
@@ -58,12 +66,13 @@ func (s *Store) dropLocked(e *entry) version {
 	}
 	// On disk until removeVersions unlinks it, its body until its Readers
 	// close too.
-	s.orphanLocked(v, int(e.readers), s.blocks(e.size), s.blocks(int64(e.metaLen)))
+	body, meta := s.blocks(e.size), s.blocks(int64(e.metaLen))
+	if e.inline {
+		body, meta = s.accounted(e), 0 // one file, held whole by its Readers
+	}
+	s.orphanLocked(v, int(e.readers), body, meta)
 	e.readers = 0
 	e.gen, e.size, e.metaLen = 0, 0, 0
-	if e.w == nil {
-		delete(s.index, e.key)
-	}
 	return v
 }
 
@@ -78,61 +87,69 @@ func (s *Store) detachLocked(w *Writer, cause error) {
 	// what was written stays on disk until then, and until the write's
 	// Readers close. The reservation covers a Write under way, whose
 	// bytes may land after this.
-	s.orphanLocked(version{w.key, w.gen}, w.readers, w.reserved, 0)
+	s.orphanLocked(version{name: w.name, gen: w.gen}, w.readers, w.reserved, 0)
 	w.readers = 0
 	s.roomChangedLocked() // a Write of w waiting in reserve must see this
-	if e := s.index[w.key]; e != nil && e.w == w {
-		e.w = nil
-		if e.gen == 0 {
-			delete(s.index, e.key)
-		}
+	if s.writers[w.name] == w {
+		delete(s.writers, w.name)
 	}
 	s.pending -= w.reserved
 	w.reserved = 0
 	s.writing--
 }
 
-// LRU list.
+// LRU list, of slot numbers.
+
+// entryAt returns entry i, nil for -1.
+func (s *Store) entryAt(i int32) *entry {
+	if i < 0 {
+		return nil
+	}
+	return s.idx.at(i)
+}
 
 func (s *Store) pushFront(e *entry) {
-	e.prev, e.next = nil, s.head
-	if s.head != nil {
-		s.head.prev = e
+	e.prev, e.next = -1, s.head
+	if s.head >= 0 {
+		s.idx.at(s.head).prev = e.slot
 	} else {
-		s.tail = e
+		s.tail = e.slot
 	}
-	s.head = e
+	s.head = e.slot
+	e.listed = true
 	s.count++
 }
 
 func (s *Store) pushBack(e *entry) {
-	e.prev, e.next = s.tail, nil
-	if s.tail != nil {
-		s.tail.next = e
+	e.prev, e.next = s.tail, -1
+	if s.tail >= 0 {
+		s.idx.at(s.tail).next = e.slot
 	} else {
-		s.head = e
+		s.head = e.slot
 	}
-	s.tail = e
+	s.tail = e.slot
+	e.listed = true
 	s.count++
 }
 
 func (s *Store) unlink(e *entry) {
-	if e.prev != nil {
-		e.prev.next = e.next
+	if e.prev >= 0 {
+		s.idx.at(e.prev).next = e.next
 	} else {
 		s.head = e.next
 	}
-	if e.next != nil {
-		e.next.prev = e.prev
+	if e.next >= 0 {
+		s.idx.at(e.next).prev = e.prev
 	} else {
 		s.tail = e.prev
 	}
-	e.prev, e.next = nil, nil
+	e.prev, e.next = -1, -1
+	e.listed = false
 	s.count--
 }
 
 func (s *Store) moveToFront(e *entry) {
-	if s.head != e {
+	if s.head != e.slot {
 		s.unlink(e)
 		s.pushFront(e)
 	}

@@ -152,30 +152,33 @@ func indexBytesPerEntry(tb testing.TB, n int) float64 {
 	before, _ := heapStats()
 	s.mu.Lock()
 	for i, k := range keys {
-		k = strings.Clone(k) // the index holds its own copy of the key
-		e := &entry{key: k, gen: uint64(i + 1), size: 1000, metaLen: 300, used: int64(i)}
-		s.index[k] = e
+		e := s.idx.add(nameOf(k))
+		e.gen, e.size, e.metaLen, e.used, e.inline = uint64(i+1), 1000, 300, int64(i), true
 		s.pushFront(e)
 		s.bytes += s.accounted(e)
 	}
 	s.mu.Unlock()
 	after, _ := heapStats()
 	runtime.KeepAlive(keys)
+	if got, want := s.Stats().IndexBytes, int64(after)-int64(before); got < want*9/10 || got > want*11/10 {
+		tb.Errorf("Stats.IndexBytes %d, the heap grew %d", got, want)
+	}
 	// Not a real store any more: drop the fake entries before Close.
 	s.mu.Lock()
-	clear(s.index)
-	s.head, s.tail, s.count, s.bytes = nil, nil, 0, 0
+	s.idx = newIndex()
+	s.head, s.tail, s.count, s.bytes = -1, -1, 0, 0
 	s.mu.Unlock()
 	_ = keyBytes
 	return float64(int64(after)-int64(before)) / float64(n)
 }
 
-// TestIndexMemory measures the index's memory per object (about 200 bytes
-// with 40-byte keys, map included) and fails if it bloats.
+// TestIndexMemory measures the index's memory per object (about 80 bytes:
+// a 72-byte entry and its share of the table) and fails if it bloats
+// beyond the 200 bytes per object the design promises.
 func TestIndexMemory(t *testing.T) {
 	per := indexBytesPerEntry(t, 100000)
 	t.Logf("index: %.0f bytes per object (100k objects, 40-byte keys)", per)
-	if per > 300 {
+	if per > 120 {
 		t.Fatalf("%.0f bytes per index entry", per)
 	}
 }

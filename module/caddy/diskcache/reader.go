@@ -110,7 +110,9 @@ func (r *Reader) Complete() bool {
 // Content returns the body of a complete object as an io.ReadSeeker of its
 // own, for callers such as http.ServeContent (nil while it is being
 // written): the *os.File itself, so that copies to a TCP connection use
-// sendfile, or for a body in memory a bytes.Reader of it. Do not close it;
+// sendfile (a body of at most InlineMaxSize bytes, whose file may hold
+// its metadata too: an io.SectionReader of the body's bytes), or for a
+// body in memory a bytes.Reader of it. Do not close it;
 // the Reader uses positional reads and keeps its own offset, but WriteTo
 // seeks the file. WriteTo already copies with sendfile/copy_file_range when
 // the destination supports it.
@@ -120,6 +122,9 @@ func (r *Reader) Content() io.ReadSeeker {
 		return bytes.NewReader(r.mem)
 	case !r.Complete():
 		return nil
+	}
+	if size := r.Size(); size <= InlineMaxSize {
+		return io.NewSectionReader(r.f, 0, size)
 	}
 	return r.f
 }
@@ -140,7 +145,7 @@ func (r *Reader) Close() error {
 		}
 		if r.f != nil {
 			r.f.Close()
-			r.s.release(r.key, r.gen)
+			r.s.release(nameOf(r.key), r.gen)
 		}
 		r.s.readers.Add(-1)
 	})

@@ -1,6 +1,7 @@
 package diskcache
 
 import (
+	"slices"
 	"time"
 )
 
@@ -53,6 +54,9 @@ type Stats struct {
 	// all (within Options.HotBodyBytes).
 	HotBodies    int
 	HotBodyBytes int64
+	// IndexBytes is the memory of the index (its entries' chunks and its
+	// table; see the package docs, "Memory"): about 80 bytes per object.
+	IndexBytes int64
 }
 
 // Stats returns a snapshot of the store's counters.
@@ -66,6 +70,7 @@ func (s *Store) Stats() Stats {
 		MaxObjectBytes: s.maxObject, MaxWritingBytes: s.maxWriting, BlockBytes: s.block,
 		HotEntries: len(s.hot) - len(s.hotFree), HotBytes: s.hotBytes,
 		HotBodies: s.hotBodies, HotBodyBytes: s.hotBody,
+		IndexBytes: s.idx.bytes(),
 	}
 	s.mu.Unlock()
 	st.MetaReads = s.metaReads.Load()
@@ -96,48 +101,92 @@ type Info struct {
 // holds the store's lock for those n only, unlike Range, which copies the
 // whole index: use it for "what is hot" views of large caches.
 func (s *Store) Recent(n int) []Info {
+	var b infoBatch
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Info, 0, min(n, len(s.index)))
-	for e := s.head; e != nil && len(out) < n; e = e.next {
-		out = append(out, s.infoLocked(e))
+	for e := s.entryAt(s.head); e != nil && len(b.infos) < n; e = s.entryAt(e.next) {
+		b.addLocked(s, e)
 	}
-	return out
+	s.mu.Unlock()
+	return b.resolve(s)
 }
 
 // Range calls fn for every key, most recently used complete objects first
 // and keys that only have a write in progress last, until fn returns false.
 // It iterates over a snapshot taken at the start (memory proportional to
-// the number of keys; no I/O), so fn may call the Store. Use Peek for a
-// key's full metadata.
+// the number of keys), so fn may call the Store. The keys of objects whose
+// name is not their key (any key but 40 lowercase hex digits) are read
+// from their metadata. Use Peek for a key's full metadata.
 func (s *Store) Range(fn func(Info) bool) {
+	var b infoBatch
 	s.mu.Lock()
-	infos := make([]Info, 0, len(s.index))
-	for e := s.head; e != nil; e = e.next {
-		infos = append(infos, s.infoLocked(e))
+	for e := s.entryAt(s.head); e != nil; e = s.entryAt(e.next) {
+		b.addLocked(s, e)
 	}
-	for _, e := range s.index {
-		if e.gen == 0 {
-			infos = append(infos, s.infoLocked(e))
-		}
-	}
+	b.addWritersLocked(s)
 	s.mu.Unlock()
-	for _, in := range infos {
+	for _, in := range b.resolve(s) {
 		if !fn(in) {
 			return
 		}
 	}
 }
 
-func (s *Store) infoLocked(e *entry) Info {
-	in := Info{Key: e.key, Size: -1}
-	if e.gen != 0 {
-		in.Size, in.LastUsed = e.size, time.Unix(0, e.used)
+// infoBatch collects Infos under s.mu; resolve fills in, without the
+// lock, the keys that the index does not hold.
+type infoBatch struct {
+	infos []Info
+	refs  []keyRef
+}
+
+// keyRef is where to read the key of infos[i].
+type keyRef struct {
+	i    int
+	name objName
+	gen  uint64
+	path string
+}
+
+func (b *infoBatch) addLocked(s *Store, e *entry) {
+	in := Info{Size: e.size, LastUsed: time.Unix(0, e.used)}
+	name := e.objName()
+	if w := s.writerOf(name); w != nil {
+		in.Key = w.key
+		w.infoOf(&in)
+	} else if k, ok := name.key(); ok {
+		in.Key = k
+	} else {
+		b.refs = append(b.refs, keyRef{len(b.infos), name, e.gen, s.entryPath(e)})
 	}
-	if w := e.w; w != nil {
-		w.mu.Lock()
-		in.Writing, in.Written, in.WriteSize = true, w.written, w.meta.Size
-		w.mu.Unlock()
+	b.infos = append(b.infos, in)
+}
+
+// addWritersLocked adds the keys that only have a write in progress.
+func (b *infoBatch) addWritersLocked(s *Store) {
+	for name, w := range s.writers {
+		if s.idx.lookup(name) == nil {
+			in := Info{Key: w.key, Size: -1}
+			w.infoOf(&in)
+			b.infos = append(b.infos, in)
+		}
 	}
-	return in
+}
+
+// resolve reads the missing keys and returns the Infos, leaving out
+// objects removed meanwhile.
+func (b *infoBatch) resolve(s *Store) []Info {
+	if len(b.refs) == 0 {
+		return b.infos
+	}
+	for _, r := range b.refs {
+		if m, err := s.peekVersion(r.name, r.gen, r.path); err == nil {
+			b.infos[r.i].Key = m.Key
+		}
+	}
+	return slices.DeleteFunc(b.infos, func(in Info) bool { return in.Key == "" })
+}
+
+func (w *Writer) infoOf(in *Info) {
+	w.mu.Lock()
+	in.Writing, in.Written, in.WriteSize = true, w.written, w.meta.Size
+	w.mu.Unlock()
 }

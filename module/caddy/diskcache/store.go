@@ -14,20 +14,20 @@ import (
 // Options configure a Store.
 type Options struct {
 	// Dir is the cache directory; Open creates it. The Store owns the
-	// names FORMAT, lock, lru, objects/ and tmp/ in it and touches nothing
-	// else.
+	// names FORMAT, lock, index, lru (format 1's), objects/ and tmp/ in it
+	// and touches nothing else.
 	Dir string
-	// MaxBytes bounds the disk space of the stored objects: complete
-	// bodies plus their metadata files, plus the bodies of writes in
+	// MaxBytes bounds the disk space of the stored objects: their files
+	// (inline, or body and metadata), plus the bodies of writes in
 	// progress as far as written, each file charged in whole file-system
 	// blocks, at least one (see the package docs, "Bounds and eviction").
 	// Least recently used complete objects are evicted to stay within it.
-	// Required; with less than two blocks (8 KiB) nothing can be stored.
+	// Required; with less than one block (4 KiB) nothing can be stored.
 	MaxBytes int64
 	// MaxEntries bounds the number of complete objects, and with it the
-	// index's memory (about 165 bytes per object; see the package docs).
-	// Default (0): MaxBytes / 8 KiB (DefaultBytesPerEntry), the number of
-	// objects that fit if each takes its minimum of two 4 KiB blocks, so
+	// index's memory (about 80 bytes per object; see the package docs).
+	// Default (0): MaxBytes / 4 KiB (DefaultBytesPerEntry), the number of
+	// objects that fit if each takes its minimum of one 4 KiB block, so
 	// the default never evicts before the byte bound would and keeps the
 	// index within about 2% of MaxBytes (some 20 MiB for a 1 GiB cache).
 	MaxEntries int
@@ -100,12 +100,13 @@ type Store struct {
 
 	mu         sync.Mutex
 	closed     bool
-	index      map[string]*entry
-	head, tail *entry // LRU list of entries with a complete version; head = most recent
-	count      int    // entries in the list
-	bytes      int64  // charged bytes of complete versions (files in whole blocks)
-	pending    int64  // bytes held by writes in progress (written so far, in whole blocks)
-	writing    int    // writes in progress
+	idx        index               // complete objects (index.go)
+	writers    map[objName]*Writer // writes in progress
+	head, tail int32               // LRU list of the entries (slots); head = most recent; -1: none
+	count      int                 // entries in the list
+	bytes      int64               // charged bytes of complete versions (files in whole blocks)
+	pending    int64               // bytes held by writes in progress (written so far, in whole blocks)
+	writing    int                 // writes in progress
 	// Versions Readers hold open, and versions being unlinked (held.go):
 	// held is the part of bytes that complete versions with Readers take
 	// (eviction cannot free it), orphaned what versions out of the index
@@ -114,7 +115,7 @@ type Store struct {
 	// closed by the next unlink (writes waiting for room, see reserve).
 	held      int64
 	orphaned  int64
-	orphans   map[version]*orphan
+	orphans   map[uint64]*orphan // by generation
 	unlinking int
 	roomFreed chan struct{}
 	ops       sync.WaitGroup
@@ -144,24 +145,22 @@ type Store struct {
 	diskWriteErrors, relays               atomic.Int64
 }
 
-// entry is one key in the index: its complete version (gen != 0), which is
-// then in the LRU list, and/or a write in progress (w != nil). It is the
-// per-object memory cost of the Store (see TestIndexMemory).
-type entry struct {
-	prev, next *entry
-	key        string
-	w          *Writer
-	gen        uint64 // complete version's generation; 0 = none
-	size       int64  // its body length
-	used       int64  // last Get or Commit, Unix nanoseconds
-	metaLen    int32  // its metadata file length
-	hot        int32  // 1 + its slot in the hot set; 0 or hotSeen: metadata not cached
-	readers    int32  // open Readers of the complete version (held.go)
+// writerOf returns the write in progress of name, if any (without
+// hashing name when there is none, the common case of a hit).
+func (s *Store) writerOf(name objName) *Writer {
+	if len(s.writers) == 0 {
+		return nil
+	}
+	return s.writers[name]
 }
 
-// accounted is what e's complete version is charged: its body and its
-// metadata file, each in whole blocks.
+// accounted is what e's complete version is charged: its file in whole
+// blocks (inline), or its body and its metadata file, each in whole
+// blocks.
 func (s *Store) accounted(e *entry) int64 {
+	if e.inline {
+		return s.blocks(e.size + int64(e.metaLen))
+	}
 	return s.blocks(e.size) + s.blocks(int64(e.metaLen))
 }
 
@@ -176,19 +175,13 @@ func (s *Store) blocks(n int64) int64 {
 	return (n + s.block - 1) / s.block * s.block
 }
 
-// version names the files of one complete version, for removal.
-type version struct {
-	key string
-	gen uint64
-}
-
 // Open opens (creating if needed) the cache in o.Dir. It removes leftovers
 // of writes that never committed (everything in tmp/, versions without a
 // valid metadata file, metadata without a matching body, superseded
 // versions), rebuilds the index by scanning objects/, and evicts down to
 // the bounds if they shrank. The LRU order is the one saved by the last
-// Close; after a crash it falls back to the metadata files' modification
-// times. Only one Store may have a directory open at a time (ErrLocked).
+// Close; after a crash, newest generation first (two-file objects: their
+// metadata files' modification times). Only one Store may have a directory open at a time (ErrLocked).
 func Open(o Options) (*Store, error) {
 	if o.Dir == "" {
 		return nil, errors.New("diskcache: Options.Dir is required")
@@ -212,7 +205,8 @@ func Open(o Options) (*Store, error) {
 	}
 	s := &Store{
 		dir: dir, opt: o, log: o.Logger, now: o.Now, lock: lock,
-		block: blockSize(dir), index: make(map[string]*entry),
+		block: blockSize(dir), idx: newIndex(), writers: make(map[objName]*Writer),
+		head: -1, tail: -1,
 	}
 	s.setBounds()
 	switch s.hotMax = o.HotMetaBytes; {
@@ -253,8 +247,8 @@ const (
 	// divided by this.
 	DefaultMaxWritingFraction = 4
 	// DefaultBytesPerEntry: MaxEntries defaults to MaxBytes divided by
-	// this, two 4 KiB blocks (a body and a metadata file).
-	DefaultBytesPerEntry = 8 << 10
+	// this, one 4 KiB block (a small object's one file).
+	DefaultBytesPerEntry = 4 << 10
 )
 
 // setBounds derives the effective bounds from s.opt (see Options).

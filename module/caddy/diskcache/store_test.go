@@ -74,8 +74,7 @@ func TestPutGet(t *testing.T) {
 		t.Fatalf("readers %d after Close", st.Readers)
 	}
 	got := objectFiles(t, o.Dir)
-	if len(got) != 2 || !strings.HasPrefix(got[0], "objects/01/"+key1+"-") || !strings.HasSuffix(got[0], ".body") ||
-		!strings.HasSuffix(got[1], ".meta") {
+	if len(got) != 1 || !strings.HasPrefix(got[0], "objects/01/"+key1+"-") || !strings.HasSuffix(got[0], objSuffix) {
 		t.Fatalf("files %v", got)
 	}
 }
@@ -174,7 +173,7 @@ func TestReplaceKeepsOldVersionForItsReaders(t *testing.T) {
 	if b, _, _ := get(t, s, key1); b != "version two!" {
 		t.Fatalf("after commit: %q", b)
 	}
-	if got := objectFiles(t, o.Dir); len(got) != 2 {
+	if got := objectFiles(t, o.Dir); len(got) != 1 {
 		t.Fatalf("old version's files not removed: %v", got)
 	}
 	if st := s.Stats(); st.Entries != 1 || st.Evictions != 0 || st.Bytes != diskBytes(t, o.Dir) {
@@ -219,7 +218,7 @@ func TestAbort(t *testing.T) {
 	if _, ok := s.Get("abcdef0123456789"); ok {
 		t.Fatal("aborted object visible")
 	}
-	if got := objectFiles(t, o.Dir); len(got) != 2 {
+	if got := objectFiles(t, o.Dir); len(got) != 1 {
 		t.Fatalf("files after aborts: %v", got)
 	}
 	if st := s.Stats(); st.Aborts != 2 || st.Writing != 0 || st.WritingBytes != 0 {
@@ -357,8 +356,8 @@ func TestInProgressWritesAreNeverEvicted(t *testing.T) {
 	b := blockSize(o.Dir)
 	o.MaxBytes, o.MaxObjectBytes, o.MaxWritingBytes = 16*b, 4*b, 6*b
 	s := openStore(t, o)
-	for i := range 8 { // full: eight objects of two blocks
-		put(t, s, fmt.Sprintf("old%d", i), "o")
+	for i := range 8 { // full: eight objects of two blocks (a block of body and the metadata)
+		put(t, s, fmt.Sprintf("old%d", i), strings.Repeat("o", int(b)))
 	}
 	check := func(entries int, writing, evictions int64) {
 		t.Helper()
@@ -436,12 +435,12 @@ func TestBoundsOptions(t *testing.T) {
 		wantObject, wantWriting int64
 		wantEntries             int
 	}{
-		{"defaults", 0, 0, 0, mib / 8, mib / 4, mib / (8 << 10)},
+		{"defaults", 0, 0, 0, mib / 8, mib / 4, mib / (4 << 10)},
 		{"explicit", 5, 200 << 10, 300 << 10, 200 << 10, 300 << 10, 5},
-		{"writing raised to the largest object", 0, 512 << 10, 0, 512 << 10, 512 << 10, mib / (8 << 10)},
-		{"writing raised, in whole blocks", 0, 100, 100, 100, b, mib / (8 << 10)},
-		{"object and writing at most MaxBytes", 0, 2 * mib, 4 * mib, mib, mib, mib / (8 << 10)},
-		{"negative: defaults", 0, -1, -1, mib / 8, mib / 4, mib / (8 << 10)},
+		{"writing raised to the largest object", 0, 512 << 10, 0, 512 << 10, 512 << 10, mib / (4 << 10)},
+		{"writing raised, in whole blocks", 0, 100, 100, 100, b, mib / (4 << 10)},
+		{"object and writing at most MaxBytes", 0, 2 * mib, 4 * mib, mib, mib, mib / (4 << 10)},
+		{"negative: defaults", 0, -1, -1, mib / 8, mib / 4, mib / (4 << 10)},
 	} {
 		o := Options{Dir: t.TempDir(), MaxBytes: mib, NoSync: true,
 			MaxEntries: c.entries, MaxObjectBytes: c.object, MaxWritingBytes: c.writing}
@@ -605,7 +604,7 @@ func TestReopenAndLock(t *testing.T) {
 
 func TestOpenRejectsOtherFormats(t *testing.T) {
 	o := testOptions(t, 1<<20)
-	os.WriteFile(filepath.Join(o.Dir, formatFile), []byte("coral-diskcache 2\n"), 0o600)
+	os.WriteFile(filepath.Join(o.Dir, formatFile), []byte("coral-diskcache 3\n"), 0o600)
 	if _, err := Open(o); !errors.Is(err, ErrFormat) {
 		t.Fatalf("Open: %v", err)
 	}

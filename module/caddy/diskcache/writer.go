@@ -19,7 +19,7 @@ import (
 type Writer struct {
 	s       *Store
 	key     string
-	name    string
+	name    objName
 	gen     uint64
 	meta    Meta // from Create; read-only
 	tmpPath string
@@ -86,14 +86,15 @@ func (s *Store) Create(key string, m Meta) (*Writer, error) {
 		return nil, ErrClosed
 	}
 	defer s.ops.Done()
+	name := nameOf(key)
 	s.mu.Lock()
-	if e := s.index[key]; e != nil && e.w != nil {
+	if s.writers[name] != nil {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: %q", ErrInProgress, key)
 	}
 	s.mu.Unlock()
 
-	w := &Writer{s: s, key: key, name: fileName(key), gen: s.gen.Add(1), meta: m}
+	w := &Writer{s: s, key: key, name: name, gen: s.gen.Add(1), meta: m}
 	w.tmpPath = filepath.Join(s.dir, tmpDir, versionBase(w.name, w.gen)+bodySuffix)
 	w.path = w.tmpPath
 	f, err := s.openBody(w.tmpPath)
@@ -112,8 +113,7 @@ func (s *Store) Create(key string, m Meta) (*Writer, error) {
 		s.mu.Unlock()
 		return fail(ErrClosed)
 	}
-	e := s.index[key]
-	if e != nil && e.w != nil {
+	if s.writers[name] != nil {
 		s.mu.Unlock()
 		return fail(fmt.Errorf("%w: %q", ErrInProgress, key))
 	}
@@ -135,11 +135,7 @@ func (s *Store) Create(key string, m Meta) (*Writer, error) {
 		s.mu.Unlock()
 		return fail(err)
 	}
-	if e == nil {
-		e = &entry{key: key}
-		s.index[key] = e
-	}
-	e.w = w
+	s.writers[name] = w
 	s.writing++
 	s.mu.Unlock()
 	return w, nil
@@ -400,7 +396,7 @@ func (w *Writer) endLocked(cause error, relayed bool) error {
 	}
 	os.Remove(path)
 	s.mu.Lock()
-	s.unlinkedLocked(version{w.key, w.gen})
+	s.unlinkedLocked(version{name: w.name, gen: w.gen})
 	s.mu.Unlock()
 	if relayed {
 		s.relays.Add(1)

@@ -129,10 +129,11 @@ func checkHit(t *testing.T, rec *httptest.ResponseRecorder, body []byte) {
 }
 
 // TestHitReadsNoMetadataFile: once an object has been served twice, a hit
-// opens only its body. The proof: with every metadata file deleted behind
-// the store's back, hits still serve the right header and bytes, and the
-// store reads no metadata file. (A restart would then drop the object,
-// whose commit record is gone; see diskcache's TestHotSkipsMetaFile.)
+// reads no metadata. The proof: with the metadata damaged behind the
+// store's back (a small object's metadata is at the end of its one file),
+// hits still serve the right header and bytes, and the store reads no
+// metadata. (A Get that read it would then drop the object; see
+// diskcache's TestHotSkipsMetaFile.)
 func TestHitReadsNoMetadataFile(t *testing.T) {
 	px, dir, body := hitProxy(t, "/1k", 1024)
 	for range 2 {
@@ -142,16 +143,20 @@ func TestHitReadsNoMetadataFile(t *testing.T) {
 	if reads != 2 {
 		t.Fatalf("the first two hits read %d metadata files, want 2", reads)
 	}
-	removed := 0
+	damaged := 0
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && strings.HasSuffix(p, ".meta") {
-			removed++
-			err = os.Remove(p)
+		if err == nil && strings.HasSuffix(p, ".obj") {
+			damaged++
+			var b []byte
+			if b, err = os.ReadFile(p); err == nil {
+				b[len(b)-1] ^= 1
+				err = os.WriteFile(p, b, 0o600)
+			}
 		}
 		return err
 	})
-	if err != nil || removed != 1 {
-		t.Fatalf("removing metadata files: %v (%d removed)", err, removed)
+	if err != nil || damaged != 1 {
+		t.Fatalf("damaging the metadata: %v (%d files)", err, damaged)
 	}
 	for range 3 {
 		checkHit(t, serveHit(t, px, hitRequest(http.MethodGet, "/1k")), body)
