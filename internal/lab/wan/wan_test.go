@@ -159,10 +159,19 @@ func TestRTTsAndTraces(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, s := range st {
-		t.Logf("delayer %s: %d packets, late %v (bounds %v µs), max %d µs", name, s.Packets, s.Late, LateBoundsUs, s.MaxUs)
+		t.Logf("delayer %s: %d packets, late %v (bounds %v µs), max %d µs; queue wait %v, max %d µs, %d unstamped", name, s.Packets, s.Late, LateBoundsUs, s.MaxUs, s.Wait, s.MaxWaitUs, s.Unstamped)
 	}
 	if st["core"] == nil || st["core"].Packets == 0 {
 		t.Errorf("the core delayed nothing: %+v", st["core"])
+	}
+	// The pings and traces are ICMP and UDP, stamped on arrival: the
+	// delays count from the stamps, not from when the delayer read them.
+	var packets, unstamped uint64
+	for _, s := range st {
+		packets, unstamped = packets+s.Packets, unstamped+s.Unstamped
+	}
+	if unstamped*4 > packets {
+		t.Errorf("%d of %d packets reached the delayer without an arrival stamp", unstamped, packets)
 	}
 }
 
