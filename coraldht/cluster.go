@@ -185,6 +185,17 @@ func (n *Node) evidenceSince(now time.Time) time.Time {
 // it for a larger cluster. Judged alone only at its rounds, the node
 // stayed in the abandoned cluster for a whole ClusterInterval, its site
 // split between clusters; the watch checks every aloneFirstRetry.
+//
+// And during the first ClusterInterval after it joins, a node keeps that
+// quick schedule (aloneFirstRetry, then twice as long each time) whatever
+// its rounds find. A network starting up forms small clusters first: the
+// two nodes of one host (a CoreDNS and a Caddy) or of one site join each
+// other within seconds, before they hear of their neighbours. Such a pair
+// is not alone, so it waited a whole ClusterInterval before weighing the
+// pair of the next site, and a metro stayed split between two clusters
+// for five minutes (eval/wan's short form, one run in eleven). The
+// settling rounds merge them within a minute or two; the same rules of
+// size and ID decide, so they add probes, not moves.
 func (n *Node) clusterLoop() {
 	defer n.wg.Done()
 	if !n.clusterable() {
@@ -198,7 +209,8 @@ func (n *Node) clusterLoop() {
 	watch := time.NewTicker(firstRetry)
 	defer watch.Stop()
 	aloneWait := firstRetry
-	wasAlone := true // a node starts alone, in its own singletons
+	wasAlone := true          // a node starts alone, in its own singletons
+	var settleUntil time.Time // the end of the first interval after joining
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -206,6 +218,7 @@ func (n *Node) clusterLoop() {
 		case <-joined:
 			joined = nil
 			hintsDue = time.Now()
+			settleUntil = hintsDue.Add(n.cfg.ClusterInterval)
 		case <-t.C:
 		case <-watch.C:
 			if wasAlone || !n.aloneSomewhere() {
@@ -218,9 +231,9 @@ func (n *Node) clusterLoop() {
 			n.publishHints(n.ctx)
 			hintsDue = time.Now().Add(hintRefresh)
 		}
-		if wasAlone = n.clusterRound(n.ctx); wasAlone {
-			// Alone at some level: look again soon, backing off to the
-			// normal interval while nobody near turns up.
+		if wasAlone = n.clusterRound(n.ctx); wasAlone || time.Now().Before(settleUntil) {
+			// Alone at some level, or settling after the join: look
+			// again soon, backing off to the normal interval.
 			t.Reset(aloneWait)
 			aloneWait = min(2*aloneWait, n.nextRound())
 		} else {
