@@ -186,9 +186,8 @@ func (n *Node) evidenceSince(now time.Time) time.Time {
 // stayed in the abandoned cluster for a whole ClusterInterval, its site
 // split between clusters; the watch checks every aloneFirstRetry.
 //
-// And during the first ClusterInterval after it joins, a node keeps that
-// quick schedule (aloneFirstRetry, then twice as long each time) whatever
-// its rounds find. A network starting up forms small clusters first: the
+// And during the first ClusterInterval after it joins, a node runs a
+// round every aloneFirstRetry whatever its rounds find. A network starting up forms small clusters first: the
 // two nodes of one host (a CoreDNS and a Caddy) or of one site join each
 // other within seconds, before they hear of their neighbours. Such a pair
 // is not alone, so it waited a whole ClusterInterval before weighing the
@@ -231,12 +230,17 @@ func (n *Node) clusterLoop() {
 			n.publishHints(n.ctx)
 			hintsDue = time.Now().Add(hintRefresh)
 		}
-		if wasAlone = n.clusterRound(n.ctx); wasAlone || time.Now().Before(settleUntil) {
-			// Alone at some level, or settling after the join: look
-			// again soon, backing off to the normal interval.
+		wasAlone = n.clusterRound(n.ctx)
+		switch {
+		case time.Now().Before(settleUntil):
+			// Settling after the join: a round every firstRetry.
+			t.Reset(firstRetry)
+		case wasAlone:
+			// Alone at some level: look again soon, backing off to the
+			// normal interval while nobody near turns up.
 			t.Reset(aloneWait)
 			aloneWait = min(2*aloneWait, n.nextRound())
-		} else {
+		default:
 			aloneWait = firstRetry
 			t.Reset(n.nextRound())
 		}

@@ -234,3 +234,27 @@ func TestClientLANAndThrottle(t *testing.T) {
 		t.Errorf("200 KB through 800 kbit/s took %v, want about 2 s", took)
 	}
 }
+
+// The delayer's estimate of a release's cost follows the typical cost and
+// ignores rare spikes: a mean moved by one 8 ms release made every router
+// release early for a while, and paths came out short of the matrix.
+func TestEarlyTracksTheMedianCost(t *testing.T) {
+	var early int64
+	typical, spike := int64(120*time.Microsecond), int64(8*time.Millisecond)
+	for i := range 400 {
+		cost := typical + int64(i%7)*int64(10*time.Microsecond) - int64(30*time.Microsecond)
+		if i%20 == 0 {
+			cost = spike
+		}
+		early = nextEarly(early, cost)
+	}
+	if d := time.Duration(early - typical); d < -40*time.Microsecond || d > 40*time.Microsecond {
+		t.Errorf("estimate %v after releases costing about %v with a spike of %v in 20: want within 40µs", time.Duration(early), time.Duration(typical), time.Duration(spike))
+	}
+	for range 1000 {
+		early = nextEarly(early, spike)
+	}
+	if early != maxEarly {
+		t.Errorf("estimate %v under a load that makes every release cost %v: want the bound %v", time.Duration(early), time.Duration(spike), time.Duration(maxEarly))
+	}
+}
