@@ -119,12 +119,19 @@ func TestShort(t *testing.T) {
 			continue
 		}
 		var last string
+		nextLog := time.Now().Add(30 * time.Second)
 		for {
 			ok, why := answeredLocally(ctx, f, cl)
 			if ok {
 				break
 			}
 			last = why
+			if time.Now().After(nextLog) {
+				// Slow to converge: what the nodes are doing meanwhile.
+				t.Logf("client %v at site %d, %v after the fleet was ready: %s", cl.Addr, cl.Site, time.Since(began).Round(time.Second), why)
+				logClusters(ctx, t, f)
+				nextLog = time.Now().Add(30 * time.Second)
+			}
 			if time.Now().After(deadline) {
 				logClusters(ctx, t, f)
 				t.Fatalf("client %v at site %d: no answer within its level-2 cluster by %v: %s", cl.Addr, cl.Site, time.Since(began).Round(time.Second), last)
