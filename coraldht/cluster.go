@@ -187,13 +187,13 @@ func (n *Node) evidenceSince(now time.Time) time.Time {
 // split between clusters; the watch checks every aloneFirstRetry.
 //
 // And during the first ClusterInterval after it joins, a node runs a
-// round every aloneFirstRetry whatever its rounds find. A network starting up forms small clusters first: the
+// round every settleRetry whatever its rounds find. A network starting up forms small clusters first: the
 // two nodes of one host (a CoreDNS and a Caddy) or of one site join each
 // other within seconds, before they hear of their neighbours. Such a pair
 // is not alone, so it waited a whole ClusterInterval before weighing the
 // pair of the next site, and a metro stayed split between two clusters
 // for five minutes (eval/wan's short form, one run in eleven). The
-// settling rounds merge them within a minute or two; the same rules of
+// settling rounds merge them within seconds; the same rules of
 // size and ID decide, so they add probes, not moves.
 func (n *Node) clusterLoop() {
 	defer n.wg.Done()
@@ -233,8 +233,8 @@ func (n *Node) clusterLoop() {
 		wasAlone = n.clusterRound(n.ctx)
 		switch {
 		case time.Now().Before(settleUntil):
-			// Settling after the join: a round every firstRetry.
-			t.Reset(firstRetry)
+			// Settling after the join: a round every settleRetry.
+			t.Reset(min(settleRetry, n.cfg.ClusterInterval))
 		case wasAlone:
 			// Alone at some level: look again soon, backing off to the
 			// normal interval while nobody near turns up.
@@ -264,6 +264,13 @@ func (n *Node) aloneSomewhere() bool {
 // runs its next clustering round (then twice as long each time, up to
 // ClusterInterval).
 const aloneFirstRetry = 30 * time.Second
+
+// settleRetry is how often a node runs its clustering rounds during its
+// first ClusterInterval after joining, when the clusters around it are
+// still forming. Resolvers cache a level-2 answer for a minute: the
+// sooner a site's pair merges with its metro, the fewer clients get a
+// proxy of the pair's short-lived cluster.
+const settleRetry = 10 * time.Second
 
 // nextRound is the jittered wait until the next clustering round.
 func (n *Node) nextRound() time.Duration {
