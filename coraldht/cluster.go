@@ -192,7 +192,8 @@ func (n *Node) evidenceSince(now time.Time) time.Time {
 // other within seconds, before they hear of their neighbours. Such a pair
 // is not alone, so it waited a whole ClusterInterval before weighing the
 // pair of the next site, and a metro stayed split between two clusters
-// for five minutes (eval/wan's short form, one run in eleven). The
+// for five minutes (eval/wan's figure run: one metro stayed the three
+// two-node clusters of its sites for the whole watch). The
 // settling rounds merge them within seconds; the same rules of
 // size and ID decide, so they add probes, not moves.
 func (n *Node) clusterLoop() {

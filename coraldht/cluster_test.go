@@ -788,8 +788,8 @@ func TestStrandedNodeRejoinsSoon(t *testing.T) {
 // one host (or site) join each other before they hear of the next host's
 // pair, a few milliseconds away. Neither pair is alone, yet the two must
 // merge within the first minutes, not after ClusterInterval with the metro
-// split between two clusters (eval/wan's short form failed so, a client
-// answered from the other pair's cluster, one run in eleven).
+// split between two clusters (eval/wan's figure run: one metro stayed the
+// three two-node clusters of its sites for the whole watch).
 func TestPairsMergeWhileSettling(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGroupNet(t, time.Millisecond, 100*time.Millisecond)
