@@ -185,6 +185,17 @@ func (n *Node) evidenceSince(now time.Time) time.Time {
 // it for a larger cluster. Judged alone only at its rounds, the node
 // stayed in the abandoned cluster for a whole ClusterInterval, its site
 // split between clusters; the watch checks every aloneFirstRetry.
+//
+// And during the first ClusterInterval after it joins, a node runs a
+// round every settleRetry whatever its rounds find. A network starting up forms small clusters first: the
+// two nodes of one host (a CoreDNS and a Caddy) or of one site join each
+// other within seconds, before they hear of their neighbours. Such a pair
+// is not alone, so it waited a whole ClusterInterval before weighing the
+// pair of the next site, and a metro stayed split between two clusters
+// for five minutes (eval/wan's figure run: one metro stayed the three
+// two-node clusters of its sites for the whole watch). The
+// settling rounds merge them within seconds; the same rules of
+// size and ID decide, so they add probes, not moves.
 func (n *Node) clusterLoop() {
 	defer n.wg.Done()
 	if !n.clusterable() {
@@ -198,7 +209,8 @@ func (n *Node) clusterLoop() {
 	watch := time.NewTicker(firstRetry)
 	defer watch.Stop()
 	aloneWait := firstRetry
-	wasAlone := true // a node starts alone, in its own singletons
+	wasAlone := true          // a node starts alone, in its own singletons
+	var settleUntil time.Time // the end of the first interval after joining
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -206,6 +218,7 @@ func (n *Node) clusterLoop() {
 		case <-joined:
 			joined = nil
 			hintsDue = time.Now()
+			settleUntil = hintsDue.Add(n.cfg.ClusterInterval)
 		case <-t.C:
 		case <-watch.C:
 			if wasAlone || !n.aloneSomewhere() {
@@ -218,12 +231,17 @@ func (n *Node) clusterLoop() {
 			n.publishHints(n.ctx)
 			hintsDue = time.Now().Add(hintRefresh)
 		}
-		if wasAlone = n.clusterRound(n.ctx); wasAlone {
+		wasAlone = n.clusterRound(n.ctx)
+		switch {
+		case time.Now().Before(settleUntil):
+			// Settling after the join: a round every settleRetry.
+			t.Reset(min(settleRetry, n.cfg.ClusterInterval))
+		case wasAlone:
 			// Alone at some level: look again soon, backing off to the
 			// normal interval while nobody near turns up.
 			t.Reset(aloneWait)
 			aloneWait = min(2*aloneWait, n.nextRound())
-		} else {
+		default:
 			aloneWait = firstRetry
 			t.Reset(n.nextRound())
 		}
@@ -247,6 +265,13 @@ func (n *Node) aloneSomewhere() bool {
 // runs its next clustering round (then twice as long each time, up to
 // ClusterInterval).
 const aloneFirstRetry = 30 * time.Second
+
+// settleRetry is how often a node runs its clustering rounds during its
+// first ClusterInterval after joining, when the clusters around it are
+// still forming. Resolvers cache a level-2 answer for a minute: the
+// sooner a site's pair merges with its metro, the fewer clients get a
+// proxy of the pair's short-lived cluster.
+const settleRetry = 10 * time.Second
 
 // nextRound is the jittered wait until the next clustering round.
 func (n *Node) nextRound() time.Duration {

@@ -107,7 +107,8 @@ func (n *Node) hasSiteMate(s *clusterSample, threshold time.Duration) bool {
 // own ID introduces it to its new neighbours. The old neighbours keep it in
 // their tables until it refuses them a request as a non-member; the refusal
 // tells them of the new cluster, which is how a better cluster spreads
-// through a worse one by avalanche.
+// through a worse one by avalanche; the few the node pings as it leaves
+// hear at once.
 func (n *Node) joinCluster(ctx context.Context, lv *level, info ClusterInfo, unacceptable bool) {
 	now := time.Now()
 	lv.mu.Lock()
@@ -122,6 +123,13 @@ func (n *Node) joinCluster(ctx context.Context, lv *level, info ClusterInfo, una
 	lv.mu.Unlock()
 	n.counters.clusterChanges.Add(1)
 	n.log.Debug("cluster change", "level", lv.index, "from", old.ID.Short(), "to", info.ID.Short(), "unacceptable", unacceptable)
+	var mates []Contact
+	for _, e := range lv.rt.all() {
+		if len(mates) == n.cfg.ValidateMembers {
+			break
+		}
+		mates = append(mates, e.Contact)
+	}
 	lv.rt.clear()
 	for _, v := range n.peers.evidence(n.evidenceSince(now)) {
 		if ci, ok := v.clusterAt(lv.index); ok && ci.ID == info.ID && v.ID != n.self.ID {
@@ -134,6 +142,13 @@ func (n *Node) joinCluster(ctx context.Context, lv *level, info ClusterInfo, una
 		n.findNode(ctx, lv.index, n.self.ID)
 	}
 	n.updateSizes()
+	// Tell some members of the cluster left behind, in the pings' cluster
+	// lists: one whose only mate this node was is alone now and looks
+	// again within aloneFirstRetry (clusterLoop), following it if the
+	// cluster suits it too. Without word from this node it would count it
+	// as a member until their next exchange, minutes away in a quiet
+	// network, and stay behind in the abandoned cluster.
+	n.pingAll(ctx, mates)
 }
 
 // splitAway handles a cluster that is no longer acceptable to this node.

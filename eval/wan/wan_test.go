@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,12 +28,21 @@ import (
 // files fetches each file from the origin once.
 //
 // It runs only with CORAL_WAN_SHORT=1 (make wan-short), not in make test:
-// a flaky test is a defect, and this one still fails now and then in two
-// ways not yet understood (issue 39's notes): a client beside a proxy
-// answered from another level-2 cluster for the whole two minutes (about
-// one run in ten after the clustering fix of 2bf1c77; two in three
-// before), and one lab pair's RTT a few milliseconds above the matrix's
-// tolerance. Until both are found, CI does not depend on it.
+// a flaky test is a defect. It failed now and then in three ways. Two are
+// found and fixed: the 16.5 ms pair's RTT 2–4 ms above the matrix (the
+// delayer's own time added at each of ten delaying routers:
+// internal/lab/wan's README), and a metro split between the two-node
+// clusters of its hosts for a whole clustering period (coraldht's
+// settling rounds). The third is open (about one run in ten): with the
+// clusters right, a site's Unbound keeps asking a name server of the
+// other metro, which places it at level 1 and answers with a proxy of the
+// other metro beside the site's own, for the whole two minutes (the
+// clusters logged while it waited were the metros'). Suspected, not yet
+// confirmed from the name servers' logs: the NS sets hold the site's own
+// name server and one more, which the traces cannot place (the first
+// metro's region router is silent), so it is often the other metro's; and
+// Unbound spreads its queries over every server of a set within 400 ms of
+// the fastest.
 func TestShort(t *testing.T) {
 	if os.Getenv("CORAL_WAN_SHORT") == "" {
 		t.Skip("CORAL_WAN_SHORT=1 (make wan-short) runs the short wide-area form; it is out of make test while it flakes")
@@ -94,6 +104,9 @@ func TestShort(t *testing.T) {
 		}
 	}
 	c := checkLab(ctx, l, w, hosts, samplePairs(sites, 8, 1), 5, true, "short", began)
+	var out strings.Builder
+	c.print(&out)
+	t.Log("\n" + out.String())
 	for _, p := range c.Pairs {
 		if !p.Within {
 			t.Errorf("RTT %s–%s: measured %.1f ms, matrix %.1f ms", p.NameA, p.NameB, p.MinMs, p.MatrixMs)
@@ -118,13 +131,21 @@ func TestShort(t *testing.T) {
 			continue
 		}
 		var last string
+		nextLog := time.Now().Add(30 * time.Second)
 		for {
 			ok, why := answeredLocally(ctx, f, cl)
 			if ok {
 				break
 			}
 			last = why
+			if time.Now().After(nextLog) {
+				// Slow to converge: what the nodes are doing meanwhile.
+				t.Logf("client %v at site %d, %v after the fleet was ready: %s", cl.Addr, cl.Site, time.Since(began).Round(time.Second), why)
+				logClusters(ctx, t, f)
+				nextLog = time.Now().Add(30 * time.Second)
+			}
 			if time.Now().After(deadline) {
+				logClusters(ctx, t, f)
 				t.Fatalf("client %v at site %d: no answer within its level-2 cluster by %v: %s", cl.Addr, cl.Site, time.Since(began).Round(time.Second), last)
 			}
 			time.Sleep(2 * time.Second)
@@ -211,4 +232,21 @@ func answeredLocally(ctx context.Context, f *fleet.Fleet, c *fleet.Client) (bool
 		}
 	}
 	return true, ""
+}
+
+// logClusters logs each node's clusters as its Caddy reports them: what a
+// failed locality check needs to be understood.
+func logClusters(ctx context.Context, t *testing.T, f *fleet.Fleet) {
+	for _, nd := range f.Nodes {
+		st, err := nd.Status(ctx)
+		if err != nil {
+			t.Logf("%s (site %d): %v", nd.Name(), nd.Site, err)
+			continue
+		}
+		var levels []string
+		for _, l := range st.Levels {
+			levels = append(levels, fmt.Sprintf("L%d %s (log size %.1f, %d changes)", l.Level, l.Cluster, l.ClusterLogSize, l.Changes))
+		}
+		t.Logf("%s (site %d): %s; rounds %d", nd.Name(), nd.Site, strings.Join(levels, ", "), st.DHT.ClusterRounds)
+	}
 }

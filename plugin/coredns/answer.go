@@ -366,9 +366,12 @@ func (b *builder) nsSet(owner string, level int, inAnswer bool) {
 		// retry_ttl and get the full set once the sweep has found it.
 		ttl = min(ttl, b.c.set.retryTTL)
 	}
-	if b.nearSrc == nearPending {
-		// Chosen before the client's mapping was in: a resolver locked
-		// onto this set for ns_ttl would not see the refined one.
+	if b.nearSrc == nearPending || b.nearSrc == nearSkipped {
+		// Chosen before the client's mapping was in (it is under way,
+		// or starts with the next query: proximity_limit mappings were
+		// in flight, as when a fleet starts and every resolver comes
+		// at once): a resolver locked onto this set for ns_ttl would
+		// not see the refined one.
 		ttl = min(ttl, b.c.set.retryTTL)
 	}
 	for _, ni := range servers {

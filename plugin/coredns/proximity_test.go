@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -215,6 +216,53 @@ func TestProximityFloodOfNewPrefixes(t *testing.T) {
 		if d := proximitySeen(nearSkipped) - skipped; d != 200-4 {
 			t.Errorf("%v answers counted as skipped, want %d", d, 200-4)
 		}
+	})
+}
+
+// TestProximitySkippedSetShortLived: a query that finds proximity_limit
+// mappings in flight gets the choice without a target, and its NS set
+// retry_ttl, not ns_ttl: its own mapping starts with the resolver's next
+// query, which then locks the resolver onto the mapped set.
+func TestProximitySkippedSetShortLived(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := testCoral(t, nearWorld())
+		release := make(chan struct{})
+		blocking := func(ctx context.Context, target netip.Addr, hops int) (traced, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return hopsTo(ctx, target, hops)
+		}
+		p := withProximity(c, blocking, fakeHints{}.find, 20*time.Millisecond)
+		var wg sync.WaitGroup
+		for i := range p.limit {
+			wg.Go(func() { answerAndNS(c, fmt.Sprintf("10.0.%d.1", 100+i)) })
+		}
+		synctest.Wait() // every mapping slot taken
+		nsTTLs := func(resolver string) []uint32 {
+			m, _ := query(c, resolver, full2, dns.TypeA, answers)
+			var ttls []uint32
+			for _, rr := range m.Ns {
+				ttls = append(ttls, rr.Header().Ttl)
+			}
+			return ttls
+		}
+		skipped := proximitySeen(nearSkipped)
+		got := nsTTLs("10.0.9.9")
+		if proximitySeen(nearSkipped)-skipped != 1 {
+			t.Fatalf("the query past proximity_limit was not skipped")
+		}
+		if len(got) == 0 || slices.ContainsFunc(got, func(ttl uint32) bool { return ttl != c.set.retryTTL }) {
+			t.Errorf("NS set of a skipped mapping: TTLs %v, want retry_ttl %d", got, c.set.retryTTL)
+		}
+		close(release)
+		wg.Wait()
+		p.wg.Wait()
+		if got := nsTTLs("10.0.9.9"); len(got) == 0 || got[0] != c.set.nsTTL {
+			t.Errorf("NS set once mapped: TTLs %v, want ns_ttl %d", got, c.set.nsTTL)
+		}
+		p.wg.Wait()
 	})
 }
 

@@ -159,10 +159,19 @@ func TestRTTsAndTraces(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, s := range st {
-		t.Logf("delayer %s: %d packets, late %v (bounds %v µs), max %d µs", name, s.Packets, s.Late, LateBoundsUs, s.MaxUs)
+		t.Logf("delayer %s: %d packets, late %v (bounds %v µs), max %d µs; queue wait %v, max %d µs, %d unstamped", name, s.Packets, s.Late, LateBoundsUs, s.MaxUs, s.Wait, s.MaxWaitUs, s.Unstamped)
 	}
 	if st["core"] == nil || st["core"].Packets == 0 {
 		t.Errorf("the core delayed nothing: %+v", st["core"])
+	}
+	// The pings and traces are ICMP and UDP, stamped on arrival: the
+	// delays count from the stamps, not from when the delayer read them.
+	var packets, unstamped uint64
+	for _, s := range st {
+		packets, unstamped = packets+s.Packets, unstamped+s.Unstamped
+	}
+	if unstamped*4 > packets {
+		t.Errorf("%d of %d packets reached the delayer without an arrival stamp", unstamped, packets)
 	}
 }
 
@@ -223,5 +232,29 @@ func TestClientLANAndThrottle(t *testing.T) {
 	}
 	if took := time.Since(start); took < 1500*time.Millisecond || took > 6*time.Second {
 		t.Errorf("200 KB through 800 kbit/s took %v, want about 2 s", took)
+	}
+}
+
+// The delayer's estimate of a release's cost follows the typical cost and
+// ignores rare spikes: a mean moved by one 8 ms release made every router
+// release early for a while, and paths came out short of the matrix.
+func TestEarlyTracksTheMedianCost(t *testing.T) {
+	var early int64
+	typical, spike := int64(120*time.Microsecond), int64(8*time.Millisecond)
+	for i := range 400 {
+		cost := typical + int64(i%7)*int64(10*time.Microsecond) - int64(30*time.Microsecond)
+		if i%20 == 0 {
+			cost = spike
+		}
+		early = nextEarly(early, cost)
+	}
+	if d := time.Duration(early - typical); d < -40*time.Microsecond || d > 40*time.Microsecond {
+		t.Errorf("estimate %v after releases costing about %v with a spike of %v in 20: want within 40µs", time.Duration(early), time.Duration(typical), time.Duration(spike))
+	}
+	for range 1000 {
+		early = nextEarly(early, spike)
+	}
+	if early != maxEarly {
+		t.Errorf("estimate %v under a load that makes every release cost %v: want the bound %v", time.Duration(early), time.Duration(spike), time.Duration(maxEarly))
 	}
 }

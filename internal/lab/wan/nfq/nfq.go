@@ -41,6 +41,7 @@ const (
 
 	attrPacketHdr  = 1  // NFQA_PACKET_HDR
 	attrVerdictHdr = 2  // NFQA_VERDICT_HDR
+	attrTimestamp  = 4  // NFQA_TIMESTAMP
 	attrInDev      = 5  // NFQA_IFINDEX_INDEV
 	attrOutDev     = 6  // NFQA_IFINDEX_OUTDEV
 	attrPayload    = 10 // NFQA_PAYLOAD
@@ -71,6 +72,13 @@ type Packet struct {
 	InDev   uint32
 	OutDev  uint32
 	Payload []byte
+	// Stamp is the packet's kernel timestamp (NFQA_TIMESTAMP), in
+	// nanoseconds since the Unix epoch, or 0 when the kernel sent none.
+	// It is the time the packet arrived in this namespace when the
+	// kernel time-stamps received packets (some socket asked for
+	// timestamps: SO_TIMESTAMP); a packet sent with a departure time
+	// (TCP's pacing) carries that instead, on CLOCK_MONOTONIC.
+	Stamp int64
 }
 
 // Queue is one bound queue on a netlink socket.
@@ -282,6 +290,15 @@ func parsePacket(b []byte) (Packet, error) {
 			}
 		case attrPayload:
 			p.Payload = data
+		case attrTimestamp:
+			// struct nfqnl_msg_packet_timestamp: be64 sec, be64 usec.
+			if len(data) < 16 {
+				return p, errors.New("nfq: short timestamp")
+			}
+			sec, usec := binary.BigEndian.Uint64(data), binary.BigEndian.Uint64(data[8:])
+			if sec < 1<<33 && usec < 1e6 {
+				p.Stamp = int64(sec)*1e9 + int64(usec)*1e3
+			}
 		}
 		if align4(l) >= len(b) {
 			break
