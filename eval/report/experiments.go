@@ -63,6 +63,7 @@ var experiments = []experiment{
 	{File: "hostile-dns.json", Program: "hostile", Args: []string{"-classes", "dns-forged-flood,dns-probe-forgery", "-duration", "20s", "-seed", "1"},
 		Needs: "root, bin/coredns"},
 	{File: "negative.json", Program: "negative", Needs: "bin/caddy"},
+	{File: "slices.json", Program: "slices", Needs: "bin/caddy, 4 GiB of disk"},
 	{File: "chaos/chaos.json", Program: "chaos", Needs: "root, bin/caddy, bin/coredns, nftables"},
 	{File: "conformance/summary.json", Program: "conformance", Args: []string{"-suite", "$CACHE_TESTS_DIR"},
 		Needs: "root, bin/caddy, Node.js, a cache-tests clone named by CACHE_TESTS_DIR"},
