@@ -85,9 +85,12 @@ type Crowd struct {
 	OriginRequests int     `json:"origin_requests"`
 	// RangesAskedTwice counts the slice ranges the origin was asked for
 	// more than once.
-	RangesAskedTwice int      `json:"ranges_asked_twice"`
-	Clients          []Client `json:"clients"`
-	Seconds          float64  `json:"seconds"`
+	RangesAskedTwice int `json:"ranges_asked_twice"`
+	// Asked is the Range of each of the origin's requests for the file
+	// ("" for none), in order.
+	Asked   []string `json:"origin_asked"`
+	Clients []Client `json:"clients"`
+	Seconds float64  `json:"seconds"`
 }
 
 // Client is one client of the crowd.
@@ -222,7 +225,7 @@ func crowd(ctx context.Context, p params, o *origin, host string, addr func(int)
 	c.OriginBytes = o.sentFor("/big")
 	c.OriginRatio = float64(c.OriginBytes) / float64(p.Size)
 	asked := o.rangesFor("/big")
-	c.OriginRequests = len(asked)
+	c.OriginRequests, c.Asked = len(asked), asked
 	seen := map[string]int{}
 	for _, r := range asked {
 		if seen[r]++; seen[r] == 2 {

@@ -40,7 +40,7 @@ func TestShort(t *testing.T) {
 		}
 	}
 	if res.Crowd.RangesAskedTwice > 0 {
-		t.Errorf("%d slices fetched from the origin more than once", res.Crowd.RangesAskedTwice)
+		t.Errorf("%d slices fetched from the origin more than once: %q", res.Crowd.RangesAskedTwice, res.Crowd.Asked)
 	}
 	// The file is 12 slices: the socket buffers past slice 0 weigh more
 	// here than on 1 GiB (where the experiment holds it to 1.05).

@@ -151,6 +151,15 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 			p.slots.release(d.slot)
 			return
 		}
+		if d.direct != nil && d.background {
+			// Started for nobody (a refresh, a range miss's whole
+			// object): no request reads it, and its joiners fetch their
+			// own. Unread, it would hold its connection and slot.
+			d.direct.Body.Close()
+			cancel()
+			p.slots.release(d.slot)
+			return
+		}
 		if d.direct != nil {
 			// Handed to its requester unread: the fetch, and its download
 			// slot, live until the requester closes the body, unless a

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -209,9 +210,11 @@ func newSliceTable(size int64) *sliceTable {
 type sliceFetch struct {
 	ready chan struct{} // closed once the slice's entry exists, or the fetch failed
 	err   error         // set before ready closes
-	// askingPeers is set while the fetch asks peers: a peer asking this
-	// proxy for the slice then gets 504 at once rather than waiting for a
-	// fetch that may be waiting for it.
+	// askingPeers is set while the fetch asks the peers its put+get
+	// found: a peer asking this proxy for the slice then gets 504 at once
+	// rather than waiting for a fetch that may be waiting for it (before
+	// and after, it waits: the fetch goes to the origin when its put+get
+	// finds nobody).
 	askingPeers atomic.Bool
 }
 
@@ -295,6 +298,7 @@ func (p *Proxy) keepSliced(ctx context.Context, fr fetchRequest, resp *http.Resp
 		}
 	}
 	meta.Size = 0
+	meta.Extra = maps.Clone(meta.Extra) // the caller's, should this fail
 	meta.Extra[slicesField] = m.String()
 	if err := p.commitEmpty(meta); err != nil {
 		if w != nil {
@@ -468,7 +472,6 @@ func (p *Proxy) fetchSliceFrom(fr fetchRequest, m manifest, v validators, k int6
 	sfr := fr
 	sfr.key, sfr.baseKey = key, key
 	sfr.peerFields = http.Header{"Range": {rangeField}, sliceField: {m.vid + " " + strconv.FormatInt(k, 10)}}
-	f.askingPeers.Store(true)
 	peers, _, stopRenewing := p.announce(ctx, sfr)
 	defer stopRenewing()
 	if at, ok := p.purged.get(fr.baseKey); ok && time.Since(at) < purgeMemory {
@@ -477,6 +480,7 @@ func (p *Proxy) fetchSliceFrom(fr fetchRequest, m manifest, v validators, k int6
 	var resp *http.Response
 	idle := p.originTimeout + p.peerTimeout
 	if len(peers) > 0 {
+		f.askingPeers.Store(true)
 		resp, _ = p.fetchFromPeers(ctx, sfr, peers)
 		if resp != nil && checkSlicePart(resp, m, v, k) != nil {
 			resp.Body.Close()
