@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -162,8 +163,8 @@ func (p *Proxy) serveSliceToPeer(w http.ResponseWriter, r *http.Request, fr fetc
 		return sliceNotCached(w)
 	}
 	key := sliceKey(fr.key, m, k)
-	if f := p.slices.get(key); f != nil && f.askingPeers.Load() {
-		// Asking peers itself, maybe the one asking now.
+	asker, _ := netip.ParseAddrPort(r.Header.Get(peerAskerField))
+	if f := p.slices.get(key); f != nil && f.asksBack(asker, p.selfAddr()) {
 		return sliceNotCached(w)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.originTimeout+p.peerTimeout)

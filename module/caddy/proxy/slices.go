@@ -9,6 +9,8 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -210,12 +212,12 @@ func newSliceTable(size int64) *sliceTable {
 type sliceFetch struct {
 	ready chan struct{} // closed once the slice's entry exists, or the fetch failed
 	err   error         // set before ready closes
-	// askingPeers is set while the fetch asks the peers its put+get
-	// found: a peer asking this proxy for the slice then gets 504 at once
-	// rather than waiting for a fetch that may be waiting for it (before
-	// and after, it waits: the fetch goes to the origin when its put+get
-	// finds nobody).
-	askingPeers atomic.Bool
+	// asking is the peers the fetch asks, once its put+get found some:
+	// of two proxies whose fetches of a slice ask each other, the one
+	// with the lower address answers the other 504 at once (asksBack),
+	// and the other then fetches the slice for both. Any other peer
+	// asking waits for the fetch.
+	asking atomic.Pointer[[]netip.AddrPort]
 }
 
 func (t *sliceTable) get(key string) *sliceFetch {
@@ -480,14 +482,17 @@ func (p *Proxy) fetchSliceFrom(fr fetchRequest, m manifest, v validators, k int6
 	var resp *http.Response
 	idle := p.originTimeout + p.peerTimeout
 	if len(peers) > 0 {
-		f.askingPeers.Store(true)
+		asking := make([]netip.AddrPort, len(peers))
+		for i, r := range peers {
+			asking[i] = r.Addr
+		}
+		f.asking.Store(&asking)
 		resp, _ = p.fetchFromPeers(ctx, sfr, peers)
 		if resp != nil && checkSlicePart(resp, m, v, k) != nil {
 			resp.Body.Close()
 			resp = nil
 		}
 	}
-	f.askingPeers.Store(false)
 	if resp == nil {
 		idle = p.originTimeout
 		if resp, err = p.fetchFromOriginWith(ctx, fr, func(h http.Header) {
@@ -686,4 +691,13 @@ func (c *slicedContent) rangeHere(ranges []string) bool {
 		}
 	}
 	return true
+}
+
+// asksBack reports whether f asks asker (a peer's address, from its
+// request's peerAskerField) and self is the lower of the two addresses:
+// see sliceFetch.asking. The field is only a hint: a request that names an
+// address falsely gets a 504, which any only-if-cached request may get.
+func (f *sliceFetch) asksBack(asker, self netip.AddrPort) bool {
+	asking := f.asking.Load()
+	return asking != nil && slices.Contains(*asking, asker) && self.Compare(asker) < 0
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -475,4 +476,66 @@ func FuzzParseManifest(f *testing.F) {
 			t.Fatalf("%q: no round trip", s)
 		}
 	})
+}
+
+// startLoopbackProxies starts n proxies like startTestProxiesWith, but
+// every socket on 127.0.0.1 and a port of the kernel's choosing (no fixed
+// address: no lab lock needed).
+func startLoopbackProxies(t *testing.T, n int, configure func(*Config)) []*testProxy {
+	t.Helper()
+	var out []*testProxy
+	var boot []netip.AddrPort
+	for range n {
+		node := testNode(t, "127.0.0.1:0")
+		dht := &testDHT{Node: node}
+		cfg := testConfig()
+		configure(&cfg)
+		cfg.Store = openTestStore(t, diskcache.Options{Dir: t.TempDir(), MaxBytes: 64 << 20, NoSync: true})
+		cfg.Node = func() DHT { return dht }
+		px, srv := serveAsPeer(t, cfg, netip.MustParseAddr("127.0.0.1"))
+		out = append(out, &testProxy{px: px, node: node, dht: dht, srv: srv})
+		boot = append(boot, node.Addr())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, p := range out {
+		if err := p.node.Bootstrap(ctx, boot...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// TestSlicesCrowdAtOnce: three proxies, two clients at each, all asking
+// for a cold big object at the same instant. The origin is asked for the
+// object once and for each other slice once (the put+get of each slice
+// decides which proxy fetches it; the others wait for it, however early
+// they ask), and every client gets every byte.
+func TestSlicesCrowdAtOnce(t *testing.T) {
+	o := newSliceOrigin(t, false, 0)
+	proxies := startLoopbackProxies(t, 3, func(c *Config) { c.SliceSize = sliceTestSize })
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range 6 {
+		p := proxies[i%3]
+		lp := &localProxy{px: p.px, store: p.px.store, srv: p.srv}
+		wg.Go(func() {
+			<-gate
+			if resp, body := lp.rawGet(t, o.coralHost(), "/crowd"); resp.StatusCode != 200 || !bytes.Equal(body, o.v1) {
+				t.Errorf("client %d: %d, %d bytes", i, resp.StatusCode, len(body))
+			}
+		})
+	}
+	close(gate)
+	wg.Wait()
+	got := o.asked("/crowd")
+	slices.Sort(got)
+	want := append([]string{""}, sliceRanges(1, 6)...)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("the origin was asked %q; want the object once and each other slice once", got)
+	}
+	for _, p := range proxies {
+		waitStored(t, p)
+	}
 }
