@@ -83,7 +83,7 @@ fuzz:
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coralname || exit 1; \
 	done
 	for target in FuzzDecodeReference FuzzRequestThroughProxy FuzzLocalizeLocation FuzzTargetCache \
-			FuzzReadHead; do \
+			FuzzReadHead FuzzParseContentRange FuzzParseManifest; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/proxy || exit 1; \
 	done
 	for target in FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL; do \

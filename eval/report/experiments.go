@@ -65,6 +65,7 @@ var experiments = []experiment{
 		Needs: "root, bin/coredns"},
 	{File: "negative.json", Program: "negative", Needs: "bin/caddy"},
 	{File: "loadaware.json", Program: "loadaware", Needs: "bin/caddy, bin/coredns"},
+	{File: "slices.json", Program: "slices", Needs: "bin/caddy, 4 GiB of disk"},
 	{File: "chaos/chaos.json", Program: "chaos", Needs: "root, bin/caddy, bin/coredns, nftables"},
 	{File: "conformance/summary.json", Program: "conformance", Args: []string{"-suite", "$CACHE_TESTS_DIR"},
 		Needs: "root, bin/caddy, Node.js, a cache-tests clone named by CACHE_TESTS_DIR"},

@@ -104,6 +104,7 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    max_object_size SIZE         # default cache_size / 8
 //	    max_objects    N             # default cache_size / 4KiB
 //	    memory_cache_size SIZE|off   # small hot bodies in memory; default 16MiB
+//	    slice_size     SIZE|off      # big objects in slices of 1MiB-8MiB; default 4MiB
 //	    allow_origins  PREFIX...     # private origins allowed anyway
 //	    allow_peers    PREFIX...     # private peer addresses allowed anyway
 //	    forward_fields FIELD...      # request fields sent to origins besides the defaults
@@ -281,6 +282,20 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		v, err := o.one()
 		if err == nil {
 			h.MaxObjectSize, err = o.size(v, "64MiB")
+		}
+		return err
+	},
+	"slice_size": func(h *Handler, o optionArgs) error {
+		v, err := o.one()
+		switch {
+		case err != nil:
+		case v == "off":
+			h.SliceSize = -1
+		default:
+			h.SliceSize, err = o.size(v, "4MiB (1MiB-8MiB, or off)")
+			if err == nil && (h.SliceSize < proxy.MinSliceSize || h.SliceSize > proxy.MaxSliceSize) {
+				err = o.d.Errf("slice_size: %q is not within 1MiB-8MiB (or off)", v)
+			}
 		}
 		return err
 	},

@@ -1,6 +1,8 @@
 package coralcaddy
 
 import (
+	"github.com/coralcdn/coral/module/caddy/proxy"
+	"go.uber.org/zap"
 	"os"
 	"path/filepath"
 	"strings"
@@ -197,5 +199,30 @@ func TestCaddyfileErrors(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestCaddyfileSliceSize: slice_size takes a size of 1MiB to 8MiB, or off
+// (-1: every object whole), into the proxy's Config (0: the default).
+func TestCaddyfileSliceSize(t *testing.T) {
+	for in, want := range map[string]int64{"1MiB": 1 << 20, "8MiB": 8 << 20, "off": -1} {
+		var h Handler
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("coral_proxy nyud.test {\n slice_size " + in + "\n}")); err != nil || h.SliceSize != want {
+			t.Errorf("slice_size %s: %v, %v; want %v", in, h.SliceSize, err, want)
+		}
+	}
+	for _, bad := range []string{"512KiB", "16MiB", "big"} {
+		var h Handler
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("coral_proxy nyud.test {\n slice_size " + bad + "\n}")); err == nil {
+			t.Errorf("slice_size %s accepted", bad)
+		}
+	}
+	for size, want := range map[int64]int64{0: proxy.DefaultSliceSize, -1: 0, 2 << 20: 2 << 20} {
+		h := Handler{Zone: "nyud.test", SliceSize: size, logger: zap.NewNop()}
+		h.setDefaults()
+		c, err := h.proxyConfig()
+		if err != nil || c.SliceSize != want {
+			t.Errorf("SliceSize %d: Config.SliceSize %d (%v), want %d", size, c.SliceSize, err, want)
+		}
 	}
 }

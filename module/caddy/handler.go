@@ -161,6 +161,12 @@ type Handler struct {
 	ClientPrefixV4         int `json:"client_prefix_v4,omitempty"`
 	ClientPrefixV6         int `json:"client_prefix_v6,omitempty"`
 
+	// SliceSize is the size of the slices in which an object larger than
+	// it is fetched, kept and shared among peers, each slice its own DSHT
+	// key: 1 MiB to 8 MiB, or -1 to keep every object whole. Default
+	// 4 MiB (the proxy package's README says why).
+	SliceSize int64 `json:"slice_size,omitempty"`
+
 	// PeerAddress is the HTTP address other proxies use to reach this one.
 	// Default: the coral app's node IP and the port the request came in on.
 	PeerAddress string `json:"peer_address,omitempty"`
@@ -325,6 +331,12 @@ func (h *Handler) proxyConfig() (proxy.Config, error) {
 	c.MaxClientDownloads, c.MaxDownloadsPerAddress = h.MaxClientDownloads, h.MaxDownloadsPerAddress
 	c.ClientPrefixV4 = orDefault(h.ClientPrefixV4, c.ClientPrefixV4)
 	c.ClientPrefixV6 = orDefault(h.ClientPrefixV6, c.ClientPrefixV6)
+	switch {
+	case h.SliceSize < 0:
+		c.SliceSize = 0
+	case h.SliceSize > 0:
+		c.SliceSize = h.SliceSize
+	}
 	c.Node, c.OwnAddrs, c.Fetched, c.ClientAddr = runningDHT, dhtAddrs, recordFetch, requestClientAddr
 	return c, c.Validate()
 }

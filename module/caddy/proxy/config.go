@@ -103,6 +103,10 @@ type Config struct {
 	// from the first plain-HTTP request (the node's IP and the port the
 	// request came in on).
 	PeerAddress netip.AddrPort
+	// SliceSize is the size of the slices an object larger than it is
+	// fetched and kept in (slice_size; slices.go), MinSliceSize to
+	// MaxSliceSize; 0 keeps every object whole. Default DefaultSliceSize.
+	SliceSize int64
 	// UserAgent names the proxy after the client's User-Agent in requests
 	// to origins and peers. Default "CoralWebPrx/2.0".
 	UserAgent string
@@ -152,6 +156,7 @@ func DefaultConfig() Config {
 		ClientPrefixV4:        defaultClientPrefixV4,
 		ClientPrefixV6:        defaultClientPrefixV6,
 		PeerRetryJitter:       peerRetryJitter,
+		SliceSize:             DefaultSliceSize,
 		UserAgent:             proxyVersion,
 		Logger:                zap.NewNop(),
 		ClientAddr:            RemoteAddr,
@@ -196,6 +201,8 @@ func (c *Config) Validate() error {
 		return bad("ClientPrefixV6", "want 32-128", c.ClientPrefixV6)
 	case c.PeerRetryJitter < 0:
 		return bad("PeerRetryJitter", "must not be negative", c.PeerRetryJitter)
+	case c.SliceSize != 0 && (c.SliceSize < MinSliceSize || c.SliceSize > MaxSliceSize):
+		return bad("SliceSize", "want 1MiB-8MiB, or 0 for none", c.SliceSize)
 	case c.UserAgent == "":
 		return bad("UserAgent", "is required", `""`)
 	case c.Logger == nil:

@@ -26,6 +26,8 @@
 //	                                     (slots.go); what it does (fetch.go: put+get, peers.go,
 //	                                     refetch.go, fetch_origin.go, revalidate.go)
 //	respond  respond.go                  the stored or arriving body, or a relayed uncached one
+//	slices   slices.go, rangemiss.go     big objects kept and fetched in slices (served by
+//	                                     respond.go); a cold range from peers or the origin
 //
 // and never calls back into the server around it. What it needs of that
 // server comes in through Config, once, at New: the node accessor, the

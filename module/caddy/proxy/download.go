@@ -69,6 +69,7 @@ type download struct {
 	// asking is the addresses of the peers the download asks first, once
 	// known (askingPeers); askingKnown is closed then. Nil: never closed.
 	asking      atomic.Pointer[[]netip.AddrPort]
+	askingLevel int // the DSHT level they were found at; set before askingKnown closes
 	askingKnown chan struct{}
 	askingOnce  sync.Once
 	// starter is a Reader of the object opened for the request that
@@ -91,14 +92,17 @@ func (d *download) takeStarter() *diskcache.Reader {
 // askingPeers records the peers d asks first (none: it goes to the
 // origin), for the requests of those peers that wait for d
 // (serveOnlyIfCached).
-func (d *download) askingPeers(peers []reference) {
+func (d *download) askingPeers(peers []reference, level int) {
 	addrs := make([]netip.AddrPort, len(peers))
 	for i, r := range peers {
 		addrs[i] = r.Addr
 	}
 	d.asking.Store(&addrs)
 	if d.askingKnown != nil {
-		d.askingOnce.Do(func() { close(d.askingKnown) })
+		d.askingOnce.Do(func() {
+			d.askingLevel = level
+			close(d.askingKnown)
+		})
 	}
 }
 

@@ -71,6 +71,9 @@ type fetchRequest struct {
 	onlyIfCached bool
 	// stale is the stored copy's metadata when this fetch revalidates it.
 	stale *diskcache.Meta
+	// peerFields are set in requests to peers besides the forwarded
+	// ones (a slice's Range: slices.go).
+	peerFields http.Header
 }
 
 // forwarded is fr.view, computed on first use (a cache hit never needs it).
@@ -148,6 +151,15 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 			p.slots.release(d.slot)
 			return
 		}
+		if d.direct != nil && d.background {
+			// Started for nobody (a refresh, a range miss's whole
+			// object): no request reads it, and its joiners fetch their
+			// own. Unread, it would hold its connection and slot.
+			d.direct.Body.Close()
+			cancel()
+			p.slots.release(d.slot)
+			return
+		}
 		if d.direct != nil {
 			// Handed to its requester unread: the fetch, and its download
 			// slot, live until the requester closes the body, unless a
@@ -181,7 +193,7 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 	idle := p.originTimeout + p.peerTimeout // a peer may itself wait on its origin
 	requested := time.Now()
 	var err error
-	d.askingPeers(peers)
+	d.askingPeers(peers, peerLevel)
 	resp, miss := p.fetchFromPeers(ctx, fr, peers)
 	if resp == nil && miss.retry(p.selfAddr(), nil) {
 		// A peer died or is out of reach: the put+get again, without it,
@@ -356,6 +368,9 @@ func (p *Proxy) keep(ctx context.Context, fr fetchRequest, d *download, resp *ht
 	}
 	if resp.ContentLength >= 0 {
 		meta.Size = resp.ContentLength
+	}
+	if m, big := p.sliceable(fr, resp, source, fields); big && p.keepSliced(ctx, fr, resp, meta, m, readyOnce) {
+		return // slices.go
 	}
 	if p.storeBody(ctx, d, resp, key, &meta, now, readyOnce) {
 		p.publish(fr, resp.StatusCode, meta.Expires)

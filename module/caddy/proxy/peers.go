@@ -108,6 +108,9 @@ func (p *Proxy) askPeer(ctx context.Context, fr fetchRequest, peer reference) (*
 	// variant they select.
 	h := originRequestHeader(fr.forwarded(), "", p.userAgent)
 	h.Set("Cache-Control", "only-if-cached")
+	for k, v := range fr.peerFields {
+		h[k] = v
+	}
 	if self := p.selfAddr(); self.IsValid() {
 		h.Set(peerAskerField, self.String())
 	}

@@ -40,6 +40,8 @@ type Proxy struct {
 	purged *boundedMap[time.Time]
 	// slots bounds the downloads in progress.
 	slots *downloadSlots
+	// slices are the slices of big objects being fetched (slices.go).
+	slices *sliceTable
 	// peerAddr is this proxy's HTTP address for references: configured, or
 	// learned from the first request.
 	peerAddr atomic.Pointer[netip.AddrPort]
@@ -115,6 +117,7 @@ func New(c Config) (*Proxy, error) {
 		tooLarge:      newBoundedMap[time.Time](maxRemembered),
 		purged:        newBoundedMap[time.Time](maxRemembered),
 		slots:         newDownloadSlots(bounds),
+		slices:        newSliceTable(c.SliceSize),
 		inflight:      make(map[string]*download),
 	}
 	// The guard's own addresses include the proxy's (advertisedAddrs).

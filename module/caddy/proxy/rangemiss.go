@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Range requests for objects not in the cache (issue 42).
@@ -157,3 +159,82 @@ func (b *rangeBody) Read(p []byte) (int, error) {
 }
 
 func (b *rangeBody) Close() error { return b.rc.Close() }
+
+// setRangeFields sets a request's Range and, if any, If-Range.
+func setRangeFields(h http.Header, rangeField, ifRange string) {
+	h.Set("Range", rangeField)
+	if ifRange != "" {
+		h.Set("If-Range", ifRange)
+	}
+}
+
+// shapeRange makes resp, the answer of an origin or a peer to a request
+// with Range rangeField (and If-Range ifRange), what the client asked
+// for: a whole 200 that the range applies to is cut to the range, or
+// made a 416 when the range starts past its end (RFC 9110 §15.5.17); a
+// 206, an error, the whole 200 that If-Range asks for, or an encoded body
+// go through as they are.
+func shapeRange(resp *http.Response, rangeField, ifRange string) {
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" || !ifRangeMatches(ifRange, resp.Header) {
+		return
+	}
+	br, ok := parseSingleRange(rangeField)
+	if !ok {
+		return
+	}
+	if first, last, ok := br.resolve(resp.ContentLength); ok {
+		cutToRange(resp, first, last)
+	} else if resp.ContentLength >= 0 {
+		notSatisfiable(resp)
+	}
+}
+
+// notSatisfiable turns resp, a whole 200 of known length, into the 416
+// a range past its end gets.
+func notSatisfiable(resp *http.Response) {
+	resp.Body.Close()
+	resp.StatusCode = http.StatusRequestedRangeNotSatisfiable
+	resp.Header.Set("Content-Range", "bytes */"+strconv.FormatInt(resp.ContentLength, 10))
+	resp.Header.Set("Content-Length", "0")
+	resp.Header.Del("Content-Type")
+	resp.ContentLength = 0
+	resp.Body = http.NoBody
+}
+
+// rangeFromPeers asks the peers download d asks (once its put+get has
+// found them: at most peer_timeout is waited for that) for the range,
+// only-if-cached: a peer with the object, or the slices the range
+// covers, answers 206 (a peer still downloading the object whole sends
+// it whole, and the range is cut out of it). It returns nil when no peer
+// has it (or there is no d), and the response's source otherwise.
+func (p *Proxy) rangeFromPeers(ctx context.Context, fr fetchRequest, d *download, rangeField, ifRange string) (*http.Response, string) {
+	if d == nil || d.askingKnown == nil {
+		return nil, ""
+	}
+	t := time.NewTimer(p.peerTimeout)
+	defer t.Stop()
+	select {
+	case <-d.askingKnown:
+	case <-t.C:
+		return nil, ""
+	case <-ctx.Done():
+		return nil, ""
+	}
+	asking := d.asking.Load()
+	if asking == nil || len(*asking) == 0 {
+		return nil, ""
+	}
+	peers := make([]reference, len(*asking))
+	for i, a := range *asking {
+		peers[i] = reference{Addr: a}
+	}
+	pfr := fr
+	pfr.peerFields = http.Header{}
+	setRangeFields(pfr.peerFields, rangeField, ifRange)
+	resp, _ := p.fetchFromPeers(ctx, pfr, peers)
+	if resp == nil {
+		return nil, ""
+	}
+	shapeRange(resp, rangeField, ifRange)
+	return resp, PeerSource(d.askingLevel)
+}

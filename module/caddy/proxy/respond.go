@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coralcdn/coral/coralname"
@@ -17,12 +19,13 @@ import (
 	"go.uber.org/zap"
 )
 
-// serveStored writes a cached (or still arriving) object. To a peer (an
-// only-if-cached request) it also says how long the copy stays fresh here
+// serveStored writes a cached (or still arriving) object, or a sliced one
+// (serveSliced, fetching its slices for fr). To a peer (an only-if-cached
+// request) it also says how long the copy stays fresh here
 // (peerFreshnessField), which bounds the peer's copy. now is the time the
 // response's Age is computed for: the caller's clock reading (a hit reads
 // the clock once).
-func (p *Proxy) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcache.Reader, status CacheStatus, source string, toPeer bool, now time.Time) error {
+func (p *Proxy) serveStored(w http.ResponseWriter, r *http.Request, fr *fetchRequest, rd *diskcache.Reader, status CacheStatus, source string, toPeer bool, now time.Time) error {
 	defer rd.Close()
 	m := rd.Meta()
 	hdr := w.Header()
@@ -50,6 +53,9 @@ func (p *Proxy) serveStored(w http.ResponseWriter, r *http.Request, rd *diskcach
 	if toPeer {
 		left := max(m.Expires.Sub(now), 0)
 		vals = setOwnValue(hdr, vals, peerFreshnessField, strconv.FormatInt(int64(left/time.Second), 10))
+	}
+	if sl := m.Extra[slicesField]; sl != "" {
+		return p.serveSliced(w, r, fr, rd, sl, toPeer)
 	}
 	if !rd.Complete() || m.Status != http.StatusOK || !plainRequest(r, hdr) {
 		return serveStoredOther(w, r, rd, m.Status, m.Size, m.Header)
@@ -107,6 +113,86 @@ func serveStoredOther(w http.ResponseWriter, r *http.Request, rd *diskcache.Read
 		return cutShort(w, err)
 	}
 	return nil
+}
+
+// serveSliced answers a request for a sliced object (slices.go) whose
+// manifest rd is (spec: its slicesField), the head already set by
+// serveStored, fetching its slices for fr: through
+// http.ServeContent over the slices, fetched as they are needed; to a
+// peer, the one slice it asks for, or a range this proxy holds whole.
+func (p *Proxy) serveSliced(w http.ResponseWriter, r *http.Request, frp *fetchRequest, rd *diskcache.Reader, spec string, toPeer bool) error {
+	m, ok := parseManifest(spec)
+	meta := rd.Meta()
+	if !ok {
+		return statusError(http.StatusBadGateway, fmt.Errorf("coral_proxy: bad slice manifest %q", spec))
+	}
+	fr := *frp
+	fr.key = meta.Key
+	v := validatorsOf(meta.Header)
+	if toPeer && r.Header.Get(sliceField) != "" {
+		return p.serveSliceToPeer(w, r, fr, m, v)
+	}
+	hdr := w.Header()
+	delete(hdr, "Content-Length") // ServeContent's
+	if _, typed := hdr["Content-Type"]; !typed {
+		hdr["Content-Type"] = nil // the stored head as it is: no sniffing
+	}
+	c := &slicedContent{p: p, ctx: r.Context(), fr: fr, m: m, v: v, fetch: !toPeer, cur: -1, end: m.length}
+	if br, ok := parseSingleRange(r.Header.Get("Range")); ok {
+		if _, last, ok := br.resolve(m.length); ok {
+			c.end = last + 1
+		}
+	}
+	defer c.close()
+	if toPeer && r.Method != http.MethodHead && !c.rangeHere(r.Header["Range"]) {
+		return sliceNotCached(w)
+	}
+	http.ServeContent(w, r, "", lastModified(meta.Header), c)
+	if c.err != nil {
+		return cutShort(w, c.err)
+	}
+	return nil
+}
+
+// serveSliceToPeer answers a peer's request for one slice (sliceField):
+// 206 with the slice as it is here (complete, or arriving), or 504.
+func (p *Proxy) serveSliceToPeer(w http.ResponseWriter, r *http.Request, fr fetchRequest, m manifest, v validators) error {
+	vid, idx, _ := strings.Cut(r.Header.Get(sliceField), " ")
+	k, err := strconv.ParseInt(idx, 10, 64)
+	if vid != m.vid || err != nil || !isDigits(idx) || k >= m.count() {
+		return sliceNotCached(w)
+	}
+	key := sliceKey(fr.key, m, k)
+	asker, _ := netip.ParseAddrPort(r.Header.Get(peerAskerField))
+	if f := p.slices.get(key); f != nil && f.asksBack(asker, p.selfAddr()) {
+		return sliceNotCached(w)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), p.originTimeout+p.peerTimeout)
+	defer cancel()
+	rd, err := p.openSlice(ctx, fr, m, v, k, false)
+	if err != nil {
+		return sliceNotCached(w)
+	}
+	defer rd.Close()
+	first, last := m.bounds(k)
+	hdr := w.Header()
+	hdr.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", first, last, m.length))
+	hdr.Set("Content-Length", strconv.FormatInt(last-first+1, 10))
+	w.WriteHeader(http.StatusPartialContent)
+	if r.Method == http.MethodHead {
+		return nil
+	}
+	if n, err := copyAsItArrives(w, rd, nil); err != nil || n != last-first+1 {
+		return cutShort(w, fmt.Errorf("slice %d: %d of %d bytes: %w", k, n, last-first+1, err))
+	}
+	return nil
+}
+
+// sliceNotCached is the 504 a peer's request for slices not here gets
+// (as notCached's).
+func sliceNotCached(w http.ResponseWriter) error {
+	w.Header().Set("Cache-Status", notCachedHeaderValue("slices"))
+	return statusError(http.StatusGatewayTimeout, errSliceNotLocal)
 }
 
 // ErrCutShort is what ServeHTTP returns when a response's body was cut

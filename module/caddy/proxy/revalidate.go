@@ -37,7 +37,7 @@ func (p *Proxy) revalidate(ctx context.Context, fr fetchRequest, d *download, re
 		adjust = func(h http.Header) { httpcache.AddValidators(h, m.Header, m.Stored) }
 	}
 	requested := time.Now()
-	d.askingPeers(nil)
+	d.askingPeers(nil, -1)
 	resp, err := p.fetchFromOriginWith(ctx, fr, adjust)
 	now := time.Now()
 	if err == nil {

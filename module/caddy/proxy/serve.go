@@ -96,7 +96,7 @@ func (p *Proxy) serveFound(w http.ResponseWriter, r *http.Request, fr *fetchRequ
 	if now := time.Now(); rd.Complete() && now.Before(rd.Meta().Expires) {
 		p.refs.touch(fr.baseKey)
 		acct.set(CacheHit, "local")
-		return p.serveStored(w, r, rd, CacheHit, "local", fr.onlyIfCached, now)
+		return p.serveStored(w, r, fr, rd, CacheHit, "local", fr.onlyIfCached, now)
 	}
 	return p.serveNotFresh(w, r, fr, rd, acct)
 }
@@ -120,7 +120,7 @@ func (p *Proxy) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetchR
 			d := p.holdInflight(fr.key, true)
 			defer p.letGo(d)
 			acct.set(CacheCollapsed, m.Extra["source"])
-			return p.serveStored(w, r, rd, CacheCollapsed, m.Extra["source"], onlyIfCached, time.Now())
+			return p.serveStored(w, r, fr, rd, CacheCollapsed, m.Extra["source"], onlyIfCached, time.Now())
 		}
 		// Being downloaded, but stale as it arrives (max-age=0, an
 		// Age beyond its lifetime): it answers the request that
@@ -150,7 +150,7 @@ func (p *Proxy) serveNotFresh(w http.ResponseWriter, r *http.Request, fr *fetchR
 		// In the background, if a download slot is free now.
 		_, _, _ = p.startDownload(context.WithoutCancel(r.Context()), *fr, 0, false)
 		acct.set(CacheStaleWhileRevalidate, "local")
-		return p.serveStored(w, r, rd, CacheStaleWhileRevalidate, "local", onlyIfCached, time.Now())
+		return p.serveStored(w, r, fr, rd, CacheStaleWhileRevalidate, "local", onlyIfCached, time.Now())
 	}
 	rd.Close()
 	return p.download(w, r, *fr, acct)
@@ -186,27 +186,23 @@ const maxRangeField = 1024
 // stored (or still being downloaded: then download says so and no other
 // is started), from the origin: see the top of rangemiss.go.
 func (p *Proxy) serveRangeMiss(w http.ResponseWriter, r *http.Request, fr fetchRequest, acct *requestAccount, downloading bool) error {
+	var d *download
 	if !downloading {
 		// The whole object, for the cache, if a download slot is free now.
-		_, _, _ = p.startDownload(context.WithoutCancel(r.Context()), fr, 0, false)
+		d, _, _ = p.startDownload(context.WithoutCancel(r.Context()), fr, 0, false)
+	} else {
+		d = p.inflightFor(fr.key)
 	}
-	acct.set(CacheMiss, "origin")
 	rangeField, ifRange := r.Header.Get("Range"), r.Header.Get("If-Range")
-	return p.fetchOwnWith(w, r, fr, acct, func(h http.Header) {
-		h.Set("Range", rangeField)
-		if ifRange != "" {
-			h.Set("If-Range", ifRange)
-		}
-	}, func(resp *http.Response) {
-		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" || !ifRangeMatches(ifRange, resp.Header) {
-			return // a 206 already, an error, or the whole 200 that If-Range asks for
-		}
-		if br, ok := parseSingleRange(rangeField); ok {
-			if first, last, ok := br.resolve(resp.ContentLength); ok {
-				cutToRange(resp, first, last)
-			}
-		}
-	})
+	resp, source := p.rangeFromPeers(r.Context(), fr, d, rangeField, ifRange)
+	if resp == nil {
+		acct.set(CacheMiss, "origin")
+		return p.fetchOwnWith(w, r, fr, acct, func(h http.Header) {
+			setRangeFields(h, rangeField, ifRange)
+		}, func(resp *http.Response) { shapeRange(resp, rangeField, ifRange) })
+	}
+	acct.set(CacheMiss, source)
+	return p.serveDirect(w, r, resp, source, nil, func() {})
 }
 
 // serveOnlyIfCached answers an only-if-cached request (a peer's, or a
@@ -244,7 +240,7 @@ func (p *Proxy) serveOnlyIfCached(w http.ResponseWriter, r *http.Request, fr fet
 				if d.err == nil && d.direct == nil {
 					if rd, ok := p.lookup(r.Context(), &fr); ok && (!rd.Complete() || time.Now().Before(rd.Meta().Expires)) {
 						acct.set(CacheCollapsed, d.source)
-						return p.serveStored(w, r, rd, CacheCollapsed, d.source, true, time.Now())
+						return p.serveStored(w, r, &fr, rd, CacheCollapsed, d.source, true, time.Now())
 					} else if ok {
 						rd.Close()
 					}
@@ -330,10 +326,10 @@ func (p *Proxy) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRe
 		}
 		if d.revalidated {
 			acct.set(CacheRevalidated, "local")
-			return p.serveStored(w, r, rd, CacheRevalidated, "local", false, time.Now())
+			return p.serveStored(w, r, &fr, rd, CacheRevalidated, "local", false, time.Now())
 		}
 		acct.set(CacheStale, "local")
-		return p.serveStored(w, r, rd, CacheStale, "local", false, time.Now())
+		return p.serveStored(w, r, &fr, rd, CacheStale, "local", false, time.Now())
 	}
 	if d.err != nil {
 		return p.fetchFailed(w, acct, d.err)
@@ -399,7 +395,7 @@ func (p *Proxy) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRe
 	if !ok {
 		return statusError(http.StatusBadGateway, errors.New("the download ended before the object could be read"))
 	}
-	return p.serveStored(w, r, rd, status, d.source, false, time.Now())
+	return p.serveStored(w, r, &fr, rd, status, d.source, false, time.Now())
 }
 
 // awaitDownload waits until d has something to serve, relaying its
