@@ -1,8 +1,6 @@
 package coralcaddy
 
 import (
-	"github.com/coralcdn/coral/module/caddy/proxy"
-	"go.uber.org/zap"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +11,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
 	"go.uber.org/zap"
+
+	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
 // TestCaddyfileAdapt compares `caddy adapt` output with the golden files in
