@@ -301,7 +301,18 @@ func (s *blockSet) match(host string, now func() time.Time) bool {
 // parseBlacklist parses a blacklist file. bad lists the lines skipped, as
 // "line N: reason".
 func parseBlacklist(data []byte) (set *blockSet, bad []string) {
+	entries, bad := ParseEntries(data)
 	set = newBlockSet()
+	for _, e := range entries {
+		set.addEntry(e)
+	}
+	return set, bad
+}
+
+// ParseEntries parses the text of a list: a blacklist file, or what an
+// operator signs (`caddy coral-blacklist sign`). bad lists the lines
+// skipped, as "line N: reason".
+func ParseEntries(data []byte) (entries []Entry, bad []string) {
 	data = bytes.TrimPrefix(data, []byte("\ufeff"))
 	for n, line := range strings.Split(string(data), "\n") {
 		e, ok, problem := ParseEntry(line)
@@ -310,11 +321,15 @@ func parseBlacklist(data []byte) (set *blockSet, bad []string) {
 			entry, _, _ := strings.Cut(line, "#")
 			bad = append(bad, fmt.Sprintf("line %d: %q: %s", n+1, strings.TrimSpace(entry), problem))
 		case ok:
-			set.addEntry(e)
+			entries = append(entries, e)
 		}
 	}
-	return set, bad
+	return entries, bad
 }
+
+// JoinProblems joins the bad lines of ParseEntries for a message, at
+// most ten of them.
+func JoinProblems(bad []string) string { return joinBad(bad) }
 
 // addEntry adds a parsed entry.
 func (s *blockSet) addEntry(e Entry) {

@@ -114,7 +114,7 @@ func NewFleetList(cfg FleetConfig) (*FleetList, error) {
 		return nil, errors.New("blacklist: fleet list: no publisher key")
 	}
 	for _, s := range cfg.Sources {
-		if err := checkSourceURL(s); err != nil {
+		if err := CheckSourceURL(s); err != nil {
 			return nil, err
 		}
 	}
@@ -141,8 +141,8 @@ func NewFleetList(cfg FleetConfig) (*FleetList, error) {
 	return f, nil
 }
 
-// checkSourceURL checks a source: an absolute http or https URL.
-func checkSourceURL(s string) error {
+// CheckSourceURL checks a source: an absolute http or https URL.
+func CheckSourceURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("blacklist: source %q: want an http:// or https:// URL", s)
@@ -165,6 +165,11 @@ func (f *FleetList) loadState() {
 		var l *SignedList
 		if l, err = ParseSignedList(raw, f.cfg.Keys); err == nil {
 			f.cur.Store(&fleetState{list: l, set: l.blockSet()})
+			// Confirmed when it was saved: the last a source gave it, as
+			// far as a restarted node knows.
+			if fi, serr := os.Stat(f.cfg.StateFile); serr == nil {
+				f.confirmed = fi.ModTime()
+			}
 			f.cfg.Logf("coral_proxy: fleet blacklist: version %d (signed %s, %d %s) from %s",
 				l.Version, l.Signed.Format(time.RFC3339), len(l.Entries), plural(len(l.Entries), "entry", "entries"), f.cfg.StateFile)
 			return
