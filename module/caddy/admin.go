@@ -65,7 +65,7 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/coral/keys/install", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
 		{Pattern: "/coral/keys/primary", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
 		{Pattern: "/coral/keys/remove", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
-		{Pattern: "/coral/load", Handler: caddy.AdminHandlerFunc(a.handleLoad)}, // reloadcmd.go
+		{Pattern: "/coral/load", Handler: caddy.AdminHandlerFunc(a.handleLoad)},           // reloadcmd.go
 		{Pattern: "/coral/blacklist", Handler: caddy.AdminHandlerFunc(a.handleBlacklist)}, // fleetblacklist.go
 	}
 }

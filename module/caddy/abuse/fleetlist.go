@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,14 +85,13 @@ type FleetList struct {
 
 	mu        sync.Mutex // serializes installing; guards the fields below
 	confirmed time.Time  // when a source last gave the list in force (or a newer one)
+	installed time.Time  // when the list in force was installed
 	etags     map[string]string
 	problems  map[string]string // per source, the last problem logged, so each is logged once
 
-	lastMu      sync.Mutex
-	lastOutcome Outcome
-	lastSource  string
-	lastError   string
-	lastAt      time.Time
+	lastMu sync.Mutex // guards last and bySource
+	last   SourceStatus
+	bySrc  map[string]*SourceStatus
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -130,7 +130,7 @@ func NewFleetList(cfg FleetConfig) (*FleetList, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	f := &FleetList{cfg: cfg, etags: map[string]string{}, problems: map[string]string{}, done: make(chan struct{})}
+	f := &FleetList{cfg: cfg, etags: map[string]string{}, problems: map[string]string{}, bySrc: map[string]*SourceStatus{}, done: make(chan struct{})}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.loadState()
 	if len(cfg.Sources) > 0 && !cfg.manual {
@@ -168,7 +168,7 @@ func (f *FleetList) loadState() {
 			// Confirmed when it was saved: the last a source gave it, as
 			// far as a restarted node knows.
 			if fi, serr := os.Stat(f.cfg.StateFile); serr == nil {
-				f.confirmed = fi.ModTime()
+				f.confirmed, f.installed = fi.ModTime(), fi.ModTime()
 			}
 			f.cfg.Logf("coral_proxy: fleet blacklist: version %d (signed %s, %d %s) from %s",
 				l.Version, l.Signed.Format(time.RFC3339), len(l.Entries), plural(len(l.Entries), "entry", "entries"), f.cfg.StateFile)
@@ -244,7 +244,7 @@ func (f *FleetList) install(raw []byte, source string) (Outcome, error) {
 		return OutcomeInvalid, err
 	}
 	f.cur.Store(&fleetState{list: l, set: l.blockSet()})
-	f.confirmed = now
+	f.confirmed, f.installed = now, now
 	from := "none"
 	if cur != nil {
 		from = fmt.Sprintf("version %d", cur.Version)
@@ -296,11 +296,17 @@ func (f *FleetList) record(o Outcome, source string, err error) {
 		}
 	}
 	f.lastMu.Lock()
-	f.lastOutcome, f.lastSource, f.lastAt = o, source, f.cfg.Now()
-	f.lastError = ""
-	if err != nil {
-		f.lastError = err.Error()
+	src := f.bySrc[source]
+	if src == nil {
+		src = &SourceStatus{Source: source}
+		f.bySrc[source] = src
 	}
+	src.Received++
+	src.LastOutcome, src.LastAt, src.LastError = o, f.cfg.Now(), ""
+	if err != nil {
+		src.LastError = err.Error()
+	}
+	f.last = *src
 	f.lastMu.Unlock()
 	msg := ""
 	if err != nil && o != OutcomeOlder {
@@ -452,31 +458,53 @@ func (f *FleetList) ServeList(w http.ResponseWriter, r *http.Request) {
 
 // FleetStatus is what the admin API and the metrics show of a FleetList.
 type FleetStatus struct {
-	Version     uint64            `json:"version"` // 0: no list
-	Signed      time.Time         `json:"signed,omitzero"`
-	Expires     time.Time         `json:"expires,omitzero"`
-	Key         string            `json:"key,omitempty"`
-	Entries     int               `json:"entries"`
-	Confirmed   time.Time         `json:"confirmed,omitzero"` // a source last gave this list (or installed it)
-	Sources     []string          `json:"sources"`
-	LastOutcome Outcome           `json:"last_outcome,omitempty"`
-	LastSource  string            `json:"last_source,omitempty"`
-	LastError   string            `json:"last_error,omitempty"`
-	LastAt      time.Time         `json:"last_at,omitzero"`
-	Counts      map[Outcome]int64 `json:"outcomes"`
+	Version   uint64    `json:"version"` // 0: no list
+	Signed    time.Time `json:"signed,omitzero"`
+	Expires   time.Time `json:"expires,omitzero"`
+	Key       string    `json:"key,omitempty"` // the fingerprint of the key that signed it
+	Entries   int       `json:"entries"`
+	Confirmed time.Time `json:"confirmed,omitzero"` // a source last gave this list (or it was installed)
+	Installed time.Time `json:"installed,omitzero"` // it was installed (after a restart: saved)
+	// Last is the last list received, from any source.
+	Last SourceStatus `json:"last"`
+	// Sources are the configured sources and what each gave last, then
+	// any other way lists came (the admin API).
+	Sources []SourceStatus    `json:"sources"`
+	Counts  map[Outcome]int64 `json:"outcomes"`
+}
+
+// SourceStatus is what one source gave last.
+type SourceStatus struct {
+	Source      string    `json:"source"`
+	Received    uint64    `json:"received"` // lists (or answers) received from it
+	LastOutcome Outcome   `json:"last_outcome,omitempty"`
+	LastError   string    `json:"last_error,omitempty"`
+	LastAt      time.Time `json:"last_at,omitzero"`
 }
 
 // Status reports the list in force and the fetches.
 func (f *FleetList) Status() FleetStatus {
-	s := FleetStatus{Sources: append([]string{}, f.cfg.Sources...), Counts: map[Outcome]int64{}}
+	s := FleetStatus{Counts: map[Outcome]int64{}}
 	if l := f.List(); l != nil {
 		s.Version, s.Signed, s.Expires, s.Key, s.Entries = l.Version, l.Signed, l.Expires, l.KeyID, len(l.Entries)
 	}
 	f.mu.Lock()
-	s.Confirmed = f.confirmed
+	s.Confirmed, s.Installed = f.confirmed, f.installed
 	f.mu.Unlock()
 	f.lastMu.Lock()
-	s.LastOutcome, s.LastSource, s.LastError, s.LastAt = f.lastOutcome, f.lastSource, f.lastError, f.lastAt
+	s.Last = f.last
+	for _, src := range f.cfg.Sources {
+		if st := f.bySrc[src]; st != nil {
+			s.Sources = append(s.Sources, *st)
+		} else {
+			s.Sources = append(s.Sources, SourceStatus{Source: src})
+		}
+	}
+	for src, st := range f.bySrc {
+		if !slices.Contains(f.cfg.Sources, src) {
+			s.Sources = append(s.Sources, *st)
+		}
+	}
 	f.lastMu.Unlock()
 	for i, o := range Outcomes {
 		s.Counts[o] = int64(f.count[i].Load())

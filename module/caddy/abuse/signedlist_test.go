@@ -251,7 +251,7 @@ func TestFleetListLifecycle(t *testing.T) {
 	v1 := signedFor(t, priv, 1, listNow, "example.com")
 	srv.set(v1.Raw)
 	f.FetchAll(ctx)
-	if s := status(); s.Version != 1 || !f.Blocked("www.example.com") || s.LastOutcome != OutcomeInstalled {
+	if s := status(); s.Version != 1 || !f.Blocked("www.example.com") || s.Last.LastOutcome != OutcomeInstalled {
 		t.Fatalf("v1: %+v", s)
 	}
 	if b, err := os.ReadFile(state); err != nil || !bytes.Equal(b, v1.Raw) {
@@ -259,7 +259,7 @@ func TestFleetListLifecycle(t *testing.T) {
 	}
 	// Unchanged: a conditional GET, answered 304.
 	f.FetchAll(ctx)
-	if s := status(); s.LastOutcome != OutcomeUnchanged {
+	if s := status(); s.Last.LastOutcome != OutcomeUnchanged {
 		t.Fatalf("unchanged: %+v", s)
 	}
 
@@ -275,7 +275,7 @@ func TestFleetListLifecycle(t *testing.T) {
 		srv.set(raw)
 		f.FetchAll(ctx)
 		s := status()
-		if s.Version != 2 || s.LastOutcome != want || !f.Blocked("example.net") || s.LastError == "" {
+		if s.Version != 2 || s.Last.LastOutcome != want || !f.Blocked("example.net") || s.Last.LastError == "" {
 			t.Fatalf("%s: %+v, want %s and version 2 kept", what, s, want)
 		}
 	}
@@ -306,7 +306,7 @@ func TestFleetListLifecycle(t *testing.T) {
 	clock.set(listNow.Add(10 * time.Minute))
 	f.FetchAll(ctx)
 	s := status()
-	if s.Version != 2 || s.LastOutcome != OutcomeUnreachable || !s.Confirmed.Equal(confirmed) || !f.Blocked("example.net") {
+	if s.Version != 2 || s.Last.LastOutcome != OutcomeUnreachable || !s.Confirmed.Equal(confirmed) || !f.Blocked("example.net") {
 		t.Fatalf("unreachable: %+v", s)
 	}
 
