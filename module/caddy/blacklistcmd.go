@@ -28,11 +28,6 @@ import (
 //	caddy coral-blacklist show [--key PUB] SIGNED          what a signed list holds (verified with --key)
 //	caddy coral-blacklist publish [--address A] SIGNED     install it on a node through its admin API
 
-// defaultListValidity is how long a signed list may be installed: a
-// month, so a node that was off for weeks still takes the list it finds.
-// Sign again well within it (the lists' age alert fires after a week).
-const defaultListValidity = 30 * 24 * time.Hour
-
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "coral-blacklist",
@@ -64,6 +59,8 @@ newer versions.
 				RunE: func(c *cobra.Command, args []string) error { return blacklistKeygen(args[0], c.OutOrStdout()) }}
 			sign := &cobra.Command{Use: "sign --key KEY LIST SIGNED", Short: "Signs a list as the next version", Args: cobra.ExactArgs(2)}
 			sign.Flags().String("key", "", "the publisher's private key file (required)")
+			// A month: a node that was off for weeks still takes the
+			// list it finds. Sign again well within it.
 			sign.Flags().String("valid", "30d", "how long nodes may install the list")
 			sign.Flags().Uint64("version", 0, "the version (default: one above SIGNED's)")
 			sign.RunE = func(c *cobra.Command, args []string) error {

@@ -281,27 +281,15 @@ const maxKeyFileBytes = 64 << 10
 func GeneratePublisherKey(privPath, pubPath string, comment string) (ed25519.PublicKey, error) {
 	pub, priv := fleet.GenerateKey()
 	fp := KeyFingerprint(pub)
-	if err := writeNewFile(privPath, 0o600, fleet.Marshal(LabelPublisherKey,
+	if err := fleet.WriteNewFile(privPath, 0o600, fleet.Marshal(LabelPublisherKey,
 		[]string{comment, "blacklist publisher key " + fp + ": keep it on the operator's machine, never on a node"}, priv.Seed())); err != nil {
 		return nil, fmt.Errorf("blacklist: %w", err)
 	}
-	if err := writeNewFile(pubPath, 0o644, fleet.Marshal(LabelPublisherPublicKey,
+	if err := fleet.WriteNewFile(pubPath, 0o644, fleet.Marshal(LabelPublisherPublicKey,
 		[]string{comment, "blacklist publisher key " + fp + ": copy to every node (fleet_blacklist's key)"}, pub)); err != nil {
 		return nil, fmt.Errorf("blacklist: %w", err)
 	}
 	return pub, nil
-}
-
-func writeNewFile(path string, mode os.FileMode, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // LoadPublisherKey reads a publisher's private key. Like the fleet key
@@ -351,16 +339,9 @@ func LoadPublisherPublicKeys(path string) ([]ed25519.PublicKey, error) {
 
 // ParsePublisherPublicKeys reads a publisher public key file's text.
 func ParsePublisherPublicKeys(text []byte) ([]ed25519.PublicKey, error) {
-	vs, err := fleet.Parse(text, LabelPublisherPublicKey)
+	keys, err := fleet.ParsePublicKeysLabelled(text, LabelPublisherPublicKey)
 	if err != nil {
 		return nil, fmt.Errorf("blacklist: %w", err)
-	}
-	var keys []ed25519.PublicKey
-	for _, v := range vs {
-		if len(v) != ed25519.PublicKeySize {
-			return nil, fmt.Errorf("blacklist: public key of %d bytes; want %d", len(v), ed25519.PublicKeySize)
-		}
-		keys = append(keys, ed25519.PublicKey(v))
 	}
 	return keys, nil
 }
