@@ -70,7 +70,7 @@ type Blacklist struct {
 // until when.
 type blockSet struct {
 	names map[string]uint8
-	until map[nameBit]int64 // Unix nanoseconds; a name and bit absent here never expire
+	until map[nameBit]int64 // Unix seconds (nanoseconds end in 2262); a name and bit absent here never expire
 }
 
 // nameBit is one thing a name blocks: itself or the names under it.
@@ -97,19 +97,19 @@ func (s *blockSet) add(name string, bits uint8, expires time.Time) {
 		case s.names[name]&bit == 0:
 			s.names[name] |= bit
 			if !expires.IsZero() {
-				s.until[k] = expires.UnixNano()
+				s.until[k] = expires.Unix()
 			}
 		case !expiring: // already blocked for good
 		case expires.IsZero():
 			delete(s.until, k)
 		default:
-			s.until[k] = max(old, expires.UnixNano())
+			s.until[k] = max(old, expires.Unix())
 		}
 	}
 }
 
 // blocks reports whether name's bit is set and has not expired at now
-// (Unix nanoseconds, read only when some entry expires).
+// (Unix seconds, read only when some entry expires).
 func (s *blockSet) blocks(name string, bit uint8, now func() int64) bool {
 	if s.names[name]&bit == 0 {
 		return false
@@ -281,9 +281,10 @@ func (s *blockSet) match(host string, now func() time.Time) bool {
 		return false
 	}
 	var at int64
+	read := false
 	clock := func() int64 {
-		if at == 0 {
-			at = now().UnixNano()
+		if !read {
+			at, read = now().Unix(), true
 		}
 		return at
 	}
@@ -413,7 +414,7 @@ func cleanReason(s string) string {
 // midnight UTC.
 func parseListTime(s string) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t.UTC(), nil
+		return t.UTC().Truncate(time.Second), nil // lists keep whole seconds
 	}
 	if t, err := time.Parse(time.DateOnly, s); err == nil {
 		return t, nil

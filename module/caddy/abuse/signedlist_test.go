@@ -431,3 +431,23 @@ func TestPublisherKeyFiles(t *testing.T) {
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// TestBlacklistFileExpires: a local file's entries may expire too; of two
+// entries for one name the longer-lasting wins, and a bad time is a bad
+// line.
+func TestBlacklistFileExpires(t *testing.T) {
+	b, _, _ := loadBlacklist(t, "old.example expires=2000-01-01 # gone\n"+
+		"new.example expires=2999-01-01T00:00:00Z\n"+
+		"dup.example expires=2000-01-01\ndup.example\n"+
+		"*.wild.example expires=2000-01-01\n")
+	for host, want := range map[string]bool{"old.example": false, "www.new.example": true, "dup.example": true,
+		"a.wild.example": false, "wild.example": false} {
+		if b.Blocked(host) != want {
+			t.Errorf("%s: blocked %v, want %v", host, !want, want)
+		}
+	}
+	_, bad := parseBlacklist([]byte("x.example expires=soon\ny.example until=2030-01-01\n"))
+	if len(bad) != 2 || !strings.Contains(bad[0], "RFC 3339") || !strings.Contains(bad[1], "one name per line") {
+		t.Errorf("bad times: %q", bad)
+	}
+}
