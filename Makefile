@@ -92,7 +92,9 @@ fuzz:
 	for target in FuzzDecodePurgeRequest FuzzDecodePurgeReply FuzzParsePurgeURL; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/purge || exit 1; \
 	done
-	$(GO) test -run=NONE -fuzz='^FuzzNoServeRedirect$$' -fuzztime=$(FUZZTIME) ./module/caddy/abuse
+	for target in FuzzNoServeRedirect FuzzParseSignedList FuzzParseEntry; do \
+		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/abuse || exit 1; \
+	done
 	for target in FuzzParseCacheControl FuzzTargetedCacheControl FuzzParseHTTPDate; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./module/caddy/httpcache || exit 1; \
 	done

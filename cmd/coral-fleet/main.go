@@ -86,15 +86,7 @@ func command(args []string, out io.Writer, now time.Time) error {
 
 // writeNew writes a file that must not exist yet.
 func writeNew(path string, mode os.FileMode, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return fleet.WriteNewFile(path, mode, b)
 }
 
 // replace writes a file atomically, so that a node polling it never reads

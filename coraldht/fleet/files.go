@@ -138,6 +138,20 @@ func one(path, label string, private bool) ([]byte, error) {
 	return vs[0], nil
 }
 
+// WriteNewFile writes a file that must not exist yet (a key is never
+// overwritten), with mode.
+func WriteNewFile(path string, mode os.FileMode, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // LoadPrivateKey reads a private key (a fleet-key or node-key file).
 func LoadPrivateKey(path, label string) (ed25519.PrivateKey, error) {
 	seed, err := one(path, label, true)
@@ -153,7 +167,13 @@ func LoadPrivateKey(path, label string) (ed25519.PrivateKey, error) {
 // ParsePublicKeys reads the fleet public keys of a fleet-public-key file's
 // text.
 func ParsePublicKeys(text []byte) ([]ed25519.PublicKey, error) {
-	vs, err := Parse(text, LabelFleetPublicKey)
+	return ParsePublicKeysLabelled(text, LabelFleetPublicKey)
+}
+
+// ParsePublicKeysLabelled reads Ed25519 public keys under label: for
+// other keys kept in fleet files (the blacklist publisher's).
+func ParsePublicKeysLabelled(text []byte, label string) ([]ed25519.PublicKey, error) {
+	vs, err := Parse(text, label)
 	if err != nil {
 		return nil, err
 	}

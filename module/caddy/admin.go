@@ -37,6 +37,8 @@ func init() {
 //	                    see reload.go
 //	POST /coral/load    Caddy's /load, adapting the body here and counting
 //	                    any failure in the reload metrics; see reloadcmd.go
+//	GET /coral/blacklist  the fleet-wide blacklist in force and its fetches;
+//	                    POST: install a signed list; see fleetblacklist.go
 //
 // Like the rest of Caddy's admin API these answer only on the admin
 // address, subject to its origin checks and, when configured, its remote
@@ -63,7 +65,8 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/coral/keys/install", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
 		{Pattern: "/coral/keys/primary", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
 		{Pattern: "/coral/keys/remove", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
-		{Pattern: "/coral/load", Handler: caddy.AdminHandlerFunc(a.handleLoad)}, // reloadcmd.go
+		{Pattern: "/coral/load", Handler: caddy.AdminHandlerFunc(a.handleLoad)},           // reloadcmd.go
+		{Pattern: "/coral/blacklist", Handler: caddy.AdminHandlerFunc(a.handleBlacklist)}, // fleetblacklist.go
 	}
 }
 

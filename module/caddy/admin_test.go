@@ -166,7 +166,7 @@ func TestAdminModule(t *testing.T) {
 	for _, r := range router.Routes() {
 		patterns = append(patterns, r.Pattern)
 	}
-	if !slices.Equal(patterns, []string{"/coral/status", "/coral/cache", "/coral/purge", "/coral/health", "/coral/drain", "/coral/keys", "/coral/keys/install", "/coral/keys/primary", "/coral/keys/remove", "/coral/load"}) {
+	if !slices.Equal(patterns, []string{"/coral/status", "/coral/cache", "/coral/purge", "/coral/health", "/coral/drain", "/coral/keys", "/coral/keys/install", "/coral/keys/primary", "/coral/keys/remove", "/coral/load", "/coral/blacklist"}) {
 		t.Errorf("routes %v", patterns)
 	}
 

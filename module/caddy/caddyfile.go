@@ -12,6 +12,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/coralcdn/coral/coraldht/host"
+	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/proxy"
 )
 
@@ -26,6 +27,17 @@ func init() {
 	// coral_status in a coral_proxy site answers before the proxy refuses
 	// the host. Caddy lets plugins order only against its own directives.
 	httpcaddyfile.RegisterDirectiveOrder("coral_status", httpcaddyfile.After, "metrics")
+	// Before coral_proxy too, for the same reason: a path-matched
+	// coral_blacklist in a coral_proxy site answers for the node itself.
+	httpcaddyfile.RegisterHandlerDirective("coral_blacklist", parseBlacklistServerCaddyfile)
+	httpcaddyfile.RegisterDirectiveOrder("coral_blacklist", httpcaddyfile.After, "metrics")
+}
+
+// parseBlacklistServerCaddyfile reads the coral_blacklist directive.
+func parseBlacklistServerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	var s BlacklistServer
+	err := s.UnmarshalCaddyfile(h.Dispenser)
+	return &s, err
 }
 
 // parseGlobalCoral reads the global option that configures the coral app:
@@ -124,6 +136,11 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //	    download_wait  DURATION      # default 10s
 //	    peer_address   IP:PORT
 //	    blacklist      FILE [POLL]
+//	    fleet_blacklist KEY_FILE {   # the fleet-wide signed list
+//	        from  URL...             # where to fetch it; repeatable
+//	        poll  DURATION           # default 1m
+//	        state FILE               # the last good list; default in Caddy's data directory
+//	    }
 //	    rate_limit     PER_SECOND BURST | off
 //	    bandwidth_budget SIZE [per DURATION]
 //	    bandwidth_share fair|node    # default fair: max-min among origins
@@ -413,6 +430,7 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		}
 		return err
 	},
+	"fleet_blacklist": parseFleetBlacklist,
 	"rate_limit": func(h *Handler, o optionArgs) error {
 		if len(o.args) == 1 && o.args[0] == "off" {
 			h.RateLimit = -1
@@ -461,6 +479,57 @@ var proxyOptions = map[string]func(h *Handler, o optionArgs) error{
 		h.PeerAddress = v
 		return nil
 	},
+}
+
+// parseFleetBlacklist reads fleet_blacklist and its block:
+//
+//	fleet_blacklist KEY_FILE {
+//	    from  URL...
+//	    poll  DURATION
+//	    state FILE
+//	}
+func parseFleetBlacklist(h *Handler, o optionArgs) error {
+	if h.FleetBlacklist != nil {
+		return o.d.Errf("fleet_blacklist may appear only once")
+	}
+	if len(o.args) != 1 {
+		return o.d.Errf("fleet_blacklist takes the publisher key file, then a block with from, poll and state")
+	}
+	fb := &FleetBlacklist{KeyFile: o.args[0], KeySHA256: fileSHA256(o.args[0])}
+	for nesting := o.d.Nesting(); o.d.NextBlock(nesting); {
+		prop := o.d.Val()
+		sub := optionArgs{d: o.d, name: "fleet_blacklist " + prop, args: o.d.RemainingArgs()}
+		switch prop {
+		case "from":
+			if len(sub.args) == 0 {
+				return o.d.Errf("%s takes one or more http:// or https:// URLs", sub.name)
+			}
+			for _, u := range sub.args {
+				if err := abuse.CheckSourceURL(u); err != nil {
+					return o.d.Errf("%s: %q: want an http:// or https:// URL", sub.name, u)
+				}
+			}
+			fb.Sources = append(fb.Sources, sub.args...)
+		case "poll":
+			v, err := sub.one()
+			if err == nil {
+				fb.Poll, err = sub.positiveDuration(v)
+			}
+			if err != nil {
+				return err
+			}
+		case "state":
+			v, err := sub.one()
+			if err != nil {
+				return err
+			}
+			fb.StateFile = v
+		default:
+			return o.d.Errf("unknown fleet_blacklist option %q (from, poll, state)", prop)
+		}
+	}
+	h.FleetBlacklist = fb
+	return nil
 }
 
 // parseStatusPageCaddyfile reads the coral_status directive.

@@ -48,6 +48,26 @@ func TestCaddyfileWriteIdleTimeout(t *testing.T) {
 	}
 }
 
+// TestCaddyfileFleetBlacklist: fleet_blacklist's block into the JSON
+// fields, from repeatable, and an error that names the file and line.
+func TestCaddyfileFleetBlacklist(t *testing.T) {
+	var h Handler
+	in := "coral_proxy nyud.test {\n fleet_blacklist /etc/coral/blacklist.pub {\n  from https://lists.example/coral.signed\n  from http://10.0.0.2:8081/ http://10.0.0.3:8081/\n  poll 30s\n  state /var/lib/coral/list\n }\n rate_limit off\n}"
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(in)); err != nil {
+		t.Fatal(err)
+	}
+	fb := h.FleetBlacklist
+	if fb == nil || fb.KeyFile != "/etc/coral/blacklist.pub" || len(fb.Sources) != 3 || fb.Poll != caddy.Duration(30*time.Second) ||
+		fb.StateFile != "/var/lib/coral/list" || h.RateLimit != -1 {
+		t.Fatalf("parsed %+v (rate %v)", fb, h.RateLimit)
+	}
+	var bad Handler
+	err := bad.UnmarshalCaddyfile(caddyfile.NewTestDispenser("coral_proxy nyud.test {\n fleet_blacklist k.pub {\n  poll 1m\n  from nowhere\n }\n}"))
+	if err == nil || !strings.Contains(err.Error(), "Testfile:4") {
+		t.Errorf("error %v, want one naming Testfile:4", err)
+	}
+}
+
 // TestCaddyfileMemoryCacheSize: memory_cache_size takes a size, or off
 // (-1: no bodies in memory).
 func TestCaddyfileMemoryCacheSize(t *testing.T) {
@@ -168,6 +188,13 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"negative poll", "coral_proxy nyud.test {\n blacklist /dev/null -1s\n}", `"-1s" is negative: want more than 0`},
 		{"bad bandwidth share", "coral_proxy nyud.test {\n bandwidth_share even\n}", `bandwidth_share: want fair or node, got "even"`},
 		{"bandwidth share args", "coral_proxy nyud.test {\n bandwidth_share fair node\n}", "takes one argument"},
+		{"fleet no key", "coral_proxy nyud.test {\n fleet_blacklist {\n  from http://a/\n }\n}", "takes the publisher key file"},
+		{"fleet bad from", "coral_proxy nyud.test {\n fleet_blacklist k.pub {\n  from ftp://a/list\n }\n}", `fleet_blacklist from: "ftp://a/list": want an http:// or https:// URL`},
+		{"fleet no from", "coral_proxy nyud.test {\n fleet_blacklist k.pub {\n  from\n }\n}", "one or more"},
+		{"fleet bad poll", "coral_proxy nyud.test {\n fleet_blacklist k.pub {\n  poll 0s\n }\n}", `fleet_blacklist poll: "0s": want more than 0`},
+		{"fleet unknown", "coral_proxy nyud.test {\n fleet_blacklist k.pub {\n  colour blue\n }\n}", `unknown fleet_blacklist option "colour"`},
+		{"fleet twice", "coral_proxy nyud.test {\n fleet_blacklist a.pub\n fleet_blacklist b.pub\n}", "only once"},
+		{"fleet state args", "coral_proxy nyud.test {\n fleet_blacklist k.pub {\n  state a b\n }\n}", "takes one argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h Handler

@@ -182,6 +182,12 @@ type Handler struct {
 	// App.KeyFileSHA256.
 	BlacklistSHA256 string `json:"blacklist_sha256,omitempty"`
 
+	// FleetBlacklist is the fleet-wide blacklist: one list the operator
+	// signs with a publisher key, which every node fetches, verifies and
+	// reloads while it runs (see FleetBlacklist). It applies besides
+	// Blacklist: an origin either names is refused. Default: none.
+	FleetBlacklist *FleetBlacklist `json:"fleet_blacklist,omitempty"`
+
 	// RateLimit is the requests per second one client (an IPv4 address or
 	// IPv6 /64) may make, with bursts of RateBurst; beyond that, 429.
 	// Defaults 10 and 50: a page with its images fits in a burst. A
@@ -214,6 +220,8 @@ type Handler struct {
 	proxy    *proxy.Proxy
 	metrics  *proxyMetrics
 	abuse    *abuse.Controls
+	fleet    *abuse.FleetList // shared through fleetLists
+	fleetKey string           // its key there
 	logger   *zap.Logger
 	// inflight counts the requests the proxy is serving, for the load
 	// (a pointer: Caddy copies the module value).
@@ -296,6 +304,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.app.config.add("coral_proxy", h)
 	if h.Blacklist != "" {
 		h.app.config.addFile(h.Blacklist)
+	}
+	if h.FleetBlacklist != nil {
+		h.app.config.addFile(h.FleetBlacklist.KeyFile)
 	}
 	addRunningProxy(h)
 	return nil
@@ -464,6 +475,7 @@ func (h *Handler) Cleanup() error {
 	if h.abuse != nil {
 		h.abuse.Close()
 	}
+	h.releaseFleet()
 	if h.storeKey == "" {
 		return nil
 	}
@@ -607,12 +619,18 @@ const (
 	bandwidthShareNode = "node"
 )
 
-// provisionAbuse sets up the blacklist, the rate limit and the budget.
+// provisionAbuse sets up the blacklists, the rate limit and the budget.
 func (h *Handler) provisionAbuse() error {
 	logger := h.logger
+	fleet, err := h.provisionFleet()
+	if err != nil {
+		return err
+	}
+	h.fleet = fleet
 	a, err := abuse.New(abuse.Config{
 		BlacklistPath: h.Blacklist,
 		BlacklistPoll: time.Duration(h.BlacklistPoll),
+		Fleet:         fleet,
 		Logf:          func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) },
 		Rate:          h.RateLimit,
 		Burst:         h.RateBurst,

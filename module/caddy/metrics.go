@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/internal/dhtmetrics"
@@ -152,6 +153,9 @@ func (c *coralCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range coralDescs {
 		ch <- d
 	}
+	for _, d := range blacklistDescs {
+		ch <- d
+	}
 	dhtDescs.Describe(ch)
 }
 
@@ -209,6 +213,7 @@ func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	collectReloads(ch)
+	collectFleet(ch, time.Now())
 	// The drain gauge exists where a coral app runs, and only there: a
 	// Caddy without Coral exports no caddy_coral_* series.
 	if a, _ := runningApp(); a != nil {

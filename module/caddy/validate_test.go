@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
@@ -64,6 +65,30 @@ func TestValidateLeavesCacheAlone(t *testing.T) {
 	if err := caddy.Validate(cfg(map[string]any{"handler": "coral_proxy", "zone": "nyud.test", "cache_dir": dir,
 		"blacklist": filepath.Join(dir, "missing")})); err == nil {
 		t.Error("validate accepted a missing blacklist")
+	}
+	// The fleet blacklist: its key is read and its sources checked, and
+	// nothing is fetched.
+	pub := filepath.Join(dir, "blacklist.pub")
+	if _, err := abuse.GeneratePublisherKey(filepath.Join(dir, "blacklist.key"), pub, "test"); err != nil {
+		t.Fatal(err)
+	}
+	fleet := func(key string, sources ...string) map[string]any {
+		return map[string]any{"handler": "coral_proxy", "zone": "nyud.test", "cache_dir": dir,
+			"fleet_blacklist": map[string]any{"key_file": key, "sources": sources}}
+	}
+	if err := caddy.Validate(cfg(fleet(pub, "http://127.0.140.42:1/never-fetched"))); err != nil {
+		t.Errorf("validate with a fleet blacklist: %v", err)
+	}
+	for name, h := range map[string]map[string]any{
+		"a missing key":   fleet(filepath.Join(dir, "missing.pub")),
+		"no key":          fleet(""),
+		"a private key":   fleet(filepath.Join(dir, "blacklist.key")),
+		"an ftp source":   fleet(pub, "ftp://lists.example/list"),
+		"a relative path": fleet(pub, "lists/blacklist.signed"),
+	} {
+		if err := caddy.Validate(cfg(h)); err == nil {
+			t.Errorf("validate accepted %s", name)
+		}
 	}
 }
 

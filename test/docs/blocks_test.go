@@ -40,6 +40,7 @@ var (
 	markerRE      = regexp.MustCompile(`^[ \t]*<!-- check: (.+?) -->[ \t]*$`)
 	walkMarkerRE  = regexp.MustCompile(`^[ \t]*<!-- walkthrough: ([a-z-]+) -->[ \t]*$`)
 	identMarkerRE = regexp.MustCompile(`^[ \t]*<!-- identity: ([a-z-]+) -->[ \t]*$`)
+	blackMarkerRE = regexp.MustCompile(`^[ \t]*<!-- blacklist: ([a-z-]+) -->[ \t]*$`)
 	skipDirsWalks = []string{".git", "bin", "node_modules", "work"}
 )
 
@@ -118,6 +119,8 @@ func parseBlocks(file string, data []byte) []block {
 				cur.marker = "walkthrough " + mm[1]
 			} else if mm := identMarkerRE.FindStringSubmatch(prev); mm != nil {
 				cur.marker = "identity " + mm[1]
+			} else if mm := blackMarkerRE.FindStringSubmatch(prev); mm != nil {
+				cur.marker = "blacklist " + mm[1]
 			}
 		}
 		prev = line
@@ -136,7 +139,7 @@ const markerHelp = `put one of these on the line right before the fence:
   <!-- check: none: REASON -->         not checked here, and why (output, a syntax summary, a test's own command, ...)`
 
 // kinds are the markers' first words.
-var kinds = []string{"caddyfile", "corefile", "prometheus-config", "run", "same-as", "none:", "walkthrough", "identity"}
+var kinds = []string{"caddyfile", "corefile", "prometheus-config", "run", "same-as", "none:", "walkthrough", "identity", "blacklist"}
 
 // TestEveryBlockMarked: every fenced block of every checked document says
 // how it is checked, so nothing a reader is told to paste goes untested
@@ -181,8 +184,8 @@ func TestDocBlocks(t *testing.T) {
 	root := repoRoot(t)
 	for _, b := range docBlocks(t) {
 		f := strings.Fields(b.marker)
-		if len(f) == 0 || f[0] == "none:" || f[0] == "walkthrough" || f[0] == "identity" {
-			continue // TestEveryBlockMarked; test/deploy's TestWalkthrough; test/identitylab
+		if len(f) == 0 || f[0] == "none:" || f[0] == "walkthrough" || f[0] == "identity" || f[0] == "blacklist" {
+			continue // TestEveryBlockMarked; test/deploy's TestWalkthrough; test/identitylab; test/proxylab's TestFleetBlacklist
 		}
 		t.Run(strings.NewReplacer("/", "_", ":", "_").Replace(b.String()), func(t *testing.T) {
 			switch f[0] {

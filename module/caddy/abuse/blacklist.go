@@ -66,9 +66,59 @@ type Blacklist struct {
 	closeOnce sync.Once
 }
 
-// blockSet maps names to what they block.
+// blockSet maps names to what they block, and, for entries that expire,
+// until when.
 type blockSet struct {
 	names map[string]uint8
+	until map[nameBit]int64 // Unix seconds (nanoseconds end in 2262); a name and bit absent here never expire
+}
+
+// nameBit is one thing a name blocks: itself or the names under it.
+type nameBit struct {
+	name string
+	bit  uint8
+}
+
+func newBlockSet() *blockSet {
+	return &blockSet{names: make(map[string]uint8), until: make(map[nameBit]int64)}
+}
+
+// add makes the set block what bits say of name until expires (never if
+// zero). Of two entries for the same name and bit, the one that lasts
+// longer wins.
+func (s *blockSet) add(name string, bits uint8, expires time.Time) {
+	for _, bit := range []uint8{blockName, blockSubs} {
+		if bits&bit == 0 {
+			continue
+		}
+		k := nameBit{name, bit}
+		old, expiring := s.until[k]
+		switch {
+		case s.names[name]&bit == 0:
+			s.names[name] |= bit
+			if !expires.IsZero() {
+				s.until[k] = expires.Unix()
+			}
+		case !expiring: // already blocked for good
+		case expires.IsZero():
+			delete(s.until, k)
+		default:
+			s.until[k] = max(old, expires.Unix())
+		}
+	}
+}
+
+// blocks reports whether name's bit is set and has not expired at now
+// (Unix seconds, read only when some entry expires).
+func (s *blockSet) blocks(name string, bit uint8, now func() int64) bool {
+	if s.names[name]&bit == 0 {
+		return false
+	}
+	if len(s.until) == 0 {
+		return true
+	}
+	u, ok := s.until[nameBit{name, bit}]
+	return !ok || now() < u
 }
 
 const (
@@ -118,7 +168,7 @@ func (b *Blacklist) Blocked(host string) bool {
 	if b == nil {
 		return false
 	}
-	return b.set.Load().match(host)
+	return b.set.Load().match(host, time.Now)
 }
 
 // entries is the number of entries in force.
@@ -219,9 +269,10 @@ func (b *Blacklist) read() (fi os.FileInfo, data []byte, sum [sha256.Size]byte, 
 	return fi, data, sha256.Sum256(data), racy, nil
 }
 
-// match reports whether host is blocked. No allocation unless host has
-// upper-case letters.
-func (s *blockSet) match(host string) bool {
+// match reports whether host is blocked at the time now gives (called
+// only when an entry that could match expires). No allocation unless host
+// has upper-case letters.
+func (s *blockSet) match(host string, now func() time.Time) bool {
 	if len(s.names) == 0 {
 		return false
 	}
@@ -229,11 +280,19 @@ func (s *blockSet) match(host string) bool {
 	if host == "" {
 		return false
 	}
-	if s.names[host]&blockName != 0 {
+	var at int64
+	read := false
+	clock := func() int64 {
+		if !read {
+			at, read = now().Unix(), true
+		}
+		return at
+	}
+	if s.blocks(host, blockName, clock) {
 		return true
 	}
 	for i := 0; i < len(host); i++ {
-		if host[i] == '.' && s.names[host[i+1:]]&blockSubs != 0 {
+		if host[i] == '.' && s.blocks(host[i+1:], blockSubs, clock) {
 			return true
 		}
 	}
@@ -243,29 +302,128 @@ func (s *blockSet) match(host string) bool {
 // parseBlacklist parses a blacklist file. bad lists the lines skipped, as
 // "line N: reason".
 func parseBlacklist(data []byte) (set *blockSet, bad []string) {
-	set = &blockSet{names: make(map[string]uint8)}
-	data = bytes.TrimPrefix(data, []byte("\ufeff"))
-	for n, line := range strings.Split(string(data), "\n") {
-		entry, _, _ := strings.Cut(line, "#")
-		entry = strings.TrimSpace(entry)
-		if entry == "" {
-			continue
-		}
-		name, bits, reason := parseBlacklistEntry(entry)
-		if reason != "" {
-			bad = append(bad, fmt.Sprintf("line %d: %q: %s", n+1, entry, reason))
-			continue
-		}
-		set.names[name] |= bits
+	entries, bad := ParseEntries(data)
+	set = newBlockSet()
+	for _, e := range entries {
+		set.addEntry(e)
 	}
 	return set, bad
 }
 
-// parseBlacklistEntry parses one entry (comment and spaces removed).
-func parseBlacklistEntry(entry string) (name string, bits uint8, reason string) {
-	if strings.ContainsAny(entry, " \t\v\f\r") {
-		return "", 0, "one name per line"
+// ParseEntries parses the text of a list: a blacklist file, or what an
+// operator signs (`caddy coral-blacklist sign`). bad lists the lines
+// skipped, as "line N: reason".
+func ParseEntries(data []byte) (entries []Entry, bad []string) {
+	data = bytes.TrimPrefix(data, []byte("\ufeff"))
+	for n, line := range strings.Split(string(data), "\n") {
+		e, ok, problem := ParseEntry(line)
+		switch {
+		case problem != "":
+			entry, _, _ := strings.Cut(line, "#")
+			bad = append(bad, fmt.Sprintf("line %d: %q: %s", n+1, strings.TrimSpace(entry), problem))
+		case ok:
+			entries = append(entries, e)
+		}
 	}
+	return entries, bad
+}
+
+// JoinProblems joins the bad lines of ParseEntries for a message, at
+// most ten of them.
+func JoinProblems(bad []string) string { return joinBad(bad) }
+
+// addEntry adds a parsed entry.
+func (s *blockSet) addEntry(e Entry) {
+	name, bits := e.Name, uint8(blockName|blockSubs)
+	if rest, ok := strings.CutPrefix(name, "*."); ok {
+		name, bits = rest, blockSubs
+	}
+	s.add(name, bits, e.Expires)
+}
+
+// Entry is one entry of a blacklist, a local file's or a signed list's.
+type Entry struct {
+	// Name is the origin name, in canonical form (lower case, no
+	// trailing dot), with a leading "*." when only the names under it
+	// are blocked.
+	Name string
+	// Expires is when the entry stops blocking; zero: never.
+	Expires time.Time
+	// Reason is the comment after the entry, if any.
+	Reason string
+}
+
+// String is the entry as a line of a list.
+func (e Entry) String() string {
+	s := e.Name
+	if !e.Expires.IsZero() {
+		s += " expires=" + e.Expires.UTC().Format(time.RFC3339)
+	}
+	if e.Reason != "" {
+		s += " # " + e.Reason
+	}
+	return s
+}
+
+// expiresPrefix starts an entry's optional second field.
+const expiresPrefix = "expires="
+
+// ParseEntry parses one line of a list: "NAME [expires=TIME] [# REASON]",
+// TIME in RFC 3339 (2027-01-31T00:00:00Z) or a date (2027-01-31, midnight
+// UTC). ok is false for a blank or comment line; problem says what is
+// wrong with a bad one.
+func ParseEntry(line string) (e Entry, ok bool, problem string) {
+	entry, comment, _ := strings.Cut(line, "#")
+	fields := strings.Fields(entry)
+	if len(fields) == 0 {
+		return Entry{}, false, ""
+	}
+	if len(fields) > 2 || len(fields) == 2 && !strings.HasPrefix(fields[1], expiresPrefix) {
+		return Entry{}, false, "one name per line, then optionally expires=TIME"
+	}
+	if len(fields) == 2 {
+		t, err := parseListTime(strings.TrimPrefix(fields[1], expiresPrefix))
+		if err != nil {
+			return Entry{}, false, err.Error()
+		}
+		e.Expires = t
+	}
+	name, bits, problem := parseBlacklistEntry(fields[0])
+	if problem != "" {
+		return Entry{}, false, problem
+	}
+	if bits == blockSubs {
+		name = "*." + name
+	}
+	e.Name, e.Reason = name, cleanReason(comment)
+	return e, true, ""
+}
+
+// cleanReason is a comment as an entry's reason: trimmed, control
+// characters (a stray \r) dropped.
+func cleanReason(s string) string {
+	return strings.TrimSpace(strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s))
+}
+
+// parseListTime reads a time of a list: RFC 3339, or a date meaning its
+// midnight UTC.
+func parseListTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t.UTC().Truncate(time.Second), nil // lists keep whole seconds
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("time %q: want RFC 3339 (2027-01-31T00:00:00Z) or a date (2027-01-31)", s)
+}
+
+// parseBlacklistEntry parses one entry's name.
+func parseBlacklistEntry(entry string) (name string, bits uint8, reason string) {
 	name, bits = entry, blockName|blockSubs
 	if rest, ok := strings.CutPrefix(name, "*."); ok {
 		name, bits = rest, blockSubs

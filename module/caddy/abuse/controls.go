@@ -8,6 +8,12 @@
 //     for sites that asked not to be served, notably those that
 //     authenticate by IP address and would otherwise be open to anyone
 //     through a proxy on a whitelisted network.
+//   - FleetList: the same for the whole fleet, as CoralCDN ran it: one
+//     list the operator signs with a publisher key (SignList), which
+//     every node fetches from a URL or from other nodes, verifies, never
+//     rolls back, reloads while it runs and keeps when a fetch fails.
+//     A local file and the fleet list may both apply: an origin either
+//     names is refused.
 //   - RateLimiter: a token bucket per client address (429 with
 //     Retry-After). Besides plain abuse it breaks the multi-hop redirect
 //     loops that misconfigured sites create through Coral.
@@ -44,6 +50,7 @@ import (
 type Config struct {
 	BlacklistPath string
 	BlacklistPoll time.Duration // DefaultBlacklistPoll if ≤ 0
+	Fleet         *FleetList    // the fleet-wide list (nil: none); its owner closes it
 	Logf          func(format string, args ...any)
 	Rate          float64 // requests a second per client; DefaultRate if 0, off if < 0
 	Burst         int     // DefaultBurst if 0
@@ -59,7 +66,7 @@ type Config struct {
 // (only-if-cached) get a rate of their own, PeerRateFactor times the
 // client's.
 func New(c Config) (*Controls, error) {
-	a := &Controls{}
+	a := &Controls{Fleet: c.Fleet}
 	if c.BlacklistPath != "" {
 		every := c.BlacklistPoll
 		if every <= 0 {
@@ -96,6 +103,7 @@ func New(c Config) (*Controls, error) {
 // off; a nil *Controls admits everything.
 type Controls struct {
 	Blacklist *Blacklist
+	Fleet     *FleetList // not closed by Close: shared by the handlers of a process
 	Rate      *RateLimiter
 	PeerRate  *RateLimiter // for only-if-cached requests; see PeerRateFactor
 	Budget    *Budget
@@ -151,7 +159,7 @@ func (r *Refusal) Err(originURL func() string) error {
 // has Cache-Control: only-if-cached (what peer proxies send). The checks
 // run in this order, cheapest and most definitive first:
 //
-//  1. a blacklisted origin gets 403;
+//  1. an origin on the local blacklist or the fleet's gets 403;
 //  2. a client over its rate gets 429 with Retry-After;
 //  3. over the bandwidth budget, or over the origin's fair share of it
 //     (NewFairBudget), the client is redirected (302, not cacheable) to
@@ -173,7 +181,7 @@ func (a *Controls) Admit(origin string, client netip.Addr, fromPeer bool) *Refus
 		}
 		return &Refusal{Status: status, Detail: detail, origin: origin, reason: err}
 	}
-	if a.Blacklist.Blocked(origin) {
+	if a.Blacklist.Blocked(origin) || a.Fleet.Blocked(origin) {
 		return refuse(http.StatusForbidden, "blacklisted", ErrBlacklisted)
 	}
 	limiter := a.Rate
