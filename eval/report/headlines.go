@@ -86,8 +86,8 @@ func init() {
 		if err != nil {
 			return "", err
 		}
-		line("**Flash crowd** ([through real proxies](docs/evaluation.md#flash-crowd-through-real-proxies-paper-fig-4-and-5)): %s; but a crowd on a URL "+
-			"that answers a bare 404 reached the origin %s times in %s requests: errors without freshness are not cached.",
+		line("**Flash crowd** ([through real proxies](docs/evaluation.md#flash-crowd-through-real-proxies-paper-fig-4-and-5)): %s; a crowd on a URL "+
+			"that answers a bare 404 reached the origin %s times in %s requests (negative caching asks the origin once more, without the client's fields, before it keeps an error).",
 			strings.Join(fc, "; "), count(fe.Origin.ErrorFetches), count(fe.Totals.Requests))
 
 		var conf struct {
