@@ -197,13 +197,7 @@ func (s *Store) metaPath(name objName, gen uint64) string {
 // versionPath).
 func (s *Store) inlinePath(name objName, gen uint64, size int64, metaLen int32) string {
 	var b strings.Builder
-	b.Grow(len(s.dir) + 1 + len(objectsDir) + 1 + 2 + 1 + 1 + 2*nameLen + 1 + genDigits + 2 + 16 + 8 + len(objSuffix))
-	b.WriteString(s.dir)
-	b.WriteByte(filepath.Separator)
-	b.WriteString(objectsDir)
-	b.WriteByte(filepath.Separator)
-	b.WriteString(shardOf(name))
-	b.WriteByte(filepath.Separator)
+	s.startShardPath(&b, name, 2+16+8+len(objSuffix))
 	appendInlineBase(&b, name, gen, size, metaLen)
 	b.WriteString(objSuffix)
 	return b.String()
@@ -227,16 +221,23 @@ func (s *Store) versionFile(v version) string {
 // concatenation.
 func (s *Store) versionPath(name objName, gen uint64, suffix string) string {
 	var b strings.Builder
-	b.Grow(len(s.dir) + 1 + len(objectsDir) + 1 + 2 + 1 + 1 + 2*nameLen + 1 + genDigits + len(suffix))
+	s.startShardPath(&b, name, len(suffix))
+	appendVersionBase(&b, name, gen)
+	b.WriteString(suffix)
+	return b.String()
+}
+
+// startShardPath grows b for a version file's path of name with more
+// bytes after the version's base name, and writes its directory:
+// s.dir/objects/SHARD/.
+func (s *Store) startShardPath(b *strings.Builder, name objName, more int) {
+	b.Grow(len(s.dir) + 1 + len(objectsDir) + 1 + 2 + 1 + 1 + 2*nameLen + 1 + genDigits + more)
 	b.WriteString(s.dir)
 	b.WriteByte(filepath.Separator)
 	b.WriteString(objectsDir)
 	b.WriteByte(filepath.Separator)
 	b.WriteString(shardOf(name))
 	b.WriteByte(filepath.Separator)
-	appendVersionBase(&b, name, gen)
-	b.WriteString(suffix)
-	return b.String()
 }
 
 // writeFileAtomic writes data to a temporary file in tmp/, fsyncs it and
