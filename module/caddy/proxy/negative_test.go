@@ -77,56 +77,100 @@ func TestNegativeCaching(t *testing.T) {
 // TestErrorCrowdCollapsed: issue 41. Concurrent identical requests for
 // a URL whose origin answers a bare 500 (never kept) wait for one origin
 // response and all get it; a request that sent other fields does not get
-// that answer but its own.
+// that answer but its own. Whichever request comes first, the crowd
+// reaches the origin twice: once for each set of fields.
 func TestErrorCrowdCollapsed(t *testing.T) {
-	gate := make(chan struct{})
-	o := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
-		<-gate
-		if r.URL.Path == "/nostore" {
-			w.Header().Set("Cache-Control", "no-store")
-			io.WriteString(w, "yours")
-			return
+	// The origin holds each request until the test opens the gate of its
+	// path and language, so who starts each download is decided here.
+	var gmu sync.Mutex
+	gates := map[string]chan struct{}{}
+	gate := func(key string) chan struct{} {
+		gmu.Lock()
+		defer gmu.Unlock()
+		if gates[key] == nil {
+			gates[key] = make(chan struct{})
 		}
+		return gates[key]
+	}
+	opened := map[string]bool{}
+	open := func(key string) {
+		if !opened[key] {
+			opened[key] = true
+			close(gate(key))
+		}
+	}
+	o := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		<-gate(r.URL.Path + " " + r.Header.Get("Accept-Language"))
 		http.Error(w, "broken for "+r.Header.Get("Accept-Language"), http.StatusInternalServerError)
 	})
-	open := sync.OnceFunc(func() { close(gate) })
-	t.Cleanup(open) // before the origin's Close, which waits for its handlers
+	t.Cleanup(func() { // before the origin's Close, which waits for its handlers
+		for _, path := range []string{"/en-first", "/fr-first"} {
+			open(path + " en")
+			open(path + " fr")
+		}
+	})
 	p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) { c.MaxDownloadsPerClient = 64 })
-	crowd := func(path string, n int, lang func(i int) string) []string {
-		bodies := make([]string, n)
+	origin := func(path string) int {
+		n := 0
+		for _, r := range o.requests() {
+			if r.URL.Path == path {
+				n++
+			}
+		}
+		return n
+	}
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never happened (origin %d, waiting %d)", what, len(o.requests()), p.px.waiting())
+			}
+		}
+	}
+	for _, first := range []string{"en", "fr"} {
+		path := "/" + first + "-first"
+		lang := func(i int) string {
+			switch {
+			case i == 0:
+				return first
+			case i == 19:
+				return "fr"
+			}
+			return "en"
+		}
+		bodies := make([]string, 20)
 		var wg sync.WaitGroup
-		for i := range n {
+		ask := func(i int) {
 			wg.Go(func() {
 				resp, body := p.get(t, o.coralHost(), path, "Accept-Language", lang(i))
 				bodies[i] = fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(body))
 			})
 		}
-		// Every request is waiting (the first at the origin) before the
-		// origin answers.
-		for deadline := time.Now().Add(10 * time.Second); len(o.requests()) < 1 || p.px.waiting() < n; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the crowd never gathered", path)
-			}
-			time.Sleep(time.Millisecond)
+		ask(0)
+		until(path+": the first request at the origin", func() bool { return origin(path) == 1 })
+		for i := 1; i < 20; i++ {
+			ask(i)
 		}
-		open()
+		until(path+": the crowd waiting", func() bool { return p.px.waiting() == 20 })
+		open(path + " " + first)
+		// The others, whose fields differ from the first's, start one
+		// more download between them.
+		others := 1 // the one "fr" after an "en"
+		if first == "fr" {
+			others = 18 // every "en"
+		}
+		until(path+": the second download", func() bool { return origin(path) == 2 && p.px.waiting() == others })
+		open(path + " en")
+		open(path + " fr")
 		wg.Wait()
-		return bodies
-	}
-	lang := func(i int) string {
-		if i == 19 {
-			return "fr"
+		for i, b := range bodies {
+			if want := "500 broken for " + lang(i); b != want {
+				t.Errorf("%s: request %d: %q, want %q", path, i, b, want)
+			}
 		}
-		return "en"
-	}
-	bodies := crowd("/broken", 20, lang)
-	for i, b := range bodies {
-		if want := "500 broken for " + lang(i); b != want && !(i == 0 && b == "500 broken for fr") {
-			t.Errorf("request %d: %q, want %q", i, b, want)
+		if n := origin(path); n != 2 {
+			t.Errorf("%s: 20 concurrent requests for a 500 in two languages: %d origin requests, want 2", path, n)
 		}
-	}
-	if n := len(o.requests()); n > 2 {
-		t.Errorf("20 concurrent requests for a 500, one with other fields: %d origin requests, want at most 2", n)
 	}
 }
 

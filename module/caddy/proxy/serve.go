@@ -48,7 +48,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 type requestAccount struct {
 	status  CacheStatus
 	source  string
-	retried bool // a joined download vanished once already
+	// retried: this request already went back for a second download (the
+	// one it joined vanished, or answered another request's fields).
+	retried bool
 	// otherSite: the host is outside the zone, a request for another
 	// site, which the server may pass on (NotCoralized): counted only if
 	// the refusal stands (CountNotCoralized).
@@ -345,6 +347,16 @@ func (p *Proxy) afterDownload(w http.ResponseWriter, r *http.Request, fr fetchRe
 				// An uncached error this request waited for, with the
 				// same fields as the request that started it.
 				return p.serveDirect(w, r, resp, d.source, nil, func() {})
+			}
+			if d.shared != nil && !acct.retried {
+				// An error every joiner could have had, but this request
+				// sent the origin other fields: it joins (or starts) the
+				// next download of the key once, with the others whose
+				// fields also differed, so a crowd whose first request
+				// was unusual still reaches the origin about twice, not
+				// once per request.
+				acct.retried = true
+				return p.download(w, r, fr, acct)
 			}
 			// The response may not be shared; fetch our own copy.
 			return p.fetchOwn(w, r, fr, acct)
