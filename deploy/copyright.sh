@@ -31,7 +31,7 @@ spdx() {
 
 # licence_file finds a module directory's licence file.
 licence_file() {
-	find "$1" -maxdepth 1 -type f \( -iname 'licen[cs]e*' -o -iname 'copying*' \) -print 2>/dev/null | LC_ALL=C sort | head -n1
+	find "$1" -maxdepth 1 -type f \( -iname 'licen[cs]e*' -o -iname 'copying*' \) -print 2>/dev/null | LC_ALL=C sort | sed -n 1p
 }
 
 # paragraph writes one stand-alone licence paragraph: the text indented by

@@ -113,7 +113,9 @@ info=$(cd "$work" && go version -m caddy.bin)
 
 # The replacement must be the relative one the shim wrote, and no path of this
 # machine may appear in the build info.
-printf '%s\n' "$info" | grep -qE "^[[:space:]]+=>[[:space:]]+\.\./\.\./\.\./\.\.[[:space:]]" \
+# (A here-string, not a pipe: with pipefail, grep -q leaving at the first
+# match can kill a printf still writing, and the check fails at random.)
+grep -qE "^[[:space:]]+=>[[:space:]]+\.\./\.\./\.\./\.\.[[:space:]]" <<<"$info" \
 	|| die "the build info has no relative '=> ../../../..' replacement for $CORAL_MODULE:
 $info"
 if printf '%s\n' "$info" | grep -F -e "$root" -e "$work" -e "$(go env GOMODCACHE)" >/dev/null; then
