@@ -35,20 +35,24 @@ type pickOptions struct {
 	// (percent) is at least maxLoad (load.go).
 	maxLoad int
 	// rtt is this server's measured RTT to the target (0: not measured),
-	// and nearWithin the tightest level's threshold: with both, members
-	// that the triangle inequality puts farther than nearWithin from the
-	// target come after all others, and an NS set names them only to make
-	// up minNear servers (provenFar).
-	rtt, nearWithin time.Duration
+	// or else beyond, how long a probe of it went unanswered (the RTT is
+	// at least that); nearWithin is the tightest level's threshold. With
+	// them, members that the triangle inequality puts farther than
+	// nearWithin from the target come after all others, and an NS set
+	// names them only to make up minNear servers (provenFar).
+	rtt, beyond, nearWithin time.Duration
 }
 
 // farBound is the least RTT between the target and ni that the triangle
-// inequality proves from this server's RTTs to both, |rtt − RTT(ni)|, or
-// 0 when either is unmeasured. For this server itself it is its RTT to
-// the target.
+// inequality proves from this server's RTTs to both: |rtt − RTT(ni)|, or
+// beyond − RTT(ni) when only a lower bound of rtt is known; 0 when
+// nothing is proven. For this server itself it is its RTT to the target.
 func (o *pickOptions) farBound(ni *coraldht.NodeInfo) time.Duration {
-	if o.rtt <= 0 || !ni.Self && ni.RTT <= 0 {
+	if o.rtt <= 0 && o.beyond <= 0 || !ni.Self && ni.RTT <= 0 {
 		return 0
+	}
+	if o.rtt <= 0 {
+		return max(o.beyond-measuredRTT(ni), 0)
 	}
 	d := o.rtt - measuredRTT(ni)
 	if d < 0 {

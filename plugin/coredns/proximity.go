@@ -323,8 +323,9 @@ func (b *builder) nearAddr() netip.Addr {
 	return b.target
 }
 
-// measuredNear fills in o's rtt and nearWithin: this server's measured RTT
-// to the target and the tightest level's threshold, with which a pick puts
+// measuredNear fills in o's rtt, beyond and nearWithin: this server's
+// measured RTT to the target (or how long its probe went unanswered) and
+// the tightest level's threshold, with which a pick puts
 // the members proven far from the target last (pickOptions.provenFar).
 // Only where proximity is on: subnet and off name members by prefix and
 // rotation alone.
@@ -334,7 +335,7 @@ func (b *builder) measuredNear(o pickOptions) pickOptions {
 		return o
 	}
 	b.level()
-	o.rtt, o.nearWithin = b.cls.rtt, slices.Min(th)
+	o.rtt, o.beyond, o.nearWithin = b.cls.rtt, b.cls.beyond, slices.Min(th)
 	return o
 }
 

@@ -111,8 +111,12 @@ func TestProximityNamesHintedNodesBeyondTheSweep(t *testing.T) {
 // from ever reaching its metro's level-2 zone. Now the triangle inequality
 // over this server's RTTs (45 ms to the resolver, 3 ms to its neighbour)
 // proves those two more than 20 ms from the resolver: the set and the
-// answer name the two members of the resolver's metro. Through ServeDNS,
-// with the resolver classified by a probe, in virtual time.
+// answer name the two members of the resolver's metro. A probe that goes
+// unanswered for the 60 ms classification waits (a loaded machine, a
+// longer path) proves as much: the resolver is level 0, and the level-0
+// referral and answer leave out the members within 40 ms of this server.
+// Through ServeDNS, with the resolver classified by a probe, in virtual
+// time.
 func TestFarServerNamesServersNearTheResolver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		now := time.Now()
@@ -126,21 +130,28 @@ func TestFarServerNamesServersNearTheResolver(t *testing.T) {
 			members: [][]coraldht.NodeInfo{metro, metro, {metro[2]}},
 			dead:    map[netip.AddrPort]bool{},
 		}
-		resolver := "10.7.9.9"
 		for _, tc := range []struct {
 			name       string
 			mode       string
+			probe      time.Duration // the resolver's RTT; 0: the probe goes unanswered
+			zone       string        // the level zone the resolver is referred to
 			answer, ns string
 		}{
-			{"proximity on", proximityOn, "127.0.5.1 127.0.6.1", "127.0.5.1 127.0.6.1"},
+			{"proximity on", proximityOn, 45 * time.Millisecond, "l1.l0", "127.0.5.1 127.0.6.1", "127.0.5.1 127.0.6.1"},
+			{"proximity on, probe unanswered", proximityOn, 0, "l0", "127.0.5.1 127.0.6.1", "127.0.5.1 127.0.6.1"},
 			// subnet mode does not judge distance: its choice is the
 			// rotation's, and the sets name this server's metro.
-			{"proximity subnet", proximitySubnet, "127.0.0.2 127.0.5.1", "127.0.0.2 127.0.5.1 127.0.6.1"},
+			{"proximity subnet", proximitySubnet, 45 * time.Millisecond, "l1.l0", "127.0.0.2 127.0.5.1", "127.0.0.2 127.0.5.1 127.0.6.1"},
 		} {
+			const resolver = "10.7.9.9"
 			c := testCoral(t, w)
 			c.set.nameservers = 3
 			c.cfg.prox.mode = tc.mode
-			c.classifier.probe = (&fakeProbe{rtt: map[netip.Addr]time.Duration{netip.MustParseAddr(resolver): 45 * time.Millisecond}}).probe
+			probe := &fakeProbe{rtt: map[netip.Addr]time.Duration{}}
+			if tc.probe > 0 {
+				probe.rtt[netip.MustParseAddr(resolver)] = tc.probe
+			}
+			c.classifier.probe = probe.probe
 			c.classifier.wait = 60 * time.Millisecond
 			c.classifier.fresh = 10 * time.Minute
 			c.classifier.failedFor = time.Minute
@@ -154,7 +165,7 @@ func TestFarServerNamesServersNearTheResolver(t *testing.T) {
 				}.find, time.Second)
 			}
 			var gotNS []string
-			m, _ := query(c, resolver, "l1.l0.nyucd.test.", dns.TypeA, answers)
+			m, _ := query(c, resolver, tc.zone+".nyucd.test.", dns.TypeA, answers)
 			for _, rr := range m.Ns {
 				if ns, ok := rr.(*dns.NS); ok {
 					gotNS = append(gotNS, strings.TrimSuffix(ns.Ns, ".nyucd.test."))
@@ -165,11 +176,11 @@ func TestFarServerNamesServersNearTheResolver(t *testing.T) {
 				want = append(want, nsLabel(netip.MustParseAddr(a)))
 			}
 			if m.Authoritative || strings.Join(gotNS, " ") != strings.Join(want, " ") {
-				t.Errorf("%s: referral to the level-1 zone (AA %v): NS %v, want %v", tc.name, m.Authoritative, gotNS, want)
+				t.Errorf("%s: referral to %s (AA %v): NS %v, want %v", tc.name, tc.zone, m.Authoritative, gotNS, want)
 			}
-			_, got := query(c, resolver, "www.example.com.http.l1.l0.nyucd.test.", dns.TypeA, answers)
+			_, got := query(c, resolver, "www.example.com.http."+tc.zone+".nyucd.test.", dns.TypeA, answers)
 			if strings.Join(got, " ") != tc.answer {
-				t.Errorf("%s: level-1 answer %v, want %s", tc.name, got, tc.answer)
+				t.Errorf("%s: answer from the %s zone %v, want %s", tc.name, tc.zone, got, tc.answer)
 			}
 			if p != nil {
 				p.wg.Wait()
