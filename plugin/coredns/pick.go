@@ -85,7 +85,7 @@ const minNear = 2
 // pick returns up to count members of the level's cluster from the latest
 // sweep that were heard from within liveWithin: those in the resolver's
 // prefix first, then the rest from a random starting point so that load
-// spreads over the cluster. Non-recursive proxies are only for resolvers in
+// spreads over the cluster, and those proven far from the target last. Non-recursive proxies are only for resolvers in
 // their own prefix.
 //
 // The members are appended to buf, as pointers into the sweep's lists:
