@@ -277,7 +277,7 @@ func (b *builder) proxies(owner string, qtype uint16, nameLevel int, withAuthori
 		return b.nodata(zone, b.c.set.negTTL)
 	}
 	var buf [pickRoom]*coraldht.NodeInfo
-	o := pickOptions{count: b.c.set.answers, near: b.nearAddr(), services: coraldht.ServiceHTTP, family: family, ranked: b.nearby(), now: b.clock()}
+	o := b.measuredNear(pickOptions{count: b.c.set.answers, near: b.nearAddr(), services: coraldht.ServiceHTTP, family: family, ranked: b.nearby(), now: b.clock()})
 	used, nodes := b.c.pickProxies(b.ctx, b.place, b.level(), o, buf[:0])
 	if len(nodes) == 0 {
 		return b.nodata(zone, b.c.set.retryTTL)
@@ -336,7 +336,7 @@ func (c *Coral) pickProxies(ctx context.Context, pl place, lvl int, o pickOption
 // NS records in the answer section (a query for them) rather than the
 // authority section (a referral or the paper's lock).
 func (b *builder) nsSet(owner string, level int, inAnswer bool) {
-	o := pickOptions{level: level, count: b.c.set.nameservers, near: b.nearAddr(), services: coraldht.ServiceDNS, nearOnly: true, ranked: b.nearby(), now: b.clock()}
+	o := b.measuredNear(pickOptions{level: level, count: b.c.set.nameservers, near: b.nearAddr(), services: coraldht.ServiceDNS, nearOnly: true, ranked: b.nearby(), now: b.clock()})
 	var buf, lowerBuf [pickRoom]*coraldht.NodeInfo
 	servers := b.c.tracker.pick(o, buf[:0])
 	if !containsSelf(servers) && len(servers) < min(o.count, minNear) {

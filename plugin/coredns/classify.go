@@ -54,8 +54,12 @@ type classifier struct {
 
 // classification is what the handler learns about a resolver.
 type classification struct {
-	level  int
-	rtt    time.Duration
+	level int
+	rtt   time.Duration
+	// beyond is set when a probe went unanswered for that long (it timed
+	// out, or is still out): if the target is there, its RTT is at least
+	// that. Picks use it as they use rtt (pickOptions.provenFar).
+	beyond time.Duration
 	source string // "classify", "cache", "probe", "timeout", "skipped", "none"
 }
 
@@ -113,7 +117,7 @@ func (c *classifier) classify(ctx context.Context, a netip.Addr, who asker) clas
 		}
 		return c.fromEntry(call.m, src)
 	case <-t.C:
-		return classification{source: "timeout"}
+		return classification{source: "timeout", beyond: c.wait}
 	case <-ctx.Done():
 		return classification{source: "timeout"}
 	}
@@ -121,7 +125,7 @@ func (c *classifier) classify(ctx context.Context, a netip.Addr, who asker) clas
 
 func (c *classifier) fromEntry(e measured[time.Duration], src string) classification {
 	if !e.ok {
-		return classification{source: src}
+		return classification{source: src, beyond: e.v}
 	}
 	return classification{level: c.levelFor(e.v), rtt: e.v, source: src}
 }
@@ -154,9 +158,12 @@ func (c *classifier) startProbe(p netip.Prefix, a netip.Addr, who asker) (*measu
 		switch {
 		case err == nil:
 		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || isTimeout(err):
-			outcome = "timeout"
+			// A failed entry's value is how long the probe went
+			// unanswered (classification.beyond); 0 for an error,
+			// which says nothing about distance.
+			outcome, rtt = "timeout", c.wait
 		default:
-			outcome = "error"
+			outcome, rtt = "error", 0
 		}
 		if c.observe != nil {
 			c.observe(outcome, c.now().Sub(start))

@@ -34,6 +34,48 @@ type pickOptions struct {
 	// maxLoad, when not 0, leaves out the members whose published load
 	// (percent) is at least maxLoad (load.go).
 	maxLoad int
+	// rtt is this server's measured RTT to the target (0: not measured),
+	// or else beyond, how long a probe of it went unanswered (the RTT is
+	// at least that); nearWithin is the tightest level's threshold. With
+	// them, members that the triangle inequality puts farther than
+	// nearWithin from the target come after all others, and an NS set
+	// names them only to make up minNear servers (provenFar).
+	rtt, beyond, nearWithin time.Duration
+}
+
+// farBound is the least RTT between the target and ni that the triangle
+// inequality proves from this server's RTTs to both: |rtt − RTT(ni)|, or
+// beyond − RTT(ni) when only a lower bound of rtt is known; 0 when
+// nothing is proven. For this server itself it is its RTT to the target.
+func (o *pickOptions) farBound(ni *coraldht.NodeInfo) time.Duration {
+	if o.rtt <= 0 && o.beyond <= 0 || !ni.Self && ni.RTT <= 0 {
+		return 0
+	}
+	if o.rtt <= 0 {
+		return max(o.beyond-measuredRTT(ni), 0)
+	}
+	d := o.rtt - measuredRTT(ni)
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// provenFar says whether ni is farther from the target than the tightest
+// level's threshold, as far as this server's own measurements prove.
+//
+// Why it matters: a server far from a resolver that has one member near
+// it (its strong hint, or its /24) fills the rest of the set by weak hints
+// and RTT from itself, and weak hints, under a router where a region's
+// paths meet or behind a silent one, tie for the near and the far members
+// alike: the set would name this server and its own neighbours beside the
+// one near the resolver. Resolvers spread their queries over a set's
+// servers that answer within a few hundred milliseconds (Unbound: 400 ms),
+// so each far server in the set gets its share of them, places the
+// resolver at a lower level and keeps it from locking onto its own
+// cluster.
+func (o *pickOptions) provenFar(ni *coraldht.NodeInfo) bool {
+	return o.nearWithin > 0 && o.farBound(ni) > o.nearWithin
 }
 
 // minNear is how many servers in the resolver's prefix make an NS set on
@@ -43,7 +85,7 @@ const minNear = 2
 // pick returns up to count members of the level's cluster from the latest
 // sweep that were heard from within liveWithin: those in the resolver's
 // prefix first, then the rest from a random starting point so that load
-// spreads over the cluster. Non-recursive proxies are only for resolvers in
+// spreads over the cluster, and those proven far from the target last. Non-recursive proxies are only for resolvers in
 // their own prefix.
 //
 // The members are appended to buf, as pointers into the sweep's lists:
@@ -100,8 +142,10 @@ func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions, out []*cora
 	if len(out) == o.count || o.nearOnly && len(out) >= minNear {
 		return out
 	}
-	// Then weak hints, below members measured nearer.
-	out = appendHinted(out, members, o, usable, false)
+	// Then weak hints, below members measured nearer, and the rest, of
+	// the members not proven far from the target.
+	notFar := func(ni *coraldht.NodeInfo) bool { return usable(ni) && !o.provenFar(ni) }
+	out = appendHinted(out, members, o, notFar, false)
 	n := len(members)
 	if n == 0 {
 		return out
@@ -112,10 +156,28 @@ func (t *tracker) choose(members []coraldht.NodeInfo, o pickOptions, out []*cora
 			break
 		}
 		ni := &members[(start+j)%n]
-		if !usable(ni) || taken(ni) {
+		if !notFar(ni) || taken(ni) {
 			continue
 		}
 		out = append(out, ni)
+	}
+	// Last, the members proven far, least bound first: in an answer to
+	// fill it, in an NS set only to make up minNear servers.
+	want := o.count
+	if o.nearOnly {
+		want = min(o.count, minNear)
+	}
+	if len(out) < want {
+		var far []int
+		for i := range members {
+			if usable(&members[i]) && o.provenFar(&members[i]) && !taken(&members[i]) {
+				far = append(far, i)
+			}
+		}
+		slices.SortStableFunc(far, func(x, y int) int { return int(o.farBound(&members[x]) - o.farBound(&members[y])) })
+		for _, i := range far[:min(len(far), want-len(out))] {
+			out = append(out, &members[i])
+		}
 	}
 	return out
 }

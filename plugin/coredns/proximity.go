@@ -323,6 +323,22 @@ func (b *builder) nearAddr() netip.Addr {
 	return b.target
 }
 
+// measuredNear fills in o's rtt, beyond and nearWithin: this server's
+// measured RTT to the target (or how long its probe went unanswered) and
+// the tightest level's threshold, with which a pick puts
+// the members proven far from the target last (pickOptions.provenFar).
+// Only where proximity is on: subnet and off name members by prefix and
+// rotation alone.
+func (b *builder) measuredNear(o pickOptions) pickOptions {
+	th := b.c.classifier.thresholds
+	if b.c.cfg.prox.mode != proximityOn || len(th) == 0 {
+		return o
+	}
+	b.level()
+	o.rtt, o.beyond, o.nearWithin = b.cls.rtt, b.cls.beyond, slices.Min(th)
+	return o
+}
+
 // nearby returns the nodes ranked near the target, waiting for a new
 // mapping until the first-query budget is spent.
 func (b *builder) nearby() []nearNode {
