@@ -556,9 +556,10 @@ const tooLargeMemory = time.Hour
 // (a User-Agent a filter answers with 404, as in "Your Cache Has Fallen")
 // must not be served to everyone. When that request gets an error of the
 // same status, it returns that response (resp closed) to keep, and
-// confirmed; otherwise resp, to relay to its client alone. The cost: two
-// origin requests per negative lifetime, for the fleet's first proxy to
-// fetch the error (the others find it through the DSHT).
+// confirmed; otherwise resp, to relay to its client alone. Only a fetch
+// made with the client's fields needs it (a URL with a Vary index, an
+// origin remembered as looking at clients' fields: neutral.go); a
+// neutral fetch's error is kept as it is, one origin request.
 func (p *Proxy) confirmNegative(ctx context.Context, fr fetchRequest, resp *http.Response) (_ *http.Response, confirmed bool) {
 	client := fr.forwarded()
 	neutral, err := p.fetchFromOriginWith(ctx, fr, func(h http.Header) {
