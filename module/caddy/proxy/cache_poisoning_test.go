@@ -40,7 +40,10 @@ func TestVariantKeyIsWhatTheOriginGot(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("split User-Agent: %d %q", resp.StatusCode, body)
 	}
-	got := origin.requests()[0].Header.Values("User-Agent")
+	// The neutral request first (neutral.go), whose Vary names
+	// User-Agent; then the client's own.
+	reqs := origin.requests()
+	got := reqs[len(reqs)-1].Header.Values("User-Agent")
 	if len(got) != 1 || got[0] != chromeUA+" "+proxyVersion {
 		t.Errorf("the origin got User-Agent %q, want the one line %q", got, chromeUA+" "+proxyVersion)
 	}
@@ -90,11 +93,16 @@ func firewallOrigin(t *testing.T, forbidden string) *recordingOrigin {
 // TestScannerCannotPoisonWith403: one request with a scanner's User-Agent
 // to a site behind a firewall used to have the firewall's 403 kept for
 // min_ttl (5 min) and served to every browser. An error without freshness
-// information is kept no time at all now.
+// information is kept no time at all now. The scanner's fields reach the
+// origin only once it is known to look at clients' fields (it varies
+// /i18n on Accept-Language); before that, the scanner would get the
+// neutral request's page like everyone (TestNeutralFirstRequest).
 func TestScannerCannotPoisonWith403(t *testing.T) {
 	origin := firewallOrigin(t, "")
 	p := startLocalProxy(t, 0, nil) // Coral's defaults: min_ttl 5m
 	host := origin.coralHost()
+	p.get(t, host, "/i18n", "Accept-Language", "fr")
+	p.idle(t)
 	if resp, _ := p.get(t, host, "/", "User-Agent", "sqlmap/1.8"); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("the scanner got %d, want the origin's 403", resp.StatusCode)
 	}
@@ -318,10 +326,17 @@ func TestErrorDoesNotReplaceStaleSuccess(t *testing.T) {
 			return
 		}
 		w.Header().Set("Cache-Control", "s-maxage=0")
+		if r.URL.Path == "/i18n" {
+			// Makes the proxy ask this origin with clients' fields
+			// first (neutral.go), so the scanner's reach it.
+			w.Header().Set("Vary", "Accept-Language")
+		}
 		io.WriteString(w, "page")
 	})
 	p := startLocalProxy(t, 0, nil)
 	host := origin.coralHost()
+	p.get(t, host, "/i18n", "Accept-Language", "fr")
+	p.idle(t)
 	if _, body := p.get(t, host, "/", "User-Agent", chromeUA); body != "page" {
 		t.Fatalf("first browser: %q", body)
 	}

@@ -74,6 +74,9 @@ type fetchRequest struct {
 	// peerFields are set in requests to peers besides the forwarded
 	// ones (a slice's Range: slices.go).
 	peerFields http.Header
+	// neutral says view is empty and clientIP "" because the request
+	// goes to the origin with none of the client's fields (neutral.go).
+	neutral bool
 }
 
 // forwarded is fr.view, computed on first use (a cache hit never needs it).
@@ -212,7 +215,7 @@ func (p *Proxy) run(ctx context.Context, fr fetchRequest, d *download) {
 				zap.Int("dsht_level", peerLevel), zap.Int("peers_failed", len(miss.failed)), zap.Int("peers_retrying", len(miss.retrying)))
 		}
 		requested = time.Now()
-		resp, err = p.fetchFromOrigin(ctx, fr)
+		resp, err = p.fetchForCache(ctx, &fr, nil)
 		source, idle = "origin", p.originTimeout
 	}
 	if err != nil {
@@ -307,9 +310,13 @@ func (p *Proxy) keep(ctx context.Context, fr fetchRequest, d *download, resp *ht
 	loop := p.coralizeRedirect(fr, resp)
 	policy := p.policy.ForRequest(fr.header)
 	ok, why := policy.Storable(fr.header, resp.StatusCode, resp.Header)
-	if ok && source == "origin" && httpcache.NegativeHeuristic(resp.StatusCode, why) {
-		// An error kept without the origin saying so: only one the
-		// origin gives a request with none of the client's fields.
+	if source == "origin" {
+		p.originUsesFields(fr, resp) // renews what is remembered of the origin
+	}
+	if ok && source == "origin" && !fr.neutral && httpcache.NegativeHeuristic(resp.StatusCode, why) {
+		// An error kept without the origin saying so, fetched with the
+		// client's fields: only one the origin gives a request with none
+		// of them. (A neutral request's answer is that already.)
 		var confirmed bool
 		if resp, confirmed = p.confirmNegative(ctx, fr, resp); !confirmed {
 			d.direct = resp
@@ -549,9 +556,10 @@ const tooLargeMemory = time.Hour
 // (a User-Agent a filter answers with 404, as in "Your Cache Has Fallen")
 // must not be served to everyone. When that request gets an error of the
 // same status, it returns that response (resp closed) to keep, and
-// confirmed; otherwise resp, to relay to its client alone. The cost: two
-// origin requests per negative lifetime, for the fleet's first proxy to
-// fetch the error (the others find it through the DSHT).
+// confirmed; otherwise resp, to relay to its client alone. Only a fetch
+// made with the client's fields needs it (a URL with a Vary index, an
+// origin remembered as looking at clients' fields: neutral.go); a
+// neutral fetch's error is kept as it is, one origin request.
 func (p *Proxy) confirmNegative(ctx context.Context, fr fetchRequest, resp *http.Response) (_ *http.Response, confirmed bool) {
 	client := fr.forwarded()
 	neutral, err := p.fetchFromOriginWith(ctx, fr, func(h http.Header) {
@@ -584,6 +592,10 @@ type sharedAnswer struct {
 	header http.Header
 	body   []byte
 	view   http.Header // the fields the origin was sent
+	// forAll: the origin was sent none of the client's fields and named
+	// none in Vary (neutral.go), so every joiner would have been sent the
+	// same request, and gets the answer whatever its fields.
+	forAll bool
 }
 
 // shareError reads d.direct into d.shared, and gives d.direct a body of
@@ -612,7 +624,8 @@ func (p *Proxy) shareError(d *download, fr fetchRequest) bool {
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
-	d.shared = &sharedAnswer{status: resp.StatusCode, header: resp.Header.Clone(), body: body, view: fr.forwarded()}
+	d.shared = &sharedAnswer{status: resp.StatusCode, header: resp.Header.Clone(), body: body, view: fr.forwarded(),
+		forAll: fr.neutral && forwardedVary(resp.Header, fr.allow) == ""}
 	return true
 }
 
@@ -629,7 +642,7 @@ func (rc readCloser) Close() error               { return rc.c.Close() }
 // given: d.shared if it sent the origin the same fields; else nil.
 func (d *download) sharedFor(fr *fetchRequest) *http.Response {
 	a := d.shared
-	if a == nil || !sameFields(a.view, fr.forwarded()) {
+	if a == nil || !(a.forAll || sameFields(a.view, fr.forwarded())) {
 		return nil
 	}
 	return &http.Response{StatusCode: a.status, Header: a.header.Clone(), Body: io.NopCloser(bytes.NewReader(a.body)), ContentLength: int64(len(a.body))}

@@ -563,6 +563,9 @@ func TestHeaderAllowList(t *testing.T) {
 			io.WriteString(w, "for "+r.Header.Get("X-Device"))
 			return
 		}
+		if r.URL.Path == "/lang" {
+			w.Header().Set("Vary", "Accept-Language")
+		}
 		io.WriteString(w, "plain")
 	})
 	p := startLocalProxy(t, 0, nil)
@@ -600,9 +603,39 @@ func TestHeaderAllowList(t *testing.T) {
 			t.Errorf("%s reached the origin: %q", k, v)
 		}
 	}
+	// The whole object's download, for everyone, went neutral
+	// (neutral.go): none of the client's fields, not even the
+	// allow-listed ones, nor its address.
+	for k, want := range map[string]string{"Accept": "", "Accept-Language": "", "User-Agent": proxyVersion, "Via": "1.1 coral", "X-Forwarded-For": ""} {
+		if v := got.Get(k); v != want {
+			t.Errorf("neutral: %s = %q, want %q", k, v, want)
+		}
+	}
+	// An origin that varies on a forwarded field gets the allow-listed
+	// fields, and only those, from then on.
+	p.get(t, host, "/lang", hostile...)
+	p.idle(t)
+	n := len(origin.requests())
+	p.get(t, host, "/plain3", hostile...)
+	p.idle(t)
+	reqs := origin.requests()
+	got = nil
+	for _, req := range reqs[n:] {
+		if req.URL.Path == "/plain3" && len(req.Header.Values("Range")) == 0 {
+			got = req.Header
+		}
+	}
+	if got == nil {
+		t.Fatal("/plain3 was never fetched whole")
+	}
 	for k, want := range map[string]string{"Accept": "text/html", "Accept-Language": "fr", "User-Agent": "curl/8 " + proxyVersion, "Via": "1.1 coral"} {
 		if v := got.Get(k); v != want {
 			t.Errorf("%s = %q, want %q", k, v, want)
+		}
+	}
+	for _, k := range []string{"X-Original-Url", "X-Forwarded-Host", "Cookie", "X-Device", "Referer"} {
+		if v := got.Values(k); len(v) > 0 {
+			t.Errorf("%s reached the origin: %q", k, v)
 		}
 	}
 
@@ -737,10 +770,14 @@ func TestForwardFields(t *testing.T) {
 			t.Errorf("forward_fields %q accepted", bad)
 		}
 	}
-	origin := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "x") })
+	origin := newRecordingOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Vary", "Test-ID") // else the request goes neutral (neutral.go)
+		io.WriteString(w, "x")
+	})
 	p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) { c.ForwardFields = []string{"Test-ID"} })
 	p.get(t, origin.coralHost(), "/f", "Test-ID", "t1", "X-Other", "no")
-	h := origin.requests()[0].Header
+	reqs := origin.requests()
+	h := reqs[len(reqs)-1].Header
 	if h.Get("Test-Id") != "t1" || h.Get("X-Other") != "" {
 		t.Errorf("origin got Test-ID %q, X-Other %q", h.Get("Test-Id"), h.Get("X-Other"))
 	}

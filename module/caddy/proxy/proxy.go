@@ -38,6 +38,10 @@ type Proxy struct {
 	// which may still hold the old copy while a network purge works its
 	// way round.
 	purged *boundedMap[time.Time]
+	// fieldsMatter remembers, until when, origins (originSlot) that
+	// showed they look at clients' fields: their misses are fetched with
+	// the client's fields first (neutral.go).
+	fieldsMatter *boundedMap[time.Time]
 	// slots bounds the downloads in progress.
 	slots *downloadSlots
 	// slices are the slices of big objects being fetched (slices.go).
@@ -116,6 +120,7 @@ func New(c Config) (*Proxy, error) {
 		httpsUpgrades: newHTTPSUpgrades(maxRemembered),
 		tooLarge:      newBoundedMap[time.Time](maxRemembered),
 		purged:        newBoundedMap[time.Time](maxRemembered),
+		fieldsMatter:  newBoundedMap[time.Time](maxRemembered),
 		slots:         newDownloadSlots(bounds),
 		slices:        newSliceTable(c.SliceSize),
 		inflight:      make(map[string]*download),

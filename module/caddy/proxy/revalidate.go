@@ -38,7 +38,7 @@ func (p *Proxy) revalidate(ctx context.Context, fr fetchRequest, d *download, re
 	}
 	requested := time.Now()
 	d.askingPeers(nil, -1)
-	resp, err := p.fetchFromOriginWith(ctx, fr, adjust)
+	resp, err := p.fetchForCache(ctx, &fr, adjust)
 	now := time.Now()
 	if err == nil {
 		resp.Body = newIdleTimeoutBody(resp.Body, p.originTimeout, d.cancel)
@@ -69,7 +69,7 @@ func (p *Proxy) revalidate(ctx context.Context, fr fetchRequest, d *download, re
 		}
 		// The 304 does not match the copy: fetch it whole.
 		requested = time.Now()
-		resp, err = p.fetchFromOrigin(ctx, fr)
+		resp, err = p.fetchForCache(ctx, &fr, nil)
 		if err != nil {
 			d.err = err
 			return

@@ -32,7 +32,11 @@ type rfcCase struct {
 	name    string
 	section string // e.g. "RFC 9111 §4.2.3"
 	coral   bool   // Coral's deployed policy (12 h / 5 min) instead of strict (default_ttl 0, min_ttl 0)
-	steps   []rfcStep
+	// varies: the proxy knows the origin looks at clients' fields, so it
+	// asks with them first, not neutral (neutral.go, which its own tests
+	// cover); the steps then count the origin's answers as RFC 9111 does.
+	varies bool
+	steps  []rfcStep
 }
 
 // rfcStep is one request. The origin answers it with resp if the proxy
@@ -149,6 +153,9 @@ func runRFCCase(t *testing.T, tc rfcCase) {
 		}
 	})
 	host := origin.coralHost()
+	if tc.varies {
+		p.px.fieldsMatter.put(origin.hostPort(), time.Now().Add(time.Hour))
+	}
 	for i, st := range tc.steps {
 		p.age(t, st.advance)
 		origin.mu.Lock()

@@ -495,7 +495,7 @@ func (p *Proxy) fetchSliceFrom(fr fetchRequest, m manifest, v validators, k int6
 	}
 	if resp == nil {
 		idle = p.originTimeout
-		if resp, err = p.fetchFromOriginWith(ctx, fr, func(h http.Header) {
+		if resp, err = p.fetchForCache(ctx, &fr, func(h http.Header) {
 			h.Set("Range", rangeField)
 			h.Set("If-Range", v.ifRange())
 		}); err != nil {
