@@ -304,6 +304,10 @@ func (p *Proxy) serveDirect(w http.ResponseWriter, r *http.Request, resp *http.R
 	hdr.Set("Via", "1.1 coral")
 	hdr.Set("Cache-Status", uncachedHeaderValue(source))
 	w.WriteHeader(resp.StatusCode)
+	// A client that leaves ends the fetch at once: the relay would
+	// otherwise notice only at its next write, holding the origin's
+	// connection and the download slot while a slow origin says nothing.
+	defer context.AfterFunc(r.Context(), cancelFetch)()
 	if rs != nil {
 		// Cut from another goroutine: the connection's own deadline (safe
 		// to set concurrently), not the idle writer wrapping it.
