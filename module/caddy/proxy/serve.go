@@ -46,8 +46,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 
 // requestAccount is what a request is counted as in the metrics.
 type requestAccount struct {
-	status  CacheStatus
-	source  string
+	status CacheStatus
+	source string
 	// retried: this request already went back for a second download (the
 	// one it joined vanished, or answered another request's fields).
 	retried bool
