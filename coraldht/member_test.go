@@ -226,7 +226,7 @@ func TestMemberClaimsCannotTakeOverRoutingTable(t *testing.T) {
 		t.Skip("starts 25 real UDP nodes")
 	}
 	victim := startUDPAt(t, []string{"127.0.36.1"}, nil)[0]
-	honest := startUDPAt(t, ipRange("127.0.36", 10, 24), nil)
+	honest := startUDPAt(t, ipRange("127.0.36", 10, 24), patientRPCs) // honest[1]'s find_node
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	joinAll(t, ctx, victim, honest)
@@ -380,7 +380,7 @@ func TestNoReflectionTowardUnprovenSources(t *testing.T) {
 		t.Skip("starts real UDP nodes")
 	}
 	node := startUDPAt(t, []string{"127.0.36.4"}, nil)[0]
-	honest := startUDPAt(t, ipRange("127.0.36", 70, 12), nil)
+	honest := startUDPAt(t, ipRange("127.0.36", 70, 12), patientRPCs) // their stores
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	joinAll(t, ctx, node, honest)
