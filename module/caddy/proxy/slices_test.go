@@ -307,7 +307,10 @@ func TestSlicesAcrossPeers(t *testing.T) {
 	o := newSliceOrigin(t, false, 0)
 	small := newRangeOrigin(t, true)
 	small.release()
-	proxies := startTestProxiesWith(t, 3, 189, func(_ int, _ *coraldht.Config, c *Config) { c.SliceSize = sliceTestSize })
+	proxies := startTestProxiesWith(t, 3, 189, func(_ int, node *coraldht.Config, c *Config) {
+		patientNode(node)
+		c.SliceSize = sliceTestSize
+	})
 	get := func(p *testProxy, path string, hdr ...string) (*http.Response, []byte) {
 		lp := &localProxy{px: p.px, store: p.px.store, srv: p.srv}
 		return lp.rawGet(t, o.coralHost(), path, hdr...)
@@ -481,13 +484,13 @@ func FuzzParseManifest(f *testing.F) {
 
 // startLoopbackProxies starts n proxies like startTestProxiesWith, but
 // every socket on 127.0.0.1 and a port of the kernel's choosing (no fixed
-// address: no lab lock needed).
+// address: no lab lock needed), their nodes patient (patientNode).
 func startLoopbackProxies(t *testing.T, n int, configure func(*Config)) []*testProxy {
 	t.Helper()
 	var out []*testProxy
 	var boot []netip.AddrPort
 	for range n {
-		node := testNode(t, "127.0.0.1:0")
+		node := testNodeWith(t, "127.0.0.1:0", patientNode)
 		dht := &testDHT{Node: node}
 		cfg := testConfig()
 		configure(&cfg)
