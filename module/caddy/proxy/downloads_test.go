@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -149,6 +150,24 @@ func TestAbandonedRelayCancelled(t *testing.T) {
 	}
 	cancel()
 	o.waitGone(t, 1, 10*time.Second)
+}
+
+// TestServeDirectWithoutCancel: a response relayed with no fetch of its
+// own to cancel (an error shared among a download's joiners, a
+// revalidation's) is relayed whether or not its client is still there.
+// With the client gone, the relay's cancel-on-leave ran a nil function
+// ("fatal error: go of nil func value", once in a stress run of the
+// package, in TestRFCStale's 503).
+func TestServeDirectWithoutCancel(t *testing.T) {
+	px := bareProxy(t)
+	ctx, leave := context.WithCancel(context.Background())
+	leave()
+	r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1.8080.nyud.test/x", nil).WithContext(ctx)
+	resp := &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{}, ContentLength: 4, Body: io.NopCloser(strings.NewReader("busy"))}
+	w := httptest.NewRecorder()
+	if err := px.serveDirect(w, r, resp, "origin", nil, nil); err != nil || w.Code != http.StatusServiceUnavailable || w.Body.String() != "busy" {
+		t.Errorf("relayed: %d %q, %v; want 503 \"busy\"", w.Code, w.Body.String(), err)
+	}
 }
 
 func (o *recordingOrigin) port() int {

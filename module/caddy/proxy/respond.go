@@ -320,7 +320,11 @@ func (p *Proxy) serveDirect(w http.ResponseWriter, r *http.Request, resp *http.R
 	// A client that leaves ends the fetch at once: the relay would
 	// otherwise notice only at its next write, holding the origin's
 	// connection and the download slot while a slow origin says nothing.
-	defer context.AfterFunc(r.Context(), cancelFetch)()
+	// (A download's response may come without its cancel: a
+	// revalidation's, one shared among joiners.)
+	if cancelFetch != nil {
+		defer context.AfterFunc(r.Context(), cancelFetch)()
+	}
 	if rs != nil {
 		// Cut from another goroutine: the connection's own deadline (safe
 		// to set concurrently), not the idle writer wrapping it.
