@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +36,9 @@ func newSlowBigOrigin(t *testing.T) *slowBigOrigin {
 		}
 		w.Header().Set("Content-Length", strconv.Itoa(slowBigSize))
 		w.Header().Set("Cache-Control", "max-age=600")
+		if r.URL.Query().Has("nostore") {
+			w.Header().Set("Cache-Control", "no-store") // relayed uncached
+		}
 		w.Write(make([]byte, first))
 		w.(http.Flusher).Flush()
 		select {
@@ -121,6 +126,47 @@ func TestAbandonedDownloadsCancelled(t *testing.T) {
 	}
 	if _, ok := p.store.Get(coralname.CacheKey("http", "127.0.0.1", o.port(), "/big", "i=0")); ok {
 		t.Error("an abandoned download is in the cache")
+	}
+}
+
+// TestAbandonedRelayCancelled: a response relayed uncached whose client
+// leaves while the origin is slow gives up its origin fetch (and with it
+// its download slot) at once. The relay used to notice only at its next
+// write to the client, so it held both until the origin sent more or
+// went idle for origin_timeout + peer_timeout; a test's origin waiting
+// for the test to end blocked in Close meanwhile (it showed as
+// "httptest.Server blocked in Close" in TestDownloadSlotsPerClientDefaultFitsAPage).
+func TestAbandonedRelayCancelled(t *testing.T) {
+	o := newSlowBigOrigin(t)
+	p := startLocalProxy(t, 0, func(c *Config, so *diskcache.Options) {
+		c.OriginTimeout = time.Minute // the origin's silence is not what ends the fetch
+	})
+	resp, cancel := p.openFrom(t, "127.0.0.1", o.coralHost(), "/big?nostore")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Cache-Status"), "stored=false") {
+		t.Fatalf("no-store object: %d, Cache-Status %q; want 200 relayed uncached", resp.StatusCode, resp.Header.Get("Cache-Status"))
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	o.waitGone(t, 1, 10*time.Second)
+}
+
+// TestServeDirectWithoutCancel: a response relayed with no fetch of its
+// own to cancel (an error shared among a download's joiners, a
+// revalidation's) is relayed whether or not its client is still there.
+// With the client gone, the relay's cancel-on-leave ran a nil function
+// ("fatal error: go of nil func value", once in a stress run of the
+// package, in TestRFCStale's 503).
+func TestServeDirectWithoutCancel(t *testing.T) {
+	px := bareProxy(t)
+	ctx, leave := context.WithCancel(context.Background())
+	leave()
+	r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1.8080.nyud.test/x", nil).WithContext(ctx)
+	resp := &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{}, ContentLength: 4, Body: io.NopCloser(strings.NewReader("busy"))}
+	w := httptest.NewRecorder()
+	if err := px.serveDirect(w, r, resp, "origin", nil, nil); err != nil || w.Code != http.StatusServiceUnavailable || w.Body.String() != "busy" {
+		t.Errorf("relayed: %d %q, %v; want 503 \"busy\"", w.Code, w.Body.String(), err)
 	}
 }
 

@@ -35,10 +35,23 @@ func startTestProxies(t *testing.T, n int) []*testProxy {
 	return startTestProxiesIn(t, n, 4)
 }
 
-// startTestProxiesIn starts n test proxies on 127.0.<subnet>.10 and up.
+// startTestProxiesIn starts n test proxies on 127.0.<subnet>.10 and up,
+// their nodes patient (patientNode): none of them dies in these tests.
 func startTestProxiesIn(t *testing.T, n int, subnet byte) []*testProxy {
 	t.Helper()
-	return startTestProxiesWith(t, n, subnet, nil)
+	return startTestProxiesWith(t, n, subnet, func(_ int, node *coraldht.Config, _ *Config) { patientNode(node) })
+}
+
+// patientNode makes a test's DSHT node wait up to 5 s for each RPC reply
+// rather than its adaptive timeout, about 100 ms on loopback. On a loaded
+// machine replies came later than that, live nodes were taken for dead,
+// and put+gets that should have met at the key's node missed one
+// another: two proxies each fetched from the origin what the test says
+// one fetches (TestPeersAskingEachOther, TestSlicesCrowdAtOnce). Only for
+// tests where no node dies: a dead node's timeouts are what others test.
+func patientNode(cfg *coraldht.Config) {
+	cfg.MinRPCTimeout, cfg.InitialRPCTimeout, cfg.MaxRPCTimeout = 5*time.Second, 5*time.Second, 5*time.Second
+	cfg.LookupTimeout = max(cfg.LookupTimeout, 2*cfg.MaxRPCTimeout)
 }
 
 // startTestProxiesWith is startTestProxiesIn with configure (if not nil)
@@ -85,9 +98,19 @@ func startTestProxiesWith(t *testing.T, n int, subnet byte, configure func(i int
 // testNode starts a real DSHT node on a loopback UDP address.
 func testNode(t *testing.T, addr string) *coraldht.Node {
 	t.Helper()
+	return testNodeWith(t, addr, nil)
+}
+
+// testNodeWith is testNode with tweak (if not nil) applied to the node's
+// configuration.
+func testNodeWith(t *testing.T, addr string, tweak func(*coraldht.Config)) *coraldht.Node {
+	t.Helper()
 	cfg := coraldht.DefaultConfig()
 	cfg.Services = coraldht.ServiceHTTP
 	cfg.HintHops = 0
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	tr, err := coraldht.ListenUDP(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -347,7 +370,8 @@ func waitStored(t *testing.T, p *testProxy) {
 // loopback: without allow_peers the second proxy ignores the first one's
 // reference and goes to the origin.
 func TestPeerReferencesToPrivateAddresses(t *testing.T) {
-	proxies := startTestProxiesWith(t, 2, 4, func(i int, _ *coraldht.Config, c *Config) {
+	proxies := startTestProxiesWith(t, 2, 4, func(i int, node *coraldht.Config, c *Config) {
+		patientNode(node)
 		if i == 1 {
 			c.AllowPeers = nil // no allow_peers
 		}
@@ -490,7 +514,8 @@ func serveAsPeer(t testing.TB, cfg Config, ip netip.Addr) (*Proxy, *httptest.Ser
 // line cost one origin fetch per proxy.)
 func TestPeerStillAtItsOriginIsWaitedFor(t *testing.T) {
 	const peerTimeout = 200 * time.Millisecond
-	proxies := startTestProxiesWith(t, 2, 187, func(_ int, _ *coraldht.Config, c *Config) {
+	proxies := startTestProxiesWith(t, 2, 187, func(_ int, node *coraldht.Config, c *Config) {
+		patientNode(node)
 		c.PeerTimeout, c.OriginTimeout = peerTimeout, 10*time.Second
 	})
 	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
@@ -553,7 +578,8 @@ func TestPeerStillAtItsOriginIsWaitedFor(t *testing.T) {
 // the origin. The one with the lower address answers the other 504 at
 // once; the other fetches the object from the origin, once, for both.
 func TestPeersAskingEachOther(t *testing.T) {
-	proxies := startTestProxiesWith(t, 2, 188, func(_ int, _ *coraldht.Config, c *Config) {
+	proxies := startTestProxiesWith(t, 2, 188, func(_ int, node *coraldht.Config, c *Config) {
+		patientNode(node)
 		c.PeerTimeout, c.OriginTimeout = 200*time.Millisecond, 10*time.Second
 	})
 	// Each put+get answers once both references are in: each proxy

@@ -259,20 +259,52 @@ func TestRetrierFindsWhomItSentToTheOrigin(t *testing.T) {
 	}
 	dead := addrOf(p0)
 	half := bytes.Repeat([]byte("r"), 256<<10)
-	o, ask := stallingOrigin(t, half)
+	// The origin: P0's fetch stalls after half the body; A's (the
+	// second) is held after half until the test lets it go on.
+	var fetches atomic.Int32
+	aGoesOn := make(chan struct{})
+	o := newCountingOrigin(t, func(o *countingOrigin, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(2*len(half)))
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Write(half)
+		w.(http.Flusher).Flush()
+		switch fetches.Add(1) {
+		case 1:
+			<-o.gate
+		case 2:
+			<-aGoesOn
+		}
+		w.Write(half)
+	})
+	var aGoOnce sync.Once
+	aGoOn := func() { aGoOnce.Do(func() { close(aGoesOn) }) }
+	t.Cleanup(func() { close(o.gate); aGoOn() })
+	ask := func(p *testProxy) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/big", nil)
+		req.Host = o.coralHost()
+		return http.DefaultClient.Do(req)
+	}
 	urlKey := coraldht.KeyFor(coralname.CacheKey("http", "127.0.0.1", atoi(t, o.port()), "/big", ""))
 	var p0Dead atomic.Bool
 	var bRounds atomic.Int32
 	// B's first put+get on the URL's key after the death names only the
-	// dead downloader (as across a partition), and B waits 600 ms before
-	// each of its retry rounds; A's put+gets there name only B.
+	// dead downloader (as across a partition), and its retry rounds wait
+	// until A, told that B retries, has gone to the origin; A's put+gets
+	// there name only B. (B's rounds used to wait 600 ms instead, a
+	// guess at how long A takes: under load with GOMAXPROCS=1 B fetched
+	// too, 3 fetches, in 4 runs of 40.)
+	aAtOrigin := func() {
+		for deadline := time.Now().Add(10 * time.Second); o.count("/big") < 2 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond) // polling the origin's count: no other event says A is there
+		}
+	}
 	b.dht.setAround(func(key coraldht.ID, putGet func() (coraldht.PutGetResult, error)) (coraldht.PutGetResult, error) {
 		if key != urlKey || !p0Dead.Load() {
 			return putGet()
 		}
 		n := bRounds.Add(1)
 		if n > 1 {
-			time.Sleep(600 * time.Millisecond)
+			aAtOrigin()
 		}
 		res, err := putGet()
 		if n == 1 {
@@ -347,6 +379,19 @@ func TestRetrierFindsWhomItSentToTheOrigin(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // polling B's state; the outcome does not depend on the interval
 	}
 	wg.Go(func() { fetch("A", a) })
+	// B's round finds A, which is at the origin, and asks it: B's
+	// request joins A's download, whose origin response the test holds
+	// until then. (Unheld, A's download could end just as B asked, and
+	// B at times fetched too: 2 runs in 40 under load with GOMAXPROCS=1.)
+	aAtOrigin()
+	a.px.mu.Lock()
+	aDownload := a.px.inflight[target.Key()]
+	a.px.mu.Unlock()
+	if aDownload == nil {
+		t.Fatal("A has no download of /big while at the origin")
+	}
+	waitHolders(t, a.px, aDownload, 2)
+	aGoOn()
 	wg.Wait()
 	if n := o.count("/big"); n != 2 {
 		t.Errorf("origin fetches: %d, want 2 (P0's, then A's, which B copies)", n)

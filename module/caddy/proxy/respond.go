@@ -164,11 +164,24 @@ func (p *Proxy) serveSliceToPeer(w http.ResponseWriter, r *http.Request, fr fetc
 	}
 	key := sliceKey(fr.key, m, k)
 	asker, _ := netip.ParseAddrPort(r.Header.Get(peerAskerField))
-	if f := p.slices.get(key); f != nil && f.asksBack(asker, p.selfAddr()) {
-		return sliceNotCached(w)
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.originTimeout+p.peerTimeout)
 	defer cancel()
+	if f := p.slices.get(key); f != nil {
+		// Whether the fetch asks the asker is known once its put+get has
+		// answered: a request that came before waits for that, as
+		// serveOnlyIfCached does. Deciding on arrival, two fetches that
+		// ask each other waited for each other for origin_timeout +
+		// peer_timeout when the request came during the lower address's
+		// put+get (TestSliceAskedBackDuringPutGet).
+		select {
+		case <-f.askingKnown:
+		case <-ctx.Done():
+			return sliceNotCached(w)
+		}
+		if f.asksBack(asker, p.selfAddr()) {
+			return sliceNotCached(w)
+		}
+	}
 	rd, err := p.openSlice(ctx, fr, m, v, k, false)
 	if err != nil {
 		return sliceNotCached(w)
@@ -304,6 +317,14 @@ func (p *Proxy) serveDirect(w http.ResponseWriter, r *http.Request, resp *http.R
 	hdr.Set("Via", "1.1 coral")
 	hdr.Set("Cache-Status", uncachedHeaderValue(source))
 	w.WriteHeader(resp.StatusCode)
+	// A client that leaves ends the fetch at once: the relay would
+	// otherwise notice only at its next write, holding the origin's
+	// connection and the download slot while a slow origin says nothing.
+	// (A download's response may come without its cancel: a
+	// revalidation's, one shared among joiners.)
+	if cancelFetch != nil {
+		defer context.AfterFunc(r.Context(), cancelFetch)()
+	}
 	if rs != nil {
 		// Cut from another goroutine: the connection's own deadline (safe
 		// to set concurrently), not the idle writer wrapping it.

@@ -218,6 +218,17 @@ type sliceFetch struct {
 	// and the other then fetches the slice for both. Any other peer
 	// asking waits for the fetch.
 	asking atomic.Pointer[[]netip.AddrPort]
+	// askingKnown is closed once the fetch's put+get has answered (asking
+	// is set then, if it found peers), or the fetch ended without one: a
+	// peer's request that came before decides then whether it is asked
+	// back (serveSliceToPeer).
+	askingKnown     chan struct{}
+	askingKnownOnce sync.Once
+}
+
+// peersKnown closes f.askingKnown.
+func (f *sliceFetch) peersKnown() {
+	f.askingKnownOnce.Do(func() { close(f.askingKnown) })
 }
 
 func (t *sliceTable) get(key string) *sliceFetch {
@@ -234,7 +245,7 @@ func (t *sliceTable) start(key string) (f *sliceFetch, started bool) {
 	if f := t.inflight[key]; f != nil {
 		return f, false
 	}
-	f = &sliceFetch{ready: make(chan struct{})}
+	f = &sliceFetch{ready: make(chan struct{}), askingKnown: make(chan struct{})}
 	t.inflight[key] = f
 	return f, true
 }
@@ -378,6 +389,7 @@ func (p *Proxy) writeSlice(ctx context.Context, w *diskcache.Writer, body io.Rea
 // endSlice ends fetch f of key with err.
 func (p *Proxy) endSlice(key string, f *sliceFetch, err error) {
 	p.slices.end(key, f)
+	f.peersKnown()
 	select {
 	case <-f.ready:
 	default:
@@ -487,6 +499,9 @@ func (p *Proxy) fetchSliceFrom(fr fetchRequest, m manifest, v validators, k int6
 			asking[i] = r.Addr
 		}
 		f.asking.Store(&asking)
+	}
+	f.peersKnown()
+	if len(peers) > 0 {
 		resp, _ = p.fetchFromPeers(ctx, sfr, peers)
 		if resp != nil && checkSlicePart(resp, m, v, k) != nil {
 			resp.Body.Close()

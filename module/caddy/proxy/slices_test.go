@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -306,7 +307,10 @@ func TestSlicesAcrossPeers(t *testing.T) {
 	o := newSliceOrigin(t, false, 0)
 	small := newRangeOrigin(t, true)
 	small.release()
-	proxies := startTestProxiesWith(t, 3, 189, func(_ int, _ *coraldht.Config, c *Config) { c.SliceSize = sliceTestSize })
+	proxies := startTestProxiesWith(t, 3, 189, func(_ int, node *coraldht.Config, c *Config) {
+		patientNode(node)
+		c.SliceSize = sliceTestSize
+	})
 	get := func(p *testProxy, path string, hdr ...string) (*http.Response, []byte) {
 		lp := &localProxy{px: p.px, store: p.px.store, srv: p.srv}
 		return lp.rawGet(t, o.coralHost(), path, hdr...)
@@ -480,13 +484,13 @@ func FuzzParseManifest(f *testing.F) {
 
 // startLoopbackProxies starts n proxies like startTestProxiesWith, but
 // every socket on 127.0.0.1 and a port of the kernel's choosing (no fixed
-// address: no lab lock needed).
+// address: no lab lock needed), their nodes patient (patientNode).
 func startLoopbackProxies(t *testing.T, n int, configure func(*Config)) []*testProxy {
 	t.Helper()
 	var out []*testProxy
 	var boot []netip.AddrPort
 	for range n {
-		node := testNode(t, "127.0.0.1:0")
+		node := testNodeWith(t, "127.0.0.1:0", patientNode)
 		dht := &testDHT{Node: node}
 		cfg := testConfig()
 		configure(&cfg)
@@ -537,5 +541,84 @@ func TestSlicesCrowdAtOnce(t *testing.T) {
 	}
 	for _, p := range proxies {
 		waitStored(t, p)
+	}
+}
+
+// TestSliceAskedBackDuringPutGet: a peer's request for a slice this
+// proxy is fetching, arriving while the fetch's put+get is still out,
+// waits for its answer: if it names the asker and this proxy's address
+// is the lower, the request gets 504 at once (the asker then fetches the
+// slice for both). The request used to be checked only on arrival, and
+// then waited for the slice: two proxies whose fetches asked each other
+// waited for each other for origin_timeout + peer_timeout (18 s by
+// default) before either went to the origin, longer than
+// TestSlicesCrowdAtOnce's clients wait (it failed so under load, with
+// 'i/o timeout' and the last slice never asked of the origin).
+func TestSliceAskedBackDuringPutGet(t *testing.T) {
+	o := newSliceOrigin(t, false, 0)
+	self := netip.MustParseAddrPort("127.0.0.1:1")
+	asker := netip.MustParseAddrPort("127.0.0.1:2") // above self
+	p := startLocalProxy(t, 256<<20, func(c *Config, _ *diskcache.Options) {
+		c.SliceSize = sliceTestSize
+		c.PeerAddress = self
+		c.OriginTimeout = time.Minute // waiting the fetch out would take that long
+	})
+	if resp, body := p.rawGet(t, o.coralHost(), "/a"); resp.StatusCode != 200 || !bytes.Equal(body, o.v1) {
+		t.Fatalf("the object: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	p.idle(t)
+	objKey := p.px.mustKey(t, o.coralHost(), "/a")
+	meta, ok := p.store.Peek(objKey)
+	if !ok {
+		t.Fatal("the object's manifest is not stored")
+	}
+	m, ok := parseManifest(meta.Extra[slicesField])
+	if !ok {
+		t.Fatalf("no manifest in %q", meta.Extra[slicesField])
+	}
+	// Slice 6 is not here, and a fetch of it is under way, its put+get
+	// not answered yet.
+	const k = 6
+	key := sliceKey(objKey, m, k)
+	if err := p.store.Delete(key); err != nil {
+		t.Fatal(err)
+	}
+	f, started := p.px.slices.start(key)
+	if !started {
+		t.Fatal("slice 6 is already being fetched")
+	}
+	t.Cleanup(func() { p.px.endSlice(key, f, errors.New("test over")) })
+
+	first, last := m.bounds(k)
+	req := p.request(t, http.MethodGet, o.coralHost(), "/a",
+		"Cache-Control", "only-if-cached", sliceField, m.vid+" "+strconv.Itoa(k),
+		"Range", fmt.Sprintf("bytes=%d-%d", first, last), peerAskerField, asker.String())
+	status := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			status <- 0
+			return
+		}
+		resp.Body.Close()
+		status <- resp.StatusCode
+	}()
+	// The request holds the manifest open from its lookup on: it has
+	// come (and, before the fix, made its one check).
+	for deadline := time.Now().Add(10 * time.Second); p.store.Stats().Readers == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the peer's request never reached the manifest")
+		}
+	}
+	// The put+get answers: the fetch asks the asker.
+	f.asking.Store(&[]netip.AddrPort{asker})
+	f.peersKnown()
+	select {
+	case got := <-status:
+		if got != http.StatusGatewayTimeout {
+			t.Errorf("a peer asked back by the fetch it waits for: %d, want 504", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a peer asked back by the fetch it waits for still waits 20 s later (origin_timeout 1 min)")
 	}
 }
