@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -178,7 +179,7 @@ func measure(ctx context.Context, s *server, o *origin, p params, log io.Writer)
 		pt.ResidentBytes = s.residentBytes()
 		pt.ResidentPerObj = float64(pt.ResidentBytes-sr.BaseRSS) / float64(n)
 		if s.name == "coral" {
-			hp, err := heapProfile(ctx)
+			hp, err := heapProfile(ctx, p.HeapProfiles, n)
 			if err != nil {
 				return nil, err
 			}
@@ -494,8 +495,9 @@ type heapFigures struct {
 	index, refs, dsht, inuse int64
 }
 
-// heapProfile reads Caddy's heap profile after a GC.
-func heapProfile(ctx context.Context) (heapFigures, error) {
+// heapProfile reads Caddy's heap profile after a GC, and keeps a copy
+// (DIR/coral-heap-N.txt, pprof's debug=1 text) when dir is not empty.
+func heapProfile(ctx context.Context, dir string, n int) (heapFigures, error) {
 	admin := netip.AddrPortFrom(caddyAddr, adminPort)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%v/debug/pprof/heap?gc=1&debug=1", admin), nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -506,7 +508,17 @@ func heapProfile(ctx context.Context) (heapFigures, error) {
 	if resp.StatusCode != http.StatusOK {
 		return heapFigures{}, fmt.Errorf("heap profile: %s", resp.Status)
 	}
-	return parseHeapProfile(resp.Body)
+	if dir == "" {
+		return parseHeapProfile(resp.Body)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return heapFigures{}, fmt.Errorf("heap profile: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("coral-heap-%d.txt", n)), b, 0o644); err != nil {
+		return heapFigures{}, err
+	}
+	return parseHeapProfile(bytes.NewReader(b))
 }
 
 // parseHeapProfile reads a heap profile in pprof's debug=1 text form: a

@@ -56,6 +56,8 @@ type params struct {
 	Out         string   `json:"-"`
 	Install     bool     `json:"-"`
 	Dir         string   `json:"-"`
+	// HeapProfiles is where Caddy's heap profiles are kept (empty: not).
+	HeapProfiles string `json:"-"`
 }
 
 func main() {
@@ -68,6 +70,7 @@ func main() {
 	flag.StringVar(&p.Varnishd, "varnishd", "varnishd", "the varnishd binary")
 	flag.StringVar(&p.Out, "out", evalrun.ResultsDir, "directory for scale.json (empty: none)")
 	flag.BoolVar(&p.Install, "install", true, "install nginx and Varnish when missing and running as root")
+	flag.StringVar(&p.HeapProfiles, "heap-profiles", "", "directory to keep Caddy's heap profile at each count in (pprof debug=1 text; empty: none)")
 	flag.StringVar(&p.Dir, "dir", "", "work directory for the caches (default: a temporary directory)")
 	flag.Parse()
 	p.ObjectBytes = objectBytes
