@@ -108,7 +108,7 @@ var (
 
 var coralDescs = []*prometheus.Desc{
 	descCacheBytes, descCacheMaxBytes, descCacheObjects, descCacheIndex, descDownloads, descCacheEvictions,
-	descDiskErrors, descDiskLimit,
+	descDiskErrors, descDiskLimit, descOffheap,
 	descReloadSuccess, descReloadTime, descReloadOKTime, descReloadFailures, descConfigInfo, descDraining,
 }
 
