@@ -37,7 +37,7 @@ type loadTracker struct {
 type keyLoad struct {
 	times    []int64 // ring of the last β+1 request times, ns since the tracker's epoch
 	next     int32
-	recorded int32 // request times in the ring, at most len(times)
+	recorded int32     // request times in the ring, at most len(times)
 	lastPass time.Time // last time this key was reported not loaded
 	lastSeen time.Time
 
