@@ -79,7 +79,7 @@ fuzz:
 			FuzzCheckCorefile FuzzECSOption FuzzParseCAA FuzzParseRRL; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./plugin/coredns || exit 1; \
 	done
-	for target in FuzzParseHost FuzzCacheKey FuzzNormalizeShortcuts FuzzOriginURL FuzzEscapeQuery FuzzCheckDomain; do \
+	for target in FuzzParseHost FuzzCacheKey FuzzParseCacheKey FuzzNormalizeShortcuts FuzzOriginURL FuzzEscapeQuery FuzzCheckDomain; do \
 		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) ./coralname || exit 1; \
 	done
 	for target in FuzzDecodeReference FuzzRequestThroughProxy FuzzLocalizeLocation FuzzTargetCache \

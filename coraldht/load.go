@@ -25,14 +25,19 @@ const (
 type loadTracker struct {
 	beta     int
 	interval time.Duration // minute/β: the leak spacing
+	// epoch is what request times are counted from (keyLoad.times): a
+	// node tracks up to MaxTrackedKeys keys, and a ring of β+1 int64s is a
+	// third of one of time.Time values.
+	epoch time.Time
 
 	mu   sync.Mutex
 	keys *boundedMap[levelKey, struct{}, *keyLoad]
 }
 
 type keyLoad struct {
-	times    []time.Time // ring of the last β+1 request times
-	next     int
+	times    []int64 // ring of the last β+1 request times, ns since the tracker's epoch
+	next     int32
+	recorded int32     // request times in the ring, at most len(times)
 	lastPass time.Time // last time this key was reported not loaded
 	lastSeen time.Time
 
@@ -59,13 +64,17 @@ type KeyLoad struct {
 }
 
 func newLoadTracker(beta, max int) *loadTracker {
-	return &loadTracker{beta: beta, interval: time.Minute / time.Duration(beta), keys: newBoundedMap[levelKey, struct{}, *keyLoad](max, 0)}
+	return &loadTracker{beta: beta, interval: time.Minute / time.Duration(beta), epoch: time.Now(), keys: newBoundedMap[levelKey, struct{}, *keyLoad](max, 0)}
 }
+
+// stamp is now as keyLoad.times keeps it (monotonic when now and the
+// epoch both carry a monotonic reading, as time.Now's do).
+func (t *loadTracker) stamp(now time.Time) int64 { return int64(now.Sub(t.epoch)) }
 
 func (t *loadTracker) entryLocked(lk levelKey, now time.Time) *keyLoad {
 	kl, ok := t.keys.get(lk)
 	if !ok {
-		kl = &keyLoad{times: make([]time.Time, t.beta+1), minute: now}
+		kl = &keyLoad{times: make([]int64, t.beta+1), minute: now}
 		t.keys.put(lk, struct{}{}, kl)
 	} else {
 		t.keys.touch(lk)
@@ -104,12 +113,13 @@ func (t *loadTracker) request(lk levelKey, kind requestKind, local bool, now tim
 		return false
 	}
 	kl.thisMin++
-	kl.times[kl.next] = now
-	kl.next = (kl.next + 1) % len(kl.times)
+	stamp := t.stamp(now)
+	kl.times[kl.next] = stamp
+	kl.next = (kl.next + 1) % int32(len(kl.times))
+	kl.recorded = min(kl.recorded+1, int32(len(kl.times)))
 	// The oldest of the last β+1 requests sits at next; all β+1 fall within
 	// the last minute exactly when it does.
-	oldest := kl.times[kl.next]
-	loaded := !oldest.IsZero() && now.Sub(oldest) < time.Minute
+	loaded := kl.recorded == int32(len(kl.times)) && time.Duration(stamp-kl.times[kl.next]) < time.Minute
 	if loaded && now.Sub(kl.lastPass) >= t.interval {
 		loaded = false // the leak
 	}
@@ -138,10 +148,9 @@ func (t *loadTracker) snapshot(lk levelKey, now time.Time) KeyLoad {
 	}
 	// Would one more request now be loaded? All of the last β requests in
 	// the last minute, and no leak due.
-	n := len(kl.times)
-	newest := kl.times[(kl.next+n-1)%n]
+	n := int32(len(kl.times))
 	oldestOfBeta := kl.times[(kl.next+1)%n]
-	out.Loaded = !newest.IsZero() && !oldestOfBeta.IsZero() && now.Sub(oldestOfBeta) < time.Minute && now.Sub(kl.lastPass) < t.interval
+	out.Loaded = kl.recorded >= n-1 && kl.recorded > 0 && time.Duration(t.stamp(now)-oldestOfBeta) < time.Minute && now.Sub(kl.lastPass) < t.interval
 	return out
 }
 

@@ -1,9 +1,11 @@
 package coraldht
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -489,4 +491,26 @@ func testStore(l, maxValues, maxKeys int) *store {
 func (s *store) putSelf(lk levelKey, data []byte, ttl time.Duration, now time.Time) (uint8, keyStatus, []wire.Value) {
 	r, after, before, _ := s.put(lk, data, ttl, now, holderID{})
 	return r, after, before
+}
+
+// BenchmarkLoadTrackerMemory fills a tracker to its default bound
+// (MaxTrackedKeys) with keys seen once each, as a proxy filling its cache
+// makes them, and reports the heap a tracked key takes.
+func BenchmarkLoadTrackerMemory(b *testing.B) {
+	cfg := DefaultConfig()
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		lt := newLoadTracker(cfg.Leak, cfg.MaxTrackedKeys)
+		for i := range cfg.MaxTrackedKeys {
+			var key ID
+			binary.BigEndian.PutUint64(key[:], uint64(i))
+			lt.request(levelKey{0, key}, kindGet, false, t0)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(cfg.MaxTrackedKeys), "B/key")
+		runtime.KeepAlive(lt)
+	}
 }

@@ -34,6 +34,35 @@ func CacheKey(scheme, host string, port int, path, rawQuery string) string {
 	return string(key[:])
 }
 
+// ParseCacheKey returns the 20 bytes a cache key (CacheKey's 40 lowercase
+// hex digits) spells, or false for any other string. It allocates
+// nothing: stores and tables keyed by objects call it on every hit.
+func ParseCacheKey(key string) (b [sha1.Size]byte, ok bool) {
+	if len(key) != 2*sha1.Size {
+		return b, false
+	}
+	for i := range b {
+		hi, lo := lowerHexValue[key[2*i]], lowerHexValue[key[2*i+1]]
+		if hi|lo > 0xf {
+			return b, false
+		}
+		b[i] = hi<<4 | lo
+	}
+	return b, true
+}
+
+// lowerHexValue maps a lowercase hex digit to its value, any other byte
+// to 0xff.
+var lowerHexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for i, c := range "0123456789abcdef" {
+		t[c] = byte(i)
+	}
+	return t
+}()
+
 // NormalizeURL returns the string CacheKey hashes, the scheme-relative
 // reference "//host[:port]/path[?query]" (RFC 3986 §4.2):
 //

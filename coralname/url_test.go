@@ -172,3 +172,38 @@ func FuzzNormalizeShortcuts(f *testing.F) {
 		}
 	})
 }
+
+// TestParseCacheKey: a key CacheKey made reads back as its SHA-1; anything
+// else (other lengths, upper case, other bytes) is refused.
+func TestParseCacheKey(t *testing.T) {
+	key := CacheKey("http", "www.example.com", 0, "/a.jpg", "")
+	b, ok := ParseCacheKey(key)
+	if want := sha1.Sum([]byte(NormalizeURL("http", "www.example.com", 0, "/a.jpg", ""))); !ok || b != want {
+		t.Errorf("ParseCacheKey(%s) = %x, %v; want %x", key, b, ok, want)
+	}
+	for _, bad := range []string{"", key[:39], key + "0", strings.ToUpper(key), "g" + key[1:], " " + key[1:]} {
+		if _, ok := ParseCacheKey(bad); ok {
+			t.Errorf("ParseCacheKey(%q) accepted", bad)
+		}
+	}
+}
+
+// FuzzParseCacheKey: ParseCacheKey accepts exactly 40 lowercase hex
+// digits, and what it returns encodes back to them.
+func FuzzParseCacheKey(f *testing.F) {
+	f.Add("0123456789abcdef0123456789abcdef01234567")
+	f.Add("0123456789ABCDEF0123456789abcdef01234567")
+	f.Add("")
+	f.Add("x0123456789abcdef0123456789abcdef0123456")
+	f.Fuzz(func(t *testing.T, s string) {
+		b, ok := ParseCacheKey(s)
+		_, err := hex.DecodeString(s)
+		want := len(s) == 40 && err == nil && s == strings.ToLower(s)
+		if ok != want {
+			t.Fatalf("ParseCacheKey(%q) ok = %v, want %v", s, ok, want)
+		}
+		if ok && hex.EncodeToString(b[:]) != s {
+			t.Fatalf("ParseCacheKey(%q) = %x", s, b)
+		}
+	})
+}

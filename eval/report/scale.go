@@ -23,6 +23,7 @@ type scaleResult struct {
 			IndexPerObj      float64 `json:"index_heap_bytes_per_object"`
 			RefsHeap         float64 `json:"references_heap_bytes"`
 			DHTHeap          float64 `json:"dsht_heap_bytes"`
+			OffheapPerObj    float64 `json:"offheap_bytes_per_object"`
 			DiskPerObj       float64 `json:"disk_bytes_per_object"`
 			InodesPerObj     float64 `json:"inodes_per_object"`
 			RestartSeconds   float64 `json:"restart_to_hit_seconds"`
@@ -60,18 +61,18 @@ func init() {
 					other = num(p.RefsHeap/float64(p.Objects), 0) + " / " + num(p.DHTHeap/float64(p.Objects), 0)
 				}
 				rows = append(rows, []string{s.Name, count(p.Objects), num(p.MissPerSecond, 0),
-					num(p.ResidentPerObj, 0), scaleOrDash(p.IndexBytesPerObj, b0) + " / " + scaleOrDash(p.IndexPerObj, b0), other, scaleOrDash(p.RestartResident, b0),
+					num(p.ResidentPerObj, 0), scaleOrDash(p.IndexBytesPerObj, b0) + " / " + scaleOrDash(p.IndexPerObj, b0), other, scaleOrDash(p.OffheapPerObj, b0), scaleOrDash(p.RestartResident, b0),
 					num(p.DiskPerObj, 0), num(p.InodesPerObj, 2),
 					scaleOrDash(p.RestartSeconds, b2) + " / " + scaleOrDash(p.KillRestartSecs, b2), p.Load})
 			}
 		}
 		return table([]string{"server", "objects", "misses/s (fill)", "resident B/object", "index B/object (store's count / heap profile)",
-			"references / DSHT B/object (heap profile)", "resident B/object after restart", "disk B/object", "inodes/object",
+			"references / DSHT B/object (heap profile)", "off-heap B/object (index and references)", "resident B/object after restart", "disk B/object", "inodes/object",
 			"restart to first hit s (SIGTERM / SIGKILL)", "load average"}, rows), nil
 	})
 
 	// scale.value FILE SERVER COUNT FIELD: one figure (misses, resident,
-	// index, disk, inodes, restart, kill-restart).
+	// index, offheap, disk, inodes, restart, kill-restart).
 	register("scale.value", func(c *results, args []string) (string, error) {
 		if err := needArgs(args, 4, "FILE SERVER COUNT FIELD"); err != nil {
 			return "", err
@@ -97,6 +98,8 @@ func init() {
 					return num(p.IndexBytesPerObj, 0), nil
 				case "index-heap":
 					return num(p.IndexPerObj, 0), nil
+				case "offheap":
+					return num(p.OffheapPerObj, 0), nil
 				case "disk":
 					return num(p.DiskPerObj, 0), nil
 				case "inodes":

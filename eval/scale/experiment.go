@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -78,17 +79,22 @@ type Point struct {
 	HeapInuseBytes   int64   `json:"heap_inuse_bytes,omitempty"`
 	// The other per-object state in Caddy's heap profile: coral_proxy's
 	// table of the DSHT references it renews, and the DSHT node's store.
-	RefsHeapBytes   int64   `json:"references_heap_bytes,omitempty"`
-	DHTHeapBytes    int64   `json:"dsht_heap_bytes,omitempty"`
-	DiskBytes       int64   `json:"disk_bytes"`
-	DiskPerObj      float64 `json:"disk_bytes_per_object"`
-	Inodes          int64   `json:"inodes"`
-	InodesPerObj    float64 `json:"inodes_per_object"`
-	OriginRequests  int64   `json:"origin_requests"`
-	RestartSeconds  float64 `json:"restart_to_hit_seconds,omitempty"`
-	KillRestartSecs float64 `json:"kill_restart_to_hit_seconds,omitempty"`
-	RestartResident float64 `json:"resident_bytes_per_object_after_restart,omitempty"`
-	Load            string  `json:"load"`
+	RefsHeapBytes int64 `json:"references_heap_bytes,omitempty"`
+	DHTHeapBytes  int64 `json:"dsht_heap_bytes,omitempty"`
+	// What coral_proxy maps outside the Go heap for its per-object tables
+	// (the index, the reference table: caddy_coral_offheap_bytes), which
+	// the heap profile does not see; resident as written.
+	OffheapBytes       int64   `json:"offheap_bytes,omitempty"`
+	OffheapBytesPerObj float64 `json:"offheap_bytes_per_object,omitempty"`
+	DiskBytes          int64   `json:"disk_bytes"`
+	DiskPerObj         float64 `json:"disk_bytes_per_object"`
+	Inodes             int64   `json:"inodes"`
+	InodesPerObj       float64 `json:"inodes_per_object"`
+	OriginRequests     int64   `json:"origin_requests"`
+	RestartSeconds     float64 `json:"restart_to_hit_seconds,omitempty"`
+	KillRestartSecs    float64 `json:"kill_restart_to_hit_seconds,omitempty"`
+	RestartResident    float64 `json:"resident_bytes_per_object_after_restart,omitempty"`
+	Load               string  `json:"load"`
 }
 
 // server is one cache under test.
@@ -178,7 +184,7 @@ func measure(ctx context.Context, s *server, o *origin, p params, log io.Writer)
 		pt.ResidentBytes = s.residentBytes()
 		pt.ResidentPerObj = float64(pt.ResidentBytes-sr.BaseRSS) / float64(n)
 		if s.name == "coral" {
-			hp, err := heapProfile(ctx)
+			hp, err := heapProfile(ctx, p.HeapProfiles, n)
 			if err != nil {
 				return nil, err
 			}
@@ -189,6 +195,10 @@ func measure(ctx context.Context, s *server, o *origin, p params, log io.Writer)
 				return nil, err
 			}
 			pt.IndexBytesPerObj = float64(pt.IndexBytes) / float64(n)
+			if pt.OffheapBytes, err = metric(ctx, "caddy_coral_offheap_bytes"); err != nil {
+				return nil, err
+			}
+			pt.OffheapBytesPerObj = float64(pt.OffheapBytes) / float64(n)
 		}
 		var err error
 		if pt.DiskBytes, pt.Inodes, err = diskUsage(s.cacheDir); err != nil {
@@ -494,8 +504,9 @@ type heapFigures struct {
 	index, refs, dsht, inuse int64
 }
 
-// heapProfile reads Caddy's heap profile after a GC.
-func heapProfile(ctx context.Context) (heapFigures, error) {
+// heapProfile reads Caddy's heap profile after a GC, and keeps a copy
+// (DIR/coral-heap-N.txt, pprof's debug=1 text) when dir is not empty.
+func heapProfile(ctx context.Context, dir string, n int) (heapFigures, error) {
 	admin := netip.AddrPortFrom(caddyAddr, adminPort)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%v/debug/pprof/heap?gc=1&debug=1", admin), nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -506,7 +517,17 @@ func heapProfile(ctx context.Context) (heapFigures, error) {
 	if resp.StatusCode != http.StatusOK {
 		return heapFigures{}, fmt.Errorf("heap profile: %s", resp.Status)
 	}
-	return parseHeapProfile(resp.Body)
+	if dir == "" {
+		return parseHeapProfile(resp.Body)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return heapFigures{}, fmt.Errorf("heap profile: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("coral-heap-%d.txt", n)), b, 0o644); err != nil {
+		return heapFigures{}, err
+	}
+	return parseHeapProfile(bytes.NewReader(b))
 }
 
 // parseHeapProfile reads a heap profile in pprof's debug=1 text form: a

@@ -15,7 +15,10 @@
 // takes (allocated blocks of its files and directories, st_blocks) and
 // its inodes, per object; for coral_proxy also the index's memory, read
 // from Caddy's heap profile (its admin endpoint's /debug/pprof/heap?gc=1:
-// the in-use bytes allocated under diskcache's index), and the time from
+// the in-use bytes allocated under diskcache's index; -heap-profiles DIR
+// keeps each profile), what its per-object tables map outside the Go heap
+// (caddy_coral_offheap_bytes: the index and the reference table, which
+// the heap profile does not see), and the time from
 // a restart of Caddy to its first hit, after a clean stop (SIGTERM) and
 // after SIGKILL, with the resident memory after the restart. nginx is
 // restarted too (its cache survives); Varnish's storage does not survive
@@ -56,6 +59,8 @@ type params struct {
 	Out         string   `json:"-"`
 	Install     bool     `json:"-"`
 	Dir         string   `json:"-"`
+	// HeapProfiles is where Caddy's heap profiles are kept (empty: not).
+	HeapProfiles string `json:"-"`
 }
 
 func main() {
@@ -68,6 +73,7 @@ func main() {
 	flag.StringVar(&p.Varnishd, "varnishd", "varnishd", "the varnishd binary")
 	flag.StringVar(&p.Out, "out", evalrun.ResultsDir, "directory for scale.json (empty: none)")
 	flag.BoolVar(&p.Install, "install", true, "install nginx and Varnish when missing and running as root")
+	flag.StringVar(&p.HeapProfiles, "heap-profiles", "", "directory to keep Caddy's heap profile at each count in (pprof debug=1 text; empty: none)")
 	flag.StringVar(&p.Dir, "dir", "", "work directory for the caches (default: a temporary directory)")
 	flag.Parse()
 	p.ObjectBytes = objectBytes

@@ -13,6 +13,7 @@ import (
 	"github.com/coralcdn/coral/internal/dhtmetrics"
 	"github.com/coralcdn/coral/module/caddy/abuse"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
+	"github.com/coralcdn/coral/module/caddy/internal/offheap"
 	"github.com/coralcdn/coral/module/caddy/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -87,6 +88,7 @@ var (
 	descDownloads      = metricDesc("downloads_in_progress", "Objects being written into the disk cache.")
 	descCacheEvictions = metricDesc("cache_evictions_total", "Complete objects evicted from the disk cache for room.")
 	descDiskErrors     = metricDesc("disk_write_errors_total", "Writes to the disk cache that the file system failed (ENOSPC, EDQUOT, EIO): the object was evicted for or relayed uncached.")
+	descOffheap        = metricDesc("offheap_bytes", "Memory mapped outside the Go heap for the per-object tables (the disk cache's index, the DSHT reference table): resident as it is written, not counted by go_memstats_*.")
 	descDiskLimit      = metricDesc("cache_disk_limit_bytes", "The disk cache's bound when its file system was found full below cache_size (0: cache_size applies).")
 )
 
@@ -106,7 +108,7 @@ var (
 
 var coralDescs = []*prometheus.Desc{
 	descCacheBytes, descCacheMaxBytes, descCacheObjects, descCacheIndex, descDownloads, descCacheEvictions,
-	descDiskErrors, descDiskLimit,
+	descDiskErrors, descDiskLimit, descOffheap,
 	descReloadSuccess, descReloadTime, descReloadOKTime, descReloadFailures, descConfigInfo, descDraining,
 }
 
@@ -210,6 +212,7 @@ func (c *coralCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descCacheEvictions, float64(sum.Evictions))
 		counter(descDiskErrors, float64(sum.DiskWriteErrors))
 		gauge(descDiskLimit, float64(sum.DiskLimitBytes))
+		gauge(descOffheap, float64(offheap.MappedBytes()))
 	}
 
 	collectReloads(ch)

@@ -343,6 +343,11 @@ func TestMetricsCollector(t *testing.T) {
 	if st.Bytes < int64(len("hello")+len("hello, world")) {
 		t.Errorf("store reports %d bytes", st.Bytes)
 	}
+	// The index's arrays are mapped outside the Go heap (on the heap under
+	// -race, where the gauge reads 0).
+	if got := gatherValues(t, reg, "caddy_coral_offheap_bytes"); len(got) != 1 || (!raceEnabled && got[""] < float64(st.IndexBytes)) {
+		t.Errorf("caddy_coral_offheap_bytes = %v, want one series of at least the index's %d bytes", got, st.IndexBytes)
+	}
 
 	nl := "node=" + addr
 	if got := gatherValues(t, reg, "caddy_coral_dht_joined"); len(got) != 1 || got[nl] != 1 {

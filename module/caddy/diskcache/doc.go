@@ -229,6 +229,19 @@
 // Walk, Range or Recent must report it. Writes in progress, few, are in a
 // map of their own.
 //
+// The chunks and the table are mapped outside the Go heap (anonymous
+// private mappings, package module/caddy/internal/offheap; the Go heap
+// where the system has no mmap, and under -race so the race detector
+// sees them). On the heap they cost about twice their size in resident
+// memory: the collector lets the heap grow to twice its live data before
+// it collects (GOGC=100), and a module running inside Caddy must not set
+// the process's GOGC or GOMEMLIMIT. Off the heap a page is resident once
+// written and no more, so resident memory follows the ~80 bytes per
+// object (Stats.IndexBytes, caddy_coral_offheap_bytes with the proxy's
+// reference table); measured at a million objects by eval/scale. They are
+// given back when the Store is garbage, not at Close: a Reader may
+// outlive Close and still note its end in its entry.
+//
 // Against the caches people run: nginx's keys_zone takes about 128 bytes
 // per key (an rbtree node and an LRU queue link with the key's MD5 and
 // the file's validity, size and lock counts, in shared memory); Traffic

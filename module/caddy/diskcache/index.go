@@ -5,6 +5,9 @@ import (
 	"encoding/hex"
 	"hash/maphash"
 	"unsafe"
+
+	"github.com/coralcdn/coral/coralname"
+	"github.com/coralcdn/coral/module/caddy/internal/offheap"
 )
 
 // The index: one fixed-size entry per complete object, in chunks of a
@@ -31,37 +34,14 @@ type objName struct {
 // nameOf returns the name of key.
 func nameOf(key string) objName {
 	var n objName
-	if len(key) == 2*nameLen && decodeLowerHex(&n.b, key) {
-		return n
+	if b, ok := coralname.ParseCacheKey(key); ok {
+		return objName{b: b}
 	}
 	sum := sha256.Sum256([]byte(key))
 	copy(n.b[:], sum[:nameLen])
 	n.hashed = true
 	return n
 }
-
-// decodeLowerHex decodes 40 lowercase hex digits into b (every Get does).
-func decodeLowerHex(b *[nameLen]byte, s string) bool {
-	for i := range nameLen {
-		hi, lo := hexValue[s[2*i]], hexValue[s[2*i+1]]
-		if hi|lo > 0xf {
-			return false
-		}
-		b[i] = hi<<4 | lo
-	}
-	return true
-}
-
-// hexValue maps a lowercase hex digit to its value, anything else to 0xff.
-var hexValue = func() (t [256]byte) {
-	for i := range t {
-		t[i] = 0xff
-	}
-	for i, c := range "0123456789abcdef" {
-		t[c] = byte(i)
-	}
-	return t
-}()
 
 // String is the name as files use it: the key for a 40-hex key, else "x"
 // and 40 hex digits. The two forms cannot collide ('x' is not a hex
@@ -136,15 +116,32 @@ const entryChunk = 4096
 
 // index maps names to entries. Guarded by Store.mu.
 type index struct {
-	seed   maphash.Seed
+	seed maphash.Seed
+	*indexArrays
+	free int32 // first free slot, -1 if none
+	n    int   // live entries
+}
+
+// indexArrays are the index's large arrays, outside the Go heap
+// (offheap.Make, see "Memory" in the package docs). They are given back
+// when the Store is gone (Open's cleanup), not at Close: a Reader may
+// outlive Close and still note its end in its entry.
+type indexArrays struct {
 	chunks []*[entryChunk]entry
-	free   int32   // first free slot, -1 if none
-	n      int     // live entries
 	table  []int32 // 1 + slot, 0 empty; linear probing, at most half full
 }
 
 func newIndex() index {
-	return index{seed: maphash.MakeSeed(), free: -1, table: make([]int32, 64)}
+	return index{seed: maphash.MakeSeed(), free: -1, indexArrays: &indexArrays{table: offheap.Make[int32](64)}}
+}
+
+// release gives the arrays back. Nothing may use them afterwards.
+func (a *indexArrays) release() {
+	for _, c := range a.chunks {
+		offheap.Free(c[:])
+	}
+	offheap.Free(a.table)
+	a.chunks, a.table = nil, nil
 }
 
 // at returns entry i (i >= 0).
@@ -176,7 +173,7 @@ func (x *index) add(n objName) *entry {
 		x.grow()
 	}
 	if x.free < 0 {
-		c := new([entryChunk]entry)
+		c := (*[entryChunk]entry)(offheap.Make[entry](entryChunk))
 		base := int32(len(x.chunks)) * entryChunk
 		x.chunks = append(x.chunks, c)
 		for i := entryChunk - 1; i >= 0; i-- {
@@ -202,12 +199,13 @@ func (x *index) place(e *entry) {
 
 func (x *index) grow() {
 	old := x.table
-	x.table = make([]int32, 2*len(old))
+	x.table = offheap.Make[int32](2 * len(old))
 	for _, t := range old {
 		if t != 0 {
 			x.place(x.at(t - 1))
 		}
 	}
+	offheap.Free(old)
 }
 
 // remove frees e's slot (e must be out of the LRU list).

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -208,6 +209,9 @@ func Open(o Options) (*Store, error) {
 		block: blockSize(dir), idx: newIndex(), writers: make(map[objName]*Writer),
 		head: -1, tail: -1,
 	}
+	// The index's arrays are outside the Go heap: give them back when the
+	// Store is unreachable (every Reader holds it).
+	runtime.AddCleanup(s, (*indexArrays).release, s.idx.indexArrays)
 	s.setBounds()
 	switch s.hotMax = o.HotMetaBytes; {
 	case s.hotMax == 0:

@@ -58,6 +58,39 @@
 // from other proxies) reaches the node through the adapter, not through
 // the proxy.
 //
+// # Memory
+//
+// What a proxy keeps per cached object is two fixed-size entries, both
+// outside the Go heap: diskcache's index entry (about 80 bytes, see that
+// package's "Memory") and the entry of References, the table of the DSHT
+// references to renew (refs.go). A node holds a reference for about every
+// object it caches, so that table is built like the index: 32-byte
+// entries without pointers (the key's 20 bytes, when to renew, the TTL,
+// and a state word: requested since the last put, negative, and which of
+// the proxy's (HTTP, DSHT) address pairs was put, a number into a short
+// list, since every reference of a proxy names the same addresses), in an
+// open-addressing table per shard (64 shards, linear probing, at most 3/4
+// full, grown by half), about 45 to 65 bytes per reference
+// (BenchmarkReferencesMemory). It was a sync.Map of key strings to
+// structs, about 240 bytes per reference on the heap and twice that
+// resident once the collector's headroom (GOGC=100) is counted; a module
+// must not change the GOGC or GOMEMLIMIT of the Caddy it runs in, so the
+// tables leave the heap instead (package module/caddy/internal/offheap:
+// anonymous mappings, resident as written, given back when the table is
+// garbage). A hit notes its request under its shard's read lock with one
+// atomic OR, the first time after a put only.
+//
+// The references could live in the index entries themselves (they are
+// per object and lapse with their object), at 8 bytes an object instead
+// of a second table; they are kept apart because a reference is per URL
+// and an index entry per stored variant, and because the renewal pass
+// would then hold the store's lock.
+//
+// What else grows in memory is bounded, whatever the number of objects:
+// the DSHT node's store (MaxKeys, MaxValues) and its per-key load counters
+// (MaxTrackedKeys), the hot metadata and the memory tier (16 MiB each by
+// default), the parsed-target cache.
+//
 // # Where what comes next goes
 //
 // Bounds per client or per origin on downloads and relays belong to the

@@ -1,0 +1,6 @@
+//go:build race
+
+package coralcaddy
+
+// raceEnabled: built with -race.
+const raceEnabled = true
