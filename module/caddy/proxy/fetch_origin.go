@@ -12,16 +12,12 @@ import (
 	"github.com/coralcdn/coral/coralname"
 )
 
-// fetchFromOrigin gets the object from the origin server. When the origin
-// redirects to the https form of the same URL, the proxy follows that
-// itself (verifying the certificate) instead of handing the redirect to the
-// client, which would loop through the Coralized name (httpsupgrade.go).
-func (p *Proxy) fetchFromOrigin(ctx context.Context, fr fetchRequest) (*http.Response, error) {
-	return p.fetchFromOriginWith(ctx, fr, nil)
-}
-
-// fetchFromOriginWith is fetchFromOrigin with a hook that adjusts the
-// request header (validators for a revalidation).
+// fetchFromOriginWith gets the object from the origin server, adjust (if
+// not nil) changing the request header (validators for a revalidation,
+// the neutral fields). When the origin redirects to the https form of the
+// same URL, the proxy follows that itself (verifying the certificate)
+// instead of handing the redirect to the client, which would loop through
+// the Coralized name (httpsupgrade.go).
 func (p *Proxy) fetchFromOriginWith(ctx context.Context, fr fetchRequest, adjust func(http.Header)) (*http.Response, error) {
 	ctx, addrBusy := p.countOriginAddr(ctx, fr.target.Host)
 	plain := fr.originURL()

@@ -24,9 +24,10 @@ func TestMakeZeroedAndWritable(t *testing.T) {
 		}
 		s[i].n = int64(i)
 		s[i].key[19] = byte(i)
+		s[i].flag = uint32(i) * 3
 	}
 	for i := range s {
-		if s[i].n != int64(i) || s[i].key[19] != byte(i) {
+		if s[i].n != int64(i) || s[i].key[19] != byte(i) || s[i].flag != uint32(i)*3 {
 			t.Fatalf("element %d reads back %+v", i, s[i])
 		}
 	}
