@@ -87,8 +87,8 @@ func init() {
 			return "", err
 		}
 		line("**Flash crowd** ([through real proxies](docs/evaluation.md#flash-crowd-through-real-proxies-paper-fig-4-and-5)): %s; a crowd on a URL "+
-			"that answers a bare 404 reached the origin %s times in %s requests (negative caching asks the origin once more, without the client's fields, before it keeps an error).",
-			strings.Join(fc, "; "), count(fe.Origin.ErrorFetches), count(fe.Totals.Requests))
+			"that answers a bare 404 reached the origin %s in %s requests (negative caching keeps the error a request without the client's fields gets, and the proxy fetches for everyone without them).",
+			strings.Join(fc, "; "), timesWord(fe.Origin.ErrorFetches), count(fe.Totals.Requests))
 
 		var conf struct {
 			Impls []struct {
@@ -128,4 +128,12 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
+}
+
+// timesWord is "once", or n and "times".
+func timesWord(n int) string {
+	if n == 1 {
+		return "once"
+	}
+	return count(n) + " times"
 }
