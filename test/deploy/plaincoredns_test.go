@@ -43,7 +43,7 @@ func TestPlainCoreDNSQuiet(t *testing.T) {
 		labconf.D("log"),
 		labconf.D("prometheus", addr+":9153"),
 	))
-	body := scrapeCoreDNS(t, bin, plain, addr)
+	body := scrapeCoreDNS(t, bin, plain, addr, "coredns_build_info")
 	if lines := grepPrefix(body, "coredns_coral_"); lines != "" {
 		t.Errorf("a Corefile without coral exports coral series:\n%s", lines)
 	}
@@ -93,7 +93,7 @@ func TestPlainCoreDNSQuiet(t *testing.T) {
 		labconf.CoralPlugin{Zone: "nyucd.test", Node: labconf.Node{Listen: netip.AddrPortFrom(netip.MustParseAddr(addr), 4000)}}.Directive(),
 		labconf.D("prometheus", addr+":9153"),
 	))
-	body = scrapeCoreDNS(t, bin, withCoral, addr)
+	body = scrapeCoreDNS(t, bin, withCoral, addr, `coredns_coral_draining{node="`+addr+`:4000"}`)
 	for _, want := range []string{"coredns_coral_reload_success 1", `coredns_coral_draining{node="` + addr + `:4000"} 0`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("with coral, the metrics lack %q:\n%s", want, grepPrefix(body, "coredns_coral_"))
@@ -103,7 +103,11 @@ func TestPlainCoreDNSQuiet(t *testing.T) {
 
 // scrapeCoreDNS runs bin/coredns on corefile until its metrics answer, and
 // returns them.
-func scrapeCoreDNS(t *testing.T, bin, corefile, addr string) string {
+// scrapeCoreDNS starts bin on corefile and returns its first scrape of
+// the metrics at addr:9153 that holds ready: CoreDNS serves the metrics
+// from its prometheus plugin's start-up, which may come before other
+// plugins' (coral's sets its gauges in its own OnStartup).
+func scrapeCoreDNS(t *testing.T, bin, corefile, addr, ready string) string {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "Corefile")
@@ -128,7 +132,7 @@ func scrapeCoreDNS(t *testing.T, bin, corefile, addr string) string {
 		}
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if err == nil && resp.StatusCode == http.StatusOK && strings.Contains(string(b), "coredns_build_info") {
+		if err == nil && resp.StatusCode == http.StatusOK && strings.Contains(string(b), "coredns_build_info") && strings.Contains(string(b), ready) {
 			return string(b)
 		}
 		last = fmt.Errorf("%s, %v", resp.Status, err)

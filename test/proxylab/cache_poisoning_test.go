@@ -79,6 +79,11 @@ func TestCachePoisoningByRequest(t *testing.T) {
 		case r.URL.Path == "/provoked":
 			http.NotFound(w, r) // no Cache-Control: a request could have provoked it
 			return
+		case r.URL.Path == "/negotiates":
+			w.Header().Set("Cache-Control", "max-age=3600")
+			w.Header().Set("Vary", "User-Agent")
+			io.WriteString(w, "negotiated")
+			return
 		case r.URL.Path == "/ua":
 			w.Header().Set("Cache-Control", "max-age=3600")
 			w.Header().Set("Vary", "User-Agent")
@@ -102,6 +107,15 @@ func TestCachePoisoningByRequest(t *testing.T) {
 	host := o.coralHost()
 
 	t.Run("a 403 without freshness reaches the scanner only", func(t *testing.T) {
+		// A fetch for everyone goes without the client's fields until the
+		// origin shows it looks at them (module/caddy/proxy/neutral.go):
+		// a first scanner request would not reach the origin's filter as
+		// a scanner at all. This origin negotiates on User-Agent, so the
+		// proxy asks it with the client's fields from here on.
+		if resp, _ := rawGet(t, p, "/negotiates", host, "User-Agent", chromeUA); resp.StatusCode != http.StatusOK {
+			t.Fatalf("/negotiates: %d", resp.StatusCode)
+		}
+		waitDownloads(t, p)
 		if resp, _ := rawGet(t, p, "/", host, "User-Agent", "sqlmap/1.8"); resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("scanner: %d, want the origin's 403", resp.StatusCode)
 		}
