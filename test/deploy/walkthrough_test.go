@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +20,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/coralcdn/coral/internal/lab/labconf"
 )
 
 // The lab's addresses, in 127.0.145.0/24: three nodes, their management
@@ -43,43 +43,12 @@ var walkthroughSteps = []string{"settings", "install", "key", "install-key", "co
 var labMounts = []string{"/etc/coral", "/var/lib/coral-dns", "/var/lib/coral-proxy", "/var/cache/coral-proxy",
 	"/run/coral", "/run/coral-proxy", "/run/coral-lab"}
 
-var walkthroughMarker = regexp.MustCompile(`^<!-- walkthrough: ([a-z-]+) -->$`)
-
 // guideBlocks returns the fenced blocks of docs/operations.md marked with
 // `<!-- walkthrough: NAME -->` on the line before their fence.
 func guideBlocks(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := os.Open(repoFile(t, "docs/operations.md"))
+	blocks, err := labconf.MarkedBlocks(repoFile(t, "docs/operations.md"), "walkthrough")
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	blocks := map[string]string{}
-	sc := bufio.NewScanner(f)
-	name, in := "", false
-	var body []string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case in && line == "```":
-			if _, dup := blocks[name]; dup {
-				t.Fatalf("walkthrough block %q twice", name)
-			}
-			blocks[name] = strings.Join(body, "\n") + "\n"
-			name, in, body = "", false, nil
-		case in:
-			body = append(body, line)
-		case name != "" && strings.HasPrefix(line, "```"):
-			in = true
-		case name != "":
-			t.Fatalf("walkthrough block %q: the marker is not right before a fence", name)
-		default:
-			if m := walkthroughMarker.FindStringSubmatch(line); m != nil {
-				name = m[1]
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
 	var names []string

@@ -3,7 +3,6 @@
 package identitylab
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,38 +43,13 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-var blockMarker = regexp.MustCompile(`^<!-- identity: ([a-z-]+) -->$`)
-
 // guideBlocks returns the command blocks of docs/operations.md marked
 // `<!-- identity: NAME -->` on the line before their fence.
 func guideBlocks(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := os.Open(filepath.Join(repoRoot(t), "docs/operations.md"))
+	blocks, err := labconf.MarkedBlocks(filepath.Join(repoRoot(t), "docs/operations.md"), "identity")
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	blocks := map[string]string{}
-	name, in := "", false
-	var body []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case in && line == "```":
-			blocks[name] = strings.Join(body, "\n") + "\n"
-			name, in, body = "", false, nil
-		case in:
-			body = append(body, line)
-		case name != "" && strings.HasPrefix(line, "```"):
-			in = true
-		case name != "":
-			t.Fatalf("identity block %q: the marker is not right before a fence", name)
-		default:
-			if m := blockMarker.FindStringSubmatch(line); m != nil {
-				name = m[1]
-			}
-		}
 	}
 	for _, want := range []string{"init", "issue", "revoke"} {
 		if blocks[want] == "" {

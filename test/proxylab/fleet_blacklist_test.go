@@ -1,7 +1,6 @@
 package proxylab
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,8 +42,6 @@ const (
 	fetchAllowance = time.Second
 )
 
-var blacklistMarker = regexp.MustCompile(`^<!-- blacklist: ([a-z-]+) -->$`)
-
 // blacklistGuideBlocks returns docs/operations.md's blocks marked
 // `<!-- blacklist: NAME -->` on the line before their fence: the
 // operator's commands, which this lab runs as written.
@@ -55,32 +51,9 @@ func blacklistGuideBlocks(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(root, "docs/operations.md"))
+	blocks, err := labconf.MarkedBlocks(filepath.Join(root, "docs/operations.md"), "blacklist")
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	blocks := map[string]string{}
-	name, in := "", false
-	var body []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case in && line == "```":
-			blocks[name] = strings.Join(body, "\n") + "\n"
-			name, in, body = "", false, nil
-		case in:
-			body = append(body, line)
-		case name != "" && strings.HasPrefix(line, "```"):
-			in = true
-		case name != "":
-			t.Fatalf("blacklist block %q: the marker is not right before a fence", name)
-		default:
-			if m := blacklistMarker.FindStringSubmatch(line); m != nil {
-				name = m[1]
-			}
-		}
 	}
 	for _, want := range []string{"keygen", "sign", "publish", "check"} {
 		if blocks[want] == "" {
