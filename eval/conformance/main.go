@@ -102,9 +102,12 @@ func selectCaches(list string) ([]cache, error) {
 
 // implReport is one implementation's result file.
 type implReport struct {
-	Name    string `json:"implementation"`
-	Label   string `json:"label"`
-	Version string `json:"version,omitempty"`
+	// Provenance is the run's, as in summary.json (where each
+	// implementation's leaves it out).
+	Provenance *evalrun.Provenance `json:"provenance,omitempty"`
+	Name       string              `json:"implementation"`
+	Label      string              `json:"label"`
+	Version    string              `json:"version,omitempty"`
 	// Skipped says why the implementation did not run.
 	Skipped string `json:"skipped,omitempty"`
 	Date    string `json:"date,omitempty"`
@@ -187,21 +190,25 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		reports = append(reports, r)
-		if outDir != "" && r.Skipped == "" {
-			if err := writeJSON(filepath.Join(outDir, c.name+".json"), r); err != nil {
-				return err
-			}
-		}
 	}
 	printTable(os.Stdout, reports, tests, o.verbose)
 	if outDir == "" {
 		return nil
 	}
+	// Every file of the run, written at its end, carries its provenance.
+	sum.Provenance.Finish()
+	for i, c := range chosen {
+		if r := reports[i]; r.Skipped == "" {
+			r.Provenance = sum.Provenance
+			if err := writeJSON(filepath.Join(outDir, c.name+".json"), r); err != nil {
+				return err
+			}
+		}
+	}
 	for _, r := range reports {
 		r.Results, r.ClientOutput = nil, nil
 		sum.Results = append(sum.Results, r)
 	}
-	sum.Provenance.Finish()
 	if err := writeJSON(filepath.Join(outDir, "summary.json"), sum); err != nil {
 		return err
 	}

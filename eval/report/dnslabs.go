@@ -10,7 +10,7 @@ import (
 // The DNS figures the plugin README quotes from the labs' own tests:
 // test/resolverlab's TestProofPerResolver (resolver-proofs.json) and
 // test/nodelab's TestRestartAnswersAtOnce (restart.json). They are written
-// by go test, not by an eval program, so they are not in experiments.
+// by go test, not by an eval program (experiments lists them with Test).
 
 func init() {
 	// resolverproofs.table: how each resolver's queries proved their

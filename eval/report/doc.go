@@ -54,22 +54,36 @@
 //     step 4. Run `go run ./eval/report` to fill them and `go test
 //     ./eval/report` to check.
 //
-// Two kinds of file stand outside that recipe. eval/wan writes a
+// Two kinds of file stand apart from that recipe. eval/wan writes a
 // provenance block of its own (clean_tree, command_line,
 // machine_busy_cores, a note), which fileInfo reads beside
 // evalrun.Provenance's fields. docs/eval/resolver-proofs.json and
-// docs/eval/restart.json are written by lab tests (test/resolverlab,
-// test/nodelab), not by an eval program: the plugin README's regions read
-// them (dnslabs.go), but the registry does not list them, and a
-// regeneration does not run them.
+// docs/eval/restart.json are written by lab tests (test/resolverlab's
+// TestProofPerResolver, test/nodelab's TestRestartAnswersAtOnce) when an
+// environment variable names the file: their registry entries give the
+// test (Test) and the variable (Env), the documents show the go test
+// command (evalrun.TestCommandLine) and a regeneration runs it, and the
+// tests record the same provenance through eval/labresult (eval/internal
+// is out of test/'s reach). An experiment that writes more than one file
+// lists the others in Also (eval/conformance: one file per
+// implementation beside summary.json, each with the run's provenance);
+// TestEveryResultFileListed fails when a JSON file under docs/eval has no
+// entry.
 //
 // # Regenerating every file
 //
 // `make eval` (`go run ./eval/report -regenerate`, after building the
 // binaries) runs every experiment of the registry from a clean tree, one
-// after the other, each writing its file with its provenance, then
+// after the other, each writing its files with their provenance, then
 // rewrites the documents. -kind virtual runs the simulations only, -kind
-// real the experiments with real processes, -only some files. The
-// regeneration refuses a tree with changes outside docs/eval, and checks
-// that each file it ran was written by this run of this commit.
+// real the experiments with real processes, -only some files or packages
+// (eval/hotspot, test/nodelab). The regeneration refuses a tree with
+// changes outside docs/eval, checks that each file it ran was written by
+// this run of this commit, and at the end that every selected file is
+// this commit's from a clean tree. -resume skips the experiments whose
+// files are already this commit's from a clean tree, so a regeneration
+// split over sittings (-kind virtual one day, -kind real the next, or a
+// run stopped half-way) goes on where it stopped; -keep-going goes on
+// past a failed experiment; -n prints what would run, checks the
+// environment the commands need, and runs nothing.
 package main

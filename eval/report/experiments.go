@@ -3,7 +3,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 )
 
 // experiment is one committed result file and the command that writes it.
@@ -11,8 +14,17 @@ import (
 // runs them, so what a reader is told to run is what made the figures.
 type experiment struct {
 	File    string   // under docs/eval
-	Program string   // eval/PROG
+	Program string   // eval/PROG; a lab test's package (test/nodelab)
 	Args    []string // after go run ./eval/PROG; $NAME is taken from the environment
+	// Also are the other files under docs/eval the run writes, each with
+	// the run's provenance (eval/conformance's per-implementation files).
+	Also []string
+	// Test, for a file a lab test writes: the test's name. It runs as
+	// evalrun.TestCommandLine(Program, Test, Env...), which it records.
+	Test string
+	// Env are the environment variables the run is given, NAME=value (a
+	// lab test's file name).
+	Env []string
 	// Data is true when the run needs the WonderProxy matrix
 	// (CORAL_RTT_DATA).
 	Data bool
@@ -68,18 +80,26 @@ var experiments = []experiment{
 	{File: "slices.json", Program: "slices", Needs: "bin/caddy, 4 GiB of disk"},
 	{File: "chaos/chaos.json", Program: "chaos", Needs: "root, bin/caddy, bin/coredns, nftables"},
 	{File: "conformance/summary.json", Program: "conformance", Args: []string{"-suite", "$CACHE_TESTS_DIR"},
+		Also:  []string{"conformance/coral.json", "conformance/nginx.json", "conformance/squid.json", "conformance/trafficserver.json"},
 		Needs: "root, bin/caddy, Node.js, a cache-tests clone named by CACHE_TESTS_DIR"},
 	// eval/wan's figure run, then the DSHT alone: the longest runs, last.
 	// -mode recompare (the models and the comparison again, from
 	// wan.json's raw data) is not listed: a fresh run computes them.
 	{File: "wan.json", Program: "wan", Needs: "root, bin/coredns, bin/caddy, internal/lab/wan/install-deps.sh"},
 	{File: "wan-dht.json", Program: "wan", Args: []string{"-mode", "dht", "-dht-sizes", "100,200,400"}, Needs: "root, internal/lab/wan/install-deps.sh"},
+
+	// The plugin README's two tables come from the labs' own tests, which
+	// write their file when the variable names it.
+	{File: "resolver-proofs.json", Program: "test/resolverlab", Test: "TestProofPerResolver", Env: []string{"RESOLVERLAB_PROOFS=docs/eval/resolver-proofs.json"},
+		Needs: "root, bin/coredns, Debian's resolvers (test/resolverlab/install-deps.sh)"},
+	{File: "restart.json", Program: "test/nodelab", Test: "TestRestartAnswersAtOnce", Env: []string{"NODELAB_RESULTS=docs/eval/restart.json"},
+		Needs: "bin/coredns, bin/caddy"},
 }
 
 // experimentFor returns the registry entry of a result file.
 func experimentFor(file string) (experiment, error) {
 	for _, e := range experiments {
-		if e.File == file {
+		if slices.Contains(e.files(), file) {
 			return e, nil
 		}
 	}
@@ -90,9 +110,26 @@ func experimentFor(file string) (experiment, error) {
 // commands the documents show.
 const dataPlaceholder = "/path/to/wonderproxy-2020-07"
 
+// files are the result files the run writes.
+func (e experiment) files() []string { return append([]string{e.File}, e.Also...) }
+
+// source is the package that runs: eval/PROG, or a lab test's package.
+func (e experiment) source() string {
+	if e.Test != "" {
+		return e.Program
+	}
+	return "eval/" + e.Program
+}
+
 // commandLine is the command as the documents show it.
 func (e experiment) commandLine() string {
+	if e.Test != "" {
+		return evalrun.TestCommandLine(e.Program, e.Test, e.Env...)
+	}
 	var b strings.Builder
+	for _, kv := range e.Env {
+		b.WriteString(shellQuote(kv) + " ")
+	}
 	if e.Data {
 		b.WriteString("CORAL_RTT_DATA=" + dataPlaceholder + " ")
 	}
@@ -106,6 +143,9 @@ func (e experiment) commandLine() string {
 // argv is the command to run, with $NAME arguments taken from the
 // environment; an unset one is an error naming it.
 func (e experiment) argv() ([]string, error) {
+	if e.Test != "" {
+		return []string{"go", "test", "-count=1", "-run", e.Test, "-v", "./" + e.Program}, nil
+	}
 	out := []string{"go", "run", "./eval/" + e.Program}
 	for _, a := range e.Args {
 		if name, ok := strings.CutPrefix(a, "$"); ok {

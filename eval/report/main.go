@@ -37,13 +37,15 @@ func main() {
 	only := flag.String("only", "", "-regenerate: result files (hotspot.json) or programs (eval/hotspot), comma-separated")
 	kind := flag.String("kind", "all", "-regenerate: virtual, real or all")
 	keepGoing := flag.Bool("keep-going", false, "-regenerate: go on after an experiment fails")
+	resume := flag.Bool("resume", false, "-regenerate: skip the experiments whose files this commit already wrote from a clean tree (a second sitting goes on where the first stopped)")
+	dryRun := flag.Bool("n", false, "-regenerate: print what would run (and what -resume skips), check the environment, run nothing and write no document")
 	resultsDir := flag.String("results", "", "read the result files from this directory instead of docs/eval (to preview other runs' figures)")
 	flag.Parse()
 	root, err := evalrun.RepoRoot()
 	if err == nil && *regen {
-		err = regenerate(root, *only, *kind, *keepGoing)
+		err = regenerate(root, regenOptions{only: *only, kind: *kind, keepGoing: *keepGoing, resume: *resume, dryRun: *dryRun})
 	}
-	if err == nil {
+	if err == nil && !*dryRun {
 		dir := *resultsDir
 		if dir == "" {
 			dir = filepath.Join(root, filepath.FromSlash(evalrun.ResultsDir))
@@ -136,15 +138,16 @@ func clip(s string) string {
 	return s
 }
 
-// regenerate runs the selected experiments from a clean tree, one after
-// the other, each writing its result file under docs/eval.
-func regenerate(root, only, kind string, keepGoing bool) error {
-	commit, dirty, err := evalrun.TreeState(root)
-	if err != nil {
-		return fmt.Errorf("reading the tree's state: %w", err)
-	}
-	if len(dirty) > 0 {
-		return fmt.Errorf("the tree has changes outside %s (%s): commit them first, so the results name the commit that made them", evalrun.ResultsDir, strings.Join(dirty, ", "))
+// regenOptions are -regenerate's flags.
+type regenOptions struct {
+	only, kind                string
+	keepGoing, resume, dryRun bool
+}
+
+// pick is the registry's experiments that -only and -kind select.
+func pick(only, kind string) ([]experiment, error) {
+	if kind != "all" && kind != "virtual" && kind != "real" {
+		return nil, fmt.Errorf("-kind %q: want virtual, real or all", kind)
 	}
 	var picked []experiment
 	names := strings.FieldsFunc(only, func(r rune) bool { return r == ',' || r == ' ' })
@@ -152,41 +155,86 @@ func regenerate(root, only, kind string, keepGoing bool) error {
 		switch {
 		case kind == "virtual" && !e.Virtual, kind == "real" && e.Virtual:
 			continue
-		case kind != "all" && kind != "virtual" && kind != "real":
-			return fmt.Errorf("-kind %q: want virtual, real or all", kind)
-		case len(names) > 0 && !slices.Contains(names, e.File) && !slices.Contains(names, "eval/"+e.Program):
+		case len(names) > 0 && !slices.Contains(names, e.source()) && !slices.ContainsFunc(e.files(), func(f string) bool { return slices.Contains(names, f) }):
 			continue
 		}
 		picked = append(picked, e)
 	}
 	if len(picked) == 0 {
-		return fmt.Errorf("no experiment selected by -only %q -kind %s", only, kind)
+		return nil, fmt.Errorf("no experiment selected by -only %q -kind %s", only, kind)
 	}
+	return picked, nil
+}
+
+// writtenBy says why e's files are not all the work of a run of commit
+// from a clean tree started no earlier than since (zero: any time), or
+// nil when they are.
+func writtenBy(c *results, e experiment, commit string, since time.Time) error {
+	var errs []error
+	for _, f := range e.files() {
+		fi, err := c.info(f)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case fi.Provenance == nil || fi.Provenance.Commit != commit || !fi.Provenance.Clean:
+			errs = append(errs, fmt.Errorf("%s was not written by commit %s from a clean tree", f, shortCommit(commit)))
+		case !since.IsZero() && startedBefore(fi.Provenance.Started, since):
+			errs = append(errs, fmt.Errorf("%s was not written by this run (it started %s)", f, fi.Provenance.Started))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// regenerate runs the selected experiments from a clean tree, one after
+// the other, each writing its result files under docs/eval. With resume
+// it skips those whose files this commit already wrote from a clean tree;
+// with dryRun it says what it would run.
+func regenerate(root string, o regenOptions) error {
+	commit, dirty, err := evalrun.TreeState(root)
+	if err != nil {
+		return fmt.Errorf("reading the tree's state: %w", err)
+	}
+	if len(dirty) > 0 {
+		return fmt.Errorf("the tree has changes outside %s (%s): commit them first, so the results name the commit that made them", evalrun.ResultsDir, strings.Join(dirty, ", "))
+	}
+	picked, err := pick(o.only, o.kind)
+	if err != nil {
+		return err
+	}
+	var missing []error
 	for _, e := range picked {
 		if e.Data && os.Getenv(evalrun.EnvRTTData) == "" {
-			return fmt.Errorf("%s needs the WonderProxy matrix: set %s", e.File, evalrun.EnvRTTData)
+			missing = append(missing, fmt.Errorf("%s needs the WonderProxy matrix: set %s", e.File, evalrun.EnvRTTData))
 		}
 		if _, err := e.argv(); err != nil {
-			return err
+			missing = append(missing, err)
 		}
 	}
+	if err := errors.Join(missing...); err != nil {
+		return err
+	}
+	resultsDir := filepath.Join(root, filepath.FromSlash(evalrun.ResultsDir))
 	var failed []string
 	for i, e := range picked {
 		argv, _ := e.argv()
+		if o.resume && writtenBy(newResults(resultsDir), e, commit, time.Time{}) == nil {
+			fmt.Printf("=== [%d/%d] %s: already written by %s from a clean tree, skipped (-resume)\n", i+1, len(picked), e.File, shortCommit(commit))
+			continue
+		}
 		fmt.Printf("\n=== [%d/%d] %s: %s\n", i+1, len(picked), e.File, e.commandLine())
+		if o.dryRun {
+			fmt.Printf("    argv %q, env %q, in %s\n", argv, e.Env, root)
+			continue
+		}
 		began := time.Now()
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stdout, os.Stderr
+		cmd.Env = append(os.Environ(), e.Env...)
 		runErr := cmd.Run()
-		c := newResults(filepath.Join(root, filepath.FromSlash(evalrun.ResultsDir)))
-		fi, err := c.info(e.File)
-		switch {
-		case err != nil:
+		if err := writtenBy(newResults(resultsDir), e, commit, began); err != nil {
 			runErr = errors.Join(runErr, err)
-		case fi.Provenance == nil || fi.Provenance.Commit != commit || !fi.Provenance.Clean || startedBefore(fi.Provenance.Started, began):
-			runErr = errors.Join(runErr, fmt.Errorf("%s was not written by this run of commit %s from a clean tree", e.File, shortCommit(commit)))
-		case runErr != nil:
-			// The file is this run's: an experiment whose acceptance
+		} else if runErr != nil {
+			// The files are this run's: an experiment whose acceptance
 			// failed still writes its results, which are what they are.
 			fmt.Printf("=== %s: %v; its results were written and are kept\n", e.File, runErr)
 			runErr = nil
@@ -194,13 +242,28 @@ func regenerate(root, only, kind string, keepGoing bool) error {
 		fmt.Printf("=== %s: %v wall\n", e.File, time.Since(began).Round(time.Second))
 		if runErr != nil {
 			failed = append(failed, fmt.Sprintf("%s: %v", e.File, runErr))
-			if !keepGoing {
+			if !o.keepGoing {
 				break
 			}
 		}
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("regeneration incomplete:\n  %s", strings.Join(failed, "\n  "))
+	}
+	if o.dryRun {
+		return nil
+	}
+	// The end: every selected file, run now or in an earlier sitting, is
+	// this commit's from a clean tree, and the tree is still that commit.
+	var errs []error
+	if now, dirty, err := evalrun.TreeState(root); err != nil || now != commit || len(dirty) > 0 {
+		errs = append(errs, fmt.Errorf("the tree moved during the run: HEAD %s, changes %q (%v)", shortCommit(now), dirty, err))
+	}
+	for _, e := range picked {
+		errs = append(errs, writtenBy(newResults(resultsDir), e, commit, time.Time{}))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("regeneration incomplete: %w", err)
 	}
 	return nil
 }

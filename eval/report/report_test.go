@@ -234,6 +234,10 @@ func TestExperimentFlags(t *testing.T) {
 	root := repoRoot(t)
 	defined := map[string]map[string]bool{}
 	for _, e := range experiments {
+		if e.Test != "" {
+			checkLabTest(t, root, e)
+			continue
+		}
 		if defined[e.Program] == nil {
 			defined[e.Program] = programFlags(t, filepath.Join(root, "eval", e.Program))
 		}
@@ -252,6 +256,46 @@ func TestExperimentFlags(t *testing.T) {
 		if picksTopology && e.Data != slices.Contains(e.Args, "wonderproxy") && e.Data != slices.Contains(e.Args, "both") {
 			t.Errorf("%s: needs the data set %v, but its topology arguments say otherwise: %q", e.File, e.Data, e.Args)
 		}
+	}
+}
+
+// checkLabTest: a lab test's entry names a test its package defines, and
+// the variables it sets are ones the package reads, with the file's name.
+func checkLabTest(t *testing.T, root string, e experiment) {
+	t.Helper()
+	dir := filepath.Join(root, filepath.FromSlash(e.Program))
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src strings.Builder
+	for _, ent := range ents {
+		if strings.HasSuffix(ent.Name(), "_test.go") {
+			b, err := os.ReadFile(filepath.Join(dir, ent.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			src.Write(b)
+		}
+	}
+	if !strings.Contains(src.String(), "\nfunc "+e.Test+"(t *testing.T) {") {
+		t.Errorf("%s: %s defines no %s", e.File, e.Program, e.Test)
+	}
+	if regexp.MustCompile(`\nfunc ` + e.Test + `[A-Za-z0-9_]`).MatchString(src.String()) {
+		t.Errorf("%s: -run %s also runs another test of %s", e.File, e.Test, e.Program)
+	}
+	names := 0
+	for _, kv := range e.Env {
+		name, value, _ := strings.Cut(kv, "=")
+		if !strings.Contains(src.String(), strconv.Quote(name)) {
+			t.Errorf("%s: %s does not read %s", e.File, e.Program, name)
+		}
+		if value == evalrun.ResultsDir+"/"+e.File {
+			names++
+		}
+	}
+	if names != 1 {
+		t.Errorf("%s: no variable of %q names %s/%s", e.File, e.Env, evalrun.ResultsDir, e.File)
 	}
 }
 
@@ -316,7 +360,14 @@ func TestExperimentCommands(t *testing.T) {
 	if err != nil || !slices.Equal(argv, []string{"go", "run", "./eval/hotspot", "-seeds", "1 2 3", "-suite", "/a b"}) {
 		t.Errorf("argv = %q, %v", argv, err)
 	}
-	for _, f := range []string{"hotspot.json", "endtoend-wonderproxy.json", "chaos/chaos.json"} {
+	lab := experiment{File: "restart.json", Program: "test/nodelab", Test: "TestRestartAnswersAtOnce", Env: []string{"NODELAB_RESULTS=docs/eval/restart.json"}}
+	if got, want := lab.commandLine(), "NODELAB_RESULTS=docs/eval/restart.json go test -count=1 -run TestRestartAnswersAtOnce -v ./test/nodelab"; got != want {
+		t.Errorf("a lab test's commandLine = %q, want %q", got, want)
+	}
+	if argv, err := lab.argv(); err != nil || !slices.Equal(argv, []string{"go", "test", "-count=1", "-run", "TestRestartAnswersAtOnce", "-v", "./test/nodelab"}) {
+		t.Errorf("a lab test's argv = %q, %v", argv, err)
+	}
+	for _, f := range []string{"hotspot.json", "endtoend-wonderproxy.json", "chaos/chaos.json", "conformance/squid.json", "resolver-proofs.json"} {
 		if _, err := experimentFor(f); err != nil {
 			t.Error(err)
 		}

@@ -41,6 +41,7 @@ var (
 	walkMarkerRE  = regexp.MustCompile(`^[ \t]*<!-- walkthrough: ([a-z-]+) -->[ \t]*$`)
 	identMarkerRE = regexp.MustCompile(`^[ \t]*<!-- identity: ([a-z-]+) -->[ \t]*$`)
 	blackMarkerRE = regexp.MustCompile(`^[ \t]*<!-- blacklist: ([a-z-]+) -->[ \t]*$`)
+	reportRE      = regexp.MustCompile(`^[ \t]*<!-- report:[^>]* -->[ \t]*$`) // eval/report's region opening
 	skipDirsWalks = []string{".git", "bin", "node_modules", "work"}
 )
 
@@ -123,7 +124,9 @@ func parseBlocks(file string, data []byte) []block {
 				cur.marker = "blacklist " + mm[1]
 			}
 		}
-		prev = line
+		if !reportRE.MatchString(line) {
+			prev = line // a generated block's marker stands above its region's opening
+		}
 	}
 	return out
 }
@@ -173,8 +176,9 @@ func TestEveryBlockMarked(t *testing.T) {
 		t.Log(markerHelp)
 	}
 	// The scanner itself: a block without a marker is found as one.
-	got := parseBlocks("x.md", []byte("text\n\n```sh\nls\n```\n<!-- check: run tmp -->\n  ~~~ corefile\n  . {\n  }\n  ~~~\n"))
-	if len(got) != 2 || got[0].marker != "" || got[1].marker != "run tmp" || got[1].text != ". {\n}\n" || got[1].lang != "corefile" {
+	got := parseBlocks("x.md", []byte("text\n\n```sh\nls\n```\n<!-- check: run tmp -->\n  ~~~ corefile\n  . {\n  }\n  ~~~\n"+
+		"<!-- check: none: a test's command -->\n<!-- report:command x.json -->\n```\ngo test\n```\n<!-- /report -->\n"))
+	if len(got) != 3 || got[0].marker != "" || got[1].marker != "run tmp" || got[1].text != ". {\n}\n" || got[1].lang != "corefile" || got[2].marker != "none: a test's command" {
 		t.Errorf("parseBlocks = %+v", got)
 	}
 }

@@ -4,18 +4,16 @@ package nodelab
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/eval/labresult"
 )
 
 // startLab starts D1, D2 and P1 (D3 with ready) and waits until both name
@@ -94,6 +92,7 @@ type restartResult struct {
 // control, a seed restarted without state_dir, shows what the saved
 // contacts are for. NODELAB_RESULTS names a JSON file for the figures.
 func TestRestartAnswersAtOnce(t *testing.T) {
+	res := labresult.Start("test/nodelab", "TestRestartAnswersAtOnce", labresult.Loopback, "NODELAB_RESULTS")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	d1, _, _, p1, n1, c1 := startLab(t, ctx, false)
@@ -213,32 +212,9 @@ func TestRestartAnswersAtOnce(t *testing.T) {
 		record(r, err)
 	})
 
-	if name := os.Getenv("NODELAB_RESULTS"); name != "" {
-		out := name
-		if !filepath.IsAbs(out) {
-			root, err := labconf.RepoRoot(".")
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = filepath.Join(root, out) // relative names are from the repository root
-		}
-		b, err := json.MarshalIndent(map[string]any{
-			"command": "NODELAB_RESULTS=" + name + " go test -count=1 -run TestRestartAnswersAtOnce -v ./test/nodelab",
-			"date":    time.Now().UTC().Format(time.RFC3339), "go": runtime.Version(), "cpus": runtime.NumCPU(),
-			"loadavg": loadavg(), "check_interval_ms": ms(checkEvery), "live_within": "5s", "results": results,
-		}, "", "  ")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if err := res.Write(map[string]any{"check_interval_ms": ms(checkEvery), "live_within": "5s", "results": results}); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	return strings.TrimSpace(string(b))
-}

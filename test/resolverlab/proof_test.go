@@ -4,18 +4,14 @@ package resolverlab
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/coralcdn/coral/internal/lab/labconf"
+	"github.com/coralcdn/coral/eval/labresult"
 	"github.com/coralcdn/coral/internal/lab/resolvers"
 	"github.com/miekg/dns"
 )
@@ -31,6 +27,7 @@ import (
 // (relative names are from the repository root).
 func TestProofPerResolver(t *testing.T) {
 	requireLab(t, resolvers.Kinds...)
+	res := labresult.Start("test/resolverlab", "TestProofPerResolver", labresult.Loopback, "RESOLVERLAB_PROOFS")
 	lab := startCoralLab(t)
 	var proofs []resolverProofs
 	for i, kind := range resolvers.Kinds {
@@ -72,23 +69,8 @@ func TestProofPerResolver(t *testing.T) {
 		fmt.Fprintf(&b, "%s\n", p)
 	}
 	t.Logf("how each resolver's queries proved their source to the Coral servers, and what their answers were ranked on:\n%s", b.String())
-	if out := os.Getenv("RESOLVERLAB_PROOFS"); out != "" {
-		if !filepath.IsAbs(out) {
-			root, err := labconf.RepoRoot(".")
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = filepath.Join(root, out)
-		}
-		js, err := json.MarshalIndent(map[string]any{
-			"command": "RESOLVERLAB_PROOFS=" + os.Getenv("RESOLVERLAB_PROOFS") + " go test -count=1 -run TestProofPerResolver -v ./test/resolverlab",
-			"date":    time.Now().UTC().Format(time.RFC3339), "go": runtime.Version(), "resolvers": proofs}, "", "  ")
-		if err == nil {
-			err = os.WriteFile(out, append(js, '\n'), 0o644)
-		}
-		if err != nil {
-			t.Error(err)
-		}
+	if err := res.Write(map[string]any{"resolvers": proofs}); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -22,8 +22,8 @@ import (
 // figures whose file lacks it). Start it when the run starts and Finish
 // it just before writing the file.
 type Provenance struct {
-	Program string `json:"program"` // "eval/hotspot"
-	Command string `json:"command"` // every flag spelt out (CommandLine)
+	Program string `json:"program"` // "eval/hotspot"; a lab test's package, "test/nodelab"
+	Command string `json:"command"` // every flag spelt out (CommandLine), or TestCommandLine
 	// Env lists the environment variables that change what the program
 	// measures, as NAME=value (CORAL_RTT_DATA).
 	Env []string `json:"env,omitempty"`
@@ -77,12 +77,43 @@ const EnvRTTData = "CORAL_RTT_DATA"
 
 // StartProvenance records the start of a run of eval/prog on topology.
 func StartProvenance(prog, topology string) *Provenance {
-	p := &Provenance{Program: "eval/" + prog, Command: CommandLine(prog), Topology: topology,
+	return startProvenance("eval/"+prog, CommandLine(prog), topology, EnvRTTData)
+}
+
+// StartTestProvenance records the start of a lab test that writes a
+// result file: test (TestRestartAnswersAtOnce) of the package pkg
+// (test/nodelab), run on topology by TestCommandLine(pkg, test, env...).
+// env are the environment variables the run was given, as NAME=value;
+// they are recorded.
+func StartTestProvenance(pkg, test, topology string, env ...string) *Provenance {
+	p := startProvenance(pkg, TestCommandLine(pkg, test, env...), topology)
+	p.Env = append(p.Env, env...)
+	return p
+}
+
+// TestCommandLine is the command that runs test of the package pkg with
+// the environment variables env (NAME=value) set: what a lab test that
+// writes a result file records, and what eval/report shows and runs.
+func TestCommandLine(pkg, test string, env ...string) string {
+	var b strings.Builder
+	for _, kv := range env {
+		b.WriteString(kv + " ")
+	}
+	b.WriteString("go test -count=1 -run " + test + " -v ./" + pkg)
+	return b.String()
+}
+
+// startProvenance records the start of a run of program, invoked as
+// command; of envNames, those set are recorded.
+func startProvenance(program, command, topology string, envNames ...string) *Provenance {
+	p := &Provenance{Program: program, Command: command, Topology: topology,
 		LoadBefore: LoadAvg(), CPUs: runtime.NumCPU(), Kernel: Kernel(), Go: runtime.Version(),
 		start: WallNow(), busy0: MachineBusy(), self0: SelfCPU()}
 	p.Started = p.start.UTC().Format(time.RFC3339)
-	if v, ok := os.LookupEnv(EnvRTTData); ok && v != "" {
-		p.Env = append(p.Env, EnvRTTData+"="+v)
+	for _, name := range envNames {
+		if v, ok := os.LookupEnv(name); ok && v != "" {
+			p.Env = append(p.Env, name+"="+v)
+		}
 	}
 	if root, err := RepoRoot(); err == nil {
 		p.Commit, p.Dirty, _ = gitState(root)

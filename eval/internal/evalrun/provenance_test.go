@@ -87,6 +87,15 @@ func TestProvenanceInRepository(t *testing.T) {
 	if _, err := time.Parse(time.RFC3339, p.Started); err != nil {
 		t.Fatalf("started %q: %v", p.Started, err)
 	}
+	// A lab test's: its package, the go test command with the variable
+	// that names its file, the same tree state.
+	env := "NODELAB_RESULTS=" + ResultsDir + "/restart.json"
+	tp := StartTestProvenance("test/nodelab", "TestRestartAnswersAtOnce", TopologyLoopback, env)
+	wantCmd := env + " go test -count=1 -run TestRestartAnswersAtOnce -v ./test/nodelab"
+	if tp.Program != "test/nodelab" || tp.Command != wantCmd || !slices.Equal(tp.Env, []string{env}) ||
+		tp.Commit != head || tp.Clean || tp.Topology != TopologyLoopback || tp.Started == "" {
+		t.Fatalf("a lab test's provenance: %+v, want command %q", tp, wantCmd)
+	}
 }
 
 // TestProvenanceInBubble: a virtual-time experiment records wall-clock
