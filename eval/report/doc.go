@@ -75,7 +75,10 @@
 // `make eval` (`go run ./eval/report -regenerate`, after building the
 // binaries) runs every experiment of the registry from a clean tree, one
 // after the other, each writing its files with their provenance, then
-// rewrites the documents. -kind virtual runs the simulations only, -kind
+// rewrites the documents once every file of the registry is this
+// commit's from a clean tree (before that, rewriting them would leave the
+// tree changed, and the next sitting's runs unclean: a partial run says
+// so and leaves them; `go run ./eval/report` rewrites them any time). -kind virtual runs the simulations only, -kind
 // real the experiments with real processes, -only some files or packages
 // (eval/hotspot, test/nodelab). The regeneration refuses a tree with
 // changes outside docs/eval, checks that each file it ran was written by

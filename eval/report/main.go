@@ -42,10 +42,21 @@ func main() {
 	resultsDir := flag.String("results", "", "read the result files from this directory instead of docs/eval (to preview other runs' figures)")
 	flag.Parse()
 	root, err := evalrun.RepoRoot()
+	docs := !*dryRun
 	if err == nil && *regen {
 		err = regenerate(root, regenOptions{only: *only, kind: *kind, keepGoing: *keepGoing, resume: *resume, dryRun: *dryRun})
+		if err == nil && docs {
+			var left []string
+			if left, err = unfinished(root); len(left) > 0 {
+				// Rewriting them would change the tree, and every later
+				// run (the next sitting's) would record it unclean.
+				fmt.Printf("\nthe documents are left as they are: %d of the registry's experiments have files not yet written by this commit from a clean tree (%s); the regeneration that completes the registry rewrites them (or go run ./eval/report)\n",
+					len(left), strings.Join(left, ", "))
+				docs = false
+			}
+		}
 	}
-	if err == nil && !*dryRun {
+	if err == nil && docs {
 		dir := *resultsDir
 		if dir == "" {
 			dir = filepath.Join(root, filepath.FromSlash(evalrun.ResultsDir))
@@ -136,6 +147,23 @@ func clip(s string) string {
 		return s[:300] + "…"
 	}
 	return s
+}
+
+// unfinished lists the registry's experiments whose files are not all
+// the work of the repository's HEAD from a clean tree.
+func unfinished(root string) ([]string, error) {
+	commit, _, err := evalrun.TreeState(root)
+	if err != nil {
+		return nil, err
+	}
+	c := newResults(filepath.Join(root, filepath.FromSlash(evalrun.ResultsDir)))
+	var left []string
+	for _, e := range experiments {
+		if writtenBy(c, e, commit, time.Time{}) != nil {
+			left = append(left, e.File)
+		}
+	}
+	return left, nil
 }
 
 // regenOptions are -regenerate's flags.

@@ -117,7 +117,7 @@ func TestEveryResultFileListed(t *testing.T) {
 
 // TestRegenerateResume: in a clean repository whose result file this
 // commit already wrote, -resume runs nothing and the end-of-run check
-// passes; a file of an earlier commit is not skipped (a dry run says what
+// passes, and the other files are unfinished (so the documents wait); a file of an earlier commit is not skipped (a dry run says what
 // would run); a tree with changes is refused.
 func TestRegenerateResume(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
@@ -151,6 +151,10 @@ func TestRegenerateResume(t *testing.T) {
 	o.dryRun = false
 	if err := regenerate(root, o); err != nil {
 		t.Fatalf("-resume over this commit's file: %v", err)
+	}
+	left, err := unfinished(root)
+	if err != nil || len(left) != len(experiments)-1 || slices.Contains(left, "clusters.json") {
+		t.Errorf("unfinished = %q, %v: want every file but clusters.json", left, err)
 	}
 	o.resume = false // it runs, and fails: the repository has no eval/clusters
 	if err := regenerate(root, o); err == nil {
