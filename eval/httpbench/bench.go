@@ -41,6 +41,14 @@ const (
 	respondSnippet = "respond_bodies"
 )
 
+// startWithin bounds the wait for a server to answer after it starts. The
+// wait ends as soon as it answers, or as soon as it exits; the bound only
+// turns a server that never answers into an error, so it is generous: on
+// a loaded machine, with -sizes up to 64 MiB (whose bodies the respond
+// sites carry in the Caddyfile), Caddy once took longer than the 20 s
+// this used to be.
+const startWithin = 3 * time.Minute
+
 // lastModified is the origin's Last-Modified, and the files' modification
 // time, so both kinds of response carry the same one.
 var lastModified = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -446,7 +454,7 @@ func (b *bench) start(ctx context.Context) error {
 			t.srv = b.caddy
 		}
 	}
-	if err := evalrun.WaitFor(ctx, "Caddy to answer", 20*time.Second, b.caddy.Exited, func() error {
+	if err := evalrun.WaitFor(ctx, "Caddy to answer", startWithin, b.caddy.Exited, func() error {
 		_, err := get(b.target("file"), "/"+sizeName(b.p.Sizes[0]))
 		return err
 	}); err != nil {
@@ -468,7 +476,7 @@ func (b *bench) start(ctx context.Context) error {
 		}
 		b.commands = append(b.commands, shellJoin(b.nginx.Argv))
 		t.srv = b.nginx
-		if err := evalrun.WaitFor(ctx, "nginx to answer", 20*time.Second, b.nginx.Exited, func() error {
+		if err := evalrun.WaitFor(ctx, "nginx to answer", startWithin, b.nginx.Exited, func() error {
 			_, err := get(t, "/nonexistent")
 			return err
 		}); err != nil {
