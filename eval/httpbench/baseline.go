@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/eval/internal/evalrun"
@@ -54,7 +53,7 @@ func (b *bench) startBaseline(ctx context.Context) error {
 	b.commands = append(b.commands, shellJoin(b.base.Argv))
 	t.srv = b.base
 	file := &target{name: "file-old", server: "file", addr: netip.AddrPortFrom(t.addr.Addr(), uint16(b.p.Port+1))}
-	return evalrun.WaitFor(ctx, "the baseline Caddy to answer", 20*time.Second, b.base.Exited, func() error {
+	return evalrun.WaitFor(ctx, "the baseline Caddy to answer", startWithin, b.base.Exited, func() error {
 		_, err := get(file, "/"+sizeName(b.p.Sizes[0]))
 		return err
 	})

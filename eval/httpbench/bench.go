@@ -41,6 +41,14 @@ const (
 	respondSnippet = "respond_bodies"
 )
 
+// startWithin bounds the wait for a server to answer after it starts. The
+// wait ends as soon as it answers, or as soon as it exits; the bound only
+// turns a server that never answers into an error, so it is generous: on
+// a loaded machine, with -sizes up to 64 MiB (whose bodies the respond
+// sites carry in the Caddyfile), Caddy once took longer than the 20 s
+// this used to be.
+const startWithin = 3 * time.Minute
+
 // lastModified is the origin's Last-Modified, and the files' modification
 // time, so both kinds of response carry the same one.
 var lastModified = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -146,6 +154,12 @@ func (b *bench) setUp(addrs []netip.Addr) error {
 		}
 		if err := os.Chtimes(path, lastModified, lastModified); err != nil {
 			return err
+		}
+	}
+	if p.LargeSize > 0 {
+		var err error
+		if b.origin.large, err = writeLargeObject(b.files, p.LargeSize); err != nil {
+			return fmt.Errorf("the large object: %w", err)
 		}
 	}
 	port := uint16(p.Port)
@@ -327,12 +341,20 @@ func isAlnum(c byte) bool {
 // the handlers that name its directory) and one cache key per object. Its
 // cache is in dir.
 func (b *bench) proxyDirective(dir string) labconf.Directive {
-	return labconf.Proxy{Zone: zone, CacheDir: filepath.Join(dir, "coral-cache"), CacheSize: "1GiB",
+	px := labconf.Proxy{Zone: zone, CacheDir: filepath.Join(dir, "coral-cache"), CacheSize: "1GiB",
 		AllowOrigins: []string{"127.0.0.0/8"},
 		// The per-client limiter runs, as by default, but never
 		// refuses: wrk is a single client.
-		RateLimit: "1000000 1000000"}.Directive()
+		RateLimit: "1000000 1000000"}
+	if b.p.LargeSize > proxyCacheBytes/8 {
+		// max_object_size defaults to an eighth of cache_size.
+		px.Extra = append(px.Extra, labconf.D("max_object_size", fmt.Sprintf("%dMiB", b.p.LargeSize>>20)))
+	}
+	return px.Directive()
 }
+
+// proxyCacheBytes is coral_proxy's cache_size, 1GiB.
+const proxyCacheBytes = 1 << 30
 
 // nginxConfText is nginx's configuration: proxy_cache in front of the
 // origin, with sendfile as in the Debian package's nginx.conf, no access
@@ -432,7 +454,7 @@ func (b *bench) start(ctx context.Context) error {
 			t.srv = b.caddy
 		}
 	}
-	if err := evalrun.WaitFor(ctx, "Caddy to answer", 20*time.Second, b.caddy.Exited, func() error {
+	if err := evalrun.WaitFor(ctx, "Caddy to answer", startWithin, b.caddy.Exited, func() error {
 		_, err := get(b.target("file"), "/"+sizeName(b.p.Sizes[0]))
 		return err
 	}); err != nil {
@@ -454,7 +476,7 @@ func (b *bench) start(ctx context.Context) error {
 		}
 		b.commands = append(b.commands, shellJoin(b.nginx.Argv))
 		t.srv = b.nginx
-		if err := evalrun.WaitFor(ctx, "nginx to answer", 20*time.Second, b.nginx.Exited, func() error {
+		if err := evalrun.WaitFor(ctx, "nginx to answer", startWithin, b.nginx.Exited, func() error {
 			_, err := get(t, "/nonexistent")
 			return err
 		}); err != nil {
@@ -502,8 +524,10 @@ type origin struct {
 	addr     netip.AddrPort
 	bodies   map[string][]byte // by path
 	srv      *http.Server
-	requests atomic.Int64 // for the benchmark objects
+	requests atomic.Int64 // for the benchmark objects, the large one included
 	objects  atomic.Int64 // for objPrefix
+	// large is the large object, served from its file (nil: none).
+	large *largeObject
 }
 
 // bodyAlphabet is what the objects' bytes are drawn from: letters and
@@ -554,6 +578,11 @@ func (o *origin) close() {
 }
 
 func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if o.large != nil && r.URL.Path == o.large.Path {
+		o.requests.Add(1)
+		o.large.serve(w, r)
+		return
+	}
 	body, ok := o.bodies[r.URL.Path]
 	switch {
 	case ok:
@@ -601,15 +630,21 @@ type response struct {
 	body        []byte
 }
 
-// countingConn counts the bytes read.
+// countingConn counts the bytes read. With idle set, every read must
+// make progress within idle: a stalled server fails the request, a slow
+// one (a large body on a loaded machine) does not.
 type countingConn struct {
 	net.Conn
-	n int
+	n    int64
+	idle time.Duration
 }
 
 func (c *countingConn) Read(p []byte) (int, error) {
+	if c.idle > 0 {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	}
 	n, err := c.Conn.Read(p)
-	c.n += n
+	c.n += int64(n)
 	return n, err
 }
 
@@ -617,30 +652,48 @@ func (c *countingConn) Read(p []byte) (int, error) {
 // new connection, over TLS for a TLS target, and reads one response,
 // counting its bytes (over TLS, the bytes inside it, as wrk counts them).
 func get(t *target, path string) (*response, error) {
+	var body bytes.Buffer
+	r, err := getTo(t, path, &body, 0)
+	if err != nil {
+		return nil, err
+	}
+	r.body = body.Bytes()
+	return r, nil
+}
+
+// getTo is get with the body streamed to w instead of kept, for bodies
+// too large to hold (the large object), hashed on the way. With idle > 0,
+// the response may take as long as it needs as long as no read waits
+// longer than idle; with 0, the whole exchange has 10 s.
+func getTo(t *target, path string, w io.Writer, idle time.Duration) (*response, error) {
 	conn, err := dial(t)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if idle > 0 {
+		_ = conn.SetWriteDeadline(time.Now().Add(idle))
+	} else {
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	}
 	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, t.hostHeader()); err != nil {
 		return nil, err
 	}
-	cc := &countingConn{Conn: conn}
+	cc := &countingConn{Conn: conn, idle: idle}
 	br := bufio.NewReader(cc)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		return nil, err
 	}
-	headerBytes := cc.n - br.Buffered()
-	body, err := io.ReadAll(resp.Body)
+	headerBytes := int(cc.n) - br.Buffered()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(w, h), resp.Body)
 	resp.Body.Close()
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(body)
-	r := &response{Status: resp.StatusCode, Header: resp.Header, HeaderBytes: headerBytes, BodyBytes: len(body),
-		WireBytes: cc.n - br.Buffered(), BodySHA256: hex.EncodeToString(sum[:]), body: body}
+	r := &response{Status: resp.StatusCode, Header: resp.Header, HeaderBytes: headerBytes, BodyBytes: int(n),
+		WireBytes: int(cc.n) - br.Buffered(), BodySHA256: hex.EncodeToString(h.Sum(nil))}
 	if tc, ok := conn.(*tls.Conn); ok {
 		r.TLS = tlsSummary(tc.ConnectionState())
 	}
@@ -665,6 +718,19 @@ type cpuSnap struct {
 	base  float64 // the -baseline Caddy's
 	self  float64 // this process: the origin, the checks
 	busy  float64 // the whole machine, not idle
+}
+
+// serverCPU is the CPU time t's server used between c0 and c1.
+func (b *bench) serverCPU(t *target, c0, c1 cpuSnap) float64 {
+	switch t.srv {
+	case b.caddy:
+		return c1.caddy - c0.caddy
+	case b.nginx:
+		return c1.nginx - c0.nginx
+	case b.base:
+		return c1.base - c0.base
+	}
+	return 0
 }
 
 // servers is the CPU time of every server: the Caddys and nginx.
@@ -721,13 +787,17 @@ func (b *bench) otherCPU() float64 {
 }
 
 // vmRSS is a process's resident set size in bytes (0 if unknown).
-func vmRSS(pid int) int64 {
+func vmRSS(pid int) int64 { return procStatusBytes(pid, "VmRSS:") }
+
+// procStatusBytes is a size field of /proc/PID/status (VmRSS:, VmHWM:)
+// in bytes (0 if unknown).
+func procStatusBytes(pid int, field string) int64 {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			f := strings.Fields(rest)
 			if len(f) > 0 {
 				kb, _ := strconv.ParseInt(f[0], 10, 64)

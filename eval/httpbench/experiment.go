@@ -91,6 +91,9 @@ func lookNginx(name string) (string, error) {
 
 func experiment(ctx context.Context, p params, command string) (rep *report, err error) {
 	wallStart := time.Now()
+	if p.LargeSize > 0 && (len(p.LargeStreams) == 0 || p.LargeDuration < time.Second) {
+		return nil, errors.New("the large-object section needs -large-streams and -large-duration ≥ 1s (or -large-size 0)")
+	}
 	if p.Rounds < 1 || p.Duration < time.Second || p.Threads < 1 || p.Conns < p.Threads || len(p.Sizes) == 0 || p.IndexObjects < 0 || p.ProxyObjects < 0 || p.ProxySettle < 0 || p.Repeat < 0 {
 		return nil, errors.New("need -rounds ≥ 1, -duration ≥ 1s, -t ≥ 1, -c ≥ -t, a size, -index-objects, -proxy-objects, -proxy-settle and -repeat ≥ 0")
 	}
@@ -129,6 +132,9 @@ func experiment(ctx context.Context, p params, command string) (rep *report, err
 			}
 			rep.Responses = append(rep.Responses, s)
 		}
+	}
+	if err := b.large(ctx, rep); err != nil {
+		return nil, err
 	}
 	if p.Profile != "" {
 		for _, size := range p.Sizes {
@@ -540,17 +546,22 @@ func (b *bench) check(t *target, size int, when string) (*sample, error) {
 	}
 	s := &sample{When: when, Target: t.name, Size: size, response: *r}
 	s.Same = r.Status == http.StatusOK && bytes.Equal(r.body, b.origin.bodies[path])
+	s.Cache, s.Hit = cacheHit(t, r.Header)
+	return s, nil
+}
+
+// cacheHit is a response's cache status field, for the caches, and
+// whether it says the response was a hit (for the other servers, always).
+func cacheHit(t *target, h http.Header) (string, bool) {
 	switch t.server {
 	case "coral":
-		s.Cache = r.Header.Get("Cache-Status")
-		s.Hit = s.Cache == `coral; hit; detail="local"`
+		v := h.Get("Cache-Status")
+		return v, v == `coral; hit; detail="local"`
 	case "nginx":
-		s.Cache = r.Header.Get("X-Cache-Status")
-		s.Hit = s.Cache == "HIT"
-	default:
-		s.Hit = true
+		v := h.Get("X-Cache-Status")
+		return v, v == "HIT"
 	}
-	return s, nil
+	return "", true
 }
 
 // responseProblems lists responses that were not hits or not the origin's
@@ -644,6 +655,7 @@ func summarize(rep *report, targets []*target) {
 	if err := responseProblems(rep.Responses); err != nil {
 		rep.Problems = append(rep.Problems, err.Error())
 	}
+	summarizeLarge(rep)
 	if rep.Proxy != nil && (rep.Proxy.Misses != int64(rep.Proxy.Objects) || rep.Proxy.OriginFetches != int64(rep.Proxy.Objects)) {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("proxy memory: %d objects, %d misses, %d origin fetches", rep.Proxy.Objects, rep.Proxy.Misses, rep.Proxy.OriginFetches))
 	}

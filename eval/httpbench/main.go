@@ -6,7 +6,7 @@
 // TLS. Debian's nginx with proxy_cache in front of the same origin is
 // measured alongside, in the same run, over HTTP only.
 //
-//	go run ./eval/httpbench [-rounds 3] [-duration 10s] [-c 32] [-tls=false] [-out docs/eval]
+//	go run ./eval/httpbench [-rounds 3] [-duration 10s] [-c 32] [-tls=false] [-large-size 256m] [-out docs/eval]
 //
 // It needs bin/caddy (make caddy), wrk and nginx; when wrk or nginx is
 // missing and it runs as root, it installs them first with
@@ -90,6 +90,23 @@
 //     the drift then reaches every target of a round alike (and only the
 //     first slice of a round's size waits for a quiet machine, so that
 //     the slices follow each other closely);
+//   - a large object (-large-size, 256 MiB; 0 leaves it out): one object
+//     of pseudo-random bytes from a seeded generator, written once to
+//     file_server's root and served by the origin from that file (ranges
+//     honoured, for coral_proxy's slices), is warmed and checked in
+//     coral_proxy, nginx and the -baseline Caddy (every body hashed as it
+//     streams, never held), then measured in -rounds rounds: per round,
+//     for each of -large-streams (1 and 4), one run of -large-duration
+//     per target (coral, file, nginx, coral-old; the order rotated from
+//     round to round, the stream counts' order alternated), in which that
+//     many clients in this process, each on its own keep-alive
+//     connection, ask for the object again and again and count every
+//     body byte that arrives within the run through a fixed buffer (wrk
+//     would complete a handful of responses and count only those). Every
+//     response must be a 200 of the whole object and, for the caches, a
+//     hit; the origin must see no request. Per round coral/file,
+//     nginx/file and new/old of MB/s, and their medians; Caddy's resident
+//     memory before and its peak (VmHWM) after (large.go);
 //   - proxy memory: -proxy-objects distinct small objects are fetched through
 //     coral_proxy (each a miss: an origin fetch, a DSHT put+get, a disk
 //     write), and Caddy's heap in use after a GC (its admin endpoint's
@@ -124,8 +141,11 @@
 // is one more target, coral-old, warmed and checked as coral is, and
 // measured in the same rounds, its runs alternated with the others'; each
 // round gives new/old, coral's req/s over coral-old's, and the median of
-// those is printed per size. Both Caddy processes run throughout; the one
-// not under load is idle. The respond site and, without -tls=false, the
+// those is printed per size; the large object is measured on it too
+// (new/old of MB/s per stream count, no acceptance). Both Caddyfiles
+// raise coral_proxy's max_object_size to the large object's size when it
+// is over its default, an eighth of cache_size. Both Caddy processes run
+// throughout; the one not under load is idle. The respond site and, without -tls=false, the
 // TLS sites are in -caddy's Caddyfile only (an older build may not know
 // one-label names). For the A/B alone:
 //
@@ -163,61 +183,69 @@ import (
 
 // params describes one run of the experiment.
 type params struct {
-	Caddy        string // the Caddy binary with coral
-	Nginx        string // the nginx binary ("": no nginx)
-	Wrk          string // the wrk binary
-	OriginAddr   string // the origin's address
-	CaddyAddr    string // Caddy's sites, admin endpoint and DSHT node
-	NginxAddr    string
-	Port         int // origin, coral_proxy and nginx; file_server on Port+1, respond on Port+4, respond-head on Port+6
-	Sizes        []int
-	Rounds       int
-	Duration     time.Duration // one measured wrk run
-	Slices       int           // a measured run cut into this many slices, interleaved with the other targets'
-	Warmup       time.Duration // one unmeasured wrk run per target and size first
-	Threads      int           // wrk -t
-	Conns        int           // wrk -c
-	NginxWorkers int           // worker_processes; 0: auto (one per CPU)
-	IndexObjects int           // diskcache objects for the index measurement (0: skip)
-	ProxyObjects int           // objects fetched through coral_proxy for its memory (0: skip)
-	ProxySettle  time.Duration // then measure again this long after the fetch (0: don't)
-	Quiet        time.Duration // the longest to wait before a run for other processes to go quiet
-	Repeat       int           // the most times a round's runs of one size are repeated when disturbed
-	Profile      string        // directory for CPU profiles of Caddy (empty: none)
-	Baseline     string        // a second Caddy binary with coral for the A/B (empty: none)
-	BaselineAddr string        // its sites, admin endpoint and DSHT node
-	Install      bool          // run install-deps.sh when wrk or nginx is missing (as root)
-	TLS          bool          // also coral_proxy, file_server and respond over TLS, on Port+2, Port+3 and Port+5
-	Out          string
-	Name         string // stem of the output files
+	Caddy      string // the Caddy binary with coral
+	Nginx      string // the nginx binary ("": no nginx)
+	Wrk        string // the wrk binary
+	OriginAddr string // the origin's address
+	CaddyAddr  string // Caddy's sites, admin endpoint and DSHT node
+	NginxAddr  string
+	Port       int // origin, coral_proxy and nginx; file_server on Port+1, respond on Port+4, respond-head on Port+6
+	Sizes      []int
+	// The large-object section (large.go): its object's size (0: none),
+	// the stream counts and one run's length.
+	LargeSize     int64
+	LargeStreams  []int
+	LargeDuration time.Duration
+	Rounds        int
+	Duration      time.Duration // one measured wrk run
+	Slices        int           // a measured run cut into this many slices, interleaved with the other targets'
+	Warmup        time.Duration // one unmeasured wrk run per target and size first
+	Threads       int           // wrk -t
+	Conns         int           // wrk -c
+	NginxWorkers  int           // worker_processes; 0: auto (one per CPU)
+	IndexObjects  int           // diskcache objects for the index measurement (0: skip)
+	ProxyObjects  int           // objects fetched through coral_proxy for its memory (0: skip)
+	ProxySettle   time.Duration // then measure again this long after the fetch (0: don't)
+	Quiet         time.Duration // the longest to wait before a run for other processes to go quiet
+	Repeat        int           // the most times a round's runs of one size are repeated when disturbed
+	Profile       string        // directory for CPU profiles of Caddy (empty: none)
+	Baseline      string        // a second Caddy binary with coral for the A/B (empty: none)
+	BaselineAddr  string        // its sites, admin endpoint and DSHT node
+	Install       bool          // run install-deps.sh when wrk or nginx is missing (as root)
+	TLS           bool          // also coral_proxy, file_server and respond over TLS, on Port+2, Port+3 and Port+5
+	Out           string
+	Name          string // stem of the output files
 }
 
 func defaultParams() params {
 	return params{
-		Caddy:        "bin/caddy",
-		Nginx:        "nginx",
-		Wrk:          "wrk",
-		OriginAddr:   "127.0.90.1",
-		CaddyAddr:    "127.0.90.2",
-		NginxAddr:    "127.0.90.3",
-		BaselineAddr: "127.0.90.4",
-		Port:         8080,
-		Sizes:        []int{1 << 10, 100 << 10},
-		Rounds:       3,
-		Duration:     10 * time.Second,
-		Slices:       1,
-		Warmup:       2 * time.Second,
-		Threads:      1,
-		Conns:        32,
-		IndexObjects: 100000,
-		ProxyObjects: 20000,
-		ProxySettle:  160 * time.Second,
-		Quiet:        60 * time.Second,
-		Repeat:       2,
-		Install:      true,
-		TLS:          true,
-		Out:          "docs/eval",
-		Name:         "httpbench",
+		Caddy:         "bin/caddy",
+		Nginx:         "nginx",
+		Wrk:           "wrk",
+		OriginAddr:    "127.0.90.1",
+		CaddyAddr:     "127.0.90.2",
+		NginxAddr:     "127.0.90.3",
+		BaselineAddr:  "127.0.90.4",
+		Port:          8080,
+		Sizes:         []int{1 << 10, 100 << 10},
+		LargeSize:     256 << 20,
+		LargeStreams:  []int{1, 4},
+		LargeDuration: 5 * time.Second,
+		Rounds:        3,
+		Duration:      10 * time.Second,
+		Slices:        1,
+		Warmup:        2 * time.Second,
+		Threads:       1,
+		Conns:         32,
+		IndexObjects:  100000,
+		ProxyObjects:  20000,
+		ProxySettle:   160 * time.Second,
+		Quiet:         60 * time.Second,
+		Repeat:        2,
+		Install:       true,
+		TLS:           true,
+		Out:           "docs/eval",
+		Name:          "httpbench",
 	}
 }
 
@@ -243,6 +271,9 @@ func main() {
 	flag.StringVar(&p.NginxAddr, "nginx-addr", p.NginxAddr, "loopback address of nginx")
 	flag.IntVar(&p.Port, "port", p.Port, "TCP port of the origin, coral_proxy and nginx; file_server gets -port+1, respond -port+4, respond-head -port+6, and with -tls coral_proxy, file_server and respond over TLS -port+2, -port+3 and -port+5")
 	flag.Var((*sizeList)(&p.Sizes), "sizes", "object sizes in bytes, space-separated (k suffix: KiB)")
+	flag.Var((*largeSizeFlag)(&p.LargeSize), "large-size", "size of the large object, whole MiB (256m), served as a coral_proxy hit against file_server (and nginx, and -baseline's coral_proxy) by streaming clients (0: no large-object section)")
+	flag.Var((*streamsFlag)(&p.LargeStreams), "large-streams", "concurrent streams per large-object run, space-separated (one run per count, target and round)")
+	flag.DurationVar(&p.LargeDuration, "large-duration", p.LargeDuration, "length of one large-object run")
 	flag.IntVar(&p.Rounds, "rounds", p.Rounds, "throughput rounds (one wrk run per target and size each)")
 	flag.DurationVar(&p.Duration, "duration", p.Duration, "length of one measured wrk run")
 	flag.IntVar(&p.Slices, "slices", p.Slices, "cut each measured run into this many wrk runs of -duration/slices (whole seconds), interleaved with the other targets' in the round; a round's req/s is then its slices' requests over their time")

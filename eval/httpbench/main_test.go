@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -225,6 +227,9 @@ func TestExperimentShort(t *testing.T) {
 	}
 	p.Rounds, p.Duration, p.Warmup, p.Quiet, p.Install = 1, time.Second, 0, 0, false
 	p.IndexObjects, p.ProxyObjects, p.ProxySettle = 2000, 200, 0
+	// A large object above coral_proxy's slice size, so that its hits are
+	// of a sliced object, in 1 s runs.
+	p.LargeSize, p.LargeStreams, p.LargeDuration = 9<<20, []int{1, 2}, time.Second
 	p.Out = t.TempDir()
 	rep, err := experiment(context.Background(), p, "test")
 	if errors.Is(err, errBelowTarget) {
@@ -295,6 +300,50 @@ func TestExperimentShort(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(p.Out, "httpbench.png")); err != nil || st.Size() == 0 {
 		t.Errorf("httpbench.png: %v", err)
 	}
+	checkLargeSection(t, back.Large, p, []string{"coral", "file"})
+}
+
+// checkLargeSection checks a run's large-object section: every target's
+// checks a hit of the object's bytes before and after, a run per stream
+// count and target with bytes and no origin request, and coral/file per
+// stream count.
+func checkLargeSection(t *testing.T, lr *largeResult, p params, targets []string) {
+	t.Helper()
+	if p.Nginx != "" {
+		targets = append(targets, "nginx")
+	}
+	if lr == nil || lr.Object.Size != p.LargeSize || lr.Object.Path != "/9m" || len(lr.Summary) != len(p.LargeStreams) {
+		t.Fatalf("large-object section incomplete: %+v", lr)
+	}
+	checks := map[string]int{}
+	for _, s := range lr.Responses {
+		if s.Hit && s.Same && s.BodySHA256 == lr.Object.SHA256 && s.BodyBytes == int(p.LargeSize) {
+			checks[s.Target]++
+		}
+	}
+	for _, name := range targets {
+		if checks[name] != 2 {
+			t.Errorf("%s: %d good checks of the large object, want 2 (before and after): %+v", name, checks[name], lr.Responses)
+		}
+	}
+	if len(lr.Runs) != len(targets)*len(p.LargeStreams)*p.Rounds {
+		t.Errorf("%d large-object runs, want %d", len(lr.Runs), len(targets)*len(p.LargeStreams)*p.Rounds)
+	}
+	for _, r := range lr.Runs {
+		if r.Bytes == 0 || r.MBps <= 0 || r.OriginRequests != 0 || len(r.Problems) > 0 || r.ServerCPU <= 0 {
+			t.Errorf("large-object run %+v", r)
+		}
+	}
+	for _, ls := range lr.Summary {
+		if len(ls.CoralOverFile) != p.Rounds || ls.MedianCoralOverFile == nil {
+			t.Errorf("%d streams: coral/file %v", ls.Streams, ls.CoralOverFile)
+			continue
+		}
+		t.Logf("large object, %d streams: coral %.0f MB/s, file %.0f MB/s, coral/file %.3f (1 s runs)", ls.Streams, ls.Targets["coral"].MedianMBps, ls.Targets["file"].MedianMBps, *ls.MedianCoralOverFile)
+	}
+	if lr.CaddyPeakRSS <= 0 || lr.CaddyRSSBefore <= 0 {
+		t.Errorf("Caddy's memory not read: %+v", lr)
+	}
 }
 
 // TestExperimentBaseline runs the A/B (-baseline) with bin/caddy on both
@@ -308,6 +357,7 @@ func TestExperimentBaseline(t *testing.T) {
 	// In two interleaved slices of 1 s, as -slices 2.
 	p.Rounds, p.Duration, p.Slices, p.Warmup, p.Quiet, p.Install = 1, 2*time.Second, 2, 0, 0, false
 	p.IndexObjects, p.ProxyObjects = 0, 0
+	p.LargeSize, p.LargeStreams, p.LargeDuration = 9<<20, []int{2}, time.Second
 	p.Out = t.TempDir()
 	rep, err := experiment(context.Background(), p, "test")
 	if errors.Is(err, errBelowTarget) {
@@ -341,6 +391,14 @@ func TestExperimentBaseline(t *testing.T) {
 	}
 	if oldHits != 2*len(p.Sizes) {
 		t.Errorf("%d coral-old hits before and after, want %d", oldHits, 2*len(p.Sizes))
+	}
+	// The large object is measured on the baseline too: new/old per
+	// stream count.
+	checkLargeSection(t, rep.Large, p, []string{"coral", "file", "coral-old"})
+	for _, ls := range rep.Large.Summary {
+		if len(ls.NewOverOld) != 1 || ls.MedianNewOverOld == nil || ls.Targets["coral-old"] == nil || rep.Large.BaselinePeakRSS <= 0 {
+			t.Errorf("%d streams: large new/old %v, coral-old %+v", ls.Streams, ls.NewOverOld, ls.Targets["coral-old"])
+		}
 	}
 }
 
@@ -692,5 +750,108 @@ func TestHeadDiff(t *testing.T) {
 	ss[1].Header = same
 	if err := responseProblems(ss); err != nil {
 		t.Errorf("responseProblems with the same head: %v", err)
+	}
+}
+
+// TestLargeObject writes the large object and serves it from the origin:
+// the same bytes in every run, the whole object and a range of it
+// answered from the file, with the small objects' header fields.
+func TestLargeObject(t *testing.T) {
+	dir := t.TempDir()
+	o, err := writeLargeObject(dir, 3<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := writeLargeObject(t.TempDir(), 3<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "3m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(raw)
+	if o.Path != "/3m" || len(raw) != 3<<20 || hex.EncodeToString(sum[:]) != o.SHA256 || again.SHA256 != o.SHA256 {
+		t.Fatalf("object %+v, %d bytes, sha256 %x, again %s", o, len(raw), sum, again.SHA256)
+	}
+	org := &origin{bodies: map[string][]byte{}, large: o}
+	srv := httptest.NewServer(org)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/3m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || !bytes.Equal(body, raw) || resp.Header.Get("Cache-Control") != "public, max-age=86400" ||
+		resp.Header.Get("Last-Modified") != lastModified.Format(http.TimeFormat) {
+		t.Fatalf("GET: %v %d, %d bytes, header %v", err, resp.StatusCode, len(body), resp.Header)
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/3m", nil)
+	req.Header.Set("Range", "bytes=1048576-1048585")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusPartialContent || !bytes.Equal(body, raw[1<<20:1<<20+10]) {
+		t.Errorf("range: %d %q", resp.StatusCode, body)
+	}
+	if n := org.requests.Load(); n != 2 {
+		t.Errorf("origin counted %d requests, want 2", n)
+	}
+}
+
+func TestLargeFlags(t *testing.T) {
+	for in, want := range map[string]int64{"256m": 256 << 20, "256": 256 << 20, "0": 0, " 9M ": 9 << 20} {
+		if got, err := parseLargeSize(in); err != nil || got != want {
+			t.Errorf("parseLargeSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1.5m", "256k", "5000m", "m"} {
+		if _, err := parseLargeSize(in); err == nil {
+			t.Errorf("parseLargeSize(%q): no error", in)
+		}
+	}
+	var s streamsFlag
+	if err := s.Set("1 4"); err != nil || !slices.Equal(s, []int{1, 4}) || s.String() != "1 4" {
+		t.Errorf("streams %v, %v", s, err)
+	}
+	for _, in := range []string{"", "0", "x", "65"} {
+		if err := s.Set(in); err == nil {
+			t.Errorf("-large-streams %q: no error", in)
+		}
+	}
+}
+
+// TestSummarizeLarge: medians per stream count and target, ratios of the
+// same round only, and every run's problem reported.
+func TestSummarizeLarge(t *testing.T) {
+	rep := &report{Large: &largeResult{Object: largeObject{Path: "/9m", Size: 9 << 20}, Streams: []int{1, 4}, Rounds: 2}}
+	add := func(round, streams int, target string, mbps float64) *largeRun {
+		r := &largeRun{Round: round, Streams: streams, Target: target, MBps: mbps, Bytes: 1, CPUPerGB: mbps / 1000}
+		rep.Large.Runs = append(rep.Large.Runs, r)
+		return r
+	}
+	add(1, 1, "coral", 1000)
+	add(1, 1, "file", 800)
+	add(1, 1, "coral-old", 500)
+	add(2, 1, "coral", 900)
+	add(2, 1, "file", 1000)
+	add(2, 1, "coral-old", 1000)
+	add(1, 4, "coral", 600)
+	add(2, 4, "file", 300).OriginRequests = 1 // no coral in round 2: no ratio
+	summarizeLarge(rep)
+	l1, l4 := rep.Large.Summary[0], rep.Large.Summary[1]
+	if !slices.Equal(l1.CoralOverFile, []float64{1.25, 0.9}) || *l1.MedianCoralOverFile != 1.075 || !slices.Equal(l1.NewOverOld, []float64{2, 0.9}) ||
+		l1.Targets["coral"].MedianMBps != 950 || l1.MedianNginxOverFile != nil {
+		t.Errorf("one stream: %+v", l1)
+	}
+	if len(l4.CoralOverFile) != 0 || l4.MedianCoralOverFile != nil || l4.Targets["coral"].MedianMBps != 600 {
+		t.Errorf("four streams: %+v", l4)
+	}
+	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "the origin got 1 requests") {
+		t.Errorf("problems %q", rep.Problems)
 	}
 }

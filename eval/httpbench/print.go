@@ -65,6 +65,7 @@ func printResponses(w io.Writer, ss []*sample) {
 func printReport(w io.Writer, rep *report) {
 	printResponses(w, rep.Responses)
 	printThroughput(w, rep)
+	printLarge(w, rep.Large)
 	printMemory(w, rep)
 	fmt.Fprintf(w, "\nChecks (every measured response a hit: no origin request, only hits in caddy_coral_requests_total, no socket error or non-2xx in any wrk run; hits of the origin's bytes before and after): %s\n", evalrun.PassFail(rep.PassCheck))
 	for _, pr := range rep.Problems {

@@ -37,6 +37,9 @@ type report struct {
 	// beyond respond's, per size.
 	ProfileDiffs []*profdiff.Comparison `json:"profile_diffs,omitempty"`
 
+	// Large is the large-object section (absent with -large-size 0).
+	Large *largeResult `json:"large_object,omitempty"`
+
 	Index *indexResult `json:"index_memory,omitempty"`
 	Proxy *proxyResult `json:"proxy_memory,omitempty"`
 
@@ -297,4 +300,70 @@ type proxyResult struct {
 	RSSSettled         int64   `json:"rss_settled,omitempty"`
 	SettledPerObject   float64 `json:"settled_heap_bytes_per_object,omitempty"`
 	SettledHeapProfile string  `json:"settled_heap_profile,omitempty"`
+}
+
+// largeResult is the large-object section (large.go).
+type largeResult struct {
+	Object         largeObject `json:"object"`
+	FileServerPath string      `json:"file_server_file"`
+	Streams        []int       `json:"streams"`
+	Rounds         int         `json:"rounds"`
+	Duration       string      `json:"run_duration"`
+	// Responses: one request per target before and after the runs, the
+	// body hashed as it streamed (body_sha256).
+	Responses []*sample    `json:"responses"`
+	Runs      []*largeRun  `json:"runs"`
+	Summary   []*largeSumm `json:"by_streams"`
+	// Caddy's resident memory before the section (the object not yet
+	// fetched), after it, and its peak over its life (VmHWM); and the
+	// -baseline Caddy's peak.
+	CaddyRSSBefore  int64 `json:"caddy_rss_before"`
+	CaddyRSSAfter   int64 `json:"caddy_rss_after"`
+	CaddyPeakRSS    int64 `json:"caddy_peak_rss"`
+	BaselinePeakRSS int64 `json:"baseline_caddy_peak_rss,omitempty"`
+}
+
+// largeRun is one large-object run: Streams clients on one target.
+type largeRun struct {
+	Round   int    `json:"round"`
+	Streams int    `json:"streams"`
+	Target  string `json:"target"`
+	// Before the run's step: how long it waited for the machine to be
+	// quiet, and the CPUs other processes used in the last second of that
+	// (the step's first run only).
+	QuietWait  float64 `json:"quiet_wait_s,omitempty"`
+	BusyBefore float64 `json:"other_cpus_before,omitempty"`
+	RunTime    float64 `json:"run_time_s"`
+	Bytes      int64   `json:"body_bytes"` // every body byte that arrived within the run
+	Complete   int64   `json:"complete_responses"`
+	// Partial is the objects' worth of bytes beyond the complete
+	// responses: those the run's end cut off.
+	Partial        float64  `json:"partial_responses"`
+	MBps           float64  `json:"mb_per_s"` // 10⁶ bytes
+	OriginRequests int64    `json:"origin_requests"`
+	Problems       []string `json:"problems,omitempty"`
+	ServerCPU      float64  `json:"server_cpu_s"`
+	CPUPerGB       float64  `json:"server_cpu_s_per_gb"`
+	SelfCPU        float64  `json:"this_process_cpu_s"` // the clients
+	OtherCPU       float64  `json:"other_processes_cpu_s"`
+}
+
+// largeSumm is one stream count's medians over rounds and per-round ratios.
+type largeSumm struct {
+	Streams             int                         `json:"streams"`
+	Targets             map[string]*largeTargetSumm `json:"targets"`
+	CoralOverFile       []float64                   `json:"coral_over_file_by_round"`
+	MedianCoralOverFile *float64                    `json:"median_coral_over_file,omitempty"`
+	NginxOverFile       []float64                   `json:"nginx_over_file_by_round,omitempty"`
+	MedianNginxOverFile *float64                    `json:"median_nginx_over_file,omitempty"`
+	// coral's MB/s over coral-old's (-baseline): new build over old.
+	NewOverOld       []float64 `json:"new_over_old_by_round,omitempty"`
+	MedianNewOverOld *float64  `json:"median_new_over_old,omitempty"`
+}
+
+type largeTargetSumm struct {
+	MBps           []float64 `json:"mb_per_s"`
+	MedianMBps     float64   `json:"median_mb_per_s"`
+	MedianCPUPerGB float64   `json:"median_server_cpu_s_per_gb"`
+	cpu            []float64
 }

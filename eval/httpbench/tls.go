@@ -144,7 +144,7 @@ func (b *bench) loadRoots() error {
 // certificates (it issues them in the background after it starts), that
 // is until a verified handshake with each TLS target succeeds.
 func (b *bench) waitTLS(ctx context.Context) error {
-	return evalrun.WaitFor(ctx, "Caddy's TLS certificates", 30*time.Second, b.caddy.Exited, func() error {
+	return evalrun.WaitFor(ctx, "Caddy's TLS certificates", startWithin, b.caddy.Exited, func() error {
 		if err := b.loadRoots(); err != nil {
 			return err
 		}

@@ -118,14 +118,7 @@ func (b *bench) runWrk(ctx context.Context, phase string, round int, t *target, 
 	}
 	r.Wall = w1.Sub(w0).Seconds()
 	r.OriginRequests = o1 - o0
-	switch t.srv {
-	case b.caddy:
-		r.ServerCPU = c1.caddy - c0.caddy
-	case b.nginx:
-		r.ServerCPU = c1.nginx - c0.nginx
-	case b.base:
-		r.ServerCPU = c1.base - c0.base
-	}
+	r.ServerCPU = b.serverCPU(t, c0, c1)
 	r.CPUPerRequest = 1e6 * r.ServerCPU / float64(r.Requests)
 	r.WrkCPU = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	r.SelfCPU = c1.self - c0.self

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // The experiments that run real processes: eval/dnsperf, eval/httpbench,
@@ -119,6 +120,25 @@ func init() {
 			}
 		}
 		return table([]string{"object", "ratio (same rounds)", "per round", "median"}, rows), nil
+	})
+
+	// httpbench.large FILE: the large-object section, a hit of one large
+	// object streamed by a few clients at once: every target's MB/s per
+	// round and median, every per-round ratio, Caddy's memory.
+	register("httpbench.large", func(c *results, args []string) (string, error) {
+		if err := needArgs(args, 1, "FILE"); err != nil {
+			return "", err
+		}
+		var r struct {
+			Large *httpbenchLarge `json:"large_object"`
+		}
+		if err := c.load(args[0], &r); err != nil {
+			return "", err
+		}
+		if r.Large == nil {
+			return "`" + args[0] + "` holds no large-object section: it was written before eval/httpbench measured one; to be regenerated.\n", nil
+		}
+		return renderHTTPBenchLarge(r.Large), nil
 	})
 
 	// dnsperf.throughput FILE: queries per second and CPU per query per
@@ -344,4 +364,52 @@ func pctAny(v any) string {
 		return pct(f, 2)
 	}
 	return "–"
+}
+
+// httpbenchLarge is what httpbench.large reads of eval/httpbench's
+// large_object.
+type httpbenchLarge struct {
+	Object struct {
+		Path  string  `json:"path"`
+		Bytes float64 `json:"object_bytes"`
+	} `json:"object"`
+	Duration        string           `json:"run_duration"`
+	ByStreams       []map[string]any `json:"by_streams"`
+	CaddyRSSBefore  float64          `json:"caddy_rss_before"`
+	CaddyPeakRSS    float64          `json:"caddy_peak_rss"`
+	BaselinePeakRSS float64          `json:"baseline_caddy_peak_rss"`
+}
+
+func renderHTTPBenchLarge(l *httpbenchLarge) string {
+	mib := func(b float64) string { return num(b/(1<<20), 1) + " MiB" }
+	var b strings.Builder
+	runs := l.Duration
+	if d, err := time.ParseDuration(l.Duration); err == nil {
+		runs = dur(d)
+	}
+	fmt.Fprintf(&b, "One object of %s (`%s`), runs of %s; Caddy's resident memory %s before the section, its peak %s",
+		num(l.Object.Bytes/(1<<20), 0)+" MiB", l.Object.Path, runs, mib(l.CaddyRSSBefore), mib(l.CaddyPeakRSS))
+	if l.BaselinePeakRSS > 0 {
+		fmt.Fprintf(&b, " (the `-baseline` Caddy's peak %s)", mib(l.BaselinePeakRSS))
+	}
+	b.WriteString(".\n\n")
+	var rows, ratios [][]string
+	for _, bs := range l.ByStreams {
+		streams := fnum(bs, "streams", 0)
+		ts, _ := bs["targets"].(map[string]any)
+		for _, n := range []string{"coral", "coral-old", "file", "nginx"} {
+			t, ok := ts[n].(map[string]any)
+			if !ok {
+				continue
+			}
+			rows = append(rows, []string{streams, n, flist(t, "mb_per_s", 0), "**" + fnum(t, "median_mb_per_s", 0) + "**", fnum(t, "median_server_cpu_s_per_gb", 2)})
+		}
+		for _, row := range roundRatios(bs) {
+			ratios = append(ratios, append([]string{streams}, row...))
+		}
+	}
+	b.WriteString(table([]string{"streams", "target", "MB/s per round", "median MB/s", "server CPU s per GB (median)"}, rows))
+	b.WriteString("\n")
+	b.WriteString(table([]string{"streams", "ratio of MB/s (same rounds)", "per round", "median"}, ratios))
+	return b.String()
 }
