@@ -74,8 +74,9 @@ type fetchRequest struct {
 	// peerFields are set in requests to peers besides the forwarded
 	// ones (a slice's Range: slices.go).
 	peerFields http.Header
-	// neutral says view is empty and clientIP "" because the request
-	// goes to the origin with none of the client's fields (neutral.go).
+	// neutral says the request goes to the origin with none of the
+	// client's default fields and no clientIP, only the operator's
+	// forward_fields in view (neutral.go).
 	neutral bool
 }
 

@@ -11,9 +11,13 @@ package proxy
 // choose what everyone gets: a User-Agent a filter answers with 404 ("Your
 // Cache Has Fallen", Nguyen et al., CCS 2019). So a fetch whose answer
 // would be stored under the URL's own key (no Vary index is stored for
-// the URL) goes to the origin neutral: none of the client's fields, the
-// proxy's own User-Agent, no X-Forwarded-For (a client's address can be
-// what a filter keys on too). What the origin answers that is the answer
+// the URL) goes to the origin neutral: none of the client's default
+// fields (Accept, Accept-Language, User-Agent: the proxy's own instead),
+// no X-Forwarded-For (a client's address can be what a filter keys on
+// too). The fields an operator added with forward_fields still go: naming
+// one says the origins need it on every request (a request ID, a test
+// suite's bookkeeping), and an operator who names a field an origin
+// selects on without Vary has chosen that. What the origin answers that is the answer
 // for every client, as the origin said by sending no Vary on those fields
 // (RFC 9110 §12.5.5): an error it answers need not be confirmed by a
 // second request (confirmNegative), so a crowd on a page that is gone
@@ -44,11 +48,19 @@ import (
 // remembering one costs its bare errors the confirmation request.
 const fieldsMatterMemory = time.Hour
 
-// asNeutral is fr as a request with none of the client's fields: the
-// forwarded view empty (so the proxy's own User-Agent), no client address.
+// asNeutral is fr as a request with none of the client's default fields:
+// the forwarded view holds only the operator's forward_fields (so the
+// proxy's own User-Agent), no client address.
 func (fr fetchRequest) asNeutral() fetchRequest {
-	fr.view, fr.clientIP, fr.neutral = http.Header{}, "", true
+	fr.view = forwardedView(fr.header, operatorFields(fr.allow), "")
+	fr.clientIP, fr.neutral = "", true
 	return fr
+}
+
+// operatorFields is the part of an allow-list (ForwardFields) the
+// operator added: allow less defaultForwardFields.
+func operatorFields(allow []string) []string {
+	return slices.DeleteFunc(slices.Clone(allow), func(f string) bool { return slices.Contains(defaultForwardFields, f) })
 }
 
 // fetchForCache fetches fr from the origin (adjust, if not nil, changes
