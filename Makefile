@@ -22,8 +22,9 @@ demo: coredns caddy
 # Everything: formatting, vet, staticcheck (pinned in go.mod), go.mod drift,
 # and all tests under the race detector, including the resolver lab, which
 # needs bin/coredns and the Debian resolvers, the proxy lab, which needs
-# bin/caddy, and the status page test, which needs bin/caddy and Chromium
-# (deps installs the Debian packages as root).
+# bin/caddy, the status page test, which needs bin/caddy and Chromium, and
+# the short wide-area run (eval/wan's TestShort), which needs both binaries
+# and root (deps installs the Debian packages as root).
 test: fmt-check vet lint tidy-check deps coredns caddy coral-check unit
 
 fmt-check:
@@ -59,11 +60,10 @@ deps:
 unit:
 	$(GO) test -race -count=1 ./...
 
-# The short form of the wide-area run (eval/wan's TestShort; needs root,
-# bin/coredns and bin/caddy): out of `make test` while it flakes (its doc
-# comment says how).
+# The short form of the wide-area run alone (eval/wan's TestShort; needs
+# root, bin/coredns and bin/caddy); make test runs it with the rest.
 wan-short: coredns caddy
-	CORAL_WAN_SHORT=1 $(GO) test -count=1 -run TestShort -v ./eval/wan
+	$(GO) test -race -count=1 -run '^TestShort$$' -v ./eval/wan
 
 # Run every native fuzz target for FUZZTIME each.
 fuzz:

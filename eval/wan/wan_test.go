@@ -28,11 +28,11 @@ import (
 // its own level-2 cluster, and a flash crowd of every client on the 12
 // files fetches each file from the origin once.
 //
-// It failed now and then in three ways, all found and fixed: the 16.5 ms
+// It failed now and then in four ways, all found and fixed: the 16.5 ms
 // pair's RTT 2–4 ms above the matrix (the delayer's own time added at
 // each of ten delaying routers: internal/lab/wan's README); a metro split
 // between the two-node clusters of its hosts for a whole clustering
-// period (coraldht's settling rounds); and, with the clusters right, a
+// period (coraldht's settling rounds); with the clusters right, a
 // site's Unbound asking a name server of the other metro for minutes,
 // which placed it at level 1 and answered with a proxy of the other metro
 // beside the site's own. The NS sets were the cause: the first metro's
@@ -43,15 +43,20 @@ import (
 // Unbound spreads its queries over every server of a set within 400 ms
 // of the fastest, so the far ones got their share. The coral plugin now
 // leaves members its own RTTs prove far from the resolver out of NS sets
-// (plugin/coredns's README, Proximity).
+// (plugin/coredns's README, Proximity). Last, on a loaded machine, the
+// flash crowd's lookups at the site without a node went unanswered: its
+// resolver had not resolved the name before, the chain of referrals took
+// over 1.9 s, and Unbound drops its reply to a query that slow
+// (discard-timeout) and expects the stub to ask again, which the lab's
+// client did not do. It does now, as glibc does (fleet.Client.Lookup).
 //
-// It runs only with CORAL_WAN_SHORT=1 (make wan-short), not in make test,
-// until it has passed often enough, also on a loaded machine, to be
-// trusted there.
+// It shares nothing with the packages go test runs beside it: every
+// process it starts lives in network namespaces of its own (named after
+// the test's PID), and its addresses, loopback ports, iptables rules and
+// NFQUEUE queues are those namespaces' own. Only the cores are shared,
+// and another wide-area lab (internal/lab/wan's tests) waits for this one
+// to end: one lab runs on a machine at a time (internal/lab/wan's README).
 func TestShort(t *testing.T) {
-	if os.Getenv("CORAL_WAN_SHORT") == "" {
-		t.Skip("CORAL_WAN_SHORT=1 (make wan-short) runs the short wide-area form; it is out of make test until it has shown it no longer flakes")
-	}
 	coredns := evaltest.LabBinary(t, "coredns", "unbound", "iptables-restore", "tc")
 	caddy := evaltest.LabBinary(t, "caddy")
 	missing := t.Skipf

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -256,5 +257,35 @@ func TestEarlyTracksTheMedianCost(t *testing.T) {
 	}
 	if early != maxEarly {
 		t.Errorf("estimate %v under a load that makes every release cost %v: want the bound %v", time.Duration(early), time.Duration(spike), time.Duration(maxEarly))
+	}
+}
+
+// TestOneLabAtATime: a second lab waits for the first one's lock, and
+// gets it once the first lets go.
+func TestOneLabAtATime(t *testing.T) {
+	was := machineLock
+	machineLock = filepath.Join(t.TempDir(), "coral-wan-lab.lock")
+	t.Cleanup(func() { machineLock = was })
+	first, err := lockMachine(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if second, err := lockMachine(ctx); err == nil {
+		second.Close()
+		t.Fatal("a second lab got the lock while the first held it")
+	}
+	got := make(chan error, 1)
+	go func() {
+		second, err := lockMachine(context.Background())
+		if err == nil {
+			second.Close()
+		}
+		got <- err
+	}()
+	first.Close()
+	if err := <-got; err != nil {
+		t.Fatalf("the second lab, once the first let go: %v", err)
 	}
 }

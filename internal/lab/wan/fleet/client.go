@@ -4,6 +4,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,11 +16,30 @@ import (
 	"github.com/miekg/dns"
 )
 
+// A stub resolver's retransmission, glibc's defaults with one name
+// server (resolv.conf(5): timeout:5, attempts:2): the query again after
+// stubTimeout without an answer, and given up stubTimeout after that. A
+// resolver may drop a query rather than answer it late: Unbound (as
+// Debian ships it, discard-timeout) drops the reply to a query that took
+// over 1.9 s to resolve, and keeps resolving, so that the stub's next
+// try is answered from its cache. On a loaded machine a site's first
+// resolution of a Coralized name (the root, the TLD, the coral zone, then
+// each level zone's servers) can take that long.
+const (
+	stubTimeout  = 5 * time.Second
+	stubAttempts = 2
+)
+
 // Lookup asks the client's resolver, from the client's address, for
-// name's A records, as a stub resolver does (no cache of its own). It
-// returns the addresses in the answer's order, the smallest TTL and how
-// long the resolution took.
+// name's A records, as a stub resolver does (no cache of its own; the
+// query sent again after stubTimeout). It returns the addresses in the
+// answer's order, the smallest TTL and how long the resolution took.
 func (c *Client) Lookup(ctx context.Context, name string) ([]netip.Addr, time.Duration, time.Duration, error) {
+	return c.lookup(ctx, name, stubTimeout)
+}
+
+// lookup is Lookup with the time an attempt waits for its answer.
+func (c *Client) lookup(ctx context.Context, name string, timeout time.Duration) ([]netip.Addr, time.Duration, time.Duration, error) {
 	var conn net.Conn
 	err := c.Host.Do(func() (err error) {
 		d := net.Dialer{LocalAddr: &net.UDPAddr{IP: c.Addr.AsSlice()}}
@@ -30,26 +50,38 @@ func (c *Client) Lookup(ctx context.Context, name string) ([]netip.Addr, time.Du
 		return nil, 0, 0, err
 	}
 	defer conn.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	start := time.Now()
+	deadline := start.Add(stubAttempts * timeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
-	_ = conn.SetDeadline(deadline)
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
 	m.SetEdns0(1232, false)
 	dc := &dns.Conn{Conn: conn, UDPSize: 1232}
-	start := time.Now()
-	if err := dc.WriteMsg(m); err != nil {
-		return nil, 0, 0, err
-	}
 	var r *dns.Msg
-	for {
-		if r, err = dc.ReadMsg(); err != nil {
+	for attempt := 1; r == nil; attempt++ {
+		if err := dc.WriteMsg(m); err != nil {
 			return nil, 0, time.Since(start), err
 		}
-		if r.Id == m.Id {
-			break
+		try := time.Now().Add(timeout)
+		if attempt == stubAttempts || deadline.Before(try) {
+			try = deadline
+		}
+		_ = conn.SetReadDeadline(try)
+		for {
+			got, err := dc.ReadMsg()
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && try.Before(deadline) {
+				break // the next attempt
+			}
+			if err != nil {
+				return nil, 0, time.Since(start), err
+			}
+			if got.Id == m.Id {
+				r = got
+				break
+			}
 		}
 	}
 	took := time.Since(start)
