@@ -464,12 +464,12 @@ func TestLoadTrackerBounded(t *testing.T) {
 	for i := range 100 {
 		lt.request(lk(fmt.Sprint(i)), kindGet, false, t0)
 	}
-	if n := lt.keys.len(); n > 10 {
+	if n := lt.n; n > 10 {
 		t.Fatalf("%d trackers, bound 10", n)
 	}
 	// The key idle longest went first: the last ten remain.
 	for i := 90; i < 100; i++ {
-		if _, ok := lt.keys.get(lk(fmt.Sprint(i))); !ok {
+		if lt.findLocked(lk(fmt.Sprint(i))) < 0 {
 			t.Fatalf("key %d, among the ten most recent, was evicted", i)
 		}
 	}

@@ -77,13 +77,14 @@ type Point struct {
 	IndexHeapBytes   int64   `json:"index_heap_bytes,omitempty"`
 	IndexPerObj      float64 `json:"index_heap_bytes_per_object,omitempty"`
 	HeapInuseBytes   int64   `json:"heap_inuse_bytes,omitempty"`
-	// The other per-object state in Caddy's heap profile: coral_proxy's
-	// table of the DSHT references it renews, and the DSHT node's store.
+	// The other state in Caddy's heap profile: coral_proxy's DSHT
+	// references (their state lives in the index now, so about none), and
+	// the DSHT node (its store and per-key load counters, bounded).
 	RefsHeapBytes int64 `json:"references_heap_bytes,omitempty"`
 	DHTHeapBytes  int64 `json:"dsht_heap_bytes,omitempty"`
-	// What coral_proxy maps outside the Go heap for its per-object tables
-	// (the index, the reference table: caddy_coral_offheap_bytes), which
-	// the heap profile does not see; resident as written.
+	// What coral_proxy maps outside the Go heap for its per-object table
+	// (the index, with the references' state: caddy_coral_offheap_bytes),
+	// which the heap profile does not see; resident as written.
 	OffheapBytes       int64   `json:"offheap_bytes,omitempty"`
 	OffheapBytesPerObj float64 `json:"offheap_bytes_per_object,omitempty"`
 	DiskBytes          int64   `json:"disk_bytes"`

@@ -16,9 +16,9 @@
 // its inodes, per object; for coral_proxy also the index's memory, read
 // from Caddy's heap profile (its admin endpoint's /debug/pprof/heap?gc=1:
 // the in-use bytes allocated under diskcache's index; -heap-profiles DIR
-// keeps each profile), what its per-object tables map outside the Go heap
-// (caddy_coral_offheap_bytes: the index and the reference table, which
-// the heap profile does not see), and the time from
+// keeps each profile), what its per-object table maps outside the Go heap
+// (caddy_coral_offheap_bytes: the index, which also holds the state of
+// the DSHT references; the heap profile does not see it), and the time from
 // a restart of Caddy to its first hit, after a clean stop (SIGTERM) and
 // after SIGKILL, with the resident memory after the restart. nginx is
 // restarted too (its cache survives); Varnish's storage does not survive

@@ -51,7 +51,7 @@ type Handler struct {
 	MaxObjectSize int64 `json:"max_object_size,omitempty"`
 
 	// MaxObjects bounds the number of cached objects, and with it the
-	// memory of the cache's index (about 80 bytes an object). Default:
+	// memory of the cache's index (about 90 bytes an object). Default:
 	// CacheSize / 4 KiB, as many as fit at their smallest (one block).
 	MaxObjects int `json:"max_objects,omitempty"`
 

@@ -88,7 +88,7 @@ var (
 	descDownloads      = metricDesc("downloads_in_progress", "Objects being written into the disk cache.")
 	descCacheEvictions = metricDesc("cache_evictions_total", "Complete objects evicted from the disk cache for room.")
 	descDiskErrors     = metricDesc("disk_write_errors_total", "Writes to the disk cache that the file system failed (ENOSPC, EDQUOT, EIO): the object was evicted for or relayed uncached.")
-	descOffheap        = metricDesc("offheap_bytes", "Memory mapped outside the Go heap for the per-object tables (the disk cache's index, the DSHT reference table): resident as it is written, not counted by go_memstats_*.")
+	descOffheap        = metricDesc("offheap_bytes", "Memory mapped outside the Go heap for the per-object table (the disk cache's index, with the state of the DSHT references): resident as it is written, not counted by go_memstats_*.")
 	descDiskLimit      = metricDesc("cache_disk_limit_bytes", "The disk cache's bound when its file system was found full below cache_size (0: cache_size applies).")
 )
 

@@ -213,16 +213,18 @@
 // written and read with well under 16 MiB of heap growth
 // (TestLargeObjectMemory).
 //
-// The index (index.go) keeps per complete object one 72-byte entry: the
+// The index (index.go) keeps per complete object one 80-byte entry: the
 // object's 20-byte name (the key's bytes for a 40-hex key, else the first
 // 20 bytes of its SHA-256), generation, body and metadata lengths, last
-// use, LRU neighbours and hot-set slot as 32-bit entry numbers, and its
-// count of open Readers. Entries live in chunks of 4,096 that never move;
+// use, LRU neighbours and hot-set slot as 32-bit entry numbers, its
+// count of open Readers, and a 64-bit mark of the caller's (SetMark: the
+// proxy keeps the renewal state of the object's DSHT reference there,
+// instead of a table of its own as large as the index). Entries live in chunks of 4,096 that never move;
 // an open-addressing table of 32-bit entry numbers, at most half full,
 // finds them by name (4 to 8 bytes per object); free entries are linked
 // through the LRU field. No per-object Go object, pointer, string or map
 // entry: a million objects are about 250 allocations that the garbage
-// collector never scans, about 80 bytes per object (TestIndexMemory;
+// collector never scans, about 90 bytes per object (TestIndexMemory;
 // format 1 took about 165 with the key and a map, and the collector's
 // headroom doubled that). The key is not kept: the proxy's keys are their
 // names, and any other key is read back from the object's metadata when
@@ -236,9 +238,9 @@
 // memory: the collector lets the heap grow to twice its live data before
 // it collects (GOGC=100), and a module running inside Caddy must not set
 // the process's GOGC or GOMEMLIMIT. Off the heap a page is resident once
-// written and no more, so resident memory follows the ~80 bytes per
-// object (Stats.IndexBytes, caddy_coral_offheap_bytes with the proxy's
-// reference table); measured at a million objects by eval/scale. They are
+// written and no more, so resident memory follows the ~90 bytes per
+// object (Stats.IndexBytes, caddy_coral_offheap_bytes); measured at a
+// million objects by eval/scale. They are
 // given back when the Store is garbage, not at Close: a Reader may
 // outlive Close and still note its end in its entry.
 //

@@ -14,7 +14,7 @@ import (
 // few thousand entries that never move, and an open-addressing table of
 // entry numbers, so that a million objects take a few large pointer-free
 // allocations (no per-object Go object, string or map entry for the
-// garbage collector to scan) and about 80 bytes each (TestIndexMemory).
+// garbage collector to scan) and about 90 bytes each (TestIndexMemory).
 // An object is known by its name (objName): 20 bytes, the key itself for
 // the proxy's keys (40 lowercase hex digits, a SHA-1), the first 20 bytes
 // of the key's SHA-256 for any other key. The key is not kept: a 40-hex
@@ -77,7 +77,7 @@ func parseName(s string) (objName, bool) {
 	return n, true
 }
 
-// entry is one complete object: 72 bytes, no pointers.
+// entry is one complete object: 80 bytes, no pointers.
 type entry struct {
 	name    [nameLen]byte
 	hashed  bool
@@ -92,8 +92,9 @@ type entry struct {
 	hot        int32 // 1 + its slot in the hot set; 0 or hotSeen: metadata not cached
 	readers    int32 // open Readers of the complete version (held.go)
 	gen        uint64
-	size       int64 // the body's length
-	used       int64 // last Get or Commit, Unix nanoseconds
+	size       int64  // the body's length
+	used       int64  // last Get or Commit, Unix nanoseconds
+	mark       uint64 // the caller's word (marks.go); 0: none
 }
 
 func (e *entry) objName() objName { return objName{e.name, e.hashed} }
@@ -111,15 +112,16 @@ func (e *entry) version() version {
 	return version{e.objName(), e.gen, e.inline, e.size, e.metaLen}
 }
 
-// entryChunk is how many entries one allocation holds (288 KiB).
+// entryChunk is how many entries one allocation holds (320 KiB).
 const entryChunk = 4096
 
 // index maps names to entries. Guarded by Store.mu.
 type index struct {
 	seed maphash.Seed
 	*indexArrays
-	free int32 // first free slot, -1 if none
-	n    int   // live entries
+	free   int32 // first free slot, -1 if none
+	n      int   // live entries
+	marked int   // live entries with a mark
 }
 
 // indexArrays are the index's large arrays, outside the Go heap
@@ -225,6 +227,9 @@ func (x *index) remove(e *entry) {
 		}
 	}
 	x.table[i] = 0
+	if e.mark != 0 {
+		x.marked--
+	}
 	slot := e.slot
 	*e = entry{slot: slot, prev: -1, next: x.free}
 	x.free = slot

@@ -58,7 +58,7 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 			break
 		}
 		v := e.version()
-		gen := v.gen
+		gen, mark := v.gen, e.mark
 		e.used = s.now().UnixNano()
 		s.moveToFront(e)
 		m, body, hot := s.hotGetLocked(e)
@@ -66,7 +66,9 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 			// In memory: no file, so no hold on the version either.
 			s.mu.Unlock()
 			s.hits.Add(1)
-			return s.newMemReader(key, m, body), true
+			r := s.newMemReader(key, m, body)
+			r.mark = mark
+			return r, true
 		}
 		s.holdLocked(e)
 		epoch := s.metaEpoch
@@ -81,6 +83,7 @@ func (s *Store) GetContext(ctx context.Context, key string) (*Reader, bool) {
 		}
 		if err == nil {
 			s.hits.Add(1)
+			r.mark = mark
 			return r, true
 		}
 		s.release(name, gen)

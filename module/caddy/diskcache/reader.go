@@ -39,6 +39,7 @@ type Reader struct {
 	buf    []byte        // WriteTo's copy buffer, for writers without ReadFrom
 	done   atomic.Bool   // closed
 	closed chan struct{} // closed on Close; only for readers of a write in progress
+	mark   uint64        // the entry's mark at the Get (Mark)
 	once   sync.Once
 }
 

@@ -55,7 +55,7 @@ type Stats struct {
 	HotBodies    int
 	HotBodyBytes int64
 	// IndexBytes is the memory of the index (its entries' chunks and its
-	// table; see the package docs, "Memory"): about 80 bytes per object.
+	// table; see the package docs, "Memory"): about 90 bytes per object.
 	IndexBytes int64
 }
 

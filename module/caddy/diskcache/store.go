@@ -26,7 +26,7 @@ type Options struct {
 	// Required; with less than one block (4 KiB) nothing can be stored.
 	MaxBytes int64
 	// MaxEntries bounds the number of complete objects, and with it the
-	// index's memory (about 80 bytes per object; see the package docs).
+	// index's memory (about 90 bytes per object; see the package docs).
 	// Default (0): MaxBytes / 4 KiB (DefaultBytesPerEntry), the number of
 	// objects that fit if each takes its minimum of one 4 KiB block, so
 	// the default never evicts before the byte bound would and keeps the

@@ -60,31 +60,29 @@
 //
 // # Memory
 //
-// What a proxy keeps per cached object is two fixed-size entries, both
-// outside the Go heap: diskcache's index entry (about 80 bytes, see that
-// package's "Memory") and the entry of References, the table of the DSHT
-// references to renew (refs.go). A node holds a reference for about every
-// object it caches, so that table is built like the index: 32-byte
-// entries without pointers (the key's 20 bytes, when to renew, the TTL,
-// and a state word: requested since the last put, negative, and which of
-// the proxy's (HTTP, DSHT) address pairs was put, a number into a short
-// list, since every reference of a proxy names the same addresses), in an
-// open-addressing table per shard (64 shards, linear probing, at most 3/4
-// full, grown by half), about 45 to 65 bytes per reference
-// (BenchmarkReferencesMemory). It was a sync.Map of key strings to
-// structs, about 240 bytes per reference on the heap and twice that
-// resident once the collector's headroom (GOGC=100) is counted; a module
-// must not change the GOGC or GOMEMLIMIT of the Caddy it runs in, so the
-// tables leave the heap instead (package module/caddy/internal/offheap:
-// anonymous mappings, resident as written, given back when the table is
-// garbage). A hit notes its request under its shard's read lock with one
-// atomic OR, the first time after a put only.
+// What a proxy keeps per cached object is one fixed-size entry outside
+// the Go heap: diskcache's index entry (about 88 bytes with its share of
+// the table, see that package's "Memory"). The state of the DSHT
+// reference the proxy renews for the object (References, refs.go) is 8
+// bytes of that entry, a diskcache mark: when to put it again, the TTL,
+// requested since the last put, negative, and which of the proxy's (HTTP,
+// DSHT) address pairs was put, a number into a short list, since every
+// reference of a proxy names the same addresses. A reference is per URL,
+// and the URL's own entry holds it: the object, or for a Vary object its
+// index of variants. It goes with its object (eviction, purge), which the
+// renewal pass checked anyway; the pass visits the index a chunk of 4,096
+// slots at a time under the store's lock, and a hit notes its request
+// under that lock, writing only the first time after a put.
 //
-// The references could live in the index entries themselves (they are
-// per object and lapse with their object), at 8 bytes an object instead
-// of a second table; they are kept apart because a reference is per URL
-// and an index entry per stored variant, and because the renewal pass
-// would then hold the store's lock.
+// The references had a table of their own before, 32-byte entries keyed
+// by the object's 20-byte name in 64 open-addressing shards: about 57
+// bytes per object at a million objects (eval/scale at 37d58e1), and a
+// sync.Map of key strings before that, about 240 bytes on the heap and
+// twice that resident once the collector's headroom (GOGC=100) is
+// counted. A module must not change the GOGC or GOMEMLIMIT of the Caddy
+// it runs in, so the index lives outside the heap instead (package
+// module/caddy/internal/offheap: anonymous mappings, resident as written,
+// given back when the store is garbage).
 //
 // What else grows in memory is bounded, whatever the number of objects:
 // the DSHT node's store (MaxKeys, MaxValues) and its per-key load counters

@@ -47,6 +47,9 @@ type fetchRequest struct {
 	// key is the store key of the object fetched: baseKey, the URL's key,
 	// or one variant of it when the URL's responses vary (see lookup).
 	key, baseKey string
+	// baseMark is the store's mark of the URL's entry at the look-up: the
+	// state of its DSHT reference (References).
+	baseMark uint64
 	// target is the origin resource; baseKey is target.Key(), and the
 	// origin and peers are asked for exactly its normalized path and query.
 	target target

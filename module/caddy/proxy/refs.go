@@ -2,18 +2,12 @@ package proxy
 
 import (
 	"context"
-	"encoding/hex"
-	"hash/maphash"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/coralcdn/coral/coraldht"
 	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
-	"github.com/coralcdn/coral/module/caddy/internal/offheap"
 )
 
 // References keeps the long-lived DSHT references this proxy has put for
@@ -22,20 +16,22 @@ import (
 // object nobody wants lapses on its own. It lives with the cache (across
 // reloads), not with one proxy configuration.
 //
-// A node holds a reference for about every object it caches, so the table
-// is sized like diskcache's index: 32 bytes per reference, no Go pointer,
-// string or map entry per reference (see "Memory" in the package docs).
-// A reference is known by its object's cache key, 40 lowercase hex digits
-// (a SHA-1), kept as its 20 bytes; what was put is the same for every
-// reference but its flags (this proxy's HTTP and DSHT addresses), so an
-// entry names it by a small number (peers).
+// A node holds a reference for about every object it caches, so what a
+// reference needs is kept in its object's entry of the disk cache's index
+// (a diskcache mark, 8 bytes): when to put it again, its TTL, whether it
+// was requested since, its Negative flag, and a small number naming what
+// was put, the same for every reference but its flags (this proxy's HTTP
+// and DSHT addresses: peers). No table, key or Go object per reference
+// (see "Memory" in the package docs). A reference goes with its object:
+// one evicted or purged is not renewed, as it would not be anyway. Only a
+// cache key (40 lowercase hex digits, coralname.CacheKey) is kept; any
+// other reference lapses at its TTL.
 //
-// Every hit notes its request (touch): it takes its shard's lock for
-// reading and sets a bit atomically, and only the first request after a
-// put writes. put, Forget and due take a shard's lock for writing.
+// Every hit notes its request (touchFirst): the first after a put looks
+// its entry up again under the store's lock and sets a bit; later ones
+// see the bit in the mark their look-up returned and do nothing.
 type References struct {
-	shards *[refShards]refShard
-	// epoch is when the table was made: entries keep times as seconds
+	// epoch is when the table was made: marks keep times as seconds
 	// since it (monotonic, so a clock step moves no renewal).
 	epoch time.Time
 	store *diskcache.Store
@@ -44,50 +40,28 @@ type References struct {
 	node func() DHT
 
 	peersMu sync.Mutex
-	peers   []reference // what entries' peer numbers name; only grows
+	peers   []reference // what marks' peer numbers name; only grows
 
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// refShards is how many independently locked parts the table has: hits
-// on different objects rarely wait for one another, and a renewal pass
-// holds one part at a time.
-const refShards = 64
-
-// A refShard is an open-addressing table of entries (linear probing,
-// backward-shift deletion), at most 3/4 full, off the Go heap.
-type refShard struct {
-	mu    sync.RWMutex
-	seed  maphash.Seed // the table's: one hash chooses the shard and the slot
-	slots []refEntry   // offheap.Make; empty slots have state 0
-	n     int
-	_     [64]byte // the next shard's lock on another cache line
-}
-
-// refEntry is one reference: 32 bytes, no pointers.
-type refEntry struct {
-	key [sha1Len]byte
-	// dueAt is when to put it again, seconds since epoch (its put plus
-	// its TTL less renewAhead).
-	dueAt uint32
-	ttl   uint32 // seconds
-	// state is refLive | refRequested | refNegativeEntry | peer<<refPeerShift;
-	// 0 for an empty slot. touch sets refRequested atomically under the
-	// shard's read lock; everything else changes under its write lock.
-	state uint32
-}
-
+// A reference's mark (diskcache.Store.SetMark): bits 0-31 when to put it
+// again (dueAt), 32-51 its TTL in seconds, then refLive (so a mark is
+// never 0), refRequested, refNegativeEntry, and the peer number.
 const (
-	sha1Len = 20
+	refTTLShift = 32
+	// maxRefTTL is the longest TTL a mark holds (about 12 days; a
+	// reference lives at most refGoodTTL).
+	maxRefTTL = 1<<20 - 1
 
-	refLive          = 1 << 0
-	refRequested     = 1 << 1 // since the last put
-	refNegativeEntry = 1 << 2 // the reference's Negative flag
-	refPeerShift     = 8
+	refLive          = 1 << 52
+	refRequested     = 1 << 53 // since the last put
+	refNegativeEntry = 1 << 54 // the reference's Negative flag
+	refPeerShift     = 55
 	// maxRefPeers bounds the distinct (HTTP, DSHT) address pairs named:
 	// they change only when the node restarts on other addresses.
-	maxRefPeers = 1 << (32 - refPeerShift)
+	maxRefPeers = 1 << (64 - refPeerShift)
 )
 
 // refRenewal is a reference to put again.
@@ -102,21 +76,9 @@ const renewAhead = 2 * time.Minute
 
 // NewReferences is the reference table of store, whose references are put
 // through the node that node returns (Config.Node; nil: never a node). Run
-// starts renewing them.
+// starts renewing them. With a nil store it keeps nothing.
 func NewReferences(store *diskcache.Store, node func() DHT) *References {
-	t := &References{shards: new([refShards]refShard), epoch: time.Now(), store: store, node: node}
-	seed := maphash.MakeSeed()
-	for i := range t.shards {
-		t.shards[i].seed = seed
-	}
-	// The tables are outside the Go heap: give them back when the table
-	// is gone (a Proxy or a renewal in progress keeps it reachable).
-	runtime.AddCleanup(t, func(shards *[refShards]refShard) {
-		for i := range shards {
-			offheap.Free(shards[i].slots)
-		}
-	}, t.shards)
-	return t
+	return &References{epoch: time.Now(), store: store, node: node}
 }
 
 // dhtNode is the node to put references through now, or nil.
@@ -127,13 +89,14 @@ func (t *References) dhtNode() DHT {
 	return t.node()
 }
 
-// refKey is key's 20 bytes, if key is a cache key (coralname.CacheKey).
-func refKey(key string) ([sha1Len]byte, bool) { return coralname.ParseCacheKey(key) }
-
-// locate returns k's shard and hash.
-func (t *References) locate(k *[sha1Len]byte) (*refShard, uint64) {
-	h := t.shards[0].hash(k)
-	return &t.shards[h>>(64-6)], h
+// keeps reports whether t keeps key's reference: key is a cache key
+// (coralname.CacheKey) and there is a store to keep it in.
+func (t *References) keeps(key string) bool {
+	if t == nil || t.store == nil {
+		return false
+	}
+	_, ok := coralname.ParseCacheKey(key)
+	return ok
 }
 
 // now is the time in the table's seconds.
@@ -141,49 +104,39 @@ func (t *References) now() int64 { return int64(time.Since(t.epoch) / time.Secon
 
 // peerNumber is the number that names r's addresses, or false when the
 // table names too many.
-func (t *References) peerNumber(r reference) (uint32, bool) {
+func (t *References) peerNumber(r reference) (uint64, bool) {
 	t.peersMu.Lock()
 	defer t.peersMu.Unlock()
 	for i, p := range t.peers {
 		if p.Addr == r.Addr && p.DHT == r.DHT {
-			return uint32(i), true
+			return uint64(i), true
 		}
 	}
 	if len(t.peers) >= maxRefPeers {
 		return 0, false
 	}
 	t.peers = append(t.peers, reference{Addr: r.Addr, DHT: r.DHT, Complete: true})
-	return uint32(len(t.peers) - 1), true
+	return uint64(len(t.peers) - 1), true
 }
 
 // put records a reference just put for key (a complete one: publish puts
-// no other). A key that is not a cache key is not kept, and its reference
-// lapses at its TTL.
+// no other) in its object's mark. A key that is not a cache key, or whose
+// object is no longer cached, is not kept, and its reference lapses at
+// its TTL.
 func (t *References) put(key string, ref reference, ttl time.Duration) {
-	if t == nil {
-		return
-	}
-	k, ok := refKey(key)
-	if !ok {
+	if !t.keeps(key) {
 		return
 	}
 	peer, ok := t.peerNumber(ref)
 	if !ok {
 		return
 	}
-	ttlSec := min(int64(ttl/time.Second), 1<<32-1)
-	state := uint32(refLive) | peer<<refPeerShift
+	ttlSec := min(int64(ttl/time.Second), maxRefTTL)
+	mark := refLive | peer<<refPeerShift | uint64(ttlSec)<<refTTLShift | uint64(dueAt(t.now(), ttlSec))
 	if ref.Negative {
-		state |= refNegativeEntry
+		mark |= refNegativeEntry
 	}
-	sh, h := t.locate(&k)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.find(&k, h)
-	if e == nil {
-		e = sh.add(&k, h)
-	}
-	*e = refEntry{key: k, dueAt: dueAt(t.now(), ttlSec), ttl: uint32(ttlSec), state: state}
+	t.store.SetMark(key, mark)
 }
 
 // Forget stops renewing the reference put for key: its object was purged
@@ -192,118 +145,75 @@ func (t *References) put(key string, ref reference, ttl time.Duration) {
 // meanwhile gets 504 from this one (only-if-cached) and moves on. It
 // reports whether there was one.
 func (t *References) Forget(key string) bool {
-	if t == nil {
+	if !t.keeps(key) {
 		return false
 	}
-	k, ok := refKey(key)
-	if !ok {
-		return false
-	}
-	sh, h := t.locate(&k)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.find(&k, h)
-	if e == nil {
-		return false
-	}
-	sh.remove(e)
-	return true
+	old, _ := t.store.SetMark(key, 0)
+	return old != 0
 }
 
 // Len is how many references the table renews (for the admin API).
 func (t *References) Len() int {
-	if t == nil {
+	if t == nil || t.store == nil {
 		return 0
 	}
-	n := 0
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.RLock()
-		n += sh.n
-		sh.mu.RUnlock()
-	}
-	return n
+	return t.store.Marked()
 }
-
-// Bytes is the memory the table's entries take (its slots, used or not).
-func (t *References) Bytes() int64 {
-	if t == nil {
-		return 0
-	}
-	var b int64
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.RLock()
-		b += int64(len(sh.slots)) * refEntrySize
-		sh.mu.RUnlock()
-	}
-	return b
-}
-
-// refEntrySize is unsafe.Sizeof(refEntry{}) (TestRefEntrySize).
-const refEntrySize = 32
 
 // touch notes that key was requested.
 func (t *References) touch(key string) {
-	if t == nil {
-		return
+	if t.keeps(key) {
+		t.store.AddMarkBits(key, refRequested)
 	}
-	k, ok := refKey(key)
-	if !ok {
-		return
-	}
-	sh, h := t.locate(&k)
-	sh.mu.RLock()
-	if e := sh.find(&k, h); e != nil && atomic.LoadUint32(&e.state)&refRequested == 0 {
-		// Only the first request after a put writes: the entry's cache
-		// line is not bounced between CPUs on every hit.
-		atomic.OrUint32(&e.state, refRequested)
-	}
-	sh.mu.RUnlock()
 }
 
-// due calls renew with the references of one shard at a time that are to
-// be renewed now, and forgets those that lapse (not requested since their
-// put, or no longer cached), until renew returns false. renew runs with
-// no lock held, and a shard's batch is all that is held at once (a node
-// renewing a million references does not allocate for all of them).
+// touchFirst notes that key was requested unless seen, key's mark as the
+// request's look-up found it (diskcache.Reader.Mark), shows no reference
+// or one already requested since its put: only the first hit after a put
+// takes the store's lock again.
+func (t *References) touchFirst(key string, seen uint64) {
+	if seen&refLive != 0 && seen&refRequested == 0 {
+		t.touch(key)
+	}
+}
+
+// has reports whether t renews a reference for key.
+func (t *References) has(key string) bool {
+	return t.keeps(key) && t.store.Mark(key) != 0
+}
+
+// due calls renew with the references that are to be renewed now, a few
+// thousand of the store's index slots at a time, and forgets those that
+// lapse (not requested since their put), until renew returns false.
+// renew runs with no lock held, and one batch is all that is held at once
+// (a node renewing a million references does not allocate for all of
+// them).
 func (t *References) due(renew func([]refRenewal) bool) {
+	if t.store == nil {
+		return
+	}
 	var batch []refRenewal
-	for i := range t.shards {
-		batch = t.dueIn(&t.shards[i], batch[:0])
+	var now int64
+	visit := func(o diskcache.MarkedObject, mark uint64) uint64 {
+		if now < int64(uint32(mark)) {
+			return mark
+		}
+		// Under the store's lock: a request after this point counts for
+		// the next renewal, not this one.
+		if mark&refRequested == 0 {
+			return 0
+		}
+		ttl := int64(mark>>refTTLShift) & maxRefTTL
+		batch = append(batch, refRenewal{key: o.Key(), ref: t.referenceOf(mark), ttl: time.Duration(ttl) * time.Second})
+		return mark&^(refRequested|(1<<refTTLShift-1)) | uint64(dueAt(now, ttl))
+	}
+	for from := 0; from >= 0; {
+		batch, now = batch[:0], t.now()
+		from = t.store.UpdateMarks(from, visit)
 		if len(batch) > 0 && !renew(batch) {
 			return
 		}
 	}
-}
-
-// dueIn appends the renewals due in sh to out.
-func (t *References) dueIn(sh *refShard, out []refRenewal) []refRenewal {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	now := t.now()
-	for i := 0; i < len(sh.slots); {
-		e := &sh.slots[i]
-		if e.state&refLive == 0 || now < int64(e.dueAt) {
-			i++
-			continue
-		}
-		key := hex.EncodeToString(e.key[:])
-		// Under the write lock: a request after this point counts for
-		// the next renewal, not this one.
-		_, cached := t.store.Stat(key) // the index alone: no disk read under the lock
-		if e.state&refRequested == 0 || !cached {
-			// Backward-shift deletion may move a later entry into slot
-			// i: look at i again.
-			sh.remove(e)
-			continue
-		}
-		e.state &^= refRequested
-		e.dueAt = dueAt(now, int64(e.ttl))
-		out = append(out, refRenewal{key: key, ref: t.referenceOf(e), ttl: time.Duration(e.ttl) * time.Second})
-		i++
-	}
-	return out
 }
 
 // dueAt is when a reference put at now (table seconds) for ttl seconds is
@@ -313,98 +223,13 @@ func dueAt(now, ttl int64) uint32 {
 	return uint32(min(max(now+ttl-int64(renewAhead/time.Second), now), 1<<32-1))
 }
 
-// referenceOf is the reference e records.
-func (t *References) referenceOf(e *refEntry) reference {
+// referenceOf is the reference mark records.
+func (t *References) referenceOf(mark uint64) reference {
 	t.peersMu.Lock()
-	r := t.peers[e.state>>refPeerShift]
+	r := t.peers[mark>>refPeerShift]
 	t.peersMu.Unlock()
-	r.Negative = e.state&refNegativeEntry != 0
+	r.Negative = mark&refNegativeEntry != 0
 	return r
-}
-
-// home is the first slot to look for hash h in a table of n slots.
-func home(h uint64, n int) int {
-	// The low 58 bits (the top 6 chose the shard), scaled to [0, n).
-	return int((h << 6 >> 32) * uint64(n) >> 32)
-}
-
-// find returns the entry of k, or nil. Under mu (either way).
-func (sh *refShard) find(k *[sha1Len]byte, h uint64) *refEntry {
-	n := len(sh.slots)
-	if n == 0 {
-		return nil
-	}
-	for i := home(h, n); ; i = next(i, n) {
-		e := &sh.slots[i]
-		if atomic.LoadUint32(&e.state)&refLive == 0 {
-			return nil
-		}
-		if e.key == *k {
-			return e
-		}
-	}
-}
-
-func next(i, n int) int {
-	if i++; i == n {
-		return 0
-	}
-	return i
-}
-
-// add returns an empty slot for k, which has none, growing the table
-// first if it is full. Under mu for writing.
-func (sh *refShard) add(k *[sha1Len]byte, h uint64) *refEntry {
-	if 4*(sh.n+1) > 3*len(sh.slots) {
-		sh.grow()
-	}
-	sh.n++
-	return sh.slot(h)
-}
-
-// slot returns the first empty slot from h's home.
-func (sh *refShard) slot(h uint64) *refEntry {
-	n := len(sh.slots)
-	i := home(h, n)
-	for sh.slots[i].state&refLive != 0 {
-		i = next(i, n)
-	}
-	return &sh.slots[i]
-}
-
-// grow moves the entries into a table half as large again. Under mu for
-// writing.
-func (sh *refShard) grow() {
-	old := sh.slots
-	sh.slots = offheap.Make[refEntry](max(64, len(old)+len(old)/2))
-	for i := range old {
-		if old[i].state&refLive != 0 {
-			*sh.slot(sh.hash(&old[i].key)) = old[i]
-		}
-	}
-	offheap.Free(old)
-}
-
-// hash is k's hash, whose top bits chose this shard.
-func (sh *refShard) hash(k *[sha1Len]byte) uint64 { return maphash.Bytes(sh.seed, k[:]) }
-
-// remove empties e's slot, moving later members of its probe run back
-// into the hole when their home is not between the hole and them. Under
-// mu for writing.
-func (sh *refShard) remove(e *refEntry) {
-	n := len(sh.slots)
-	i := int((uintptr(unsafe.Pointer(e)) - uintptr(unsafe.Pointer(&sh.slots[0]))) / refEntrySize)
-	for j := next(i, n); sh.slots[j].state&refLive != 0; j = next(j, n) {
-		h := home(sh.hash(&sh.slots[j].key), n)
-		// Move j to i when i lies cyclically in [h, j): the entry's probe
-		// run from h passes the hole.
-		if (j-h+n)%n >= (j-i+n)%n {
-			sh.slots[i] = sh.slots[j]
-			i = j
-		}
-	}
-	sh.slots[i] = refEntry{}
-	sh.n--
 }
 
 // Run renews references every interval until Stop.

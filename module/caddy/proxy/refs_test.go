@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
-	"unsafe"
 
+	"github.com/coralcdn/coral/coralname"
 	"github.com/coralcdn/coral/module/caddy/diskcache"
 )
 
@@ -25,26 +24,15 @@ func TestRefTableRenewsOnlyRequested(t *testing.T) {
 }
 
 func testRefTableRenewsOnlyRequested(t *testing.T) {
-	store, err := diskcache.Open(diskcache.Options{Dir: t.TempDir(), MaxBytes: 1 << 20, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	for _, key := range []string{"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"} {
-		w, err := store.Create(key, diskcache.Meta{Key: key, Status: 200, Size: 1, Stored: time.Now()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write([]byte("x"))
-		if err := w.Commit(diskcache.Meta{Key: key, Status: 200, Size: 1, Stored: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	store := storeHolding(t, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")
 	tab := NewReferences(store, noNode)
 	ref := reference{Addr: netip.MustParseAddrPort("192.0.2.1:80"), Complete: true}
 	tab.put("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", ref, time.Hour)
 	tab.put("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", ref, time.Hour)
-	tab.put("cccccccccccccccccccccccccccccccccccccccc", ref, time.Hour) // not cached (evicted)
+	tab.put("cccccccccccccccccccccccccccccccccccccccc", ref, time.Hour) // not cached (evicted): not kept
+	if n := tab.Len(); n != 2 {
+		t.Fatalf("%d references kept, want the 2 of cached objects", n)
+	}
 
 	time.Sleep(10 * time.Minute)
 	tab.touch("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
@@ -75,17 +63,13 @@ func testRefTableRenewsOnlyRequested(t *testing.T) {
 // finds any unsynchronized access, and the table's count stays the number
 // of references it holds.
 func TestRefTableTouchDuringRenewal(t *testing.T) {
-	store, err := diskcache.Open(diskcache.Options{Dir: t.TempDir(), MaxBytes: 1 << 20, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	tab := NewReferences(store, noNode)
-	ref := reference{Addr: netip.MustParseAddrPort("192.0.2.1:80"), Complete: true}
 	keys := make([]string, 64)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%040d", i)
 	}
+	store := storeHolding(t, keys...)
+	tab := NewReferences(store, noNode)
+	ref := reference{Addr: netip.MustParseAddrPort("192.0.2.1:80"), Complete: true}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for g := range 2 {
@@ -122,18 +106,31 @@ func TestRefTableTouchDuringRenewal(t *testing.T) {
 	if n := tab.Len(); n != held {
 		t.Errorf("table counts %d references, holds %d", n, held)
 	}
+	for _, key := range keys {
+		tab.put(key, ref, time.Hour)
+	}
+	if n := tab.Len(); n != len(keys) {
+		t.Errorf("table counts %d references after putting all %d", n, len(keys))
+	}
 }
 
-// has reports whether t renews a reference for key.
-func (t *References) has(key string) bool {
-	k, ok := refKey(key)
-	if !ok {
-		return false
+// storeHolding opens a store (closed when the test ends) holding a
+// one-byte object under each of keys.
+func storeHolding(t testing.TB, keys ...string) *diskcache.Store {
+	t.Helper()
+	store := openTestStore(t, diskcache.Options{Dir: t.TempDir(), MaxBytes: 1 << 30, NoSync: true})
+	for _, key := range keys {
+		m := diskcache.Meta{Key: key, Status: 200, Size: 1, Stored: time.Now()}
+		w, err := store.Create(key, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte("x"))
+		if err := w.Commit(m); err != nil {
+			t.Fatal(err)
+		}
 	}
-	sh, h := t.locate(&k)
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
-	return sh.find(&k, h) != nil
+	return store
 }
 
 // dueNow is what one renewal pass of t renews, by key.
@@ -151,18 +148,11 @@ func dueNow(t *References) map[string]refRenewal {
 // noNode is Config.Node without a node.
 func noNode() DHT { return nil }
 
-// TestRefEntrySize: an entry is the 32 bytes the table's memory figures
-// count (Bytes, the package docs).
-func TestRefEntrySize(t *testing.T) {
-	if got := unsafe.Sizeof(refEntry{}); got != refEntrySize {
-		t.Errorf("refEntry is %d bytes, refEntrySize says %d", got, refEntrySize)
-	}
-}
-
 // TestRefTableLikeAMap: random puts, forgets and lapses (renewal passes
 // with some keys no longer cached) leave the table holding exactly what
-// a map would, through its growth and its backward-shift deletions, and
-// what it renews is what was put (addresses, flags, TTL).
+// a map of the cached objects' references would, and what it renews is
+// what was put (addresses, flags, TTL); a put for an object not cached is
+// not kept.
 func TestRefTableLikeAMap(t *testing.T) {
 	synctest.Test(t, testRefTableLikeAMap)
 }
@@ -179,8 +169,9 @@ func testRefTableLikeAMap(t *testing.T) {
 		{Addr: netip.MustParseAddrPort("[2001:db8::1]:8080"), Complete: true, Negative: true},
 	}
 	type want struct {
-		ref reference
-		ttl time.Duration
+		ref       reference
+		ttl       time.Duration
+		requested bool // since the put or the last renewal
 	}
 	model := map[string]want{}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -209,9 +200,11 @@ func testRefTableLikeAMap(t *testing.T) {
 			k := key(rng.IntN(keys))
 			switch op := rng.IntN(10); {
 			case op < 6:
-				w := want{peers[rng.IntN(len(peers))], time.Duration(10+rng.IntN(50)) * time.Minute}
+				w := want{ref: peers[rng.IntN(len(peers))], ttl: time.Duration(10+rng.IntN(50)) * time.Minute}
 				tab.put(k, w.ref, w.ttl)
-				model[k] = w
+				if cached[k] {
+					model[k] = w
+				}
 			case op < 8:
 				_, had := model[k]
 				if got := tab.Forget(k); got != had {
@@ -220,6 +213,10 @@ func testRefTableLikeAMap(t *testing.T) {
 				delete(model, k)
 			default:
 				tab.touch(k)
+				if w, ok := model[k]; ok {
+					w.requested = true
+					model[k] = w
+				}
 			}
 		}
 		if tab.Len() != len(model) {
@@ -231,22 +228,29 @@ func testRefTableLikeAMap(t *testing.T) {
 				t.Fatalf("round %d: has(%s) = %v, want %v", round, k, !ok, ok)
 			}
 		}
-		// Request every cached key, then renew everything: the cached
-		// ones are renewed as they were put, the others lapse.
-		for k := range model {
-			tab.touch(k)
+		// Request all but a tenth of the keys, then renew everything:
+		// the requested ones are renewed as they were put, the others
+		// lapse.
+		for k, w := range model {
+			if rng.IntN(10) != 0 {
+				tab.touch(k)
+				w.requested = true
+				model[k] = w
+			}
 		}
 		time.Sleep(time.Hour)
 		d := dueNow(tab)
 		for k, w := range model {
 			r, ok := d[k]
-			if ok != cached[k] {
-				t.Fatalf("round %d: %s renewed %v, cached %v", round, k, ok, cached[k])
+			if ok != w.requested {
+				t.Fatalf("round %d: %s renewed %v, requested %v", round, k, ok, w.requested)
 			}
 			if !ok {
 				delete(model, k)
 				continue
 			}
+			w.requested = false
+			model[k] = w
 			if r.ref != w.ref || r.ttl != w.ttl {
 				t.Fatalf("round %d: %s renewed as %+v for %v, put as %+v for %v", round, k, r.ref, r.ttl, w.ref, w.ttl)
 			}
@@ -274,42 +278,17 @@ func TestRefTableKeepsOnlyCacheKeys(t *testing.T) {
 	}
 }
 
-// BenchmarkReferencesMemory puts a reference for each of b.N objects and
-// reports the table's bytes per reference (entries off the Go heap, see
-// the package docs) and the Go heap it takes per reference (≈ 0).
-func BenchmarkReferencesMemory(b *testing.B) {
-	n := max(b.N, 100000)
-	tab := NewReferences(nil, noNode)
-	ref := reference{Addr: netip.MustParseAddrPort("192.0.2.1:80"), Complete: true}
-	keys := make([]string, n)
-	for i := range keys {
-		sum := sha1.Sum([]byte(strconv.Itoa(i)))
-		keys[i] = hex.EncodeToString(sum[:])
-	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	b.ResetTimer()
-	for _, k := range keys {
-		tab.put(k, ref, time.Hour)
-	}
-	b.StopTimer()
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	b.ReportMetric(float64(tab.Bytes())/float64(n), "B/object")
-	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "heapB/object")
-	runtime.KeepAlive(keys)
-}
-
 // BenchmarkReferencesTouch is a hit's note of its request.
 func BenchmarkReferencesTouch(b *testing.B) {
-	tab := NewReferences(nil, noNode)
-	ref := reference{Addr: netip.MustParseAddrPort("192.0.2.1:80"), Complete: true}
 	keys := make([]string, 4096)
 	for i := range keys {
 		sum := sha1.Sum([]byte(strconv.Itoa(i)))
 		keys[i] = hex.EncodeToString(sum[:])
-		tab.put(keys[i], ref, time.Hour)
+	}
+	tab := NewReferences(storeHolding(b, keys...), noNode)
+	ref := reference{Addr: netip.MustParseAddrPort("192.0.2.1:80"), Complete: true}
+	for _, k := range keys {
+		tab.put(k, ref, time.Hour)
 	}
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
@@ -322,10 +301,44 @@ func BenchmarkReferencesTouch(b *testing.B) {
 
 // TestRefTouchAllocates: a hit's touch allocates nothing.
 func TestRefTouchAllocates(t *testing.T) {
-	tab := NewReferences(nil, noNode)
 	key := "0123456789abcdef0123456789abcdef01234567"
+	tab := NewReferences(storeHolding(t, key), noNode)
 	tab.put(key, reference{Addr: netip.MustParseAddrPort("192.0.2.1:80"), Complete: true}, time.Hour)
+	if !tab.has(key) {
+		t.Fatal("no reference kept")
+	}
 	if n := testing.AllocsPerRun(100, func() { tab.touch(key) }); n != 0 {
 		t.Errorf("touch allocates %v times", n)
+	}
+}
+
+// TestHitNotesRequest: through ServeHTTP, an object's first hit after its
+// reference was put marks it requested (so it is renewed), a Vary
+// object's hit marks the URL's entry, where the reference is, and a
+// reference nobody asked for stays unrequested.
+func TestHitNotesRequest(t *testing.T) {
+	p := startPurgeProxies(t, 1, 12, true)[0]
+	o := newPurgeOrigin(t)
+	p.get(t, o, "/a.jpg")
+	p.get(t, o, "/b.jpg")
+	p.get(t, o, "/vary/page", "Accept-Language", "en")
+	p.settle(t)
+	key := func(path string) string { return coralname.CacheKey("http", "127.0.0.1", atoiPort(o.port()), path, "") }
+	for _, path := range []string{"/a.jpg", "/b.jpg", "/vary/page"} {
+		if m := p.px.store.Mark(key(path)); m&refLive == 0 || m&refRequested != 0 {
+			t.Fatalf("%s after its download: mark %#x, want a reference not yet requested", path, m)
+		}
+	}
+	for range 3 {
+		p.get(t, o, "/a.jpg")
+		p.get(t, o, "/vary/page", "Accept-Language", "en")
+	}
+	for _, path := range []string{"/a.jpg", "/vary/page"} {
+		if m := p.px.store.Mark(key(path)); m&refRequested == 0 {
+			t.Errorf("%s after hits: mark %#x, not requested", path, m)
+		}
+	}
+	if m := p.px.store.Mark(key("/b.jpg")); m&refRequested != 0 {
+		t.Errorf("/b.jpg, never hit: mark %#x, requested", m)
 	}
 }

@@ -77,6 +77,7 @@ func (p *Proxy) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.Rea
 	if !ok {
 		return nil, false
 	}
+	fr.baseMark = rd.Mark()
 	fields := rd.Meta().Extra[varyIndexField]
 	if fields == "" {
 		return rd, true
@@ -96,7 +97,7 @@ func (p *Proxy) lookup(ctx context.Context, fr *fetchRequest) (rd *diskcache.Rea
 // serveNotFresh.
 func (p *Proxy) serveFound(w http.ResponseWriter, r *http.Request, fr *fetchRequest, rd *diskcache.Reader, acct *requestAccount) error {
 	if now := time.Now(); rd.Complete() && now.Before(rd.Meta().Expires) {
-		p.refs.touch(fr.baseKey)
+		p.refs.touchFirst(fr.baseKey, fr.baseMark)
 		acct.set(CacheHit, "local")
 		return p.serveStored(w, r, fr, rd, CacheHit, "local", fr.onlyIfCached, now)
 	}

@@ -129,8 +129,10 @@ func purgeExact(ctx context.Context, c Cache, key string, deadline time.Time) Ca
 	r := CacheResult{Complete: true}
 	m, ok := c.Store.Peek(key)
 	vary := ok && m.Extra[c.VaryIndexField] != ""
-	purgeKey(c, key, &r)
+	// The reference first: a table may keep it with the object (the
+	// proxy's does, in the store's index).
 	forgetRef(c, key, &r)
+	purgeKey(c, key, &r)
 	// A download of the key that has not reached the cache yet: wait for
 	// it to get there (or fail), then remove it too.
 	for _, h := range c.Handlers {
@@ -196,9 +198,10 @@ func purgePrefix(ctx context.Context, c Cache, prefix string) CacheResult {
 			if !ok || !strings.HasPrefix(n, prefix) {
 				continue
 			}
-			purgeKey(c, in.Key, &r)
-			// The reference is per URL: the key of the URL's entry.
+			// The reference is per URL: the key of the URL's entry
+			// (forgotten before the entry is gone, as in purgeExact).
 			forgetRef(c, KeyOfNorm(n), &r)
+			purgeKey(c, in.Key, &r)
 		}
 		return ctx.Err() == nil
 	})

@@ -2,9 +2,9 @@
 // the Go heap: anonymous private mappings (mmap) where the system has
 // them, the Go heap otherwise.
 //
-// Why: coral_proxy's per-object tables (diskcache's index, the proxy's
-// reference table) are a few large pointer-free arrays, tens of bytes per
-// cached object. On the Go heap each byte of them costs about two of
+// Why: coral_proxy's per-object table (diskcache's index) is a few large
+// pointer-free arrays, tens of bytes per cached object. On the Go heap
+// each byte of them costs about two of
 // resident memory, because the collector lets the heap grow to twice its
 // live data before it collects (GOGC=100), and a module must not change
 // the process-wide GOGC or GOMEMLIMIT of the server it runs in. Mapped
