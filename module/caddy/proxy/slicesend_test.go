@@ -37,13 +37,22 @@ type fileSend struct {
 // serve serves px on loopback TCP, recording.
 func (rec *sendRecorder) serve(t *testing.T, p *localProxy) *localProxy {
 	rec.errs = make(chan error, 16)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := p.px.ServeHTTP(&recordingWriter{ResponseWriter: w, rec: rec}, r)
 		rec.errs <- err
 		if err != nil && !errors.Is(err, ErrCutShort) {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 		}
 	}))
+	// A small send buffer, whatever the machine's defaults: a response
+	// to a client that stops reading blocks long before its end
+	// (TestSlicesClientLeaves).
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if tc, ok := c.(*net.TCPConn); ok && s == http.StateNew {
+			_ = tc.SetWriteBuffer(64 << 10)
+		}
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return &localProxy{px: p.px, store: p.store, srv: srv}
 }
@@ -103,6 +112,21 @@ func (w *recordingWriter) ReadFrom(src io.Reader) (int64, error) {
 
 func (w *recordingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// startRecordedSlices starts a slice origin and a recorded proxy
+// (sendRecorder) with path's object stored in slices.
+func startRecordedSlices(t *testing.T, path string) (*sliceOrigin, *sendRecorder, *localProxy) {
+	t.Helper()
+	o := newSliceOrigin(t, false, 0)
+	rec := new(sendRecorder)
+	p := rec.serve(t, startSliceProxy(t))
+	if resp, body := p.rawGet(t, o.coralHost(), path); resp.StatusCode != 200 || !bytes.Equal(body, o.v1) {
+		t.Fatalf("miss: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	<-rec.errs
+	p.idle(t)
+	return o, rec, p
+}
+
 // TestSlicesSentFromFiles (issue 42): a hit on a sliced object sends
 // each stored slice's bytes as its file (the source net's sendfile
 // takes), not copied through a buffer: the whole object, a range across
@@ -111,14 +135,7 @@ func (w *recordingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter
 // write, as for an object stored whole. A slice missing from the store
 // is fetched again, and the client still gets the object byte for byte.
 func TestSlicesSentFromFiles(t *testing.T) {
-	o := newSliceOrigin(t, false, 0)
-	var rec sendRecorder
-	p := rec.serve(t, startSliceProxy(t))
-	if resp, body := p.rawGet(t, o.coralHost(), "/movie.mp4"); resp.StatusCode != 200 || !bytes.Equal(body, o.v1) {
-		t.Fatalf("miss: %d, %d bytes", resp.StatusCode, len(body))
-	}
-	<-rec.errs
-	p.idle(t)
+	o, rec, p := startRecordedSlices(t, "/movie.mp4")
 	const s = sliceTestSize
 	for _, tc := range []struct {
 		name              string
@@ -233,14 +250,7 @@ func TestSlicesMultipartInOneSlice(t *testing.T) {
 // a sliced object ends the response (cut short) and releases every
 // reader of the store.
 func TestSlicesClientLeaves(t *testing.T) {
-	o := newSliceOrigin(t, false, 0)
-	var rec sendRecorder
-	p := rec.serve(t, startSliceProxy(t))
-	if resp, body := p.rawGet(t, o.coralHost(), "/a"); resp.StatusCode != 200 || !bytes.Equal(body, o.v1) {
-		t.Fatalf("miss: %d, %d bytes", resp.StatusCode, len(body))
-	}
-	<-rec.errs
-	p.idle(t)
+	o, rec, p := startRecordedSlices(t, "/a")
 	c, err := net.Dial("tcp", p.srv.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
