@@ -277,3 +277,46 @@ func TestSlicesClientLeaves(t *testing.T) {
 		t.Errorf("%d store readers open once the response ended", n)
 	}
 }
+
+// TestSlicesOverTLS: over TLS (no sendfile: the slices' files are copied
+// into the TLS connection), HTTP/1.1 and HTTP/2, a hit on a sliced object
+// and a range across slices are the object's bytes.
+func TestSlicesOverTLS(t *testing.T) {
+	o, _, p := startRecordedSlices(t, "/a")
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("h2=%v", h2), func(t *testing.T) {
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				serveOrError(p.px, w, r)
+			}))
+			srv.EnableHTTP2 = h2
+			proto := 1
+			if h2 {
+				proto = 2
+			}
+			srv.StartTLS()
+			t.Cleanup(srv.Close)
+			for _, tc := range []struct {
+				rng  string
+				body []byte
+			}{{"", o.v1}, {"bytes=1000000-2097300", o.v1[1000000:2097301]}} {
+				req, err := http.NewRequest("GET", srv.URL+"/a", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Host = o.coralHost()
+				if tc.rng != "" {
+					req.Header.Set("Range", tc.rng)
+				}
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.ProtoMajor != proto || !bytes.Equal(body, tc.body) {
+					t.Errorf("Range %q: %s %d, %d bytes (equal %v), %v", tc.rng, resp.Proto, resp.StatusCode, len(body), bytes.Equal(body, tc.body), err)
+				}
+			}
+		})
+	}
+}
