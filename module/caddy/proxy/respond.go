@@ -147,7 +147,7 @@ func (p *Proxy) serveSliced(w http.ResponseWriter, r *http.Request, frp *fetchRe
 	if toPeer && r.Method != http.MethodHead && !c.rangeHere(r.Header["Range"]) {
 		return sliceNotCached(w)
 	}
-	http.ServeContent(w, r, "", lastModified(meta.Header), c)
+	http.ServeContent(&slicedWriter{ResponseWriter: w, c: c}, r, "", lastModified(meta.Header), c)
 	if c.err != nil {
 		return cutShort(w, c.err)
 	}

@@ -63,7 +63,9 @@ import (
 // Clients are answered from the slices through http.ServeContent, as a
 // whole object is: ranges (only the slices they cover are fetched), HEAD
 // (no slice at all), If-Range, If-None-Match and the other preconditions,
-// 416 past the end, and the stored head byte for byte.
+// 416 past the end, and the stored head byte for byte. The body (whole,
+// or one range) goes out slice by slice, each stored slice as its file,
+// so that a hit on a big object takes sendfile as one stored whole does.
 
 // Slice sizes: the bounds of slice_size and its default.
 const (
@@ -607,7 +609,15 @@ func parseContentRange(v string) (cr contentRange, ok bool) {
 // slicedContent is a sliced object as an io.ReadSeeker, for
 // http.ServeContent: a read opens the slice it falls in (fetching it if
 // fetch), and starts fetching the next one while the request's range
-// (end) goes on into it. err is the first read error.
+// (end) goes on into it. err is the first read or write error. While rd
+// is open, its offset is off's place in slice cur.
+//
+// ServeContent copies a body (the whole object, or one range) with
+// io.CopyN, which reaches the response writer's ReadFrom with the
+// content in a LimitedReader: given that (slicedWriter), the body goes
+// out slice by slice (writeTo), each complete slice as its file, so that
+// a TCP connection sends it with sendfile as it does an object stored
+// whole, and a slice still arriving through Read.
 type slicedContent struct {
 	p     *Proxy
 	ctx   context.Context
@@ -632,6 +642,11 @@ func (c *slicedContent) Seek(offset int64, whence int) (int64, error) {
 	if offset < 0 {
 		return 0, errors.New("coral_proxy: seek before the start")
 	}
+	if offset != c.off {
+		// rd's offset is off's: the next read opens the slice anew
+		// (a multipart response's next range may be in the same slice).
+		c.close()
+	}
 	c.off = offset
 	return offset, nil
 }
@@ -640,28 +655,11 @@ func (c *slicedContent) Read(b []byte) (int, error) {
 	if c.off >= c.m.length {
 		return 0, io.EOF
 	}
-	k := c.off / c.m.size
-	first, last := c.m.bounds(k)
-	if c.cur != k {
-		c.close()
-		rd, err := c.p.openSlice(c.ctx, c.fr, c.m, c.v, k, c.fetch)
-		if err == nil && rd.Complete() && rd.Size() != last-first+1 {
-			rd.Close()
-			err = fmt.Errorf("slice %d is %d bytes, not %d", k, rd.Size(), last-first+1)
-		}
-		if err != nil {
-			c.err = err
-			return 0, err
-		}
-		c.rd, c.cur = rd, k
-		if _, err := rd.Seek(c.off-first, io.SeekStart); err != nil {
-			c.err = err
-			return 0, err
-		}
-		if c.fetch && (k+1)*c.m.size < c.end {
-			c.p.prefetchSlice(c.fr, c.m, c.v, k+1)
-		}
+	k, err := c.open()
+	if err != nil {
+		return 0, err
 	}
+	_, last := c.m.bounds(k)
 	n, err := c.rd.ReadContext(c.ctx, b[:min(int64(len(b)), last+1-c.off)])
 	c.off += int64(n)
 	if err == io.EOF && c.off <= last {
@@ -675,12 +673,115 @@ func (c *slicedContent) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// open makes rd the slice off is in (k), at off, unless it is already:
+// it opens the slice (fetching it if fetch) and starts fetching the next
+// one if the request's range goes on into it.
+func (c *slicedContent) open() (k int64, err error) {
+	k = c.off / c.m.size
+	if c.cur == k {
+		return k, nil
+	}
+	first, last := c.m.bounds(k)
+	c.close()
+	rd, err := c.p.openSlice(c.ctx, c.fr, c.m, c.v, k, c.fetch)
+	if err == nil && rd.Complete() && rd.Size() != last-first+1 {
+		rd.Close()
+		err = fmt.Errorf("slice %d is %d bytes, not %d", k, rd.Size(), last-first+1)
+	}
+	if err != nil {
+		c.err = err
+		return k, err
+	}
+	c.rd, c.cur = rd, k
+	if _, err := rd.Seek(c.off-first, io.SeekStart); err != nil {
+		c.close()
+		c.err = err
+		return k, err
+	}
+	if c.fetch && (k+1)*c.m.size < c.end {
+		c.p.prefetchSlice(c.fr, c.m, c.v, k+1)
+	}
+	return k, nil
+}
+
+// writeTo writes the next n bytes of the object to w, slice by slice:
+// a complete slice from its file (sendSlice), one still arriving through
+// Read, as ServeContent's copy would.
+func (c *slicedContent) writeTo(w io.Writer, n int64) (written int64, err error) {
+	for written < n && c.off < c.m.length {
+		k, err := c.open()
+		if err != nil {
+			return written, err
+		}
+		first, last := c.m.bounds(k)
+		want := min(n-written, last+1-c.off)
+		var sent int64
+		if c.rd.Complete() && c.rd.Size() == last-first+1 {
+			sent, err = c.sendSlice(w, first, want, c.off+want == last+1)
+		} else {
+			sent, err = io.Copy(w, io.LimitReader(c, want))
+		}
+		written += sent
+		if err == nil && sent < want {
+			err = fmt.Errorf("slice %d: %d of %d bytes: %w", k, sent, want, io.ErrUnexpectedEOF)
+		}
+		if err != nil {
+			c.err = err
+			return written, err
+		}
+	}
+	return written, nil
+}
+
+// sendSlice writes want bytes of the complete slice rd (which starts at
+// byte first of the object) from off to w: the rest of the slice (toEnd)
+// with rd.WriteTo, which hands w the file itself, else a LimitedReader of
+// the file (which net/http also sends with sendfile; through Caddy's idle
+// writer, which limits each chunk again, it is copied).
+func (c *slicedContent) sendSlice(w io.Writer, first, want int64, toEnd bool) (int64, error) {
+	var n int64
+	var err error
+	if toEnd {
+		n, err = c.rd.WriteTo(w)
+	} else {
+		f := c.rd.Content()
+		if _, err = f.Seek(c.off-first, io.SeekStart); err == nil {
+			n, err = io.Copy(w, io.LimitReader(f, want))
+		}
+	}
+	c.off += n
+	if err == nil {
+		_, err = c.rd.Seek(c.off-first, io.SeekStart)
+	}
+	return n, err
+}
+
 func (c *slicedContent) close() {
 	if c.rd != nil {
 		c.rd.Close()
 		c.rd, c.cur = nil, -1
 	}
 }
+
+// slicedWriter is the response writer http.ServeContent writes a sliced
+// object's response to: a body it copies from c goes out through
+// c.writeTo; any other (a multipart response's) as it would.
+type slicedWriter struct {
+	http.ResponseWriter
+	c *slicedContent
+}
+
+func (w *slicedWriter) ReadFrom(src io.Reader) (int64, error) {
+	if lr, ok := src.(*io.LimitedReader); ok && lr.R == io.Reader(w.c) {
+		n, err := w.c.writeTo(w.ResponseWriter, lr.N)
+		lr.N -= n
+		return n, err
+	}
+	return io.Copy(w.ResponseWriter, src)
+}
+
+// Unwrap is for http.ResponseController.
+func (w *slicedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // rangeHere reports whether the slices a peer's request (with Range
 // fields ranges) needs are here
