@@ -3,9 +3,7 @@
 package main
 
 import (
-	"os/exec"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
@@ -44,11 +42,13 @@ func newProvenance(name string, m *topology.Matrix, seed uint64, reduced bool, n
 	if m != nil {
 		p.Topology, p.TopologyStats = m.Source, m.Stats().String()
 	}
-	if out, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
-		p.Commit = strings.TrimSpace(string(out))
-	}
-	if out, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil {
-		p.CleanTree = len(strings.TrimSpace(string(out))) == 0
+	// The same rule as every other experiment (evalrun): changes under
+	// docs/eval are results, not code, so a regeneration that has already
+	// written other files still runs from a clean tree.
+	if root, err := evalrun.RepoRoot(); err == nil {
+		if commit, dirty, err := evalrun.TreeState(root); err == nil {
+			p.Commit, p.CleanTree = commit, len(dirty) == 0
+		}
 	}
 	if dir := topology.DataDir(); dir != "" {
 		p.TopologyStats += " (CORAL_RTT_DATA=" + dir + ")"
