@@ -23,7 +23,11 @@
 // give, so a figure edited by hand fails. docs/evaluation.md is strict:
 // outside its regions, code and links its prose holds no digit but in
 // names (Fig. 8, issue 21, RFC 9111, level 2, p99, /24, 404: figures.go
-// lists them), so a figure typed into a sentence fails too.
+// lists them), so a figure typed into a sentence fails too. The other
+// documents hold the code's own numbers (defaults, limits) in their prose,
+// so the check there is narrower: no time per operation (µs, ns), no
+// throughput (req/s, q/s, MB/s) and no run's log (a time of day in UTC, a
+// load average) outside a region (measuredFigures).
 //
 // Every region names what it shows: `provenance FILE` (the commit, the
 // tree's state, date, load and topology of the run that wrote FILE) and

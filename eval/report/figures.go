@@ -37,6 +37,36 @@ var nameWithDigits = regexp.MustCompile(strings.Join([]string{
 // regions, code blocks, code spans, HTML comments and link targets, and
 // outside the names above.
 func strayFigures(doc string) ([]string, error) {
+	return proseLines(doc, func(prose string) bool {
+		return strings.ContainsAny(nameWithDigits.ReplaceAllString(prose, ""), "0123456789")
+	})
+}
+
+// In the other documents (the READMEs, the design) the prose holds the
+// code's own numbers (defaults, limits, thresholds), so not every digit is
+// a measurement. What is one without doubt: a time per operation, a
+// throughput (of requests, or of megabytes: a threshold of a few KB/s is
+// the code's), and the log of a run (a clock time of day, a load
+// average). measuredFigure matches those; outside the regions they are
+// typed from some run.
+var measuredFigure = regexp.MustCompile(strings.Join([]string{
+	`\d(\.\d+)? ?(µs|ns)\b`,                                      // a time per operation
+	`\d ?(req/s|q/s|qps|[MG]i?B/s)\b`,                            // a throughput
+	`\d (requests|queries|responses) (per second|a second|/s)\b`, // the same in words
+	`\b\d{1,2}:\d{2} UTC\b`,                                      // a run's log
+	`\b(?i:load average)( was| of)? \d`,                          // a run's machine
+}, "|"))
+
+// measuredFigures lists the lines of doc that hold a measured figure
+// outside its regions, code blocks, code spans, HTML comments and link
+// targets.
+func measuredFigures(doc string) ([]string, error) {
+	return proseLines(doc, measuredFigure.MatchString)
+}
+
+// proseLines lists the lines of doc whose prose (outside its regions,
+// code blocks, code spans, HTML comments and link targets) bad matches.
+func proseLines(doc string, bad func(prose string) bool) ([]string, error) {
 	// The regions' text goes, their lines stay (blank), so that line
 	// numbers are the document's.
 	text, err := fill(doc, func(r region) (string, error) {
@@ -55,9 +85,7 @@ func strayFigures(doc string) ([]string, error) {
 		if fence {
 			continue
 		}
-		prose := stripNonProse(line)
-		prose = nameWithDigits.ReplaceAllString(prose, "")
-		if strings.ContainsAny(prose, "0123456789") {
+		if bad(stripNonProse(line)) {
 			out = append(out, fmt.Sprintf("line %d: %s", i+1, strings.TrimSpace(line)))
 		}
 	}
