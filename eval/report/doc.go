@@ -17,10 +17,10 @@
 //
 // Markdown shows neither comment. `go run ./eval/report` rewrites every
 // region of the documents listed in main.go (docs/evaluation.md,
-// README.md, docs/design.md and the component READMEs) from the files;
-// `go run ./eval/report -check`, and the test TestDocsMatchResults in
-// `go test ./eval/...`, fail when a region differs from what the files
-// give, so a figure edited by hand fails. docs/evaluation.md is strict:
+// README.md, docs/design.md, docs/operations.md and the component
+// READMEs) from the files; `go run ./eval/report -check`, and the test
+// TestDocsMatchResults in `go test ./eval/...`, fail when a region
+// differs from what the files give, so a figure edited by hand fails. docs/evaluation.md is strict:
 // outside its regions, code and links its prose holds no digit but in
 // names (Fig. 8, issue 21, RFC 9111, level 2, p99, /24, 404: figures.go
 // lists them), so a figure typed into a sentence fails too. The other

@@ -36,6 +36,7 @@ var documents = []document{
 	{Path: "docs/evaluation.md", Strict: true},
 	{Path: "README.md"},
 	{Path: "docs/design.md"},
+	{Path: "docs/operations.md"},
 	{Path: "coraldht/README.md"},
 	{Path: "module/caddy/README.md"},
 	{Path: "plugin/coredns/README.md"},
