@@ -42,9 +42,9 @@ func strayFigures(doc string) ([]string, error) {
 	})
 }
 
-// In the other documents (the READMEs, the design) the prose holds the
-// code's own numbers (defaults, limits, thresholds), so not every digit is
-// a measurement. What is one without doubt: a time per operation, a
+// In the other documents (the READMEs, the design, operations) the prose
+// holds the code's own numbers (defaults, limits, thresholds), so not
+// every digit is a measurement. What is one without doubt: a time per operation, a
 // throughput (of requests, or of megabytes: a threshold of a few KB/s is
 // the code's), and the log of a run (a clock time of day, a load
 // average). measuredFigure matches those; outside the regions they are
