@@ -64,7 +64,7 @@ var experiments = []experiment{
 	{File: "httpbench.json", Program: "httpbench", Needs: "bin/caddy, wrk, nginx"},
 	{File: "httpbench-floor.json", Program: "httpbench", Args: []string{"-baseline", "$CORAL_BASELINE_CADDY", "-tls", "-nginx=", "-index-objects", "0", "-proxy-objects", "0",
 		"-quiet", "20s", "-repeat", "1", "-rounds", "3", "-duration", "5s", "-name", "httpbench-floor"},
-		Needs: "bin/caddy, wrk, and a bin/caddy built at e4fd3e9 named by CORAL_BASELINE_CADDY"},
+		Needs: "bin/caddy, wrk, and a bin/caddy built at 9d7c8c9 named by CORAL_BASELINE_CADDY"},
 	{File: "scale.json", Program: "scale", Needs: "bin/caddy, nginx, varnish (eval/scale/install-deps.sh)"},
 	{File: "headerfields.json", Program: "headerfields", Args: []string{"-rounds", "40", "-duration", "1s"}, Needs: "bin/caddy, wrk"},
 	{File: "flashcrowd.json", Program: "flashcrowd", Needs: "bin/caddy"},
