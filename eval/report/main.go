@@ -217,6 +217,10 @@ func writtenBy(c *results, e experiment, commit string, since time.Time) error {
 			errs = append(errs, fmt.Errorf("%s was not written by commit %s from a clean tree", f, shortCommit(commit)))
 		case !since.IsZero() && startedBefore(fi.Provenance.Started, since):
 			errs = append(errs, fmt.Errorf("%s was not written by this run (it started %s)", f, fi.Provenance.Started))
+		default:
+			if err := commandAgrees(fi.Provenance.Command, e); err != nil {
+				errs = append(errs, fmt.Errorf("%s was not written by %s's command: %w", f, e.File, err))
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -16,7 +16,11 @@ import (
 // writeResult writes a result file under dir with a provenance block.
 func writeResult(t *testing.T, dir, name, commit string, clean bool, started string) {
 	t.Helper()
-	b, err := json.Marshal(map[string]any{"provenance": map[string]any{"commit": commit, "clean": clean, "started": started}})
+	prov := map[string]any{"commit": commit, "clean": clean, "started": started}
+	if e, err := experimentFor(name); err == nil {
+		prov["command"] = recordedCommand(e)
+	}
+	b, err := json.Marshal(map[string]any{"provenance": prov})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +62,21 @@ func TestWrittenBy(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("a file without provenance", time.Time{}, false)
+
+	// This commit's file, written by another entry's run of the program
+	// (hostile.json's run writes hostile-dns.json, every class in it).
+	dns := experiment{File: "dns.json", Program: "hostile", Args: []string{"-classes", "dns-a,dns-b"}}
+	b, err := json.Marshal(map[string]any{"provenance": map[string]any{"commit": "c1", "clean": true, "started": started,
+		"command": `go run ./eval/hostile -classes="" -seed=1`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dns.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writtenBy(newResults(dir), dns, "c1", time.Time{}); err == nil {
+		t.Error("a file another entry's command wrote counts as this entry's")
+	}
 }
 
 // TestPick: -only takes result files (an experiment's other files too)
