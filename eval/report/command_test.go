@@ -1,8 +1,6 @@
 package main
 
 import (
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/coralcdn/coral/eval/internal/evalrun"
@@ -58,10 +56,7 @@ func recordedCommand(e experiment) string {
 	}
 	rec := "go run ./eval/" + e.Program
 	for name, v := range entryFlags(e.Args) {
-		if v == "" || strings.ContainsAny(v, " \"'\\$") {
-			v = strconv.Quote(v)
-		}
-		rec += " -" + name + "=" + v
+		rec += " -" + name + "=" + evalrun.FlagValue(v)
 	}
 	return rec
 }

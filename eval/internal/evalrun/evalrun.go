@@ -32,13 +32,18 @@ func CommandLine(prog string) string {
 		if isTestFlag(f) {
 			return
 		}
-		v := f.Value.String()
-		if v == "" || strings.ContainsAny(v, " \"'\\$") {
-			v = strconv.Quote(v)
-		}
-		fmt.Fprintf(&b, " -%s=%s", f.Name, v)
+		fmt.Fprintf(&b, " -%s=%s", f.Name, FlagValue(f.Value.String()))
 	})
 	return b.String()
+}
+
+// FlagValue is a flag's value as CommandLine writes it: quoted (Go
+// syntax) when it is empty or holds a space, a quote, a backslash or a $.
+func FlagValue(v string) string {
+	if v == "" || strings.ContainsAny(v, " \"'\\$") {
+		return strconv.Quote(v)
+	}
+	return v
 }
 
 // FirstLine runs cmd and returns the first non-empty line of its output,
