@@ -26,9 +26,9 @@ func commandAgrees(recorded string, e experiment) error {
 		}
 		return nil
 	}
-	got, err := recordedFlags(recorded, e.Program)
+	got, err := evalrun.ParseCommandLine(recorded, e.Program)
 	if err != nil {
-		return err
+		return fmt.Errorf("its run's command: %w", err)
 	}
 	want := entryFlags(e.Args)
 	for name, v := range want {
@@ -44,36 +44,6 @@ func commandAgrees(recorded string, e experiment) error {
 		}
 	}
 	return nil
-}
-
-// recordedFlags parses a command evalrun.CommandLine wrote: go run
-// ./eval/PROG, then -name=value for every flag, a value quoted (Go syntax)
-// when it is empty or holds a space, a quote, a backslash or a $.
-func recordedFlags(cmd, prog string) (map[string]string, error) {
-	rest, ok := strings.CutPrefix(cmd, "go run ./eval/"+prog)
-	if !ok || (rest != "" && rest[0] != ' ') {
-		return nil, fmt.Errorf("its run was `%s`, not one of eval/%s", cmd, prog)
-	}
-	flags := map[string]string{}
-	for rest = strings.TrimLeft(rest, " "); rest != ""; rest = strings.TrimLeft(rest, " ") {
-		name, after, ok := strings.Cut(strings.TrimPrefix(rest, "-"), "=")
-		if !ok || rest[0] != '-' || name == "" || strings.Contains(name, " ") {
-			return nil, fmt.Errorf("its recorded command does not parse at %q", rest)
-		}
-		var v string
-		if strings.HasPrefix(after, `"`) {
-			q, err := strconv.QuotedPrefix(after)
-			if err != nil {
-				return nil, fmt.Errorf("its recorded command does not parse at %q: %v", rest, err)
-			}
-			v, _ = strconv.Unquote(q)
-			rest = after[len(q):]
-		} else {
-			v, rest, _ = strings.Cut(after, " ")
-		}
-		flags[name] = v
-	}
-	return flags, nil
 }
 
 // entryFlags is the flags an entry's arguments give: -name=value, -name

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/coralcdn/coral/eval/internal/evalrun"
 )
 
 // eval/wan (issue 39): the real bin/coredns and bin/caddy as a fleet on an
@@ -202,13 +204,14 @@ func (r wanReport) e2e(config, class string) (wanSummary, error) {
 	return wanSummary{}, fmt.Errorf("wan.json has no Figure 5 result %q, %q", config, class)
 }
 
-// commandFlag is a flag's value in a command line ("-crowd-peer-timeout=18s").
+// commandFlag is a flag's value in eval/wan's recorded command line
+// ("-crowd-peer-timeout=18s"), "" when the line does not have it.
 func commandFlag(line, name string) string {
-	m := regexp.MustCompile(`(?:^| )-` + regexp.QuoteMeta(name) + `=("[^"]*"|\S*)`).FindStringSubmatch(line)
-	if m == nil {
+	flags, err := evalrun.ParseCommandLine(line, "wan")
+	if err != nil {
 		return ""
 	}
-	return strings.Trim(m[1], `"`)
+	return flags[name]
 }
 
 var levelNames = map[string]string{"peer-l2": "peer L2", "peer-l1": "peer L1", "peer-l0": "peer L0", "local": "local hits", "origin": "origin", "collapsed": "collapsed"}

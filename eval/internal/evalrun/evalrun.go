@@ -46,6 +46,36 @@ func FlagValue(v string) string {
 	return v
 }
 
+// ParseCommandLine reads back a command CommandLine wrote for prog: the
+// flags' values by name, unquoted. It fails on a command of another
+// program or one that does not parse.
+func ParseCommandLine(cmd, prog string) (map[string]string, error) {
+	rest, ok := strings.CutPrefix(cmd, "go run ./eval/"+prog)
+	if !ok || (rest != "" && rest[0] != ' ') {
+		return nil, fmt.Errorf("`%s` is not a run of eval/%s", cmd, prog)
+	}
+	flags := map[string]string{}
+	for rest = strings.TrimLeft(rest, " "); rest != ""; rest = strings.TrimLeft(rest, " ") {
+		name, after, ok := strings.Cut(strings.TrimPrefix(rest, "-"), "=")
+		if !ok || rest[0] != '-' || name == "" || strings.Contains(name, " ") {
+			return nil, fmt.Errorf("the command does not parse at %q", rest)
+		}
+		var v string
+		if strings.HasPrefix(after, `"`) {
+			q, err := strconv.QuotedPrefix(after)
+			if err != nil {
+				return nil, fmt.Errorf("the command does not parse at %q: %v", rest, err)
+			}
+			v, _ = strconv.Unquote(q)
+			rest = after[len(q):]
+		} else {
+			v, rest, _ = strings.Cut(after, " ")
+		}
+		flags[name] = v
+	}
+	return flags, nil
+}
+
 // FirstLine runs cmd and returns the first non-empty line of its output,
 // whatever its exit status (wrk -v exits 1), or "unknown".
 func FirstLine(cmd *exec.Cmd) string {
